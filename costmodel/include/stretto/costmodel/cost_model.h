@@ -1,0 +1,83 @@
+#pragma once
+// Cost models: how long a compute op or a communication takes on a given cluster.
+//
+// Three kinds (DESIGN.md §2 "costmodel"):
+//  - fixed:     per-pass constants (F, B, BI, BW per region pass; `comm` per transfer) for
+//               analytic checks. A region pass (PP=s, MB=i, PASS=P) takes the constant however
+//               many compute nodes it holds: node k of n gets C*(k+1)/n - C*k/n ns.
+//  - analytic:  roofline with a size-dependent GEMM efficiency curve, HBM-bound elementwise
+//               ops, a kernel launch floor; collectives with NCCL's algorithm/protocol model.
+//  - profiled:  a JSON table of measured times with interpolation, falling back to analytic.
+// Communication answers are "fluid" descriptions that the engine can share on links:
+//  time_alone = latency_ns + wire_bytes / rate_cap, where rate_cap (bytes/ns) is the
+//  algorithm bandwidth the op reaches alone; the engine slows it when links are shared.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "stretto/schedules/dag.h"
+#include "stretto/schedules/model.h"
+#include "stretto/schedules/plan.h"
+
+namespace stretto::cost {
+
+struct ComputeQuery {
+  OpKind kind = OpKind::kSynthetic;
+  Pass pass = Pass::kF;  // F, B, BI or BW (B = BI + BW work)
+  GemmShape gemm;        // already divided by the TP degree where the op is split
+  double flops = 0;      // for this pass, this instance (after TP split)
+  int64_t bytes = 0;     // HBM traffic for this pass, this instance
+  DType dtype = DType::kBF16;
+  int tp = 1;
+  // region bookkeeping for the fixed model
+  int region_k = 0, region_n = 1;
+};
+
+struct ComputeCost {
+  int64_t ns = 0;         // duration alone on an idle device
+  bool mem_bound = false; // limited by HBM bandwidth rather than tensor cores
+};
+
+struct CommQuery {
+  CommKind kind = CommKind::kSendRecv;
+  int64_t bytes = 0;       // message size per rank (NCCL's "count * typesize")
+  int group_size = 2;      // ranks in one collective instance
+  int nodes_spanned = 1;   // distinct nodes in the group
+  bool crosses_island = false;
+  DType dtype = DType::kBF16;
+};
+
+struct CommCost {
+  int64_t latency_ns = 0;   // fixed part
+  int64_t wire_bytes = 0;   // bytes each rank pushes over its bottleneck link
+  double rate_cap = 0;      // bytes per ns alone (algorithm bandwidth); 0 with wire_bytes 0
+  int64_t time_ns = 0;      // latency_ns + ceil(wire_bytes / rate_cap): the time alone
+  std::string algo, proto;  // NCCL's choice ("ring"/"tree"/"p2p", "simple"/"ll"/"ll128")
+  bool inter_node = false;  // bottleneck is the inter-node link
+};
+
+/// Resource interference while communication kernels run on a device.
+struct Interference {
+  double comm_sm_share = 0;   // fraction of compute capacity taken by active comm kernels
+  double comm_hbm_share = 0;  // fraction of HBM bandwidth taken (slows memory-bound ops)
+};
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  virtual ComputeCost compute(const ComputeQuery& q) const = 0;
+  virtual CommCost comm(const CommQuery& q) const = 0;
+  virtual Interference interference() const = 0;
+  virtual int64_t dispatch_ns() const = 0;  // host cost to issue one op (0 for fixed)
+  virtual std::string_view name() const = 0;
+};
+
+/// Builds the model named by `spec` for `cluster`. `base_dir` resolves relative table paths.
+/// Bad specs (unknown option, unreadable table) are diagnostics located at spec.pointer.
+Expected<std::unique_ptr<CostModel>> make_cost_model(const CostModelSpec& spec,
+                                                      const ClusterSpec& cluster,
+                                                      const std::string& base_dir,
+                                                      const JsonSource* src = nullptr);
+
+}  // namespace stretto::cost

@@ -1,0 +1,43 @@
+#pragma once
+// Plan -> global training DAG -> per-device programs (passes: expand model, expand cluster,
+// apply directives, insert communication, order, lower, validate). See dag.h for the IR.
+
+#include "stretto/schedules/dag.h"
+#include "stretto/schedules/json_source.h"
+#include "stretto/schedules/plan.h"
+
+namespace stretto {
+
+struct CompileOptions {
+  bool lower = true;  // build per-class programs (the simulator needs them)
+};
+
+/// Compiles a parsed plan. `src` (optional) gives source positions for diagnostics.
+/// Builder calls in `plan.builder` are expanded first (see builders.h).
+Expected<CompiledPlan> compile(const Plan& plan, const JsonSource* src = nullptr,
+                               const CompileOptions& opt = {});
+
+/// Loads, parses and compiles a plan file.
+Expected<CompiledPlan> compile_file(const std::string& path, const CompileOptions& opt = {});
+
+/// Summary for `stretto compile` (also the golden-file format).
+struct CompileSummary {
+  size_t nodes = 0, edges = 0, data_edges = 0, temporal_edges = 0;
+  size_t compute_nodes = 0, transfer_nodes = 0, collective_nodes = 0, barrier_nodes = 0;
+  int64_t total_params = 0;
+  struct PerDevice {
+    int id;
+    size_t compute = 0, transfers = 0, collectives = 0;
+    std::vector<std::pair<std::string, size_t>> per_stream;  // stream name -> ops
+    int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+    int64_t activation_bytes_per_mb = 0;  // saved activations of one microbatch (all stages here)
+  };
+  std::vector<PerDevice> devices;
+};
+CompileSummary summarize(const CompiledPlan& cp);
+std::string summary_table(const CompiledPlan& cp, const CompileSummary& s);
+Json summary_json(const CompiledPlan& cp, const CompileSummary& s);
+/// Graphviz. Fails (diagnostic) above max_nodes unless forced.
+Expected<std::string> to_dot(const CompiledPlan& cp, size_t max_nodes = 5000);
+
+}  // namespace stretto

@@ -1,0 +1,1 @@
+# tests for builders (owner fills in)

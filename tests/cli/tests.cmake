@@ -1,0 +1,1 @@
+# tests for cli (owner fills in)

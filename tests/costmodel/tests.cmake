@@ -1,0 +1,1 @@
+# tests for costmodel (owner fills in)

@@ -1,0 +1,1 @@
+# tests for schedules (owner fills in)

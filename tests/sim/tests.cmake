@@ -1,0 +1,1 @@
+# tests for sim (owner fills in)

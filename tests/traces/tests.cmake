@@ -1,0 +1,1 @@
+# tests for traces (owner fills in)
