@@ -1,1 +1,896 @@
-// placeholder: filled in by its owner
+// Directives -> global training DAG (see dag.h, compiler.h).
+//
+// Passes: expand model; determine microbatches (split); place every (op, microbatch) unit on
+// devices (place), widen by tensor parallelism (shard_tensor), check replication (replicate)
+// and expert sharding (shard); create forward and backward compute nodes (a backward is split
+// into BI + BW where an order filter names BI or BW for it); insert communication:
+// send/recv across devices, EP all-to-alls, TP collectives, ZeRO-3 parameter gathers, DP
+// gradient reduction per bucket; then order + lower + validate (lower.cpp).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "internal.h"
+#if __has_include("stretto/schedules/builders.h")
+#include "stretto/schedules/builders.h"
+#define STRETTO_HAVE_BUILDERS 1
+#endif
+
+namespace stretto {
+
+std::string_view node_kind_name(NodeKind k) {
+  static constexpr std::string_view kN[] = {"compute", "transfer", "collective", "barrier"};
+  return kN[static_cast<size_t>(k)];
+}
+std::string_view comm_kind_name(CommKind k) {
+  static constexpr std::string_view kN[] = {"none",          "send/recv",  "all-reduce",
+                                            "reduce-scatter", "all-gather", "all-to-all"};
+  return kN[static_cast<size_t>(k)];
+}
+std::string_view comm_purpose_name(CommPurpose p) {
+  static constexpr std::string_view kN[] = {"none",       "activation", "gradient",
+                                            "grad-reduce", "param-gather", "param-sync",
+                                            "dispatch",   "combine",    "tensor-parallel"};
+  return kN[static_cast<size_t>(p)];
+}
+std::string_view mem_category_name(MemCategory c) {
+  static constexpr std::string_view kN[] = {"activations", "comm_buffers", "grad_buckets",
+                                            "gathered_params"};
+  return kN[static_cast<size_t>(c)];
+}
+
+void TrainingDag::finalize() {
+  const size_t n = nodes.size();
+  succ_begin.assign(n + 1, 0);
+  pred_begin.assign(n + 1, 0);
+  for (const auto& e : edges) ++succ_begin[e.from + 1], ++pred_begin[e.to + 1];
+  for (size_t i = 0; i < n; ++i) succ_begin[i + 1] += succ_begin[i], pred_begin[i + 1] += pred_begin[i];
+  succ.resize(edges.size());
+  pred.resize(edges.size());
+  std::vector<uint32_t> sf(succ_begin.begin(), succ_begin.end() - 1);
+  std::vector<uint32_t> pf(pred_begin.begin(), pred_begin.end() - 1);
+  for (uint32_t i = 0; i < edges.size(); ++i) {
+    succ[sf[edges[i].from]++] = i;
+    pred[pf[edges[i].to]++] = i;
+  }
+  std::stable_sort(mem.begin(), mem.end(),
+                   [](const MemEffect& a, const MemEffect& b) { return a.node < b.node; });
+}
+
+std::string TrainingDag::node_name(uint32_t id, const ModelGraph& m) const {
+  const Node& n = nodes[id];
+  auto devs = [&](uint32_t s) {
+    const auto& d = device_sets[s].devices;
+    std::string out;
+    for (size_t i = 0; i < d.size() && i < 8; ++i) out += (i ? "," : "") + std::to_string(d[i]);
+    if (d.size() > 8) out += fmt::format(",...({} devices)", d.size());
+    return d.size() == 1 ? "device " + out : "devices [" + out + "]";
+  };
+  std::string op = n.op != kNone && n.op < m.ops.size() ? m.ops[n.op].name : "";
+  switch (n.kind) {
+    case NodeKind::kCompute:
+      return fmt::format("{} ({}) on {}", n.tags.str(), op, devs(n.devs));
+    case NodeKind::kTransfer:
+      return fmt::format("send {} {} -> {} ({}, from {} to {})", comm_purpose_name(n.purpose),
+                         n.tags.str(), n.consumer_tags.str(), op, devs(n.devs), devs(n.devs2));
+    case NodeKind::kCollective:
+      return fmt::format("{} {} {} ({}) on {}", comm_kind_name(n.comm), comm_purpose_name(n.purpose),
+                         n.tags.str(), op, devs(n.devs));
+    case NodeKind::kBarrier:
+      return fmt::format("order barrier of directive {}", n.directive);
+  }
+  return "?";
+}
+
+namespace detail {
+
+Diagnostic diag_at(const JsonSource* src, const std::string& file, const std::string& ptr,
+                   std::string msg, std::string hint, int directive) {
+  Diagnostic d = src ? src->error_at(ptr, std::move(msg), std::move(hint))
+                     : Diagnostic{Severity::kError, std::move(msg), SourceLoc{file, 0, 0, ptr},
+                                  -1, std::move(hint), {}, {}};
+  d.directive = directive;
+  return d;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::diag_at;
+
+constexpr int64_t kMB = 1 << 20;
+
+struct UnitInfo {
+  int32_t place = -1, repl = -1, shard = -1, tp_dir = -1;
+  std::vector<int32_t> replicas;  // placed devices (one per replica)
+  uint32_t devs = kNone;          // all devices running the unit (replica-major, TP inner)
+  int tp = 1;
+  bool split_bwd = false;
+  uint32_t f = kNone, b = kNone, bi = kNone, bw = kNone;
+};
+
+class Compiler {
+ public:
+  Compiler(CompiledPlan& cp, const JsonSource* src, Diagnostics& diags)
+      : cp_(cp), plan_(cp.plan), src_(src), diags_(diags), sets_(cp.dag.device_sets) {}
+
+  bool run();
+
+ private:
+  CompiledPlan& cp_;
+  const Plan& plan_;
+  const JsonSource* src_;
+  Diagnostics& diags_;
+  detail::DeviceSetTable sets_;
+  int M_ = 1;
+  bool has_split_ = false;
+  std::vector<UnitInfo> units_;  // index mb * nops + op
+  std::map<std::string, uint16_t> stream_ids_;
+
+  size_t nops() const { return cp_.model.ops.size(); }
+  UnitInfo& unit(uint32_t op, int mb) { return units_[static_cast<size_t>(mb) * nops() + op]; }
+  Tags unit_tags(uint32_t op, int mb) const {
+    Tags t = cp_.model.ops[op].tags;
+    if (has_split_) t.set(TagKey::kMB, mb);
+    return t;
+  }
+  void error(const std::string& ptr, std::string msg, std::string hint, int directive,
+             std::vector<DiagNote> notes = {}) {
+    Diagnostic d = diag_at(src_, plan_.file, ptr, std::move(msg), std::move(hint), directive);
+    d.notes = std::move(notes);
+    diags_.push_back(std::move(d));
+  }
+  SourceLoc loc(const std::string& ptr) const {
+    return src_ ? src_->loc(ptr) : SourceLoc{plan_.file, 0, 0, ptr};
+  }
+  uint16_t stream(const std::string& name) {
+    auto [it, added] = stream_ids_.emplace(name, static_cast<uint16_t>(cp_.dag.streams.size()));
+    if (added) cp_.dag.streams.push_back(name);
+    return it->second;
+  }
+
+  bool check_devices(const Directive& d);
+  bool apply_split();
+  bool apply_place();
+  bool apply_tensor_parallel();
+  bool check_replication();
+  void mark_split_backward();
+  void build_nodes();
+  void compute_static_memory();
+
+  uint32_t add_node(Node n) {
+    cp_.dag.nodes.push_back(n);
+    return static_cast<uint32_t>(cp_.dag.nodes.size() - 1);
+  }
+  void edge(uint32_t a, uint32_t b) { cp_.dag.edges.push_back({a, b, EdgeKind::kData, -1}); }
+  void mem(uint32_t node, bool at_end, MemCategory c, int64_t bytes) {
+    if (bytes) cp_.dag.mem.push_back({node, at_end, c, bytes});
+  }
+  // DP groups (same TP rank across replicas) and TP groups of a unit's device set.
+  uint32_t dp_groups(const UnitInfo& u) {
+    std::vector<int32_t> d;
+    const auto& all = cp_.dag.device_sets[u.devs].devices;
+    const size_t R = u.replicas.size();
+    for (int t = 0; t < u.tp; ++t)
+      for (size_t r = 0; r < R; ++r) d.push_back(all[r * u.tp + t]);
+    return sets_.intern(std::move(d), static_cast<int32_t>(R));
+  }
+  uint32_t tp_groups(const UnitInfo& u) {
+    return sets_.intern(cp_.dag.device_sets[u.devs].devices, u.tp);
+  }
+  uint32_t cross(uint32_t prod, uint32_t cons, int mb, Pass pass, CommPurpose purpose,
+                 int64_t bytes);
+};
+
+bool Compiler::check_devices(const Directive& d) {
+  bool ok = true;
+  auto check = [&](const std::vector<int>& v, const std::string& ptr) {
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] >= cp_.num_devices) {
+        error(ptr + "/" + std::to_string(i),
+              fmt::format("device {} is out of range: the cluster has {} devices (0..{})", v[i],
+                          cp_.num_devices, cp_.num_devices - 1),
+              "raise cluster.nodes or cluster.devices_per_node, or use a smaller id", d.index);
+        ok = false;
+      }
+  };
+  check(d.devices, d.pointer + "/devices");
+  for (size_t g = 0; g < d.device_groups.size(); ++g)
+    check(d.device_groups[g], d.pointer + "/devices" +
+                                  (d.device_groups.size() > 1 || !d.devices.empty()
+                                       ? "/" + std::to_string(g)
+                                       : ""));
+  return ok;
+}
+
+bool Compiler::apply_split() {
+  const Directive* split = nullptr;
+  for (const auto& d : plan_.schedule) {
+    if (d.op != DirectiveOp::kSplit) continue;
+    if (split) {
+      error(d.pointer, "a second 'split' directive", "split the whole DAG once into microbatches",
+            d.index, {{loc(split->pointer), "the first split is here"}});
+      return false;
+    }
+    split = &d;
+    Filter all;
+    if (!(d.filter.cond == all.cond) || d.filter.pass) {
+      error(d.pointer + "/filter", "'split' must apply to the whole DAG",
+            "use \"filter\": {} (partial splits are not supported)", d.index);
+      return false;
+    }
+  }
+  if (split) {
+    has_split_ = true;
+    M_ = split->num_microbatches;
+  }
+  cp_.num_microbatches = M_;
+  return true;
+}
+
+bool Compiler::apply_place() {
+  units_.assign(nops() * M_, UnitInfo{});
+  std::vector<size_t> matched(plan_.schedule.size(), 0);
+  for (const auto& d : plan_.schedule) {
+    if (d.op != DirectiveOp::kPlace) continue;
+    if (d.filter.pass) {
+      error(d.filter.pointer + "/PASS", "'place' cannot select a pass",
+            "forward and backward of a region run where the region is placed", d.index);
+      continue;
+    }
+    for (int mb = 0; mb < M_; ++mb)
+      for (uint32_t o = 0; o < nops(); ++o) {
+        if (!d.filter.matches(unit_tags(o, mb))) continue;
+        ++matched[d.index];
+        UnitInfo& u = unit(o, mb);
+        if (u.place >= 0) {
+          const Directive& other = plan_.schedule[u.place];
+          if (other.devices != d.devices) {
+            error(d.pointer, fmt::format("{} MB{} is placed twice, on different devices",
+                                         cp_.model.ops[o].name, mb),
+                  "make the filters of the two place directives disjoint", d.index,
+                  {{loc(other.pointer), "first placed here"}});
+            return false;
+          }
+          continue;
+        }
+        u.place = d.index;
+        u.replicas.assign(d.devices.begin(), d.devices.end());
+      }
+  }
+  bool ok = true;
+  for (const auto& d : plan_.schedule)
+    if (d.op == DirectiveOp::kPlace && !d.filter.pass && matched[d.index] == 0) {
+      error(d.pointer + "/filter", fmt::format("filter {} matches nothing", d.filter.str()),
+            fmt::format("the model has PP regions 0..{}{}", cp_.model.pp_regions - 1,
+                        has_split_ ? fmt::format(" and microbatches 0..{}", M_ - 1) : ""),
+            d.index);
+      ok = false;
+    }
+  // Unplaced units, reported once per op (first microbatch).
+  int reported = 0;
+  for (uint32_t o = 0; o < nops() && reported < 5; ++o)
+    for (int mb = 0; mb < M_; ++mb)
+      if (unit(o, mb).place < 0) {
+        error("/schedule",
+              fmt::format("region {} ({}) is not placed{}", cp_.model.ops[o].tags.str(),
+                          cp_.model.ops[o].name,
+                          has_split_ ? fmt::format(" for microbatch {}", mb) : ""),
+              fmt::format("add {{\"op\":\"place\",\"filter\":{{\"PP\":{}}},\"devices\":[...]}}",
+                          cp_.model.ops[o].tags.pp()),
+              -1);
+        ++reported;
+        ok = false;
+        break;
+      }
+  return ok;
+}
+
+bool Compiler::apply_tensor_parallel() {
+  bool ok = true;
+  for (const auto& d : plan_.schedule) {
+    if (d.op != DirectiveOp::kShardTensor) continue;
+    if (d.filter.pass) {
+      error(d.filter.pointer + "/PASS", "'shard_tensor' cannot select a pass", "", d.index);
+      ok = false;
+      continue;
+    }
+    std::map<int, size_t> group_of;
+    for (size_t g = 0; g < d.device_groups.size(); ++g)
+      for (int dev : d.device_groups[g]) group_of[dev] = g;
+    size_t matched = 0;
+    for (int mb = 0; mb < M_ && ok; ++mb)
+      for (uint32_t o = 0; o < nops() && ok; ++o) {
+        if (!d.filter.matches(unit_tags(o, mb))) continue;
+        ++matched;
+        UnitInfo& u = unit(o, mb);
+        if (u.tp_dir >= 0) {
+          error(d.pointer, fmt::format("{} is tensor-sharded twice", cp_.model.ops[o].name), "",
+                d.index, {{loc(plan_.schedule[u.tp_dir].pointer), "first sharded here"}});
+          ok = false;
+          break;
+        }
+        u.tp_dir = d.index;
+        u.tp = static_cast<int>(d.device_groups[0].size());
+        for (int dev : u.replicas)
+          if (!group_of.count(dev)) {
+            error(d.pointer + "/devices",
+                  fmt::format("{} is placed on device {}, which is in no TP group of this "
+                              "directive",
+                              cp_.model.ops[o].name, dev),
+                  "each placed device must belong to exactly one TP group (as its leader)",
+                  d.index, {{loc(plan_.schedule[u.place].pointer), "placed here"}});
+            ok = false;
+            break;
+          }
+      }
+    if (ok && matched == 0) {
+      error(d.pointer + "/filter", fmt::format("filter {} matches nothing", d.filter.str()), "",
+            d.index);
+      ok = false;
+    }
+  }
+  if (!ok) return false;
+  // Device sets of every unit: replicas x TP group.
+  for (int mb = 0; mb < M_; ++mb)
+    for (uint32_t o = 0; o < nops(); ++o) {
+      UnitInfo& u = unit(o, mb);
+      std::vector<int32_t> devs;
+      if (u.tp_dir >= 0) {
+        const Directive& d = plan_.schedule[u.tp_dir];
+        for (int dev : u.replicas)
+          for (const auto& g : d.device_groups)
+            if (std::find(g.begin(), g.end(), dev) != g.end()) {
+              // The placed device leads its group; the rest follow in the group's order.
+              devs.push_back(dev);
+              for (int x : g)
+                if (x != dev) devs.push_back(x);
+            }
+      } else {
+        devs.assign(u.replicas.begin(), u.replicas.end());
+      }
+      u.devs = sets_.intern(std::move(devs), u.tp);
+    }
+  return true;
+}
+
+bool Compiler::check_replication() {
+  bool ok = true;
+  std::vector<size_t> matched(plan_.schedule.size(), 0);
+  for (const auto& d : plan_.schedule) {
+    if (d.op != DirectiveOp::kReplicate && d.op != DirectiveOp::kShard) continue;
+    if (d.filter.pass) {
+      error(d.filter.pointer + "/PASS",
+            fmt::format("'{}' cannot select a pass", directive_op_name(d.op)), "", d.index);
+      ok = false;
+      continue;
+    }
+    for (int mb = 0; mb < M_; ++mb)
+      for (uint32_t o = 0; o < nops(); ++o) {
+        if (!d.filter.matches(unit_tags(o, mb))) continue;
+        UnitInfo& u = unit(o, mb);
+        ++matched[d.index];
+        std::vector<int32_t> want(d.devices.begin(), d.devices.end());
+        if (want != u.replicas) {
+          if (mb == 0 || u.place != unit(o, 0).place)
+            error(d.pointer + "/devices",
+                  fmt::format("{} lists devices that differ from where {} is placed",
+                              directive_op_name(d.op), cp_.model.ops[o].name),
+                  "replicate/shard the same devices the region is placed on", d.index,
+                  {{loc(plan_.schedule[u.place].pointer + "/devices"), "placed here"}});
+          ok = false;
+          continue;
+        }
+        if (d.op == DirectiveOp::kReplicate) u.repl = d.index;
+        else {
+          if (cp_.model.ops[o].tags.ep() == kAbsent) continue;  // shard applies to EP ops only
+          u.shard = d.index;
+        }
+      }
+  }
+  for (const auto& d : plan_.schedule)
+    if ((d.op == DirectiveOp::kReplicate || d.op == DirectiveOp::kShard) && !d.filter.pass &&
+        matched[d.index] == 0) {
+      error(d.pointer + "/filter", fmt::format("filter {} matches nothing", d.filter.str()), "",
+            d.index);
+      ok = false;
+    }
+  if (!ok) return false;
+  for (int mb = 0; mb < M_ && ok; ++mb)
+    for (uint32_t o = 0; o < nops(); ++o) {
+      const UnitInfo& u = unit(o, mb);
+      if (u.replicas.size() > 1 && u.repl < 0 && u.shard < 0) {
+        error(plan_.schedule[u.place].pointer + "/devices",
+              fmt::format("{} is placed on {} devices but neither replicated nor sharded",
+                          cp_.model.ops[o].name, u.replicas.size()),
+              "add a 'replicate' (data parallel) or, for expert blocks, a 'shard' directive "
+              "over the same devices",
+              u.place);
+        ok = false;
+        break;
+      }
+    }
+  return ok;
+}
+
+void Compiler::mark_split_backward() {
+  // A unit's backward is split into BI + BW when any order filter names BI or BW for it.
+  for (const auto& d : plan_.schedule) {
+    if (d.op != DirectiveOp::kOrder) continue;
+    for (const auto& g : d.groups)
+      for (const auto& f : g) {
+        if (!f.pass || (*f.pass != Pass::kBI && *f.pass != Pass::kBW)) continue;
+        Filter nf = f;
+        nf.pass.reset();
+        for (int mb = 0; mb < M_; ++mb) {
+          if (f.cond[3].kind == TagCond::kEquals && f.cond[3].value != mb) continue;
+          for (uint32_t o = 0; o < nops(); ++o)
+            if (nf.matches(unit_tags(o, mb))) unit(o, mb).split_bwd = true;
+        }
+      }
+  }
+}
+
+// A transfer between two units' device sets (paired by index), or kNone if they coincide.
+uint32_t Compiler::cross(uint32_t prod, uint32_t cons, int mb, Pass pass, CommPurpose purpose,
+                         int64_t bytes) {
+  const UnitInfo& up = unit(prod, mb);
+  const UnitInfo& uc = unit(cons, mb);
+  uint32_t src = purpose == CommPurpose::kGradient ? uc.devs : up.devs;
+  uint32_t dst = purpose == CommPurpose::kGradient ? up.devs : uc.devs;
+  if (src == dst) return kNone;
+  Node n;
+  n.kind = NodeKind::kTransfer;
+  n.comm = CommKind::kSendRecv;
+  n.purpose = purpose;
+  const uint32_t from_op = purpose == CommPurpose::kGradient ? cons : prod;
+  const uint32_t to_op = purpose == CommPurpose::kGradient ? prod : cons;
+  n.tags = unit_tags(from_op, mb);
+  n.tags.pass = pass;
+  n.consumer_tags = unit_tags(to_op, mb);
+  n.consumer_tags.pass = pass;
+  n.op = prod;
+  n.devs = src;
+  n.devs2 = dst;
+  const UnitInfo& place_side = purpose == CommPurpose::kGradient ? uc : up;
+  n.directive = place_side.place;
+  const Directive& pd = plan_.schedule[place_side.place];
+  n.stream = stream(pd.stream.empty() ? "pp" : pd.stream);
+  // With TP, every rank sends its 1/tp slice (Megatron's scatter-gather optimisation).
+  n.bytes = bytes / std::max(1, up.tp);
+  return add_node(n);
+}
+
+void Compiler::build_nodes() {
+  const auto& ops = cp_.model.ops;
+  auto& dag = cp_.dag;
+  stream("compute");
+  // consumers of each op
+  std::vector<std::vector<uint32_t>> consumers(nops());
+  for (uint32_t o = 0; o < nops(); ++o)
+    for (uint32_t i : ops[o].inputs) consumers[i].push_back(o);
+
+  auto tp_stream = [&](const UnitInfo& u) {
+    const auto& s = plan_.schedule[u.tp_dir].stream;
+    return stream(s.empty() ? "tp" : s);
+  };
+  auto ep_stream = [&](const UnitInfo& u) {
+    const auto& s = plan_.schedule[u.shard].stream;
+    return stream(s.empty() ? "ep" : s);
+  };
+  auto collective = [&](CommKind kind, CommPurpose purpose, uint32_t op, int mb, Pass pass,
+                        uint32_t groups, uint16_t strm, int64_t bytes, int32_t directive) {
+    Node n;
+    n.kind = NodeKind::kCollective;
+    n.comm = kind;
+    n.purpose = purpose;
+    n.tags = mb >= 0 ? unit_tags(op, mb) : ops[op].tags;
+    n.tags.pass = pass;
+    n.op = op;
+    n.devs = groups;
+    n.stream = strm;
+    n.bytes = bytes;
+    n.directive = directive;
+    return add_node(n);
+  };
+  auto compute = [&](uint32_t o, int mb, Pass pass) {
+    const UnitInfo& u = unit(o, mb);
+    Node n;
+    n.kind = NodeKind::kCompute;
+    n.tags = unit_tags(o, mb);
+    n.tags.pass = pass;
+    n.op = o;
+    n.devs = u.devs;
+    n.tp = static_cast<uint16_t>(u.tp);
+    n.directive = u.place;
+    n.stream = 0;
+    return add_node(n);
+  };
+  auto act_bytes = [&](uint32_t o, const UnitInfo& u, int64_t b) {
+    // Split ops hold 1/tp of their activations; replicated ops (norms) hold all unless SP.
+    const ModelOp& op = ops[o];
+    bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
+    bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
+    return (split || sp) ? b / u.tp : b;
+  };
+
+  for (int mb = 0; mb < M_; ++mb) {
+    // ---- forward ----
+    for (uint32_t o = 0; o < nops(); ++o) {
+      UnitInfo& u = unit(o, mb);
+      const ModelOp& op = ops[o];
+      const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
+      // Inputs: remote producers need a transfer; merge producers on one remote device set.
+      std::vector<uint32_t> deps;
+      std::map<uint32_t, std::pair<uint32_t, std::vector<uint32_t>>> remote;  // devs -> (prod, fs)
+      for (uint32_t i : op.inputs) {
+        const UnitInfo& ui = unit(i, mb);
+        if (ui.devs == u.devs) deps.push_back(ui.f);
+        else {
+          auto& r = remote[ui.devs];
+          if (r.second.empty() || ops[i].out_bytes > ops[r.first].out_bytes) r.first = i;
+          r.second.push_back(ui.f);
+        }
+      }
+      for (auto& [devs, r] : remote) {
+        const UnitInfo& ui = unit(r.first, mb);
+        if (cp_.dag.device_sets[ui.devs].devices.size() != cp_.dag.device_sets[u.devs].devices.size()) {
+          error(plan_.schedule[u.place].pointer,
+                fmt::format("{} on {} devices consumes {} on {} devices: data-parallel and "
+                            "tensor-parallel degrees must match across a stage boundary",
+                            op.name, cp_.dag.device_sets[u.devs].devices.size(), ops[r.first].name,
+                            cp_.dag.device_sets[ui.devs].devices.size()),
+                "give both stages the same number of replicas and the same TP degree", u.place,
+                {{loc(plan_.schedule[ui.place].pointer), "the producer is placed here"}});
+          continue;
+        }
+        uint32_t t = cross(r.first, o, mb, Pass::kF, CommPurpose::kActivation,
+                           ops[r.first].out_bytes);
+        for (uint32_t f : r.second) edge(f, t);
+        mem(t, false, MemCategory::kCommBuffers, dag.nodes[t].bytes);
+        mem(t, true, MemCategory::kCommBuffers, -dag.nodes[t].bytes);
+        deps.push_back(t);
+      }
+      // ZeRO-3: gather this op's parameters before its forward.
+      const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+      uint32_t gather = kNone;
+      if (rd && rd->shard_params && op.param_bytes > 0 && u.shard < 0 && u.replicas.size() > 1) {
+        int64_t pb = op.param_bytes / u.tp;
+        gather = collective(CommKind::kAllGather, CommPurpose::kParamGather, o, mb, Pass::kF,
+                            dp_groups(u),
+                            stream(rd->gather_stream.empty() ? "dp" : rd->gather_stream), pb,
+                            u.repl);
+        mem(gather, false, MemCategory::kGatheredParams, pb);
+        deps.push_back(gather);
+      }
+      // TP with sequence parallelism: all-gather the sequence before column-parallel GEMMs.
+      if (sp && (op.tp == TpSplit::kColumn) && op.kind != OpKind::kMlpAct &&
+          op.kind != OpKind::kLoss && u.tp > 1) {
+        uint32_t ag = collective(CommKind::kAllGather, CommPurpose::kTensorPar, o, mb, Pass::kF,
+                                 tp_groups(u), tp_stream(u), op.saved_bytes / u.tp, u.tp_dir);
+        for (uint32_t d : deps) edge(d, ag);
+        deps = {ag};
+      }
+      // EP: all-to-all dispatch before the experts.
+      if (u.shard >= 0) {
+        int64_t bytes = cp_.model.tokens_per_microbatch *
+                        (cp_.plan.model.moe ? cp_.plan.model.moe->top_k : 1) *
+                        cp_.plan.model.hidden * dtype_bytes(cp_.model.dtype) / u.tp;
+        uint32_t a2a = collective(CommKind::kAllToAll, CommPurpose::kDispatch, o, mb, Pass::kF,
+                                  dp_groups(u), ep_stream(u), bytes, u.shard);
+        for (uint32_t d : deps) edge(d, a2a);
+        mem(a2a, false, MemCategory::kCommBuffers, bytes);
+        mem(a2a, true, MemCategory::kCommBuffers, -bytes);
+        deps = {a2a};
+      }
+      u.f = compute(o, mb, Pass::kF);
+      for (uint32_t d : deps) edge(d, u.f);
+      mem(u.f, true, MemCategory::kActivations, act_bytes(o, u, op.saved_bytes));
+      if (gather != kNone) mem(u.f, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+      uint32_t out = u.f;
+      if (u.shard >= 0) {
+        int64_t bytes = cp_.model.tokens_per_microbatch *
+                        (cp_.plan.model.moe ? cp_.plan.model.moe->top_k : 1) *
+                        cp_.plan.model.hidden * dtype_bytes(cp_.model.dtype) / u.tp;
+        uint32_t a2a = collective(CommKind::kAllToAll, CommPurpose::kCombine, o, mb, Pass::kF,
+                                  dp_groups(u), ep_stream(u), bytes, u.shard);
+        edge(out, a2a);
+        mem(a2a, false, MemCategory::kCommBuffers, bytes);
+        mem(a2a, true, MemCategory::kCommBuffers, -bytes);
+        out = a2a;
+      }
+      // TP: row-parallel outputs are partial sums.
+      if (u.tp > 1 && (op.tp == TpSplit::kRow)) {
+        uint32_t c = collective(sp ? CommKind::kReduceScatter : CommKind::kAllReduce,
+                                CommPurpose::kTensorPar, o, mb, Pass::kF, tp_groups(u),
+                                tp_stream(u), op.out_bytes, u.tp_dir);
+        edge(out, c);
+        out = c;
+      }
+      u.f = out;  // consumers depend on the op's complete output
+    }
+    // ---- backward, in reverse ----
+    for (uint32_t oo = static_cast<uint32_t>(nops()); oo-- > 0;) {
+      const uint32_t o = oo;
+      UnitInfo& u = unit(o, mb);
+      const ModelOp& op = ops[o];
+      const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
+      std::vector<uint32_t> deps;
+      // The forward must have run (saved activations): u.f is the op's output node.
+      deps.push_back(u.f);
+      std::map<uint32_t, std::pair<uint32_t, std::vector<uint32_t>>> remote;
+      for (uint32_t c : consumers[o]) {
+        const UnitInfo& uc = unit(c, mb);
+        uint32_t gnode = uc.split_bwd ? uc.bi : uc.b;
+        if (uc.devs == u.devs) deps.push_back(gnode);
+        else {
+          auto& r = remote[uc.devs];
+          r.first = c;
+          r.second.push_back(gnode);
+        }
+      }
+      for (auto& [devs, r] : remote) {
+        uint32_t t = cross(o, r.first, mb, u.split_bwd ? Pass::kBI : Pass::kB,
+                           CommPurpose::kGradient, op.out_bytes);
+        if (t == kNone) continue;
+        for (uint32_t g : r.second) edge(g, t);
+        mem(t, false, MemCategory::kCommBuffers, dag.nodes[t].bytes);
+        mem(t, true, MemCategory::kCommBuffers, -dag.nodes[t].bytes);
+        deps.push_back(t);
+      }
+      const Pass bp = u.split_bwd ? Pass::kBI : Pass::kB;
+      if (u.tp > 1 && op.tp == TpSplit::kRow && sp) {
+        // Backward of the forward reduce-scatter: all-gather the output gradient.
+        uint32_t ag = collective(CommKind::kAllGather, CommPurpose::kTensorPar, o, mb, bp,
+                                 tp_groups(u), tp_stream(u), op.out_bytes / u.tp, u.tp_dir);
+        for (uint32_t d : deps) edge(d, ag);
+        deps = {ag};
+      }
+      const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+      uint32_t gather = kNone;
+      if (rd && rd->shard_params && op.param_bytes > 0 && u.shard < 0 && u.replicas.size() > 1) {
+        int64_t pb = op.param_bytes / u.tp;
+        gather = collective(CommKind::kAllGather, CommPurpose::kParamGather, o, mb, bp,
+                            dp_groups(u),
+                            stream(rd->gather_stream.empty() ? "dp" : rd->gather_stream), pb,
+                            u.repl);
+        mem(gather, false, MemCategory::kGatheredParams, pb);
+        deps.push_back(gather);
+      }
+      if (u.shard >= 0) {  // gradient of the combine: all-to-all back to the experts
+        int64_t bytes = cp_.model.tokens_per_microbatch *
+                        (cp_.plan.model.moe ? cp_.plan.model.moe->top_k : 1) *
+                        cp_.plan.model.hidden * dtype_bytes(cp_.model.dtype) / u.tp;
+        uint32_t a2a = collective(CommKind::kAllToAll, CommPurpose::kCombine, o, mb, bp,
+                                  dp_groups(u), ep_stream(u), bytes, u.shard);
+        for (uint32_t d : deps) edge(d, a2a);
+        mem(a2a, false, MemCategory::kCommBuffers, bytes);
+        mem(a2a, true, MemCategory::kCommBuffers, -bytes);
+        deps = {a2a};
+      }
+      const int64_t saved = act_bytes(o, u, op.saved_bytes);
+      const int64_t saved_bw = act_bytes(o, u, op.saved_bw_bytes);
+      uint32_t first;
+      if (u.split_bwd) {
+        u.bi = first = compute(o, mb, Pass::kBI);
+        u.bw = compute(o, mb, Pass::kBW);
+        for (uint32_t d : deps) edge(d, u.bi);
+        edge(u.bi, u.bw);
+        mem(u.bi, true, MemCategory::kActivations, -(saved - saved_bw));
+        mem(u.bw, true, MemCategory::kActivations, -saved_bw);
+        if (gather != kNone) mem(u.bw, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+      } else {
+        u.b = first = compute(o, mb, Pass::kB);
+        for (uint32_t d : deps) edge(d, u.b);
+        mem(u.b, true, MemCategory::kActivations, -saved);
+        if (gather != kNone) mem(u.b, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+      }
+      uint32_t out = first;
+      if (u.shard >= 0) {  // input gradient back through the dispatch
+        int64_t bytes = cp_.model.tokens_per_microbatch *
+                        (cp_.plan.model.moe ? cp_.plan.model.moe->top_k : 1) *
+                        cp_.plan.model.hidden * dtype_bytes(cp_.model.dtype) / u.tp;
+        uint32_t a2a = collective(CommKind::kAllToAll, CommPurpose::kDispatch, o, mb, bp,
+                                  dp_groups(u), ep_stream(u), bytes, u.shard);
+        edge(out, a2a);
+        mem(a2a, false, MemCategory::kCommBuffers, bytes);
+        mem(a2a, true, MemCategory::kCommBuffers, -bytes);
+        out = a2a;
+      }
+      // TP: the input gradient of a column-parallel op is a partial sum.
+      if (u.tp > 1 && op.tp == TpSplit::kColumn && op.kind != OpKind::kMlpAct &&
+          op.kind != OpKind::kLoss) {
+        uint32_t c = collective(sp ? CommKind::kReduceScatter : CommKind::kAllReduce,
+                                CommPurpose::kTensorPar, o, mb, bp, tp_groups(u), tp_stream(u),
+                                op.saved_bytes, u.tp_dir);
+        edge(out, c);
+        out = c;
+      }
+      // Producers wait for the complete input gradient.
+      if (u.split_bwd) u.bi = out;
+      else u.b = out;
+    }
+  }
+
+  // ---- DP gradient reduction, per bucket, after the last backward that produces it ----
+  // Reduction group of an op: every device holding a copy of its parameters (replicas of
+  // all microbatches' placements: DualPipe's second copy too), per TP rank.
+  struct Key {
+    uint32_t groups;
+    int32_t repl;
+    bool operator<(const Key& o) const { return std::tie(groups, repl) < std::tie(o.groups, o.repl); }
+  };
+  std::map<Key, std::vector<uint32_t>> pending;  // bucket ops so far
+  std::map<Key, int64_t> pending_bytes;
+  auto flush = [&](const Key& k) {
+    auto& list = pending[k];
+    if (list.empty()) return;
+    const Directive* rd = k.repl >= 0 ? &plan_.schedule[k.repl] : nullptr;
+    int64_t bytes = pending_bytes[k];
+    const bool zero2 = rd && rd->shard_grads;
+    const bool zero1 = rd && rd->shard_optimizer;
+    uint16_t strm = stream(rd && !rd->reduce_stream.empty() ? rd->reduce_stream : "dp");
+    uint32_t n = collective(zero1 ? CommKind::kReduceScatter : CommKind::kAllReduce,
+                            CommPurpose::kGradReduce, list.front(), -1, Pass::kNone, k.groups,
+                            strm, bytes, k.repl);
+    for (uint32_t o : list)
+      for (int mb = 0; mb < M_; ++mb) {
+        const UnitInfo& u = unit(o, mb);
+        edge(u.split_bwd ? u.bw : u.b, n);
+      }
+    // ZeRO-2/3: full-size gradients of the bucket exist until reduce-scattered.
+    if (zero2) {
+      mem(n, false, MemCategory::kGradBuckets, bytes);
+      mem(n, true, MemCategory::kGradBuckets, -bytes);
+    }
+    if (zero1 && !(rd && rd->shard_params)) {
+      // Updated parameter shards are all-gathered after the optimizer step.
+      uint32_t ag = collective(CommKind::kAllGather, CommPurpose::kParamSync, list.front(), -1,
+                               Pass::kNone, k.groups, strm, bytes, k.repl);
+      edge(n, ag);
+    }
+    list.clear();
+    pending_bytes[k] = 0;
+  };
+  for (uint32_t oo = static_cast<uint32_t>(nops()); oo-- > 0;) {
+    const uint32_t o = oo;
+    const ModelOp& op = ops[o];
+    if (op.param_bytes == 0) continue;
+    const UnitInfo& u0 = unit(o, 0);
+    if (u0.shard >= 0) continue;  // EP: expert shards are distinct parameters
+    std::vector<int32_t> holders;
+    for (int mb = 0; mb < M_; ++mb) {
+      const UnitInfo& u = unit(o, mb);
+      for (int32_t d : dag.device_sets[u.devs].devices)
+        if (std::find(holders.begin(), holders.end(), d) == holders.end()) holders.push_back(d);
+    }
+    const int tp = u0.tp;
+    const size_t copies = holders.size() / tp;
+    if (copies < 2) continue;
+    std::vector<int32_t> grouped;
+    for (int t = 0; t < tp; ++t)
+      for (size_t r = 0; r < copies; ++r) grouped.push_back(holders[r * tp + t]);
+    Key k{sets_.intern(std::move(grouped), static_cast<int32_t>(copies)), u0.repl};
+    pending[k].push_back(o);
+    pending_bytes[k] += op.param_bytes / tp;
+    const double bucket = u0.repl >= 0 ? plan_.schedule[u0.repl].bucket_size_MB : 25.0;
+    if (pending_bytes[k] >= static_cast<int64_t>(bucket * kMB)) flush(k);
+  }
+  for (auto& [k, v] : pending) flush(k);
+}
+
+void Compiler::compute_static_memory() {
+  // Mixed-precision Adam accounting of the ZeRO paper: 2 bytes of parameters and 2 of
+  // gradients per parameter in bf16/fp16 (dtype bytes in general) and K = 12 bytes of
+  // optimizer state (fp32 master weights, momentum, variance).
+  const int dt = dtype_bytes(cp_.model.dtype);
+  cp_.static_mem.assign(cp_.num_devices, StaticMemory{});
+  for (uint32_t o = 0; o < nops(); ++o) {
+    const ModelOp& op = cp_.model.ops[o];
+    if (op.param_count == 0) continue;
+    std::set<int32_t> holders;
+    const UnitInfo* any = nullptr;
+    for (int mb = 0; mb < M_; ++mb) {
+      const UnitInfo& u = unit(o, mb);
+      any = &u;
+      for (int32_t d : cp_.dag.device_sets[u.devs].devices) holders.insert(d);
+    }
+    const UnitInfo& u = *any;
+    const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
+    int64_t count = split ? op.param_count / u.tp : op.param_count;
+    if (u.shard >= 0) count /= static_cast<int64_t>(u.replicas.size());
+    const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+    const int64_t R = u.shard >= 0 ? 1 : static_cast<int64_t>(holders.size()) / u.tp;
+    int64_t params = count * dt, grads = count * dt, opt = count * 12;
+    if (rd && rd->shard_optimizer) opt /= R;
+    if (rd && rd->shard_grads) grads /= R;
+    if (rd && rd->shard_params) params /= R;
+    for (int32_t d : holders) {
+      cp_.static_mem[d].params += params;
+      cp_.static_mem[d].grads += grads;
+      cp_.static_mem[d].optimizer += opt;
+    }
+    if (rd) {
+      int z = rd->shard_params ? 3 : rd->shard_grads ? 2 : rd->shard_optimizer ? 1 : 0;
+      cp_.zero_level = std::max(cp_.zero_level, z);
+    }
+  }
+}
+
+bool Compiler::run() {
+  auto model = expand_model(plan_.model, src_);
+  if (!model) {
+    diags_ = model.error();
+    return false;
+  }
+  cp_.model = std::move(*model);
+  cp_.num_devices = plan_.cluster.num_devices();
+  bool ok = true;
+  for (const auto& d : plan_.schedule) ok &= check_devices(d);
+  if (!ok || !apply_split()) return false;
+  if (!apply_place() || !apply_tensor_parallel() || !check_replication()) return false;
+  mark_split_backward();
+  build_nodes();
+  if (!diags_.empty()) return false;
+  // Fixed-cost bookkeeping: k-th of n compute nodes of each (PP, MB, PASS) region pass.
+  std::map<std::tuple<int32_t, int32_t, Pass>, std::vector<uint32_t>> regions;
+  for (uint32_t i = 0; i < cp_.dag.nodes.size(); ++i) {
+    const Node& n = cp_.dag.nodes[i];
+    if (n.kind == NodeKind::kCompute) regions[{n.tags.pp(), n.tags.mb(), n.tags.pass}].push_back(i);
+  }
+  for (auto& [k, v] : regions)
+    for (size_t j = 0; j < v.size(); ++j) {
+      cp_.dag.nodes[v[j]].region_k = static_cast<uint16_t>(j);
+      cp_.dag.nodes[v[j]].region_n = static_cast<uint16_t>(v.size());
+    }
+  compute_static_memory();
+  return true;
+}
+
+}  // namespace
+
+Expected<CompiledPlan> compile(const Plan& plan_in, const JsonSource* src, const CompileOptions& opt) {
+  CompiledPlan cp;
+  cp.plan = plan_in;
+  if (plan_in.builder) {
+#ifdef STRETTO_HAVE_BUILDERS
+    auto ds = expand_builder(*plan_in.builder);
+#else
+    Expected<std::vector<Directive>> ds = fail(Diagnostic{Severity::kError, "schedule builders are not available in this build", SourceLoc{}, -1, "", {}, {}});
+#endif
+    if (!ds) {
+      Diagnostics diags = ds.error();
+      for (auto& d : diags)
+        if (!d.loc.known() && src) {
+          std::string ptr = d.loc.json_pointer.empty() ? plan_in.builder->pointer : d.loc.json_pointer;
+          SourceLoc l = src->loc(ptr);
+          d.loc = l;
+          d.source_line = src->line_text(l.line);
+        }
+      return fail(std::move(diags));
+    }
+    cp.plan.schedule = std::move(*ds);
+    cp.plan.builder.reset();
+    // Directives made by the builder have no source text; point diagnostics at the call.
+    src = nullptr;
+  }
+  Diagnostics diags;
+  Compiler c(cp, src, diags);
+  if (!c.run()) return fail(std::move(diags));
+  cp.dag.finalize();
+  if (!detail::order_and_lower(cp, src, opt.lower, diags)) return fail(std::move(diags));
+  return cp;
+}
+
+Expected<CompiledPlan> compile_file(const std::string& path, const CompileOptions& opt) {
+  auto src = JsonSource::load(path);
+  if (!src) return fail(src.error());
+  auto plan = parse_plan(*src);
+  if (!plan) return fail(plan.error());
+  return compile(*plan, &*src, opt);
+}
+
+}  // namespace stretto

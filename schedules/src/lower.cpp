@@ -1,1 +1,300 @@
-// placeholder: filled in by its owner
+// Order directives -> temporal edges; lowering to per-device-class programs; deadlock check.
+//
+// Device classes: devices that belong to exactly the same device sets run exactly the same
+// nodes (e.g. all DP replicas of a stage), so their programs are computed once.
+// `order` is applied per class: the groups of one directive, restricted to the nodes that run
+// on the class ("the order as this device sees it"), chain one after another; every node of a
+// group waits for every node of the previous non-empty group. Transfers are never members of
+// order groups: the lowering places them (after their producer; receivers see them where the
+// global order puts them).
+// Lowering is ONE global topological sort (Kahn, with a priority key), so every device program
+// is a subsequence of the same order and peers see shared transfers/collectives consistently.
+// If the sort cannot finish, data + temporal edges contain a cycle: a deadlock, reported in the
+// user's terms with the directives involved.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <queue>
+#include <set>
+#include <unordered_map>
+
+#include "internal.h"
+
+namespace stretto::detail {
+namespace {
+
+uint8_t pass_order(Pass p) {
+  switch (p) {
+    case Pass::kF: return 0;
+    case Pass::kB:
+    case Pass::kBI: return 1;
+    case Pass::kBW: return 2;
+    case Pass::kNone: break;
+  }
+  return 3;
+}
+
+std::string short_name(const CompiledPlan& cp, uint32_t id) { return cp.dag.node_name(id, cp.model); }
+
+}  // namespace
+
+bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagnostics& diags) {
+  TrainingDag& dag = cp.dag;
+  const size_t nsets = dag.device_sets.size();
+  // ---- device classes ----
+  std::vector<std::vector<uint32_t>> sig(cp.num_devices);
+  for (uint32_t s = 0; s < nsets; ++s)
+    for (int32_t d : dag.device_sets[s].devices) sig[d].push_back(s);
+  std::map<std::vector<uint32_t>, int32_t> class_of_sig;
+  cp.class_of_device.assign(cp.num_devices, -1);
+  cp.classes.clear();
+  for (int d = 0; d < cp.num_devices; ++d) {
+    if (sig[d].empty()) continue;
+    auto [it, added] = class_of_sig.emplace(sig[d], static_cast<int32_t>(cp.classes.size()));
+    if (added) cp.classes.emplace_back();
+    cp.classes[it->second].devices.push_back(d);
+    cp.class_of_device[d] = it->second;
+  }
+  const size_t ncls = cp.classes.size();
+  std::vector<std::vector<uint32_t>> classes_of_set(nsets);
+  for (uint32_t c = 0; c < ncls; ++c)
+    for (uint32_t s : sig[cp.classes[c].devices[0]]) classes_of_set[s].push_back(c);
+  auto node_classes = [&](const Node& n, std::vector<uint32_t>& out) {
+    out.clear();
+    if (n.kind == NodeKind::kBarrier) return;
+    out = classes_of_set[n.devs];
+    if (n.devs2 != kNone)
+      for (uint32_t c : classes_of_set[n.devs2])
+        if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  };
+
+  // ---- order directives ----
+  auto key = [](int32_t pp, int32_t mb, Pass p) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(pp + 1)) << 32) |
+           (static_cast<uint64_t>(static_cast<uint32_t>(mb + 1)) << 4) | static_cast<uint64_t>(p);
+  };
+  std::unordered_map<uint64_t, std::vector<uint32_t>> by_key;
+  std::vector<uint32_t> orderable;
+  for (uint32_t i = 0; i < dag.nodes.size(); ++i) {
+    const Node& n = dag.nodes[i];
+    if (n.kind != NodeKind::kCompute && n.kind != NodeKind::kCollective) continue;
+    by_key[key(n.tags.pp(), n.tags.mb(), n.tags.pass)].push_back(i);
+    orderable.push_back(i);
+  }
+  auto match = [&](const Filter& f, std::vector<uint32_t>& out) {
+    const auto& c = f.cond;
+    const size_t before = out.size();
+    if (c[0].kind == TagCond::kEquals && c[3].kind == TagCond::kEquals && f.pass) {
+      if (auto it = by_key.find(key(c[0].value, c[3].value, *f.pass)); it != by_key.end())
+        for (uint32_t i : it->second)
+          if (f.matches(dag.nodes[i].tags)) out.push_back(i);
+    } else {
+      for (uint32_t i : orderable)
+        if (f.matches(dag.nodes[i].tags)) out.push_back(i);
+    }
+    return out.size() - before;
+  };
+  std::vector<int32_t> rank(dag.nodes.size(), -1);
+  bool ok = true;
+  std::vector<uint32_t> members, cls;
+  std::vector<std::vector<uint32_t>> prev_group(ncls);  // per class: last non-empty projection
+  std::vector<int32_t> group_pos(ncls);
+  std::vector<std::vector<uint32_t>> proj(ncls);
+  for (const auto& d : cp.plan.schedule) {
+    if (d.op != DirectiveOp::kOrder) continue;
+    for (auto& p : prev_group) p.clear();
+    std::fill(group_pos.begin(), group_pos.end(), 0);
+    for (size_t g = 0; g < d.groups.size(); ++g) {
+      members.clear();
+      for (const auto& f : d.groups[g]) {
+        if (match(f, members) == 0) {
+          std::string hint = "check PP, MB and PASS against the model and the split";
+          if (f.pass == Pass::kB)
+            hint = "if this region's backward is split into BI/BW by another order filter, "
+                   "name BI and BW here too";
+          diags.push_back(diag_at(src, cp.plan.file, f.pointer,
+                                  fmt::format("order filter {} matches nothing", f.str()), hint,
+                                  d.index));
+          ok = false;
+        }
+      }
+      std::sort(members.begin(), members.end());
+      members.erase(std::unique(members.begin(), members.end()), members.end());
+      for (auto& p : proj) p.clear();
+      for (uint32_t m : members) {
+        node_classes(dag.nodes[m], cls);
+        for (uint32_t c : cls) proj[c].push_back(m);
+      }
+      for (uint32_t c = 0; c < ncls; ++c) {
+        if (proj[c].empty()) continue;
+        for (uint32_t m : proj[c])
+          rank[m] = rank[m] < 0 ? group_pos[c] : std::min(rank[m], group_pos[c]);
+        auto& a = prev_group[c];
+        auto& b = proj[c];
+        if (!a.empty()) {
+          if (a.size() == 1 || b.size() == 1) {
+            for (uint32_t x : a)
+              for (uint32_t y : b)
+                if (x != y) dag.edges.push_back({x, y, EdgeKind::kTemporal, d.index});
+          } else {
+            Node bar;
+            bar.kind = NodeKind::kBarrier;
+            bar.directive = d.index;
+            bar.tags = dag.nodes[b[0]].tags;
+            bar.devs = dag.nodes[b[0]].devs;
+            bar.region_k = static_cast<uint16_t>(std::min<size_t>(g, 65535));
+            dag.nodes.push_back(bar);
+            rank.push_back(group_pos[c]);
+            uint32_t bid = static_cast<uint32_t>(dag.nodes.size() - 1);
+            for (uint32_t x : a) dag.edges.push_back({x, bid, EdgeKind::kTemporal, d.index});
+            for (uint32_t y : b) dag.edges.push_back({bid, y, EdgeKind::kTemporal, d.index});
+          }
+        }
+        a.swap(b);
+        ++group_pos[c];
+      }
+    }
+  }
+  if (!ok) return false;
+  dag.finalize();
+
+  // ---- global Kahn with priority ----
+  const size_t n = dag.nodes.size();
+  std::vector<uint32_t> indeg(n);
+  for (size_t i = 0; i < n; ++i) indeg[i] = dag.pred_begin[i + 1] - dag.pred_begin[i];
+  std::vector<int32_t> eff(rank);
+  for (auto& r : eff) r = std::max(r, 0);
+  struct Item {
+    int32_t rank;
+    uint8_t tie, pass;
+    int32_t mb;
+    uint32_t id;
+    bool operator>(const Item& o) const {
+      return std::tie(rank, tie, pass, mb, id) > std::tie(o.rank, o.tie, o.pass, o.mb, o.id);
+    }
+  };
+  auto item = [&](uint32_t i) {
+    const Node& nd = dag.nodes[i];
+    uint8_t tie = nd.kind == NodeKind::kBarrier ? 0 : nd.kind == NodeKind::kTransfer ? 1 : 2;
+    return Item{eff[i], tie, pass_order(nd.tags.pass), nd.tags.mb(), i};
+  };
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> ready;
+  for (uint32_t i = 0; i < n; ++i)
+    if (indeg[i] == 0) ready.push(item(i));
+  std::vector<uint32_t> order;
+  order.reserve(n);
+  while (!ready.empty()) {
+    uint32_t i = ready.top().id;
+    ready.pop();
+    order.push_back(i);
+    for (uint32_t k = dag.succ_begin[i]; k < dag.succ_begin[i + 1]; ++k) {
+      uint32_t j = dag.edges[dag.succ[k]].to;
+      if (rank[j] < 0) eff[j] = std::max(eff[j], eff[i]);
+      if (--indeg[j] == 0) ready.push(item(j));
+    }
+  }
+
+  if (order.size() < n) {
+    // ---- deadlock: find one cycle among the nodes that never became ready ----
+    std::vector<char> left(n, 0);
+    for (size_t i = 0; i < n; ++i) left[i] = indeg[i] > 0;
+    uint32_t start = 0;
+    while (!left[start]) ++start;
+    std::vector<int32_t> seen_at(n, -1);
+    std::vector<uint32_t> path;   // walking predecessors
+    std::vector<uint32_t> via;    // edge index used to reach path[k] from path[k+1]
+    uint32_t x = start;
+    while (seen_at[x] < 0) {
+      seen_at[x] = static_cast<int32_t>(path.size());
+      path.push_back(x);
+      uint32_t next = UINT32_MAX, e_used = 0;
+      // Prefer temporal edges so the cycle shows the order directives at fault.
+      for (int pass = 0; pass < 2 && next == UINT32_MAX; ++pass)
+        for (uint32_t k = dag.pred_begin[x]; k < dag.pred_begin[x + 1]; ++k) {
+          const Edge& e = dag.edges[dag.pred[k]];
+          if (!left[e.from]) continue;
+          if (pass == 0 && e.kind != EdgeKind::kTemporal) continue;
+          next = e.from;
+          e_used = dag.pred[k];
+          break;
+        }
+      STRETTO_ASSERT(next != UINT32_MAX, "a blocked node must have a blocked predecessor");
+      via.push_back(e_used);
+      x = next;
+    }
+    // Cycle: path[seen_at[x]] .. path.back() walking backwards; reverse to forward order.
+    std::vector<uint32_t> cyc(path.begin() + seen_at[x], path.end());
+    std::vector<uint32_t> cyc_edges(via.begin() + seen_at[x], via.end());
+    std::reverse(cyc.begin(), cyc.end());
+    std::reverse(cyc_edges.begin(), cyc_edges.end());
+    // cyc[k] waits for ... edge cyc_edges[k] goes from cyc[k] (pred) to the next in forward order.
+    std::vector<std::string> steps;
+    std::set<int32_t> dirs;
+    int temporal = 0;
+    std::string last;
+    for (size_t k = 0; k < cyc.size(); ++k) {
+      const Node& nd = dag.nodes[cyc[k]];
+      const Edge& e = dag.edges[cyc_edges[k]];
+      if (e.kind == EdgeKind::kTemporal) {
+        dirs.insert(e.directive);
+        ++temporal;
+      }
+      if (nd.kind == NodeKind::kBarrier) continue;
+      std::string name = short_name(cp, cyc[k]);
+      std::string tagkey = nd.tags.str() + std::to_string(nd.devs) + std::to_string(static_cast<int>(nd.kind));
+      if (tagkey == last && e.kind == EdgeKind::kData) continue;  // same region pass: compress
+      last = tagkey;
+      steps.push_back(name + (e.kind == EdgeKind::kTemporal
+                                  ? fmt::format("  --[order directive {}]-->", e.directive)
+                                  : "  --[data]-->"));
+    }
+    Diagnostic dg;
+    const bool contradiction = temporal == 1;
+    dg.message = contradiction
+                     ? "order contradicts dataflow: an op is ordered before one it depends on"
+                     : fmt::format("deadlock: the order directives create a cycle of waits "
+                                   "through {} ops",
+                                   steps.size());
+    int32_t first_dir = dirs.empty() ? -1 : *dirs.begin();
+    std::string ptr = first_dir >= 0 ? cp.plan.schedule[first_dir].pointer : "/schedule";
+    Diagnostic at = diag_at(src, cp.plan.file, ptr, "", "", first_dir);
+    dg.loc = at.loc;
+    dg.source_line = at.source_line;
+    dg.directive = first_dir;
+    std::string chain;
+    for (const auto& s : steps) chain += "\n    " + s;
+    if (!steps.empty()) chain += "\n    (back to the first)";
+    dg.message += chain;
+    dg.hint = contradiction
+                  ? "a backward must come after its forward, and a consumer after its producer "
+                    "on every device"
+                  : "each device must run the two ends of every transfer in a compatible order: "
+                    "check that ranks order shared microbatches the same way";
+    for (int32_t di : dirs)
+      if (di != first_dir)
+        dg.notes.push_back({diag_at(src, cp.plan.file, cp.plan.schedule[di].pointer, "", "", di).loc,
+                            fmt::format("order directive {} is part of the cycle", di)});
+    diags.push_back(std::move(dg));
+    return false;
+  }
+  if (!lower) return true;
+
+  // ---- per-class programs ----
+  for (auto& c : cp.classes) {
+    c.program.clear();
+    c.streams.assign(dag.streams.size(), {});
+  }
+  for (uint32_t i : order) {
+    const Node& nd = dag.nodes[i];
+    if (nd.kind == NodeKind::kBarrier) continue;
+    node_classes(nd, cls);
+    for (uint32_t c : cls) {
+      cp.classes[c].program.push_back(i);
+      cp.classes[c].streams[nd.stream].push_back(i);
+    }
+  }
+  return true;
+}
+
+}  // namespace stretto::detail

@@ -44,6 +44,7 @@ struct Tags {
 struct TagCond {
   enum Kind : uint8_t { kAny, kPresent, kAbsentOnly, kEquals } kind = kAny;
   int32_t value = 0;
+  bool operator==(const TagCond&) const = default;
   bool matches(int32_t x) const {
     switch (kind) {
       case kAny: return true;

@@ -1,0 +1,36 @@
+#pragma once
+// Private interfaces between the compiler's passes.
+#include <map>
+#include <unordered_map>
+
+#include "stretto/schedules/compiler.h"
+
+namespace stretto::detail {
+
+/// Interns device sets so nodes refer to them by index.
+class DeviceSetTable {
+ public:
+  explicit DeviceSetTable(std::vector<DeviceSet>& sets) : sets_(sets) {}
+  uint32_t intern(std::vector<int32_t> devices, int32_t group_size) {
+    auto key = std::make_pair(devices, group_size);
+    if (auto it = index_.find(key); it != index_.end()) return it->second;
+    uint32_t id = static_cast<uint32_t>(sets_.size());
+    sets_.push_back(DeviceSet{std::move(devices), group_size});
+    index_.emplace(std::move(key), id);
+    return id;
+  }
+
+ private:
+  std::vector<DeviceSet>& sets_;
+  std::map<std::pair<std::vector<int32_t>, int32_t>, uint32_t> index_;
+};
+
+/// Adds temporal edges for `order` directives, lowers to per-class programs and checks for
+/// deadlocks. Appends diagnostics on failure.
+bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagnostics& diags);
+
+/// A diagnostic at a JSON pointer, with the source line if a source is known.
+Diagnostic diag_at(const JsonSource* src, const std::string& file, const std::string& ptr,
+                   std::string msg, std::string hint, int directive);
+
+}  // namespace stretto::detail
