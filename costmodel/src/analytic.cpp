@@ -1,1 +1,517 @@
-// placeholder: filled in by its owner
+// The analytic model (see analytic.h): options, roofline compute, NCCL collectives and
+// point-to-point flows.
+
+#include "stretto/costmodel/analytic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "models.h"
+#include "util.h"
+
+namespace stretto::cost {
+
+namespace {
+
+// Peak relative to the dense BF16/FP16 tensor-core peak in DeviceSpec::peak_tflops. H100 SXM
+// data sheet (dense): FP8 1979, BF16 989, TF32 495 TFLOPS. FP32 GEMMs are assumed to run on
+// TF32 tensor cores (Megatron / torch.backends.cuda.matmul.allow_tf32 setting).
+double dtype_peak_factor(DType d) {
+  switch (d) {
+    case DType::kFP8: return 2.0;
+    case DType::kBF16:
+    case DType::kFP16: return 1.0;
+    case DType::kFP32: return 0.5;
+  }
+  return 1.0;
+}
+
+// DeepSeek-V3 technical report (arXiv 2412.19437): 20 of the H800's 132 SMs run communication.
+constexpr double kCommSms = 20.0;
+constexpr double kDefaultSms = 132.0;
+// PCIe 5.0 x16 moves 64 GB/s per direction; a faster intra-node link is taken to be NVLink.
+constexpr double kPcieGen5x16GBps = 64.0;
+// Fused attention kernels tile the query rows by 128 (FlashAttention-2/3 block size on H100).
+constexpr double kAttentionBlockRows = 128.0;
+// Plan-level keys that may reach the options object depending on how the plan parser splits
+// the costmodel object; they are not options and are ignored here.
+constexpr std::string_view kPlanKeys[] = {"kind", "F", "B", "BI", "BW", "comm", "unit", "profile"};
+
+NcclArch arch_from_kind(const std::string& kind) {
+  // Device presets are named after the GPU ("h100-sxm", "a100-sxm", "gb200", ...).
+  std::string k = detail::lower(kind);
+  if (!k.empty() && k[0] == 'g') k.erase(0, 1);  // Grace-* superchips
+  if (k.empty()) return NcclArch::kHopper;
+  switch (k[0]) {
+    case 'v': return NcclArch::kVolta;
+    case 'a': return NcclArch::kAmpere;
+    case 'h': return NcclArch::kHopper;
+    case 'b': return NcclArch::kBlackwell;
+    default: return NcclArch::kHopper;
+  }
+}
+
+struct OptionReader {
+  const std::string& pointer;
+  const std::string& file;
+  Diagnostics& ds;
+
+  std::string ptr(const std::string& key) const { return detail::child_pointer(pointer, key); }
+
+  bool number(const std::string& key, const Json& v, double lo, double hi, bool lo_open,
+              double& out) {
+    if (!v.is_number()) {
+      ds.push_back(detail::diag_at(file, ptr(key), "option '" + key + "' must be a number"));
+      return false;
+    }
+    double x = v.get<double>();
+    bool ok = std::isfinite(x) && (lo_open ? x > lo : x >= lo) && x <= hi;
+    if (!ok) {
+      std::string range = std::string(lo_open ? "(" : "[") + fmt(lo) + ", " +
+                          (std::isinf(hi) ? std::string("inf)") : fmt(hi) + "]");
+      ds.push_back(detail::diag_at(file, ptr(key),
+                                   "option '" + key + "' = " + v.dump() + " is out of range " +
+                                       range));
+      return false;
+    }
+    out = x;
+    return true;
+  }
+
+  bool integer(const std::string& key, const Json& v, int lo, int hi, int& out) {
+    if (!v.is_number_integer()) {
+      ds.push_back(detail::diag_at(file, ptr(key), "option '" + key + "' must be an integer"));
+      return false;
+    }
+    int64_t x = v.get<int64_t>();
+    if (x < lo || x > hi) {
+      ds.push_back(detail::diag_at(file, ptr(key),
+                                   "option '" + key + "' = " + v.dump() + " is out of range [" +
+                                       std::to_string(lo) + ", " + std::to_string(hi) + "]"));
+      return false;
+    }
+    out = static_cast<int>(x);
+    return true;
+  }
+
+  bool boolean(const std::string& key, const Json& v, bool& out) {
+    if (!v.is_boolean()) {
+      ds.push_back(detail::diag_at(file, ptr(key), "option '" + key + "' must be true or false"));
+      return false;
+    }
+    out = v.get<bool>();
+    return true;
+  }
+
+  bool string(const std::string& key, const Json& v, std::string& out) {
+    if (!v.is_string()) {
+      ds.push_back(detail::diag_at(file, ptr(key), "option '" + key + "' must be a string"));
+      return false;
+    }
+    out = v.get<std::string>();
+    return true;
+  }
+
+  // One of `names` (case-insensitive); returns its index or -1 with a diagnostic.
+  int choice(const std::string& key, const std::string& word,
+             const std::vector<std::string>& names) {
+    for (size_t i = 0; i < names.size(); ++i)
+      if (detail::iequals(word, names[i])) return static_cast<int>(i);
+    std::string all;
+    for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+    ds.push_back(detail::diag_at(file, ptr(key),
+                                 "option '" + key + "': unknown value '" + word +
+                                     "' (expected one of " + all + ")",
+                                 detail::did_you_mean(word, names)));
+    return -1;
+  }
+
+  // NCCL_ALGO / NCCL_PROTO syntax: "a,b" enables exactly those, "^a,b" everything but those.
+  template <size_t N>
+  bool mask(const std::string& key, const Json& v, const std::vector<std::string>& names,
+            std::array<bool, N>& out) {
+    std::string text;
+    if (!string(key, v, text)) return false;
+    bool invert = !text.empty() && text[0] == '^';
+    std::string list = invert ? text.substr(1) : text;
+    std::array<bool, N> m;
+    m.fill(invert);
+    bool ok = true, any = false;
+    size_t start = 0;
+    while (start <= list.size()) {
+      size_t comma = list.find(',', start);
+      std::string tok = list.substr(start, comma == std::string::npos ? std::string::npos
+                                                                     : comma - start);
+      tok.erase(0, tok.find_first_not_of(' '));
+      tok.erase(tok.find_last_not_of(' ') + 1);
+      if (!tok.empty()) {
+        int i = choice(key, tok, names);
+        if (i < 0)
+          ok = false;
+        else
+          m[static_cast<size_t>(i)] = !invert;
+        any = true;
+      }
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    if (!any) {
+      ds.push_back(detail::diag_at(file, ptr(key), "option '" + key + "' names nothing"));
+      return false;
+    }
+    if (ok) out = m;
+    return ok;
+  }
+
+  static std::string fmt(double x) {
+    Json j = x;
+    return j.dump();
+  }
+};
+
+}  // namespace
+
+const std::vector<std::string>& analytic_option_names() {
+  static const std::vector<std::string> names = {
+      "gemm_efficiency",      "attention_efficiency", "memory_efficiency",
+      "gemm_tile_m",          "gemm_tile_n",          "gemm_k_half",
+      "gemm_split_k_min",     "wave_quantization",    "launch_floor_us",
+      "dispatch_us",          "comm_sm_share",        "comm_hbm_share",
+      "nccl_algo",            "nccl_proto",           "nccl_arch",
+      "nccl_intra_link",      "nccl_net_overhead_us", "nccl_net_latency_us",
+      "nccl_cpu",             "p2p_latency_us",
+  };
+  return names;
+}
+
+Expected<AnalyticParams> parse_analytic_params(const Json& options, const ClusterSpec& cluster,
+                                               const std::string& pointer,
+                                               const std::string& file) {
+  AnalyticParams p;
+  p.nccl.arch = arch_from_kind(cluster.device.kind);
+  p.nccl.nvlink = cluster.intra_node.bandwidth_GBps > kPcieGen5x16GBps;
+  p.nccl.intra_GBps = cluster.intra_node.bandwidth_GBps;
+  p.nccl.inter_GBps = cluster.inter_node.bandwidth_GBps;
+  p.nccl.net_latency_us = cluster.inter_node.latency_us;
+
+  Diagnostics ds;
+  OptionReader r{pointer, file, ds};
+  if (!options.is_null() && !options.is_object()) {
+    ds.push_back(detail::diag_at(file, pointer, "cost model options must be a JSON object"));
+    return fail(std::move(ds));
+  }
+  bool sm_share_given = false;
+  if (options.is_object()) {
+    for (const auto& [key, v] : options.items()) {
+      if (std::find(std::begin(kPlanKeys), std::end(kPlanKeys), key) != std::end(kPlanKeys))
+        continue;
+      const double inf = HUGE_VAL;
+      if (key == "gemm_efficiency") {
+        r.number(key, v, 0, 1, true, p.gemm_efficiency);
+      } else if (key == "attention_efficiency") {
+        r.number(key, v, 0, 1, true, p.attention_efficiency);
+      } else if (key == "memory_efficiency") {
+        r.number(key, v, 0, 1, true, p.memory_efficiency);
+      } else if (key == "gemm_tile_m") {
+        r.integer(key, v, 1, 4096, p.gemm_tile_m);
+      } else if (key == "gemm_tile_n") {
+        r.integer(key, v, 1, 4096, p.gemm_tile_n);
+      } else if (key == "gemm_k_half") {
+        r.number(key, v, 0, inf, false, p.gemm_k_half);
+      } else if (key == "gemm_split_k_min") {
+        r.number(key, v, 0, inf, true, p.gemm_split_k_min);
+      } else if (key == "wave_quantization") {
+        r.boolean(key, v, p.wave_quantization);
+      } else if (key == "launch_floor_us") {
+        r.number(key, v, 0, inf, false, p.launch_floor_us);
+      } else if (key == "dispatch_us") {
+        r.number(key, v, 0, inf, false, p.dispatch_us);
+      } else if (key == "comm_sm_share") {
+        sm_share_given = r.number(key, v, 0, 1, false, p.comm_sm_share);
+      } else if (key == "comm_hbm_share") {
+        r.number(key, v, 0, 1, false, p.comm_hbm_share);
+      } else if (key == "nccl_algo") {
+        std::vector<std::string> names;
+        for (int a = 0; a < kNcclNumAlgos; ++a)
+          names.emplace_back(nccl_algo_name(static_cast<NcclAlgo>(a)));
+        r.mask(key, v, names, p.nccl.algo_enabled);
+      } else if (key == "nccl_proto") {
+        std::vector<std::string> names;
+        for (int q = 0; q < kNcclNumProtos; ++q)
+          names.emplace_back(nccl_proto_name(static_cast<NcclProto>(q)));
+        if (r.mask(key, v, names, p.nccl.proto_enabled)) p.nccl.proto_default_ll128 = false;
+      } else if (key == "nccl_arch") {
+        std::string s;
+        if (r.string(key, v, s)) {
+          std::vector<std::string> names;
+          for (int a = 0; a < 4; ++a) names.emplace_back(nccl_arch_name(static_cast<NcclArch>(a)));
+          int i = r.choice(key, s, names);
+          if (i >= 0) p.nccl.arch = static_cast<NcclArch>(i);
+        }
+      } else if (key == "nccl_intra_link") {
+        std::string s;
+        if (r.string(key, v, s)) {
+          int i = r.choice(key, s, {"nvlink", "pci"});
+          if (i >= 0) p.nccl.nvlink = i == 0;
+        }
+      } else if (key == "nccl_cpu") {
+        std::string s;
+        if (r.string(key, v, s)) {
+          int i = r.choice(key, s, {"intel", "amd"});
+          if (i >= 0) p.nccl.amd_cpu = i == 1;
+        }
+      } else if (key == "nccl_net_overhead_us") {
+        r.number(key, v, 0, inf, false, p.nccl.net_overhead_us);
+      } else if (key == "nccl_net_latency_us") {
+        r.number(key, v, 0, inf, false, p.nccl.net_latency_us);
+      } else if (key == "p2p_latency_us") {
+        r.number(key, v, 0, inf, false, p.p2p_latency_us);
+      } else {
+        std::vector<std::string> candidates = analytic_option_names();
+        for (auto k : kPlanKeys) candidates.emplace_back(k);
+        ds.push_back(detail::diag_at(file, r.ptr(key), "unknown cost model option '" + key + "'",
+                                     detail::did_you_mean(key, candidates)));
+      }
+    }
+  }
+  if (!sm_share_given) {
+    // 2.28's tuning uses the Intel/AMD host only for multi-node LL caps and net overhead; the
+    // CPU vendor default (Intel) is documented in nccl.h. SM share: see AnalyticParams.
+    const double sms = cluster.device.sms > 0 ? cluster.device.sms : kDefaultSms;
+    p.comm_sm_share = std::min(1.0, kCommSms / sms);
+  }
+  if (!ds.empty()) return fail(std::move(ds));
+  return p;
+}
+
+bool is_gemm_like(OpKind k) {
+  switch (k) {
+    case OpKind::kQKV:
+    case OpKind::kOutProj:
+    case OpKind::kMlpUp:
+    case OpKind::kMlpDown:
+    case OpKind::kRouter:
+    case OpKind::kExperts:
+    case OpKind::kSharedExperts:
+    case OpKind::kHead:
+    case OpKind::kSynthetic: return true;
+    default: return false;
+  }
+}
+
+double gemm_efficiency(const AnalyticParams& p, const DeviceSpec& dev, int64_t rows,
+                       int64_t cols, int64_t depth, int64_t batch) {
+  if (rows <= 0 || cols <= 0 || depth <= 0) return p.gemm_efficiency;  // no shape known
+  const double b = static_cast<double>(std::max<int64_t>(batch, 1));
+  const double tm = p.gemm_tile_m, tn = p.gemm_tile_n;
+  const double r = static_cast<double>(rows), c = static_cast<double>(cols);
+  const double d = static_cast<double>(depth);
+  // Useful work measured in whole tiles (edge tiles are partly empty).
+  const double area_tiles = r * c * b / (tm * tn);
+  double fill = 1.0, splits = 1.0;
+  if (dev.sms > 0) {
+    const double sms = dev.sms;
+    const double max_splits = std::max(1.0, std::floor(d / p.gemm_split_k_min));
+    if (p.wave_quantization) {
+      const double tiles = std::ceil(r / tm) * std::ceil(c / tn) * b;
+      if (tiles < sms) splits = std::clamp(std::floor(sms / tiles), 1.0, max_splits);
+      const double units = tiles * splits;
+      const double waves = std::ceil(units / sms);
+      fill = area_tiles * splits / (waves * sms);
+    } else {
+      if (area_tiles < sms) splits = std::clamp(sms / area_tiles, 1.0, std::max(1.0, d / p.gemm_split_k_min));
+      fill = std::min(1.0, area_tiles * splits / sms);
+    }
+  }
+  const double kd = d / splits;
+  const double depth_eff = kd / (kd + p.gemm_k_half);
+  return p.gemm_efficiency * fill * depth_eff;
+}
+
+double gemm_efficiency(const AnalyticParams& p, const DeviceSpec& dev, const GemmShape& g) {
+  return gemm_efficiency(p, dev, g.m, g.n, g.k, g.batch);
+}
+
+ComputeCost analytic_compute(const AnalyticParams& p, const DeviceSpec& dev,
+                             const ComputeQuery& q) {
+  ComputeCost c;
+  if (q.flops <= 0 && q.bytes <= 0) return c;  // nothing to do in this pass (e.g. BW, no weights)
+  const bool gemm = is_gemm_like(q.kind);
+  const bool attention = q.kind == OpKind::kAttention;
+  const int kernels = (gemm && q.pass == Pass::kB) ? 2 : 1;  // B = the BI and BW GEMMs
+  const double floor_ns = p.launch_floor_us * 1000.0 * kernels;
+  const double hbm = dev.hbm_GBps * p.memory_efficiency;  // bytes per ns
+  const double t_mem = (q.bytes > 0 && hbm > 0) ? static_cast<double>(q.bytes) / hbm : 0.0;
+
+  if (!gemm && !attention) {  // memory-bound: Norm, MlpAct, Loss, Embedding
+    c.ns = detail::ceil_ns(std::max(floor_ns, t_mem));
+    c.mem_bound = true;
+    return c;
+  }
+
+  const double peak = dev.peak_tflops * 1e3 * dtype_peak_factor(q.dtype);  // flops per ns
+  double t_comp = 0;
+  if (q.flops > 0 && peak > 0) {
+    const GemmShape& g = q.gemm;
+    if (attention) {
+      double fill = 1.0;
+      if (dev.sms > 0 && g.m > 0) {
+        const double blocks = std::ceil(g.m / kAttentionBlockRows) * std::max<int64_t>(g.batch, 1);
+        fill = std::min(1.0, blocks / dev.sms);
+      }
+      t_comp = q.flops / (peak * p.attention_efficiency * fill);
+    } else if (g.m > 0 && g.n > 0 && g.k > 0) {
+      // The GEMMs of each pass, from the forward [m,k]x[k,n]: F -> (m,n | k),
+      // BI: dX = dY W^T -> (m,k | n), BW: dW = X^T dY -> (k,n | m).
+      const double e_f = gemm_efficiency(p, dev, g.m, g.n, g.k, g.batch);
+      const double e_bi = gemm_efficiency(p, dev, g.m, g.k, g.n, g.batch);
+      const double e_bw = gemm_efficiency(p, dev, g.k, g.n, g.m, g.batch);
+      switch (q.pass) {
+        case Pass::kBI: t_comp = q.flops / (peak * e_bi); break;
+        case Pass::kBW: t_comp = q.flops / (peak * e_bw); break;
+        case Pass::kB: t_comp = 0.5 * q.flops / (peak * e_bi) + 0.5 * q.flops / (peak * e_bw); break;
+        default: t_comp = q.flops / (peak * e_f); break;
+      }
+    } else {
+      t_comp = q.flops / (peak * p.gemm_efficiency);
+    }
+  }
+  c.mem_bound = t_mem > t_comp;
+  c.ns = detail::ceil_ns(std::max({floor_ns, t_comp, t_mem}));
+  return c;
+}
+
+namespace {
+
+struct Link {
+  double GBps = 0;
+  double latency_us = 0;
+};
+
+// The per-device link used to leave the node for this query (DCN between islands).
+Link network_link(const ClusterSpec& cl, bool crosses_island) {
+  if (crosses_island && cl.dcn.bandwidth_GBps > 0)
+    return {cl.dcn.bandwidth_GBps, cl.dcn.latency_us};
+  return {cl.inter_node.bandwidth_GBps, cl.inter_node.latency_us};
+}
+
+// A usable bandwidth even for a link the cluster leaves at 0 (the factory rejects clusters
+// whose used links have no bandwidth; this only keeps rate_cap > 0 for odd queries).
+double usable(double GBps, double fallback) {
+  if (GBps > 0) return GBps;
+  if (fallback > 0) return fallback;
+  return 1.0;
+}
+
+double p2p_latency_us(const AnalyticParams& p, bool net, const Link& link) {
+  if (p.p2p_latency_us >= 0) return p.p2p_latency_us;
+  // NCCL has no send/recv model; one ring step with the Simple protocol over the same link
+  // class is the closest thing its tables hold.
+  return link.latency_us + nccl_hw_latency_us(p.nccl, net, NcclAlgo::kRing, NcclProto::kSimple);
+}
+
+CommCost finish(int64_t latency_ns, double wire, double rate, std::string algo,
+                std::string proto, bool inter) {
+  CommCost c;
+  c.latency_ns = latency_ns;
+  c.wire_bytes = wire > 0 ? static_cast<int64_t>(std::ceil(wire)) : 0;
+  c.rate_cap = c.wire_bytes > 0 ? rate : 0.0;
+  c.time_ns = c.latency_ns + transfer_ns(c.wire_bytes, c.rate_cap);
+  c.algo = std::move(algo);
+  c.proto = std::move(proto);
+  c.inter_node = inter;
+  return c;
+}
+
+int64_t us_to_ns(double us) { return static_cast<int64_t>(std::llround(us * 1000.0)); }
+
+}  // namespace
+
+CommCost analytic_comm(const AnalyticParams& p, const ClusterSpec& cl, const CommQuery& q) {
+  CommCost none;
+  none.algo = "none";
+  if (q.kind == CommKind::kNone || q.bytes <= 0) return none;
+  const int g = std::max(1, q.group_size);
+  const int nodes = std::clamp(q.nodes_spanned, 1, g);
+  const Link intra{cl.intra_node.bandwidth_GBps, cl.intra_node.latency_us};
+  const Link net = network_link(cl, q.crosses_island);
+  const double intra_bw = usable(intra.GBps, net.GBps);
+  const double net_bw = usable(net.GBps, intra.GBps);
+
+  switch (q.kind) {
+    case CommKind::kSendRecv: {
+      const bool inter = nodes > 1 || q.crosses_island;
+      const Link& link = inter ? net : intra;
+      return finish(us_to_ns(p2p_latency_us(p, inter, link)), static_cast<double>(q.bytes),
+                    inter ? net_bw : intra_bw, "p2p", "simple", inter);
+    }
+    case CommKind::kAllToAll: {
+      if (g <= 1) return none;
+      const double ppn = static_cast<double>(g) / nodes;
+      const double s = static_cast<double>(q.bytes);
+      const double intra_bytes = s * (ppn - 1) / g;
+      const double net_bytes = s * (g - ppn) / g;
+      const bool inter = net_bytes > 0 && net_bytes / net_bw >= intra_bytes / intra_bw;
+      const Link& link = inter ? net : intra;
+      return finish(us_to_ns(p2p_latency_us(p, inter, link)), inter ? net_bytes : intra_bytes,
+                    inter ? net_bw : intra_bw, "p2p", "simple", inter);
+    }
+    case CommKind::kAllReduce:
+    case CommKind::kAllGather:
+    case CommKind::kReduceScatter: {
+      if (g <= 1) return none;
+      NcclSystem sys = p.nccl;
+      sys.intra_GBps = intra_bw;
+      sys.inter_GBps = net_bw;
+      if (q.crosses_island && cl.dcn.bandwidth_GBps > 0) sys.net_latency_us = net.latency_us;
+      const NcclComm comm = nccl_comm(sys, g, nodes);
+      const NcclEstimate e = nccl_choose(sys, comm, q.kind, q.bytes, q.dtype);
+      if (!e.available) return none;
+      // Payload over each device's bottleneck link: the ring/tree bus bytes; when the NICs are
+      // the bottleneck, a node's ppn NICs share the channels, so each carries 1/ppn of them.
+      double wire = static_cast<double>(q.bytes) / e.ratio;
+      double rate = e.bus_bw;
+      if (comm.inter_bottleneck) {
+        wire /= comm.ppn;
+        rate /= comm.ppn;
+      }
+      return finish(us_to_ns(e.latency_us), wire, rate, std::string(nccl_algo_name(e.algo)),
+                    std::string(nccl_proto_name(e.proto)), comm.inter_bottleneck);
+    }
+    default: return none;
+  }
+}
+
+namespace {
+
+class AnalyticModel final : public CostModel {
+ public:
+  AnalyticModel(AnalyticParams p, ClusterSpec cluster)
+      : params_(std::move(p)), cluster_(std::move(cluster)) {}
+  ComputeCost compute(const ComputeQuery& q) const override {
+    return analytic_compute(params_, cluster_.device, q);
+  }
+  CommCost comm(const CommQuery& q) const override { return analytic_comm(params_, cluster_, q); }
+  Interference interference() const override {
+    return {params_.comm_sm_share, params_.comm_hbm_share};
+  }
+  int64_t dispatch_ns() const override { return detail::ceil_ns(params_.dispatch_us * 1000.0); }
+  std::string_view name() const override { return "analytic"; }
+
+ private:
+  AnalyticParams params_;
+  ClusterSpec cluster_;
+};
+
+}  // namespace
+
+namespace detail {
+
+std::unique_ptr<CostModel> make_analytic_model(AnalyticParams p, const ClusterSpec& cluster) {
+  return std::make_unique<AnalyticModel>(std::move(p), cluster);
+}
+
+}  // namespace detail
+
+}  // namespace stretto::cost

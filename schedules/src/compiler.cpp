@@ -270,22 +270,30 @@ bool Compiler::apply_place() {
             d.index);
       ok = false;
     }
-  // Unplaced units, reported once per op (first microbatch).
-  int reported = 0;
-  for (uint32_t o = 0; o < nops() && reported < 5; ++o)
+  // Unplaced units, reported once per PP region (naming its first and last op).
+  std::map<int32_t, std::pair<uint32_t, uint32_t>> unplaced;  // pp -> (first op, last op)
+  std::map<int32_t, int> unplaced_mb;
+  for (uint32_t o = 0; o < nops(); ++o)
     for (int mb = 0; mb < M_; ++mb)
       if (unit(o, mb).place < 0) {
-        error("/schedule",
-              fmt::format("region {} ({}) is not placed{}", cp_.model.ops[o].tags.str(),
-                          cp_.model.ops[o].name,
-                          has_split_ ? fmt::format(" for microbatch {}", mb) : ""),
-              fmt::format("add {{\"op\":\"place\",\"filter\":{{\"PP\":{}}},\"devices\":[...]}}",
-                          cp_.model.ops[o].tags.pp()),
-              -1);
-        ++reported;
-        ok = false;
+        int32_t pp = cp_.model.ops[o].tags.pp();
+        auto [it, added] = unplaced.emplace(pp, std::make_pair(o, o));
+        it->second.second = o;
+        if (added) unplaced_mb[pp] = mb;
         break;
       }
+  for (const auto& [pp, r] : unplaced) {
+    const auto& ops = cp_.model.ops;
+    std::string span = r.first == r.second ? ops[r.first].name
+                                           : ops[r.first].name + " .. " + ops[r.second].name;
+    error("/schedule",
+          fmt::format("region PP{} ({}) is not placed{}", pp, span,
+                      has_split_ ? fmt::format(" (first unplaced microbatch: {})", unplaced_mb[pp])
+                                 : ""),
+          fmt::format("add {{\"op\":\"place\",\"filter\":{{\"PP\":{}}},\"devices\":[...]}}", pp),
+          -1);
+    ok = false;
+  }
   return ok;
 }
 
@@ -360,6 +368,7 @@ bool Compiler::apply_tensor_parallel() {
 bool Compiler::check_replication() {
   bool ok = true;
   std::vector<size_t> matched(plan_.schedule.size(), 0);
+  std::set<std::pair<int, int>> reported;  // (directive, place directive) already reported
   for (const auto& d : plan_.schedule) {
     if (d.op != DirectiveOp::kReplicate && d.op != DirectiveOp::kShard) continue;
     if (d.filter.pass) {
@@ -375,10 +384,11 @@ bool Compiler::check_replication() {
         ++matched[d.index];
         std::vector<int32_t> want(d.devices.begin(), d.devices.end());
         if (want != u.replicas) {
-          if (mb == 0 || u.place != unit(o, 0).place)
+          if (reported.insert({d.index, u.place}).second)
             error(d.pointer + "/devices",
-                  fmt::format("{} lists devices that differ from where {} is placed",
-                              directive_op_name(d.op), cp_.model.ops[o].name),
+                  fmt::format("{} lists devices that differ from where {} ({}) is placed",
+                              directive_op_name(d.op), cp_.model.ops[o].tags.str(),
+                              cp_.model.ops[o].name),
                   "replicate/shard the same devices the region is placed on", d.index,
                   {{loc(plan_.schedule[u.place].pointer + "/devices"), "placed here"}});
           ok = false;

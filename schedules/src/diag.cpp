@@ -15,8 +15,12 @@ std::string SourceLoc::str() const {
 
 std::string Diagnostic::render() const {
   static constexpr const char* kSev[] = {"error", "warning", "note"};
-  std::string out = fmt::format("{}: {}: {}", loc.str(), kSev[static_cast<int>(severity)], message);
+  // "[directive N]" goes at the end of the first line of a multi-line message.
+  const size_t nl = message.find('\n');
+  std::string first = message.substr(0, nl);
+  std::string out = fmt::format("{}: {}: {}", loc.str(), kSev[static_cast<int>(severity)], first);
   if (directive >= 0) out += fmt::format(" [directive {}]", directive);
+  if (nl != std::string::npos) out += message.substr(nl);
   out += '\n';
   if (!source_line.empty() && loc.col > 0) {
     out += "  " + source_line + "\n  ";

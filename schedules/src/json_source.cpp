@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -134,6 +135,20 @@ Expected<JsonSource> JsonSource::parse(std::string text, std::string file) {
   } catch (const Json::parse_error& e) {
     // nlohmann reports the byte just past the offending token; point at the last byte read.
     size_t off = e.byte > 0 ? e.byte - 1 : 0;
+    if (off >= s.text_.size()) off = s.text_.empty() ? 0 : s.text_.size() - 1;
+    // Point at the start of the offending token, not its end.
+    if (s.text_[off] == '"' && off > 0) {
+      size_t k = off;
+      while (k > 0) {
+        --k;
+        if (s.text_[k] == '"' && (k == 0 || s.text_[k - 1] != '\\')) break;
+      }
+      off = k;
+    } else {
+      while (off > 0 && (std::isalnum(static_cast<unsigned char>(s.text_[off - 1])) ||
+                         s.text_[off - 1] == '.' || s.text_[off - 1] == '-'))
+        --off;
+    }
     auto [line, col] = line_col(s.text_, off);
     std::string msg = e.what();
     // Strip nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.

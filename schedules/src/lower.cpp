@@ -228,49 +228,55 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
     std::vector<uint32_t> cyc_edges(via.begin() + seen_at[x], via.end());
     std::reverse(cyc.begin(), cyc.end());
     std::reverse(cyc_edges.begin(), cyc_edges.end());
-    // cyc[k] waits for ... edge cyc_edges[k] goes from cyc[k] (pred) to the next in forward order.
-    std::vector<std::string> steps;
+    // cyc_edges[k] is the edge INTO cyc[k] (from cyc[k-1], cyclically).
+    const size_t len = cyc.size();
     std::set<int32_t> dirs;
-    int temporal = 0;
+    int order_steps = 0;  // temporal constraints, counting a barrier hop once
+    std::set<int32_t> devices;
+    std::vector<std::string> lines;
+    std::string pending;  // what the next printed node waits through
     std::string last;
-    for (size_t k = 0; k < cyc.size(); ++k) {
+    for (size_t k = 0; k < len; ++k) {
+      const Edge& out = dag.edges[cyc_edges[(k + 1) % len]];
       const Node& nd = dag.nodes[cyc[k]];
-      const Edge& e = dag.edges[cyc_edges[k]];
-      if (e.kind == EdgeKind::kTemporal) {
-        dirs.insert(e.directive);
-        ++temporal;
+      if (out.kind == EdgeKind::kTemporal) {
+        dirs.insert(out.directive);
+        if (dag.nodes[out.to].kind != NodeKind::kBarrier) ++order_steps;
       }
       if (nd.kind == NodeKind::kBarrier) continue;
-      std::string name = short_name(cp, cyc[k]);
-      std::string tagkey = nd.tags.str() + std::to_string(nd.devs) + std::to_string(static_cast<int>(nd.kind));
-      if (tagkey == last && e.kind == EdgeKind::kData) continue;  // same region pass: compress
+      for (int32_t d : dag.device_sets[nd.devs].devices) devices.insert(d);
+      std::string tagkey = nd.tags.str() + "/" + std::to_string(nd.devs) + "/" +
+                           std::to_string(static_cast<int>(nd.kind));
+      std::string why = out.kind == EdgeKind::kTemporal
+                            ? fmt::format("must finish before (order directive {})", out.directive)
+                            : "must finish before (data dependency)";
+      if (tagkey == last && out.kind == EdgeKind::kData) continue;  // same region pass
       last = tagkey;
-      steps.push_back(name + (e.kind == EdgeKind::kTemporal
-                                  ? fmt::format("  --[order directive {}]-->", e.directive)
-                                  : "  --[data]-->"));
+      lines.push_back(short_name(cp, cyc[k]));
+      lines.push_back("  " + why);
     }
+    lines.push_back("(the first op again)");
     Diagnostic dg;
-    const bool contradiction = temporal == 1;
+    const bool contradiction = order_steps == 1;
     dg.message = contradiction
                      ? "order contradicts dataflow: an op is ordered before one it depends on"
                      : fmt::format("deadlock: the order directives create a cycle of waits "
                                    "through {} ops",
-                                   steps.size());
+                                   (lines.size() - 1) / 2);
     int32_t first_dir = dirs.empty() ? -1 : *dirs.begin();
     std::string ptr = first_dir >= 0 ? cp.plan.schedule[first_dir].pointer : "/schedule";
     Diagnostic at = diag_at(src, cp.plan.file, ptr, "", "", first_dir);
     dg.loc = at.loc;
     dg.source_line = at.source_line;
     dg.directive = first_dir;
-    std::string chain;
-    for (const auto& s : steps) chain += "\n    " + s;
-    if (!steps.empty()) chain += "\n    (back to the first)";
-    dg.message += chain;
+    for (const auto& l : lines) dg.message += "\n    " + l;
     dg.hint = contradiction
-                  ? "a backward must come after its forward, and a consumer after its producer "
-                    "on every device"
-                  : "each device must run the two ends of every transfer in a compatible order: "
-                    "check that ranks order shared microbatches the same way";
+                  ? "on one device, an op must come after the ops it consumes (a backward after "
+                    "its forward, BW after BI, a later stage after an earlier one)"
+                  : devices.size() > 1
+                        ? "the devices wait on each other's transfers: ranks that exchange "
+                          "microbatches must order them compatibly (see the cycle above)"
+                        : "the order groups on this device wait on each other";
     for (int32_t di : dirs)
       if (di != first_dir)
         dg.notes.push_back({diag_at(src, cp.plan.file, cp.plan.schedule[di].pointer, "", "", di).loc,

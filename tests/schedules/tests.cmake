@@ -1,1 +1,3 @@
-# tests for schedules (owner fills in)
+stretto_test(schedules_test
+  SOURCES schedules/golden_test.cpp schedules/compiler_test.cpp schedules/parser_test.cpp
+  LIBS stretto::schedules)

@@ -11,10 +11,26 @@
 // Communication answers are "fluid" descriptions that the engine can share on links:
 //  time_alone = latency_ns + wire_bytes / rate_cap, where rate_cap (bytes/ns) is the
 //  algorithm bandwidth the op reaches alone; the engine slows it when links are shared.
+//
+// Units and conventions (shared by every implementation):
+//  - all durations are integer nanoseconds; 1 GB/s == 1 byte/ns, so link and bus bandwidths in
+//    GB/s are used as bytes/ns without conversion;
+//  - CommQuery::bytes is the collective's buffer size per rank, NCCL's `nBytes` of its tuning
+//    model: the whole buffer for all-reduce, the gathered output for all-gather, the input of
+//    reduce-scatter, each rank's whole send buffer for all-to-all, the message for send/recv;
+//  - CommCost::wire_bytes / rate_cap describe the per-device *bottleneck link* (the link class
+//    named by `inter_node`): payload bytes that cross it and the payload rate reached alone
+//    (protocol overheads such as LL's flag words are folded into rate_cap). rate_cap never
+//    exceeds the raw bandwidth of that link. time_ns == latency_ns + transfer_ns(wire, rate).
+//
+// More detail per model: analytic.h (compute + point-to-point), nccl.h (collectives),
+// profile_table.h (measured tables); docs/costmodel.md for the whole picture.
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "stretto/schedules/dag.h"
 #include "stretto/schedules/model.h"
@@ -53,9 +69,17 @@ struct CommCost {
   int64_t wire_bytes = 0;   // bytes each rank pushes over its bottleneck link
   double rate_cap = 0;      // bytes per ns alone (algorithm bandwidth); 0 with wire_bytes 0
   int64_t time_ns = 0;      // latency_ns + ceil(wire_bytes / rate_cap): the time alone
-  std::string algo, proto;  // NCCL's choice ("ring"/"tree"/"p2p", "simple"/"ll"/"ll128")
+  std::string algo, proto;  // NCCL's choice ("ring"/"tree"/"pat"/"p2p"/"fixed"/"none",
+                            // "simple"/"ll"/"ll128"/"")
   bool inter_node = false;  // bottleneck is the inter-node link
 };
+
+/// Time to push `wire_bytes` at `rate_cap` bytes/ns, rounded up to whole ns (0 for no bytes).
+/// The one place where CommCost's fluid description is turned into a duration.
+inline int64_t transfer_ns(int64_t wire_bytes, double rate_cap) {
+  if (wire_bytes <= 0 || !(rate_cap > 0)) return 0;
+  return static_cast<int64_t>(std::ceil(static_cast<double>(wire_bytes) / rate_cap));
+}
 
 /// Resource interference while communication kernels run on a device.
 struct Interference {

@@ -1,0 +1,121 @@
+#pragma once
+// The analytic cost model: closed formulas, no measurements.
+//
+// Compute (one op instance on one device, alone):
+//   GEMM-like ops (QKV, OutProj, MlpUp, MlpDown, Router, Experts, SharedExperts, Head, and
+//   Synthetic) follow a roofline,
+//       t = max( flops / (peak(dtype) * eff), bytes / (hbm * memory_efficiency) ),
+//   where eff = gemm_efficiency * fill * depth (see gemm_efficiency()):
+//     fill  - how much of the machine the output tiles keep busy: tiles of gemm_tile_m x
+//             gemm_tile_n over `sms` SMs, split-K when there are fewer tiles than SMs, and (with
+//             wave_quantization) whole waves: a GEMM of sms+1 tiles takes two waves;
+//     depth - the main loop's share of a tile's time, kd / (kd + gemm_k_half) with kd the
+//             reduction depth per split (prologue/epilogue amortisation).
+//   Backward: the caller passes the pass's total flops/bytes and the *forward* shape [m,k]x[k,n];
+//   BI is the GEMM [m,n]x[n,k] (depth n), BW is [k,m]x[m,n] (depth m), B = BI + BW, each half
+//   of the flops. Attention uses attention_efficiency with a fill over (m / 128) x batch
+//   blocks. Memory-bound ops (Norm, MlpAct, Loss, Embedding) take bytes / (hbm * efficiency).
+//   Every pass that does any work lasts at least launch_floor_us per kernel (B = 2 kernels).
+//
+// Communication:
+//   all-reduce, all-gather, reduce-scatter: NCCL's own model (nccl.h), algorithm and protocol
+//     chosen like NCCL; `nccl_algo` / `nccl_proto` options act like NCCL_ALGO / NCCL_PROTO.
+//   send/recv (no NCCL model): one flow of `bytes` over the link class joining the two ranks,
+//     latency = that link's latency_us + NCCL's per-hop ring/Simple hardware latency for the
+//     class (tuning.cc hwLat: NVLink 3.4, PCI 5.7, NET 14 us), or `p2p_latency_us` if given.
+//   all-to-all among g ranks on N nodes (ppn = g/N): each rank keeps 1/g of its buffer and
+//     sends (ppn-1)/g of it over the intra-node link and (g-ppn)/g over its NIC, both at once;
+//     the slower of the two is the bottleneck (wire_bytes, rate_cap, inter_node); latency as
+//     send/recv over the bottleneck class.
+//   Islands: a collective or transfer with crosses_island uses the DCN link instead of the
+//   inter-node link (bandwidth and latency) where the cluster defines one.
+//
+// Every constant has a default documented in AnalyticParams, with its source; every one can be
+// overridden in the plan's "costmodel" object. Unknown keys are errors with a "did you mean".
+
+#include <string>
+#include <vector>
+
+#include "stretto/costmodel/cost_model.h"
+#include "stretto/costmodel/nccl.h"
+
+namespace stretto::cost {
+
+/// Tunables of the analytic model. Option keys in the plan are the member names.
+struct AnalyticParams {
+  // --- compute -------------------------------------------------------------------------------
+  /// Asymptotic fraction of dense peak reached by large GEMMs. Published cuBLAS BF16 figures on
+  /// H100 SXM are ~700-800 TFLOPS of 989 (0.7-0.8); with fill and depth terms at ~0.95 for an
+  /// 8192^3 GEMM, 0.80 lands at ~755 TFLOPS.
+  double gemm_efficiency = 0.80;
+  /// Fraction of peak reached by fused attention. FlashAttention-3 paper (Shah et al., 2024):
+  /// FlashAttention-2 reaches ~35-40% of H100 BF16 peak, FlashAttention-3 up to 75% (fwd). We
+  /// default to FA2-class kernels, which is what eager PyTorch SDPA runs on most stacks.
+  double attention_efficiency = 0.40;
+  /// Achieved fraction of nominal HBM bandwidth for streaming kernels. A guess informed by
+  /// STREAM-like results on HBM GPUs (typically 85-92% of the data-sheet number).
+  double memory_efficiency = 0.90;
+  /// Output tile of a GEMM CTA: 128x128 is the common CUTLASS/cuBLAS Hopper BF16 tile.
+  int gemm_tile_m = 128;
+  int gemm_tile_n = 128;
+  /// Reduction depth at which the main loop is half of a tile's time (prologue, epilogue and
+  /// pipeline fill). A modelling choice (about 4 k-tiles of 64), not a published number.
+  double gemm_k_half = 256;
+  /// Minimum reduction depth per split-K slice when there are fewer tiles than SMs (CUTLASS
+  /// split-K / stream-K spread small GEMMs over idle SMs). A modelling choice.
+  double gemm_split_k_min = 256;
+  /// Whole-wave rounding of tiles over SMs (NVIDIA "Matrix Multiplication Background" guide:
+  /// wave quantization). Off: a smooth fill min(1, tiles/sms), monotone in the GEMM size.
+  bool wave_quantization = true;
+  /// Minimum duration of one kernel (launch + ramp): "a few microseconds" is the commonly
+  /// quoted CUDA launch cost; 3 us.
+  double launch_floor_us = 3.0;
+
+  // --- host -----------------------------------------------------------------------------------
+  /// CPU time to issue one op (DESIGN §3 "dispatch"): order of PyTorch eager per-operator
+  /// overhead (a few to ~10 us per aten op through Python, the dispatcher and cudaLaunchKernel;
+  /// e.g. H. He, "Making Deep Learning Go Brrrr From First Principles", 2022). A guess: 5 us.
+  double dispatch_us = 5.0;
+
+  // --- interference (DESIGN §3) ---------------------------------------------------------------
+  /// Fraction of compute taken while a comm kernel runs. Default 20 / sms: DeepSeek-V3
+  /// (arXiv 2412.19437) dedicates 20 of the H800's 132 SMs to communication. Negative = derive.
+  double comm_sm_share = -1;
+  /// Fraction of HBM bandwidth taken while a comm kernel runs. A documented guess (0.10): a
+  /// collective at inter-node rates moves a few % of HBM bandwidth, at NVLink rates ~25%.
+  double comm_hbm_share = 0.10;
+
+  // --- communication --------------------------------------------------------------------------
+  /// NCCL's view of the machine (arch from the device kind, NVLink if the intra-node link is
+  /// faster than PCIe 5.0 x16's 64 GB/s, Intel host, masks from nccl_algo / nccl_proto).
+  NcclSystem nccl;
+  /// Fixed latency of a send/recv or all-to-all, overriding the derived one. Negative = derive.
+  double p2p_latency_us = -1;
+};
+
+/// The option keys the analytic and profiled models accept (for hints and docs).
+const std::vector<std::string>& analytic_option_names();
+
+/// Reads `options` (the plan's costmodel object minus what the plan parser consumed) over the
+/// defaults for `cluster`. Diagnostics point at `pointer` + "/key" in `file`.
+Expected<AnalyticParams> parse_analytic_params(const Json& options, const ClusterSpec& cluster,
+                                               const std::string& pointer,
+                                               const std::string& file);
+
+/// Fraction of dense peak reached by one GEMM of `shape` (output rows x cols, reduction depth,
+/// `batch` independent GEMMs) on `dev`: gemm_efficiency * fill * depth. In (0, gemm_efficiency].
+double gemm_efficiency(const AnalyticParams& p, const DeviceSpec& dev, int64_t rows,
+                       int64_t cols, int64_t depth, int64_t batch = 1);
+/// Same for a forward GemmShape ([m,k] x [k,n]: rows m, cols n, depth k).
+double gemm_efficiency(const AnalyticParams& p, const DeviceSpec& dev, const GemmShape& g);
+
+/// Compute cost of one op instance (see the header comment).
+ComputeCost analytic_compute(const AnalyticParams& p, const DeviceSpec& dev,
+                             const ComputeQuery& q);
+/// Communication cost of one collective instance or transfer, alone on idle links.
+CommCost analytic_comm(const AnalyticParams& p, const ClusterSpec& cluster, const CommQuery& q);
+
+/// True for ops timed as GEMMs (tensor cores), false for memory-bound ones.
+bool is_gemm_like(OpKind k);
+
+}  // namespace stretto::cost

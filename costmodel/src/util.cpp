@@ -1,0 +1,200 @@
+#include "util.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <utility>
+
+namespace stretto::cost::detail {
+
+Diagnostic diag_at(const std::string& file, const std::string& pointer, std::string message,
+                   std::string hint) {
+  Diagnostic d;
+  d.severity = Severity::kError;
+  d.message = std::move(message);
+  d.loc.file = file;
+  d.loc.json_pointer = pointer;
+  d.hint = std::move(hint);
+  return d;
+}
+
+Diagnostic diag_at_line(const std::string& file, uint32_t line, uint32_t col,
+                        std::string message, std::string source_line) {
+  Diagnostic d;
+  d.severity = Severity::kError;
+  d.message = std::move(message);
+  d.loc.file = file;
+  d.loc.line = line;
+  d.loc.col = col;
+  d.source_line = std::move(source_line);
+  return d;
+}
+
+std::string escape_pointer_token(std::string_view key) {
+  std::string out;
+  out.reserve(key.size());
+  for (char c : key) {
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string child_pointer(const std::string& base, std::string_view key) {
+  return base + "/" + escape_pointer_token(key);
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
+  const std::string w = lower(word);
+  size_t best = SIZE_MAX;
+  const std::string* pick = nullptr;
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(w, lower(c));
+    if (d < best) {
+      best = d;
+      pick = &c;
+    }
+  }
+  // A plausible typo: a third of the word, at least 2 edits, and never the whole word.
+  const size_t limit = std::max<size_t>(2, w.size() / 3);
+  if (!pick || best > limit || best >= std::max(w.size(), pick->size())) return {};
+  return "did you mean '" + *pick + "'?";
+}
+
+void line_col(const std::string& text, size_t offset, uint32_t& line, uint32_t& col,
+              std::string& line_text) {
+  offset = std::min(offset, text.size());
+  line = 1;
+  size_t line_start = 0;
+  for (size_t i = 0; i < offset; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+  }
+  col = static_cast<uint32_t>(offset - line_start + 1);
+  size_t end = text.find('\n', line_start);
+  line_text = text.substr(line_start, end == std::string::npos ? std::string::npos
+                                                               : end - line_start);
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  return true;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+namespace {
+
+constexpr std::array<std::pair<OpKind, std::string_view>, 14> kOps = {{
+    {OpKind::kEmbedding, "embedding"},
+    {OpKind::kNorm, "norm"},
+    {OpKind::kQKV, "qkv"},
+    {OpKind::kAttention, "attention"},
+    {OpKind::kOutProj, "out_proj"},
+    {OpKind::kMlpUp, "mlp_up"},
+    {OpKind::kMlpAct, "mlp_act"},
+    {OpKind::kMlpDown, "mlp_down"},
+    {OpKind::kRouter, "router"},
+    {OpKind::kExperts, "experts"},
+    {OpKind::kSharedExperts, "shared_experts"},
+    {OpKind::kHead, "head"},
+    {OpKind::kLoss, "loss"},
+    {OpKind::kSynthetic, "synthetic"},
+}};
+
+constexpr std::array<std::pair<Pass, std::string_view>, 4> kPasses = {{
+    {Pass::kF, "F"},
+    {Pass::kB, "B"},
+    {Pass::kBI, "BI"},
+    {Pass::kBW, "BW"},
+}};
+
+constexpr std::array<std::pair<DType, std::string_view>, 4> kDtypes = {{
+    {DType::kFP32, "fp32"},
+    {DType::kBF16, "bf16"},
+    {DType::kFP16, "fp16"},
+    {DType::kFP8, "fp8"},
+}};
+
+constexpr std::array<std::pair<CommKind, std::string_view>, 5> kComms = {{
+    {CommKind::kSendRecv, "send_recv"},
+    {CommKind::kAllReduce, "all_reduce"},
+    {CommKind::kReduceScatter, "reduce_scatter"},
+    {CommKind::kAllGather, "all_gather"},
+    {CommKind::kAllToAll, "all_to_all"},
+}};
+
+template <class Table, class E>
+std::string_view name_of(const Table& t, E e) {
+  for (const auto& [k, n] : t)
+    if (k == e) return n;
+  return "?";
+}
+
+template <class Table>
+auto parse_of(const Table& t, std::string_view s) -> std::optional<decltype(t[0].first)> {
+  for (const auto& [k, n] : t)
+    if (n == s) return k;
+  return std::nullopt;
+}
+
+template <class Table>
+std::vector<std::string> names_of(const Table& t) {
+  std::vector<std::string> out;
+  for (const auto& [k, n] : t) out.emplace_back(n);
+  return out;
+}
+
+}  // namespace
+
+std::string_view op_name(OpKind k) { return name_of(kOps, k); }
+std::optional<OpKind> parse_op(std::string_view s) { return parse_of(kOps, s); }
+std::vector<std::string> op_names() { return names_of(kOps); }
+std::string_view pass_key(Pass p) { return name_of(kPasses, p); }
+std::optional<Pass> parse_pass_key(std::string_view s) { return parse_of(kPasses, s); }
+std::vector<std::string> pass_keys() { return names_of(kPasses); }
+std::string_view dtype_name(DType d) { return name_of(kDtypes, d); }
+std::optional<DType> parse_dtype(std::string_view s) { return parse_of(kDtypes, s); }
+std::vector<std::string> dtype_names() { return names_of(kDtypes); }
+std::string_view comm_name(CommKind k) { return name_of(kComms, k); }
+std::optional<CommKind> parse_comm(std::string_view s) { return parse_of(kComms, s); }
+std::vector<std::string> comm_names() { return names_of(kComms); }
+
+int64_t ceil_ns(double ns) {
+  if (!(ns > 0)) return 0;
+  // Guard against values that are integral up to rounding noise (e.g. 2999.9999999996).
+  double r = std::round(ns);
+  if (std::fabs(ns - r) < 1e-6 * std::max(1.0, r)) return static_cast<int64_t>(r);
+  return static_cast<int64_t>(std::ceil(ns));
+}
+
+}  // namespace stretto::cost::detail

@@ -1,0 +1,64 @@
+#pragma once
+// Private helpers of the costmodel library: diagnostics, "did you mean" hints, name tables.
+//
+// The schedules library owns the general versions of some of these (JsonSource positions,
+// `nearest`); the cost model keeps its own small copies so that it depends only on the value
+// types of schedules' headers.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stretto/schedules/dag.h"
+#include "stretto/schedules/diag.h"
+#include "stretto/schedules/model.h"
+#include "stretto/schedules/plan.h"
+#include "stretto/schedules/tags.h"
+
+namespace stretto::cost::detail {
+
+/// An error located by file and JSON pointer (line/col unknown), with an optional hint.
+Diagnostic diag_at(const std::string& file, const std::string& pointer, std::string message,
+                   std::string hint = {});
+/// An error at a known line:col (JSON syntax errors).
+Diagnostic diag_at_line(const std::string& file, uint32_t line, uint32_t col,
+                        std::string message, std::string source_line);
+
+/// "~" -> "~0", "/" -> "~1" (RFC 6901).
+std::string escape_pointer_token(std::string_view key);
+/// `base` + "/" + escaped `key`.
+std::string child_pointer(const std::string& base, std::string_view key);
+
+/// Levenshtein distance.
+size_t edit_distance(std::string_view a, std::string_view b);
+/// "did you mean 'x'?" for the closest candidate within a plausible typo distance, else "".
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
+
+/// 1-based line and column of byte `offset` in `text`, and that line's text.
+void line_col(const std::string& text, size_t offset, uint32_t& line, uint32_t& col,
+              std::string& line_text);
+
+/// Case-insensitive ASCII comparison.
+bool iequals(std::string_view a, std::string_view b);
+std::string lower(std::string_view s);
+
+// Name tables (table-file spelling).
+std::string_view op_name(OpKind k);
+std::optional<OpKind> parse_op(std::string_view s);
+std::vector<std::string> op_names();
+std::string_view pass_key(Pass p);
+std::optional<Pass> parse_pass_key(std::string_view s);
+std::vector<std::string> pass_keys();
+std::string_view dtype_name(DType d);
+std::optional<DType> parse_dtype(std::string_view s);
+std::vector<std::string> dtype_names();
+std::string_view comm_name(CommKind k);
+std::optional<CommKind> parse_comm(std::string_view s);
+std::vector<std::string> comm_names();
+
+/// Integer nanoseconds from a non-negative duration in ns (rounded up: never shorter).
+int64_t ceil_ns(double ns);
+
+}  // namespace stretto::cost::detail

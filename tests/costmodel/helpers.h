@@ -1,0 +1,59 @@
+#pragma once
+// Shared fixtures of the cost model tests: small clusters with round numbers.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "stretto/costmodel/cost_model.h"
+
+namespace stretto::cost::testing {
+
+/// An H100-like cluster. intra 360 GB/s makes NCCL's channel search land exactly on
+/// 6 x 60 GB/s (duplicated to 12 x 30), i.e. busBw 360, which keeps closed forms readable.
+inline ClusterSpec h100_cluster(int nodes = 1, int devices_per_node = 8, double intra = 360,
+                                double inter = 50, double inter_latency_us = 2.0) {
+  ClusterSpec c;
+  c.preset = "h100-sxm";
+  c.nodes = nodes;
+  c.devices_per_node = devices_per_node;
+  c.device.kind = "h100-sxm";
+  c.device.peak_tflops = 989.4;  // dense BF16
+  c.device.hbm_GBps = 3350;
+  c.device.memory_GiB = 80;
+  c.device.sms = 132;
+  c.intra_node = {intra, 1.0};
+  c.inter_node = {inter, inter_latency_us};
+  return c;
+}
+
+inline CostModelSpec analytic_spec(Json options = Json::object()) {
+  CostModelSpec s;
+  s.kind = CostModelSpec::Kind::kAnalytic;
+  s.options = std::move(options);
+  return s;
+}
+
+inline std::unique_ptr<CostModel> make_or_die(const CostModelSpec& spec, const ClusterSpec& cl,
+                                              const std::string& base_dir = {}) {
+  auto m = make_cost_model(spec, cl, base_dir);
+  if (!m) {
+    std::string all;
+    for (const auto& d : m.error()) all += d.loc.json_pointer + ": " + d.message + "\n";
+    ADD_FAILURE() << "make_cost_model failed:\n" << all;
+    return nullptr;
+  }
+  return std::move(*m);
+}
+
+/// time_ns must equal latency + transfer, as the engine computes it.
+inline void expect_consistent(const CommCost& c) {
+  EXPECT_EQ(c.time_ns, c.latency_ns + transfer_ns(c.wire_bytes, c.rate_cap));
+  EXPECT_GE(c.latency_ns, 0);
+  EXPECT_GE(c.wire_bytes, 0);
+  if (c.wire_bytes > 0) EXPECT_GT(c.rate_cap, 0);
+  if (c.wire_bytes == 0) EXPECT_EQ(c.rate_cap, 0);
+}
+
+}  // namespace stretto::cost::testing
