@@ -1,5 +1,241 @@
-// placeholder: owned by the schedule-builders work (issue 3)
+// `stretto build-schedule`, `stretto import torch-csv`, `stretto export torch-csv`
+// (DESIGN.md §4): thin wrappers over schedules/builders.h and schedules/torch_csv.h.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "commands.h"
+#include "stretto/schedules/builders.h"
+#include "stretto/schedules/json_source.h"
+#include "stretto/schedules/plan.h"
+#include "stretto/schedules/torch_csv.h"
+
 namespace stretto::cli {
-void add_schedule_commands(CLI::App&, CLI::App&, CLI::App&, Commands&) {}
+
+namespace {
+
+// A --base file: a JSON list of directives, or an object (e.g. a plan) whose "schedule" is one.
+Expected<std::vector<Directive>> load_base(const std::string& path) {
+  auto src = JsonSource::load(path);
+  if (!src) return std::unexpected(std::move(src.error()));
+  const Json& root = src->root();
+  if (root.is_array()) return parse_directives(*src, "");
+  if (root.is_object() && root.contains("schedule") && root["schedule"].is_array())
+    return parse_directives(*src, "/schedule");
+  return fail(src->error_at("", "a base must be a list of directives",
+                            "e.g. [{\"op\":\"place\",\"filter\":{\"PP\":0},\"devices\":[0,2]}], or "
+                            "a plan whose \"schedule\" is such a list"));
+}
+
+std::string directives_text(const std::vector<Directive>& ds) {
+  return directives_to_json(ds).dump(2) + "\n";
+}
+
+// An integer member of a builder object, with a located diagnostic when it has the wrong type.
+bool read_int(const JsonSource& src, const std::string& obj, const char* key, int& out,
+              bool required, Diagnostics& errs) {
+  const Json& o = src.root().at(nlohmann::json::json_pointer(obj));
+  if (!o.contains(key)) {
+    if (required)
+      errs.push_back(src.error_at(obj, std::string("the builder call has no \"") + key + "\""));
+    return !required;
+  }
+  const Json& v = o[key];
+  if (!v.is_number_integer()) {
+    errs.push_back(src.error_at(obj + "/" + key, std::string("\"") + key + "\" must be an integer"));
+    return false;
+  }
+  out = v.get<int>();
+  return true;
+}
+
+// The schedule of a plan file for export: its directive list, or its builder call built with
+// torch's grid padding (so that the CSV is cell-for-cell what torch would dump).
+Expected<PipelineSchedule> schedule_of_plan(const std::string& path) {
+  auto src = JsonSource::load(path);
+  if (!src) return std::unexpected(std::move(src.error()));
+  const Json& root = src->root();
+  std::string ptr;
+  if (root.is_array()) {
+    ptr = "";
+  } else if (root.is_object() && root.contains("schedule")) {
+    ptr = "/schedule";
+  } else {
+    return fail(src->error_at("", "expected a plan with a \"schedule\" (or a directive list)"));
+  }
+  const Json& sched = root.at(nlohmann::json::json_pointer(ptr));
+  if (sched.is_object()) {
+    Diagnostics errs;
+    if (!sched.contains("builder") || !sched["builder"].is_string())
+      errs.push_back(src->error_at(ptr, "a builder call needs \"builder\": NAME",
+                                   "e.g. {\"builder\":\"1f1b\",\"ranks\":4,\"microbatches\":8}"));
+    int ranks = 0, v = 0, m = 0;
+    read_int(*src, ptr, "ranks", ranks, false, errs);
+    read_int(*src, ptr, "stages_per_rank", v, false, errs);
+    read_int(*src, ptr, "microbatches", m, true, errs);
+    if (!errs.empty()) return fail(std::move(errs));
+    BuilderCall call;
+    call.builder = sched["builder"].get<std::string>();
+    call.ranks = ranks;
+    call.stages_per_rank = v;
+    call.microbatches = m;
+    call.pointer = ptr;
+    if (sched.contains("base")) {
+      auto base = parse_directives(*src, ptr + "/base");
+      if (!base) return std::unexpected(std::move(base.error()));
+      call.base = std::move(*base);
+    }
+    // Check the whole call (ranks inferred from the base, base consistency) as the compiler
+    // would, then rebuild with torch's padding for the CSV.
+    auto ds = expand_builder(call);
+    if (!ds) {
+      for (Diagnostic& d : ds.error())
+        if (!d.loc.known() && !d.loc.json_pointer.empty()) {
+          std::string jp = d.loc.json_pointer;
+          d = src->error_at(jp, d.message, d.hint);
+        }
+      return std::unexpected(std::move(ds.error()));
+    }
+    auto from = schedule_from_directives(*ds);
+    if (!from) return from;
+    BuildOptions opt;
+    opt.torch_padding = true;
+    return build_schedule(call.builder, from->ranks, from->stages_per_rank, m, opt);
+  }
+  auto ds = parse_directives(*src, ptr);
+  if (!ds) return std::unexpected(std::move(ds.error()));
+  auto s = schedule_from_directives(*ds);
+  if (!s) {
+    for (Diagnostic& d : s.error())
+      if (!d.loc.known() && !d.loc.json_pointer.empty()) {
+        Diagnostic located = src->error_at(d.loc.json_pointer, d.message, d.hint);
+        located.directive = d.directive;
+        located.notes = d.notes;
+        d = std::move(located);
+      } else if (d.loc.file.empty()) {
+        d.loc.file = path;
+      }
+  }
+  return s;
+}
+
+struct BuildArgs {
+  std::string schedule;
+  int ranks = 0;
+  int stages_per_rank = 0;
+  int microbatches = 0;
+  std::string base;
+  std::string output;
+  bool show = false;
+};
+
+int run_build(const BuildArgs& a) {
+  std::vector<Directive> base;
+  if (!a.base.empty()) {
+    auto b = load_base(a.base);
+    if (!b) return report(b.error());
+    base = std::move(*b);
+  }
+  auto sched = build_schedule(a.schedule, a.ranks, a.stages_per_rank, a.microbatches);
+  if (!sched) return report(sched.error());
+  auto ds = schedule_to_directives(*sched, base);
+  if (!ds) return report(ds.error());
+  if (a.show) {
+    BuildOptions opt;
+    opt.torch_padding = true;  // lines the grid up like torch's own printout
+    auto padded = build_schedule(a.schedule, a.ranks, a.stages_per_rank, a.microbatches, opt);
+    const std::string grid = show_grid(padded ? *padded : *sched);
+    if (a.output.empty() || a.output == "-") return write_output("", grid) ? 0 : 2;
+    std::fputs(grid.c_str(), stderr);
+  }
+  return write_output(a.output, directives_text(*ds)) ? 0 : 2;
+}
+
+struct ImportArgs {
+  std::string file;
+  std::string base;
+  std::string output;
+};
+
+int run_import(const ImportArgs& a) {
+  std::vector<Directive> base;
+  if (!a.base.empty()) {
+    auto b = load_base(a.base);
+    if (!b) return report(b.error());
+    base = std::move(*b);
+  }
+  auto sched = load_torch_csv(a.file);
+  if (!sched) return report(sched.error());
+  auto ds = schedule_to_directives(*sched, base);
+  if (!ds) return report(ds.error());
+  return write_output(a.output, directives_text(*ds)) ? 0 : 2;
+}
+
+struct ExportArgs {
+  std::string plan;
+  std::string output;
+  bool with_comms = false;
+};
+
+int run_export(const ExportArgs& a) {
+  auto sched = schedule_of_plan(a.plan);
+  if (!sched) return report(sched.error());
+  std::string text;
+  if (a.with_comms) {
+    auto t = write_torch_csv_with_comms(*sched);
+    if (!t) return report(t.error());
+    text = std::move(*t);
+  } else {
+    text = write_torch_csv(*sched);
+  }
+  return write_output(a.output, text) ? 0 : 2;
+}
+
+}  // namespace
+
+void add_schedule_commands(CLI::App& app, CLI::App& import_app, CLI::App& export_app,
+                           Commands& out) {
+  // The option values live as long as the process (main() keeps the Commands until it exits).
+  auto build = std::make_shared<BuildArgs>();
+  std::string families;
+  for (const std::string& n : schedule_family_names()) families += (families.empty() ? "" : ", ") + n;
+  CLI::App* b = app.add_subcommand(
+      "build-schedule", "Emit the directives of a pipeline schedule family (" + families + ")");
+  b->add_option("--schedule", build->schedule,
+                "Family (case-insensitive; torch class names such as ScheduleDualPipeV work too)")
+      ->required();
+  b->add_option("--ranks", build->ranks, "Pipeline ranks P")->required();
+  b->add_option("--stages-per-rank", build->stages_per_rank,
+                "Stages per rank V (default: the family's: 2 for interleaved-1f1b, looped-bfs, "
+                "zb-v, dualpipe, dualpipev; 1 otherwise)");
+  b->add_option("--microbatches", build->microbatches, "Microbatches M")->required();
+  b->add_option("--base", build->base,
+                "Directive list (or plan) with placement/parallelism to keep; split and orders "
+                "are appended");
+  b->add_option("-o,--output", build->output, "Write the directive list here (default: stdout)");
+  b->add_flag("--show", build->show,
+              "Print the per-rank grid (to stdout instead of the JSON, or to stderr with -o)");
+  out.push_back({b, [build] { return run_build(*build); }});
+
+  auto imp = std::make_shared<ImportArgs>();
+  CLI::App* i = import_app.add_subcommand(
+      "torch-csv", "torch.distributed.pipelining per-rank action CSV -> directive list");
+  i->add_option("file", imp->file, "CSV file, one row per rank")->required();
+  i->add_option("--base", imp->base, "Directive list (or plan) with placement to keep");
+  i->add_option("-o,--output", imp->output, "Write the directive list here (default: stdout)");
+  out.push_back({i, [imp] { return run_import(*imp); }});
+
+  auto exp = std::make_shared<ExportArgs>();
+  CLI::App* e = export_app.add_subcommand(
+      "torch-csv", "A plan's pipeline schedule -> torch.distributed.pipelining CSV");
+  e->add_option("plan", exp->plan,
+                "Plan JSON whose \"schedule\" is a directive list or a {\"builder\": ...} call")
+      ->required();
+  e->add_option("-o,--output", exp->output, "Write the CSV here (default: stdout)");
+  e->add_flag("--with-comms", exp->with_comms,
+              "Add SEND_F/RECV_F/SEND_B/RECV_B cells (torch's _add_send_recv lowering)");
+  out.push_back({e, [exp] { return run_export(*exp); }});
+}
+
 }  // namespace stretto::cli

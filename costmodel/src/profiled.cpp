@@ -258,6 +258,16 @@ Expected<ProfileTable> parse_profile_table(const std::string& text, const std::s
     size_t at = what.find("column");
     size_t colon = at == std::string::npos ? std::string::npos : what.find(": ", at);
     std::string why = colon == std::string::npos ? what : what.substr(colon + 2);
+    // nlohmann points at the last character of the offending token; point at its start when
+    // the token it quotes ("last read: '...'") is found there.
+    const std::string tag = "last read: '";
+    size_t lr = why.rfind(tag);
+    if (lr != std::string::npos && why.size() >= lr + tag.size() + 1 && why.back() == '\'') {
+      std::string tok = why.substr(lr + tag.size(), why.size() - lr - tag.size() - 1);
+      if (!tok.empty() && tok.size() <= col &&
+          line_text.compare(col - tok.size(), tok.size(), tok) == 0)
+        col = static_cast<uint32_t>(col - tok.size() + 1);
+    }
     return fail(detail::diag_at_line(file, line, col, "invalid JSON in cost table: " + why,
                                      line_text));
   }

@@ -64,20 +64,24 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
+  // A plausible typo: within a third of the word (at least 2 edits, never the whole word), or
+  // a truncation / extension of a candidate ("dispatch" for "dispatch_us").
   const std::string w = lower(word);
+  const size_t limit = std::max<size_t>(2, w.size() / 3);
   size_t best = SIZE_MAX;
   const std::string* pick = nullptr;
   for (const auto& c : candidates) {
-    size_t d = edit_distance(w, lower(c));
-    if (d < best) {
+    const std::string lc = lower(c);
+    const size_t d = edit_distance(w, lc);
+    const size_t shorter = std::min(w.size(), lc.size());
+    const bool prefix = shorter >= 4 && (lc.starts_with(w) || w.starts_with(lc));
+    const bool close = d <= limit && d < std::max(w.size(), lc.size());
+    if ((close || prefix) && d < best) {
       best = d;
       pick = &c;
     }
   }
-  // A plausible typo: a third of the word, at least 2 edits, and never the whole word.
-  const size_t limit = std::max<size_t>(2, w.size() / 3);
-  if (!pick || best > limit || best >= std::max(w.size(), pick->size())) return {};
-  return "did you mean '" + *pick + "'?";
+  return pick ? "did you mean '" + *pick + "'?" : std::string();
 }
 
 void line_col(const std::string& text, size_t offset, uint32_t& line, uint32_t& col,

@@ -277,15 +277,19 @@ void build_1f1b(PipelineSchedule& s, bool pad) {
 //   op k: warm-up -> F; steady -> F then backward; cool-down -> backward;
 //   F of op k on local chunk (k div mpr) mod v; backward of op k on chunk
 //   v-1 - ((k - warm-up) div mpr) mod v.
-//   Zero bubble: after the backward of op k, pop one W if (k - warm-up) >= r; flush at the end.
+//   Zero bubble: after the backward of op k, pop one W if (k - warm-up) >= lag (ZB1P: lag = r);
+//   flush the FIFO at the end.
 //
-// ZB-H2 (spec §6 describes it only in words; this is our precise rule): the zero-bubble
-// skeleton with the warm-up factor 2 of interleaved 1F1B, i.e. rank r issues 2(p-r)-1 forwards
-// before its first I (v=1), keeps the W lag of r (so r weight passes move to the tail), and
-// so holds at most 2(p-r)-1 + r <= 2p-1 microbatches in flight. Under F = I = W = 1 the layout
-// is the ZB paper's parallelogram: rank r is busy from r to 3m + r without a gap, hence the
-// makespan m*v*(F+I+W) + (p-1)*F (checked in tests/builders).
-void build_skeleton(PipelineSchedule& s, int factor, bool zero_bubble, bool pad) {
+// ZB-H2 (spec §6 describes it only in words; this is our precise rule, v = 1 only): the
+// zero-bubble skeleton with the warm-up factor 2 of interleaved 1F1B, so rank r issues 2(p-r)-1
+// forwards before its first I, and a W lag of 2r instead of r, so 2r weight passes move to the
+// tail (rank p-1 ends with 2p-1 of them). Every rank then holds exactly
+// 2(p-r)-1 + 2r = 2p-1 microbatches in flight (F done, W not yet), and for m >= 2p-1 the layout
+// is the ZB paper's parallelogram: under F = I = W no rank idles between its first and last op,
+// the makespan is the single-iteration bound m(F+I+W) + (p-1)F (also for I > W, where ZB-H1
+// needs (p-1)(F+I-W)), and rank 0's idle time is (p-1)(F+I-2W) (checked in tests/builders).
+void build_skeleton(PipelineSchedule& s, int factor, bool zero_bubble, int lag_per_rank,
+                    bool pad) {
   const int p = s.ranks, v = s.stages_per_rank, m = s.microbatches;
   const int rounds = std::max(1, m / p);
   const int mpr = m / rounds;
@@ -302,7 +306,7 @@ void build_skeleton(PipelineSchedule& s, int factor, bool zero_bubble, bool pad)
     const ActionKind back_kind = zero_bubble ? ActionKind::kI : ActionKind::kB;
     auto backward = [&](int k) {
       e.back(bwd_stage(k), back_kind);
-      if (zero_bubble && k - warm >= r) e.pop_w();
+      if (zero_bubble && k - warm >= lag_per_rank * r) e.pop_w();
     };
     if (pad) e.idle(r);
     for (int k = 0; k < total + warm; ++k) {
@@ -528,6 +532,12 @@ Expected<PipelineSchedule> build_impl(std::string_view family_name, int p, int v
     case Family::kInterleaved:
     case Family::kZbH1:
     case Family::kZbH2: {
+      if (*fam == Family::kZbH2 && v != 1)
+        return fail_on("stages_per_rank",
+                       fmt::format("zb-h2 is the ZB paper's single-chunk schedule: it needs 1 "
+                                   "stage per rank, got {}",
+                                   v),
+                       "use zb-h1 (torch's interleaved zero bubble) for several stages per rank");
       const int rounds = std::max(1, m / p);
       if (m % rounds != 0)
         return fail_on(
@@ -538,11 +548,11 @@ Expected<PipelineSchedule> build_impl(std::string_view family_name, int p, int v
             valid_microbatch_hint(p, m));
       init_schedule(s, *fam, p, v, p * v, m, StageMapStyle::kLoop);
       if (*fam == Family::kInterleaved)
-        build_skeleton(s, 2, false, opt.torch_padding);
+        build_skeleton(s, 2, false, 0, opt.torch_padding);
       else if (*fam == Family::kZbH1)
-        build_skeleton(s, 1, true, opt.torch_padding);
+        build_skeleton(s, 1, true, 1, opt.torch_padding);
       else
-        build_skeleton(s, 2, true, false);  // not a torch schedule: no torch grid to mimic
+        build_skeleton(s, 2, true, 2, false);  // not a torch schedule: no torch grid to mimic
       break;
     }
     case Family::kLoopedBfs:
@@ -664,11 +674,38 @@ Diagnostics validate_schedule(const PipelineSchedule& s, const SlotLocator& loca
   auto at = [&](int st, int mb) -> uint8_t& {
     return state[static_cast<size_t>(st) * static_cast<size_t>(m) + static_cast<size_t>(mb)];
   };
-  // Which rank first ran each (stage, direction), and whether it was already reported.
+  // Which rank first ran each (stage, direction) -- torch infers the stage map this way -- and
+  // whether that (stage, direction) already produced a placement diagnostic. Conflicts are
+  // found first so that they are reported as torch does ("assigned to both rank a and rank b")
+  // rather than as a mismatch with the stage map.
   std::vector<int> owner(static_cast<size_t>(S) * 2, -1);
-  std::vector<char> owner_reported(static_cast<size_t>(S) * 2, 0);
-
+  std::vector<char> reported(static_cast<size_t>(S) * 2, 0);
   const int rows = static_cast<int>(s.per_rank.size());
+  auto in_range = [&](const Action& a) {
+    return a.stage >= 0 && a.stage < S && a.mb >= 0 && a.mb < m;
+  };
+  auto owner_index = [&](const Action& a) {
+    const int dir = (s.bidirectional && a.mb >= m / 2) ? 1 : 0;
+    return static_cast<size_t>(a.stage) * 2 + static_cast<size_t>(dir);
+  };
+  for (int r = 0; r < rows; ++r) {
+    const auto& row = s.per_rank[static_cast<size_t>(r)];
+    for (int k = 0; k < static_cast<int>(row.size()); ++k)
+      for (const Action& a : row[static_cast<size_t>(k)].actions()) {
+        if (!in_range(a)) continue;
+        const size_t oi = owner_index(a);
+        if (owner[oi] < 0) owner[oi] = r;
+        if (owner[oi] == r || reported[oi]) continue;
+        reported[oi] = 1;
+        report(loc_of(r, k),
+               fmt::format("rank {}, slot {}: stage {} is assigned to both rank {} and rank {}", r,
+                           k, a.stage, owner[oi], r),
+               s.bidirectional ? "in a bidirectional schedule each direction of a stage lives on "
+                                 "one rank"
+                               : "a stage's actions must all be on one rank");
+      }
+  }
+
   for (int r = 0; r < rows; ++r) {
     const auto& row = s.per_rank[static_cast<size_t>(r)];
     for (int k = 0; k < static_cast<int>(row.size()); ++k) {
@@ -686,24 +723,12 @@ Diagnostics validate_schedule(const PipelineSchedule& s, const SlotLocator& loca
                                            where, a.str(), a.mb, m));
           continue;
         }
-        const int dir = (s.bidirectional && a.mb >= m / 2) ? 1 : 0;
-        const size_t oi = static_cast<size_t>(a.stage) * 2 + static_cast<size_t>(dir);
-        if (owner[oi] < 0) owner[oi] = r;
-        if (!owner_reported[oi]) {
-          if (owner[oi] != r) {
-            owner_reported[oi] = 1;
-            report(loc_of(r, k),
-                   fmt::format("{}: stage {} is assigned to both rank {} and rank {}", where,
-                               a.stage, owner[oi], r),
-                   s.bidirectional ? "in a bidirectional schedule each direction of a stage "
-                                     "lives on one rank"
-                                   : "a stage's actions must all be on one rank");
-          } else if (s.rank_of(a.stage, a.mb) != r) {
-            owner_reported[oi] = 1;
-            report(loc_of(r, k), fmt::format("{}: stage {} (microbatch {}) runs on rank {}, but the "
-                                             "stage map puts it on rank {}",
-                                             where, a.stage, a.mb, r, s.rank_of(a.stage, a.mb)));
-          }
+        const size_t oi = owner_index(a);
+        if (!reported[oi] && s.rank_of(a.stage, a.mb) != r) {
+          reported[oi] = 1;
+          report(loc_of(r, k), fmt::format("{}: stage {} (microbatch {}) runs on rank {}, but the "
+                                           "stage map puts it on rank {}",
+                                           where, a.stage, a.mb, r, s.rank_of(a.stage, a.mb)));
         }
         uint8_t& st = at(a.stage, a.mb);
         const std::string what = fmt::format("stage {} microbatch {}", a.stage, a.mb);

@@ -95,6 +95,12 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
     }
     return out.size() - before;
   };
+  // Barriers run (as zero-time joins) on every device of their class.
+  std::vector<uint32_t> class_set(ncls);
+  for (uint32_t c = 0; c < ncls; ++c) {
+    dag.device_sets.push_back(DeviceSet{cp.classes[c].devices, 1});
+    class_set[c] = static_cast<uint32_t>(dag.device_sets.size() - 1);
+  }
   std::vector<int32_t> rank(dag.nodes.size(), -1);
   bool ok = true;
   std::vector<uint32_t> members, cls;
@@ -142,7 +148,7 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
             bar.kind = NodeKind::kBarrier;
             bar.directive = d.index;
             bar.tags = dag.nodes[b[0]].tags;
-            bar.devs = dag.nodes[b[0]].devs;
+            bar.devs = class_set[c];
             bar.region_k = static_cast<uint16_t>(std::min<size_t>(g, 65535));
             dag.nodes.push_back(bar);
             rank.push_back(group_pos[c]);
@@ -285,6 +291,7 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
     return false;
   }
   if (!lower) return true;
+  cp.topo_order = order;
 
   // ---- per-class programs ----
   for (auto& c : cp.classes) {

@@ -238,7 +238,7 @@ Expected<PipelineSchedule> parse_torch_csv(std::string_view text, const std::str
 
   auto slot_loc = [&](int r, int k) {
     const Row& row = rows[static_cast<size_t>(r)];
-    SourceLoc loc{file, row.line, 0, ""};
+    SourceLoc loc{file, row.line, 1, ""};  // a row-level problem points at the row's start
     if (k >= 0 && k < static_cast<int>(cols[static_cast<size_t>(r)].size()))
       loc.col = cols[static_cast<size_t>(r)][static_cast<size_t>(k)];
     return loc;
@@ -300,7 +300,7 @@ Expected<PipelineSchedule> parse_torch_csv(std::string_view text, const std::str
   if (two_rows) {
     // Stretto extension: DualPipe's layout, stage s for microbatches [0, m/2) on one row and
     // [m/2, m) on the mirrored row p-1-row.
-    bool dual = m % 2 == 0;
+    bool dual = m % 2 == 0 && S == p && p % 2 == 0;
     for (int st = 0; st < S && dual; ++st) {
       const Seen& lo = first[static_cast<size_t>(st)][0];
       const Seen& hi = first[static_cast<size_t>(st)][1];
@@ -412,9 +412,11 @@ Expected<std::vector<std::vector<LoweredOp>>> add_send_recv(const PipelineSchedu
   };
   std::vector<std::unordered_set<uint64_t>> prev(static_cast<size_t>(p));
   std::vector<std::deque<Slot>> todo(static_cast<size_t>(p));
+  // Idle slots are dropped first, as torch's earlier lowering passes (_add_unshard_reshard,
+  // _add_reduce_grad) do; otherwise an idle slot would cost its rank a turn of the round robin.
   for (int r = 0; r < p; ++r)
-    todo[static_cast<size_t>(r)].assign(s.per_rank[static_cast<size_t>(r)].begin(),
-                                        s.per_rank[static_cast<size_t>(r)].end());
+    for (const Slot& sl : s.per_rank[static_cast<size_t>(r)])
+      if (!sl.is_idle()) todo[static_cast<size_t>(r)].push_back(sl);
   std::vector<std::vector<LoweredOp>> out(static_cast<size_t>(p));
 
   auto has_comms = [&](const Action& a) {

@@ -1,1 +1,364 @@
-// placeholder: filled in by its owner
+// Session, metrics, memory timeline and critical path (see session.h, result.h).
+#include "stretto/sim/session.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+
+#include "stretto/sim/engine.h"
+
+namespace stretto::sim {
+
+std::string_view memory_category_name(size_t i) {
+  static constexpr std::string_view kN[kMemCategories] = {
+      "params", "grads", "optimizer", "activations", "comm_buffers", "grad_buckets",
+      "gathered_params"};
+  return i < kMemCategories ? kN[i] : "?";
+}
+
+namespace {
+
+// Length of the union of [start, end) intervals (sorted in place).
+SimTime union_length(std::vector<std::pair<SimTime, SimTime>>& iv) {
+  std::sort(iv.begin(), iv.end());
+  SimTime total = 0, cs = -1, ce = -1;
+  for (auto [s, e] : iv) {
+    if (s >= ce) {
+      total += ce - cs;
+      cs = s, ce = e;
+    } else {
+      ce = std::max(ce, e);
+    }
+  }
+  total += ce - cs;
+  return total;
+}
+
+// Length of A \ B where both are interval lists (B sorted and merged inside).
+SimTime minus_length(std::vector<std::pair<SimTime, SimTime>> a,
+                     std::vector<std::pair<SimTime, SimTime>> b) {
+  auto merge = [](std::vector<std::pair<SimTime, SimTime>>& v) {
+    std::sort(v.begin(), v.end());
+    std::vector<std::pair<SimTime, SimTime>> m;
+    for (auto x : v) {
+      if (!m.empty() && x.first <= m.back().second) m.back().second = std::max(m.back().second, x.second);
+      else m.push_back(x);
+    }
+    v.swap(m);
+  };
+  merge(a);
+  merge(b);
+  SimTime total = 0;
+  size_t j = 0;
+  for (auto [s, e] : a) {
+    SimTime cur = s;
+    while (j < b.size() && b[j].second <= cur) ++j;
+    size_t k = j;
+    while (cur < e) {
+      if (k >= b.size() || b[k].first >= e) {
+        total += e - cur;
+        break;
+      }
+      if (b[k].first > cur) total += b[k].first - cur;
+      cur = std::max(cur, b[k].second);
+      ++k;
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
+Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm, const SimOptions& opt) {
+  auto t0 = std::chrono::steady_clock::now();
+  Result r;
+  const int D = cp.num_devices;
+  // Replica folding: keep the first device of every class.
+  std::vector<char> keep;
+  std::vector<int> rep_of(D, -1);
+  for (const auto& c : cp.classes)
+    for (int d : c.devices) rep_of[d] = c.devices[0];
+  if (opt.fold_replicas) {
+    keep.assign(D, 0);
+    for (const auto& c : cp.classes) keep[c.devices[0]] = 1;
+    // Exact only if every transfer pair is kept on both sides or on neither.
+    for (const auto& n : cp.dag.nodes) {
+      if (n.kind != NodeKind::kTransfer) continue;
+      const auto& s = cp.dag.device_sets[n.devs].devices;
+      const auto& t = cp.dag.device_sets[n.devs2].devices;
+      for (size_t i = 0; i < s.size(); ++i)
+        if (keep[s[i]] != keep[t[i]]) {
+          keep.clear();  // not symmetric: simulate everything
+          break;
+        }
+      if (keep.empty()) break;
+    }
+  }
+  r.folded = !keep.empty();
+  r.program = build_program(cp, cm, &r.task_node, &r.task_device, r.folded ? &keep : nullptr);
+  if (auto errs = validate(r.program); !errs.empty()) {
+    Diagnostic d;
+    d.message = "internal error: the engine program is malformed: " + errs.front();
+    d.loc.file = cp.plan.file;
+    return fail(std::move(d));
+  }
+  Engine engine;
+  RunResult run = engine.run(r.program);
+  if (run.stalled) {
+    Diagnostic d;
+    d.message = "the simulation stalled (deadlock at run time); blocked ops:";
+    for (size_t i = 0; i < run.stall.blocked_tasks.size() && i < 6; ++i) {
+      uint32_t t = run.stall.blocked_tasks[i];
+      d.message += "\n    " + cp.dag.node_name(r.task_node[t], cp.model);
+    }
+    d.loc.file = cp.plan.file;
+    d.hint = "a send/recv or collective is ordered differently on its peers";
+    return fail(std::move(d));
+  }
+  r.timing = std::move(run.timing);
+  r.step_time = run.makespan;
+  r.events = run.stats.events;
+
+  // ---- per-device intervals ----
+  std::vector<std::vector<std::pair<SimTime, SimTime>>> comp(D), comm(D);
+  for (uint32_t t = 0; t < r.program.tasks.size(); ++t) {
+    const Task& tk = r.program.tasks[t];
+    const auto& tm = r.timing[t];
+    if (tm.end <= tm.start) continue;
+    for (uint32_t k = 0; k < tk.part_count; ++k) {
+      uint32_t d = r.program.participants[tk.part_begin + k].device;
+      (tk.kind == TaskKind::kCompute ? comp : comm)[d].push_back({tm.start, tm.end});
+    }
+  }
+  // ---- memory: static + effects at task start/end ----
+  const auto& dag = cp.dag;
+  std::vector<std::vector<std::tuple<SimTime, int, int64_t>>> mev(D);  // (t, category, delta)
+  {
+    // effects by node, then applied to each task instance on each involved device
+    std::vector<uint32_t> first(dag.nodes.size() + 1, 0);
+    for (const auto& m : dag.mem) ++first[m.node + 1];
+    for (size_t i = 0; i < dag.nodes.size(); ++i) first[i + 1] += first[i];
+    for (uint32_t t = 0; t < r.program.tasks.size(); ++t) {
+      uint32_t n = r.task_node[t];
+      if (first[n] == first[n + 1]) continue;
+      const Task& tk = r.program.tasks[t];
+      for (uint32_t k = first[n]; k < first[n + 1]; ++k) {
+        const MemEffect& m = dag.mem[k];
+        SimTime when = m.at_end ? r.timing[t].end : r.timing[t].start;
+        for (uint32_t p = 0; p < tk.part_count; ++p) {
+          uint32_t d = r.program.participants[tk.part_begin + p].device;
+          mev[d].push_back({when, 3 + static_cast<int>(m.cat), m.bytes});
+        }
+      }
+    }
+  }
+  const double capacity = cp.plan.cluster.device.memory_GiB * 1024.0 * 1024.0 * 1024.0;
+  r.devices.resize(D);
+  double busy_sum = 0;
+  for (int d = 0; d < D; ++d) {
+    DeviceMetrics& m = r.devices[d];
+    m.id = d;
+    if (r.folded && !keep[d]) continue;  // filled from the representative below
+    m.busy = union_length(comp[d]);
+    m.comm = union_length(comm[d]);
+    m.exposed_comm = minus_length(comm[d], comp[d]);
+    std::array<int64_t, kMemCategories> cur{};
+    if (static_cast<size_t>(d) < cp.static_mem.size()) {
+      cur[0] = cp.static_mem[d].params;
+      cur[1] = cp.static_mem[d].grads;
+      cur[2] = cp.static_mem[d].optimizer;
+    }
+    auto total = [&] {
+      int64_t s = 0;
+      for (auto x : cur) s += x;
+      return s;
+    };
+    // Frees before allocations at the same instant (a buffer released as the next is taken).
+    std::sort(mev[d].begin(), mev[d].end(), [](const auto& a, const auto& b) {
+      if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) < std::get<0>(b);
+      return std::get<2>(a) < std::get<2>(b);
+    });
+    m.peak_memory = total();
+    m.breakdown = cur;
+    m.memory.push_back({0, total()});
+    for (size_t i = 0; i < mev[d].size();) {
+      SimTime t = std::get<0>(mev[d][i]);
+      for (; i < mev[d].size() && std::get<0>(mev[d][i]) == t; ++i) {
+        cur[std::get<1>(mev[d][i])] += std::get<2>(mev[d][i]);
+        int64_t tot = total();
+        if (tot > m.peak_memory) m.peak_memory = tot, m.peak_time = t, m.breakdown = cur;
+      }
+      if (m.memory.back().t == t) m.memory.back().bytes = total();
+      else m.memory.push_back({t, total()});
+    }
+    m.over_capacity = static_cast<double>(m.peak_memory) > capacity;
+  }
+  for (int d = 0; d < D; ++d) {
+    DeviceMetrics& m = r.devices[d];
+    if (r.folded && !keep[d] && rep_of[d] >= 0) {
+      m = r.devices[rep_of[d]];
+      m.id = d;
+      m.folded = true;
+    }
+    m.bubble = r.step_time - m.busy;
+    m.bubble_ratio = r.step_time > 0 ? static_cast<double>(m.bubble) / r.step_time : 0;
+    r.exposed_comm += m.exposed_comm;
+    busy_sum += static_cast<double>(m.busy);
+  }
+  r.bubble_ratio = (r.step_time > 0 && D > 0)
+                       ? 1.0 - busy_sum / (static_cast<double>(D) * static_cast<double>(r.step_time))
+                       : 0;
+  // ---- model FLOPs: each op once per data-parallel replica ----
+  double flops = 0;
+  for (const auto& n : dag.nodes) {
+    if (n.kind != NodeKind::kCompute) continue;
+    const ModelOp& op = cp.model.ops[n.op];
+    double f = n.tags.pass == Pass::kF    ? op.fwd_flops
+               : n.tags.pass == Pass::kB  ? op.bi_flops + op.bw_flops
+               : n.tags.pass == Pass::kBI ? op.bi_flops
+                                          : op.bw_flops;
+    flops += f * static_cast<double>(dag.device_sets[n.devs].devices.size() / n.tp);
+  }
+  r.model_flops = flops;
+  const double peak = cp.plan.cluster.device.peak_tflops * 1e12;
+  r.mfu = r.step_time > 0 ? flops / (r.step_time * 1e-9 * D * peak) : 0;
+  // tokens: every microbatch of every data-parallel replica of the first op
+  int64_t replicas = 0;
+  for (const auto& n : dag.nodes)
+    if (n.kind == NodeKind::kCompute && n.op == 0 && n.tags.pass == Pass::kF) {
+      replicas = static_cast<int64_t>(dag.device_sets[n.devs].devices.size() / n.tp);
+      break;
+    }
+  r.tokens_per_s = r.step_time > 0 ? static_cast<double>(cp.model.tokens_per_microbatch) *
+                                         cp.num_microbatches * replicas / (r.step_time * 1e-9)
+                                   : 0;
+  r.sim_wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r) {
+  const Program& p = r.program;
+  const size_t T = p.tasks.size();
+  std::vector<CriticalStep> out;
+  if (T == 0) return out;
+  // Stream predecessor of each task on each of its (device, stream) lanes, from dispatch order.
+  std::map<std::pair<uint32_t, uint16_t>, uint32_t> last_on_lane;
+  std::vector<std::vector<uint32_t>> lane_pred(T);
+  for (uint32_t d = 0; d < p.devices.size(); ++d)
+    for (uint32_t t : p.devices[d].dispatch) {
+      const Task& tk = p.tasks[t];
+      for (uint32_t k = 0; k < tk.part_count; ++k) {
+        const auto& pa = p.participants[tk.part_begin + k];
+        if (pa.device != d) continue;
+        auto key = std::make_pair(pa.device, pa.stream);
+        if (auto it = last_on_lane.find(key); it != last_on_lane.end()) lane_pred[t].push_back(it->second);
+        last_on_lane[key] = t;
+      }
+    }
+  uint32_t cur = 0;
+  for (uint32_t t = 1; t < T; ++t)
+    if (r.timing[t].end > r.timing[cur].end) cur = t;
+  auto name = [&](uint32_t t) { return cp.dag.node_name(r.task_node[t], cp.model); };
+  std::vector<char> seen(T, 0);
+  while (!seen[cur]) {
+    seen[cur] = 1;
+    const Task& tk = p.tasks[cur];
+    const SimTime start = r.timing[cur].start;
+    // The binding constraint: the predecessor (data/order or stream) that ended last.
+    int64_t best_end = -1;
+    uint32_t best = UINT32_MAX;
+    std::string why;
+    for (uint32_t k = 0; k < tk.dep_count; ++k) {
+      uint32_t d = p.deps[tk.dep_begin + k];
+      if (r.timing[d].end > best_end) best_end = r.timing[d].end, best = d, why = "waited for its input";
+    }
+    for (uint32_t d : lane_pred[cur])
+      if (r.timing[d].end > best_end) best_end = r.timing[d].end, best = d, why = "waited for its stream";
+    CriticalStep s;
+    s.task = cur;
+    s.what = name(cur);
+    s.device = r.task_device[cur];
+    s.start = start;
+    s.end = r.timing[cur].end;
+    if (best == UINT32_MAX || best_end <= 0) {
+      s.waited_for = start > 0 ? "host dispatch" : "nothing (step start)";
+      out.push_back(std::move(s));
+      break;
+    }
+    if (best_end < start) why += fmt::format(", then {} ns more (dispatch or a rendezvous peer)", start - best_end);
+    s.waited_for = why;
+    out.push_back(std::move(s));
+    cur = best;
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+// ---------------------------------------------------------------- Session
+
+Expected<Session> Session::open(const std::string& path) {
+  auto src = JsonSource::load(path);
+  if (!src) return fail(src.error());
+  auto plan = parse_plan(*src);
+  if (!plan) return fail(plan.error());
+  auto cp = compile(*plan, &*src);
+  if (!cp) return fail(cp.error());
+  Session s;
+  s.base_dir_ = std::filesystem::path(path).parent_path().string();
+  auto cm = cost::make_cost_model(cp->plan.costmodel, cp->plan.cluster, s.base_dir_, &*src);
+  if (!cm) return fail(cm.error());
+  s.cp_ = std::make_shared<const CompiledPlan>(std::move(*cp));
+  s.cm_ = std::shared_ptr<const cost::CostModel>(std::move(*cm));
+  return s;
+}
+
+Expected<Session> Session::from_plan(Plan plan, std::string base_dir) {
+  auto cp = compile(plan);
+  if (!cp) return fail(cp.error());
+  auto cm = cost::make_cost_model(cp->plan.costmodel, cp->plan.cluster, base_dir);
+  if (!cm) return fail(cm.error());
+  Session s;
+  s.base_dir_ = std::move(base_dir);
+  s.cp_ = std::make_shared<const CompiledPlan>(std::move(*cp));
+  s.cm_ = std::shared_ptr<const cost::CostModel>(std::move(*cm));
+  return s;
+}
+
+Expected<Result> Session::simulate(const SimOptions& opt) const { return sim::simulate(*cp_, *cm_, opt); }
+
+Expected<void> Session::set_costmodel(const CostModelSpec& spec) {
+  auto cm = cost::make_cost_model(spec, cp_->plan.cluster, base_dir_);
+  if (!cm) return fail(cm.error());
+  auto cp = std::make_shared<CompiledPlan>(*cp_);
+  cp->plan.costmodel = spec;
+  cp_ = std::move(cp);
+  cm_ = std::shared_ptr<const cost::CostModel>(std::move(*cm));
+  return {};
+}
+
+Expected<void> Session::set_plan(Plan plan) {
+  auto cp = compile(plan);
+  if (!cp) return fail(cp.error());
+  auto cm = cost::make_cost_model(cp->plan.costmodel, cp->plan.cluster, base_dir_);
+  if (!cm) return fail(cm.error());
+  cp_ = std::make_shared<const CompiledPlan>(std::move(*cp));
+  cm_ = std::shared_ptr<const cost::CostModel>(std::move(*cm));
+  return {};
+}
+
+Expected<void> Session::set_directive(size_t index, const Directive& d) {
+  Plan plan = cp_->plan;
+  if (index >= plan.schedule.size()) {
+    Diagnostic diag;
+    diag.message = fmt::format("no directive {} (the schedule has {})", index, plan.schedule.size());
+    return fail(std::move(diag));
+  }
+  plan.schedule[index] = d;
+  plan.schedule[index].index = static_cast<int>(index);
+  return set_plan(std::move(plan));
+}
+
+}  // namespace stretto::sim

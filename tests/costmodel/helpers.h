@@ -52,8 +52,11 @@ inline void expect_consistent(const CommCost& c) {
   EXPECT_EQ(c.time_ns, c.latency_ns + transfer_ns(c.wire_bytes, c.rate_cap));
   EXPECT_GE(c.latency_ns, 0);
   EXPECT_GE(c.wire_bytes, 0);
-  if (c.wire_bytes > 0) EXPECT_GT(c.rate_cap, 0);
-  if (c.wire_bytes == 0) EXPECT_EQ(c.rate_cap, 0);
+  if (c.wire_bytes > 0) {
+    EXPECT_GT(c.rate_cap, 0);
+  } else {
+    EXPECT_EQ(c.rate_cap, 0);
+  }
 }
 
 }  // namespace stretto::cost::testing

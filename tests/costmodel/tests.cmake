@@ -1,1 +1,10 @@
-# tests for costmodel (owner fills in)
+# Cost model tests (costmodel/): fixed, analytic compute, NCCL collectives, profiled tables,
+# option and table diagnostics. Data: tests/data/costmodel/.
+stretto_test(costmodel_test
+  SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/fixed_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/analytic_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/nccl_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/profiled_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/options_test.cpp
+  LIBS stretto::costmodel)

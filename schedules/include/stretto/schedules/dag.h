@@ -139,6 +139,7 @@ struct CompiledPlan {
   int num_devices = 0;
   int num_microbatches = 1;
   std::vector<DeviceClass> classes;
+  std::vector<uint32_t> topo_order;       // the global order every class program follows
   std::vector<int32_t> class_of_device;   // -1: idle device
   std::vector<StaticMemory> static_mem;   // per device
   int zero_level = 0;                     // max over replicate directives

@@ -33,7 +33,7 @@
 //
 // Cost: per event O(participants + successors) plus the re-timing of the tasks whose rate changed
 // (the compute tasks of a touched device; the flows of the re-solved max-min component). Events
-// are 24-byte PODs in a 4-ary heap; completions are invalidated lazily by a per-job version.
+// are 24-byte PODs in a binary heap; completions are invalidated lazily by a per-job version.
 // No allocation per event: all state lives in vectors sized at the start of run() and kept by
 // the Engine between runs, so re-running a same-sized program allocates nothing but the result.
 

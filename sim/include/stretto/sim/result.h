@@ -1,0 +1,67 @@
+#pragma once
+// What one simulated training step predicts (DESIGN.md §3, §4).
+//
+// Times are integer nanoseconds. Per device: busy = union of compute intervals; bubble =
+// step_time - busy; exposed_comm = time a comm op of this device runs while none of its
+// compute ops runs; memory = static (params, grads, optimizer by ZeRO level) + dynamic
+// (activations, comm buffers, grad buckets, gathered params) over time; its peak with the
+// breakdown at the moment of the peak.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stretto/schedules/dag.h"
+#include "stretto/sim/program.h"
+
+namespace stretto::sim {
+
+inline constexpr size_t kMemCategories = 7;  // params, grads, optimizer + dag.h's 4 dynamic ones
+std::string_view memory_category_name(size_t i);
+
+struct MemorySample {
+  SimTime t;
+  int64_t bytes;  // allocated on the device after the change at t
+};
+
+struct DeviceMetrics {
+  int id = 0;
+  SimTime busy = 0, bubble = 0, exposed_comm = 0, comm = 0;
+  double bubble_ratio = 0;
+  int64_t peak_memory = 0;
+  SimTime peak_time = 0;
+  std::array<int64_t, kMemCategories> breakdown{};  // at the peak
+  std::vector<MemorySample> memory;                 // the allocated-bytes curve
+  bool folded = false;  // metrics copied from an identical replica (replica folding)
+  bool over_capacity = false;
+};
+
+/// One link of the critical path: an op, when it ran, and what it waited for.
+struct CriticalStep {
+  uint32_t task = 0;
+  std::string what;     // user-facing name of the op
+  int device = -1;
+  SimTime start = 0, end = 0;
+  std::string waited_for;  // "data from ...", "stream order", "rendezvous with device 3", ...
+};
+
+struct Result {
+  SimTime step_time = 0;
+  double bubble_ratio = 0;
+  SimTime exposed_comm = 0;  // sum over devices
+  double mfu = 0;
+  double tokens_per_s = 0;
+  double model_flops = 0;
+  std::vector<DeviceMetrics> devices;
+  uint64_t events = 0;
+  double sim_wall_ms = 0;
+  bool folded = false;
+  // Engine-level detail, for traces, the GUI and the critical path.
+  Program program;
+  std::vector<uint32_t> task_node;    // DAG node of each task
+  std::vector<int32_t> task_device;   // primary device (compute: its device; comm: first member)
+  std::vector<TaskTiming> timing;
+};
+
+}  // namespace stretto::sim

@@ -1,0 +1,67 @@
+#pragma once
+// Session: the one library API the CLI, the GUI and sweeps share (DESIGN.md §1).
+//
+//   auto s = Session::open("plan.json");          // load + parse + compile
+//   auto r = s->simulate();                        // build program + run engine + metrics
+//   s->set_costmodel(spec);  s->simulate();        // cheap re-simulation: no recompile
+//   s->set_directive(3, d);  s->simulate();        // recompiles, then simulates
+//
+// A Session is a value-owning object (no globals): many may run on parallel threads.
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "stretto/costmodel/cost_model.h"
+#include "stretto/schedules/compiler.h"
+#include "stretto/sim/result.h"
+
+namespace stretto::sim {
+
+struct SimOptions {
+  /// Simulate one representative of each group of identical data-parallel replicas and copy
+  /// its metrics to the others. Exact when replicas are symmetric (same program, same
+  /// links); off by default.
+  bool fold_replicas = false;
+};
+
+/// Builds the engine program of a compiled plan under a cost model (instance level).
+/// `only_devices` (optional, sorted) restricts it to those devices' tasks (replica folding).
+Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
+                      std::vector<uint32_t>* task_node, std::vector<int32_t>* task_device,
+                      const std::vector<char>* only_devices = nullptr);
+
+/// Runs the engine and computes every metric of `Result`.
+Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
+                          const SimOptions& opt = {});
+
+/// The chain of ops and waits that determines the step time, last op first reversed to
+/// first-to-last order.
+std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r);
+
+class Session {
+ public:
+  static Expected<Session> open(const std::string& path);
+  static Expected<Session> from_plan(Plan plan, std::string base_dir = ".");
+
+  const CompiledPlan& compiled() const { return *cp_; }
+  const Plan& plan() const { return cp_->plan; }
+  const cost::CostModel& cost_model() const { return *cm_; }
+
+  Expected<Result> simulate(const SimOptions& opt = {}) const;
+
+  /// Replaces the cost model (no recompilation).
+  Expected<void> set_costmodel(const CostModelSpec& spec);
+  /// Replaces directive `index` and recompiles; on error the session is unchanged.
+  Expected<void> set_directive(size_t index, const Directive& d);
+  /// Replaces the whole plan and recompiles; on error the session is unchanged.
+  Expected<void> set_plan(Plan plan);
+
+ private:
+  Session() = default;
+  std::shared_ptr<const CompiledPlan> cp_;
+  std::shared_ptr<const cost::CostModel> cm_;
+  std::string base_dir_;
+};
+
+}  // namespace stretto::sim

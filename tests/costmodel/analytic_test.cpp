@@ -1,0 +1,275 @@
+// The analytic model's compute side, point-to-point flows and defaults.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "helpers.h"
+#include "stretto/costmodel/analytic.h"
+
+namespace stretto::cost {
+namespace {
+
+AnalyticParams params(Json options = Json::object(), ClusterSpec cl = testing::h100_cluster()) {
+  auto p = parse_analytic_params(options, cl, "/costmodel", "plan.json");
+  EXPECT_TRUE(p.has_value());
+  return p ? *p : AnalyticParams{};
+}
+
+TEST(GemmEfficiency, MonotoneInSizeAndBelowPeak) {
+  const DeviceSpec dev = testing::h100_cluster().device;
+  AnalyticParams p = params({{"wave_quantization", false}});
+  double prev = 0;
+  for (double s = 32; s <= 32768; s *= std::sqrt(2.0)) {
+    const int64_t n = std::llround(s);
+    const double e = gemm_efficiency(p, dev, n, n, n);
+    EXPECT_GT(e, prev) << "square GEMM of size " << n;
+    EXPECT_LE(e, p.gemm_efficiency);
+    EXPECT_LT(e, 1.0);
+    prev = e;
+  }
+  // Monotone along each dimension too (tokens m, width n, depth k, and grouped batch).
+  for (int dim = 0; dim < 4; ++dim) {
+    prev = 0;
+    for (int64_t x = 1; x <= 65536; x *= 2) {
+      int64_t m = 2048, n = 2048, k = 2048, b = 1;
+      (dim == 0 ? m : dim == 1 ? n : dim == 2 ? k : b) = x;
+      const double e = gemm_efficiency(p, dev, m, n, k, b);
+      EXPECT_GE(e, prev) << "dim " << dim << " x " << x;
+      prev = e;
+    }
+  }
+  // Small GEMMs are far from peak, large ones reach the published 0.7-0.8 of peak.
+  EXPECT_LT(gemm_efficiency(p, dev, 256, 256, 256), 0.3);
+  const double big = gemm_efficiency(params(), dev, 8192, 8192, 8192);
+  EXPECT_GT(big * dev.peak_tflops, 700);
+  EXPECT_LT(big * dev.peak_tflops, 800);
+}
+
+TEST(GemmEfficiency, WaveQuantization) {
+  const DeviceSpec dev = testing::h100_cluster().device;  // 132 SMs
+  AnalyticParams q = params();                            // quantised (default)
+  AnalyticParams smooth = params({{"wave_quantization", false}});
+  // 132 tiles of 128x128 fill one wave; 133 need a second, nearly empty one.
+  const double one_wave = gemm_efficiency(q, dev, 128 * 132, 128, 8192);
+  const double two_waves = gemm_efficiency(q, dev, 128 * 133, 128, 8192);
+  EXPECT_NEAR(two_waves / one_wave, 133.0 / 264.0, 1e-9);
+  // Quantisation only ever loses efficiency against the smooth curve.
+  for (int64_t m : {1, 100, 1000, 4096, 16896, 17024, 100000})
+    for (int64_t n : {64, 128, 1000, 4096})
+      for (int64_t k : {64, 512, 4096})
+        EXPECT_LE(gemm_efficiency(q, dev, m, n, k), gemm_efficiency(smooth, dev, m, n, k) + 1e-12);
+}
+
+TEST(AnalyticCompute, GemmTimeMonotoneInTokensWithQuantisation) {
+  auto m = testing::make_or_die(testing::analytic_spec(), testing::h100_cluster());
+  ASSERT_TRUE(m);
+  int64_t prev = 0;
+  for (int64_t tokens = 128; tokens <= 65536; tokens += 128) {
+    ComputeQuery q;
+    q.kind = OpKind::kMlpUp;
+    q.pass = Pass::kF;
+    q.gemm = {tokens, 14336, 4096, 1};
+    q.flops = 2.0 * tokens * 14336 * 4096;
+    q.bytes = 2 * (tokens * 4096 + 4096 * 14336 + tokens * 14336);
+    const int64_t t = m->compute(q).ns;
+    EXPECT_GE(t, prev) << tokens;
+    prev = t;
+  }
+}
+
+TEST(AnalyticCompute, RooflineAndPasses) {
+  const ClusterSpec cl = testing::h100_cluster();
+  AnalyticParams p = params();
+  auto m = testing::make_or_die(testing::analytic_spec(), cl);
+  ASSERT_TRUE(m);
+  const int64_t M = 8192, N = 8192, K = 8192;
+  ComputeQuery q;
+  q.kind = OpKind::kOutProj;
+  q.pass = Pass::kF;
+  q.gemm = {M, N, K, 1};
+  q.flops = 2.0 * M * N * K;
+  q.bytes = 2 * (M * K + K * N + M * N);
+  const ComputeCost f = m->compute(q);
+  EXPECT_FALSE(f.mem_bound);
+  const double peak_per_ns = cl.device.peak_tflops * 1e3;
+  EXPECT_NEAR(static_cast<double>(f.ns), q.flops / (peak_per_ns * gemm_efficiency(p, cl.device, q.gemm)), 1.0);
+  // B = BI + BW: twice the flops, the BI and BW GEMMs (square: same shape as F).
+  q.pass = Pass::kB;
+  q.flops *= 2;
+  EXPECT_NEAR(static_cast<double>(m->compute(q).ns), 2.0 * f.ns, 2.0);
+  // FP8 doubles the peak, FP32 (TF32) halves it.
+  q.pass = Pass::kF;
+  q.flops /= 2;
+  q.dtype = DType::kFP8;
+  EXPECT_NEAR(static_cast<double>(m->compute(q).ns), f.ns / 2.0, 1.0);
+  q.dtype = DType::kFP32;
+  EXPECT_NEAR(static_cast<double>(m->compute(q).ns), f.ns * 2.0, 2.0);
+  // A skinny GEMM (decode-like, 16 tokens) is limited by reading the weights.
+  q.dtype = DType::kBF16;
+  q.gemm = {16, N, K, 1};
+  q.flops = 2.0 * 16 * N * K;
+  q.bytes = 2 * (16 * K + K * N + 16 * N);
+  const ComputeCost skinny = m->compute(q);
+  EXPECT_TRUE(skinny.mem_bound);
+  EXPECT_NEAR(static_cast<double>(skinny.ns), q.bytes / (cl.device.hbm_GBps * p.memory_efficiency), 1.0);
+  // Nothing to do: no time, not even the launch floor.
+  q.flops = 0;
+  q.bytes = 0;
+  EXPECT_EQ(m->compute(q).ns, 0);
+}
+
+TEST(AnalyticCompute, MemoryBoundOpIsBytesOverHbmWithinLaunchFloor) {
+  const ClusterSpec cl = testing::h100_cluster();
+  auto m = testing::make_or_die(testing::analytic_spec({{"memory_efficiency", 1.0}}), cl);
+  ASSERT_TRUE(m);
+  const double floor_ns = 3000;  // launch_floor_us default
+  for (OpKind k : {OpKind::kNorm, OpKind::kMlpAct, OpKind::kLoss, OpKind::kEmbedding}) {
+    for (int64_t bytes : {int64_t{1} << 10, int64_t{1} << 20, int64_t{64} << 20, int64_t{1} << 30}) {
+      ComputeQuery q;
+      q.kind = k;
+      q.pass = Pass::kF;
+      q.bytes = bytes;
+      q.flops = 5.0 * bytes;  // elementwise flops do not matter
+      const ComputeCost c = m->compute(q);
+      const double ideal = static_cast<double>(bytes) / cl.device.hbm_GBps;  // bytes/ns
+      EXPECT_TRUE(c.mem_bound);
+      EXPECT_GE(static_cast<double>(c.ns), ideal);
+      EXPECT_LE(static_cast<double>(c.ns), ideal + floor_ns);
+      EXPECT_GE(c.ns, static_cast<int64_t>(floor_ns));
+    }
+  }
+  // The default 0.9 efficiency slows large streams by exactly 1/0.9.
+  auto d = testing::make_or_die(testing::analytic_spec(), cl);
+  ComputeQuery q;
+  q.kind = OpKind::kNorm;
+  q.bytes = int64_t{1} << 30;
+  EXPECT_NEAR(static_cast<double>(d->compute(q).ns), q.bytes / (cl.device.hbm_GBps * 0.9), 1.0);
+}
+
+TEST(AnalyticComm, SendRecvIsOneFlowOverTheLinkBetweenTheRanks) {
+  const ClusterSpec cl = testing::h100_cluster(2, 8);
+  auto m = testing::make_or_die(testing::analytic_spec(), cl);
+  ASSERT_TRUE(m);
+  CommQuery q;
+  q.kind = CommKind::kSendRecv;
+  q.bytes = 64 << 20;
+  q.group_size = 2;
+  q.nodes_spanned = 1;
+  CommCost c = m->comm(q);
+  EXPECT_EQ(c.wire_bytes, q.bytes);
+  EXPECT_DOUBLE_EQ(c.rate_cap, 360.0);
+  EXPECT_EQ(c.latency_ns, std::llround((1.0 + 3.4) * 1000));  // link latency + hwLat NVLink ring/Simple
+  EXPECT_FALSE(c.inter_node);
+  EXPECT_EQ(c.algo, "p2p");
+  testing::expect_consistent(c);
+  q.nodes_spanned = 2;
+  c = m->comm(q);
+  EXPECT_DOUBLE_EQ(c.rate_cap, 50.0);
+  EXPECT_EQ(c.latency_ns, std::llround((2.0 + 14.0) * 1000));  // + hwLat NET ring/Simple
+  EXPECT_TRUE(c.inter_node);
+  testing::expect_consistent(c);
+  // p2p_latency_us overrides the derived latency.
+  auto o = testing::make_or_die(testing::analytic_spec({{"p2p_latency_us", 7.5}}), cl);
+  EXPECT_EQ(o->comm(q).latency_ns, 7500);
+}
+
+TEST(AnalyticComm, AllToAllBottleneck) {
+  const ClusterSpec cl = testing::h100_cluster(4, 8);
+  auto m = testing::make_or_die(testing::analytic_spec(), cl);
+  ASSERT_TRUE(m);
+  const int64_t S = int64_t{256} << 20;
+  CommQuery q;
+  q.kind = CommKind::kAllToAll;
+  q.bytes = S;
+  // 8 ranks on one node: 7/8 of the buffer over NVLink.
+  q.group_size = 8;
+  q.nodes_spanned = 1;
+  CommCost c = m->comm(q);
+  EXPECT_EQ(c.wire_bytes, (S * 7 + 7) / 8);
+  EXPECT_DOUBLE_EQ(c.rate_cap, 360.0);
+  EXPECT_FALSE(c.inter_node);
+  testing::expect_consistent(c);
+  // 32 ranks on 4 nodes: 24/32 of the buffer over the 50 GB/s NIC beats 7/32 over NVLink.
+  q.group_size = 32;
+  q.nodes_spanned = 4;
+  c = m->comm(q);
+  EXPECT_EQ(c.wire_bytes, S * 24 / 32);
+  EXPECT_DOUBLE_EQ(c.rate_cap, 50.0);
+  EXPECT_TRUE(c.inter_node);
+  testing::expect_consistent(c);
+  // With very fast NICs the NVLink share becomes the bottleneck.
+  ClusterSpec fast = cl;
+  fast.inter_node.bandwidth_GBps = 2000;
+  auto f = testing::make_or_die(testing::analytic_spec(), fast);
+  c = f->comm(q);
+  EXPECT_FALSE(c.inter_node);
+  EXPECT_EQ(c.wire_bytes, S * 7 / 32);
+  testing::expect_consistent(c);
+}
+
+TEST(AnalyticComm, IslandsUseTheDcnLink) {
+  ClusterSpec cl = testing::h100_cluster(4, 8);
+  cl.islands = 2;
+  cl.dcn = {12.5, 10.0};
+  auto m = testing::make_or_die(testing::analytic_spec(), cl);
+  ASSERT_TRUE(m);
+  CommQuery q;
+  q.kind = CommKind::kSendRecv;
+  q.bytes = 1 << 30;
+  q.nodes_spanned = 2;
+  q.crosses_island = true;
+  CommCost c = m->comm(q);
+  EXPECT_DOUBLE_EQ(c.rate_cap, 12.5);
+  EXPECT_TRUE(c.inter_node);
+  q.kind = CommKind::kAllReduce;
+  q.group_size = 4;
+  q.nodes_spanned = 4;
+  CommCost dcn = m->comm(q);
+  q.crosses_island = false;
+  CommCost ib = m->comm(q);
+  EXPECT_GT(dcn.time_ns, 3 * ib.time_ns);
+  EXPECT_LE(dcn.rate_cap, 12.5);
+}
+
+TEST(AnalyticComm, EmptyAndTrivialCommunication) {
+  auto m = testing::make_or_die(testing::analytic_spec(), testing::h100_cluster());
+  CommQuery q;
+  q.kind = CommKind::kAllReduce;
+  q.bytes = 0;
+  q.group_size = 8;
+  EXPECT_EQ(m->comm(q).time_ns, 0);
+  q.bytes = 1 << 20;
+  q.group_size = 1;
+  EXPECT_EQ(m->comm(q).time_ns, 0);
+  q.kind = CommKind::kNone;
+  q.group_size = 8;
+  EXPECT_EQ(m->comm(q).time_ns, 0);
+}
+
+TEST(AnalyticModel, Defaults) {
+  auto m = testing::make_or_die(testing::analytic_spec(), testing::h100_cluster());
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->name(), "analytic");
+  EXPECT_EQ(m->dispatch_ns(), 5000);
+  EXPECT_DOUBLE_EQ(m->interference().comm_sm_share, 20.0 / 132.0);  // DeepSeek-V3: 20 of 132 SMs
+  EXPECT_DOUBLE_EQ(m->interference().comm_hbm_share, 0.10);
+  AnalyticParams p = params();
+  EXPECT_EQ(p.nccl.arch, NcclArch::kHopper);
+  EXPECT_TRUE(p.nccl.nvlink);
+  ClusterSpec a100 = testing::h100_cluster();
+  a100.device.kind = "a100-sxm";
+  a100.device.sms = 108;
+  EXPECT_EQ(params(Json::object(), a100).nccl.arch, NcclArch::kAmpere);
+  EXPECT_DOUBLE_EQ(params(Json::object(), a100).comm_sm_share, 20.0 / 108.0);
+  auto o = testing::make_or_die(testing::analytic_spec({{"comm_sm_share", 0.25},
+                                                        {"comm_hbm_share", 0.3},
+                                                        {"dispatch_us", 0}}),
+                                testing::h100_cluster());
+  EXPECT_DOUBLE_EQ(o->interference().comm_sm_share, 0.25);
+  EXPECT_DOUBLE_EQ(o->interference().comm_hbm_share, 0.3);
+  EXPECT_EQ(o->dispatch_ns(), 0);
+}
+
+}  // namespace
+}  // namespace stretto::cost

@@ -1,0 +1,112 @@
+// make_cost_model: option validation and cluster checks, as diagnostics with pointers.
+
+#include <gtest/gtest.h>
+
+#include "helpers.h"
+#include "stretto/costmodel/analytic.h"
+
+namespace stretto::cost {
+namespace {
+
+Diagnostics errors_of(Json options, ClusterSpec cl = testing::h100_cluster(2, 8)) {
+  auto m = make_cost_model(testing::analytic_spec(std::move(options)), cl, "");
+  EXPECT_FALSE(m.has_value());
+  return m ? Diagnostics{} : m.error();
+}
+
+TEST(CostModelOptions, UnknownKeyGivesDidYouMean) {
+  Diagnostics ds = errors_of({{"gemm_eficiency", 0.7}});
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].message, "unknown cost model option 'gemm_eficiency'");
+  EXPECT_EQ(ds[0].loc.json_pointer, "/costmodel/gemm_eficiency");
+  EXPECT_EQ(ds[0].hint, "did you mean 'gemm_efficiency'?");
+  EXPECT_EQ(ds[0].severity, Severity::kError);
+
+  ds = errors_of({{"comm_sm_shares", 0.2}, {"dispatch", 3}, {"zzzzzzzz", 1}});
+  ASSERT_EQ(ds.size(), 3u);  // all collected
+  EXPECT_EQ(ds[0].hint, "did you mean 'comm_sm_share'?");
+  EXPECT_EQ(ds[1].hint, "did you mean 'dispatch_us'?");
+  EXPECT_EQ(ds[2].hint, "");  // nothing plausible
+  EXPECT_EQ(ds[2].loc.json_pointer, "/costmodel/zzzzzzzz");
+}
+
+TEST(CostModelOptions, PointerUsesTheSpecPointerAndEscapes) {
+  CostModelSpec s = testing::analytic_spec({{"a/b", 1}});
+  s.pointer = "/plans/0/costmodel";
+  auto m = make_cost_model(s, testing::h100_cluster(), "");
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.error()[0].loc.json_pointer, "/plans/0/costmodel/a~1b");
+}
+
+TEST(CostModelOptions, BadValues) {
+  Diagnostics ds = errors_of({{"gemm_efficiency", 1.5},
+                              {"memory_efficiency", "high"},
+                              {"gemm_tile_m", 0},
+                              {"wave_quantization", 1},
+                              {"nccl_arch", "hoper"},
+                              {"comm_hbm_share", -0.1}});
+  ASSERT_EQ(ds.size(), 6u);  // every problem, in key order
+  EXPECT_EQ(ds[0].loc.json_pointer, "/costmodel/comm_hbm_share");
+  EXPECT_EQ(ds[0].message, "option 'comm_hbm_share' = -0.1 is out of range [0.0, 1.0]");
+  EXPECT_EQ(ds[1].loc.json_pointer, "/costmodel/gemm_efficiency");
+  EXPECT_EQ(ds[1].message, "option 'gemm_efficiency' = 1.5 is out of range (0.0, 1.0]");
+  EXPECT_EQ(ds[2].loc.json_pointer, "/costmodel/gemm_tile_m");
+  EXPECT_EQ(ds[3].loc.json_pointer, "/costmodel/memory_efficiency");
+  EXPECT_EQ(ds[3].message, "option 'memory_efficiency' must be a number");
+  EXPECT_EQ(ds[4].loc.json_pointer, "/costmodel/nccl_arch");
+  EXPECT_EQ(ds[4].hint, "did you mean 'hopper'?");
+  EXPECT_EQ(ds[5].loc.json_pointer, "/costmodel/wave_quantization");
+}
+
+TEST(CostModelOptions, NcclMaskTypos) {
+  Diagnostics ds = errors_of({{"nccl_algo", "ring,rign"}});
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].loc.json_pointer, "/costmodel/nccl_algo");
+  EXPECT_EQ(ds[0].hint, "did you mean 'ring'?");
+  ds = errors_of({{"nccl_proto", "^LL,simpel"}});
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].hint, "did you mean 'simple'?");
+  ds = errors_of({{"nccl_algo", "nvls"}});  // real NCCL algorithm, not modelled
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_NE(ds[0].message.find("expected one of tree, ring, pat"), std::string::npos);
+  ds = errors_of({{"nccl_algo", ""}});
+  ASSERT_EQ(ds.size(), 1u);
+}
+
+TEST(CostModelOptions, MasksAreCaseInsensitiveAndInvertible) {
+  auto cl = testing::h100_cluster(1, 8);
+  auto m = testing::make_or_die(testing::analytic_spec({{"nccl_algo", "Tree"}, {"nccl_proto", "^LL,LL128"}}), cl);
+  ASSERT_TRUE(m);
+  CommCost c = m->comm({CommKind::kAllReduce, 1 << 10, 8, 1, false, DType::kBF16});
+  EXPECT_EQ(c.algo, "tree");
+  EXPECT_EQ(c.proto, "simple");
+}
+
+TEST(CostModelOptions, PlanKeysAreTolerated) {
+  auto m = make_cost_model(testing::analytic_spec({{"kind", "analytic"}, {"unit", "ms"}}),
+                           testing::h100_cluster(), "");
+  EXPECT_TRUE(m.has_value());
+}
+
+TEST(CostModelOptions, OptionsMustBeAnObject) {
+  Diagnostics ds = errors_of(Json::array({1, 2}));
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].loc.json_pointer, "/costmodel");
+}
+
+TEST(CostModelCluster, MissingNumbersAreDiagnosed) {
+  ClusterSpec cl = testing::h100_cluster(2, 8);
+  cl.device.peak_tflops = 0;
+  cl.inter_node.bandwidth_GBps = 0;
+  Diagnostics ds = errors_of(Json::object(), cl);
+  ASSERT_EQ(ds.size(), 2u);
+  EXPECT_EQ(ds[0].loc.json_pointer, "/cluster/peak_tflops");
+  EXPECT_EQ(ds[1].loc.json_pointer, "/cluster/inter_node/bandwidth_GBps");
+  // A single-node cluster does not need a network.
+  ClusterSpec one = testing::h100_cluster(1, 8);
+  one.inter_node.bandwidth_GBps = 0;
+  EXPECT_TRUE(make_cost_model(testing::analytic_spec(), one, "").has_value());
+}
+
+}  // namespace
+}  // namespace stretto::cost
