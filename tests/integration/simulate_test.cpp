@@ -1,0 +1,148 @@
+// Simulation of compiled plans end to end: closed forms under fixed costs, memory model,
+// determinism, replica folding, re-simulation after edits.
+#include <gtest/gtest.h>
+
+#include "plans.h"
+
+using namespace stretto;
+using namespace stretto::testing;
+
+namespace {
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kAct = 1 << 20;
+
+sim::Result run(const json& plan, sim::SimOptions opt = {}) {
+  auto s = session_of(plan);
+  EXPECT_TRUE(s) << (s ? "" : render_all(s.error()));
+  if (!s) return {};
+  auto r = s->simulate(opt);
+  EXPECT_TRUE(r) << (r ? "" : render_all(r.error()));
+  return r ? std::move(*r) : sim::Result{};
+}
+}  // namespace
+
+TEST(Simulate, OneFOneBAndGPipeClosedForms) {
+  // (m + p - 1)(F + B) with F = 1 ms, B = 2 ms; bubble ratio (p-1)/(m+p-1).
+  for (int p : {2, 3, 4, 6}) {
+    for (int m : {p, 2 * p, 8}) {
+      auto r1 = run(pipeline_plan(p, m, kAct, [&](int r) { return order_1f1b(p, m, r); }));
+      EXPECT_EQ(r1.step_time, (m + p - 1) * 3 * kMs) << "1f1b p=" << p << " m=" << m;
+      EXPECT_NEAR(r1.bubble_ratio, double(p - 1) / (m + p - 1), 1e-12);
+      auto rg = run(pipeline_plan(p, m, kAct, [&](int r) { return order_gpipe(m, r); }));
+      EXPECT_EQ(rg.step_time, (m + p - 1) * 3 * kMs) << "gpipe p=" << p << " m=" << m;
+    }
+  }
+}
+
+TEST(Simulate, ActivationPeaksGPipeHoldsMOneFOneBHoldsP) {
+  const int p = 4, m = 8;
+  auto rg = run(pipeline_plan(p, m, kAct, [&](int r) { return order_gpipe(m, r); }));
+  auto r1 = run(pipeline_plan(p, m, kAct, [&](int r) { return order_1f1b(p, m, r); }));
+  ASSERT_EQ(rg.devices.size(), 4u);
+  EXPECT_EQ(rg.devices[0].peak_memory, m * kAct);
+  EXPECT_EQ(rg.devices[0].breakdown[3], m * kAct);
+  for (int r = 0; r < p; ++r) EXPECT_EQ(r1.devices[r].peak_memory, (p - r) * kAct) << r;
+}
+
+TEST(Simulate, SplitBackwardHoldsWeightGradientPartUntilBW) {
+  // One stage, one microbatch: F, BI, (gap while another op runs), BW. The synthetic region
+  // keeps half of its activations for BW.
+  json plan = pipeline_plan(1, 2, kAct, [&](int) {
+    return json{{"op", "order"},
+                {"filters",
+                 {{fp(0, 0, "F")}, {fp(0, 1, "F")}, {fp(0, 0, "BI")}, {fp(0, 1, "BI")},
+                  {fp(0, 0, "BW")}, {fp(0, 1, "BW")}}}};
+  });
+  auto r = run(plan);
+  // timeline (ms): F0 0-1, F1 1-2, BI0 2-3, BI1 3-4, BW0 4-5, BW1 5-6
+  EXPECT_EQ(r.step_time, 6 * kMs);
+  auto at = [&](int64_t t) {
+    int64_t v = 0;
+    for (const auto& s : r.devices[0].memory)
+      if (s.t <= t) v = s.bytes;
+    return v;
+  };
+  EXPECT_EQ(at(2 * kMs), 2 * kAct);
+  EXPECT_EQ(at(3 * kMs), kAct + kAct / 2);      // BI0 freed the BI-only half of MB0
+  EXPECT_EQ(at(4 * kMs), kAct);                 // both BW halves still held
+  EXPECT_EQ(at(5 * kMs), kAct / 2);             // BW0 freed MB0's remainder
+  EXPECT_EQ(at(6 * kMs), 0);
+  EXPECT_EQ(r.devices[0].peak_memory, 2 * kAct);
+}
+
+TEST(Simulate, DeterministicAndFoldingExact) {
+  auto s = sim::Session::open(std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json");
+  ASSERT_TRUE(s) << render_all(s.error());
+  auto a = s->simulate();
+  auto b = s->simulate();
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ(a->timing.size(), b->timing.size());
+  for (size_t i = 0; i < a->timing.size(); ++i) {
+    EXPECT_EQ(a->timing[i].start, b->timing[i].start);
+    EXPECT_EQ(a->timing[i].end, b->timing[i].end);
+  }
+  sim::SimOptions fold;
+  fold.fold_replicas = true;
+  auto f = s->simulate(fold);
+  ASSERT_TRUE(f);
+  EXPECT_TRUE(f->folded);
+  EXPECT_LT(f->program.tasks.size(), a->program.tasks.size());
+  EXPECT_EQ(f->step_time, a->step_time);
+  for (size_t d = 0; d < a->devices.size(); ++d) {
+    EXPECT_EQ(f->devices[d].busy, a->devices[d].busy) << d;
+    EXPECT_EQ(f->devices[d].peak_memory, a->devices[d].peak_memory) << d;
+    EXPECT_EQ(f->devices[d].exposed_comm, a->devices[d].exposed_comm) << d;
+  }
+}
+
+TEST(Simulate, ResimulateAfterEdits) {
+  const int p = 2, m = 4;
+  auto s = session_of(pipeline_plan(p, m, kAct, [&](int r) { return order_1f1b(p, m, r); }));
+  ASSERT_TRUE(s);
+  auto r1 = s->simulate();
+  ASSERT_TRUE(r1);
+  EXPECT_EQ(r1->step_time, (m + p - 1) * 3 * kMs);
+  // Cost edit without recompiling: F = 2, B = 4 doubles the step.
+  CostModelSpec cm = s->plan().costmodel;
+  cm.f_ns *= 2, cm.b_ns *= 2, cm.bi_ns *= 2, cm.bw_ns *= 2;
+  ASSERT_TRUE(s->set_costmodel(cm));
+  EXPECT_EQ(s->simulate()->step_time, 2 * (m + p - 1) * 3 * kMs);
+  // Directive edit: GPipe order on rank 0 keeps the makespan but raises rank 0's peak to m.
+  auto src = JsonSource::from_json(json::array({order_gpipe(m, 0)}));
+  auto ds = parse_directives(src, "");
+  ASSERT_TRUE(ds);
+  size_t idx = 0;
+  for (size_t i = 0; i < s->plan().schedule.size(); ++i)
+    if (s->plan().schedule[i].op == DirectiveOp::kOrder) {
+      idx = i;
+      break;
+    }
+  ASSERT_TRUE(s->set_directive(idx, (*ds)[0]));
+  auto r3 = s->simulate();
+  ASSERT_TRUE(r3);
+  EXPECT_EQ(r3->devices[0].peak_memory, m * kAct);
+  // A bad edit leaves the session unchanged.
+  Directive bad = (*ds)[0];
+  bad.groups[0][0].cond[0] = {TagCond::kEquals, 9};
+  EXPECT_FALSE(s->set_directive(idx, bad));
+  EXPECT_EQ(s->simulate()->devices[0].peak_memory, m * kAct);
+}
+
+TEST(Simulate, ExamplesGiveBelievablePredictions) {
+  for (const char* e : {"gpt_pp4_dp2_1f1b", "piper_qwen3_moe_pp2_dp2_ep2", "piper_qwen3_moe_zero3",
+                        "megatron_gpt13b_tp8_pp2_dp2"}) {
+    auto s = sim::Session::open(std::string(STRETTO_EXAMPLES) + "/" + e + ".json");
+    ASSERT_TRUE(s) << e << render_all(s.error());
+    auto r = s->simulate();
+    ASSERT_TRUE(r) << e << render_all(r.error());
+    EXPECT_GT(r->step_time, 0) << e;
+    EXPECT_GT(r->mfu, 0.05) << e;
+    EXPECT_LT(r->mfu, 0.8) << e;
+    EXPECT_GE(r->bubble_ratio, 0.0) << e;
+    EXPECT_LT(r->bubble_ratio, 1.0) << e;
+    for (const auto& d : r->devices) {
+      EXPECT_LE(d.busy, r->step_time);
+      EXPECT_GT(d.peak_memory, 0);
+    }
+  }
+}

@@ -1,0 +1,3 @@
+stretto_test(integration_test
+  SOURCES integration/simulate_test.cpp integration/trace_test.cpp
+  LIBS stretto::traces)
