@@ -15,17 +15,48 @@ namespace stretto::cli {
 
 namespace {
 
+// Points diagnostics that carry only a JSON pointer into `src` at their file:line:col, and
+// names `fallback` as the file of the others (command-line problems).
+Diagnostics located(Diagnostics ds, const JsonSource* src, const std::string& fallback) {
+  for (Diagnostic& d : ds) {
+    if (d.loc.known() || !d.loc.file.empty()) continue;
+    if (src && !d.loc.json_pointer.empty()) {
+      SourceLoc l = src->loc(d.loc.json_pointer);
+      d.loc = l;
+      d.source_line = src->line_text(l.line);
+    } else {
+      d.loc.file = fallback;
+    }
+  }
+  return ds;
+}
+
 // A --base file: a JSON list of directives, or an object (e.g. a plan) whose "schedule" is one.
-Expected<std::vector<Directive>> load_base(const std::string& path) {
+struct Base {
+  std::unique_ptr<JsonSource> src;
+  std::vector<Directive> directives;
+};
+
+Expected<Base> load_base(const std::string& path) {
   auto src = JsonSource::load(path);
-  if (!src) return std::unexpected(std::move(src.error()));
-  const Json& root = src->root();
-  if (root.is_array()) return parse_directives(*src, "");
-  if (root.is_object() && root.contains("schedule") && root["schedule"].is_array())
-    return parse_directives(*src, "/schedule");
-  return fail(src->error_at("", "a base must be a list of directives",
-                            "e.g. [{\"op\":\"place\",\"filter\":{\"PP\":0},\"devices\":[0,2]}], or "
-                            "a plan whose \"schedule\" is such a list"));
+  if (!src) return fail(std::move(src.error()));
+  Base b;
+  b.src = std::make_unique<JsonSource>(std::move(*src));
+  const Json& root = b.src->root();
+  std::string ptr;
+  if (root.is_array()) {
+    ptr = "";
+  } else if (root.is_object() && root.contains("schedule") && root["schedule"].is_array()) {
+    ptr = "/schedule";
+  } else {
+    return fail(b.src->error_at("", "a base must be a list of directives",
+                                "e.g. [{\"op\":\"place\",\"filter\":{\"PP\":0},\"devices\":[0,2]}], "
+                                "or a plan whose \"schedule\" is such a list"));
+  }
+  auto ds = parse_directives(*b.src, ptr);
+  if (!ds) return fail(std::move(ds.error()));
+  b.directives = std::move(*ds);
+  return b;
 }
 
 std::string directives_text(const std::vector<Directive>& ds) {
@@ -54,7 +85,7 @@ bool read_int(const JsonSource& src, const std::string& obj, const char* key, in
 // torch's grid padding (so that the CSV is cell-for-cell what torch would dump).
 Expected<PipelineSchedule> schedule_of_plan(const std::string& path) {
   auto src = JsonSource::load(path);
-  if (!src) return std::unexpected(std::move(src.error()));
+  if (!src) return fail(std::move(src.error()));
   const Json& root = src->root();
   std::string ptr;
   if (root.is_array()) {
@@ -83,20 +114,13 @@ Expected<PipelineSchedule> schedule_of_plan(const std::string& path) {
     call.pointer = ptr;
     if (sched.contains("base")) {
       auto base = parse_directives(*src, ptr + "/base");
-      if (!base) return std::unexpected(std::move(base.error()));
+      if (!base) return fail(std::move(base.error()));
       call.base = std::move(*base);
     }
     // Check the whole call (ranks inferred from the base, base consistency) as the compiler
     // would, then rebuild with torch's padding for the CSV.
     auto ds = expand_builder(call);
-    if (!ds) {
-      for (Diagnostic& d : ds.error())
-        if (!d.loc.known() && !d.loc.json_pointer.empty()) {
-          std::string jp = d.loc.json_pointer;
-          d = src->error_at(jp, d.message, d.hint);
-        }
-      return std::unexpected(std::move(ds.error()));
-    }
+    if (!ds) return fail(located(std::move(ds.error()), &*src, path));
     auto from = schedule_from_directives(*ds);
     if (!from) return from;
     BuildOptions opt;
@@ -104,19 +128,9 @@ Expected<PipelineSchedule> schedule_of_plan(const std::string& path) {
     return build_schedule(call.builder, from->ranks, from->stages_per_rank, m, opt);
   }
   auto ds = parse_directives(*src, ptr);
-  if (!ds) return std::unexpected(std::move(ds.error()));
+  if (!ds) return fail(std::move(ds.error()));
   auto s = schedule_from_directives(*ds);
-  if (!s) {
-    for (Diagnostic& d : s.error())
-      if (!d.loc.known() && !d.loc.json_pointer.empty()) {
-        Diagnostic located = src->error_at(d.loc.json_pointer, d.message, d.hint);
-        located.directive = d.directive;
-        located.notes = d.notes;
-        d = std::move(located);
-      } else if (d.loc.file.empty()) {
-        d.loc.file = path;
-      }
-  }
+  if (!s) return fail(located(std::move(s.error()), &*src, path));
   return s;
 }
 
@@ -131,16 +145,16 @@ struct BuildArgs {
 };
 
 int run_build(const BuildArgs& a) {
-  std::vector<Directive> base;
+  Base base;
   if (!a.base.empty()) {
     auto b = load_base(a.base);
     if (!b) return report(b.error());
     base = std::move(*b);
   }
   auto sched = build_schedule(a.schedule, a.ranks, a.stages_per_rank, a.microbatches);
-  if (!sched) return report(sched.error());
-  auto ds = schedule_to_directives(*sched, base);
-  if (!ds) return report(ds.error());
+  if (!sched) return report(located(std::move(sched.error()), nullptr, "build-schedule"));
+  auto ds = schedule_to_directives(*sched, base.directives);
+  if (!ds) return report(located(std::move(ds.error()), base.src.get(), "build-schedule"));
   if (a.show) {
     BuildOptions opt;
     opt.torch_padding = true;  // lines the grid up like torch's own printout
@@ -159,7 +173,7 @@ struct ImportArgs {
 };
 
 int run_import(const ImportArgs& a) {
-  std::vector<Directive> base;
+  Base base;
   if (!a.base.empty()) {
     auto b = load_base(a.base);
     if (!b) return report(b.error());
@@ -167,8 +181,8 @@ int run_import(const ImportArgs& a) {
   }
   auto sched = load_torch_csv(a.file);
   if (!sched) return report(sched.error());
-  auto ds = schedule_to_directives(*sched, base);
-  if (!ds) return report(ds.error());
+  auto ds = schedule_to_directives(*sched, base.directives);
+  if (!ds) return report(located(std::move(ds.error()), base.src.get(), a.file));
   return write_output(a.output, directives_text(*ds)) ? 0 : 2;
 }
 

@@ -1,1 +1,2 @@
-# tests for cli (owner fills in)
+stretto_test(cli_test SOURCES cli/cli_test.cpp LIBS nlohmann_json::nlohmann_json)
+add_dependencies(cli_test stretto)

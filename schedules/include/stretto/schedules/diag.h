@@ -10,7 +10,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <expected>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <variant>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,15 +54,60 @@ struct Diagnostic {
 
 using Diagnostics = std::vector<Diagnostic>;
 
-template <class T>
-using Expected = std::expected<T, Diagnostics>;
+/// The failure half of an Expected: built by fail(), converts to any Expected<T>.
+struct Failure {
+  Diagnostics diags;
+};
+inline Failure fail(Diagnostic d) { return Failure{Diagnostics{std::move(d)}}; }
+inline Failure fail(Diagnostics ds) { return Failure{std::move(ds)}; }
 
-inline std::unexpected<Diagnostics> fail(Diagnostic d) {
-  return std::unexpected<Diagnostics>(Diagnostics{std::move(d)});
-}
-inline std::unexpected<Diagnostics> fail(Diagnostics ds) {
-  return std::unexpected<Diagnostics>(std::move(ds));
-}
+/// A value or the diagnostics explaining why there is none: the subset of C++23's
+/// std::expected<T, Diagnostics> that Stretto uses. Our own because Debian's clang 14 (needed
+/// for libFuzzer) cannot compile libstdc++ 12's <expected>.
+template <class T>
+class [[nodiscard]] Expected {
+ public:
+  using value_type = T;
+  Expected(const T& v) : v_(std::in_place_index<0>, v) {}
+  Expected(T&& v) : v_(std::in_place_index<0>, std::move(v)) {}
+  template <class U, std::enable_if_t<std::is_constructible_v<T, U&&> &&
+                                          !std::is_same_v<std::decay_t<U>, Expected> &&
+                                          !std::is_same_v<std::decay_t<U>, Failure> &&
+                                          !std::is_same_v<std::decay_t<U>, T>,
+                                      int> = 0>
+  Expected(U&& u) : v_(std::in_place_index<0>, std::forward<U>(u)) {}
+  Expected(Failure f) : v_(std::in_place_index<1>, std::move(f.diags)) {}
+
+  bool has_value() const { return v_.index() == 0; }
+  explicit operator bool() const { return has_value(); }
+  T& operator*() & { return std::get<0>(v_); }
+  const T& operator*() const& { return std::get<0>(v_); }
+  T&& operator*() && { return std::get<0>(std::move(v_)); }
+  T* operator->() { return &std::get<0>(v_); }
+  const T* operator->() const { return &std::get<0>(v_); }
+  T& value() & { return std::get<0>(v_); }
+  const T& value() const& { return std::get<0>(v_); }
+  Diagnostics& error() & { return std::get<1>(v_); }
+  const Diagnostics& error() const& { return std::get<1>(v_); }
+  Diagnostics&& error() && { return std::get<1>(std::move(v_)); }
+
+ private:
+  std::variant<T, Diagnostics> v_;
+};
+
+template <>
+class [[nodiscard]] Expected<void> {
+ public:
+  Expected() = default;
+  Expected(Failure f) : e_(std::move(f.diags)) {}
+  bool has_value() const { return !e_; }
+  explicit operator bool() const { return has_value(); }
+  Diagnostics& error() & { return *e_; }
+  const Diagnostics& error() const& { return *e_; }
+
+ private:
+  std::optional<Diagnostics> e_;
+};
 
 /// Renders all diagnostics, one after another.
 std::string render_all(const Diagnostics& ds);
