@@ -183,6 +183,20 @@ class Compiler {
   }
   uint32_t cross(uint32_t prod, uint32_t cons, int mb, Pass pass, CommPurpose purpose,
                  int64_t bytes);
+  // Devices holding a copy of op o's parameters, in first-use order (each distinct device
+  // set of its microbatches once: DualPipe places two copies).
+  std::vector<int32_t> holders_of(uint32_t o) {
+    std::vector<uint32_t> sets;
+    for (int mb = 0; mb < M_; ++mb) {
+      uint32_t s = unit(o, mb).devs;
+      if (std::find(sets.begin(), sets.end(), s) == sets.end()) sets.push_back(s);
+    }
+    std::vector<int32_t> out;
+    for (uint32_t s : sets)
+      for (int32_t d : cp_.dag.device_sets[s].devices)
+        if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+    return out;
+  }
 };
 
 bool Compiler::check_devices(const Directive& d) {
@@ -771,12 +785,7 @@ void Compiler::build_nodes() {
     if (op.param_bytes == 0) continue;
     const UnitInfo& u0 = unit(o, 0);
     if (u0.shard >= 0) continue;  // EP: expert shards are distinct parameters
-    std::vector<int32_t> holders;
-    for (int mb = 0; mb < M_; ++mb) {
-      const UnitInfo& u = unit(o, mb);
-      for (int32_t d : dag.device_sets[u.devs].devices)
-        if (std::find(holders.begin(), holders.end(), d) == holders.end()) holders.push_back(d);
-    }
+    std::vector<int32_t> holders = holders_of(o);
     const int tp = u0.tp;
     const size_t copies = holders.size() / tp;
     if (copies < 2) continue;
@@ -801,14 +810,8 @@ void Compiler::compute_static_memory() {
   for (uint32_t o = 0; o < nops(); ++o) {
     const ModelOp& op = cp_.model.ops[o];
     if (op.param_count == 0) continue;
-    std::set<int32_t> holders;
-    const UnitInfo* any = nullptr;
-    for (int mb = 0; mb < M_; ++mb) {
-      const UnitInfo& u = unit(o, mb);
-      any = &u;
-      for (int32_t d : cp_.dag.device_sets[u.devs].devices) holders.insert(d);
-    }
-    const UnitInfo& u = *any;
+    const std::vector<int32_t> holders = holders_of(o);
+    const UnitInfo& u = unit(o, 0);
     const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
     int64_t count = split ? op.param_count / u.tp : op.param_count;
     if (u.shard >= 0) count /= static_cast<int64_t>(u.replicas.size());
@@ -846,16 +849,24 @@ bool Compiler::run() {
   build_nodes();
   if (!diags_.empty()) return false;
   // Fixed-cost bookkeeping: k-th of n compute nodes of each (PP, MB, PASS) region pass.
-  std::map<std::tuple<int32_t, int32_t, Pass>, std::vector<uint32_t>> regions;
-  for (uint32_t i = 0; i < cp_.dag.nodes.size(); ++i) {
-    const Node& n = cp_.dag.nodes[i];
-    if (n.kind == NodeKind::kCompute) regions[{n.tags.pp(), n.tags.mb(), n.tags.pass}].push_back(i);
-  }
-  for (auto& [k, v] : regions)
-    for (size_t j = 0; j < v.size(); ++j) {
-      cp_.dag.nodes[v[j]].region_k = static_cast<uint16_t>(j);
-      cp_.dag.nodes[v[j]].region_n = static_cast<uint16_t>(v.size());
+  // (Sorting node ids by region key keeps node order within a region: k follows creation.)
+  std::vector<uint32_t> ids;
+  for (uint32_t i = 0; i < cp_.dag.nodes.size(); ++i)
+    if (cp_.dag.nodes[i].kind == NodeKind::kCompute) ids.push_back(i);
+  auto rkey = [&](uint32_t i) {
+    const Tags& t = cp_.dag.nodes[i].tags;
+    return std::make_tuple(t.pp(), t.mb(), t.pass);
+  };
+  std::stable_sort(ids.begin(), ids.end(), [&](uint32_t a, uint32_t b) { return rkey(a) < rkey(b); });
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j < ids.size() && rkey(ids[j]) == rkey(ids[i])) ++j;
+    for (size_t k = i; k < j; ++k) {
+      cp_.dag.nodes[ids[k]].region_k = static_cast<uint16_t>(k - i);
+      cp_.dag.nodes[ids[k]].region_n = static_cast<uint16_t>(j - i);
     }
+    i = j;
+  }
   compute_static_memory();
   return true;
 }
