@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstring>
 #include <fstream>
+#include <tuple>
 #include <sstream>
 
 namespace stretto {
@@ -132,6 +133,21 @@ Expected<JsonSource> JsonSource::parse(std::string text, std::string file) {
   s.text_ = std::move(text);
   try {
     s.root_ = Json::parse(s.text_);
+  } catch (const Json::out_of_range& e) {
+    // e.g. "number overflow parsing '10E48576'": no byte offset; find the token in the text.
+    std::string msg = e.what();
+    size_t q = msg.find('\''), q2 = msg.rfind('\'');
+    std::string tok = q != std::string::npos && q2 > q ? msg.substr(q + 1, q2 - q - 1) : "";
+    size_t off = tok.empty() ? std::string::npos : s.text_.find(tok);
+    if (auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
+    Diagnostic d;
+    d.message = "invalid JSON: " + msg;
+    uint32_t line = 0, col = 0;
+    if (off != std::string::npos) std::tie(line, col) = line_col(s.text_, off);
+    d.loc = SourceLoc{s.file_, line, col, ""};
+    if (line) d.source_line = s.line_text(line);
+    d.hint = "numbers must fit in a 64-bit integer or a double";
+    return fail(std::move(d));
   } catch (const Json::parse_error& e) {
     // nlohmann reports the byte just past the offending token; point at the last byte read.
     size_t off = e.byte > 0 ? e.byte - 1 : 0;
