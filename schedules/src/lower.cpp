@@ -101,6 +101,15 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
     dag.device_sets.push_back(DeviceSet{cp.classes[c].devices, 1});
     class_set[c] = static_cast<uint32_t>(dag.device_sets.size() - 1);
   }
+  // Data predecessors of each node (CSR over the edges so far: all data edges).
+  std::vector<uint32_t> in_begin(dag.nodes.size() + 1, 0), in_src;
+  for (const auto& e : dag.edges) ++in_begin[e.to + 1];
+  for (size_t i = 0; i < dag.nodes.size(); ++i) in_begin[i + 1] += in_begin[i];
+  in_src.resize(in_begin.back());
+  {
+    std::vector<uint32_t> fill(in_begin.begin(), in_begin.end() - 1);
+    for (const auto& e : dag.edges) in_src[fill[e.to]++] = e.from;
+  }
   std::vector<int32_t> rank(dag.nodes.size(), -1);
   bool ok = true;
   std::vector<uint32_t> members, cls;
@@ -132,8 +141,29 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
         node_classes(dag.nodes[m], cls);
         for (uint32_t c : cls) proj[c].push_back(m);
       }
+      const bool overlap = d.groups[g].size() > 1;
       for (uint32_t c = 0; c < ncls; ++c) {
         if (proj[c].empty()) continue;
+        if (overlap) {
+          // An overlap group starts as a unit (DualPipe's runtime receives the inputs of both
+          // chunks before running the overlapped F&B): each member waits for every transfer
+          // that feeds any member of the group on this device.
+          std::vector<uint32_t> feeds;
+          std::sort(proj[c].begin(), proj[c].end());
+          for (uint32_t m : proj[c])
+            for (uint32_t k = in_begin[m]; k < in_begin[m + 1]; ++k) {
+              uint32_t t = in_src[k];
+              if (dag.nodes[t].kind == NodeKind::kTransfer) feeds.push_back(t);
+            }
+          std::sort(feeds.begin(), feeds.end());
+          feeds.erase(std::unique(feeds.begin(), feeds.end()), feeds.end());
+          for (uint32_t t : feeds)
+            for (uint32_t m : proj[c]) {
+              bool direct = false;
+              for (uint32_t k = in_begin[m]; k < in_begin[m + 1] && !direct; ++k) direct = in_src[k] == t;
+              if (!direct) dag.edges.push_back({t, m, EdgeKind::kTemporal, d.index});
+            }
+        }
         for (uint32_t m : proj[c])
           rank[m] = rank[m] < 0 ? group_pos[c] : std::min(rank[m], group_pos[c]);
         auto& a = prev_group[c];

@@ -1,3 +1,3 @@
 stretto_test(integration_test
-  SOURCES integration/simulate_test.cpp integration/trace_test.cpp
+  SOURCES integration/simulate_test.cpp integration/trace_test.cpp integration/closed_forms_test.cpp
   LIBS stretto::traces)
