@@ -11,4 +11,6 @@ cmake --build build-fuzz --target plan_fuzz
 mkdir -p fuzz/corpus-work
 cp -n examples/*.json tests/data/schedules/ok/*.json tests/data/schedules/bad/*.json fuzz/corpus-work/ 2>/dev/null || true
 ./build-fuzz/fuzz/plan_fuzz fuzz/corpus-work -max_total_time="$secs" -max_len=16384 -timeout=10 \
-  -rss_limit_mb=4096 -print_final_stats=1 2>&1 | tail -25
+  -rss_limit_mb=4096 -print_final_stats=1 > fuzz/last-run.log 2>&1 || true
+grep -E "^(stat::|Done|SUMMARY)|crash-|deadly|ERROR" fuzz/last-run.log || true
+echo "full log: fuzz/last-run.log; merge new inputs with: build-fuzz/fuzz/plan_fuzz -merge=1 fuzz/corpus fuzz/corpus-work"
