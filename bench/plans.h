@@ -47,3 +47,33 @@ inline json moe_plan(int pp, int dp, int layers_per_stage, int mbs, bool zero1, 
 }
 
 }  // namespace stretto::bench
+
+namespace stretto::bench {
+
+/// The simulator's reference configuration (DESIGN.md §7): pp ranks x dp replicas, DualPipeV
+/// with 2 stages per rank in a V (stage s on rank s < pp ? s : 2pp-1-s), 2 MoE layers per
+/// stage, experts sharded over each stage's dp devices, ZeRO-1, `mbs` microbatches.
+inline json reference_plan(int pp, int dp, int mbs) {
+  const int stages = 2 * pp;
+  json model = {{"family", "transformer"}, {"layers", stages * 2}, {"hidden", 4096},
+                {"heads", 32}, {"kv_heads", 8}, {"ffn_hidden", 14336}, {"vocab", 128000},
+                {"seq_len", 4096}, {"microbatch_size", 1}, {"pp_regions", stages},
+                {"moe", {{"experts", 64}, {"top_k", 6}, {"expert_ffn_hidden", 2048}, {"shared_experts", 1}}}};
+  json base = json::array();
+  for (int s = 0; s < stages; ++s) {
+    int r = s < pp ? s : stages - 1 - s;
+    json devs = json::array();
+    for (int k = 0; k < dp; ++k) devs.push_back(r * dp + k);
+    base.push_back({{"op", "place"}, {"filter", {{"PP", s}}}, {"devices", devs}, {"stream", "pp"}});
+    base.push_back({{"op", "replicate"}, {"filter", {{"PP", s}}}, {"devices", devs},
+                    {"reduce_stream", "dp"}, {"shard_optimizer", true}});
+    base.push_back({{"op", "shard"}, {"filter", {{"PP", s}, {"EP", "*"}}}, {"devices", devs}, {"stream", "ep"}});
+  }
+  return {{"model", model},
+          {"cluster", {{"preset", "h100-sxm"}, {"nodes", (pp * dp + 7) / 8}, {"devices_per_node", 8}}},
+          {"costmodel", {{"kind", "analytic"}}},
+          {"schedule", {{"builder", "dualpipev"}, {"ranks", pp}, {"stages_per_rank", 2},
+                        {"microbatches", mbs}, {"base", base}}}};
+}
+
+}  // namespace stretto::bench

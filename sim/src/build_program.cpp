@@ -31,7 +31,9 @@ struct Topology {
 
 // Link ids: per device, 0 = intra-node out, 1 = intra-node in, 2 = inter-node out (NIC),
 // 3 = inter-node in; DCN between islands shares the NIC links (its capacity is a cap).
-uint32_t link_id(int device, int kind) { return static_cast<uint32_t>(device) * 4 + kind; }
+uint32_t link_id(int device, int kind) {
+  return static_cast<uint32_t>(device) * 4 + kind;
+}
 
 }  // namespace
 
@@ -69,7 +71,8 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
   std::vector<uint32_t> base(N, UINT32_MAX), count(N, 0);
   auto instances = [&](const Node& n) -> uint32_t {
     const auto& ds = dag.device_sets[n.devs];
-    if (n.kind == NodeKind::kCollective) return static_cast<uint32_t>(ds.devices.size() / ds.group_size);
+    if (n.kind == NodeKind::kCollective)
+      return static_cast<uint32_t>(ds.devices.size() / ds.group_size);
     return static_cast<uint32_t>(ds.devices.size());
   };
   // position of each device in each device set (-1 if absent)
@@ -98,40 +101,67 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
     const Node& nd = dag.nodes[n];
     const auto& ds = dag.device_sets[nd.devs];
     if (nd.kind == NodeKind::kCollective) {
-      for (int32_t k = 0; k < ds.group_size; ++k) out.push_back(ds.devices[inst * ds.group_size + k]);
+      for (int32_t k = 0; k < ds.group_size; ++k)
+        out.push_back(ds.devices[inst * ds.group_size + k]);
     } else {
       out.push_back(ds.devices[inst]);
       if (nd.kind == NodeKind::kTransfer) out.push_back(dag.device_sets[nd.devs2].devices[inst]);
     }
   };
-  // keep[task]: whether the instance is simulated (folding drops instances of other devices)
+  // Task numbering. Without folding every instance is a task: task = base[n] + instance.
+  // With folding only instances involving a kept device are tasks: each node keeps a short
+  // list of (instance, task) pairs (at most one per kept device).
   std::vector<int> devs;
-  std::vector<uint32_t> id_of;  // flat: base[n] + inst -> task id or UINT32_MAX
+  std::vector<int> kept_devices;
+  if (only)
+    for (int d = 0; d < D; ++d)
+      if ((*only)[d]) kept_devices.push_back(d);
   uint32_t flat = 0;
   for (uint32_t n : cp.topo_order) {
     base[n] = flat;
     count[n] = instances(dag.nodes[n]);
     flat += count[n];
   }
-  // Barriers are not in topo_order's programs but are in the order itself; nodes missing from
-  // topo_order (none after a successful compile) would keep base = UINT32_MAX.
-  id_of.assign(flat, UINT32_MAX);
-  for (uint32_t n : cp.topo_order) {
-    for (uint32_t i = 0; i < count[n]; ++i) {
-      involved(n, i, devs);
-      bool keep = false;
-      for (int d : devs) keep |= wanted(d);
-      if (!keep) continue;
-      id_of[base[n] + i] = static_cast<uint32_t>(p.tasks.size());
-      p.tasks.emplace_back();
-      if (task_node) task_node->push_back(n);
-      if (task_device) task_device->push_back(devs[0]);
+  std::vector<uint32_t> kept_begin, kept_inst, kept_task;  // folded mode, by node
+  std::vector<uint32_t> scratch_inst;
+  if (only) {
+    kept_begin.assign(N + 1, 0);
+    uint32_t next = 0;
+    // Nodes are visited in topo order, so task ids increase along it (deps point backwards).
+    std::vector<std::vector<uint32_t>> inst_of(N);
+    for (uint32_t n : cp.topo_order) {
+      scratch_inst.clear();
+      for (int d : kept_devices) {
+        uint32_t i = instance_on(n, d);
+        if (i != UINT32_MAX) scratch_inst.push_back(i);
+      }
+      std::sort(scratch_inst.begin(), scratch_inst.end());
+      scratch_inst.erase(std::unique(scratch_inst.begin(), scratch_inst.end()), scratch_inst.end());
+      inst_of[n] = scratch_inst;
     }
+    for (uint32_t n = 0; n < N; ++n) kept_begin[n + 1] = kept_begin[n] + static_cast<uint32_t>(inst_of[n].size());
+    kept_inst.resize(kept_begin[N]);
+    kept_task.resize(kept_begin[N]);
+    for (uint32_t n : cp.topo_order)
+      for (size_t j = 0; j < inst_of[n].size(); ++j) {
+        kept_inst[kept_begin[n] + j] = inst_of[n][j];
+        kept_task[kept_begin[n] + j] = next++;
+      }
+    p.tasks.resize(next);
+  } else {
+    p.tasks.resize(flat);
   }
+  auto task_of = [&](uint32_t n, uint32_t i) -> uint32_t {
+    if (!only) return base[n] + i;
+    for (uint32_t k = kept_begin[n]; k < kept_begin[n + 1]; ++k)
+      if (kept_inst[k] == i) return kept_task[k];
+    return UINT32_MAX;
+  };
+  if (task_node) task_node->assign(p.tasks.size(), 0);
+  if (task_device) task_device->assign(p.tasks.size(), 0);
 
   // ---- costs, participants, links, deps ----
   const cost::Interference itf = cm.interference();
-  const int dtb = dtype_bytes(model.dtype);
   std::vector<uint32_t> dep_scratch;
   for (uint32_t n : cp.topo_order) {
     const Node& nd = dag.nodes[n];
@@ -152,20 +182,32 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       double flops = 0;
       int64_t bytes = 0;
       switch (nd.tags.pass) {
-        case Pass::kF: flops = op.fwd_flops, bytes = op.fwd_bytes; break;
-        case Pass::kB: flops = op.bi_flops + op.bw_flops, bytes = op.bi_bytes + op.bw_bytes; break;
-        case Pass::kBI: flops = op.bi_flops, bytes = op.bi_bytes; break;
-        case Pass::kBW: flops = op.bw_flops, bytes = op.bw_bytes; break;
-        case Pass::kNone: break;
+        case Pass::kF:
+          flops = op.fwd_flops, bytes = op.fwd_bytes;
+          break;
+        case Pass::kB:
+          flops = op.bi_flops + op.bw_flops, bytes = op.bi_bytes + op.bw_bytes;
+          break;
+        case Pass::kBI:
+          flops = op.bi_flops, bytes = op.bi_bytes;
+          break;
+        case Pass::kBW:
+          flops = op.bw_flops, bytes = op.bw_bytes;
+          break;
+        case Pass::kNone:
+          break;
       }
       GemmShape g = op.gemm;
       const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
       if (nd.tp > 1 && split) {
         flops /= nd.tp;
         bytes /= nd.tp;
-        if (op.tp == TpSplit::kColumn) g.n = std::max<int64_t>(1, g.n / nd.tp);
-        else if (op.tp == TpSplit::kRow) g.k = std::max<int64_t>(1, g.k / nd.tp);
-        else if (op.tp == TpSplit::kHeads) g.batch = std::max<int64_t>(1, g.batch / nd.tp);
+        if (op.tp == TpSplit::kColumn)
+          g.n = std::max<int64_t>(1, g.n / nd.tp);
+        else if (op.tp == TpSplit::kRow)
+          g.k = std::max<int64_t>(1, g.k / nd.tp);
+        else if (op.tp == TpSplit::kHeads)
+          g.batch = std::max<int64_t>(1, g.batch / nd.tp);
       }
       q.gemm = g;
       q.flops = flops;
@@ -191,7 +233,8 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
           int d = ds.devices[k];
           if (std::find(nodes_seen.begin(), nodes_seen.end(), topo.node_of(d)) == nodes_seen.end())
             nodes_seen.push_back(topo.node_of(d));
-          if (std::find(islands_seen.begin(), islands_seen.end(), topo.island_of(d)) == islands_seen.end())
+          if (std::find(islands_seen.begin(), islands_seen.end(), topo.island_of(d)) ==
+              islands_seen.end())
             islands_seen.push_back(topo.island_of(d));
         }
         q.nodes_spanned = static_cast<int>(nodes_seen.size());
@@ -202,10 +245,10 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       latency = cc.latency_ns;
       cap = cc.rate_cap;
     }
-    (void)dtb;
-    for (uint32_t i = 0; i < count[n]; ++i) {
-      uint32_t tid = id_of[base[n] + i];
-      if (tid == UINT32_MAX) continue;
+    const uint32_t ninst = only ? kept_begin[n + 1] - kept_begin[n] : count[n];
+    for (uint32_t j = 0; j < ninst; ++j) {
+      const uint32_t i = only ? kept_inst[kept_begin[n] + j] : j;
+      const uint32_t tid = only ? kept_task[kept_begin[n] + j] : base[n] + j;
       Task& t = p.tasks[tid];
       t.node = n;
       t.work = work;
@@ -213,6 +256,8 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       t.rate_cap = cap;
       t.mem_bound = mem_bound;
       involved(n, i, devs);
+      if (task_node) (*task_node)[tid] = n;
+      if (task_device) (*task_device)[tid] = devs[0];
       t.kind = nd.kind == NodeKind::kCompute   ? TaskKind::kCompute
                : nd.kind == NodeKind::kBarrier ? TaskKind::kBarrier
                                                : TaskKind::kComm;
@@ -224,9 +269,11 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       } else if (nd.kind == NodeKind::kTransfer) {
         const std::string& s = dag.streams[nd.stream];
         if (wanted(devs[0]))
-          p.participants.push_back({static_cast<uint32_t>(devs[0]), stream_id(fmt::format("{}:{}", s, devs[1]))});
+          p.participants.push_back(
+              {static_cast<uint32_t>(devs[0]), stream_id(fmt::format("{}:{}", s, devs[1]))});
         if (wanted(devs[1]))
-          p.participants.push_back({static_cast<uint32_t>(devs[1]), stream_id(fmt::format("{}:{}", s, devs[0]))});
+          p.participants.push_back(
+              {static_cast<uint32_t>(devs[1]), stream_id(fmt::format("{}:{}", s, devs[0]))});
       } else if (nd.kind == NodeKind::kCollective) {
         for (int d : devs)
           if (wanted(d)) p.participants.push_back({static_cast<uint32_t>(d), nd.stream});
@@ -252,9 +299,10 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       for (uint32_t k = dag.pred_begin[n]; k < dag.pred_begin[n + 1]; ++k) {
         uint32_t pn = dag.edges[dag.pred[k]].from;
         for (int d : devs) {
+          if (!wanted(d)) continue;
           uint32_t pi = instance_on(pn, d);
           if (pi == UINT32_MAX) continue;
-          uint32_t ptid = id_of[base[pn] + pi];
+          uint32_t ptid = task_of(pn, pi);
           if (ptid != UINT32_MAX) dep_scratch.push_back(ptid);
         }
       }
@@ -280,7 +328,7 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
     for (uint32_t n : prog) {
       uint32_t i = instance_on(n, d);
       if (i == UINT32_MAX) continue;
-      uint32_t tid = id_of[base[n] + i];
+      uint32_t tid = task_of(n, i);
       if (tid != UINT32_MAX) dp.dispatch.push_back(tid);
     }
   }

@@ -1,0 +1,101 @@
+// Simulator benchmarks (DESIGN.md §7, simulator issue):
+//  - Reference: 1,024 devices = PP16 x DP64, DualPipeV, MoE with experts sharded over the DP
+//    group, 256 microbatches, ZeRO-1 — full per-device simulation and with replica folding.
+//  - Re-simulation after one directive edit of a 64-device plan (PP8 x DP8, 1F1B).
+// Counters: events, events/s (engine events over whole simulate() wall time), tasks, peak RSS.
+#include <benchmark/benchmark.h>
+#include <sys/resource.h>
+
+#include "plans.h"
+#include "stretto/sim/session.h"
+
+namespace {
+
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+std::optional<stretto::sim::Session> open(const nlohmann::json& plan, benchmark::State& state) {
+  auto src = stretto::JsonSource::parse(plan.dump(), "bench.json");
+  auto p = stretto::parse_plan(*src);
+  if (!p) {
+    state.SkipWithError(stretto::render_all(p.error()).c_str());
+    return std::nullopt;
+  }
+  auto s = stretto::sim::Session::from_plan(std::move(*p));
+  if (!s) {
+    state.SkipWithError(stretto::render_all(s.error()).c_str());
+    return std::nullopt;
+  }
+  return std::move(*s);
+}
+
+void BM_Reference(benchmark::State& state) {
+  const int pp = static_cast<int>(state.range(0)), dp = static_cast<int>(state.range(1));
+  const int mbs = static_cast<int>(state.range(2));
+  const bool fold = state.range(3) != 0;
+  auto s = open(stretto::bench::reference_plan(pp, dp, mbs), state);
+  if (!s) return;
+  stretto::sim::SimOptions opt;
+  opt.fold_replicas = fold;
+  uint64_t events = 0;
+  size_t tasks = 0;
+  double step_ms = 0, wall = 0;
+  for (auto _ : state) {
+    auto r = s->simulate(opt);
+    if (!r) {
+      state.SkipWithError(stretto::render_all(r.error()).c_str());
+      return;
+    }
+    events = r->events;
+    tasks = r->program.tasks.size();
+    step_ms = static_cast<double>(r->step_time) / 1e6;
+    wall = r->sim_wall_ms;
+  }
+  state.counters["events"] = static_cast<double>(events);
+  state.counters["tasks"] = static_cast<double>(tasks);
+  state.counters["events_per_s"] = events / (wall / 1e3);
+  state.counters["step_ms"] = step_ms;
+  state.counters["peak_rss_MiB"] = peak_rss_mib();
+}
+// pp, dp, microbatches, fold
+BENCHMARK(BM_Reference)->Args({4, 8, 16, 0})->Args({16, 64, 256, 1})->Args({16, 64, 256, 0})
+    ->Unit(benchmark::kMillisecond)->Iterations(1);
+
+void BM_ResimulateAfterEdit(benchmark::State& state) {
+  auto s = open(stretto::bench::moe_plan(8, 8, 4, 32, true), state);
+  if (!s) return;
+  // The edit: rank 0's order switches between 1F1B and the same order with two adjacent
+  // forwards swapped back and forth (a real recompile + re-simulation each time).
+  size_t idx = 0;
+  for (size_t i = 0; i < s->plan().schedule.size(); ++i)
+    if (s->plan().schedule[i].op == stretto::DirectiveOp::kOrder) {
+      idx = i;
+      break;
+    }
+  stretto::Directive a = s->plan().schedule[idx], b = a;
+  std::swap(b.groups[1], b.groups[2]);
+  stretto::sim::SimOptions opt;
+  opt.fold_replicas = state.range(0) != 0;
+  bool flip = false;
+  for (auto _ : state) {
+    flip = !flip;
+    auto e = s->set_directive(idx, flip ? b : a);
+    if (!e) {
+      state.SkipWithError(stretto::render_all(e.error()).c_str());
+      return;
+    }
+    auto r = s->simulate(opt);
+    if (!r) {
+      state.SkipWithError(stretto::render_all(r.error()).c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(r->step_time);
+  }
+  state.counters["peak_rss_MiB"] = peak_rss_mib();
+}
+BENCHMARK(BM_ResimulateAfterEdit)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+}  // namespace
