@@ -117,7 +117,20 @@ std::string critical_table(const std::vector<sim::CriticalStep>& path) {
   o += fmt::format("  {:>10}  {:>10}  {:>6}  {}\n", "start ms", "end ms", "device", "op / why it started then");
   for (size_t i = 0; i < path.size();) {
     size_t j = i + 1;
-    auto key = [](const sim::CriticalStep& s) { return s.what.substr(0, s.what.find(" (")) + std::to_string(s.device); };
+    // Region pass key: the tags without LAYER, plus the device.
+    auto key = [](const sim::CriticalStep& s) {
+      std::string t = s.what.substr(0, s.what.find(" ("));
+      std::string k;
+      size_t pos = 0;
+      while (pos < t.size()) {
+        size_t e = t.find(' ', pos);
+        std::string tok = t.substr(pos, e == std::string::npos ? std::string::npos : e - pos);
+        if (tok.rfind("LAYER", 0) != 0) k += tok + " ";
+        if (e == std::string::npos) break;
+        pos = e + 1;
+      }
+      return k + std::to_string(s.device);
+    };
     while (j < path.size() && key(path[j]) == key(path[i]) && path[j].waited_for.rfind("waited for its", 0) == 0) ++j;
     o += fmt::format("  {:>10.3f}  {:>10.3f}  {:>6}  {}{}\n", path[i].start / 1e6, path[j - 1].end / 1e6,
                      path[i].device, path[i].what, j - i > 1 ? fmt::format("  (+{} more ops)", j - i - 1) : "");
