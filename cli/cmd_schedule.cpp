@@ -49,9 +49,10 @@ Expected<Base> load_base(const std::string& path) {
   } else if (root.is_object() && root.contains("schedule") && root["schedule"].is_array()) {
     ptr = "/schedule";
   } else {
-    return fail(b.src->error_at("", "a base must be a list of directives",
-                                "e.g. [{\"op\":\"place\",\"filter\":{\"PP\":0},\"devices\":[0,2]}], "
-                                "or a plan whose \"schedule\" is such a list"));
+    return fail(
+        b.src->error_at("", "a base must be a list of directives",
+                        "e.g. [{\"op\":\"place\",\"filter\":{\"PP\":0},\"devices\":[0,2]}], "
+                        "or a plan whose \"schedule\" is such a list"));
   }
   auto ds = parse_directives(*b.src, ptr);
   if (!ds) return fail(std::move(ds.error()));
@@ -74,7 +75,8 @@ bool read_int(const JsonSource& src, const std::string& obj, const char* key, in
   }
   const Json& v = o[key];
   if (!v.is_number_integer()) {
-    errs.push_back(src.error_at(obj + "/" + key, std::string("\"") + key + "\" must be an integer"));
+    errs.push_back(
+        src.error_at(obj + "/" + key, std::string("\"") + key + "\" must be an integer"));
     return false;
   }
   out = v.get<int>();
@@ -213,7 +215,8 @@ void add_schedule_commands(CLI::App& app, CLI::App& import_app, CLI::App& export
   // The option values live as long as the process (main() keeps the Commands until it exits).
   auto build = std::make_shared<BuildArgs>();
   std::string families;
-  for (const std::string& n : schedule_family_names()) families += (families.empty() ? "" : ", ") + n;
+  for (const std::string& n : schedule_family_names())
+    families += (families.empty() ? "" : ", ") + n;
   CLI::App* b = app.add_subcommand(
       "build-schedule", "Emit the directives of a pipeline schedule family (" + families + ")");
   b->add_option("--schedule", build->schedule,

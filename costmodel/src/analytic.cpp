@@ -19,10 +19,13 @@ namespace {
 // TF32 tensor cores (Megatron / torch.backends.cuda.matmul.allow_tf32 setting).
 double dtype_peak_factor(DType d) {
   switch (d) {
-    case DType::kFP8: return 2.0;
+    case DType::kFP8:
+      return 2.0;
     case DType::kBF16:
-    case DType::kFP16: return 1.0;
-    case DType::kFP32: return 0.5;
+    case DType::kFP16:
+      return 1.0;
+    case DType::kFP32:
+      return 0.5;
   }
   return 1.0;
 }
@@ -36,7 +39,9 @@ constexpr double kPcieGen5x16GBps = 64.0;
 constexpr double kAttentionBlockRows = 128.0;
 // Plan-level keys that may reach the options object depending on how the plan parser splits
 // the costmodel object; they are not options and are ignored here.
-constexpr std::string_view kPlanKeys[] = {"kind", "F", "B", "BI", "BW", "comm", "unit", "profile"};
+constexpr std::string_view kPlanKeys[] = {"kind", "profile"};
+// Keys of the fixed model: an error here, with a pointed message.
+constexpr std::string_view kFixedKeys[] = {"F", "B", "BI", "BW", "comm", "unit"};
 
 NcclArch arch_from_kind(const std::string& kind) {
   // Device presets are named after the GPU ("h100-sxm", "a100-sxm", "gb200", ...).
@@ -44,11 +49,16 @@ NcclArch arch_from_kind(const std::string& kind) {
   if (!k.empty() && k[0] == 'g') k.erase(0, 1);  // Grace-* superchips
   if (k.empty()) return NcclArch::kHopper;
   switch (k[0]) {
-    case 'v': return NcclArch::kVolta;
-    case 'a': return NcclArch::kAmpere;
-    case 'h': return NcclArch::kHopper;
-    case 'b': return NcclArch::kBlackwell;
-    default: return NcclArch::kHopper;
+    case 'v':
+      return NcclArch::kVolta;
+    case 'a':
+      return NcclArch::kAmpere;
+    case 'h':
+      return NcclArch::kHopper;
+    case 'b':
+      return NcclArch::kBlackwell;
+    default:
+      return NcclArch::kHopper;
   }
 }
 
@@ -70,9 +80,8 @@ struct OptionReader {
     if (!ok) {
       std::string range = std::string(lo_open ? "(" : "[") + fmt(lo) + ", " +
                           (std::isinf(hi) ? std::string("inf)") : fmt(hi) + "]");
-      ds.push_back(detail::diag_at(file, ptr(key),
-                                   "option '" + key + "' = " + v.dump() + " is out of range " +
-                                       range));
+      ds.push_back(detail::diag_at(
+          file, ptr(key), "option '" + key + "' = " + v.dump() + " is out of range " + range));
       return false;
     }
     out = x;
@@ -120,10 +129,10 @@ struct OptionReader {
       if (detail::iequals(word, names[i])) return static_cast<int>(i);
     std::string all;
     for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
-    ds.push_back(detail::diag_at(file, ptr(key),
-                                 "option '" + key + "': unknown value '" + word +
-                                     "' (expected one of " + all + ")",
-                                 detail::did_you_mean(word, names)));
+    ds.push_back(detail::diag_at(
+        file, ptr(key),
+        "option '" + key + "': unknown value '" + word + "' (expected one of " + all + ")",
+        detail::did_you_mean(word, names)));
     return -1;
   }
 
@@ -141,8 +150,8 @@ struct OptionReader {
     size_t start = 0;
     while (start <= list.size()) {
       size_t comma = list.find(',', start);
-      std::string tok = list.substr(start, comma == std::string::npos ? std::string::npos
-                                                                     : comma - start);
+      std::string tok =
+          list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       tok.erase(0, tok.find_first_not_of(' '));
       tok.erase(tok.find_last_not_of(' ') + 1);
       if (!tok.empty()) {
@@ -174,13 +183,13 @@ struct OptionReader {
 
 const std::vector<std::string>& analytic_option_names() {
   static const std::vector<std::string> names = {
-      "gemm_efficiency",      "attention_efficiency", "memory_efficiency",
-      "gemm_tile_m",          "gemm_tile_n",          "gemm_k_half",
-      "gemm_split_k_min",     "wave_quantization",    "launch_floor_us",
-      "dispatch_us",          "comm_sm_share",        "comm_hbm_share",
-      "nccl_algo",            "nccl_proto",           "nccl_arch",
-      "nccl_intra_link",      "nccl_net_overhead_us", "nccl_net_latency_us",
-      "nccl_cpu",             "p2p_latency_us",
+      "gemm_efficiency",  "attention_efficiency", "memory_efficiency",
+      "gemm_tile_m",      "gemm_tile_n",          "gemm_k_half",
+      "gemm_split_k_min", "wave_quantization",    "launch_floor_us",
+      "dispatch_us",      "comm_sm_share",        "comm_hbm_share",
+      "nccl_algo",        "nccl_proto",           "nccl_arch",
+      "nccl_intra_link",  "nccl_net_overhead_us", "nccl_net_latency_us",
+      "nccl_cpu",         "p2p_latency_us",
   };
   return names;
 }
@@ -193,7 +202,10 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
   p.nccl.nvlink = cluster.intra_node.bandwidth_GBps > kPcieGen5x16GBps;
   p.nccl.intra_GBps = cluster.intra_node.bandwidth_GBps;
   p.nccl.inter_GBps = cluster.inter_node.bandwidth_GBps;
-  p.nccl.net_latency_us = cluster.inter_node.latency_us;
+  // NCCL's graph->latencyInter is what the network plugin reports on top of hwLat's NET row;
+  // NCCL's IB and socket plugins report none, so the default is 0 (the cluster's inter-node
+  // latency is used for point-to-point transfers, and a DCN's latency for island crossings).
+  p.nccl.net_latency_us = 0;
 
   Diagnostics ds;
   OptionReader r{pointer, file, ds};
@@ -206,6 +218,12 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
     for (const auto& [key, v] : options.items()) {
       if (std::find(std::begin(kPlanKeys), std::end(kPlanKeys), key) != std::end(kPlanKeys))
         continue;
+      if (std::find(std::begin(kFixedKeys), std::end(kFixedKeys), key) != std::end(kFixedKeys)) {
+        ds.push_back(detail::diag_at(file, r.ptr(key),
+                                     "'" + key + "' applies only to the fixed cost model",
+                                     "use \"kind\": \"fixed\" for per-pass constants"));
+        continue;
+      }
       const double inf = HUGE_VAL;
       if (key == "gemm_efficiency") {
         r.number(key, v, 0, 1, true, p.gemm_efficiency);
@@ -276,8 +294,6 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
     }
   }
   if (!sm_share_given) {
-    // 2.28's tuning uses the Intel/AMD host only for multi-node LL caps and net overhead; the
-    // CPU vendor default (Intel) is documented in nccl.h. SM share: see AnalyticParams.
     const double sms = cluster.device.sms > 0 ? cluster.device.sms : kDefaultSms;
     p.comm_sm_share = std::min(1.0, kCommSms / sms);
   }
@@ -295,13 +311,15 @@ bool is_gemm_like(OpKind k) {
     case OpKind::kExperts:
     case OpKind::kSharedExperts:
     case OpKind::kHead:
-    case OpKind::kSynthetic: return true;
-    default: return false;
+    case OpKind::kSynthetic:
+      return true;
+    default:
+      return false;
   }
 }
 
-double gemm_efficiency(const AnalyticParams& p, const DeviceSpec& dev, int64_t rows,
-                       int64_t cols, int64_t depth, int64_t batch) {
+double gemm_efficiency(const AnalyticParams& p, const DeviceSpec& dev, int64_t rows, int64_t cols,
+                       int64_t depth, int64_t batch) {
   if (rows <= 0 || cols <= 0 || depth <= 0) return p.gemm_efficiency;  // no shape known
   const double b = static_cast<double>(std::max<int64_t>(batch, 1));
   const double tm = p.gemm_tile_m, tn = p.gemm_tile_n;
@@ -320,7 +338,8 @@ double gemm_efficiency(const AnalyticParams& p, const DeviceSpec& dev, int64_t r
       const double waves = std::ceil(units / sms);
       fill = area_tiles * splits / (waves * sms);
     } else {
-      if (area_tiles < sms) splits = std::clamp(sms / area_tiles, 1.0, std::max(1.0, d / p.gemm_split_k_min));
+      if (area_tiles < sms)
+        splits = std::clamp(sms / area_tiles, 1.0, std::max(1.0, d / p.gemm_split_k_min));
       fill = std::min(1.0, area_tiles * splits / sms);
     }
   }
@@ -368,10 +387,18 @@ ComputeCost analytic_compute(const AnalyticParams& p, const DeviceSpec& dev,
       const double e_bi = gemm_efficiency(p, dev, g.m, g.k, g.n, g.batch);
       const double e_bw = gemm_efficiency(p, dev, g.k, g.n, g.m, g.batch);
       switch (q.pass) {
-        case Pass::kBI: t_comp = q.flops / (peak * e_bi); break;
-        case Pass::kBW: t_comp = q.flops / (peak * e_bw); break;
-        case Pass::kB: t_comp = 0.5 * q.flops / (peak * e_bi) + 0.5 * q.flops / (peak * e_bw); break;
-        default: t_comp = q.flops / (peak * e_f); break;
+        case Pass::kBI:
+          t_comp = q.flops / (peak * e_bi);
+          break;
+        case Pass::kBW:
+          t_comp = q.flops / (peak * e_bw);
+          break;
+        case Pass::kB:
+          t_comp = 0.5 * q.flops / (peak * e_bi) + 0.5 * q.flops / (peak * e_bw);
+          break;
+        default:
+          t_comp = q.flops / (peak * e_f);
+          break;
       }
     } else {
       t_comp = q.flops / (peak * p.gemm_efficiency);
@@ -411,8 +438,8 @@ double p2p_latency_us(const AnalyticParams& p, bool net, const Link& link) {
   return link.latency_us + nccl_hw_latency_us(p.nccl, net, NcclAlgo::kRing, NcclProto::kSimple);
 }
 
-CommCost finish(int64_t latency_ns, double wire, double rate, std::string algo,
-                std::string proto, bool inter) {
+CommCost finish(int64_t latency_ns, double wire, double rate, std::string algo, std::string proto,
+                bool inter) {
   CommCost c;
   c.latency_ns = latency_ns;
   c.wire_bytes = wire > 0 ? static_cast<int64_t>(std::ceil(wire)) : 0;
@@ -424,7 +451,9 @@ CommCost finish(int64_t latency_ns, double wire, double rate, std::string algo,
   return c;
 }
 
-int64_t us_to_ns(double us) { return static_cast<int64_t>(std::llround(us * 1000.0)); }
+int64_t us_to_ns(double us) {
+  return static_cast<int64_t>(std::llround(us * 1000.0));
+}
 
 }  // namespace
 
@@ -464,7 +493,7 @@ CommCost analytic_comm(const AnalyticParams& p, const ClusterSpec& cl, const Com
       NcclSystem sys = p.nccl;
       sys.intra_GBps = intra_bw;
       sys.inter_GBps = net_bw;
-      if (q.crosses_island && cl.dcn.bandwidth_GBps > 0) sys.net_latency_us = net.latency_us;
+      if (q.crosses_island && cl.dcn.bandwidth_GBps > 0) sys.net_latency_us += net.latency_us;
       const NcclComm comm = nccl_comm(sys, g, nodes);
       const NcclEstimate e = nccl_choose(sys, comm, q.kind, q.bytes, q.dtype);
       if (!e.available) return none;
@@ -479,7 +508,8 @@ CommCost analytic_comm(const AnalyticParams& p, const ClusterSpec& cl, const Com
       return finish(us_to_ns(e.latency_us), wire, rate, std::string(nccl_algo_name(e.algo)),
                     std::string(nccl_proto_name(e.proto)), comm.inter_bottleneck);
     }
-    default: return none;
+    default:
+      return none;
   }
 }
 

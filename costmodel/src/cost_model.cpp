@@ -16,14 +16,17 @@ namespace {
 // Keys of the plan's costmodel object itself (consumed by the plan parser; tolerated if they
 // are passed through in `options`).
 const std::vector<std::string>& plan_keys() {
-  static const std::vector<std::string> keys = {"kind", "F",    "B",   "BI",
+  static const std::vector<std::string> keys = {"kind", "F",    "B",    "BI",
                                                 "BW",   "comm", "unit", "profile"};
   return keys;
 }
 
 void check_fixed(const CostModelSpec& spec, const std::string& file, Diagnostics& ds) {
-  const std::pair<const char*, int64_t> consts[] = {
-      {"F", spec.f_ns}, {"B", spec.b_ns}, {"BI", spec.bi_ns}, {"BW", spec.bw_ns}, {"comm", spec.comm_ns}};
+  const std::pair<const char*, int64_t> consts[] = {{"F", spec.f_ns},
+                                                    {"B", spec.b_ns},
+                                                    {"BI", spec.bi_ns},
+                                                    {"BW", spec.bw_ns},
+                                                    {"comm", spec.comm_ns}};
   for (const auto& [key, v] : consts)
     if (v < 0)
       ds.push_back(detail::diag_at(file, detail::child_pointer(spec.pointer, key),
@@ -69,13 +72,8 @@ void check_cluster(const ClusterSpec& cl, const std::string& model, const std::s
          "an inter-node link bandwidth > 0 (nodes > 1)");
 }
 
-}  // namespace
-
-Expected<std::unique_ptr<CostModel>> make_cost_model(const CostModelSpec& spec,
-                                                      const ClusterSpec& cluster,
-                                                      const std::string& base_dir,
-                                                      const JsonSource* src) {
-  const std::string file = src ? src->file() : std::string();
+Expected<std::unique_ptr<CostModel>> build(const CostModelSpec& spec, const ClusterSpec& cluster,
+                                           const std::string& base_dir, const std::string& file) {
   Diagnostics ds;
   switch (spec.kind) {
     case CostModelSpec::Kind::kFixed: {
@@ -101,7 +99,15 @@ Expected<std::unique_ptr<CostModel>> make_cost_model(const CostModelSpec& spec,
         return fail(std::move(ds));
       }
       std::filesystem::path path(spec.profile);
-      if (path.is_relative() && !base_dir.empty()) path = std::filesystem::path(base_dir) / path;
+      if (path.is_relative() && !base_dir.empty()) {
+        // The plan parser may already have made the path relative to the plan's directory
+        // (then it is valid from the working directory as it stands); joining base_dir again
+        // would point into base_dir/base_dir. Prefer the documented base_dir-relative reading.
+        std::error_code ec;
+        std::filesystem::path joined = std::filesystem::path(base_dir) / path;
+        if (std::filesystem::exists(joined, ec) || !std::filesystem::exists(path, ec))
+          path = joined;
+      }
       auto table = load_profile_table(path.string());
       if (!table) ds.insert(ds.end(), table.error().begin(), table.error().end());
       if (!ds.empty()) return fail(std::move(ds));
@@ -109,6 +115,21 @@ Expected<std::unique_ptr<CostModel>> make_cost_model(const CostModelSpec& spec,
     }
   }
   return fail(detail::diag_at(file, spec.pointer, "unknown cost model kind"));
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<CostModel>> make_cost_model(const CostModelSpec& spec,
+                                                     const ClusterSpec& cluster,
+                                                     const std::string& base_dir,
+                                                     const JsonSource* src) {
+  auto m = build(spec, cluster, base_dir, src ? src->file() : std::string());
+  if (!m) {
+    Diagnostics ds = std::move(m.error());
+    detail::locate(ds, src);  // plan diagnostics get line:col; table ones already have theirs
+    return fail(std::move(ds));
+  }
+  return m;
 }
 
 }  // namespace stretto::cost

@@ -26,11 +26,21 @@ class FixedModel final : public CostModel {
   ComputeCost compute(const ComputeQuery& q) const override {
     int64_t c = 0;
     switch (q.pass) {
-      case Pass::kF: c = f_; break;
-      case Pass::kB: c = b_; break;
-      case Pass::kBI: c = bi_; break;
-      case Pass::kBW: c = bw_; break;
-      case Pass::kNone: c = 0; break;
+      case Pass::kF:
+        c = f_;
+        break;
+      case Pass::kB:
+        c = b_;
+        break;
+      case Pass::kBI:
+        c = bi_;
+        break;
+      case Pass::kBW:
+        c = bw_;
+        break;
+      case Pass::kNone:
+        c = 0;
+        break;
     }
     return {share(std::max<int64_t>(c, 0), q.region_k, q.region_n), false};
   }

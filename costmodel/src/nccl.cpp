@@ -24,17 +24,17 @@ constexpr double kBaseLat[kNcclNumAlgos][kNcclNumProtos] = {
 // tuning.cc hwLatencies[NVLINK|PCI|NET][algo][proto] (us).
 enum Hw { kHwNvlink = 0, kHwPci = 1, kHwNet = 2 };
 constexpr double kHwLat[3][kNcclNumAlgos][kNcclNumProtos] = {
-    {{.6, 1.25, 4.0}, {.6, 1.9, 3.4}, {0, 0, 4.0}},     // NVLink: Tree, Ring, PAT
-    {{1.0, 1.9, 4.0}, {1.0, 2.5, 5.7}, {0, 0, 4.0}},    // PCI
-    {{5.0, 8.5, 14}, {2.7, 4.0, 14.0}, {0, 0, 14}},     // NET
+    {{.6, 1.25, 4.0}, {.6, 1.9, 3.4}, {0, 0, 4.0}},   // NVLink: Tree, Ring, PAT
+    {{1.0, 1.9, 4.0}, {1.0, 2.5, 5.7}, {0, 0, 4.0}},  // PCI
+    {{5.0, 8.5, 14}, {2.7, 4.0, 14.0}, {0, 0, 14}},   // NET
 };
 
 // tuning.cc llMaxBws[index1][index2] (GB/s). index1 = arch for one node, else CPU vendor
 // (row 0 Intel, row 1 AMD); index2 = N1 / N2 / N>=3 ("N4" in NCCL's comments).
 constexpr double kLlMaxBw[4][3] = {
-    {39.0, 39.0, 20.4},           // Volta-N1 / Intel-N2 / Intel-N4
-    {87.7, 22.5, 19.0},           // Ampere-N1 / AMD-N2 / AMD-N4
-    {141.0, 45.0, 35.0},          // Hopper-N1 / ...
+    {39.0, 39.0, 20.4},               // Volta-N1 / Intel-N2 / Intel-N4
+    {87.7, 22.5, 19.0},               // Ampere-N1 / AMD-N2 / AMD-N4
+    {141.0, 45.0, 35.0},              // Hopper-N1 / ...
     {2 * 141.0, 2 * 45.0, 2 * 35.0},  // Blackwell-N1 / ...
 };
 // tuning.cc perChMaxRingLL128Bws[arch][index2] (GB/s per channel).
@@ -50,12 +50,11 @@ constexpr double kPerChMaxTreeBw[4][3] = {
 // tuning.cc treeCorrectionFactor[proto][log2(nBytes/64)], powers of two from 64 B to 256 MB:
 // "Trees are not perfectly sticking to the model for medium sizes."
 constexpr double kTreeCorrection[kNcclNumProtos][23] = {
-    {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0,
-     1.0, 1.0},
-    {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9,
-     1.0, 1.0},
-    {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9,
-     .9},
+    {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7,  .7,  .7,  .6, .5,
+     .4,  .4,  .5,  .6,  .7, .8, .9, 1.0, 1.0, 1.0, 1.0},
+    {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7,  .6, .6,
+     .6,  .6,  .6,  .6,  .8,  .9, .9, .9, .9, 1.0, 1.0},
+    {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9},
 };
 
 // search.cc speed arrays (GB/s per channel), tried from fast to slow.
@@ -78,13 +77,19 @@ constexpr double kSm100SpeedInter[] = {96.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0,
 constexpr int kMaxSearchChannels = 16;
 constexpr int kMaxChannels = 32;
 
-int arch_index(NcclArch a) { return static_cast<int>(a); }
+int arch_index(NcclArch a) {
+  return static_cast<int>(a);
+}
 int comp_cap(NcclArch a) {
   switch (a) {
-    case NcclArch::kVolta: return 70;
-    case NcclArch::kAmpere: return 80;
-    case NcclArch::kHopper: return 90;
-    case NcclArch::kBlackwell: return 100;
+    case NcclArch::kVolta:
+      return 70;
+    case NcclArch::kAmpere:
+      return 80;
+    case NcclArch::kHopper:
+      return 90;
+    case NcclArch::kBlackwell:
+      return 100;
   }
   return 90;
 }
@@ -115,36 +120,45 @@ int coll_nsteps(CommKind kind, int n_ranks) {
 }
 
 bool is_nccl_coll(CommKind k) {
-  return k == CommKind::kAllReduce || k == CommKind::kAllGather ||
-         k == CommKind::kReduceScatter;
+  return k == CommKind::kAllReduce || k == CommKind::kAllGather || k == CommKind::kReduceScatter;
 }
 
 }  // namespace
 
 std::string_view nccl_algo_name(NcclAlgo a) {
   switch (a) {
-    case NcclAlgo::kTree: return "tree";
-    case NcclAlgo::kRing: return "ring";
-    case NcclAlgo::kPat: return "pat";
+    case NcclAlgo::kTree:
+      return "tree";
+    case NcclAlgo::kRing:
+      return "ring";
+    case NcclAlgo::kPat:
+      return "pat";
   }
   return "?";
 }
 
 std::string_view nccl_proto_name(NcclProto p) {
   switch (p) {
-    case NcclProto::kLL: return "ll";
-    case NcclProto::kLL128: return "ll128";
-    case NcclProto::kSimple: return "simple";
+    case NcclProto::kLL:
+      return "ll";
+    case NcclProto::kLL128:
+      return "ll128";
+    case NcclProto::kSimple:
+      return "simple";
   }
   return "?";
 }
 
 std::string_view nccl_arch_name(NcclArch a) {
   switch (a) {
-    case NcclArch::kVolta: return "volta";
-    case NcclArch::kAmpere: return "ampere";
-    case NcclArch::kHopper: return "hopper";
-    case NcclArch::kBlackwell: return "blackwell";
+    case NcclArch::kVolta:
+      return "volta";
+    case NcclArch::kAmpere:
+      return "ampere";
+    case NcclArch::kHopper:
+      return "hopper";
+    case NcclArch::kBlackwell:
+      return "blackwell";
   }
   return "?";
 }
@@ -201,8 +215,7 @@ NcclComm nccl_comm(const NcclSystem& sys, int n_ranks, int n_nodes) {
 
   // ncclTopoDupChannels: double the channels (halving their speed) on fast links, except on
   // sm > 80 when the speed is below 50 GB/s and there are already more than 4 channels.
-  if (best_speed >= 25.0 &&
-      !(comp_cap(sys.arch) > 80 && best_speed < 50.0 && best_n > 4)) {
+  if (best_speed >= 25.0 && !(comp_cap(sys.arch) > 80 && best_speed < 50.0 && best_n > 4)) {
     int dup = std::min(best_n * 2, kMaxChannels);
     int div = (dup + best_n - 1) / best_n;
     best_speed /= div;
@@ -246,8 +259,10 @@ NcclTuning nccl_tune(const NcclSystem& sys, const NcclComm& comm, CommKind kind,
   if (algo == NcclAlgo::kRing && proto == NcclProto::kLL) bus_bw = std::min(ll_max_bw, bus_bw * .5);
   if (algo == NcclAlgo::kRing && proto == NcclProto::kLL128)
     bus_bw = std::min(bus_bw * 0.92, nch * per_ch_max_ring_ll128_bw);
-  if (algo == NcclAlgo::kTree && allreduce) bus_bw = std::min(bus_bw * .92, nch * per_ch_max_tree_bw);
-  if (algo == NcclAlgo::kTree && proto == NcclProto::kLL) bus_bw = std::min(bus_bw / 3.8, ll_max_bw);
+  if (algo == NcclAlgo::kTree && allreduce)
+    bus_bw = std::min(bus_bw * .92, nch * per_ch_max_tree_bw);
+  if (algo == NcclAlgo::kTree && proto == NcclProto::kLL)
+    bus_bw = std::min(bus_bw / 3.8, ll_max_bw);
   if (algo == NcclAlgo::kTree && proto == NcclProto::kLL128)
     bus_bw = std::min(bus_bw * (n_nodes == 1 ? 7.0 / 9.0 : 120.0 / 128.0),
                       nch * per_ch_max_tree_ll128_bw);
@@ -267,8 +282,8 @@ NcclTuning nccl_tune(const NcclSystem& sys, const NcclComm& comm, CommKind kind,
   double lat = kBaseLat[a][p];
   double intra_lat = kHwLat[intra_hw][a][p];
   // "With ppn=1 latencies are fully exposed, use the Tree network latency".
-  double inter_lat = ppn == 1 ? kHwLat[kHwNet][static_cast<int>(NcclAlgo::kTree)][p]
-                              : kHwLat[kHwNet][a][p];
+  double inter_lat =
+      ppn == 1 ? kHwLat[kHwNet][static_cast<int>(NcclAlgo::kTree)][p] : kHwLat[kHwNet][a][p];
   inter_lat += sys.net_latency_us;
   if (proto == NcclProto::kSimple) inter_lat += sys.net_latency_us;  // "flush extra latency"
 
@@ -284,7 +299,8 @@ NcclTuning nccl_tune(const NcclSystem& sys, const NcclComm& comm, CommKind kind,
     const int n_inter_steps = n_nodes == 1 ? 0 : allreduce ? 2 * (n_nodes - 1) : n_nodes - 1;
     lat += (nsteps - n_inter_steps) * intra_lat + n_inter_steps * inter_lat;
   } else if (algo == NcclAlgo::kTree) {
-    lat += 2 * ((n_ranks / n_nodes - 1) * intra_lat + log2i(n_nodes) * inter_lat);
+    const int local_ranks = n_ranks / n_nodes;  // integer division, as NCCL's nRanks/nNodes
+    lat += 2 * ((local_ranks - 1) * intra_lat + log2i(n_nodes) * inter_lat);
   } else {  // PAT
     lat += log2i(n_nodes) * (inter_lat / 3.5) + n_ranks * 2.8;
   }
@@ -329,8 +345,8 @@ NcclEstimate nccl_estimate(const NcclSystem& sys, const NcclComm& comm, CommKind
   return e;
 }
 
-NcclEstimate nccl_choose(const NcclSystem& sys, const NcclComm& comm, CommKind kind,
-                         int64_t bytes, DType dtype) {
+NcclEstimate nccl_choose(const NcclSystem& sys, const NcclComm& comm, CommKind kind, int64_t bytes,
+                         DType dtype) {
   NcclEstimate none;
   if (!is_nccl_coll(kind) || comm.n_ranks <= 1) return none;
   auto pick = [&](const NcclSystem& s) {

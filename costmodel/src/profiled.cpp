@@ -15,9 +15,15 @@
 
 namespace stretto::cost {
 
-std::string_view profile_op_name(OpKind k) { return detail::op_name(k); }
-std::string_view profile_comm_name(CommKind k) { return detail::comm_name(k); }
-std::string_view profile_dtype_name(DType d) { return detail::dtype_name(d); }
+std::string_view profile_op_name(OpKind k) {
+  return detail::op_name(k);
+}
+std::string_view profile_comm_name(CommKind k) {
+  return detail::comm_name(k);
+}
+std::string_view profile_dtype_name(DType d) {
+  return detail::dtype_name(d);
+}
 
 double ProfileSeries::at(double x) const {
   const auto& p = points;
@@ -28,7 +34,8 @@ double ProfileSeries::at(double x) const {
                              [](const auto& pt, double v) { return pt.first < v; });
   if (hi->first == x) return hi->second;
   auto lo = hi - 1;
-  const double t = (std::log(x) - std::log(lo->first)) / (std::log(hi->first) - std::log(lo->first));
+  const double t =
+      (std::log(x) - std::log(lo->first)) / (std::log(hi->first) - std::log(lo->first));
   return std::exp(std::log(lo->second) + t * (std::log(hi->second) - std::log(lo->second)));
 }
 
@@ -36,7 +43,8 @@ std::optional<double> ProfileTable::kernel_ns(const ComputeQuery& q) const {
   auto one = [&](Pass pass, bool use_bytes) -> std::optional<double> {
     const GemmShape& g = q.gemm;
     if (g.m > 0 && g.n > 0 && g.k > 0) {
-      auto it = shape_kernels.find({q.kind, pass, q.dtype, g.n, g.k, std::max<int64_t>(g.batch, 1)});
+      auto it =
+          shape_kernels.find({q.kind, pass, q.dtype, g.n, g.k, std::max<int64_t>(g.batch, 1)});
       if (it != shape_kernels.end()) return it->second.at(static_cast<double>(g.m));
     }
     if (use_bytes && q.bytes > 0) {
@@ -70,7 +78,10 @@ class EntryReader {
  public:
   EntryReader(const Json& obj, std::string pointer, const std::string& file, Diagnostics& ds,
               std::vector<std::string> allowed)
-      : obj_(obj), pointer_(std::move(pointer)), file_(file), ds_(ds),
+      : obj_(obj),
+        pointer_(std::move(pointer)),
+        file_(file),
+        ds_(ds),
         allowed_(std::move(allowed)) {
     for (const auto& [key, v] : obj_.items()) {
       (void)v;
@@ -122,8 +133,9 @@ class EntryReader {
     auto s = str(key, required);
     if (!s) return std::nullopt;
     auto e = parse(*s);
-    if (!e) error(ptr(key), std::string("unknown ") + what + " '" + *s + "'",
-                  detail::did_you_mean(*s, names()));
+    if (!e)
+      error(ptr(key), std::string("unknown ") + what + " '" + *s + "'",
+            detail::did_you_mean(*s, names()));
     return e;
   }
 
@@ -135,9 +147,7 @@ class EntryReader {
   }
 
  private:
-  void missing(const std::string& key) {
-    error(pointer_, "missing field '" + key + "'");
-  }
+  void missing(const std::string& key) { error(pointer_, "missing field '" + key + "'"); }
 
   const Json& obj_;
   std::string pointer_;
@@ -157,14 +167,15 @@ struct SeriesBuilder {
 
   void build(std::map<Key, ProfileSeries>& out, const std::string& file, Diagnostics& ds) {
     for (auto& [key, pts] : raw) {
-      std::stable_sort(pts.begin(), pts.end(),
-                       [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+      std::stable_sort(pts.begin(), pts.end(), [](const auto& a, const auto& b) {
+        return std::get<0>(a) < std::get<0>(b);
+      });
       ProfileSeries s;
       for (size_t i = 0; i < pts.size(); ++i) {
         if (i > 0 && std::get<0>(pts[i]) == std::get<0>(pts[i - 1])) {
-          ds.push_back(detail::diag_at(file, std::get<2>(pts[i]),
-                                       "duplicate measurement: same key and size as " +
-                                           std::get<2>(pts[i - 1])));
+          ds.push_back(detail::diag_at(
+              file, std::get<2>(pts[i]),
+              "duplicate measurement: same key and size as " + std::get<2>(pts[i - 1])));
           continue;
         }
         s.points.emplace_back(std::get<0>(pts[i]), std::get<1>(pts[i]));
@@ -189,7 +200,8 @@ void parse_kernels(const Json& arr, const std::string& file, Diagnostics& ds,
     auto op = r.name<OpKind>("op", true, detail::parse_op, detail::op_names, "op");
     auto pass = r.name<Pass>("pass", true, detail::parse_pass_key, detail::pass_keys, "pass");
     std::optional<DType> dtype = DType::kBF16;
-    if (r.has("dtype")) dtype = r.name<DType>("dtype", true, detail::parse_dtype, detail::dtype_names, "dtype");
+    if (r.has("dtype"))
+      dtype = r.name<DType>("dtype", true, detail::parse_dtype, detail::dtype_names, "dtype");
     auto ns = r.positive("ns", true, false);
     const bool has_shape = r.has("m") || r.has("n") || r.has("k") || r.has("batch");
     const bool has_bytes = r.has("bytes");
@@ -203,7 +215,8 @@ void parse_kernels(const Json& arr, const std::string& file, Diagnostics& ds,
       auto k = r.positive("k", true, true);
       std::optional<double> batch = 1.0;
       if (r.has("batch")) batch = r.positive("batch", true, true);
-      if (ds.size() != before || !op || !pass || !dtype || !ns || !m || !n || !k || !batch) continue;
+      if (ds.size() != before || !op || !pass || !dtype || !ns || !m || !n || !k || !batch)
+        continue;
       shapes.add({*op, *pass, *dtype, static_cast<int64_t>(*n), static_cast<int64_t>(*k),
                   static_cast<int64_t>(*batch)},
                  *m, *ns, ptr);
@@ -228,7 +241,8 @@ void parse_collectives(const Json& arr, const std::string& file, Diagnostics& ds
     }
     const size_t before = ds.size();
     EntryReader r(e, ptr, file, ds, {"kind", "group_size", "nodes", "bytes", "ns"});
-    auto kind = r.name<CommKind>("kind", true, detail::parse_comm, detail::comm_names, "collective kind");
+    auto kind =
+        r.name<CommKind>("kind", true, detail::parse_comm, detail::comm_names, "collective kind");
     auto g = r.positive("group_size", true, true);
     std::optional<double> nodes = 1.0;
     if (r.has("nodes")) nodes = r.positive("nodes", true, true);
@@ -258,24 +272,30 @@ Expected<ProfileTable> parse_profile_table(const std::string& text, const std::s
     size_t at = what.find("column");
     size_t colon = at == std::string::npos ? std::string::npos : what.find(": ", at);
     std::string why = colon == std::string::npos ? what : what.substr(colon + 2);
-    // nlohmann points at the last character of the offending token; point at its start when
-    // the token it quotes ("last read: '...'") is found there.
+    // nlohmann points at the last character of the offending token; point at its start: the
+    // opening quote of a string, or the start of the text it quotes ("last read: '...'").
     const std::string tag = "last read: '";
     size_t lr = why.rfind(tag);
-    if (lr != std::string::npos && why.size() >= lr + tag.size() + 1 && why.back() == '\'') {
+    if (col >= 2 && col <= line_text.size() && line_text[col - 1] == '"') {
+      size_t open = line_text.rfind('"', col - 2);
+      while (open != std::string::npos && open > 0 && line_text[open - 1] == '\\')
+        open = open >= 2 ? line_text.rfind('"', open - 2) : std::string::npos;
+      if (open != std::string::npos) col = static_cast<uint32_t>(open + 1);
+    } else if (lr != std::string::npos && why.size() >= lr + tag.size() + 1 && why.back() == '\'') {
       std::string tok = why.substr(lr + tag.size(), why.size() - lr - tag.size() - 1);
       if (!tok.empty() && tok.size() <= col &&
           line_text.compare(col - tok.size(), tok.size(), tok) == 0)
         col = static_cast<uint32_t>(col - tok.size() + 1);
     }
-    return fail(detail::diag_at_line(file, line, col, "invalid JSON in cost table: " + why,
-                                     line_text));
+    return fail(
+        detail::diag_at_line(file, line, col, "invalid JSON in cost table: " + why, line_text));
   }
 
   Diagnostics ds;
   ProfileTable t;
   t.file = file;
-  if (!root.is_object()) return fail(detail::diag_at(file, "", "a cost table must be a JSON object"));
+  if (!root.is_object())
+    return fail(detail::diag_at(file, "", "a cost table must be a JSON object"));
 
   static const std::vector<std::string> kTop = {"version", "device", "kernels", "collectives"};
   for (const auto& [key, v] : root.items()) {
@@ -287,9 +307,9 @@ Expected<ProfileTable> parse_profile_table(const std::string& text, const std::s
   if (!root.contains("version")) {
     ds.push_back(detail::diag_at(file, "", "missing field 'version'"));
   } else if (!root["version"].is_number_integer() || root["version"].get<int64_t>() != 1) {
-    ds.push_back(detail::diag_at(file, "/version",
-                                 "unsupported cost table version " + root["version"].dump() +
-                                     " (expected 1)"));
+    ds.push_back(detail::diag_at(
+        file, "/version",
+        "unsupported cost table version " + root["version"].dump() + " (expected 1)"));
   }
   if (root.contains("device")) {
     if (root["device"].is_string())
@@ -316,15 +336,20 @@ Expected<ProfileTable> parse_profile_table(const std::string& text, const std::s
   shapes.build(t.shape_kernels, file, ds);
   bytes.build(t.bytes_kernels, file, ds);
   colls.build(t.collectives, file, ds);
-  if (!ds.empty()) return fail(std::move(ds));
+  if (!ds.empty()) {
+    // The text parsed above, so positions can be indexed for line:column.
+    auto src = JsonSource::parse(text, file);
+    if (src) detail::locate(ds, &*src);
+    return fail(std::move(ds));
+  }
   return t;
 }
 
 Expected<ProfileTable> load_profile_table(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return fail(detail::diag_at(path, "", "cannot read cost table '" + path + "': " +
-                                              std::strerror(errno)));
+    return fail(detail::diag_at(path, "",
+                                "cannot read cost table '" + path + "': " + std::strerror(errno)));
   }
   std::ostringstream ss;
   ss << in.rdbuf();

@@ -19,8 +19,8 @@ Diagnostic diag_at(const std::string& file, const std::string& pointer, std::str
   return d;
 }
 
-Diagnostic diag_at_line(const std::string& file, uint32_t line, uint32_t col,
-                        std::string message, std::string source_line) {
+Diagnostic diag_at_line(const std::string& file, uint32_t line, uint32_t col, std::string message,
+                        std::string source_line) {
   Diagnostic d;
   d.severity = Severity::kError;
   d.message = std::move(message);
@@ -84,6 +84,18 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string>& 
   return pick ? "did you mean '" + *pick + "'?" : std::string();
 }
 
+void locate(Diagnostics& ds, const JsonSource* src) {
+  if (!src) return;
+  for (Diagnostic& d : ds) {
+    if (d.loc.file != src->file() || d.loc.known()) continue;
+    const SourceLoc l = src->key_loc(d.loc.json_pointer);
+    if (!l.known()) continue;
+    d.loc.line = l.line;
+    d.loc.col = l.col;
+    d.source_line = src->line_text(l.line);
+  }
+}
+
 void line_col(const std::string& text, size_t offset, uint32_t& line, uint32_t& col,
               std::string& line_text) {
   offset = std::min(offset, text.size());
@@ -97,8 +109,8 @@ void line_col(const std::string& text, size_t offset, uint32_t& line, uint32_t& 
   }
   col = static_cast<uint32_t>(offset - line_start + 1);
   size_t end = text.find('\n', line_start);
-  line_text = text.substr(line_start, end == std::string::npos ? std::string::npos
-                                                               : end - line_start);
+  line_text =
+      text.substr(line_start, end == std::string::npos ? std::string::npos : end - line_start);
 }
 
 bool iequals(std::string_view a, std::string_view b) {
@@ -180,18 +192,42 @@ std::vector<std::string> names_of(const Table& t) {
 
 }  // namespace
 
-std::string_view op_name(OpKind k) { return name_of(kOps, k); }
-std::optional<OpKind> parse_op(std::string_view s) { return parse_of(kOps, s); }
-std::vector<std::string> op_names() { return names_of(kOps); }
-std::string_view pass_key(Pass p) { return name_of(kPasses, p); }
-std::optional<Pass> parse_pass_key(std::string_view s) { return parse_of(kPasses, s); }
-std::vector<std::string> pass_keys() { return names_of(kPasses); }
-std::string_view dtype_name(DType d) { return name_of(kDtypes, d); }
-std::optional<DType> parse_dtype(std::string_view s) { return parse_of(kDtypes, s); }
-std::vector<std::string> dtype_names() { return names_of(kDtypes); }
-std::string_view comm_name(CommKind k) { return name_of(kComms, k); }
-std::optional<CommKind> parse_comm(std::string_view s) { return parse_of(kComms, s); }
-std::vector<std::string> comm_names() { return names_of(kComms); }
+std::string_view op_name(OpKind k) {
+  return name_of(kOps, k);
+}
+std::optional<OpKind> parse_op(std::string_view s) {
+  return parse_of(kOps, s);
+}
+std::vector<std::string> op_names() {
+  return names_of(kOps);
+}
+std::string_view pass_key(Pass p) {
+  return name_of(kPasses, p);
+}
+std::optional<Pass> parse_pass_key(std::string_view s) {
+  return parse_of(kPasses, s);
+}
+std::vector<std::string> pass_keys() {
+  return names_of(kPasses);
+}
+std::string_view dtype_name(DType d) {
+  return name_of(kDtypes, d);
+}
+std::optional<DType> parse_dtype(std::string_view s) {
+  return parse_of(kDtypes, s);
+}
+std::vector<std::string> dtype_names() {
+  return names_of(kDtypes);
+}
+std::string_view comm_name(CommKind k) {
+  return name_of(kComms, k);
+}
+std::optional<CommKind> parse_comm(std::string_view s) {
+  return parse_of(kComms, s);
+}
+std::vector<std::string> comm_names() {
+  return names_of(kComms);
+}
 
 int64_t ceil_ns(double ns) {
   if (!(ns > 0)) return 0;

@@ -1,9 +1,8 @@
 #pragma once
 // Private helpers of the costmodel library: diagnostics, "did you mean" hints, name tables.
 //
-// The schedules library owns the general versions of some of these (JsonSource positions,
-// `nearest`); the cost model keeps its own small copies so that it depends only on the value
-// types of schedules' headers.
+// The schedules library owns a general `nearest`; the cost model keeps its own (with a prefix
+// rule for truncated option names). Positions come from schedules' JsonSource.
 
 #include <cstdint>
 #include <optional>
@@ -13,6 +12,7 @@
 
 #include "stretto/schedules/dag.h"
 #include "stretto/schedules/diag.h"
+#include "stretto/schedules/json_source.h"
 #include "stretto/schedules/model.h"
 #include "stretto/schedules/plan.h"
 #include "stretto/schedules/tags.h"
@@ -23,8 +23,8 @@ namespace stretto::cost::detail {
 Diagnostic diag_at(const std::string& file, const std::string& pointer, std::string message,
                    std::string hint = {});
 /// An error at a known line:col (JSON syntax errors).
-Diagnostic diag_at_line(const std::string& file, uint32_t line, uint32_t col,
-                        std::string message, std::string source_line);
+Diagnostic diag_at_line(const std::string& file, uint32_t line, uint32_t col, std::string message,
+                        std::string source_line);
 
 /// "~" -> "~0", "/" -> "~1" (RFC 6901).
 std::string escape_pointer_token(std::string_view key);
@@ -35,6 +35,11 @@ std::string child_pointer(const std::string& base, std::string_view key);
 size_t edit_distance(std::string_view a, std::string_view b);
 /// "did you mean 'x'?" for the closest candidate within a plausible typo distance, else "".
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
+
+/// Fills line:column and the source line of the diagnostics that are about `src`'s file and
+/// have none yet, from their JSON pointers. Object members are located at their key, so an
+/// unknown key points at its name.
+void locate(Diagnostics& ds, const JsonSource* src);
 
 /// 1-based line and column of byte `offset` in `text`, and that line's text.
 void line_col(const std::string& text, size_t offset, uint32_t& line, uint32_t& col,

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cctype>
 #include <deque>
+#include <iterator>
 #include <map>
 #include <ostream>
 #include <set>
@@ -23,36 +24,51 @@ namespace stretto {
 
 char action_kind_char(ActionKind k) {
   switch (k) {
-    case ActionKind::kF: return 'F';
-    case ActionKind::kB: return 'B';
-    case ActionKind::kI: return 'I';
-    case ActionKind::kW: return 'W';
+    case ActionKind::kF:
+      return 'F';
+    case ActionKind::kB:
+      return 'B';
+    case ActionKind::kI:
+      return 'I';
+    case ActionKind::kW:
+      return 'W';
   }
   return '?';
 }
 
 Pass action_kind_pass(ActionKind k) {
   switch (k) {
-    case ActionKind::kF: return Pass::kF;
-    case ActionKind::kB: return Pass::kB;
-    case ActionKind::kI: return Pass::kBI;
-    case ActionKind::kW: return Pass::kBW;
+    case ActionKind::kF:
+      return Pass::kF;
+    case ActionKind::kB:
+      return Pass::kB;
+    case ActionKind::kI:
+      return Pass::kBI;
+    case ActionKind::kW:
+      return Pass::kBW;
   }
   return Pass::kNone;
 }
 
 std::optional<ActionKind> action_kind_from_pass(Pass p) {
   switch (p) {
-    case Pass::kF: return ActionKind::kF;
-    case Pass::kB: return ActionKind::kB;
-    case Pass::kBI: return ActionKind::kI;
-    case Pass::kBW: return ActionKind::kW;
-    case Pass::kNone: break;
+    case Pass::kF:
+      return ActionKind::kF;
+    case Pass::kB:
+      return ActionKind::kB;
+    case Pass::kBI:
+      return ActionKind::kI;
+    case Pass::kBW:
+      return ActionKind::kW;
+    case Pass::kNone:
+      break;
   }
   return std::nullopt;
 }
 
-std::string Action::str() const { return fmt::format("{}{}{}", stage, action_kind_char(kind), mb); }
+std::string Action::str() const {
+  return fmt::format("{}{}{}", stage, action_kind_char(kind), mb);
+}
 
 bool Slot::operator==(const Slot& o) const {
   if (count != o.count) return false;
@@ -67,7 +83,9 @@ std::string Slot::str() const {
   return fmt::format("({};{})OVERLAP_F_B", act[0].str(), act[1].str());
 }
 
-std::ostream& operator<<(std::ostream& os, const Action& a) { return os << a.str(); }
+std::ostream& operator<<(std::ostream& os, const Action& a) {
+  return os << a.str();
+}
 std::ostream& operator<<(std::ostream& os, const Slot& s) {
   return os << (s.is_idle() ? std::string("<idle>") : s.str());
 }
@@ -132,7 +150,9 @@ constexpr FamilyInfo kFamilies[] = {
     {Family::kDualPipeV, "dualpipev", 2},
 };
 
-const FamilyInfo& info(Family f) { return kFamilies[static_cast<size_t>(f)]; }
+const FamilyInfo& info(Family f) {
+  return kFamilies[static_cast<size_t>(f)];
+}
 
 // Lower case, without '-', '_', '.', ' ' and a leading "schedule" (torch class names).
 std::string normalize_family(std::string_view name) {
@@ -288,8 +308,7 @@ void build_1f1b(PipelineSchedule& s, bool pad) {
 // is the ZB paper's parallelogram: under F = I = W no rank idles between its first and last op,
 // the makespan is the single-iteration bound m(F+I+W) + (p-1)F (also for I > W, where ZB-H1
 // needs (p-1)(F+I-W)), and rank 0's idle time is (p-1)(F+I-2W) (checked in tests/builders).
-void build_skeleton(PipelineSchedule& s, int factor, bool zero_bubble, int lag_per_rank,
-                    bool pad) {
+void build_skeleton(PipelineSchedule& s, int factor, bool zero_bubble, int lag_per_rank, bool pad) {
   const int p = s.ranks, v = s.stages_per_rank, m = s.microbatches;
   const int rounds = std::max(1, m / p);
   const int mpr = m / rounds;
@@ -352,7 +371,7 @@ void build_zbv(PipelineSchedule& s, bool pad) {
     int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
     auto push = [&](ActionKind k, int st, int mb) { ops.push_back({k, st, mb}); };
     for (int i = 0; i < 2 * (p - r) - 1; ++i) push(ActionKind::kF, s0, f0++);  // 1.
-    for (int i = 0; i < r; ++i) {                                               // 2.
+    for (int i = 0; i < r; ++i) {                                              // 2.
       push(ActionKind::kF, s1, f1++);
       push(ActionKind::kF, s0, f0++);
     }
@@ -399,7 +418,7 @@ void build_zbv(PipelineSchedule& s, bool pad) {
 // "I" = backward with zero bubble on (W queued on the rank's single FIFO), "B" = full backward.
 void dualpipe_rank(RankEmitter& e, int P, int h, int M, int s0, int s1, bool last) {
   for (int i = 0; i < 2 * (P - h - 1); ++i) e.f(s0);  // 1. nF0
-  for (int i = 0; i < h + 1; ++i) {                    // 2. nF0F1
+  for (int i = 0; i < h + 1; ++i) {                   // 2. nF0F1
     e.f(s0);
     e.f(s1);
   }
@@ -488,9 +507,8 @@ Expected<PipelineSchedule> build_impl(std::string_view family_name, int p, int v
   if (!fam) {
     std::vector<std::string> names = schedule_family_names();
     std::string near = nearest(normalize_family(family_name), names);
-    std::string hint = near.empty()
-                           ? fmt::format("known schedules: {}", fmt::join(names, ", "))
-                           : fmt::format("did you mean '{}'?", near);
+    std::string hint = near.empty() ? fmt::format("known schedules: {}", fmt::join(names, ", "))
+                                    : fmt::format("did you mean '{}'?", near);
     return fail_on("builder", fmt::format("unknown pipeline schedule '{}'", family_name), hint);
   }
   const FamilyInfo& fi = info(*fam);
@@ -499,30 +517,34 @@ Expected<PipelineSchedule> build_impl(std::string_view family_name, int p, int v
   if (m < 1)
     return fail_on("microbatches",
                    fmt::format("{} needs at least 1 microbatch, got {}", fi.name, m));
-  constexpr int kLimit = 1 << 20;  // keeps p*v*m and the slot lists far from int overflow
-  if (static_cast<int64_t>(p) * v > kLimit || static_cast<int64_t>(m) * v > kLimit ||
-      static_cast<int64_t>(p) * m > kLimit)
+  // (stage, microbatch) pairs; 2^22 covers a 1024-rank DualPipeV with its 2048 microbatches and
+  // keeps every index far from int overflow.
+  constexpr int64_t kMaxPairs = int64_t{1} << 22;
+  if (p > (1 << 20) || v > (1 << 10) || m > (1 << 22) ||
+      static_cast<int64_t>(p) * v * m > kMaxPairs)
     return fail_on("microbatches",
-                   fmt::format("{}: {} ranks x {} stages/rank x {} microbatches is too large",
-                               fi.name, p, v, m));
+                   fmt::format("{}: {} ranks x {} stages/rank x {} microbatches is too large "
+                               "(at most {} stage-microbatch pairs)",
+                               fi.name, p, v, m, kMaxPairs));
 
   PipelineSchedule s;
   switch (*fam) {
     case Family::kGPipe:
     case Family::k1F1B:
       if (v != 1)
-        return fail_on("stages_per_rank",
-                       fmt::format("{} runs one stage per rank, got {} stages per rank", fi.name, v),
-                       *fam == Family::kGPipe ? "use looped-bfs for several stages per rank"
-                                              : "use interleaved-1f1b for several stages per rank");
+        return fail_on(
+            "stages_per_rank",
+            fmt::format("{} runs one stage per rank, got {} stages per rank", fi.name, v),
+            *fam == Family::kGPipe ? "use looped-bfs for several stages per rank"
+                                   : "use interleaved-1f1b for several stages per rank");
       // torch Schedule1F1B rejects m < p (torchtitan#775: it used to hang); ScheduleGPipe does
       // not check, so GPipe accepts any m (spec §7.7 says "single-stage schedules"; torch's code
       // only checks in Schedule1F1B).
       if (*fam == Family::k1F1B && m < p)
-        return fail_on("microbatches",
-                       fmt::format("1f1b needs at least as many microbatches as stages: {} < {}",
-                                   m, p),
-                       fmt::format("use at least {} microbatches, or gpipe", p));
+        return fail_on(
+            "microbatches",
+            fmt::format("1f1b needs at least as many microbatches as stages: {} < {}", m, p),
+            fmt::format("use at least {} microbatches, or gpipe", p));
       init_schedule(s, *fam, p, 1, p, m, StageMapStyle::kLoop);
       if (*fam == Family::kGPipe)
         build_gpipe(s, opt.torch_padding);
@@ -652,8 +674,8 @@ Diagnostics validate_schedule(const PipelineSchedule& s, const SlotLocator& loca
   if (static_cast<int>(s.per_rank.size()) != p)
     report({}, fmt::format("schedule has {} rank rows, expected {}", s.per_rank.size(), p));
   if (static_cast<int>(s.stage_to_rank.size()) != S) {
-    report({}, fmt::format("stage map has {} entries, expected {} stages", s.stage_to_rank.size(),
-                           S));
+    report({},
+           fmt::format("stage map has {} entries, expected {} stages", s.stage_to_rank.size(), S));
     return out;
   }
   for (int st = 0; st < S; ++st) {
@@ -664,8 +686,8 @@ Diagnostics validate_schedule(const PipelineSchedule& s, const SlotLocator& loca
     }
   }
   if (s.bidirectional && m % 2 != 0) {
-    report({}, fmt::format("a bidirectional schedule needs an even number of microbatches, got {}",
-                           m));
+    report({},
+           fmt::format("a bidirectional schedule needs an even number of microbatches, got {}", m));
     return out;
   }
 
@@ -710,17 +732,19 @@ Diagnostics validate_schedule(const PipelineSchedule& s, const SlotLocator& loca
     const auto& row = s.per_rank[static_cast<size_t>(r)];
     for (int k = 0; k < static_cast<int>(row.size()); ++k) {
       for (const Action& a : row[static_cast<size_t>(k)].actions()) {
-        const std::string where = fmt::format("rank {}, slot {}", r, k);
+        // Built only when something is reported: this loop runs once per action.
+        auto where = [&] { return fmt::format("rank {}, slot {}", r, k); };
+        auto what = [&] { return fmt::format("stage {} microbatch {}", a.stage, a.mb); };
         if (a.stage < 0 || a.stage >= S) {
           report(loc_of(r, k), fmt::format("{}: action {} names stage {}, but the schedule has {} "
                                            "stages",
-                                           where, a.str(), a.stage, S));
+                                           where(), a.str(), a.stage, S));
           continue;
         }
         if (a.mb < 0 || a.mb >= m) {
           report(loc_of(r, k), fmt::format("{}: action {} names microbatch {}, but the schedule "
                                            "has {} microbatches",
-                                           where, a.str(), a.mb, m));
+                                           where(), a.str(), a.mb, m));
           continue;
         }
         const size_t oi = owner_index(a);
@@ -728,25 +752,25 @@ Diagnostics validate_schedule(const PipelineSchedule& s, const SlotLocator& loca
           reported[oi] = 1;
           report(loc_of(r, k), fmt::format("{}: stage {} (microbatch {}) runs on rank {}, but the "
                                            "stage map puts it on rank {}",
-                                           where, a.stage, a.mb, r, s.rank_of(a.stage, a.mb)));
+                                           where(), a.stage, a.mb, r, s.rank_of(a.stage, a.mb)));
         }
         uint8_t& st = at(a.stage, a.mb);
-        const std::string what = fmt::format("stage {} microbatch {}", a.stage, a.mb);
         switch (a.kind) {
           case ActionKind::kF:
             if (st & kHasF)
-              report(loc_of(r, k), fmt::format("{}: second forward of {}", where, what));
+              report(loc_of(r, k), fmt::format("{}: second forward of {}", where(), what()));
             st |= kHasF;
             break;
           case ActionKind::kB:
           case ActionKind::kI: {
-            const char* name = a.kind == ActionKind::kB ? "full backward (B)" : "input backward (I)";
+            const char* name =
+                a.kind == ActionKind::kB ? "full backward (B)" : "input backward (I)";
             if (!(st & kHasF))
               report(loc_of(r, k),
-                     fmt::format("{}: {} of {} runs before its forward", where, name, what),
+                     fmt::format("{}: {} of {} runs before its forward", where(), name, what()),
                      "a backward must come after the forward of the same stage and microbatch");
             if (st & (kHasB | kHasI))
-              report(loc_of(r, k), fmt::format("{}: second backward of {}", where, what));
+              report(loc_of(r, k), fmt::format("{}: second backward of {}", where(), what()));
             st |= a.kind == ActionKind::kB ? kHasB : kHasI;
             break;
           }
@@ -754,14 +778,15 @@ Diagnostics validate_schedule(const PipelineSchedule& s, const SlotLocator& loca
             if (st & kHasB)
               report(loc_of(r, k), fmt::format("{}: weight backward (W) of {} after its full "
                                                "backward (B), which already computed it",
-                                               where, what));
+                                               where(), what()));
             else if (!(st & kHasI))
               report(loc_of(r, k),
                      fmt::format("{}: weight backward (W) of {} runs before its input backward (I)",
-                                 where, what),
+                                 where(), what()),
                      "W must come after the I of the same stage and microbatch");
             if (st & kHasW)
-              report(loc_of(r, k), fmt::format("{}: second weight backward of {}", where, what));
+              report(loc_of(r, k),
+                     fmt::format("{}: second weight backward of {}", where(), what()));
             st |= kHasW;
             break;
         }
@@ -785,11 +810,11 @@ Diagnostics validate_schedule(const PipelineSchedule& s, const SlotLocator& loca
     };
     const int r = s.stage_to_rank[static_cast<size_t>(st)];
     if (!no_f.empty())
-      report(loc_of(r, -1), fmt::format("stage {} (rank {}) has {} of {} forwards: microbatch{} {} "
-                                        "{} no F",
-                                        st, r, m - static_cast<int>(no_f.size()), m,
-                                        no_f.size() > 1 ? "es" : "", list(no_f),
-                                        no_f.size() > 1 ? "have" : "has"));
+      report(loc_of(r, -1),
+             fmt::format("stage {} (rank {}) has {} of {} forwards: microbatch{} {} "
+                         "{} no F",
+                         st, r, m - static_cast<int>(no_f.size()), m, no_f.size() > 1 ? "es" : "",
+                         list(no_f), no_f.size() > 1 ? "have" : "has"));
     if (!no_back.empty())
       report(loc_of(r, -1),
              fmt::format("stage {} (rank {}) is missing backwards: microbatch{} {} {} no B or I",
@@ -811,6 +836,23 @@ Diagnostics validate_schedule(const PipelineSchedule& s, const SlotLocator& loca
 
 namespace {
 
+int max_stages_per_rank_impl(const PipelineSchedule& s) {
+  std::vector<int> stamp(static_cast<size_t>(std::max(s.stages, 0)), -1);
+  int v = 1;
+  for (size_t r = 0; r < s.per_rank.size(); ++r) {
+    int n = 0;
+    for (const Slot& sl : s.per_rank[r])
+      for (const Action& a : sl.actions())
+        if (a.stage >= 0 && a.stage < s.stages &&
+            stamp[static_cast<size_t>(a.stage)] != static_cast<int>(r)) {
+          stamp[static_cast<size_t>(a.stage)] = static_cast<int>(r);
+          ++n;
+        }
+    v = std::max(v, n);
+  }
+  return v;
+}
+
 TagCond eq(int x) {
   TagCond c;
   c.kind = TagCond::kEquals;
@@ -818,8 +860,12 @@ TagCond eq(int x) {
   return c;
 }
 
-TagCond& cond(Filter& f, TagKey k) { return f.cond[static_cast<size_t>(k)]; }
-const TagCond& cond(const Filter& f, TagKey k) { return f.cond[static_cast<size_t>(k)]; }
+TagCond& cond(Filter& f, TagKey k) {
+  return f.cond[static_cast<size_t>(k)];
+}
+const TagCond& cond(const Filter& f, TagKey k) {
+  return f.cond[static_cast<size_t>(k)];
+}
 
 Filter action_filter(const Action& a) {
   Filter f;
@@ -829,7 +875,9 @@ Filter action_filter(const Action& a) {
   return f;
 }
 
-std::string devices_str(const std::vector<int>& d) { return fmt::format("[{}]", fmt::join(d, ",")); }
+std::string devices_str(const std::vector<int>& d) {
+  return fmt::format("[{}]", fmt::join(d, ","));
+}
 
 // A place directive that places stage `s` as a whole (no MB/EP/LAYER/PASS condition).
 bool places_whole_stage(const Directive& d, int s) {
@@ -868,8 +916,7 @@ void number_generated(Directive& d, int index, const std::string& origin) {
   if (d.op == DirectiveOp::kOrder) {
     for (size_t g = 0; g < d.groups.size(); ++g)
       for (size_t j = 0; j < d.groups[g].size(); ++j)
-        d.groups[g][j].pointer =
-            origin.empty() ? fmt::format("{}/filters/{}/{}", d.pointer, g, j) : origin;
+        d.groups[g][j].pointer = d.pointer;  // one string per filter would dominate big plans
   } else {
     d.filter.pointer = origin.empty() ? d.pointer + "/filter" : origin;
   }
@@ -900,12 +947,13 @@ Expected<std::vector<Directive>> to_directives_impl(const PipelineSchedule& s,
         rank_source_stage[static_cast<size_t>(r)] = st;
       } else if (rank_devices[static_cast<size_t>(r)] != devs) {
         Diagnostic d = make_error(
-            fmt::format("stage {} is placed on devices {} by directive {}, but stage {} of the same "
-                        "schedule rank {} is placed on devices {} by directive {}",
-                        st, devices_str(devs), base[static_cast<size_t>(di)].index,
-                        rank_source_stage[static_cast<size_t>(r)], r,
-                        devices_str(rank_devices[static_cast<size_t>(r)]),
-                        base[static_cast<size_t>(rank_source[static_cast<size_t>(r)])].index),
+            fmt::format(
+                "stage {} is placed on devices {} by directive {}, but stage {} of the same "
+                "schedule rank {} is placed on devices {} by directive {}",
+                st, devices_str(devs), base[static_cast<size_t>(di)].index,
+                rank_source_stage[static_cast<size_t>(r)], r,
+                devices_str(rank_devices[static_cast<size_t>(r)]),
+                base[static_cast<size_t>(rank_source[static_cast<size_t>(r)])].index),
             fmt::format("the {} schedule runs stages {} and {} on one rank; place them on the same "
                         "devices",
                         s.family, rank_source_stage[static_cast<size_t>(r)], st));
@@ -955,10 +1003,10 @@ Expected<std::vector<Directive>> to_directives_impl(const PipelineSchedule& s,
     if (d.op != DirectiveOp::kSplit) continue;
     base_has_split = true;
     if (d.num_microbatches != m) {
-      Diagnostic e = make_error(
-          fmt::format("the base splits into {} microbatches, but the schedule has {}",
-                      d.num_microbatches, m),
-          "drop the split from the base; the builder adds it");
+      Diagnostic e =
+          make_error(fmt::format("the base splits into {} microbatches, but the schedule has {}",
+                                 d.num_microbatches, m),
+                     "drop the split from the base; the builder adds it");
       e.directive = d.index;
       e.loc.json_pointer = d.pointer;
       errs.push_back(std::move(e));
@@ -1102,18 +1150,40 @@ Expected<PipelineSchedule> schedule_from_directives(const std::vector<Directive>
     return fail(make_error("no order directive: there is no per-rank order to export"));
   const int S = max_stage + 1;
 
-  // Device list of every (stage, microbatch): the last matching whole-region place.
+  // Device list of every (stage, microbatch): the last matching place without a PASS. Places
+  // are bucketed by their PP value so that big plans (DualPipe places every (PP, MB)) stay
+  // linear in the number of directives.
   std::vector<int> place_of(static_cast<size_t>(S) * static_cast<size_t>(m), -1);
-  for (int st = 0; st < S; ++st)
-    for (int mb = 0; mb < m; ++mb) {
-      Tags t;
-      t.set(TagKey::kPP, st);
-      t.set(TagKey::kMB, mb);
-      for (size_t i = 0; i < ds.size(); ++i)
-        if (ds[i].op == DirectiveOp::kPlace && !ds[i].filter.pass && ds[i].filter.matches(t))
-          place_of[static_cast<size_t>(st) * static_cast<size_t>(m) + static_cast<size_t>(mb)] =
-              static_cast<int>(i);
+  std::vector<std::vector<int>> by_stage(static_cast<size_t>(S));
+  std::vector<int> any_stage;
+  for (size_t i = 0; i < ds.size(); ++i) {
+    const Directive& d = ds[i];
+    if (d.op != DirectiveOp::kPlace || d.filter.pass) continue;
+    const TagCond& pp = cond(d.filter, TagKey::kPP);
+    if (pp.kind != TagCond::kEquals)
+      any_stage.push_back(static_cast<int>(i));
+    else if (pp.value >= 0 && pp.value < S)
+      by_stage[static_cast<size_t>(pp.value)].push_back(static_cast<int>(i));
+  }
+  for (int st = 0; st < S; ++st) {
+    std::vector<int> cand;  // in directive order: a later place wins
+    std::merge(by_stage[static_cast<size_t>(st)].begin(), by_stage[static_cast<size_t>(st)].end(),
+               any_stage.begin(), any_stage.end(), std::back_inserter(cand));
+    for (int i : cand) {
+      const Filter& f = ds[static_cast<size_t>(i)].filter;
+      if (!cond(f, TagKey::kPP).matches(st) || !cond(f, TagKey::kEP).matches(kAbsent) ||
+          !cond(f, TagKey::kLayer).matches(kAbsent))
+        continue;
+      const TagCond& mbc = cond(f, TagKey::kMB);
+      const size_t row = static_cast<size_t>(st) * static_cast<size_t>(m);
+      if (mbc.kind == TagCond::kEquals) {
+        if (mbc.value >= 0 && mbc.value < m) place_of[row + static_cast<size_t>(mbc.value)] = i;
+      } else {
+        for (int mb = 0; mb < m; ++mb)
+          if (mbc.matches(mb)) place_of[row + static_cast<size_t>(mb)] = i;
+      }
     }
+  }
   for (int st = 0; st < S; ++st)
     if (place_of[static_cast<size_t>(st) * static_cast<size_t>(m)] < 0)
       errs.push_back(make_error(fmt::format("stage {} is not placed by any place directive", st),
@@ -1124,14 +1194,23 @@ Expected<PipelineSchedule> schedule_from_directives(const std::vector<Directive>
 
   // Ranks = distinct device lists, ordered by first device (then lexicographically).
   std::vector<std::vector<int>> lists;
+  std::vector<char> used(ds.size(), 0);
   for (int pi : place_of)
-    if (pi >= 0) lists.push_back(ds[static_cast<size_t>(pi)].devices);
+    if (pi >= 0 && !used[static_cast<size_t>(pi)]) {
+      used[static_cast<size_t>(pi)] = 1;
+      lists.push_back(ds[static_cast<size_t>(pi)].devices);
+    }
   std::sort(lists.begin(), lists.end());
   lists.erase(std::unique(lists.begin(), lists.end()), lists.end());
   const int p = static_cast<int>(lists.size());
+  std::vector<int> rank_cache(ds.size(), -1);
   auto rank_of_place = [&](int pi) {
-    const auto& dv = ds[static_cast<size_t>(pi)].devices;
-    return static_cast<int>(std::lower_bound(lists.begin(), lists.end(), dv) - lists.begin());
+    int& r = rank_cache[static_cast<size_t>(pi)];
+    if (r < 0) {
+      const auto& dv = ds[static_cast<size_t>(pi)].devices;
+      r = static_cast<int>(std::lower_bound(lists.begin(), lists.end(), dv) - lists.begin());
+    }
+    return r;
   };
 
   PipelineSchedule s;
@@ -1155,7 +1234,8 @@ Expected<PipelineSchedule> schedule_from_directives(const std::vector<Directive>
     }
   if (!errs.empty()) return fail(std::move(errs));
   for (int st = 0; st < S; ++st)
-    s.stage_to_rank[static_cast<size_t>(st)] = rank_mb[static_cast<size_t>(st) * static_cast<size_t>(m)];
+    s.stage_to_rank[static_cast<size_t>(st)] =
+        rank_mb[static_cast<size_t>(st) * static_cast<size_t>(m)];
   if (!uniform) {
     // Only DualPipe's two-direction layout is expressible: [0, m/2) on r, [m/2, m) on p-1-r.
     s.bidirectional = true;
@@ -1205,13 +1285,7 @@ Expected<PipelineSchedule> schedule_from_directives(const std::vector<Directive>
   }
   if (!errs.empty()) return fail(std::move(errs));
 
-  int v = 1;
-  for (int r = 0; r < p; ++r) {
-    std::set<int> st;
-    for (const Action& a : s.compute_order(r)) st.insert(a.stage);
-    v = std::max(v, static_cast<int>(st.size()));
-  }
-  s.stages_per_rank = v;
+  s.stages_per_rank = max_stages_per_rank_impl(s);
   if (Diagnostics vs = validate_schedule(s); !vs.empty()) return fail(std::move(vs));
   return s;
 }

@@ -672,7 +672,7 @@ Expected<Plan> parse_plan(const JsonSource& src) {
       if (r.object(P, {"builder", "ranks", "stages_per_rank", "microbatches", "base"}, -1,
                    "a builder call")) {
         r.string(P, "builder", b.builder, true);
-        r.number(P, "ranks", b.ranks, 1, 1e5, true);
+        r.number(P, "ranks", b.ranks, 1, 1e5, !r.has(P, "base"));
         r.number(P, "stages_per_rank", b.stages_per_rank, 1, 1e4, false);
         r.number(P, "microbatches", b.microbatches, 1, 1e6, true);
         if (r.has(P, "base")) {

@@ -7,8 +7,8 @@
 #include <cctype>
 #include <deque>
 #include <fstream>
+#include <iterator>
 #include <sstream>
-#include <unordered_set>
 
 namespace stretto {
 
@@ -80,6 +80,8 @@ std::vector<Row> split_csv(std::string_view text, Diagnostics& errs, const std::
     rows.push_back(std::move(row));
     pos = end + 1;
   }
+  // Blank lines at the end of the file are not ranks.
+  while (!rows.empty() && rows.back().cells.empty()) rows.pop_back();
   return rows;
 }
 
@@ -339,14 +341,21 @@ Expected<PipelineSchedule> parse_torch_csv(std::string_view text, const std::str
       return fail(std::move(errs));
     }
   }
-  int v = 1;
-  for (int r = 0; r < p; ++r) {
-    std::vector<int> st;
-    for (const Action& a : s.compute_order(r)) st.push_back(a.stage);
-    std::sort(st.begin(), st.end());
-    v = std::max(v, static_cast<int>(std::unique(st.begin(), st.end()) - st.begin()));
+  {
+    std::vector<int> stamp(static_cast<size_t>(S), -1);  // distinct stages per row
+    int v = 1;
+    for (int r = 0; r < p; ++r) {
+      int n = 0;
+      for (const Slot& sl : s.per_rank[static_cast<size_t>(r)])
+        for (const Action& a : sl.actions())
+          if (stamp[static_cast<size_t>(a.stage)] != r) {
+            stamp[static_cast<size_t>(a.stage)] = r;
+            ++n;
+          }
+      v = std::max(v, n);
+    }
+    s.stages_per_rank = v;
   }
-  s.stages_per_rank = v;
 
   Diagnostics vs = validate_schedule(s, slot_loc);
   if (!vs.empty()) {
@@ -372,12 +381,27 @@ Expected<PipelineSchedule> load_torch_csv(const std::string& path) {
   return parse_torch_csv(ss.str(), path);
 }
 
+namespace {
+void append_action(std::string& out, const Action& a) {
+  fmt::format_to(std::back_inserter(out), "{}{}{}", a.stage, action_kind_char(a.kind), a.mb);
+}
+void append_slot(std::string& out, const Slot& sl) {
+  if (sl.is_idle()) return;
+  if (!sl.is_overlap()) return append_action(out, sl.act[0]);
+  out += '(';
+  append_action(out, sl.act[0]);
+  out += ';';
+  append_action(out, sl.act[1]);
+  out += ")OVERLAP_F_B";
+}
+}  // namespace
+
 std::string write_torch_csv(const PipelineSchedule& s) {
   std::string out;
   for (const auto& row : s.per_rank) {
     for (size_t k = 0; k < row.size(); ++k) {
       if (k) out += ',';
-      out += row[k].str();
+      append_slot(out, row[k]);
     }
     out += '\n';
   }
@@ -394,23 +418,16 @@ std::string LoweredOp::str() const {
 }
 
 Expected<std::vector<std::vector<LoweredOp>>> add_send_recv(const PipelineSchedule& s) {
-  const int p = s.ranks, S = s.stages;
-  // Keys of what a rank has already placed: compute actions and RECVs it holds.
-  enum : uint64_t { kKeyF, kKeyB, kKeyI, kKeyW, kKeyRecvF, kKeyRecvB, kKeySendF, kKeySendB };
-  auto key = [](uint64_t type, int stage, int mb) {
-    return (type << 56) | (static_cast<uint64_t>(static_cast<uint32_t>(stage)) << 28) |
-           static_cast<uint64_t>(static_cast<uint32_t>(mb));
+  const int p = s.ranks, S = s.stages, m = s.microbatches;
+  // What has been placed, per (stage, microbatch). torch keeps one set per rank; since a compute
+  // action of (stage, mb) only ever runs on rank_of(stage, mb) and a RECV is only appended to the
+  // list of the rank that runs the receiving stage, "X is in rank r's set" is "X was placed and
+  // its rank is r" -- dense flags instead of hash sets (large schedules have millions).
+  enum : uint8_t { kHasF = 1, kHasB = 2, kHasI = 4, kHasRecvF = 8, kHasRecvB = 16 };
+  std::vector<uint8_t> placed(static_cast<size_t>(S) * static_cast<size_t>(m), 0);
+  auto flags = [&](int stage, int mb) -> uint8_t& {
+    return placed[static_cast<size_t>(stage) * static_cast<size_t>(m) + static_cast<size_t>(mb)];
   };
-  auto compute_key = [&](const Action& a) {
-    switch (a.kind) {
-      case ActionKind::kF: return key(kKeyF, a.stage, a.mb);
-      case ActionKind::kB: return key(kKeyB, a.stage, a.mb);
-      case ActionKind::kI: return key(kKeyI, a.stage, a.mb);
-      case ActionKind::kW: break;
-    }
-    return key(kKeyW, a.stage, a.mb);
-  };
-  std::vector<std::unordered_set<uint64_t>> prev(static_cast<size_t>(p));
   std::vector<std::deque<Slot>> todo(static_cast<size_t>(p));
   // Idle slots are dropped first, as torch's earlier lowering passes (_add_unshard_reshard,
   // _add_reduce_grad) do; otherwise an idle slot would cost its rank a turn of the round robin.
@@ -427,12 +444,14 @@ Expected<std::vector<std::vector<LoweredOp>>> add_send_recv(const PipelineSchedu
     return false;
   };
   // An input is available when it was produced on this rank or its RECV is already listed here.
-  auto ready = [&](const Action& a, const std::unordered_set<uint64_t>& have) {
+  auto ready = [&](const Action& a, int r) {
+    if (a.stage < 0 || a.stage >= S || a.mb < 0 || a.mb >= m) return false;
     if (a.kind == ActionKind::kF && a.stage != 0)
-      return have.count(key(kKeyRecvF, a.stage, a.mb)) || have.count(key(kKeyF, a.stage - 1, a.mb));
+      return (flags(a.stage, a.mb) & kHasRecvF) ||
+             ((flags(a.stage - 1, a.mb) & kHasF) && s.rank_of(a.stage - 1, a.mb) == r);
     if ((a.kind == ActionKind::kI || a.kind == ActionKind::kB) && a.stage != S - 1)
-      return have.count(key(kKeyRecvB, a.stage, a.mb)) ||
-             have.count(key(kKeyI, a.stage + 1, a.mb)) || have.count(key(kKeyB, a.stage + 1, a.mb));
+      return (flags(a.stage, a.mb) & kHasRecvB) ||
+             ((flags(a.stage + 1, a.mb) & (kHasI | kHasB)) && s.rank_of(a.stage + 1, a.mb) == r);
     return true;
   };
   auto comm_op = [](CommKind k, int stage, int mb) {
@@ -444,50 +463,49 @@ Expected<std::vector<std::vector<LoweredOp>>> add_send_recv(const PipelineSchedu
     return op;
   };
 
-  auto remaining = [&] {
-    for (const auto& t : todo)
-      if (!t.empty()) return true;
-    return false;
-  };
-  while (remaining()) {
+  size_t left = 0;
+  for (const auto& q : todo) left += q.size();
+  while (left > 0) {
     bool progress = false;
     for (int r = 0; r < p; ++r) {
       auto& q = todo[static_cast<size_t>(r)];
       if (q.empty()) continue;
       const Slot slot = q.front();
       bool ok = true;
-      for (const Action& a : slot.actions()) ok = ok && ready(a, prev[static_cast<size_t>(r)]);
+      for (const Action& a : slot.actions()) ok = ok && ready(a, r);
       if (!ok) continue;
-      if (!slot.is_idle()) {
-        LoweredOp op;
-        op.compute = slot;
-        out[static_cast<size_t>(r)].push_back(op);
-        for (const Action& a : slot.actions()) {
-          prev[static_cast<size_t>(r)].insert(compute_key(a));
-          if (!has_comms(a)) continue;
-          const bool fwd = a.kind == ActionKind::kF;
-          out[static_cast<size_t>(r)].push_back(
-              comm_op(fwd ? CommKind::kSendF : CommKind::kSendB, a.stage, a.mb));
-          prev[static_cast<size_t>(r)].insert(key(fwd ? kKeySendF : kKeySendB, a.stage, a.mb));
-          const int peer_stage = fwd ? a.stage + 1 : a.stage - 1;
-          const int peer = s.rank_of(peer_stage, a.mb);
-          out[static_cast<size_t>(peer)].push_back(
-              comm_op(fwd ? CommKind::kRecvF : CommKind::kRecvB, peer_stage, a.mb));
-          prev[static_cast<size_t>(peer)].insert(
-              key(fwd ? kKeyRecvF : kKeyRecvB, peer_stage, a.mb));
-        }
+      LoweredOp op;
+      op.compute = slot;
+      out[static_cast<size_t>(r)].push_back(op);
+      for (const Action& a : slot.actions()) {
+        flags(a.stage, a.mb) |= a.kind == ActionKind::kF   ? kHasF
+                                : a.kind == ActionKind::kB ? kHasB
+                                : a.kind == ActionKind::kI ? kHasI
+                                                           : 0;
+        if (!has_comms(a)) continue;
+        const bool fwd = a.kind == ActionKind::kF;
+        out[static_cast<size_t>(r)].push_back(
+            comm_op(fwd ? CommKind::kSendF : CommKind::kSendB, a.stage, a.mb));
+        const int peer_stage = fwd ? a.stage + 1 : a.stage - 1;
+        const int peer = s.rank_of(peer_stage, a.mb);
+        out[static_cast<size_t>(peer)].push_back(
+            comm_op(fwd ? CommKind::kRecvF : CommKind::kRecvB, peer_stage, a.mb));
+        flags(peer_stage, a.mb) |= fwd ? kHasRecvF : kHasRecvB;
       }
       q.pop_front();
+      --left;
       progress = true;
     }
     if (!progress) {
       Diagnostic d;
-      d.message = "malformed compute schedule: cannot place sends and receives (no rank can "
-                  "proceed)";
+      d.message =
+          "malformed compute schedule: cannot place sends and receives (no rank can "
+          "proceed)";
       for (int r = 0; r < p; ++r) {
         const auto& q = todo[static_cast<size_t>(r)];
         if (q.empty()) continue;
-        d.notes.push_back({SourceLoc{}, fmt::format("rank {} waits to run {}", r, q.front().str())});
+        d.notes.push_back(
+            {SourceLoc{}, fmt::format("rank {} waits to run {}", r, q.front().str())});
       }
       d.hint = "each rank's next action needs an input that no rank produces first";
       return fail(std::move(d));
@@ -498,7 +516,7 @@ Expected<std::vector<std::vector<LoweredOp>>> add_send_recv(const PipelineSchedu
 
 Expected<std::string> write_torch_csv_with_comms(const PipelineSchedule& s) {
   auto lowered = add_send_recv(s);
-  if (!lowered) return std::unexpected(std::move(lowered.error()));
+  if (!lowered) return fail(std::move(lowered.error()));
   std::string out;
   for (const auto& row : *lowered) {
     for (size_t k = 0; k < row.size(); ++k) {

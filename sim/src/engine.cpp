@@ -1,10 +1,12 @@
 #include "stretto/sim/engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <span>
+#include <utility>
 
 #include "event_heap.h"
 #include "stretto/schedules/diag.h"
@@ -18,7 +20,7 @@ using detail::Event;
 
 // Event kinds (low bits of Event::key).
 enum : uint32_t {
-  kJobEnd = 0,      // a rate-based job (compute task or comm flow) completes; id = job, versioned
+  kJobEnd = 0,      // a rate-based job (compute task or comm flow) may complete; id = job
   kFixedEnd = 1,    // a fixed-duration comm task ends; id = task
   kLatencyEnd = 2,  // a comm task with links finished its latency; its bytes start; id = task
   kIssue = 3,       // a ready task waited for its host thread to issue it; id = task
@@ -28,6 +30,7 @@ constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
 constexpr SimTime kNever = std::numeric_limits<SimTime>::max();
 constexpr size_t kMaxErrors = 50;
 constexpr size_t kMaxBlocked = 8;
+constexpr uint32_t kDeviceMask = (1u << 29) - 1;  // device ids share a word with kind bits
 constexpr double kMaxNs = 4.0e18;  // beyond this a duration is "never" (int64 safety)
 
 /// Whole ns needed to do `x` ns of work, rounded up; float noise just above an integer (up to
@@ -39,11 +42,28 @@ SimTime ceil_ns(double x) {
   return y > 0 ? static_cast<SimTime>(y) : 0;
 }
 
+/// Duration of a comm task that does not become a max-min flow (no links, or no bytes).
+SimTime fixed_duration(const Task& k) {
+  SimTime d = k.latency_ns;
+  if (k.link_count == 0 && k.work > 0 && k.rate_cap > 0) {
+    d += ceil_ns(static_cast<double>(k.work) / k.rate_cap);
+  }
+  return d;
+}
+
+bool is_flow(const Task& k) {
+  return k.link_count > 0 && k.work > 0;
+}
+
+float slowdown(SimTime actual, double alone) {
+  return alone > 0 ? static_cast<float>(static_cast<double>(actual) / alone) : 1.0f;
+}
+
 class Errors {
  public:
   explicit Errors(std::vector<std::string>* out) : out_(out) {}
-  /// `make` builds the message; called only while there is room, so a program with millions of
-  /// errors stays cheap to validate.
+  /// `make` builds the message; it is called only while there is room, so a program with
+  /// millions of errors stays cheap to validate.
   template <class MakeMessage>
   void add(MakeMessage&& make) {
     ++count_;
@@ -64,34 +84,42 @@ class Errors {
 std::string task_str(size_t t) {
   return "task " + std::to_string(t);
 }
+std::string device_str(size_t d) {
+  return "device " + std::to_string(d);
+}
 
 }  // namespace
 
 struct Engine::State {
-  // ---- the program and its derived, static structure (built by prepare) ----
-  const Program* p = nullptr;
-  uint32_t num_streams = 0;
-  std::vector<SimTime> issue;        // per task: latest issue time over its devices
-  std::vector<uint32_t> succ_begin;  // per task + 1: successors CSR
-  std::vector<uint32_t> succ;
-  std::vector<uint32_t> slot_begin;    // per (device, stream) slot + 1: stream FIFO CSR
-  std::vector<uint32_t> stream_tasks;  // tasks of each slot, in dispatch order
-  std::vector<double> link_caps;
+  // Everything the hot path needs about a task, in one 32-byte record (a cache line holds two):
+  // a compute task's start and end touch nothing else of the program, not even a stream queue,
+  // because the record links to the next task of its stream; a comm task's record holds its
+  // participant range, so only its start reads the Task itself.
+  struct alignas(32) TaskRec {
+    SimTime issue = 0;        // latest issue time over the task's devices
+    int64_t work = 0;         // copy of Task::work
+    uint32_t pending = 0;     // unmet start conditions: deps + stream heads not reached
+    uint32_t succ_begin = 0;  // successors are succ[succ_begin, next record's succ_begin)
+    uint32_t next = kNone;    // compute: the next task of its stream; comm: Task::part_begin
+    uint32_t bits = 0;        // (compute: device; comm: part_count) | kind << 29 | mem_bound << 31
 
-  // ---- scratch of prepare ----
-  std::vector<uint32_t> stamp, stamp2, list_head;            // per task
-  std::vector<uint32_t> slot_stamp;                          // per slot
-  std::vector<uint32_t> entry_task, entry_slot, entry_next;  // per participant entry
-  std::vector<uint32_t> dev_begin, cursor;
-
-  // ---- dynamic state ----
-  struct Job {        // a running task whose completion depends on a rate
-    double rem = 0;   // work left at t_upd (compute: ns at full capacity; flow: bytes)
-    double rate = 0;  // work per ns since t_upd
+    uint32_t device() const { return bits & kDeviceMask; }      // compute
+    uint32_t part_begin() const { return next; }                // comm
+    uint32_t part_count() const { return bits & kDeviceMask; }  // comm
+    TaskKind kind() const { return static_cast<TaskKind>((bits >> 29) & 3u); }
+    bool mem_bound() const { return (bits >> 31) != 0; }
+  };
+  static_assert(sizeof(TaskRec) == 32);
+  struct Job {         // a running task whose completion depends on a rate
+    double rem = 0;    // work left at t_upd (compute: ns at full capacity; flow: bytes)
+    double rate = 0;   // work per ns since t_upd
+    double alone = 0;  // duration alone, for the slowdown
     SimTime t_upd = 0;
-    SimTime t_end = kNever;  // time of the pending, valid completion event
+    SimTime t_end = kNever;     // completion at the current rate
+    SimTime t_queued = kNever;  // time of this job's valid event in the queue (<= t_end)
+    SimTime start = 0;
     uint32_t task = kNone;
-    uint32_t version = 0;  // bumped on every re-time; stale completion events carry an older one
+    uint32_t version = 0;  // bumped when an earlier completion is pushed or the job ends
     uint32_t next = kNone, prev = kNone;  // compute: the device's list of running compute jobs
     uint32_t device = kNone;              // compute only
     uint32_t flow = kNone;                // comm flow only
@@ -104,8 +132,32 @@ struct Engine::State {
     bool dirty = false;
     double sm_factor = 1, hbm_factor = 1;  // capacity multipliers while comm_active > 0
   };
-  std::vector<uint32_t> pending;  // per task: unmet conditions (deps + stream heads)
-  std::vector<uint32_t> head;     // per slot: index into stream_tasks of the current head
+
+  // ---- the program and its derived, static structure (built by prepare) ----
+  const Program* p = nullptr;
+  unsigned slot_shift = 0;
+  std::vector<TaskRec> recs;         // per task, plus a sentinel for succ_begin
+  std::vector<uint32_t> succ;        // successor lists
+  std::vector<uint32_t> part_next;   // per participant of a comm task: next task of that stream
+  std::vector<uint32_t> head_task;   // per (device << slot_shift | stream) slot: first task
+  std::vector<uint32_t> free_tasks;  // tasks with no deps and no participants
+  std::vector<double> link_caps;
+
+  // ---- scratch of prepare ----
+  struct BigTask {
+    uint32_t task, begin;  // a task with more than kSmallGroup participants: its big_index range
+  };
+  static constexpr uint32_t kSmallGroup = 16;
+  std::vector<uint32_t> slot_stamp, tail_task, tail_part;  // per slot
+  // per participant: owner + 1 until its dispatch entry is seen (comm); owner + 1 | kComputeMark
+  // for compute tasks, whose dispatch is tracked in their TaskRec instead
+  std::vector<uint32_t> part_mark;
+  static constexpr uint32_t kComputeMark = 1u << 31;
+  static constexpr SimTime kUnissued = -1;
+  std::vector<BigTask> big_tasks;
+  std::vector<std::pair<uint32_t, uint32_t>> big_index;  // (device, participant index)
+
+  // ---- dynamic state ----
   std::vector<Job> jobs;
   std::vector<uint32_t> free_jobs;
   std::vector<Device> devs;
@@ -120,8 +172,10 @@ struct Engine::State {
   uint64_t seq = 0;
   uint64_t events = 0;
   uint64_t stale = 0;
+  uint64_t requeued = 0;
   uint64_t max_queue = 0;
   size_t finished = 0;
+  double prepare_ms = 0;
 
   bool prepare(const Program& prog, std::vector<std::string>* errors);
   void simulate(RunResult& out);
@@ -132,7 +186,10 @@ struct Engine::State {
     if (heap.size() > max_queue) max_queue = heap.size();
   }
   void arrive(uint32_t t) {
-    if (--pending[t] == 0) ready.push_back(t);
+    if (--recs[t].pending == 0) ready.push_back(t);
+  }
+  void advance(uint32_t next) {
+    if (next != kNone) arrive(next);
   }
   void mark_dirty(uint32_t d) {
     if (!devs[d].dirty) {
@@ -140,22 +197,43 @@ struct Engine::State {
       dirty_devs.push_back(d);
     }
   }
+  uint32_t slot_of(const Participant& pa) const { return pa.device << slot_shift | pa.stream; }
+  uint32_t next_on_stream(uint32_t t, uint32_t slot) const {
+    const TaskRec& rec = recs[t];
+    if (rec.kind() == TaskKind::kCompute) return rec.next;
+    for (uint32_t pj = rec.part_begin(); pj < rec.part_begin() + rec.part_count(); ++pj) {
+      if (slot_of(p->participants[pj]) == slot) return part_next[pj];
+    }
+    return kNone;
+  }
+  // Starts loading the task state the next event will touch while this one is handled: the
+  // records are spread over the whole program, so most are cache misses.
+  void prefetch(const Event& next) const {
+    uint32_t t = next.id;
+    const uint32_t kind = next.key & ((1u << detail::kKindBits) - 1);
+    if (kind == kJobEnd) {
+      t = jobs[t].task;
+      if (t == kNone) return;
+    } else if (kind != kIssue) {
+      __builtin_prefetch(&p->tasks[t]);  // comm tasks only
+    }
+    __builtin_prefetch(&recs[t]);
+    __builtin_prefetch(&timing[t], 1);
+  }
   uint32_t alloc_job();
   void free_job(uint32_t j);
   void drain_ready();
   void start_task(uint32_t t);
   void start_flow(uint32_t t);
-  void end_task(uint32_t t, bool release_comm);
+  void end_task(uint32_t t, SimTime start, float slow, bool release_comm);
   void finish_job(uint32_t j);
-  void acquire_comm(const Task& k);
-  void release_comm(const Task& k);
+  void acquire_comm(const TaskRec& rec);
   void flush();
   void retime(uint32_t j, double rate);
-  double alone_ns(const Task& k) const;
 };
 
 // ------------------------------------------------------------------------------------------
-// prepare: validation and derived structure in one O(size) pass
+// prepare: validation and derived structure, two passes over the tasks
 // ------------------------------------------------------------------------------------------
 
 bool Engine::State::prepare(const Program& prog, std::vector<std::string>* errors) {
@@ -165,226 +243,286 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
   const size_t nd = prog.devices.size();
   const size_t ns = prog.stream_names.size();
   const size_t nl = prog.links.size();
-  num_streams = static_cast<uint32_t>(ns);
-
-  if (n >= kNone || nd >= kNone || prog.participants.size() >= kNone || prog.deps.size() >= kNone ||
-      nd * ns >= kNone) {
-    err.add([&] { return std::string("program too large for 32-bit ids"); });
+  const size_t np = prog.participants.size();
+  slot_shift = ns <= 1 ? 0 : static_cast<unsigned>(std::bit_width(ns - 1));
+  const size_t num_slots = nd << slot_shift;
+  if (n >= kComputeMark - 1 || nd > kDeviceMask || ns > 0xFFFF || num_slots >= kNone ||
+      np >= kNone || prog.deps.size() >= kNone) {
+    err.add([] { return std::string("program too large for 32-bit ids"); });
     err.finish();
     return false;
   }
 
-  // ---- phase 1: devices, links, tasks in isolation ----
+  // ---- pass 1: devices, links, tasks in isolation; successor counts ----
   for (size_t d = 0; d < nd; ++d) {
     const DeviceProgram& dp = prog.devices[d];
-    auto who = [d] { return "device " + std::to_string(d); };  // only built on error
-    if (dp.dispatch_ns < 0) err.add([&] { return std::string(who() + ": negative dispatch_ns"); });
+    if (dp.dispatch_ns < 0) err.add([&] { return device_str(d) + ": negative dispatch_ns"; });
     if (!(dp.comm_sm_share >= 0 && dp.comm_sm_share <= 1)) {
-      err.add([&] { return std::string(who() + ": comm_sm_share outside [0, 1]"); });
+      err.add([&] { return device_str(d) + ": comm_sm_share outside [0, 1]"; });
     }
     if (!(dp.comm_hbm_share >= 0 && dp.comm_hbm_share <= 1)) {
-      err.add([&] { return std::string(who() + ": comm_hbm_share outside [0, 1]"); });
+      err.add([&] { return device_str(d) + ": comm_hbm_share outside [0, 1]"; });
     }
   }
   for (size_t l = 0; l < nl; ++l) {
     const double c = prog.links[l].capacity;
     if (!(c > 0) || !std::isfinite(c)) {
       err.add([&] {
-        return std::string("link " + std::to_string(l) + " (" + prog.links[l].name +
-                           "): capacity must be positive and finite");
+        return "link " + std::to_string(l) + " (" + prog.links[l].name +
+               "): capacity must be positive and finite";
       });
     }
   }
-  slot_stamp.assign(nd * ns, 0);
-  size_t num_entries = 0;
-  for (size_t t = 0; t < n; ++t) {
+  recs.resize(n + 1);
+  recs[n] = TaskRec{};
+  slot_stamp.assign(num_slots, 0);
+  part_mark.assign(np, 0);
+  big_tasks.clear();
+  big_index.clear();
+  free_tasks.clear();
+  size_t num_succ = 0;
+  for (uint32_t t = 0; t < n; ++t) {
     const Task& k = prog.tasks[t];
-    auto who = [t] { return task_str(t); };  // only built on error
+    TaskRec& rec = recs[t];
+    rec = TaskRec{};
+    rec.bits = static_cast<uint32_t>(k.kind) << 29 | static_cast<uint32_t>(k.mem_bound) << 31;
+    rec.work = k.work;
+    rec.pending = k.dep_count + k.part_count;
     if (k.kind != TaskKind::kCompute && k.kind != TaskKind::kComm && k.kind != TaskKind::kBarrier) {
-      err.add([&] { return std::string(who() + ": unknown kind"); });
+      err.add([&] { return task_str(t) + ": unknown kind"; });
       continue;
     }
     auto bad_range = [](uint64_t begin, uint64_t count, size_t size) {
       return begin + count > size;
     };
-    if (bad_range(k.part_begin, k.part_count, prog.participants.size())) {
-      err.add([&] { return std::string(who() + ": participant range out of bounds"); });
+    if (bad_range(k.part_begin, k.part_count, np)) {
+      err.add([&] { return task_str(t) + ": participant range out of bounds"; });
       continue;
     }
     if (bad_range(k.dep_begin, k.dep_count, prog.deps.size())) {
-      err.add([&] { return std::string(who() + ": dependency range out of bounds"); });
+      err.add([&] { return task_str(t) + ": dependency range out of bounds"; });
       continue;
     }
     if (bad_range(k.link_begin, k.link_count, prog.task_links.size())) {
-      err.add([&] { return std::string(who() + ": link range out of bounds"); });
+      err.add([&] { return task_str(t) + ": link range out of bounds"; });
       continue;
     }
     for (uint32_t i = 0; i < k.dep_count; ++i) {
       const uint32_t d = prog.deps[k.dep_begin + i];
       if (d >= t) {
         err.add([&] {
-          return std::string(who() + " depends on task " + std::to_string(d) +
-                             ", which is not listed before it");
+          return task_str(t) + " depends on task " + std::to_string(d) +
+                 ", which is not listed before it";
         });
+        continue;
       }
+      ++recs[d + 1].succ_begin;  // counts, turned into offsets below
     }
+    num_succ += k.dep_count;
     for (uint32_t i = 0; i < k.link_count; ++i) {
       const uint32_t l = prog.task_links[k.link_begin + i];
-      if (l >= nl)
-        err.add([&] { return std::string(who() + ": unknown link " + std::to_string(l)); });
+      if (l >= nl) err.add([&] { return task_str(t) + ": unknown link " + std::to_string(l); });
     }
-    for (uint32_t i = 0; i < k.part_count; ++i) {
-      const Participant& pa = prog.participants[k.part_begin + i];
+    for (uint32_t pj = k.part_begin; pj < k.part_begin + k.part_count; ++pj) {
+      const Participant& pa = prog.participants[pj];
+      if (part_mark[pj] != 0) {
+        err.add([&] {
+          return task_str(t) + ": participant entry " + std::to_string(pj) +
+                 " is shared with task " + std::to_string((part_mark[pj] & ~kComputeMark) - 1);
+        });
+        continue;
+      }
+      part_mark[pj] = (t + 1) | (k.kind == TaskKind::kCompute ? kComputeMark : 0);
       if (pa.device >= nd) {
-        err.add(
-            [&] { return std::string(who() + ": unknown device " + std::to_string(pa.device)); });
+        err.add([&] { return task_str(t) + ": unknown device " + std::to_string(pa.device); });
         continue;
       }
       if (pa.stream >= ns) {
-        err.add(
-            [&] { return std::string(who() + ": unknown stream " + std::to_string(pa.stream)); });
+        err.add([&] { return task_str(t) + ": unknown stream " + std::to_string(pa.stream); });
         continue;
       }
-      const size_t slot = size_t{pa.device} * ns + pa.stream;
+      const uint32_t slot = slot_of(pa);
+      if (k.kind == TaskKind::kCompute) {
+        // Until its dispatch entry is seen, a compute task's record holds its stream slot in
+        // `next` and kUnissued in `issue`: the dispatch pass then needs nothing but the record.
+        rec.bits |= pa.device;
+        rec.next = slot;
+        rec.issue = kUnissued;
+      }
       if (slot_stamp[slot] == t + 1) {
         err.add([&] {
-          return std::string(who() + ": device " + std::to_string(pa.device) + " stream " +
-                             std::to_string(pa.stream) + " listed twice");
+          return task_str(t) + ": device " + std::to_string(pa.device) + " stream " +
+                 std::to_string(pa.stream) + " listed twice";
         });
+        continue;
       }
-      slot_stamp[slot] = static_cast<uint32_t>(t + 1);
+      slot_stamp[slot] = t + 1;
     }
-    num_entries += k.part_count;
-    if (k.work < 0) err.add([&] { return std::string(who() + ": negative work"); });
+    if (k.kind == TaskKind::kComm) {
+      if (k.part_count > kDeviceMask) {
+        err.add([&] { return task_str(t) + ": too many participants"; });
+        continue;
+      }
+      rec.next = k.part_begin;
+      rec.bits |= k.part_count;
+    }
+    if (k.part_count > kSmallGroup) {
+      // Large collective: a sorted (device, participant) index so that each member device
+      // finds its entries by binary search instead of a scan (no k^2 for k-way collectives).
+      big_tasks.push_back({t, static_cast<uint32_t>(big_index.size())});
+      for (uint32_t pj = k.part_begin; pj < k.part_begin + k.part_count; ++pj) {
+        big_index.push_back({prog.participants[pj].device, pj});
+      }
+      std::sort(big_index.begin() + big_tasks.back().begin, big_index.end());
+    }
+    if (k.dep_count == 0 && k.part_count == 0) free_tasks.push_back(t);
+    if (k.work < 0) err.add([&] { return task_str(t) + ": negative work"; });
     switch (k.kind) {
       case TaskKind::kCompute:
-        if (k.part_count != 1)
-          err.add([&] {
-            return std::string(who() + ": a compute task needs exactly one participant");
-          });
-        if (k.link_count != 0)
-          err.add([&] { return std::string(who() + ": a compute task cannot use links"); });
+        if (k.part_count != 1) {
+          err.add([&] { return task_str(t) + ": a compute task needs exactly one participant"; });
+        }
+        if (k.link_count != 0) {
+          err.add([&] { return task_str(t) + ": a compute task cannot use links"; });
+        }
         break;
       case TaskKind::kComm:
-        if (k.latency_ns < 0) err.add([&] { return std::string(who() + ": negative latency"); });
+        if (k.latency_ns < 0) err.add([&] { return task_str(t) + ": negative latency"; });
         if (!(k.rate_cap >= 0) || !std::isfinite(k.rate_cap)) {
-          err.add([&] { return std::string(who() + ": rate_cap must be finite and >= 0"); });
+          err.add([&] { return task_str(t) + ": rate_cap must be finite and >= 0"; });
         }
         break;
       case TaskKind::kBarrier:
         if (k.part_count != 0 || k.link_count != 0) {
-          err.add(
-              [&] { return std::string(who() + ": a barrier has no participants and no links"); });
+          err.add([&] { return task_str(t) + ": a barrier has no participants and no links"; });
         }
         break;
+    }
+  }
+  big_tasks.push_back({kNone, static_cast<uint32_t>(big_index.size())});  // sentinel
+  if (num_succ >= kNone) err.add([] { return std::string("too many dependencies"); });
+  if (err.count() > 0) {
+    err.finish();
+    return false;
+  }
+
+  // ---- dispatch lists: match each entry with the task's participants on that device; link
+  // each (device, stream) FIFO in dispatch order; issue times ----
+  // A stream is a linked list: head_task[slot], then TaskRec::next (compute) or
+  // part_next[participant index] (comm).
+  part_next.assign(np, kNone);
+  head_task.assign(num_slots, kNone);
+  auto link = [&](uint32_t slot, uint32_t t, uint32_t pj) {  // append t to the slot's FIFO
+    const uint32_t prev = tail_task[slot];
+    if (prev == kNone) {
+      head_task[slot] = t;
+    } else if (recs[prev].kind() == TaskKind::kCompute) {
+      recs[prev].next = t;
+    } else {
+      part_next[tail_part[slot]] = t;
+    }
+    tail_task[slot] = t;
+    tail_part[slot] = pj;
+  };
+  tail_task.assign(num_slots, kNone);
+  tail_part.resize(num_slots);
+  for (uint32_t d = 0; d < nd; ++d) {
+    const DeviceProgram& dp = prog.devices[d];
+    for (size_t pos = 0; pos < dp.dispatch.size(); ++pos) {
+      const uint32_t t = dp.dispatch[pos];
+      if (t >= n) {
+        err.add([&] {
+          return device_str(d) + ": dispatch list names unknown task " + std::to_string(t);
+        });
+        continue;
+      }
+      TaskRec& rec = recs[t];
+      if (rec.kind() == TaskKind::kCompute) {
+        if (rec.device() != d) {
+          err.add([&] {
+            return device_str(d) + ": dispatch list names " + task_str(t) +
+                   ", which has no participant on it";
+          });
+        } else if (rec.issue != kUnissued) {
+          err.add(
+              [&] { return device_str(d) + ": dispatch list names " + task_str(t) + " twice"; });
+        } else {
+          rec.issue = static_cast<SimTime>(pos + 1) * dp.dispatch_ns;
+          const uint32_t slot = rec.next;
+          rec.next = kNone;
+          link(slot, t, kNone);
+        }
+        continue;
+      }
+      bool on_device = false, fresh = false;
+      auto take = [&](uint32_t pj) {
+        on_device = true;
+        if (part_mark[pj] == 0) return;  // already taken: a duplicate dispatch entry
+        part_mark[pj] = 0;
+        fresh = true;
+        link(slot_of(prog.participants[pj]), t, pj);
+      };
+      // (a barrier has no participants: never on a device)
+      const uint32_t pb = rec.kind() == TaskKind::kComm ? rec.part_begin() : 0;
+      const uint32_t pc = rec.kind() == TaskKind::kComm ? rec.part_count() : 0;
+      if (pc <= kSmallGroup) {
+        for (uint32_t pj = pb; pj < pb + pc; ++pj) {
+          if (prog.participants[pj].device == d) take(pj);
+        }
+      } else {
+        const auto bt = std::lower_bound(big_tasks.begin(), big_tasks.end(), t,
+                                         [](const BigTask& b, uint32_t id) { return b.task < id; });
+        const auto first = big_index.begin() + bt->begin;
+        const auto last = big_index.begin() + (bt + 1)->begin;
+        for (auto it = std::lower_bound(first, last, std::pair<uint32_t, uint32_t>{d, 0});
+             it != last && it->first == d; ++it) {
+          take(it->second);
+        }
+      }
+      if (!on_device) {
+        err.add([&] {
+          return device_str(d) + ": dispatch list names " + task_str(t) +
+                 ", which has no participant on it";
+        });
+      } else if (!fresh) {
+        err.add([&] { return device_str(d) + ": dispatch list names " + task_str(t) + " twice"; });
+      } else {
+        rec.issue = std::max(rec.issue, static_cast<SimTime>(pos + 1) * dp.dispatch_ns);
+      }
+    }
+  }
+  for (uint32_t pj = 0; pj < np; ++pj) {
+    if (part_mark[pj] == 0 || (part_mark[pj] & kComputeMark) != 0) continue;
+    const uint32_t t = part_mark[pj] - 1;
+    err.add([&] {
+      return task_str(t) + " runs on " + device_str(prog.participants[pj].device) +
+             " but is missing from its dispatch list";
+    });
+  }
+
+  // ---- pass 2: successor lists (CSR); compute tasks that no dispatch list named ----
+  for (size_t t = 0; t < n; ++t) recs[t + 1].succ_begin += recs[t].succ_begin;
+  succ.resize(num_succ);
+  for (uint32_t t = 0; t < n; ++t) {
+    const Task& k = prog.tasks[t];
+    for (uint32_t i = k.dep_begin; i < k.dep_begin + k.dep_count; ++i) {
+      succ[recs[prog.deps[i]].succ_begin++] = t;
+    }
+    if (recs[t].kind() == TaskKind::kCompute && recs[t].issue == kUnissued) {
+      err.add([&] {
+        return task_str(t) + " runs on " + device_str(recs[t].device()) +
+               " but is missing from its dispatch list";
+      });
     }
   }
   if (err.count() > 0) {
     err.finish();
     return false;
   }
+  // The fill moved each succ_begin to the end of its list = the start of the next one.
+  for (size_t t = n; t > 0; --t) recs[t].succ_begin = recs[t - 1].succ_begin;
+  recs[0].succ_begin = 0;
 
-  // ---- phase 2: dispatch lists <-> participants; stream FIFOs; issue times ----
-  // Participant entries bucketed by device (counting sort), then each device's dispatch list
-  // orders its entries into the stream FIFOs.
-  dev_begin.assign(nd + 1, 0);
-  slot_begin.assign(nd * ns + 1, 0);
-  for (size_t t = 0; t < n; ++t) {
-    const Task& k = prog.tasks[t];
-    for (uint32_t i = 0; i < k.part_count; ++i) {
-      const Participant& pa = prog.participants[k.part_begin + i];
-      ++dev_begin[pa.device + 1];
-      ++slot_begin[size_t{pa.device} * ns + pa.stream + 1];
-    }
-  }
-  for (size_t d = 0; d < nd; ++d) dev_begin[d + 1] += dev_begin[d];
-  for (size_t s = 0; s < nd * ns; ++s) slot_begin[s + 1] += slot_begin[s];
-  entry_task.resize(num_entries);
-  entry_slot.resize(num_entries);
-  entry_next.resize(num_entries);
-  cursor.assign(dev_begin.begin(), dev_begin.end() - 1);
-  for (size_t t = 0; t < n; ++t) {
-    const Task& k = prog.tasks[t];
-    for (uint32_t i = 0; i < k.part_count; ++i) {
-      const Participant& pa = prog.participants[k.part_begin + i];
-      const uint32_t e = cursor[pa.device]++;
-      entry_task[e] = static_cast<uint32_t>(t);
-      entry_slot[e] = pa.device * static_cast<uint32_t>(ns) + pa.stream;
-    }
-  }
-  stream_tasks.resize(num_entries);
-  cursor.assign(slot_begin.begin(), slot_begin.end() - 1);
-  issue.assign(n, 0);
-  stamp.assign(n, 0);
-  stamp2.assign(n, 0);
-  list_head.resize(n);
-  for (size_t d = 0; d < nd; ++d) {
-    const DeviceProgram& dp = prog.devices[d];
-    const uint32_t mark = static_cast<uint32_t>(d + 1);
-    auto who = [d] { return "device " + std::to_string(d); };  // only built on error
-    for (uint32_t t : dp.dispatch) {
-      if (t >= n) {
-        err.add([&] {
-          return std::string(who() + ": dispatch list names unknown task " + std::to_string(t));
-        });
-        continue;
-      }
-      if (stamp[t] == mark) {
-        err.add(
-            [&] { return std::string(who() + ": dispatch list names " + task_str(t) + " twice"); });
-        continue;
-      }
-      stamp[t] = mark;
-      list_head[t] = kNone;
-    }
-    for (uint32_t e = dev_begin[d]; e < dev_begin[d + 1]; ++e) {
-      const uint32_t t = entry_task[e];
-      if (stamp[t] != mark) {
-        err.add([&] {
-          return std::string(task_str(t) + " runs on " + who() +
-                             " but is missing from its dispatch list");
-        });
-        continue;
-      }
-      entry_next[e] = list_head[t];
-      list_head[t] = e;
-    }
-    for (size_t k = 0; k < dp.dispatch.size(); ++k) {
-      const uint32_t t = dp.dispatch[k];
-      if (t >= n || stamp2[t] == mark) continue;
-      stamp2[t] = mark;
-      uint32_t e = list_head[t];
-      if (e == kNone) {
-        err.add([&] {
-          return std::string(who() + ": dispatch list names " + task_str(t) +
-                             ", which has no participant on it");
-        });
-        continue;
-      }
-      issue[t] = std::max(issue[t], static_cast<SimTime>(k + 1) * dp.dispatch_ns);
-      for (; e != kNone; e = entry_next[e]) stream_tasks[cursor[entry_slot[e]]++] = t;
-    }
-  }
-  err.finish();
-  if (err.count() > 0) return false;
-
-  // ---- phase 3: successors, initial counters ----
-  succ_begin.assign(n + 1, 0);
-  size_t num_succ = 0;
-  for (size_t t = 0; t < n; ++t) {
-    const Task& k = prog.tasks[t];
-    for (uint32_t i = 0; i < k.dep_count; ++i) ++succ_begin[prog.deps[k.dep_begin + i] + 1];
-    num_succ += k.dep_count;
-  }
-  for (size_t t = 0; t < n; ++t) succ_begin[t + 1] += succ_begin[t];
-  succ.resize(num_succ);
-  cursor.assign(succ_begin.begin(), succ_begin.end() - 1);
-  for (size_t t = 0; t < n; ++t) {
-    const Task& k = prog.tasks[t];
-    for (uint32_t i = 0; i < k.dep_count; ++i) {
-      succ[cursor[prog.deps[k.dep_begin + i]]++] = static_cast<uint32_t>(t);
-    }
-  }
   link_caps.resize(nl);
   for (size_t l = 0; l < nl; ++l) link_caps[l] = prog.links[l].capacity;
   return true;
@@ -412,23 +550,15 @@ uint32_t Engine::State::alloc_job() {
 }
 
 void Engine::State::free_job(uint32_t j) {
-  ++jobs[j].version;  // no event of the previous occupant can match again
+  ++jobs[j].version;  // no event of this occupant can match again
   jobs[j].task = kNone;
   free_jobs.push_back(j);
 }
 
-void Engine::State::acquire_comm(const Task& k) {
-  for (uint32_t i = 0; i < k.part_count; ++i) {
-    const uint32_t d = p->participants[k.part_begin + i].device;
+void Engine::State::acquire_comm(const TaskRec& rec) {
+  for (uint32_t pj = rec.part_begin(); pj < rec.part_begin() + rec.part_count(); ++pj) {
+    const uint32_t d = p->participants[pj].device;
     if (devs[d].comm_active++ == 0 && devs[d].num_compute > 0) mark_dirty(d);
-  }
-}
-
-void Engine::State::release_comm(const Task& k) {
-  for (uint32_t i = 0; i < k.part_count; ++i) {
-    const uint32_t d = p->participants[k.part_begin + i].device;
-    STRETTO_ASSERT(devs[d].comm_active > 0, "comm count underflow");
-    if (--devs[d].comm_active == 0 && devs[d].num_compute > 0) mark_dirty(d);
   }
 }
 
@@ -436,8 +566,9 @@ void Engine::State::drain_ready() {
   // start_task may complete zero-duration tasks inline, which appends to `ready`.
   for (size_t i = 0; i < ready.size(); ++i) {
     const uint32_t t = ready[i];
-    if (issue[t] > now) {
-      push(issue[t], kIssue, t, 0);
+    const SimTime issue = recs[t].issue;
+    if (issue > now) {
+      push(issue, kIssue, t, 0);
     } else {
       start_task(t);
     }
@@ -446,30 +577,32 @@ void Engine::State::drain_ready() {
 }
 
 void Engine::State::start_task(uint32_t t) {
-  const Task& k = p->tasks[t];
-  timing[t].start = now;
-  switch (k.kind) {
+  const TaskRec& rec = recs[t];
+  switch (rec.kind()) {
     case TaskKind::kBarrier:
       ++events;
-      end_task(t, false);
+      end_task(t, now, 1.0f, false);
       return;
     case TaskKind::kCompute: {
-      if (k.work == 0) {
+      if (rec.work == 0) {
         ++events;
-        end_task(t, false);
+        end_task(t, now, 1.0f, false);
         return;
       }
-      const uint32_t d = p->participants[k.part_begin].device;
+      const uint32_t d = rec.device();
       const uint32_t j = alloc_job();
       Job& job = jobs[j];
-      job.rem = static_cast<double>(k.work);
+      job.rem = static_cast<double>(rec.work);
       job.rate = 0;  // the flush at the end of this instant sets the rate and the completion
+      job.alone = job.rem;
       job.t_upd = now;
       job.t_end = kNever;
+      job.t_queued = kNever;
+      job.start = now;
       job.task = t;
       job.device = d;
       job.flow = kNone;
-      job.mem_bound = k.mem_bound;
+      job.mem_bound = rec.mem_bound();
       Device& dev = devs[d];
       job.prev = kNone;
       job.next = dev.first_job;
@@ -480,21 +613,19 @@ void Engine::State::start_task(uint32_t t) {
       return;
     }
     case TaskKind::kComm: {
-      const bool flow = k.link_count > 0 && k.work > 0;
-      SimTime dur = k.latency_ns;
-      if (!flow && k.work > 0 && k.rate_cap > 0) {
-        dur += ceil_ns(static_cast<double>(k.work) / k.rate_cap);
-      }
+      const Task& k = p->tasks[t];
+      const bool flow = is_flow(k);
+      const SimTime dur = flow ? k.latency_ns : fixed_duration(k);
       if (!flow && dur == 0) {
         ++events;
-        end_task(t, false);
+        end_task(t, now, 1.0f, false);
         return;
       }
-      acquire_comm(k);
+      acquire_comm(rec);
       if (!flow) {
         push(now + dur, kFixedEnd, t, 0);
-      } else if (k.latency_ns > 0) {
-        push(now + k.latency_ns, kLatencyEnd, t, 0);
+      } else if (dur > 0) {
+        push(now + dur, kLatencyEnd, t, 0);
       } else {
         start_flow(t);
       }
@@ -505,67 +636,56 @@ void Engine::State::start_task(uint32_t t) {
 
 void Engine::State::start_flow(uint32_t t) {
   const Task& k = p->tasks[t];
+  const std::span<const uint32_t> links(p->task_links.data() + k.link_begin, k.link_count);
+  double alone_rate = k.rate_cap > 0 ? k.rate_cap : std::numeric_limits<double>::infinity();
+  for (uint32_t l : links) alone_rate = std::min(alone_rate, link_caps[l]);
   const uint32_t j = alloc_job();
   Job& job = jobs[j];
   job.rem = static_cast<double>(k.work);
   job.rate = 0;
+  job.alone = static_cast<double>(k.latency_ns + ceil_ns(job.rem / alone_rate));
   job.t_upd = now;
   job.t_end = kNever;
+  job.t_queued = kNever;
+  job.start = now - k.latency_ns;
   job.task = t;
   job.device = kNone;
   job.mem_bound = false;
   job.prev = job.next = kNone;
-  const std::span<const uint32_t> links(p->task_links.data() + k.link_begin, k.link_count);
   const MaxMin::FlowId f = mm.add_flow(links, k.rate_cap);
   if (f >= flow_job.size()) flow_job.resize(size_t{f} + 1, kNone);
   flow_job[f] = j;
   job.flow = f;
 }
 
-double Engine::State::alone_ns(const Task& k) const {
-  switch (k.kind) {
-    case TaskKind::kCompute:
-      return static_cast<double>(k.work);
-    case TaskKind::kComm: {
-      SimTime d = k.latency_ns;
-      if (k.work > 0) {
-        double rate = k.rate_cap > 0 ? k.rate_cap : std::numeric_limits<double>::infinity();
-        for (uint32_t i = 0; i < k.link_count; ++i) {
-          rate = std::min(rate, link_caps[p->task_links[k.link_begin + i]]);
-        }
-        if (std::isfinite(rate)) d += ceil_ns(static_cast<double>(k.work) / rate);
-      }
-      return static_cast<double>(d);
-    }
-    case TaskKind::kBarrier:
-      break;
-  }
-  return 0;
-}
-
-void Engine::State::end_task(uint32_t t, bool release) {
-  const Task& k = p->tasks[t];
-  TaskTiming& tm = timing[t];
-  tm.end = now;
+void Engine::State::end_task(uint32_t t, SimTime start, float slow, bool release) {
+  timing[t] = TaskTiming{start, now, slow};
   if (now > makespan) makespan = now;
   ++finished;
-  if (tm.end > tm.start) {
-    const double alone = alone_ns(k);
-    if (alone > 0) tm.slowdown = static_cast<float>(static_cast<double>(tm.end - tm.start) / alone);
+  const TaskRec& rec = recs[t];
+  const TaskKind kind = rec.kind();
+  if (kind == TaskKind::kCompute) {
+    advance(rec.next);
+  } else if (kind == TaskKind::kComm) {
+    for (uint32_t pj = rec.part_begin(); pj < rec.part_begin() + rec.part_count(); ++pj) {
+      if (release) {
+        const uint32_t d = p->participants[pj].device;
+        Device& dev = devs[d];
+        STRETTO_ASSERT(dev.comm_active > 0, "comm count underflow");
+        if (--dev.comm_active == 0 && dev.num_compute > 0) mark_dirty(d);
+      }
+      advance(part_next[pj]);
+    }
   }
-  if (release) release_comm(k);
-  for (uint32_t i = 0; i < k.part_count; ++i) {
-    const Participant& pa = p->participants[k.part_begin + i];
-    const uint32_t slot = pa.device * num_streams + pa.stream;
-    const uint32_t h = ++head[slot];
-    if (h < slot_begin[slot + 1]) arrive(stream_tasks[h]);
-  }
-  for (uint32_t i = succ_begin[t]; i < succ_begin[t + 1]; ++i) arrive(succ[i]);
+  const uint32_t end = recs[t + 1].succ_begin;
+  for (uint32_t i = rec.succ_begin; i < end; ++i) arrive(succ[i]);
 }
 
 void Engine::State::finish_job(uint32_t j) {
   Job& job = jobs[j];
   const uint32_t t = job.task;
+  const SimTime start = job.start;
+  const float slow = slowdown(now - start, job.alone);
   if (job.flow == kNone) {
     Device& dev = devs[job.device];
     if (job.prev != kNone) {
@@ -576,15 +696,18 @@ void Engine::State::finish_job(uint32_t j) {
     if (job.next != kNone) jobs[job.next].prev = job.prev;
     if (--dev.num_compute > 0) mark_dirty(job.device);
     free_job(j);
-    end_task(t, false);
+    end_task(t, start, slow, false);
   } else {
     mm.remove_flow(job.flow);
     flow_job[job.flow] = kNone;
     free_job(j);
-    end_task(t, true);
+    end_task(t, start, slow, true);
   }
 }
 
+// Sets a job's rate from now on. A completion that moves later keeps its queued event, which
+// is re-pushed when it pops early (one push instead of a push now and a stale pop later); a
+// completion that moves earlier pushes a new event and bumps the version (lazy invalidation).
 void Engine::State::retime(uint32_t j, double rate) {
   Job& job = jobs[j];
   if (job.rate == rate) return;
@@ -594,11 +717,12 @@ void Engine::State::retime(uint32_t j, double rate) {
   }
   job.t_upd = now;
   job.rate = rate;
-  const SimTime end = rate > 0 ? now + ceil_ns(job.rem / rate) : kNever;
-  if (end == job.t_end) return;  // the pending completion event is still exact
-  job.t_end = end;
-  ++job.version;
-  if (end != kNever) push(end, kJobEnd, j, job.version);
+  job.t_end = rate > 0 ? now + ceil_ns(job.rem / rate) : kNever;
+  if (job.t_end < job.t_queued) {
+    ++job.version;
+    job.t_queued = job.t_end;
+    push(job.t_end, kJobEnd, j, job.version);
+  }
 }
 
 // Applies all rate changes of the current instant: device capacity shares, then max-min flows.
@@ -630,16 +754,7 @@ void Engine::State::simulate(RunResult& out) {
   out.stalled = false;
   out.stall.blocked_tasks.clear();
   timing = out.timing.data();
-
-  pending.resize(n);
-  for (size_t t = 0; t < n; ++t) {
-    pending[t] = prog.tasks[t].dep_count + prog.tasks[t].part_count;
-  }
-  const size_t num_slots = slot_begin.size() - 1;
-  head.assign(slot_begin.begin(), slot_begin.end() - 1);
-  for (size_t s = 0; s < num_slots; ++s) {
-    if (slot_begin[s] < slot_begin[s + 1]) --pending[stream_tasks[slot_begin[s]]];
-  }
+  const size_t num_slots = head_task.size();
   devs.assign(nd, Device{});
   for (size_t d = 0; d < nd; ++d) {
     devs[d].sm_factor = 1.0 - prog.devices[d].comm_sm_share;
@@ -655,36 +770,48 @@ void Engine::State::simulate(RunResult& out) {
   heap.clear();
   heap.reserve(num_slots + 64);
   ready.clear();
-  ready.reserve(n);
+  ready.reserve(std::min<size_t>(n, num_slots + 1024));
   now = 0;
   makespan = 0;
   seq = 0;
   events = 0;
   stale = 0;
+  requeued = 0;
   max_queue = 0;
   finished = 0;
 
-  for (size_t t = 0; t < n; ++t) {
-    if (pending[t] == 0) ready.push_back(static_cast<uint32_t>(t));
-  }
+  // Initially ready: tasks with no conditions, and stream heads whose other conditions hold.
+  ready.assign(free_tasks.begin(), free_tasks.end());
+  for (size_t s = 0; s < num_slots; ++s) advance(head_task[s]);
   drain_ready();
 
   for (;;) {
     if (!heap.empty() && heap.top().time == now) {
       const Event e = heap.pop();
+      if (!heap.empty()) prefetch(heap.top());
       switch (static_cast<uint32_t>(e.key & ((1u << detail::kKindBits) - 1))) {
-        case kJobEnd:
-          if (jobs[e.id].version != e.version) {
+        case kJobEnd: {
+          Job& job = jobs[e.id];
+          if (job.version != e.version) {
             ++stale;
+            continue;
+          }
+          if (now < job.t_end) {  // postponed since pushed: re-queue at the current completion
+            ++requeued;
+            job.t_queued = job.t_end;
+            if (job.t_end != kNever) push(job.t_end, kJobEnd, e.id, job.version);
             continue;
           }
           ++events;
           finish_job(e.id);
           break;
-        case kFixedEnd:
+        }
+        case kFixedEnd: {
           ++events;
-          end_task(e.id, true);
+          const SimTime dur = fixed_duration(prog.tasks[e.id]);
+          end_task(e.id, now - dur, 1.0f, true);
           break;
+        }
         case kLatencyEnd:
           ++events;
           start_flow(e.id);
@@ -709,15 +836,17 @@ void Engine::State::simulate(RunResult& out) {
   out.makespan = makespan;
   out.stats.events = events;
   if (finished < n) {
+    // Every task that starts also ends (rates are positive once the comm tasks, which always
+    // end, release the device), so the unfinished tasks are exactly those that never started.
     out.stalled = true;
     auto& blocked = out.stall.blocked_tasks;
     for (size_t s = 0; s < num_slots && blocked.size() < kMaxBlocked; ++s) {
-      if (head[s] >= slot_begin[s + 1]) continue;
-      const uint32_t t = stream_tasks[head[s]];
-      if (timing[t].start >= 0) continue;
+      uint32_t t = head_task[s];  // walk the stream to its first unfinished task
+      while (t != kNone && timing[t].end >= 0) t = next_on_stream(t, static_cast<uint32_t>(s));
+      if (t == kNone) continue;
       if (std::find(blocked.begin(), blocked.end(), t) == blocked.end()) blocked.push_back(t);
     }
-    for (size_t t = 0; t < n && blocked.size() < kMaxBlocked && blocked.empty(); ++t) {
+    for (size_t t = 0; t < n && blocked.empty(); ++t) {
       if (timing[t].end < 0) blocked.push_back(static_cast<uint32_t>(t));
     }
   }
@@ -751,16 +880,29 @@ void Engine::run(const Program& program, RunResult& out) {
   if (!state_->prepare(program, &errors)) {
     STRETTO_ASSERT(errors.empty(), errors.front().c_str());
   }
-  state_->simulate(out);
   const auto t1 = std::chrono::steady_clock::now();
-  out.stats.wall_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  state_->simulate(out);
+  const auto t2 = std::chrono::steady_clock::now();
+  state_->prepare_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  out.stats.wall_ms = std::chrono::duration<double, std::milli>(t2 - t0).count();
 }
 
 uint64_t Engine::stale_events() const {
   return state_ ? state_->stale : 0;
 }
+uint64_t Engine::requeued_events() const {
+  return state_ ? state_->requeued : 0;
+}
 uint64_t Engine::max_queue() const {
   return state_ ? state_->max_queue : 0;
+}
+
+double Engine::prepare_ms() const {
+  return state_ ? state_->prepare_ms : 0;
+}
+const MaxMin::Stats& Engine::maxmin_stats() const {
+  static const MaxMin::Stats kEmpty{};
+  return state_ ? state_->mm.stats() : kEmpty;
 }
 
 }  // namespace stretto::sim

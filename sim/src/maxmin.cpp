@@ -31,14 +31,18 @@ void MaxMin::reset(std::span<const double> capacities) {
   active_ = 0;
   epoch_ = 0;
   stats_ = {};
-  links_.resize(capacities.size());
+  flow_stamp_.clear();
+  links_.assign(capacities.size(), Link{});
+  link_stamp_.assign(capacities.size(), 0);
+  link_flows_.resize(capacities.size());
+  comp_link_buf_.assign(capacities.size() + 1, 0);
+  comp_flow_buf_.assign(1, 0);
+  comp_links_ = {};
+  comp_flows_ = {};
   for (size_t i = 0; i < capacities.size(); ++i) {
     STRETTO_ASSERT(capacities[i] > 0, "link capacity must be positive");
-    Link& l = links_[i];
-    l.capacity = capacities[i];
-    l.flows.clear();  // keeps its capacity: no allocation when the same engine runs again
-    l.dirty = false;
-    l.stamp = 0;
+    links_[i].capacity = capacities[i];
+    link_flows_[i].clear();  // keeps its capacity: no allocation when the same engine runs again
   }
 }
 
@@ -50,6 +54,8 @@ MaxMin::FlowId MaxMin::add_flow(std::span<const uint32_t> links, double cap) {
   } else {
     id = static_cast<FlowId>(flows_.size());
     flows_.emplace_back();
+    flow_stamp_.push_back(0);
+    comp_flow_buf_.push_back(0);
   }
   Flow& f = flows_[id];
   f.links = links.data();
@@ -61,7 +67,7 @@ MaxMin::FlowId MaxMin::add_flow(std::span<const uint32_t> links, double cap) {
   for (uint32_t l : links) {
     STRETTO_ASSERT(l < links_.size(), "flow crosses an unknown link");
     Link& link = links_[l];
-    link.flows.push_back(id);
+    link_flows_[l].push_back(id);
     if (!link.dirty) {
       link.dirty = true;
       dirty_links_.push_back(l);
@@ -77,11 +83,12 @@ void MaxMin::remove_flow(FlowId id) {
   for (uint32_t i = 0; i < f.num_links; ++i) {
     const uint32_t l = f.links[i];
     Link& link = links_[l];
+    std::vector<FlowId>& on = link_flows_[l];
     // Linear search: re-solving this link's component costs at least as much anyway.
-    auto it = std::find(link.flows.begin(), link.flows.end(), id);
-    STRETTO_ASSERT(it != link.flows.end(), "flow missing from its link");
-    *it = link.flows.back();
-    link.flows.pop_back();
+    auto it = std::find(on.begin(), on.end(), id);
+    STRETTO_ASSERT(it != on.end(), "flow missing from its link");
+    *it = on.back();
+    on.pop_back();
     if (!link.dirty) {
       link.dirty = true;
       dirty_links_.push_back(l);
@@ -99,73 +106,102 @@ std::span<const MaxMin::FlowId> MaxMin::solve() {
   if (!dirty()) return {};
   ++stats_.solves;
   if (++epoch_ == 0) {  // wrapped: clear the stamps so none matches by accident
-    for (Flow& f : flows_) f.stamp = 0;
-    for (Link& l : links_) l.stamp = 0;
+    std::fill(flow_stamp_.begin(), flow_stamp_.end(), 0);
+    std::fill(link_stamp_.begin(), link_stamp_.end(), 0);
     epoch_ = 1;
   }
   for (uint32_t l : dirty_links_) {
     links_[l].dirty = false;
-    if (links_[l].stamp == epoch_) continue;
+    if (link_stamp_[l] == epoch_) continue;
     gather_from_link(l);
     if (!comp_flows_.empty()) fill();
   }
   for (FlowId f : new_flows_) {
-    if (!flows_[f].alive || flows_[f].stamp == epoch_) continue;
+    if (!flows_[f].alive || flow_stamp_[f] == epoch_) continue;
     gather_from_flow(f);
     fill();
   }
   dirty_links_.clear();
   new_flows_.clear();
+  stats_.flows_changed += changed_.size();
   return changed_;
 }
 
 void MaxMin::gather_from_link(uint32_t link) {
-  comp_links_.clear();
-  comp_flows_.clear();
-  links_[link].stamp = epoch_;
-  comp_links_.push_back(link);
-  expand();
+  link_stamp_[link] = epoch_;
+  comp_link_buf_[0] = link;
+  expand(1, 0);
 }
 
 void MaxMin::gather_from_flow(FlowId flow) {
-  comp_links_.clear();
-  comp_flows_.clear();
-  flows_[flow].stamp = epoch_;
-  comp_flows_.push_back(flow);
-  expand();
+  flow_stamp_[flow] = epoch_;
+  comp_flow_buf_[0] = flow;
+  expand(0, 1);
 }
 
-// Breadth-first closure of comp_links_ / comp_flows_ under "flow crosses link".
-void MaxMin::expand() {
+// Breadth-first closure under "flow crosses link" of the seed already in the buffers. Each visit
+// writes the candidate at the end and advances the end only if it was new: no branch to
+// mispredict, which dominates the cost of searching large components.
+void MaxMin::expand(size_t num_links, size_t num_flows) {
+  uint32_t* const flow_stamp = flow_stamp_.data();
+  uint32_t* const link_stamp = link_stamp_.data();
+  uint32_t* const comp_links = comp_link_buf_.data();
+  FlowId* const comp_flows = comp_flow_buf_.data();
+  const Flow* const flows = flows_.data();
+  const uint32_t epoch = epoch_;
   size_t li = 0, fi = 0;
-  while (li < comp_links_.size() || fi < comp_flows_.size()) {
-    for (; li < comp_links_.size(); ++li) {
-      for (FlowId f : links_[comp_links_[li]].flows) {
-        if (flows_[f].stamp == epoch_) continue;
-        flows_[f].stamp = epoch_;
-        comp_flows_.push_back(f);
+  while (li < num_links || fi < num_flows) {
+    for (; li < num_links; ++li) {
+      for (const FlowId f : link_flows_[comp_links[li]]) {
+        comp_flows[num_flows] = f;
+        num_flows += flow_stamp[f] != epoch;
+        flow_stamp[f] = epoch;
       }
     }
-    for (; fi < comp_flows_.size(); ++fi) {
-      const Flow& f = flows_[comp_flows_[fi]];
-      for (uint32_t i = 0; i < f.num_links; ++i) {
-        Link& l = links_[f.links[i]];
-        if (l.stamp == epoch_) continue;
-        l.stamp = epoch_;
-        comp_links_.push_back(f.links[i]);
+    for (; fi < num_flows; ++fi) {
+      const Flow& f = flows[comp_flows[fi]];
+      for (const uint32_t* l = f.links; l != f.links + f.num_links; ++l) {
+        comp_links[num_links] = *l;
+        num_links += link_stamp[*l] != epoch;
+        link_stamp[*l] = epoch;
       }
     }
   }
+  comp_links_ = {comp_links, num_links};
+  comp_flows_ = {comp_flows, num_flows};
   ++stats_.components;
-  stats_.flows_solved += comp_flows_.size();
-  stats_.links_solved += comp_links_.size();
+  stats_.flows_solved += num_flows;
+  stats_.links_solved += num_links;
+}
+
+double MaxMin::share(uint32_t link) const {
+  const Link& l = links_[link];
+  return std::max(0.0, l.remaining) / static_cast<double>(l.unfixed);
 }
 
 void MaxMin::push_level(uint32_t link) {
-  const Link& l = links_[link];
-  const double share = std::max(0.0, l.remaining) / static_cast<double>(l.unfixed);
-  levels_.push_back({share, link, l.version});
+  levels_.push_back({share(link), link});
   std::push_heap(levels_.begin(), levels_.end(), LevelAfter{});
+}
+
+// Makes the heap's top the link with the smallest current share. Fixing a flow at the current
+// level never lowers the share of its other links, so keys only grow: a top whose share grew
+// since it was pushed is re-pushed with its current share (at most one entry per link).
+void MaxMin::settle_levels() {
+  while (!levels_.empty()) {
+    const Level top = levels_.front();
+    const Link& l = links_[top.link];
+    if (l.unfixed > 0 && !l.saturated) {
+      const double now = share(top.link);
+      if (now <= top.share) return;
+      std::pop_heap(levels_.begin(), levels_.end(), LevelAfter{});
+      levels_.back() = {now, top.link};
+      std::push_heap(levels_.begin(), levels_.end(), LevelAfter{});
+      continue;
+    }
+    std::pop_heap(levels_.begin(), levels_.end(), LevelAfter{});
+    levels_.pop_back();
+  }
 }
 
 void MaxMin::fix(FlowId id, double rate) {
@@ -175,25 +211,36 @@ void MaxMin::fix(FlowId id, double rate) {
     f.rate = rate;
     changed_.push_back(id);
   }
-  for (uint32_t i = 0; i < f.num_links; ++i) {
-    Link& l = links_[f.links[i]];
-    l.remaining -= rate;
-    --l.unfixed;
-    ++l.version;
-    if (!l.saturated && l.unfixed > 0) push_level(f.links[i]);
+  Link* const links = links_.data();
+  for (const uint32_t* l = f.links; l != f.links + f.num_links; ++l) {
+    links[*l].remaining -= rate;
+    --links[*l].unfixed;
   }
 }
 
 // Progressive filling over the current component (comp_links_, comp_flows_).
 void MaxMin::fill() {
+  if (comp_flows_.size() == 1) {
+    // Common case (a transfer alone on its links): the tightest link or the cap. A link that
+    // the flow lists k times holds it k times.
+    const FlowId id = comp_flows_[0];
+    double rate = flows_[id].cap > 0 ? flows_[id].cap : std::numeric_limits<double>::infinity();
+    for (uint32_t l : comp_links_) {
+      rate = std::min(rate, links_[l].capacity / static_cast<double>(link_flows_[l].size()));
+    }
+    if (flows_[id].rate != rate) {
+      flows_[id].rate = rate;
+      changed_.push_back(id);
+    }
+    return;
+  }
   levels_.clear();
   capped_.clear();
   for (uint32_t id : comp_links_) {
     Link& l = links_[id];
     l.remaining = l.capacity;
-    l.unfixed = static_cast<uint32_t>(l.flows.size());
+    l.unfixed = static_cast<uint32_t>(link_flows_[id].size());
     l.saturated = false;
-    ++l.version;
     if (l.unfixed > 0) push_level(id);
   }
   for (FlowId id : comp_flows_) {
@@ -207,13 +254,7 @@ void MaxMin::fill() {
   size_t next_cap = 0;
   size_t left = comp_flows_.size();
   while (left > 0) {
-    while (!levels_.empty()) {
-      const Level& top = levels_.front();
-      const Link& l = links_[top.link];
-      if (top.version == l.version && l.unfixed > 0 && !l.saturated) break;
-      std::pop_heap(levels_.begin(), levels_.end(), LevelAfter{});
-      levels_.pop_back();
-    }
+    settle_levels();
     while (next_cap < capped_.size() && flows_[capped_[next_cap]].fixed) ++next_cap;
 
     if (next_cap < capped_.size() &&
@@ -224,14 +265,14 @@ void MaxMin::fill() {
       --left;
     } else if (!levels_.empty()) {
       // The most constrained link saturates: its unfixed flows stop at its fair share.
-      const Level top = levels_.front();
+      const uint32_t link = levels_.front().link;
+      const double level = share(link);
       std::pop_heap(levels_.begin(), levels_.end(), LevelAfter{});
       levels_.pop_back();
-      Link& l = links_[top.link];
-      l.saturated = true;
-      for (FlowId id : l.flows) {
+      links_[link].saturated = true;
+      for (FlowId id : link_flows_[link]) {
         if (flows_[id].fixed) continue;
-        fix(id, top.share);
+        fix(id, level);
         --left;
       }
     } else {

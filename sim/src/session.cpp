@@ -14,8 +14,8 @@ namespace stretto::sim {
 
 std::string_view memory_category_name(size_t i) {
   static constexpr std::string_view kN[kMemCategories] = {
-      "params", "grads", "optimizer", "activations", "comm_buffers", "grad_buckets",
-      "gathered_params"};
+      "params",       "grads",        "optimizer",      "activations",
+      "comm_buffers", "grad_buckets", "gathered_params"};
   return i < kMemCategories ? kN[i] : "?";
 }
 
@@ -44,8 +44,10 @@ SimTime minus_length(std::vector<std::pair<SimTime, SimTime>> a,
     std::sort(v.begin(), v.end());
     std::vector<std::pair<SimTime, SimTime>> m;
     for (auto x : v) {
-      if (!m.empty() && x.first <= m.back().second) m.back().second = std::max(m.back().second, x.second);
-      else m.push_back(x);
+      if (!m.empty() && x.first <= m.back().second)
+        m.back().second = std::max(m.back().second, x.second);
+      else
+        m.push_back(x);
     }
     v.swap(m);
   };
@@ -72,7 +74,8 @@ SimTime minus_length(std::vector<std::pair<SimTime, SimTime>> a,
 
 }  // namespace
 
-Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm, const SimOptions& opt) {
+Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
+                          const SimOptions& opt) {
   auto t0 = std::chrono::steady_clock::now();
   Result r;
   const int D = cp.num_devices;
@@ -191,8 +194,10 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm, con
         int64_t tot = total();
         if (tot > m.peak_memory) m.peak_memory = tot, m.peak_time = t, m.breakdown = cur;
       }
-      if (m.memory.back().t == t) m.memory.back().bytes = total();
-      else m.memory.push_back({t, total()});
+      if (m.memory.back().t == t)
+        m.memory.back().bytes = total();
+      else
+        m.memory.push_back({t, total()});
     }
     m.over_capacity = static_cast<double>(m.peak_memory) > capacity;
   }
@@ -208,9 +213,10 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm, con
     r.exposed_comm += m.exposed_comm;
     busy_sum += static_cast<double>(m.busy);
   }
-  r.bubble_ratio = (r.step_time > 0 && D > 0)
-                       ? 1.0 - busy_sum / (static_cast<double>(D) * static_cast<double>(r.step_time))
-                       : 0;
+  r.bubble_ratio =
+      (r.step_time > 0 && D > 0)
+          ? 1.0 - busy_sum / (static_cast<double>(D) * static_cast<double>(r.step_time))
+          : 0;
   // ---- model FLOPs: each op once per data-parallel replica ----
   double flops = 0;
   for (const auto& n : dag.nodes) {
@@ -235,7 +241,8 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm, con
   r.tokens_per_s = r.step_time > 0 ? static_cast<double>(cp.model.tokens_per_microbatch) *
                                          cp.num_microbatches * replicas / (r.step_time * 1e-9)
                                    : 0;
-  r.sim_wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  r.sim_wall_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
 
@@ -254,7 +261,8 @@ std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r)
         const auto& pa = p.participants[tk.part_begin + k];
         if (pa.device != d) continue;
         auto key = std::make_pair(pa.device, pa.stream);
-        if (auto it = last_on_lane.find(key); it != last_on_lane.end()) lane_pred[t].push_back(it->second);
+        if (auto it = last_on_lane.find(key); it != last_on_lane.end())
+          lane_pred[t].push_back(it->second);
         last_on_lane[key] = t;
       }
     }
@@ -273,10 +281,12 @@ std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r)
     std::string why;
     for (uint32_t k = 0; k < tk.dep_count; ++k) {
       uint32_t d = p.deps[tk.dep_begin + k];
-      if (r.timing[d].end > best_end) best_end = r.timing[d].end, best = d, why = "waited for its input";
+      if (r.timing[d].end > best_end)
+        best_end = r.timing[d].end, best = d, why = "waited for its input";
     }
     for (uint32_t d : lane_pred[cur])
-      if (r.timing[d].end > best_end) best_end = r.timing[d].end, best = d, why = "waited for its stream";
+      if (r.timing[d].end > best_end)
+        best_end = r.timing[d].end, best = d, why = "waited for its stream";
     CriticalStep s;
     s.task = cur;
     s.what = name(cur);
@@ -288,7 +298,8 @@ std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r)
       out.push_back(std::move(s));
       break;
     }
-    if (best_end < start) why += fmt::format(", then {} ns more (dispatch or a rendezvous peer)", start - best_end);
+    if (best_end < start)
+      why += fmt::format(", then {} ns more (dispatch or a rendezvous peer)", start - best_end);
     s.waited_for = why;
     out.push_back(std::move(s));
     cur = best;
@@ -327,7 +338,9 @@ Expected<Session> Session::from_plan(Plan plan, std::string base_dir) {
   return s;
 }
 
-Expected<Result> Session::simulate(const SimOptions& opt) const { return sim::simulate(*cp_, *cm_, opt); }
+Expected<Result> Session::simulate(const SimOptions& opt) const {
+  return sim::simulate(*cp_, *cm_, opt);
+}
 
 Expected<void> Session::set_costmodel(const CostModelSpec& spec) {
   auto cm = cost::make_cost_model(spec, cp_->plan.cluster, base_dir_);
@@ -353,7 +366,8 @@ Expected<void> Session::set_directive(size_t index, const Directive& d) {
   Plan plan = cp_->plan;
   if (index >= plan.schedule.size()) {
     Diagnostic diag;
-    diag.message = fmt::format("no directive {} (the schedule has {})", index, plan.schedule.size());
+    diag.message =
+        fmt::format("no directive {} (the schedule has {})", index, plan.schedule.size());
     return fail(std::move(diag));
   }
   plan.schedule[index] = d;

@@ -33,7 +33,7 @@ std::vector<Slot> slots(const std::string& text, int stage = -1) {
     }
     EXPECT_GE(st, 0) << "token " << tok << " needs a stage";
     const char k = tok[i++];
-    ActionKind kind = k == 'F' ? ActionKind::kF
+    ActionKind kind = k == 'F'   ? ActionKind::kF
                       : k == 'B' ? ActionKind::kB
                       : k == 'I' ? ActionKind::kI
                                  : ActionKind::kW;
@@ -139,15 +139,18 @@ Timing evaluate(const PipelineSchedule& s, Costs c = {}) {
   };
   auto ready = [&](const Action& a) -> int64_t {
     switch (a.kind) {
-      case ActionKind::kF: return a.stage == 0 ? 0 : at(ActionKind::kF, a.stage - 1, a.mb);
+      case ActionKind::kF:
+        return a.stage == 0 ? 0 : at(ActionKind::kF, a.stage - 1, a.mb);
       case ActionKind::kB:
       case ActionKind::kI: {
         const int64_t f = at(ActionKind::kF, a.stage, a.mb);
         if (f < 0 || a.stage == S - 1) return f;
-        int64_t nb = std::max(at(ActionKind::kB, a.stage + 1, a.mb), at(ActionKind::kI, a.stage + 1, a.mb));
+        int64_t nb =
+            std::max(at(ActionKind::kB, a.stage + 1, a.mb), at(ActionKind::kI, a.stage + 1, a.mb));
         return nb < 0 ? -1 : std::max(f, nb);
       }
-      case ActionKind::kW: return at(ActionKind::kI, a.stage, a.mb);
+      case ActionKind::kW:
+        return at(ActionKind::kI, a.stage, a.mb);
     }
     return -1;
   };
@@ -177,7 +180,8 @@ Timing evaluate(const PipelineSchedule& s, Costs c = {}) {
         }
         if (!ok) break;
         for (const Action& a : sl.actions()) at(a.kind, a.stage, a.mb) = start + dur;
-        if (!sl.is_idle() && t.first[static_cast<size_t>(r)] < 0) t.first[static_cast<size_t>(r)] = start;
+        if (!sl.is_idle() && t.first[static_cast<size_t>(r)] < 0)
+          t.first[static_cast<size_t>(r)] = start;
         t.last[static_cast<size_t>(r)] = start + dur;
         t.busy[static_cast<size_t>(r)] += dur;
         ++pos[static_cast<size_t>(r)];
@@ -194,7 +198,7 @@ Timing evaluate(const PipelineSchedule& s, Costs c = {}) {
 // ---------------------------------------------------------------------------------------------
 // Names and maps
 
-TEST(Families, CanonicalNamesAndAliases) {
+TEST(BuilderFamilies, CanonicalNamesAndAliases) {
   EXPECT_EQ(canonical_family("1F1B"), "1f1b");
   EXPECT_EQ(canonical_family("Schedule1F1B"), "1f1b");
   EXPECT_EQ(canonical_family("ScheduleGPipe"), "gpipe");
@@ -212,19 +216,18 @@ TEST(Families, CanonicalNamesAndAliases) {
   for (const std::string& n : schedule_family_names()) EXPECT_EQ(canonical_family(n), n);
 }
 
-TEST(Families, UnknownNameHasHint) {
+TEST(BuilderFamilies, UnknownNameHasHint) {
   auto s = build_schedule("dualpip", 2, 0, 4);
   ASSERT_FALSE(s);
   EXPECT_NE(s.error()[0].message.find("unknown pipeline schedule 'dualpip'"), std::string::npos);
   EXPECT_NE(s.error()[0].hint.find("dualpipe"), std::string::npos);
 }
 
-TEST(StageMaps, LoopAndVFromSpec) {
+TEST(BuilderStageMaps, LoopAndVFromSpec) {
   EXPECT_EQ(stage_to_rank_map(StageMapStyle::kLoop, 2, 4), (std::vector<int>{0, 1, 0, 1}));
   // Spec §1.3: (p=2, S=4) -> 0:0 1:1 2:1 3:0; (p=4, S=8) -> ranks hold {0,7},{1,6},{2,5},{3,4}.
   EXPECT_EQ(stage_to_rank_map(StageMapStyle::kV, 2, 4), (std::vector<int>{0, 1, 1, 0}));
-  EXPECT_EQ(stage_to_rank_map(StageMapStyle::kV, 4, 8),
-            (std::vector<int>{0, 1, 2, 3, 3, 2, 1, 0}));
+  EXPECT_EQ(stage_to_rank_map(StageMapStyle::kV, 4, 8), (std::vector<int>{0, 1, 2, 3, 3, 2, 1, 0}));
   EXPECT_EQ(stage_to_rank_map(StageMapStyle::kV, 2, 6), (std::vector<int>{0, 1, 1, 0, 0, 1}));
 }
 
@@ -233,7 +236,7 @@ TEST(StageMaps, LoopAndVFromSpec) {
 
 // 1F1B, p=4, m=8 (spec §2.2): rank r warms up with 3-r forwards, then alternates "next F,
 // oldest B" until F7 is issued, then drains the remaining backwards.
-TEST(HandDerived, OneFOneB_p4_m8) {
+TEST(BuilderHandDerived, OneFOneB_p4_m8) {
   auto s = build("1f1b", 4, 1, 8);
   expect_rows(s, {slots("F0 F1 F2  F3 B0 F4 B1 F5 B2 F6 B3 F7 B4  B5 B6 B7", 0),
                   slots("F0 F1  F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5  B6 B7", 1),
@@ -244,13 +247,13 @@ TEST(HandDerived, OneFOneB_p4_m8) {
 
 // torch's Schedule1F1B grid: r idle slots first, 2(p-1-r) after the warm-up, one before each
 // cool-down B. p=2, m=3: rank 0 warm-up F0; rank 1 none.
-TEST(HandDerived, OneFOneB_TorchPadding) {
+TEST(BuilderHandDerived, OneFOneB_TorchPadding) {
   auto s = build("1f1b", 2, 1, 3, true);
   expect_rows(s, {slots("F0 . . F1 B0 F2 B1 . B2", 0), slots(". F0 B0 F1 B1 F2 B2", 1)});
 }
 
 // GPipe (torch ScheduleGPipe, spec §2.1): all forwards then all backwards, ascending.
-TEST(HandDerived, GPipe_p3_m4) {
+TEST(BuilderHandDerived, GPipe_p3_m4) {
   auto s = build("gpipe", 3, 1, 4);
   for (int r = 0; r < 3; ++r)
     EXPECT_EQ(render(s.per_rank[static_cast<size_t>(r)]),
@@ -270,7 +273,7 @@ TEST(HandDerived, GPipe_p3_m4) {
 //   cool-down k8: 2B2, k9: 2B3, k10: 0B2, k11: 0B3.
 // rank 1: warm-up = min(2 + 0, 8) = 2. F stages k0,1 -> 1; k2,3 -> 3; k4,5 -> 1; k6,7 -> 3.
 //   B stage (1 - ((k-2)/2)%2)*2+1: k2,3 -> 3; k4,5 -> 1; k6,7 -> 3; k8,9 -> 1.
-TEST(HandDerived, Interleaved_p2_v2_m4) {
+TEST(BuilderHandDerived, Interleaved_p2_v2_m4) {
   auto s = build("interleaved-1f1b", 2, 2, 4);
   expect_rows(s, {slots("0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 0B1 2B2 2B3 0B2 0B3"),
                   slots("1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 3F3 3B3 1B2 1B3")});
@@ -279,17 +282,19 @@ TEST(HandDerived, Interleaved_p2_v2_m4) {
 
 // Interleaved with v = 1 is not classic 1F1B (spec §2.3, §7.3): p=4, m=8, rounds 2, mpr 4;
 // rank 0 warm-up = 2*(4-1) = 6, so 7 forwards precede its first backward (2p-1), not 4.
-TEST(HandDerived, InterleavedWithOneStageIsNotClassic1F1B) {
+TEST(BuilderHandDerived, InterleavedWithOneStageIsNotClassic1F1B) {
   auto s = build("interleaved-1f1b", 4, 1, 8);
-  EXPECT_EQ(render(s.per_rank[0]), render(slots("F0 F1 F2 F3 F4 F5 F6 B0 F7 B1 B2 B3 B4 B5 B6 B7", 0)));
-  EXPECT_EQ(render(s.per_rank[3]), render(slots("F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7", 3)));
+  EXPECT_EQ(render(s.per_rank[0]),
+            render(slots("F0 F1 F2 F3 F4 F5 F6 B0 F7 B1 B2 B3 B4 B5 B6 B7", 0)));
+  EXPECT_EQ(render(s.per_rank[3]),
+            render(slots("F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7", 3)));
   EXPECT_NE(render(s.per_rank[0]), render(build("1f1b", 4, 1, 8).per_rank[0]));
   EXPECT_EQ(max_in_flight(s.per_rank[0]), 7);
 }
 
 // Looped BFS (spec §2.4), p=2, v=2, m=3: each local stage ascending all forwards, then each
 // local stage descending, backwards m-1..0.
-TEST(HandDerived, LoopedBfs_p2_v2_m3) {
+TEST(BuilderHandDerived, LoopedBfs_p2_v2_m3) {
   auto s = build("looped-bfs", 2, 2, 3);
   expect_rows(s, {slots("0F0 0F1 0F2 2F0 2F1 2F2 2B2 2B1 2B0 0B2 0B1 0B0"),
                   slots("1F0 1F1 1F2 3F0 3F1 3F2 3B2 3B1 3B0 1B2 1B1 1B0")});
@@ -305,7 +310,7 @@ TEST(HandDerived, LoopedBfs_p2_v2_m3) {
 //   from then on each I is followed by the W of the I before it: 3F0 3I0 | 3F1 3I1 3W0 | ...
 // The full rows are tests/data/builders/zb1p_2rank_2stagep_compute.csv, written by hand from
 // this rule and identical to torch's artifact.
-TEST(HandDerived, Zb1p_TorchArtifact) {
+TEST(BuilderHandDerived, Zb1p_TorchArtifact) {
   auto s = build("zb-h1", 2, 2, 8, true);
   auto want = csv_rows(STRETTO_TEST_DATA "/builders/zb1p_2rank_2stagep_compute.csv");
   expect_rows(s, want);
@@ -319,7 +324,7 @@ TEST(HandDerived, Zb1p_TorchArtifact) {
 // mpr 3. rank 0: warm-up 4, lag 0: F0..F3 | F4 I0 W0 | F5 I1 W1 | I2 W2 I3 W3 I4 W4 I5 W5.
 // rank 1: warm-up 2, lag 2: F0 F1 | F2 I0 | F3 I1 | F4 I2 W0 | F5 I3 W1 | I4 W2 | I5 W3 | W4 W5.
 // rank 2: warm-up 0, lag 4: F0 I0 F1 I1 F2 I2 F3 I3 | F4 I4 W0 | F5 I5 W1 | W2 W3 W4 W5.
-TEST(HandDerived, ZbH2_p3_m6) {
+TEST(BuilderHandDerived, ZbH2_p3_m6) {
   auto s = build("zb-h2", 3, 1, 6);
   expect_rows(s, {slots("F0 F1 F2 F3 F4 I0 W0 F5 I1 W1 I2 W2 I3 W3 I4 W4 I5 W5", 0),
                   slots("F0 F1 F2 I0 F3 I1 F4 I2 W0 F5 I3 W1 I4 W2 I5 W3 W4 W5", 1),
@@ -333,7 +338,7 @@ TEST(HandDerived, ZbH2_p3_m6) {
 //   0I2 0W2 0I3 0W3 | 7. nothing left.
 // rank 1 (s0=1, s1=2): 1. 1F0 | 2. 2F0 1F1 | 3. 2F1 2I0 2W0 | 4. 1F2 1I0 1W0 2F2 2I1 2W1,
 //   1F3 1I1 1W1 2F3 2I2 2W2 | 5. 1 x [1I2 2I3] | 6. 1 x [1I3 1W2] | 7. 2W3 then 1W3.
-TEST(HandDerived, ZbV_p2_m4) {
+TEST(BuilderHandDerived, ZbV_p2_m4) {
   auto s = build("zb-v", 2, 2, 4);
   expect_rows(s, {slots("0F0 0F1 0F2 3F0 3I0 3W0 3F1 3I1 3W1 0F3 0I0 0W0 3F2 3I2 3W2 0I1 0W1 "
                         "3F3 3I3 3W3 0I2 0W2 0I3 0W3"),
@@ -344,7 +349,7 @@ TEST(HandDerived, ZbV_p2_m4) {
 
 // ZB-V with m < 2p-1 builds n = 2p-1 microbatches and deletes the extra ones; torch keeps idle
 // cells there (and r idle cells in front).
-TEST(HandDerived, ZbV_SmallMDeletesExtraMicrobatches) {
+TEST(BuilderHandDerived, ZbV_SmallMDeletesExtraMicrobatches) {
   auto s = build("zb-v", 2, 2, 2);
   EXPECT_TRUE(validate_schedule(s).empty());
   // rank 0 with n=3: 0F0 0F1 0F2 3F0 3I0 3W0 3F1 3I1 3W1 | steady f0=3=n, f1=2<3: 0I0 0W0 3F2
@@ -368,7 +373,7 @@ TEST(HandDerived, ZbV_SmallMDeletesExtraMicrobatches) {
 //   zero bubble from i=1 between the two backwards (r even): 5B7 2B6 5B8 2I7 5I9 2I8 |
 //   7. pop 2W7, 2I9 | 8. 5W9 2W8 2W9 (one W FIFO for both stages).
 // ranks 0 and 1 likewise; the four rows are tests/data/builders/dualpipev_4rank_10mb.csv.
-TEST(HandDerived, DualPipeV_TorchArtifact) {
+TEST(BuilderHandDerived, DualPipeV_TorchArtifact) {
   auto s = build("dualpipev", 4, 2, 10);
   expect_rows(s, csv_rows(STRETTO_TEST_DATA "/builders/dualpipev_4rank_10mb.csv"));
   EXPECT_EQ(s.stage_to_rank, stage_to_rank_map(StageMapStyle::kV, 4, 8));
@@ -383,7 +388,7 @@ TEST(HandDerived, DualPipeV_TorchArtifact) {
 //   2. 1F0 2F4 1F1 2F5 | 4. two iterations, the first un-overlapped: 1F2 2B4 (2F6;1B0)
 //   (1F3;2B5) (2F7;1B1) | 6. zb from i=1 (h odd): 2B6 1B2 2I7 1I3 | 8. 2W7 1W3.
 // ranks 2 and 3 mirror ranks 1 and 0 with the directions swapped.
-TEST(HandDerived, DualPipe_p4_m8) {
+TEST(BuilderHandDerived, DualPipe_p4_m8) {
   auto s = build("dualpipe", 4, 0, 8);
   EXPECT_TRUE(s.bidirectional);
   EXPECT_EQ(s.stages, 4);
@@ -413,7 +418,7 @@ void expect_error(const std::string& fam, int p, int v, int m, const std::string
   }
 }
 
-TEST(Constraints, Diagnostics) {
+TEST(BuilderConstraints, Diagnostics) {
   expect_error("dualpipev", 4, 2, 7, "at least as many microbatches as stages (2p = 8)", "8");
   expect_error("zb-v", 2, 3, 4, "exactly 2 stages per rank");
   expect_error("dualpipev", 2, 1, 8, "exactly 2 stages per rank");
@@ -462,7 +467,7 @@ std::vector<Case> sweep() {
   return cases;
 }
 
-TEST(Structure, EveryCaseIsValidAndCountsAreRight) {
+TEST(BuilderStructure, EveryCaseIsValidAndCountsAreRight) {
   size_t n = 0;
   for (const Case& c : sweep()) {
     SCOPED_TRACE(c.fam + " p=" + std::to_string(c.p) + " v=" + std::to_string(c.v) +
@@ -493,7 +498,7 @@ TEST(Structure, EveryCaseIsValidAndCountsAreRight) {
 }
 
 // Closed forms of spec §4 under F=1, B=2, I=W=1 (an overlapped pair takes F+B).
-TEST(Structure, MakespanClosedForms) {
+TEST(BuilderStructure, MakespanClosedForms) {
   for (const Case& c : sweep()) {
     SCOPED_TRACE(c.fam + " p=" + std::to_string(c.p) + " v=" + std::to_string(c.v) +
                  " m=" + std::to_string(c.m));
@@ -542,7 +547,7 @@ TEST(Structure, MakespanClosedForms) {
 // between its first and last op, while ZB-H1's rank 0 idles p-1; when I > W, ZB-H2 still meets
 // the single-iteration bound m(F+I+W) + (p-1)F and rank 0 idles (p-1)(F+I-2W); ZB-H1 needs
 // (p-1)(F+I-W) more than m(F+I+W).
-TEST(Structure, ZbH2IsAParallelogram) {
+TEST(BuilderStructure, ZbH2IsAParallelogram) {
   for (int p = 2; p <= 6; ++p)
     for (int m : {2 * p - 1, 2 * p, 3 * p, 4 * p}) {
       if (m % std::max(1, m / p)) continue;
@@ -566,7 +571,7 @@ TEST(Structure, ZbH2IsAParallelogram) {
 }
 
 // In-flight microbatches per rank (activation memory, spec §4 table).
-TEST(Structure, InFlightMicrobatches) {
+TEST(BuilderStructure, InFlightMicrobatches) {
   for (int p = 1; p <= 6; ++p)
     for (int m = 1; m <= 4 * p; ++m) {
       SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
@@ -575,7 +580,8 @@ TEST(Structure, InFlightMicrobatches) {
       const bool flex = m % std::max(1, m / p) == 0;
       if (m >= p) {
         auto s = build("1f1b", p, 1, m);
-        for (int r = 0; r < p; ++r) EXPECT_EQ(max_in_flight(s.per_rank[static_cast<size_t>(r)]), p - r);
+        for (int r = 0; r < p; ++r)
+          EXPECT_EQ(max_in_flight(s.per_rank[static_cast<size_t>(r)]), p - r);
       }
       if (flex) {
         auto zb = build("zb-h1", p, 1, m);  // ZB-H1 keeps 1F1B's memory (p on every rank)
@@ -611,9 +617,11 @@ TEST(Structure, InFlightMicrobatches) {
 // ---------------------------------------------------------------------------------------------
 // Validation errors
 
-PipelineSchedule two_rank_1f1b() { return build("1f1b", 2, 1, 2); }
+PipelineSchedule two_rank_1f1b() {
+  return build("1f1b", 2, 1, 2);
+}
 
-TEST(Validate, MissingWeightBackward) {
+TEST(BuilderValidate, MissingWeightBackward) {
   auto s = build("zb-h1", 2, 1, 2);
   auto& row = s.per_rank[1];
   auto it = std::find(row.begin(), row.end(), Slot::single({ActionKind::kW, 1, 1}));
@@ -625,7 +633,7 @@ TEST(Validate, MissingWeightBackward) {
             "stage 1 (rank 1) is missing weight backwards: microbatch 1 has an I but no W");
 }
 
-TEST(Validate, BackwardBeforeForward) {
+TEST(BuilderValidate, BackwardBeforeForward) {
   auto s = two_rank_1f1b();  // rank 1: F0 B0 F1 B1
   std::swap(s.per_rank[1][2], s.per_rank[1][3]);
   const Diagnostics ds = validate_schedule(s);
@@ -634,7 +642,7 @@ TEST(Validate, BackwardBeforeForward) {
             "rank 1, slot 2: full backward (B) of stage 1 microbatch 1 runs before its forward");
 }
 
-TEST(Validate, WeightBeforeInput) {
+TEST(BuilderValidate, WeightBeforeInput) {
   auto s = build("zb-h1", 1, 1, 1);  // F0 I0 W0
   std::swap(s.per_rank[0][1], s.per_rank[0][2]);
   const Diagnostics ds = validate_schedule(s);
@@ -644,7 +652,7 @@ TEST(Validate, WeightBeforeInput) {
             "backward (I)");
 }
 
-TEST(Validate, StageOnTwoRanks) {
+TEST(BuilderValidate, StageOnTwoRanks) {
   auto s = two_rank_1f1b();
   // Move rank 1's F1 (stage 1) to rank 0.
   s.per_rank[0].push_back(s.per_rank[1][2]);
@@ -660,7 +668,7 @@ TEST(Validate, StageOnTwoRanks) {
   EXPECT_EQ(located[0].loc.col, 1u);
 }
 
-TEST(Validate, MissingForwardsAndRows) {
+TEST(BuilderValidate, MissingForwardsAndRows) {
   auto s = two_rank_1f1b();
   s.per_rank[0].erase(s.per_rank[0].begin());  // drop 0F0
   Diagnostics ds = validate_schedule(s);
@@ -675,7 +683,7 @@ TEST(Validate, MissingForwardsAndRows) {
   EXPECT_EQ(ds[0].message, "schedule has 1 rank rows, expected 2");
 }
 
-TEST(Validate, DualPipeStagesLiveOnTwoRanksByDesign) {
+TEST(BuilderValidate, DualPipeStagesLiveOnTwoRanksByDesign) {
   auto s = build("dualpipe", 2, 0, 4);
   EXPECT_TRUE(validate_schedule(s).empty());
   // Without the bidirectional flag the same rows put each stage on two ranks.
@@ -696,9 +704,11 @@ Filter pp_mb_pass(int pp, int mb, Pass pass) {
   return f;
 }
 
-bool same_filter(const Filter& a, const Filter& b) { return a.cond == b.cond && a.pass == b.pass; }
+bool same_filter(const Filter& a, const Filter& b) {
+  return a.cond == b.cond && a.pass == b.pass;
+}
 
-TEST(Directives, DefaultPlacementSplitAndOrders) {
+TEST(BuilderDirectives, DefaultPlacementSplitAndOrders) {
   auto ds = schedule_to_directives(two_rank_1f1b());
   ASSERT_TRUE(ds) << render_all(ds.error());
   ASSERT_EQ(ds->size(), 5u);
@@ -720,12 +730,12 @@ TEST(Directives, DefaultPlacementSplitAndOrders) {
   EXPECT_TRUE(same_filter(d[3].groups[2][0], pp_mb_pass(0, 0, Pass::kB)));
   EXPECT_EQ(d[3].index, 3);
   EXPECT_EQ(d[3].pointer, "/schedule/3");
-  EXPECT_EQ(d[3].groups[2][0].pointer, "/schedule/3/filters/2/0");
+  EXPECT_EQ(d[3].groups[2][0].pointer, "/schedule/3");  // filters share their directive's
   // rank 1: F0 B0 F1 B1.
   EXPECT_TRUE(same_filter(d[4].groups[1][0], pp_mb_pass(1, 0, Pass::kB)));
 }
 
-TEST(Directives, SplitBackwardAndOverlappedPairs) {
+TEST(BuilderDirectives, SplitBackwardAndOverlappedPairs) {
   auto dv = schedule_to_directives(build("dualpipev", 2, 2, 4));
   ASSERT_TRUE(dv) << render_all(dv.error());
   bool saw_pair = false, saw_bi = false, saw_bw = false;
@@ -744,7 +754,7 @@ TEST(Directives, SplitBackwardAndOverlappedPairs) {
   EXPECT_TRUE(saw_pair && saw_bi && saw_bw);
 }
 
-TEST(Directives, DualPipePlacesPerStageAndMicrobatch) {
+TEST(BuilderDirectives, DualPipePlacesPerStageAndMicrobatch) {
   auto ds = schedule_to_directives(build("dualpipe", 4, 0, 8));
   ASSERT_TRUE(ds) << render_all(ds.error());
   ASSERT_EQ((*ds)[0].op, DirectiveOp::kSplit);  // MB exists after the split
@@ -771,7 +781,7 @@ Directive base_place(int index, int pp, std::vector<int> devices) {
   return d;
 }
 
-TEST(Directives, BaseIsKeptVerbatim) {
+TEST(BuilderDirectives, BaseIsKeptVerbatim) {
   std::vector<Directive> base = {base_place(0, 0, {0, 2}), base_place(1, 1, {1, 3})};
   Directive rep;
   rep.op = DirectiveOp::kReplicate;
@@ -797,7 +807,7 @@ TEST(Directives, BaseIsKeptVerbatim) {
   EXPECT_EQ(back->per_rank, two_rank_1f1b().per_rank);
 }
 
-TEST(Directives, BasePlacesOnlySomeStages) {
+TEST(BuilderDirectives, BasePlacesOnlySomeStages) {
   // Interleaved p=2 v=2: rank 0 holds stages 0 and 2; the base places only stage 0.
   std::vector<Directive> base = {base_place(0, 0, {4, 5})};
   auto ds = schedule_to_directives(build("interleaved-1f1b", 2, 2, 4), base);
@@ -812,7 +822,7 @@ TEST(Directives, BasePlacesOnlySomeStages) {
   EXPECT_EQ(placed[3], std::vector<int>{1});
 }
 
-TEST(Directives, BaseConflictsAreDiagnosed) {
+TEST(BuilderDirectives, BaseConflictsAreDiagnosed) {
   // Stages 0 and 2 run on schedule rank 0 but the base splits them over two device lists.
   std::vector<Directive> base = {base_place(0, 0, {0}), base_place(1, 1, {1}),
                                  base_place(2, 2, {2}), base_place(3, 3, {1})};
@@ -837,16 +847,16 @@ TEST(Directives, BaseConflictsAreDiagnosed) {
   EXPECT_NE(bad_split.error()[0].message.find("splits into 3 microbatches"), std::string::npos);
 }
 
-TEST(Directives, RoundTripEveryFamily) {
+TEST(BuilderDirectives, RoundTripEveryFamily) {
   for (const auto& [fam, p, v, m] : std::vector<Case>{{"gpipe", 3, 1, 4},
-                                                     {"1f1b", 4, 1, 8},
-                                                     {"interleaved-1f1b", 2, 2, 4},
-                                                     {"looped-bfs", 3, 2, 5},
-                                                     {"zb-h1", 2, 2, 8},
-                                                     {"zb-h2", 3, 1, 6},
-                                                     {"zb-v", 3, 2, 7},
-                                                     {"dualpipe", 4, 2, 8},
-                                                     {"dualpipev", 4, 2, 10}}) {
+                                                      {"1f1b", 4, 1, 8},
+                                                      {"interleaved-1f1b", 2, 2, 4},
+                                                      {"looped-bfs", 3, 2, 5},
+                                                      {"zb-h1", 2, 2, 8},
+                                                      {"zb-h2", 3, 1, 6},
+                                                      {"zb-v", 3, 2, 7},
+                                                      {"dualpipe", 4, 2, 8},
+                                                      {"dualpipev", 4, 2, 10}}) {
     SCOPED_TRACE(fam);
     auto s = build(fam, p, v, m, true);  // idle slots are dropped on the way
     auto ds = schedule_to_directives(s);
@@ -863,7 +873,7 @@ TEST(Directives, RoundTripEveryFamily) {
   }
 }
 
-TEST(Directives, FromDirectivesRejectsUnexpressibleOrders) {
+TEST(BuilderDirectives, FromDirectivesRejectsUnexpressibleOrders) {
   auto ds = *schedule_to_directives(two_rank_1f1b());
   ds[3].groups[0][0].cond[static_cast<size_t>(TagKey::kMB)] = {TagCond::kPresent, 0};
   ds[3].groups[0][0].pointer = "/schedule/3/filters/0/0";
@@ -881,7 +891,7 @@ TEST(Directives, FromDirectivesRejectsUnexpressibleOrders) {
   EXPECT_NE(b2.error()[0].message.find("no split directive"), std::string::npos);
 }
 
-TEST(Directives, ExpandBuilder) {
+TEST(BuilderDirectives, ExpandBuilder) {
   BuilderCall call;
   call.builder = "ScheduleDualPipeV";
   call.ranks = 2;
@@ -914,7 +924,7 @@ TEST(Directives, ExpandBuilder) {
 // ---------------------------------------------------------------------------------------------
 // Grid
 
-TEST(Grid, CompactAndReadable) {
+TEST(BuilderGrid, CompactAndReadable) {
   EXPECT_EQ(show_grid(two_rank_1f1b()),
             "1f1b: 2 ranks, 1 stage/rank, 2 microbatches\n"
             "r0 | F0 F1 B0 B1\n"

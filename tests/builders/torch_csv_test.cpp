@@ -2,9 +2,9 @@
 // export, round trips for every family, the `_add_send_recv` lowering, and the CLI commands.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <array>
 #include <cstdio>
@@ -88,13 +88,22 @@ TEST(TorchCsv, RoundTripEveryFamily) {
 }
 
 TEST(TorchCsv, AcceptsCrLfQuotesAndCommCells) {
-  auto s = parse_torch_csv("0F0,0SEND_F0,0RECV_B0,0B0,0UNSHARD,0RESHARD,0REDUCE_GRAD\r\n"
-                           "\"1RECV_F0\",1F0, 1B0 ,1SEND_B0\r\n",
-                           "c.csv");
+  auto s = parse_torch_csv(
+      "0F0,0SEND_F0,0RECV_B0,0B0,0UNSHARD,0RESHARD,0REDUCE_GRAD\r\n"
+      "\"1RECV_F0\",1F0, 1B0 ,1SEND_B0\r\n",
+      "c.csv");
   ASSERT_TRUE(s) << render_all(s.error());
   EXPECT_EQ(s->per_rank[0], (std::vector<Slot>{Slot::single({ActionKind::kF, 0, 0}),
                                                Slot::single({ActionKind::kB, 0, 0})}));
   EXPECT_EQ(s->per_rank[1].size(), 2u);
+  // Trailing blank lines are not ranks; a blank line in the middle is a rank with no actions.
+  auto t = parse_torch_csv("0F0,0B0\n\n\n");
+  ASSERT_TRUE(t) << render_all(t.error());
+  EXPECT_EQ(t->ranks, 1);
+  auto u = parse_torch_csv("0F0,0B0\n\n1F0,1B0\n");
+  ASSERT_TRUE(u) << render_all(u.error());
+  EXPECT_EQ(u->ranks, 3);
+  EXPECT_EQ(u->stage_to_rank, (std::vector<int>{0, 2}));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -184,7 +193,7 @@ std::string lowered_text(const std::vector<std::vector<LoweredOp>>& rows) {
 //  2: r0 0F1 (+0SEND_F1, 1RECV_F1); r1 1B0 (last stage) (+1SEND_B0, 0RECV_B0 to r0).
 //  3: r0 0B0 (received); r1 1F1.   4: r0 0B1 not ready; r1 1B1 (+1SEND_B1, 0RECV_B1).
 //  5: r0 0B1.
-TEST(SendRecv, HandDerived1F1B) {
+TEST(TorchCsvSendRecv, HandDerived1F1B) {
   auto lowered = add_send_recv(build("1f1b", 2, 1, 2));
   ASSERT_TRUE(lowered) << render_all(lowered.error());
   EXPECT_EQ(lowered_text(*lowered),
@@ -215,7 +224,7 @@ PipelineSchedule merge_bw(PipelineSchedule s) {
 
 // torch's zb1p_2rank_2stagep comms artifact (2024 letters BW/B translated to today's B/I) is
 // _merge_bw + _add_send_recv of the compute artifact.
-TEST(SendRecv, ReproducesTorchCommsArtifact) {
+TEST(TorchCsvSendRecv, ReproducesTorchCommsArtifact) {
   auto compute = load_torch_csv(kData + "zb1p_2rank_2stagep_compute.csv");
   ASSERT_TRUE(compute);
   auto text = write_torch_csv_with_comms(merge_bw(*compute));
@@ -227,7 +236,7 @@ TEST(SendRecv, ReproducesTorchCommsArtifact) {
   EXPECT_EQ(back->per_rank, merge_bw(*compute).per_rank);
 }
 
-TEST(SendRecv, NoCommsBetweenStagesOnOneRank) {
+TEST(TorchCsvSendRecv, NoCommsBetweenStagesOnOneRank) {
   // ZB-V p=2: stages 1 and 2 both live on rank 1 (V's turning point): no SEND/RECV between them.
   auto text = write_torch_csv_with_comms(build("zb-v", 2, 2, 4));
   ASSERT_TRUE(text);
@@ -239,7 +248,7 @@ TEST(SendRecv, NoCommsBetweenStagesOnOneRank) {
   EXPECT_NE(text->find("3RECV_F0"), std::string::npos);
 }
 
-TEST(SendRecv, EveryFamilyLowersAndPairsUp) {
+TEST(TorchCsvSendRecv, EveryFamilyLowersAndPairsUp) {
   for (const std::string& fam : schedule_family_names()) {
     SCOPED_TRACE(fam);
     const int v = (fam == "gpipe" || fam == "1f1b" || fam == "zb-h2") ? 1 : 2;
@@ -250,9 +259,12 @@ TEST(SendRecv, EveryFamilyLowersAndPairsUp) {
     for (int r = 0; r < 4; ++r) {
       int compute = 0;
       for (const LoweredOp& op : (*lowered)[static_cast<size_t>(r)]) {
-        if (!op.is_comm) ++compute;
-        else if (op.comm == CommKind::kSendF || op.comm == CommKind::kSendB) ++sends;
-        else ++recvs;
+        if (!op.is_comm)
+          ++compute;
+        else if (op.comm == CommKind::kSendF || op.comm == CommKind::kSendB)
+          ++sends;
+        else
+          ++recvs;
       }
       int want = 0;
       for (const Slot& sl : s.per_rank[static_cast<size_t>(r)]) want += sl.is_idle() ? 0 : 1;
@@ -263,9 +275,9 @@ TEST(SendRecv, EveryFamilyLowersAndPairsUp) {
   }
 }
 
-TEST(SendRecv, MalformedScheduleIsDiagnosed) {
+TEST(TorchCsvSendRecv, MalformedScheduleIsDiagnosed) {
   // Rank 0 wants its backward before its forward: nobody can proceed.
-  PipelineSchedule s = build("1f1b", 2, 1, 1);
+  PipelineSchedule s = build("gpipe", 2, 1, 1);
   std::swap(s.per_rank[0][0], s.per_rank[0][1]);
   auto lowered = add_send_recv(s);
   ASSERT_FALSE(lowered);
@@ -285,7 +297,8 @@ struct CliRun {
 
 CliRun run_cli(const std::string& args) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("stretto_builders_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("stretto_builders_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string out = (dir / "out.txt").string(), err = (dir / "err.txt").string();
   const std::string cmd = std::string(STRETTO_BINARY) + " " + args + " >" + out + " 2>" + err;
@@ -297,14 +310,14 @@ CliRun run_cli(const std::string& args) {
   return r;
 }
 
-class Cli : public ::testing::Test {
+class TorchCsvCli : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!std::filesystem::exists(STRETTO_BINARY)) GTEST_SKIP() << "no stretto binary";
   }
 };
 
-TEST_F(Cli, BuildScheduleWritesDirectives) {
+TEST_F(TorchCsvCli, BuildScheduleWritesDirectives) {
   CliRun r = run_cli("build-schedule --schedule Schedule1F1B --ranks 2 --microbatches 2");
   ASSERT_EQ(r.rc, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
@@ -317,7 +330,7 @@ TEST_F(Cli, BuildScheduleWritesDirectives) {
   EXPECT_EQ(j[3]["filters"][2], nlohmann::json::parse(R"([{"PP":0,"MB":0,"PASS":"B"}])"));
 }
 
-TEST_F(Cli, BuildScheduleShowAndBase) {
+TEST_F(TorchCsvCli, BuildScheduleShowAndBase) {
   CliRun r = run_cli("build-schedule --schedule 1f1b --ranks 2 --microbatches 2 --show");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("r0 | F0 .  .  F1 B0 .  B1"), std::string::npos) << r.out;
@@ -331,7 +344,7 @@ TEST_F(Cli, BuildScheduleShowAndBase) {
   EXPECT_EQ(j[4]["op"], "split");
 }
 
-TEST_F(Cli, BadInputExitsTwo) {
+TEST_F(TorchCsvCli, BadInputExitsTwo) {
   CliRun r = run_cli("build-schedule --schedule dualpipev --ranks 4 --microbatches 6");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("dualpipev needs at least as many microbatches as stages"),
@@ -342,9 +355,10 @@ TEST_F(Cli, BadInputExitsTwo) {
   EXPECT_NE(r.err.find("did you mean"), std::string::npos) << r.err;
 }
 
-TEST_F(Cli, ImportAndExportTorchCsv) {
+TEST_F(TorchCsvCli, ImportAndExportTorchCsv) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("stretto_builders_io_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("stretto_builders_io_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string plan = (dir / "plan.json").string();
   CliRun r = run_cli("import torch-csv " + kData + "dualpipev_4rank_10mb.csv -o " + plan);

@@ -93,7 +93,8 @@ TEST(AnalyticCompute, RooflineAndPasses) {
   const ComputeCost f = m->compute(q);
   EXPECT_FALSE(f.mem_bound);
   const double peak_per_ns = cl.device.peak_tflops * 1e3;
-  EXPECT_NEAR(static_cast<double>(f.ns), q.flops / (peak_per_ns * gemm_efficiency(p, cl.device, q.gemm)), 1.0);
+  EXPECT_NEAR(static_cast<double>(f.ns),
+              q.flops / (peak_per_ns * gemm_efficiency(p, cl.device, q.gemm)), 1.0);
   // B = BI + BW: twice the flops, the BI and BW GEMMs (square: same shape as F).
   q.pass = Pass::kB;
   q.flops *= 2;
@@ -112,7 +113,8 @@ TEST(AnalyticCompute, RooflineAndPasses) {
   q.bytes = 2 * (16 * K + K * N + 16 * N);
   const ComputeCost skinny = m->compute(q);
   EXPECT_TRUE(skinny.mem_bound);
-  EXPECT_NEAR(static_cast<double>(skinny.ns), q.bytes / (cl.device.hbm_GBps * p.memory_efficiency), 1.0);
+  EXPECT_NEAR(static_cast<double>(skinny.ns), q.bytes / (cl.device.hbm_GBps * p.memory_efficiency),
+              1.0);
   // Nothing to do: no time, not even the launch floor.
   q.flops = 0;
   q.bytes = 0;
@@ -125,7 +127,8 @@ TEST(AnalyticCompute, MemoryBoundOpIsBytesOverHbmWithinLaunchFloor) {
   ASSERT_TRUE(m);
   const double floor_ns = 3000;  // launch_floor_us default
   for (OpKind k : {OpKind::kNorm, OpKind::kMlpAct, OpKind::kLoss, OpKind::kEmbedding}) {
-    for (int64_t bytes : {int64_t{1} << 10, int64_t{1} << 20, int64_t{64} << 20, int64_t{1} << 30}) {
+    for (int64_t bytes :
+         {int64_t{1} << 10, int64_t{1} << 20, int64_t{64} << 20, int64_t{1} << 30}) {
       ComputeQuery q;
       q.kind = k;
       q.pass = Pass::kF;
@@ -159,7 +162,8 @@ TEST(AnalyticComm, SendRecvIsOneFlowOverTheLinkBetweenTheRanks) {
   CommCost c = m->comm(q);
   EXPECT_EQ(c.wire_bytes, q.bytes);
   EXPECT_DOUBLE_EQ(c.rate_cap, 360.0);
-  EXPECT_EQ(c.latency_ns, std::llround((1.0 + 3.4) * 1000));  // link latency + hwLat NVLink ring/Simple
+  EXPECT_EQ(c.latency_ns,
+            std::llround((1.0 + 3.4) * 1000));  // link latency + hwLat NVLink ring/Simple
   EXPECT_FALSE(c.inter_node);
   EXPECT_EQ(c.algo, "p2p");
   testing::expect_consistent(c);
@@ -262,10 +266,10 @@ TEST(AnalyticModel, Defaults) {
   a100.device.sms = 108;
   EXPECT_EQ(params(Json::object(), a100).nccl.arch, NcclArch::kAmpere);
   EXPECT_DOUBLE_EQ(params(Json::object(), a100).comm_sm_share, 20.0 / 108.0);
-  auto o = testing::make_or_die(testing::analytic_spec({{"comm_sm_share", 0.25},
-                                                        {"comm_hbm_share", 0.3},
-                                                        {"dispatch_us", 0}}),
-                                testing::h100_cluster());
+  auto o = testing::make_or_die(
+      testing::analytic_spec(
+          {{"comm_sm_share", 0.25}, {"comm_hbm_share", 0.3}, {"dispatch_us", 0}}),
+      testing::h100_cluster());
   EXPECT_DOUBLE_EQ(o->interference().comm_sm_share, 0.25);
   EXPECT_DOUBLE_EQ(o->interference().comm_hbm_share, 0.3);
   EXPECT_EQ(o->dispatch_ns(), 0);

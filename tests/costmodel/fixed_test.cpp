@@ -20,8 +20,8 @@ CostModelSpec fixed_spec(int64_t f, int64_t b, int64_t bi, int64_t bw, int64_t c
 
 TEST(FixedModel, RegionSplitSumsExactlyToTheConstant) {
   // 1 ms, and awkward constants that no n divides.
-  for (int64_t c : {int64_t{1'000'000}, int64_t{7}, int64_t{13}, int64_t{2'000'001},
-                    int64_t{1}, int64_t{0}, int64_t{999'999'999'989}}) {
+  for (int64_t c : {int64_t{1'000'000}, int64_t{7}, int64_t{13}, int64_t{2'000'001}, int64_t{1},
+                    int64_t{0}, int64_t{999'999'999'989}}) {
     auto m = testing::make_or_die(fixed_spec(c, 2 * c, c, c, 0), testing::h100_cluster());
     ASSERT_TRUE(m);
     for (int n = 1; n <= 7; ++n) {

@@ -51,7 +51,8 @@ TEST(NcclTopology, ChannelSearchOnHopper) {
         for (int ppn : {1, 2, 8}) {
           NcclComm k = nccl_comm(hopper(intra, inter), nodes * ppn, nodes);
           double limit = nodes == 1 ? intra : std::min(intra, ppn * inter);
-          EXPECT_LE(k.bus_bw(), limit + 1e-9) << intra << " " << inter << " " << nodes << "x" << ppn;
+          EXPECT_LE(k.bus_bw(), limit + 1e-9)
+              << intra << " " << inter << " " << nodes << "x" << ppn;
           EXPECT_GE(k.bus_bw(), 0.7 * limit) << intra << " " << inter << " " << nodes << "x" << ppn;
         }
 }
@@ -66,8 +67,8 @@ TEST(NcclTuning, RingLatencyAndBandwidthTables) {
   EXPECT_NEAR(ll.latency_us, 6.6 + 14 * 0.6, 1e-9);
   EXPECT_NEAR(ll128.latency_us, 14.0 + 14 * 1.9, 1e-9);
   EXPECT_NEAR(simple.latency_us, 8.4 + 14 * 3.4, 1e-9);
-  EXPECT_NEAR(ll.bus_bw, 141.0, 1e-9);            // min(llMaxBw Hopper-N1, 360/2)
-  EXPECT_NEAR(ll128.bus_bw, 0.92 * 360, 1e-9);     // < 12 channels x 36.7
+  EXPECT_NEAR(ll.bus_bw, 141.0, 1e-9);          // min(llMaxBw Hopper-N1, 360/2)
+  EXPECT_NEAR(ll128.bus_bw, 0.92 * 360, 1e-9);  // < 12 channels x 36.7
   EXPECT_NEAR(simple.bus_bw, 360.0, 1e-9);
   EXPECT_NEAR(simple.ratio, 8.0 / 14.0, 1e-12);
   // Tree AllReduce: 2 * ((ppn-1) * intraLat + log2(nNodes) * interLat), bus .92, ratio .5.
@@ -75,23 +76,42 @@ TEST(NcclTuning, RingLatencyAndBandwidthTables) {
   EXPECT_NEAR(tree.latency_us, 8.4 + 2 * (7 * 4.0), 1e-9);
   EXPECT_NEAR(tree.bus_bw, 0.92 * 360, 1e-9);
   EXPECT_NEAR(tree.ratio, 0.5, 1e-12);
+  // Query-time tree correction, indexed by log2(bytes / 64): 1 MB -> index 14, Simple .5;
+  // 4 KB -> index 6, LL .7; 1 GB -> index 24, past the table: no correction.
+  EXPECT_NEAR(
+      nccl_estimate(s, c, CommKind::kAllReduce, NcclAlgo::kTree, NcclProto::kSimple, 1 << 20)
+          .bus_bw,
+      0.5 * tree.bus_bw, 1e-9);
+  NcclTuning tree_ll = nccl_tune(s, c, CommKind::kAllReduce, NcclAlgo::kTree, NcclProto::kLL);
+  EXPECT_NEAR(
+      nccl_estimate(s, c, CommKind::kAllReduce, NcclAlgo::kTree, NcclProto::kLL, 4096).bus_bw,
+      0.7 * tree_ll.bus_bw, 1e-9);
+  EXPECT_NEAR(nccl_estimate(s, c, CommKind::kAllReduce, NcclAlgo::kTree, NcclProto::kSimple,
+                            int64_t{1} << 30)
+                  .bus_bw,
+              tree.bus_bw, 1e-9);
   // No trees for AllGather; PAT only with one rank per node.
   EXPECT_EQ(nccl_tune(s, c, CommKind::kAllGather, NcclAlgo::kTree, NcclProto::kSimple).bus_bw, 0);
   EXPECT_EQ(nccl_tune(s, c, CommKind::kAllGather, NcclAlgo::kPat, NcclProto::kSimple).bus_bw, 0);
   NcclComm one_per_node = nccl_comm(s, 8, 8);
-  EXPECT_GT(nccl_tune(s, one_per_node, CommKind::kAllGather, NcclAlgo::kPat, NcclProto::kSimple).bus_bw, 0);
+  EXPECT_GT(
+      nccl_tune(s, one_per_node, CommKind::kAllGather, NcclAlgo::kPat, NcclProto::kSimple).bus_bw,
+      0);
   // LL128 is off by default without NVLink.
   NcclSystem pci = s;
   pci.nvlink = false;
-  EXPECT_EQ(nccl_tune(pci, nccl_comm(pci, 8, 1), CommKind::kAllReduce, NcclAlgo::kRing,
-                      NcclProto::kLL128).bus_bw, 0);
+  EXPECT_EQ(
+      nccl_tune(pci, nccl_comm(pci, 8, 1), CommKind::kAllReduce, NcclAlgo::kRing, NcclProto::kLL128)
+          .bus_bw,
+      0);
 }
 
 // Closed form of a ring all-reduce with the Simple protocol:
 //   t = lat + 2(n-1)/n * bytes / busBw.
 TEST(NcclRing, AllReduceMatchesClosedFormSingleNode) {
   auto cl = testing::h100_cluster(1, 8);
-  auto m = testing::make_or_die(testing::analytic_spec({{"nccl_algo", "ring"}, {"nccl_proto", "simple"}}), cl);
+  auto m = testing::make_or_die(
+      testing::analytic_spec({{"nccl_algo", "ring"}, {"nccl_proto", "simple"}}), cl);
   ASSERT_TRUE(m);
   for (int n : {2, 4, 8}) {
     for (int64_t bytes : {int64_t{1} << 10, int64_t{1} << 20, int64_t{64} << 20, int64_t{1} << 30,
@@ -118,29 +138,35 @@ TEST(NcclRing, AllReduceMatchesClosedFormSingleNode) {
 
 TEST(NcclRing, AllReduceMatchesClosedFormMultiNode) {
   auto cl = testing::h100_cluster(4, 8);
-  auto m = testing::make_or_die(testing::analytic_spec({{"nccl_algo", "ring"}, {"nccl_proto", "simple"}}), cl);
-  ASSERT_TRUE(m);
-  for (int nodes : {2, 4}) {
-    const int n = 8 * nodes;
-    for (int64_t bytes : {int64_t{1} << 20, int64_t{256} << 20, int64_t{2} << 30}) {
-      CommQuery q;
-      q.kind = CommKind::kAllReduce;
-      q.bytes = bytes;
-      q.group_size = n;
-      q.nodes_spanned = nodes;
-      CommCost c = m->comm(q);
-      // 8 channels x 45 GB/s (one per NIC) = 360 GB/s, limited by NVLink, not the NICs.
-      const double bus_bw = 360.0;
-      const int nsteps = 2 * (n - 1), inter_steps = 2 * (nodes - 1);
-      const double intra_lat = std::max(3.4, 3 * 1.0);  // hwLat NVLink vs 3 x net overhead
-      const double inter_lat = 14.0 + 2.0 + 2.0;        // hwLat NET + latencyInter + flush
-      double lat_us = 8.4 + (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat;
-      lat_us *= 1.4;  // ring plateau: bytes / (nChannels * nRanks) >= 64 on sm80+
-      const double expect = lat_us * 1000 + 2.0 * (n - 1) / n * bytes / bus_bw;
-      EXPECT_NEAR(static_cast<double>(c.time_ns), expect, 2.0) << "n=" << n << " bytes=" << bytes;
-      EXPECT_EQ(c.algo, "ring");
-      EXPECT_FALSE(c.inter_node);
-      testing::expect_consistent(c);
+  for (double net_lat : {0.0, 2.0}) {
+    auto m = testing::make_or_die(
+        testing::analytic_spec(
+            {{"nccl_algo", "ring"}, {"nccl_proto", "simple"}, {"nccl_net_latency_us", net_lat}}),
+        cl);
+    ASSERT_TRUE(m);
+    for (int nodes : {2, 4}) {
+      const int n = 8 * nodes;
+      for (int64_t bytes : {int64_t{1} << 20, int64_t{256} << 20, int64_t{2} << 30}) {
+        CommQuery q;
+        q.kind = CommKind::kAllReduce;
+        q.bytes = bytes;
+        q.group_size = n;
+        q.nodes_spanned = nodes;
+        CommCost c = m->comm(q);
+        // 8 channels x 45 GB/s (one per NIC) = 360 GB/s, limited by NVLink, not the NICs.
+        const double bus_bw = 360.0;
+        const int nsteps = 2 * (n - 1), inter_steps = 2 * (nodes - 1);
+        const double intra_lat = std::max(3.4, 3 * 1.0);  // hwLat NVLink vs 3 x net overhead
+        const double inter_lat = 14.0 + 2 * net_lat;      // hwLat NET + latencyInter (+ flush)
+        double lat_us = 8.4 + (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat;
+        lat_us *= 1.4;  // ring plateau: bytes / (nChannels * nRanks) >= 64 on sm80+
+        const double expect = lat_us * 1000 + 2.0 * (n - 1) / n * bytes / bus_bw;
+        EXPECT_NEAR(static_cast<double>(c.time_ns), expect, 2.0)
+            << "n=" << n << " bytes=" << bytes << " net latency " << net_lat;
+        EXPECT_EQ(c.algo, "ring");
+        EXPECT_FALSE(c.inter_node);
+        testing::expect_consistent(c);
+      }
     }
   }
 }
@@ -175,7 +201,8 @@ void expect_argmin(const NcclSystem& s, const NcclComm& c, CommKind kind, int64_
   ASSERT_TRUE(best.available);
   for (int a = 0; a < kNcclNumAlgos; ++a)
     for (int p = 0; p < kNcclNumProtos; ++p) {
-      NcclEstimate e = nccl_estimate(s, c, kind, static_cast<NcclAlgo>(a), static_cast<NcclProto>(p), bytes);
+      NcclEstimate e =
+          nccl_estimate(s, c, kind, static_cast<NcclAlgo>(a), static_cast<NcclProto>(p), bytes);
       if (e.available) {
         EXPECT_LE(best.time_us, e.time_us) << bytes;
       }
@@ -208,8 +235,10 @@ TEST(NcclChoice, SmallMessagesUseLLLargeUseRingSimpleSingleNode) {
   EXPECT_EQ(choice(s, c, x), "ring/simple");
   // ... and it stays Simple above, LL/LL128 below.
   for (int64_t b = 1024; b < x; b *= 2) EXPECT_NE(choice(s, c, b), "ring/simple") << b;
-  for (int64_t b = x; b <= (int64_t{1} << 34); b *= 2) EXPECT_EQ(choice(s, c, b), "ring/simple") << b;
-  for (int64_t b = 64; b <= (int64_t{1} << 34); b *= 4) expect_argmin(s, c, CommKind::kAllReduce, b);
+  for (int64_t b = x; b <= (int64_t{1} << 34); b *= 2)
+    EXPECT_EQ(choice(s, c, b), "ring/simple") << b;
+  for (int64_t b = 64; b <= (int64_t{1} << 34); b *= 4)
+    expect_argmin(s, c, CommKind::kAllReduce, b);
 }
 
 TEST(NcclChoice, MultiNodeLatencyRegimeAndBandwidthRegime) {
@@ -232,7 +261,8 @@ TEST(NcclChoice, MultiNodeLatencyRegimeAndBandwidthRegime) {
   bool saw_tree = false;
   for (int64_t b = 4096; b < x; b *= 2) saw_tree |= choice(s, c, b).starts_with("tree");
   EXPECT_TRUE(saw_tree);
-  for (int64_t b = 64; b <= (int64_t{1} << 34); b *= 4) expect_argmin(s, c, CommKind::kAllReduce, b);
+  for (int64_t b = 64; b <= (int64_t{1} << 34); b *= 4)
+    expect_argmin(s, c, CommKind::kAllReduce, b);
 }
 
 TEST(NcclChoice, PatForAllGatherWithOneRankPerNode) {
@@ -287,7 +317,8 @@ TEST(NcclComm, AllReduceThroughTheCostModelIsConsistent) {
           AnalyticParams p = *parse_analytic_params(Json::object(), cl, "/costmodel", "");
           NcclSystem s = p.nccl;
           NcclEstimate e = nccl_choose(s, nccl_comm(s, g, nodes), k, b, DType::kBF16);
-          EXPECT_NEAR(static_cast<double>(c.time_ns), e.time_us * 1000, 2.0 + 1e-9 * e.time_us * 1000);
+          EXPECT_NEAR(static_cast<double>(c.time_ns), e.time_us * 1000,
+                      2.0 + 1e-9 * e.time_us * 1000);
           EXPECT_EQ(c.algo, nccl_algo_name(e.algo));
         }
       }

@@ -75,17 +75,23 @@ TEST(CostModelOptions, NcclMaskTypos) {
 
 TEST(CostModelOptions, MasksAreCaseInsensitiveAndInvertible) {
   auto cl = testing::h100_cluster(1, 8);
-  auto m = testing::make_or_die(testing::analytic_spec({{"nccl_algo", "Tree"}, {"nccl_proto", "^LL,LL128"}}), cl);
+  auto m = testing::make_or_die(
+      testing::analytic_spec({{"nccl_algo", "Tree"}, {"nccl_proto", "^LL,LL128"}}), cl);
   ASSERT_TRUE(m);
   CommCost c = m->comm({CommKind::kAllReduce, 1 << 10, 8, 1, false, DType::kBF16});
   EXPECT_EQ(c.algo, "tree");
   EXPECT_EQ(c.proto, "simple");
 }
 
-TEST(CostModelOptions, PlanKeysAreTolerated) {
-  auto m = make_cost_model(testing::analytic_spec({{"kind", "analytic"}, {"unit", "ms"}}),
+TEST(CostModelOptions, PlanKeysAreToleratedFixedKeysAreNot) {
+  auto m = make_cost_model(testing::analytic_spec({{"kind", "analytic"}, {"profile", "x"}}),
                            testing::h100_cluster(), "");
   EXPECT_TRUE(m.has_value());
+  Diagnostics ds = errors_of({{"F", 1}, {"unit", "ms"}});
+  ASSERT_EQ(ds.size(), 2u);
+  EXPECT_EQ(ds[0].loc.json_pointer, "/costmodel/F");
+  EXPECT_EQ(ds[0].message, "'F' applies only to the fixed cost model");
+  EXPECT_EQ(ds[1].loc.json_pointer, "/costmodel/unit");
 }
 
 TEST(CostModelOptions, OptionsMustBeAnObject) {
@@ -106,6 +112,33 @@ TEST(CostModelCluster, MissingNumbersAreDiagnosed) {
   ClusterSpec one = testing::h100_cluster(1, 8);
   one.inter_node.bandwidth_GBps = 0;
   EXPECT_TRUE(make_cost_model(testing::analytic_spec(), one, "").has_value());
+}
+
+}  // namespace
+}  // namespace stretto::cost
+
+namespace stretto::cost {
+namespace {
+
+TEST(CostModelOptions, PlanDiagnosticsGetLineAndColumnFromTheSource) {
+  const std::string text =
+      "{\n"
+      "  \"costmodel\": {\"kind\": \"analytic\",\n"
+      "                \"gemm_eficiency\": 0.7}\n"
+      "}\n";
+  auto src = JsonSource::parse(text, "plan.json");
+  ASSERT_TRUE(src.has_value());
+  CostModelSpec spec = testing::analytic_spec({{"gemm_eficiency", 0.7}});
+  auto m = make_cost_model(spec, testing::h100_cluster(), "", &*src);
+  ASSERT_FALSE(m);
+  ASSERT_EQ(m.error().size(), 1u);
+  const Diagnostic& d = m.error()[0];
+  EXPECT_EQ(d.loc.file, "plan.json");
+  EXPECT_EQ(d.loc.json_pointer, "/costmodel/gemm_eficiency");
+  EXPECT_EQ(d.loc.line, 3u);
+  EXPECT_EQ(d.loc.col, 17u);  // the key
+  EXPECT_EQ(d.source_line, "                \"gemm_eficiency\": 0.7}");
+  EXPECT_EQ(d.hint, "did you mean 'gemm_efficiency'?");
 }
 
 }  // namespace

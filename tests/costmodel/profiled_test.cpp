@@ -179,6 +179,9 @@ TEST(ProfileTableErrors, MissingFieldHasFileAndPointer) {
   EXPECT_EQ(d.loc.file, kData + "/bad_missing_field.json");
   EXPECT_EQ(d.loc.json_pointer, "/kernels/1");
   EXPECT_EQ(d.message, "missing field 'ns'");
+  EXPECT_EQ(d.loc.line, 5u);
+  EXPECT_EQ(d.loc.col, 5u);
+  EXPECT_EQ(d.source_line, "    {\"op\": \"norm\", \"pass\": \"F\", \"bytes\": 67108864}");
 }
 
 TEST(ProfileTableErrors, AllProblemsAreReportedWithPointersAndHints) {
@@ -206,7 +209,8 @@ TEST(ProfileTableErrors, AllProblemsAreReportedWithPointersAndHints) {
       if (d.loc.json_pointer == ptr) return &d;
     return nullptr;
   };
-  auto expect_at = [&](const std::string& ptr, const std::string& words, const std::string& hint = {}) {
+  auto expect_at = [&](const std::string& ptr, const std::string& words,
+                       const std::string& hint = {}) {
     const Diagnostic* d = find(ptr);
     ASSERT_NE(d, nullptr) << "no diagnostic at " << ptr;
     EXPECT_NE(d->message.find(words), std::string::npos) << ptr << ": " << d->message;
@@ -216,6 +220,8 @@ TEST(ProfileTableErrors, AllProblemsAreReportedWithPointersAndHints) {
     }
   };
   expect_at("/kernel", "unknown field 'kernel'", "did you mean 'kernels'?");
+  EXPECT_EQ(find("/kernel")->loc.line, 3u);  // positions come with the pointers
+  EXPECT_EQ(find("/kernels/0/op")->loc.line, 5u);
   expect_at("/kernels/0/op", "unknown op 'mlp_upp'", "did you mean 'mlp_up'?");
   expect_at("/kernels/1/pass", "unknown pass 'FW'");
   expect_at("/kernels/1/ns", "must be > 0");
@@ -224,7 +230,8 @@ TEST(ProfileTableErrors, AllProblemsAreReportedWithPointersAndHints) {
   expect_at("/kernels/5", "not both");
   expect_at("/kernels/6", "missing field 'bytes'");
   expect_at("/kernels/7", "must be an object");
-  expect_at("/collectives/0/kind", "unknown collective kind 'all_reduc'", "did you mean 'all_reduce'?");
+  expect_at("/collectives/0/kind", "unknown collective kind 'all_reduc'",
+            "did you mean 'all_reduce'?");
   expect_at("/collectives/1/nodes", "exceeds 'group_size'");
   expect_at("/collectives/2/group_size", "positive integer");
   EXPECT_EQ(ds.size(), 12u);

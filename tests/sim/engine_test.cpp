@@ -289,6 +289,40 @@ TEST(Engine, CollectiveStartsWhenEveryMemberArrives) {
   EXPECT_EQ(r.timing[coll].end, 450);
 }
 
+TEST(Engine, LargeCollectiveStartsWhenTheLastOfManyMembersArrives) {
+  // 40 members (more than the engine's small-group scan): the slowest member arrives at 400.
+  const uint32_t n = 40;
+  ProgramBuilder b(n, {"s"});
+  std::vector<Participant> members;
+  for (uint32_t d = 0; d < n; ++d) {
+    b.compute(d, 0, d == 17 ? 400 : 100);
+    members.push_back({d, 0});
+  }
+  std::reverse(members.begin(), members.end());  // any member order
+  const auto coll = b.comm(members, 0, 50, 0);
+  const auto after = b.compute(3, 0, 10);
+  const RunResult r = run_ok(b.p);
+  EXPECT_EQ(r.timing[coll].start, 400);
+  EXPECT_EQ(r.timing[coll].end, 450);
+  EXPECT_EQ(r.timing[after].start, 450);
+}
+
+TEST(Engine, TaskOnTwoStreamsOfOneDeviceHoldsBothFifos) {
+  // A copy engine transfer that occupies two streams of device 0 (and one of device 1).
+  ProgramBuilder b(2, {"a", "b"});
+  const auto busy_a = b.compute(0, 0, 100);
+  const auto busy_b = b.compute(0, 1, 300);
+  const auto x = b.comm({{0, 0}, {0, 1}, {1, 0}}, 0, 20, 0);
+  const auto after_a = b.compute(0, 0, 5);
+  const auto after_b = b.compute(0, 1, 5);
+  const RunResult r = run_ok(b.p);
+  EXPECT_EQ(r.timing[busy_a].end, 200);  // shares the device with busy_b until then
+  EXPECT_EQ(r.timing[busy_b].end, 400);
+  EXPECT_EQ(r.timing[x].start, 400);
+  EXPECT_EQ(r.timing[after_a].start, 420);
+  EXPECT_EQ(r.timing[after_b].start, 420);
+}
+
 TEST(Engine, SendRecvOrderInversionIsReportedAsStalled) {
   // Device 0's pp stream: send A (0->1) then recv B (1->0); device 1's: send B then recv A.
   // Each transfer waits for the other device's head: a deadlock.
@@ -481,6 +515,25 @@ TEST(Validate, ReportsMalformedPrograms) {
     ProgramBuilder b(1, {"compute"});
     b.p.devices[0].comm_sm_share = 1.5;
     EXPECT_TRUE(has(validate(b.p), "comm_sm_share"));
+  }
+  {
+    // A 20-member collective that one member does not dispatch and another dispatches twice.
+    ProgramBuilder b(20, {"s"});
+    std::vector<Participant> members;
+    for (uint32_t d = 0; d < 20; ++d) members.push_back({d, 0});
+    b.comm(members, 0, 1, 0);
+    b.p.devices[4].dispatch.clear();
+    b.p.devices[5].dispatch.push_back(0);
+    const auto errs = validate(b.p);
+    EXPECT_TRUE(has(errs, "task 0 runs on device 4 but is missing from its dispatch list"));
+    EXPECT_TRUE(has(errs, "device 5: dispatch list names task 0 twice"));
+  }
+  {
+    ProgramBuilder b(1, {"s"});
+    b.compute(0, 0, 10);
+    b.compute(0, 0, 10);
+    b.p.tasks[1].part_begin = 0;  // both tasks claim participant entry 0
+    EXPECT_TRUE(has(validate(b.p), "shared with task 0"));
   }
 }
 

@@ -28,7 +28,8 @@
 //     the slower of the two is the bottleneck (wire_bytes, rate_cap, inter_node); latency as
 //     send/recv over the bottleneck class.
 //   Islands: a collective or transfer with crosses_island uses the DCN link instead of the
-//   inter-node link (bandwidth and latency) where the cluster defines one.
+//   inter-node link (bandwidth and latency) where the cluster defines one; for collectives the
+//   DCN latency is added to NCCL's network latency per inter-node step.
 //
 // Every constant has a default documented in AnalyticParams, with its source; every one can be
 // overridden in the plan's "costmodel" object. Unknown keys are errors with a "did you mean".
@@ -87,7 +88,8 @@ struct AnalyticParams {
 
   // --- communication --------------------------------------------------------------------------
   /// NCCL's view of the machine (arch from the device kind, NVLink if the intra-node link is
-  /// faster than PCIe 5.0 x16's 64 GB/s, Intel host, masks from nccl_algo / nccl_proto).
+  /// faster than PCIe 5.0 x16's 64 GB/s, Intel host, no extra network latency as NCCL's IB
+  /// plugin reports none, masks from nccl_algo / nccl_proto).
   NcclSystem nccl;
   /// Fixed latency of a send/recv or all-to-all, overriding the derived one. Negative = derive.
   double p2p_latency_us = -1;
@@ -99,19 +101,17 @@ const std::vector<std::string>& analytic_option_names();
 /// Reads `options` (the plan's costmodel object minus what the plan parser consumed) over the
 /// defaults for `cluster`. Diagnostics point at `pointer` + "/key" in `file`.
 Expected<AnalyticParams> parse_analytic_params(const Json& options, const ClusterSpec& cluster,
-                                               const std::string& pointer,
-                                               const std::string& file);
+                                               const std::string& pointer, const std::string& file);
 
 /// Fraction of dense peak reached by one GEMM of `shape` (output rows x cols, reduction depth,
 /// `batch` independent GEMMs) on `dev`: gemm_efficiency * fill * depth. In (0, gemm_efficiency].
-double gemm_efficiency(const AnalyticParams& p, const DeviceSpec& dev, int64_t rows,
-                       int64_t cols, int64_t depth, int64_t batch = 1);
+double gemm_efficiency(const AnalyticParams& p, const DeviceSpec& dev, int64_t rows, int64_t cols,
+                       int64_t depth, int64_t batch = 1);
 /// Same for a forward GemmShape ([m,k] x [k,n]: rows m, cols n, depth k).
 double gemm_efficiency(const AnalyticParams& p, const DeviceSpec& dev, const GemmShape& g);
 
 /// Compute cost of one op instance (see the header comment).
-ComputeCost analytic_compute(const AnalyticParams& p, const DeviceSpec& dev,
-                             const ComputeQuery& q);
+ComputeCost analytic_compute(const AnalyticParams& p, const DeviceSpec& dev, const ComputeQuery& q);
 /// Communication cost of one collective instance or transfer, alone on idle links.
 CommCost analytic_comm(const AnalyticParams& p, const ClusterSpec& cluster, const CommQuery& q);
 

@@ -9,8 +9,10 @@
 //               ops, a kernel launch floor; collectives with NCCL's algorithm/protocol model.
 //  - profiled:  a JSON table of measured times with interpolation, falling back to analytic.
 // Communication answers are "fluid" descriptions that the engine can share on links:
-//  time_alone = latency_ns + wire_bytes / rate_cap, where rate_cap (bytes/ns) is the
-//  algorithm bandwidth the op reaches alone; the engine slows it when links are shared.
+//  time_alone = latency_ns + wire_bytes / rate_cap, where rate_cap (bytes/ns) is the rate the
+//  op's wire bytes reach alone on its bottleneck link (for NCCL collectives the protocol-capped
+//  bus bandwidth, so bytes / time = the algorithm bandwidth); the engine slows it when links
+//  are shared.
 //
 // Units and conventions (shared by every implementation):
 //  - all durations are integer nanoseconds; 1 GB/s == 1 byte/ns, so link and bus bandwidths in
@@ -38,6 +40,7 @@
 
 namespace stretto::cost {
 
+/// One compute op instance (one device, one pass, one microbatch) to be timed.
 struct ComputeQuery {
   OpKind kind = OpKind::kSynthetic;
   Pass pass = Pass::kF;  // F, B, BI or BW (B = BI + BW work)
@@ -50,24 +53,27 @@ struct ComputeQuery {
   int region_k = 0, region_n = 1;
 };
 
+/// Duration of a compute op alone on an idle device.
 struct ComputeCost {
-  int64_t ns = 0;         // duration alone on an idle device
-  bool mem_bound = false; // limited by HBM bandwidth rather than tensor cores
+  int64_t ns = 0;          // duration alone on an idle device
+  bool mem_bound = false;  // limited by HBM bandwidth rather than tensor cores
 };
 
+/// One collective instance or point-to-point transfer to be timed.
 struct CommQuery {
   CommKind kind = CommKind::kSendRecv;
-  int64_t bytes = 0;       // message size per rank (NCCL's "count * typesize")
-  int group_size = 2;      // ranks in one collective instance
-  int nodes_spanned = 1;   // distinct nodes in the group
+  int64_t bytes = 0;      // buffer size per rank (NCCL's tuning nBytes; see the top comment)
+  int group_size = 2;     // ranks in one collective instance
+  int nodes_spanned = 1;  // distinct nodes in the group
   bool crosses_island = false;
   DType dtype = DType::kBF16;
 };
 
+/// A transfer's fluid description (see the top comment); all values are for one instance.
 struct CommCost {
   int64_t latency_ns = 0;   // fixed part
   int64_t wire_bytes = 0;   // bytes each rank pushes over its bottleneck link
-  double rate_cap = 0;      // bytes per ns alone (algorithm bandwidth); 0 with wire_bytes 0
+  double rate_cap = 0;      // wire bytes per ns alone (<= link bandwidth); 0 with wire_bytes 0
   int64_t time_ns = 0;      // latency_ns + ceil(wire_bytes / rate_cap): the time alone
   std::string algo, proto;  // NCCL's choice ("ring"/"tree"/"pat"/"p2p"/"fixed"/"none",
                             // "simple"/"ll"/"ll128"/"")
@@ -87,21 +93,28 @@ struct Interference {
   double comm_hbm_share = 0;  // fraction of HBM bandwidth taken (slows memory-bound ops)
 };
 
+/// A cost model. Implementations are immutable after construction: every method is const and
+/// thread-safe, so one model can serve simulations on parallel threads.
 class CostModel {
  public:
   virtual ~CostModel() = default;
+  /// Duration of one compute op instance alone.
   virtual ComputeCost compute(const ComputeQuery& q) const = 0;
+  /// Cost of one collective instance or transfer alone on idle links.
   virtual CommCost comm(const CommQuery& q) const = 0;
+  /// What running communication kernels take from compute on the same device.
   virtual Interference interference() const = 0;
-  virtual int64_t dispatch_ns() const = 0;  // host cost to issue one op (0 for fixed)
+  /// Host cost to issue one op (0 for fixed).
+  virtual int64_t dispatch_ns() const = 0;
+  /// "fixed", "analytic" or "profiled".
   virtual std::string_view name() const = 0;
 };
 
 /// Builds the model named by `spec` for `cluster`. `base_dir` resolves relative table paths.
 /// Bad specs (unknown option, unreadable table) are diagnostics located at spec.pointer.
 Expected<std::unique_ptr<CostModel>> make_cost_model(const CostModelSpec& spec,
-                                                      const ClusterSpec& cluster,
-                                                      const std::string& base_dir,
-                                                      const JsonSource* src = nullptr);
+                                                     const ClusterSpec& cluster,
+                                                     const std::string& base_dir,
+                                                     const JsonSource* src = nullptr);
 
 }  // namespace stretto::cost

@@ -72,10 +72,10 @@ double nccl_hw_latency_us(const NcclSystem& sys, bool net, NcclAlgo a, NcclProto
 struct NcclComm {
   int n_ranks = 1;
   int n_nodes = 1;
-  double ppn = 1;               ///< ranks per node (n_ranks / n_nodes, as a float like NCCL)
-  int n_channels = 1;           ///< after channel duplication
-  double bw_per_channel = 0;    ///< GB/s per channel (NCCL bwIntra == bwInter for our graphs)
-  bool inter_bottleneck = false;///< the per-device NIC, not the intra-node link, limits busBw
+  double ppn = 1;                 ///< ranks per node (n_ranks / n_nodes, as a float like NCCL)
+  int n_channels = 1;             ///< after channel duplication
+  double bw_per_channel = 0;      ///< GB/s per channel (NCCL bwIntra == bwInter for our graphs)
+  bool inter_bottleneck = false;  ///< the per-device NIC, not the intra-node link, limits busBw
   double bus_bw() const { return n_channels * bw_per_channel; }
 };
 
@@ -105,8 +105,8 @@ struct NcclEstimate {
   double ratio = 1;       ///< bus -> algorithm bandwidth factor
   double time_us = 0;     ///< latency_us + bytes / (1000 * bus_bw * ratio)
 };
-NcclEstimate nccl_estimate(const NcclSystem& sys, const NcclComm& comm, CommKind kind,
-                           NcclAlgo a, NcclProto p, int64_t bytes);
+NcclEstimate nccl_estimate(const NcclSystem& sys, const NcclComm& comm, CommKind kind, NcclAlgo a,
+                           NcclProto p, int64_t bytes);
 
 /// Choice stage (topoGetAlgoInfo): the enabled pair with the lowest predicted time, first in
 /// NCCL's (algorithm, protocol) order on ties; FP8 rings over more than 8 ranks are ranked as
@@ -114,7 +114,7 @@ NcclEstimate nccl_estimate(const NcclSystem& sys, const NcclComm& comm, CommKind
 /// If the masks leave nothing for this collective (NCCL would fail with ncclInvalidUsage), the
 /// masks are ignored rather than failing a simulation: the unmasked choice is returned.
 /// `available` is false only for n_ranks <= 1 or a kind that is not an NCCL collective.
-NcclEstimate nccl_choose(const NcclSystem& sys, const NcclComm& comm, CommKind kind,
-                         int64_t bytes, DType dtype);
+NcclEstimate nccl_choose(const NcclSystem& sys, const NcclComm& comm, CommKind kind, int64_t bytes,
+                         DType dtype);
 
 }  // namespace stretto::cost

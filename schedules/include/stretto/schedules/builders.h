@@ -88,11 +88,11 @@ std::ostream& operator<<(std::ostream& os, const Slot& s);
 
 /// The per-rank compute orders of one pipeline schedule.
 struct PipelineSchedule {
-  std::string family;       // canonical family name, "torch-csv" or "directives"
-  int ranks = 0;            // p
-  int stages_per_rank = 1;  // v (model chunks per rank; 2 for DualPipe's two copies)
-  int stages = 0;           // S = p*v (DualPipe: S = p, each stage has two copies)
-  int microbatches = 0;     // m
+  std::string family;              // canonical family name, "torch-csv" or "directives"
+  int ranks = 0;                   // p
+  int stages_per_rank = 1;         // v (model chunks per rank; 2 for DualPipe's two copies)
+  int stages = 0;                  // S = p*v (DualPipe: S = p, each stage has two copies)
+  int microbatches = 0;            // m
   std::vector<int> stage_to_rank;  // size S; for DualPipe the map of direction 0
   bool bidirectional = false;      // DualPipe: microbatches >= m/2 use rank p-1-stage_to_rank
   std::vector<std::vector<Slot>> per_rank;
@@ -125,7 +125,7 @@ struct BuildOptions {
 /// Builds family `family` (any spelling canonical_family accepts) for p = `ranks`,
 /// v = `stages_per_rank` (<= 0: the family's default: 2 for interleaved-1f1b, looped-bfs, zb-v,
 /// dualpipe, dualpipev; 1 otherwise) and m = `microbatches`. Constraints that torch (or DeepSeek)
-/// enforce are diagnostics with a hint.
+/// enforce are diagnostics with a hint; zb-h2 (not a torch schedule) takes v = 1 only.
 Expected<PipelineSchedule> build_schedule(std::string_view family, int ranks, int stages_per_rank,
                                           int microbatches, const BuildOptions& opt = {});
 
@@ -149,6 +149,8 @@ Diagnostics validate_schedule(const PipelineSchedule& s, const SlotLocator& loca
 /// Bidirectional (DualPipe) schedules place per (PP, MB) after the split, since a stage runs on
 /// rank s for one direction and on rank p-1-s for the other; a base's whole-stage places then
 /// only name rank devices (rank r = devices of PP=r) and are replaced.
+/// Generated directives get index = position and pointer "/schedule/<index>" (their filters
+/// share the directive's pointer).
 Expected<std::vector<Directive>> schedule_to_directives(const PipelineSchedule& s,
                                                         const std::vector<Directive>& base = {});
 

@@ -117,8 +117,8 @@ struct Directive {
 /// A builder call instead of hand-written directives (issue: schedule builders).
 struct BuilderCall {
   std::string builder;
-  int ranks = 0;
-  int stages_per_rank = 1;
+  int ranks = 0;            // 0: inferred from the base placement
+  int stages_per_rank = 0;  // 0: the family's default (1, or 2 for V schedules)
   int microbatches = 0;
   std::vector<Directive> base;
   std::string pointer = "/schedule";

@@ -26,7 +26,8 @@
 namespace stretto {
 
 /// Parses CSV text. `file` is used in diagnostic locations (row = line, column of the cell).
-Expected<PipelineSchedule> parse_torch_csv(std::string_view text, const std::string& file = "<csv>");
+Expected<PipelineSchedule> parse_torch_csv(std::string_view text,
+                                           const std::string& file = "<csv>");
 /// Reads and parses a CSV file.
 Expected<PipelineSchedule> load_torch_csv(const std::string& path);
 

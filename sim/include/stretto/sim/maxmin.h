@@ -34,10 +34,11 @@ class MaxMin {
   using FlowId = uint32_t;
 
   struct Stats {
-    uint64_t solves = 0;        ///< solve() calls that had something to do
-    uint64_t components = 0;    ///< components re-solved
-    uint64_t flows_solved = 0;  ///< flow visits summed over re-solved components
-    uint64_t links_solved = 0;  ///< link visits summed over re-solved components
+    uint64_t solves = 0;         ///< solve() calls that had something to do
+    uint64_t components = 0;     ///< components re-solved
+    uint64_t flows_solved = 0;   ///< flow visits summed over re-solved components
+    uint64_t links_solved = 0;   ///< link visits summed over re-solved components
+    uint64_t flows_changed = 0;  ///< flows reported by solve() (rate changed or new)
   };
 
   MaxMin() = default;
@@ -70,14 +71,15 @@ class MaxMin {
   size_t num_links() const { return links_.size(); }
   size_t num_active_flows() const { return active_; }
   /// Flows currently crossing a link (in an unspecified but deterministic order).
-  std::span<const FlowId> flows_on(uint32_t link) const { return links_[link].flows; }
+  std::span<const FlowId> flows_on(uint32_t link) const { return link_flows_[link]; }
   const Stats& stats() const { return stats_; }
 
  private:
+  // Hot fields only; the visit stamps and link membership lists live in their own arrays so
+  // that the component search (the bulk of a large re-solve) touches few cache lines.
   struct Flow {
     const uint32_t* links = nullptr;
     uint32_t num_links = 0;
-    uint32_t stamp = 0;  // == epoch_ when visited by the current solve()
     double cap = 0;
     double rate = 0;
     bool alive = false;
@@ -87,36 +89,41 @@ class MaxMin {
     double capacity = 0;
     double remaining = 0;  // scratch of fill(): capacity minus the rates fixed so far
     uint32_t unfixed = 0;  // scratch of fill(): memberships not fixed yet
-    uint32_t version = 0;  // bumped whenever `remaining / unfixed` changes (stale heap entries)
-    uint32_t stamp = 0;    // == epoch_ when visited by the current solve()
     bool dirty = false;
     bool saturated = false;  // scratch of fill()
-    std::vector<FlowId> flows;
   };
-  struct Level {  // a link's fair share at the time it was pushed
+  struct Level {  // a link's fair share when it was pushed (a lower bound of its current share)
     double share;
     uint32_t link;
-    uint32_t version;
   };
 
   void gather_from_link(uint32_t link);
   void gather_from_flow(FlowId flow);
-  void expand();
+  void expand(size_t num_links, size_t num_flows);
   void fill();
   void fix(FlowId flow, double rate);
   void push_level(uint32_t link);
+  void settle_levels();
+  double share(uint32_t link) const;
 
   std::vector<Flow> flows_;
+  std::vector<uint32_t> flow_stamp_;  // == epoch_ when visited by the current solve()
   std::vector<FlowId> free_flows_;
   std::vector<Link> links_;
+  std::vector<uint32_t> link_stamp_;             // == epoch_ when visited by the current solve()
+  std::vector<std::vector<FlowId>> link_flows_;  // flows crossing each link
   std::vector<uint32_t> dirty_links_;
   std::vector<FlowId> new_flows_;
   size_t active_ = 0;
   uint32_t epoch_ = 0;
 
   // scratch, kept between calls
-  std::vector<uint32_t> comp_links_;
-  std::vector<FlowId> comp_flows_;
+  // The component being solved: views into buffers sized for every link / flow slot (+1), so
+  // that the component search can append without a branch per visit.
+  std::vector<uint32_t> comp_link_buf_;
+  std::vector<FlowId> comp_flow_buf_;
+  std::span<const uint32_t> comp_links_;
+  std::span<const FlowId> comp_flows_;
   std::vector<FlowId> capped_;
   std::vector<Level> levels_;
   std::vector<FlowId> changed_;
