@@ -108,8 +108,11 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
     d.loc.file = cp.plan.file;
     return fail(std::move(d));
   }
-  Engine engine;
-  RunResult run = engine.run(r.program);
+  RunResult run;
+  {
+    Engine engine;  // scoped: its scratch state is freed before the metrics are computed
+    engine.run(r.program, run);
+  }
   if (run.stalled) {
     Diagnostic d;
     d.message = "the simulation stalled (deadlock at run time); blocked ops:";
@@ -125,49 +128,36 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
   r.step_time = run.makespan;
   r.events = run.stats.events;
 
-  // ---- per-device intervals ----
-  std::vector<std::vector<std::pair<SimTime, SimTime>>> comp(D), comm(D);
-  for (uint32_t t = 0; t < r.program.tasks.size(); ++t) {
-    const Task& tk = r.program.tasks[t];
-    const auto& tm = r.timing[t];
-    if (tm.end <= tm.start) continue;
-    for (uint32_t k = 0; k < tk.part_count; ++k) {
-      uint32_t d = r.program.participants[tk.part_begin + k].device;
-      (tk.kind == TaskKind::kCompute ? comp : comm)[d].push_back({tm.start, tm.end});
-    }
-  }
-  // ---- memory: static + effects at task start/end ----
+  // ---- per-device metrics, one device at a time (from its dispatch list) ----
   const auto& dag = cp.dag;
-  std::vector<std::vector<std::tuple<SimTime, int, int64_t>>> mev(D);  // (t, category, delta)
-  {
-    // effects by node, then applied to each task instance on each involved device
-    std::vector<uint32_t> first(dag.nodes.size() + 1, 0);
-    for (const auto& m : dag.mem) ++first[m.node + 1];
-    for (size_t i = 0; i < dag.nodes.size(); ++i) first[i + 1] += first[i];
-    for (uint32_t t = 0; t < r.program.tasks.size(); ++t) {
-      uint32_t n = r.task_node[t];
-      if (first[n] == first[n + 1]) continue;
-      const Task& tk = r.program.tasks[t];
-      for (uint32_t k = first[n]; k < first[n + 1]; ++k) {
-        const MemEffect& m = dag.mem[k];
-        SimTime when = m.at_end ? r.timing[t].end : r.timing[t].start;
-        for (uint32_t p = 0; p < tk.part_count; ++p) {
-          uint32_t d = r.program.participants[tk.part_begin + p].device;
-          mev[d].push_back({when, 3 + static_cast<int>(m.cat), m.bytes});
-        }
-      }
-    }
-  }
+  std::vector<uint32_t> mem_first(dag.nodes.size() + 1, 0);  // memory effects by node (CSR)
+  for (const auto& m : dag.mem) ++mem_first[m.node + 1];
+  for (size_t i = 0; i < dag.nodes.size(); ++i) mem_first[i + 1] += mem_first[i];
   const double capacity = cp.plan.cluster.device.memory_GiB * 1024.0 * 1024.0 * 1024.0;
   r.devices.resize(D);
   double busy_sum = 0;
+  std::vector<std::pair<SimTime, SimTime>> comp, comm;
+  std::vector<std::tuple<SimTime, int, int64_t>> mev;  // (t, category, delta)
   for (int d = 0; d < D; ++d) {
     DeviceMetrics& m = r.devices[d];
     m.id = d;
     if (r.folded && !keep[d]) continue;  // filled from the representative below
-    m.busy = union_length(comp[d]);
-    m.comm = union_length(comm[d]);
-    m.exposed_comm = minus_length(comm[d], comp[d]);
+    comp.clear();
+    comm.clear();
+    mev.clear();
+    for (uint32_t t : r.program.devices[d].dispatch) {
+      const Task& tk = r.program.tasks[t];
+      const auto& tm = r.timing[t];
+      if (tm.end > tm.start) (tk.kind == TaskKind::kCompute ? comp : comm).push_back({tm.start, tm.end});
+      const uint32_t n = r.task_node[t];
+      for (uint32_t k = mem_first[n]; k < mem_first[n + 1]; ++k) {
+        const MemEffect& e = dag.mem[k];
+        mev.push_back({e.at_end ? tm.end : tm.start, 3 + static_cast<int>(e.cat), e.bytes});
+      }
+    }
+    m.busy = union_length(comp);
+    m.comm = union_length(comm);
+    m.exposed_comm = minus_length(std::move(comm), std::move(comp));
     std::array<int64_t, kMemCategories> cur{};
     if (static_cast<size_t>(d) < cp.static_mem.size()) {
       cur[0] = cp.static_mem[d].params;
@@ -175,29 +165,27 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
       cur[2] = cp.static_mem[d].optimizer;
     }
     auto total = [&] {
-      int64_t s = 0;
-      for (auto x : cur) s += x;
-      return s;
+      int64_t sum = 0;
+      for (auto x : cur) sum += x;
+      return sum;
     };
     // Frees before allocations at the same instant (a buffer released as the next is taken).
-    std::sort(mev[d].begin(), mev[d].end(), [](const auto& a, const auto& b) {
+    std::sort(mev.begin(), mev.end(), [](const auto& a, const auto& b) {
       if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) < std::get<0>(b);
       return std::get<2>(a) < std::get<2>(b);
     });
     m.peak_memory = total();
     m.breakdown = cur;
     m.memory.push_back({0, total()});
-    for (size_t i = 0; i < mev[d].size();) {
-      SimTime t = std::get<0>(mev[d][i]);
-      for (; i < mev[d].size() && std::get<0>(mev[d][i]) == t; ++i) {
-        cur[std::get<1>(mev[d][i])] += std::get<2>(mev[d][i]);
+    for (size_t i = 0; i < mev.size();) {
+      SimTime t = std::get<0>(mev[i]);
+      for (; i < mev.size() && std::get<0>(mev[i]) == t; ++i) {
+        cur[std::get<1>(mev[i])] += std::get<2>(mev[i]);
         int64_t tot = total();
         if (tot > m.peak_memory) m.peak_memory = tot, m.peak_time = t, m.breakdown = cur;
       }
-      if (m.memory.back().t == t)
-        m.memory.back().bytes = total();
-      else
-        m.memory.push_back({t, total()});
+      if (m.memory.back().t == t) m.memory.back().bytes = total();
+      else m.memory.push_back({t, total()});
     }
     m.over_capacity = static_cast<double>(m.peak_memory) > capacity;
   }
