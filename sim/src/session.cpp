@@ -102,16 +102,16 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
   }
   r.folded = !keep.empty();
   r.program = build_program(cp, cm, &r.task_node, &r.task_device, r.folded ? &keep : nullptr);
-  if (auto errs = validate(r.program); !errs.empty()) {
-    Diagnostic d;
-    d.message = "internal error: the engine program is malformed: " + errs.front();
-    d.loc.file = cp.plan.file;
-    return fail(std::move(d));
-  }
   RunResult run;
   {
     Engine engine;  // scoped: its scratch state is freed before the metrics are computed
-    engine.run(r.program, run);
+    // One pass validates the program and prepares the run.
+    if (auto errs = engine.run_checked(r.program, run); !errs.empty()) {
+      Diagnostic d;
+      d.message = "internal error: the engine program is malformed: " + errs.front();
+      d.loc.file = cp.plan.file;
+      return fail(std::move(d));
+    }
   }
   if (run.stalled) {
     Diagnostic d;
