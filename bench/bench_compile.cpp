@@ -40,6 +40,10 @@ void BM_Compile(benchmark::State& state) {
   state.counters["edges"] = static_cast<double>(edges);
   state.counters["peak_rss_MiB"] = peak_rss_mib();
 }
-BENCHMARK(BM_Compile)->Args({4, 8, 32})->Args({16, 64, 256})->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_Compile)
+    ->Args({4, 8, 32})
+    ->Args({16, 64, 256})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 }  // namespace

@@ -5,6 +5,9 @@
 //  BM_EngineHeapHold/<pending>  the same loop on the engine's own event heap (binary)
 //  BM_Pipeline1F1B              1,024 devices (64 DP replicas x 16-stage 1F1B, 1,280
 //                               microbatches, activation sends over NVLink/IB links): ~10 M events
+//  BM_Pipeline64Devices         the same shape on 64 devices, 64 microbatches, re-run by a kept
+//                               Engine (GUI re-simulation)
+//  BM_Validate1F1B              validate() alone on the 1,024-device program
 //  BM_SharedLinks/<flows>       resource-heavy: <flows> concurrent transfers on shared NIC links,
 //                               every start/end re-solves max-min over the coupled component
 // Counters: events_per_s (events handled / wall time of Engine::run, program setup included),
@@ -334,6 +337,26 @@ void BM_Pipeline1F1B(benchmark::State& state) {
   }
   report(state, r, engine, wall, events, p.tasks.size());
 }
+BENCHMARK(BM_Pipeline1F1B)->Unit(benchmark::kMillisecond)->Iterations(2);
+
+// Re-simulation of a 64-device plan (4 replicas x 16 stages, 64 microbatches) by a kept Engine,
+// as after a GUI edit (DESIGN.md §7 target: <= 100 ms).
+void BM_Pipeline64Devices(benchmark::State& state) {
+  const Program p = make_1f1b(16, 4, 64);
+  Engine engine;
+  RunResult r;
+  engine.run(p, r);  // warm: buffers sized
+  double wall = 0;
+  uint64_t events = 0;
+  for (auto _ : state) {
+    engine.run(p, r);
+    wall += r.stats.wall_ms;
+    events += r.stats.events;
+  }
+  report(state, r, engine, wall, events, p.tasks.size());
+}
+BENCHMARK(BM_Pipeline64Devices)->Unit(benchmark::kMillisecond);
+
 // validate() alone on the same program: the O(size) setup that run() also pays (run() shares
 // it: one prepare pass both validates and builds the engine's structures).
 void BM_Validate1F1B(benchmark::State& state) {
@@ -342,8 +365,6 @@ void BM_Validate1F1B(benchmark::State& state) {
   state.counters["tasks"] = double(p.tasks.size());
 }
 BENCHMARK(BM_Validate1F1B)->Unit(benchmark::kMillisecond)->Iterations(2);
-
-BENCHMARK(BM_Pipeline1F1B)->Unit(benchmark::kMillisecond)->Iterations(2);
 
 // ---- (c) resource-heavy: many concurrent flows on shared links ----
 // `flows` comm streams (8 per device, 8 devices per node) issue 51,200 transfers in all to random

@@ -61,8 +61,12 @@ void BM_Reference(benchmark::State& state) {
   state.counters["peak_rss_MiB"] = peak_rss_mib();
 }
 // pp, dp, microbatches, fold
-BENCHMARK(BM_Reference)->Args({4, 8, 16, 0})->Args({16, 64, 256, 1})->Args({16, 64, 256, 0})
-    ->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_Reference)
+    ->Args({4, 8, 16, 0})
+    ->Args({16, 64, 256, 1})
+    ->Args({16, 64, 256, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 void BM_ResimulateAfterEdit(benchmark::State& state) {
   auto s = open(stretto::bench::moe_plan(8, 8, 4, 32, true), state);

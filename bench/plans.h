@@ -10,20 +10,34 @@ using nlohmann::json;
 /// A MoE transformer with `pp * layers_per_stage` layers on pp x dp devices: stage s on the
 /// contiguous devices [s*dp, (s+1)*dp), replicated over them (ZeRO-1 when zero1), experts
 /// sharded over the same dp devices (EP = DP), `mbs` microbatches, explicit 1F1B orders.
-inline json moe_plan(int pp, int dp, int layers_per_stage, int mbs, bool zero1, bool orders = true) {
-  json model = {{"family", "transformer"}, {"layers", pp * layers_per_stage}, {"hidden", 4096},
-                {"heads", 32}, {"kv_heads", 8}, {"ffn_hidden", 14336}, {"vocab", 128000},
-                {"seq_len", 4096}, {"microbatch_size", 1}, {"pp_regions", pp},
-                {"moe", {{"experts", 64}, {"top_k", 6}, {"expert_ffn_hidden", 2048}, {"shared_experts", 1}}}};
+inline json moe_plan(int pp, int dp, int layers_per_stage, int mbs, bool zero1,
+                     bool orders = true) {
+  json model = {
+      {"family", "transformer"},
+      {"layers", pp * layers_per_stage},
+      {"hidden", 4096},
+      {"heads", 32},
+      {"kv_heads", 8},
+      {"ffn_hidden", 14336},
+      {"vocab", 128000},
+      {"seq_len", 4096},
+      {"microbatch_size", 1},
+      {"pp_regions", pp},
+      {"moe", {{"experts", 64}, {"top_k", 6}, {"expert_ffn_hidden", 2048}, {"shared_experts", 1}}}};
   json sched = json::array();
   for (int s = 0; s < pp; ++s) {
     json devs = json::array();
     for (int k = 0; k < dp; ++k) devs.push_back(s * dp + k);
-    sched.push_back({{"op", "place"}, {"filter", {{"PP", s}}}, {"devices", devs}, {"stream", "pp"}});
-    json rep = {{"op", "replicate"}, {"filter", {{"PP", s}}}, {"devices", devs}, {"reduce_stream", "dp"}};
+    sched.push_back(
+        {{"op", "place"}, {"filter", {{"PP", s}}}, {"devices", devs}, {"stream", "pp"}});
+    json rep = {
+        {"op", "replicate"}, {"filter", {{"PP", s}}}, {"devices", devs}, {"reduce_stream", "dp"}};
     if (zero1) rep["shard_optimizer"] = true;
     sched.push_back(rep);
-    sched.push_back({{"op", "shard"}, {"filter", {{"PP", s}, {"EP", "*"}}}, {"devices", devs}, {"stream", "ep"}});
+    sched.push_back({{"op", "shard"},
+                     {"filter", {{"PP", s}, {"EP", "*"}}},
+                     {"devices", devs},
+                     {"stream", "ep"}});
   }
   sched.push_back({{"op", "split"}, {"filter", json::object()}, {"num_microbatches", mbs}});
   if (orders)
@@ -55,25 +69,44 @@ namespace stretto::bench {
 /// stage, experts sharded over each stage's dp devices, ZeRO-1, `mbs` microbatches.
 inline json reference_plan(int pp, int dp, int mbs) {
   const int stages = 2 * pp;
-  json model = {{"family", "transformer"}, {"layers", stages * 2}, {"hidden", 4096},
-                {"heads", 32}, {"kv_heads", 8}, {"ffn_hidden", 14336}, {"vocab", 128000},
-                {"seq_len", 4096}, {"microbatch_size", 1}, {"pp_regions", stages},
-                {"moe", {{"experts", 64}, {"top_k", 6}, {"expert_ffn_hidden", 2048}, {"shared_experts", 1}}}};
+  json model = {
+      {"family", "transformer"},
+      {"layers", stages * 2},
+      {"hidden", 4096},
+      {"heads", 32},
+      {"kv_heads", 8},
+      {"ffn_hidden", 14336},
+      {"vocab", 128000},
+      {"seq_len", 4096},
+      {"microbatch_size", 1},
+      {"pp_regions", stages},
+      {"moe", {{"experts", 64}, {"top_k", 6}, {"expert_ffn_hidden", 2048}, {"shared_experts", 1}}}};
   json base = json::array();
   for (int s = 0; s < stages; ++s) {
     int r = s < pp ? s : stages - 1 - s;
     json devs = json::array();
     for (int k = 0; k < dp; ++k) devs.push_back(r * dp + k);
     base.push_back({{"op", "place"}, {"filter", {{"PP", s}}}, {"devices", devs}, {"stream", "pp"}});
-    base.push_back({{"op", "replicate"}, {"filter", {{"PP", s}}}, {"devices", devs},
-                    {"reduce_stream", "dp"}, {"shard_optimizer", true}});
-    base.push_back({{"op", "shard"}, {"filter", {{"PP", s}, {"EP", "*"}}}, {"devices", devs}, {"stream", "ep"}});
+    base.push_back({{"op", "replicate"},
+                    {"filter", {{"PP", s}}},
+                    {"devices", devs},
+                    {"reduce_stream", "dp"},
+                    {"shard_optimizer", true}});
+    base.push_back({{"op", "shard"},
+                    {"filter", {{"PP", s}, {"EP", "*"}}},
+                    {"devices", devs},
+                    {"stream", "ep"}});
   }
-  return {{"model", model},
-          {"cluster", {{"preset", "h100-sxm"}, {"nodes", (pp * dp + 7) / 8}, {"devices_per_node", 8}}},
-          {"costmodel", {{"kind", "analytic"}}},
-          {"schedule", {{"builder", "dualpipev"}, {"ranks", pp}, {"stages_per_rank", 2},
-                        {"microbatches", mbs}, {"base", base}}}};
+  return {
+      {"model", model},
+      {"cluster", {{"preset", "h100-sxm"}, {"nodes", (pp * dp + 7) / 8}, {"devices_per_node", 8}}},
+      {"costmodel", {{"kind", "analytic"}}},
+      {"schedule",
+       {{"builder", "dualpipev"},
+        {"ranks", pp},
+        {"stages_per_rank", 2},
+        {"microbatches", mbs},
+        {"base", base}}}};
 }
 
 }  // namespace stretto::bench

@@ -23,14 +23,15 @@ void add_compile_command(CLI::App& app, Commands& out) {
                    auto cp = compile_file(o->plan);
                    if (!cp) return report(cp.error());
                    auto s = summarize(*cp);
-                   std::string fmt_ = o->format.empty() ? (stdout_is_tty() ? "table" : "json") : o->format;
+                   std::string fmt_ =
+                       o->format.empty() ? (stdout_is_tty() ? "table" : "json") : o->format;
                    if (!o->dot.empty()) {
                      auto dot = to_dot(*cp, o->dot_max);
                      if (!dot) return report(dot.error());
                      if (!write_output(o->dot, *dot)) return 2;
                    }
-                   std::string text = fmt_ == "json" ? summary_json(*cp, s).dump(2) + "\n"
-                                                     : summary_table(*cp, s);
+                   std::string text =
+                       fmt_ == "json" ? summary_json(*cp, s).dump(2) + "\n" : summary_table(*cp, s);
                    return write_output("", text) ? 0 : 1;
                  }});
 }

@@ -13,8 +13,12 @@ namespace stretto::cli {
 
 namespace {
 
-double ms(sim::SimTime ns) { return static_cast<double>(ns) / 1e6; }
-std::string gib(int64_t b) { return fmt::format("{:.2f}", static_cast<double>(b) / (1 << 30)); }
+double ms(sim::SimTime ns) {
+  return static_cast<double>(ns) / 1e6;
+}
+std::string gib(int64_t b) {
+  return fmt::format("{:.2f}", static_cast<double>(b) / (1 << 30));
+}
 
 Json result_json(const CompiledPlan& cp, const sim::Result& r,
                  const std::vector<sim::CriticalStep>* path) {
@@ -29,10 +33,10 @@ Json result_json(const CompiledPlan& cp, const sim::Result& r,
   j["events"] = r.events;
   j["sim_wall_ms"] = r.sim_wall_ms;
   j["folded_replicas"] = r.folded;
-  j["costmodel"] = std::string(cp.plan.costmodel.kind == CostModelSpec::Kind::kFixed ? "fixed"
-                               : cp.plan.costmodel.kind == CostModelSpec::Kind::kProfiled
-                                   ? "profiled"
-                                   : "analytic");
+  j["costmodel"] =
+      std::string(cp.plan.costmodel.kind == CostModelSpec::Kind::kFixed      ? "fixed"
+                  : cp.plan.costmodel.kind == CostModelSpec::Kind::kProfiled ? "profiled"
+                                                                             : "analytic");
   Json devs = Json::array();
   for (const auto& d : r.devices) {
     Json e;
@@ -55,8 +59,11 @@ Json result_json(const CompiledPlan& cp, const sim::Result& r,
   if (path) {
     Json cpj = Json::array();
     for (const auto& s : *path)
-      cpj.push_back({{"op", s.what}, {"device", s.device}, {"start_ms", ms(s.start)},
-                     {"end_ms", ms(s.end)}, {"waited_for", s.waited_for}});
+      cpj.push_back({{"op", s.what},
+                     {"device", s.device},
+                     {"start_ms", ms(s.start)},
+                     {"end_ms", ms(s.end)},
+                     {"waited_for", s.waited_for}});
     j["critical_path"] = std::move(cpj);
   }
   return j;
@@ -69,11 +76,13 @@ std::string result_table(const CompiledPlan& cp, const sim::Result& r, bool colo
   const char* off = color ? "\033[0m" : "";
   o += fmt::format("plan           {}\n", cp.plan.file);
   o += fmt::format("{}step time      {:.3f} ms{}\n", bold, ms(r.step_time), off);
-  o += fmt::format("bubble ratio   {:.2f} %   (idle compute over devices x step time)\n", 100 * r.bubble_ratio);
+  o += fmt::format("bubble ratio   {:.2f} %   (idle compute over devices x step time)\n",
+                   100 * r.bubble_ratio);
   o += fmt::format("exposed comm   {:.3f} ms summed over devices ({:.3f} ms per device)\n",
                    ms(r.exposed_comm), ms(r.exposed_comm) / std::max<size_t>(1, r.devices.size()));
-  o += fmt::format("MFU            {:.1f} %   ({:.3g} model FLOPs, peak {:.0f} TFLOP/s x {} devices)\n",
-                   100 * r.mfu, r.model_flops, cp.plan.cluster.device.peak_tflops, r.devices.size());
+  o += fmt::format(
+      "MFU            {:.1f} %   ({:.3g} model FLOPs, peak {:.0f} TFLOP/s x {} devices)\n",
+      100 * r.mfu, r.model_flops, cp.plan.cluster.device.peak_tflops, r.devices.size());
   o += fmt::format("throughput     {:.0f} tokens/s\n", r.tokens_per_s);
   o += fmt::format("simulated      {} events in {:.1f} ms{}\n\n", r.events, r.sim_wall_ms,
                    r.folded ? " (identical replicas folded)" : "");
@@ -84,28 +93,32 @@ std::string result_table(const CompiledPlan& cp, const sim::Result& r, bool colo
     if (r.devices[i].peak_memory > r.devices[worst_mem].peak_memory) worst_mem = i;
   }
   o += fmt::format("{:>9}  {:>10}  {:>10}  {:>7}  {:>10}  {:>9}  {:>7} {:>7} {:>7} {:>7} {:>7}\n",
-                   "device", "busy ms", "bubble ms", "bubble", "exp.comm", "peak GiB",
-                   "params", "grads", "optim", "activ", "other");
+                   "device", "busy ms", "bubble ms", "bubble", "exp.comm", "peak GiB", "params",
+                   "grads", "optim", "activ", "other");
   for (size_t i = 0; i < r.devices.size();) {
     const auto& d = r.devices[i];
     size_t j = i + 1;
     auto same = [&](const sim::DeviceMetrics& e) {
-      return e.busy == d.busy && e.exposed_comm == d.exposed_comm && e.peak_memory == d.peak_memory &&
-             e.breakdown == d.breakdown;
+      return e.busy == d.busy && e.exposed_comm == d.exposed_comm &&
+             e.peak_memory == d.peak_memory && e.breakdown == d.breakdown;
     };
     while (j < r.devices.size() && same(r.devices[j]) && j != worst && j != worst_mem) ++j;
     if (i == worst || i == worst_mem) j = i + 1;
-    std::string id = j - i > 1 ? fmt::format("{}-{}", d.id, r.devices[j - 1].id) : std::to_string(d.id);
+    std::string id =
+        j - i > 1 ? fmt::format("{}-{}", d.id, r.devices[j - 1].id) : std::to_string(d.id);
     int64_t other = d.breakdown[4] + d.breakdown[5] + d.breakdown[6];
     std::string mark;
     if (i == worst) mark += " \u25c0 largest bubble";
     if (i == worst_mem) mark += " \u25c0 peak memory";
-    if (d.over_capacity) mark += fmt::format(" \u26a0 exceeds {:.0f} GiB", cp.plan.cluster.device.memory_GiB);
+    if (d.over_capacity)
+      mark += fmt::format(" \u26a0 exceeds {:.0f} GiB", cp.plan.cluster.device.memory_GiB);
     const char* c = (i == worst || d.over_capacity) ? red : "";
-    o += fmt::format("{}{:>9}  {:>10.3f}  {:>10.3f}  {:>6.1f}%  {:>10.3f}  {:>9}  {:>7} {:>7} {:>7} {:>7} {:>7}{}{}\n", c, id,
-                     ms(d.busy), ms(d.bubble), 100 * d.bubble_ratio, ms(d.exposed_comm),
-                     gib(d.peak_memory), gib(d.breakdown[0]), gib(d.breakdown[1]), gib(d.breakdown[2]),
-                     gib(d.breakdown[3]), gib(other), mark, *c ? off : "");
+    o += fmt::format(
+        "{}{:>9}  {:>10.3f}  {:>10.3f}  {:>6.1f}%  {:>10.3f}  {:>9}  {:>7} {:>7} {:>7} {:>7} "
+        "{:>7}{}{}\n",
+        c, id, ms(d.busy), ms(d.bubble), 100 * d.bubble_ratio, ms(d.exposed_comm),
+        gib(d.peak_memory), gib(d.breakdown[0]), gib(d.breakdown[1]), gib(d.breakdown[2]),
+        gib(d.breakdown[3]), gib(other), mark, *c ? off : "");
     i = j;
   }
   return o;
@@ -114,7 +127,8 @@ std::string result_table(const CompiledPlan& cp, const sim::Result& r, bool colo
 std::string critical_table(const std::vector<sim::CriticalStep>& path) {
   // Consecutive steps of one region pass on one device are folded into one line.
   std::string o = "\ncritical path (what determines the step time):\n";
-  o += fmt::format("  {:>10}  {:>10}  {:>6}  {}\n", "start ms", "end ms", "device", "op / why it started then");
+  o += fmt::format("  {:>10}  {:>10}  {:>6}  {}\n", "start ms", "end ms", "device",
+                   "op / why it started then");
   for (size_t i = 0; i < path.size();) {
     size_t j = i + 1;
     // Region pass key: the tags without LAYER, plus the device.
@@ -131,9 +145,12 @@ std::string critical_table(const std::vector<sim::CriticalStep>& path) {
       }
       return k + std::to_string(s.device);
     };
-    while (j < path.size() && key(path[j]) == key(path[i]) && path[j].waited_for.rfind("waited for its", 0) == 0) ++j;
-    o += fmt::format("  {:>10.3f}  {:>10.3f}  {:>6}  {}{}\n", path[i].start / 1e6, path[j - 1].end / 1e6,
-                     path[i].device, path[i].what, j - i > 1 ? fmt::format("  (+{} more ops)", j - i - 1) : "");
+    while (j < path.size() && key(path[j]) == key(path[i]) &&
+           path[j].waited_for.rfind("waited for its", 0) == 0)
+      ++j;
+    o += fmt::format("  {:>10.3f}  {:>10.3f}  {:>6}  {}{}\n", path[i].start / 1e6,
+                     path[j - 1].end / 1e6, path[i].device, path[i].what,
+                     j - i > 1 ? fmt::format("  (+{} more ops)", j - i - 1) : "");
     o += fmt::format("  {:>10}  {:>10}  {:>6}    {}\n", "", "", "", path[i].waited_for);
     i = j;
   }
@@ -153,36 +170,41 @@ void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out) {
   cmd->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace to FILE");
   cmd->add_option("--format", o->format, "table (default on a terminal) or json")
       ->check(CLI::IsMember({"table", "json"}));
-  cmd->add_flag("--critical-path", o->critical, "Report the chain of ops and waits that sets the step time");
-  cmd->add_flag("--fold-replicas", o->fold, "Simulate one of each group of identical data-parallel replicas");
-  out.push_back({cmd, [o] {
-                   const bool tty_err = isatty(STDERR_FILENO) != 0;
-                   if (tty_err) std::fprintf(stderr, "compiling %s ...\r", o->plan.c_str());
-                   auto s = sim::Session::open(o->plan);
-                   if (!s) return report(s.error());
-                   if (tty_err) std::fprintf(stderr, "simulating %s ...\r", o->plan.c_str());
-                   sim::SimOptions so;
-                   so.fold_replicas = o->fold;
-                   auto r = s->simulate(so);
-                   if (tty_err) std::fprintf(stderr, "%*s\r", 60, "");
-                   if (!r) return report(r.error());
-                   std::vector<sim::CriticalStep> path;
-                   if (o->critical) path = sim::critical_path(s->compiled(), *r);
-                   if (!o->trace.empty() &&
-                       !write_output(o->trace, traces::chrome_trace(s->compiled(), *r)))
-                     return 2;
-                   const std::string f = o->format.empty() ? (stdout_is_tty() ? "table" : "json") : o->format;
-                   std::string text;
-                   if (f == "json") {
-                     text = result_json(s->compiled(), *r, o->critical ? &path : nullptr).dump(2) + "\n";
-                   } else {
-                     text = result_table(s->compiled(), *r, stdout_is_tty());
-                     if (o->critical) text += critical_table(path);
-                     if (!o->trace.empty()) text += fmt::format("\ntrace written to {} (open it in https://ui.perfetto.dev)\n", o->trace);
-                   }
-                   return write_output("", text) ? 0 : 1;
-                 }});
-  auto* ex = export_app.add_subcommand("chrome", "Simulate and write only the Chrome/Perfetto trace");
+  cmd->add_flag("--critical-path", o->critical,
+                "Report the chain of ops and waits that sets the step time");
+  cmd->add_flag("--fold-replicas", o->fold,
+                "Simulate one of each group of identical data-parallel replicas");
+  out.push_back(
+      {cmd, [o] {
+         const bool tty_err = isatty(STDERR_FILENO) != 0;
+         if (tty_err) std::fprintf(stderr, "compiling %s ...\r", o->plan.c_str());
+         auto s = sim::Session::open(o->plan);
+         if (!s) return report(s.error());
+         if (tty_err) std::fprintf(stderr, "simulating %s ...\r", o->plan.c_str());
+         sim::SimOptions so;
+         so.fold_replicas = o->fold;
+         auto r = s->simulate(so);
+         if (tty_err) std::fprintf(stderr, "%*s\r", 60, "");
+         if (!r) return report(r.error());
+         std::vector<sim::CriticalStep> path;
+         if (o->critical) path = sim::critical_path(s->compiled(), *r);
+         if (!o->trace.empty() && !write_output(o->trace, traces::chrome_trace(s->compiled(), *r)))
+           return 2;
+         const std::string f = o->format.empty() ? (stdout_is_tty() ? "table" : "json") : o->format;
+         std::string text;
+         if (f == "json") {
+           text = result_json(s->compiled(), *r, o->critical ? &path : nullptr).dump(2) + "\n";
+         } else {
+           text = result_table(s->compiled(), *r, stdout_is_tty());
+           if (o->critical) text += critical_table(path);
+           if (!o->trace.empty())
+             text += fmt::format("\ntrace written to {} (open it in https://ui.perfetto.dev)\n",
+                                 o->trace);
+         }
+         return write_output("", text) ? 0 : 1;
+       }});
+  auto* ex =
+      export_app.add_subcommand("chrome", "Simulate and write only the Chrome/Perfetto trace");
   ex->add_option("PLAN", o->plan, "Plan file (JSON)")->required();
   ex->add_option("-o,--output", o->output, "Output file (default: stdout)");
   out.push_back({ex, [o] {

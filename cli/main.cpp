@@ -29,7 +29,9 @@ bool write_output(const std::string& path, const std::string& text) {
   return static_cast<bool>(f);
 }
 
-bool stdout_is_tty() { return isatty(STDOUT_FILENO) != 0; }
+bool stdout_is_tty() {
+  return isatty(STDOUT_FILENO) != 0;
+}
 
 }  // namespace stretto::cli
 

@@ -25,14 +25,14 @@ std::string_view node_kind_name(NodeKind k) {
   return kN[static_cast<size_t>(k)];
 }
 std::string_view comm_kind_name(CommKind k) {
-  static constexpr std::string_view kN[] = {"none",          "send/recv",  "all-reduce",
+  static constexpr std::string_view kN[] = {"none",           "send/recv",  "all-reduce",
                                             "reduce-scatter", "all-gather", "all-to-all"};
   return kN[static_cast<size_t>(k)];
 }
 std::string_view comm_purpose_name(CommPurpose p) {
-  static constexpr std::string_view kN[] = {"none",       "activation", "gradient",
+  static constexpr std::string_view kN[] = {"none",        "activation",   "gradient",
                                             "grad-reduce", "param-gather", "param-sync",
-                                            "dispatch",   "combine",    "tensor-parallel"};
+                                            "dispatch",    "combine",      "tensor-parallel"};
   return kN[static_cast<size_t>(p)];
 }
 std::string_view mem_category_name(MemCategory c) {
@@ -46,7 +46,8 @@ void TrainingDag::finalize() {
   succ_begin.assign(n + 1, 0);
   pred_begin.assign(n + 1, 0);
   for (const auto& e : edges) ++succ_begin[e.from + 1], ++pred_begin[e.to + 1];
-  for (size_t i = 0; i < n; ++i) succ_begin[i + 1] += succ_begin[i], pred_begin[i + 1] += pred_begin[i];
+  for (size_t i = 0; i < n; ++i)
+    succ_begin[i + 1] += succ_begin[i], pred_begin[i + 1] += pred_begin[i];
   succ.resize(edges.size());
   pred.resize(edges.size());
   std::vector<uint32_t> sf(succ_begin.begin(), succ_begin.end() - 1);
@@ -76,8 +77,8 @@ std::string TrainingDag::node_name(uint32_t id, const ModelGraph& m) const {
       return fmt::format("send {} {} -> {} ({}, from {} to {})", comm_purpose_name(n.purpose),
                          n.tags.str(), n.consumer_tags.str(), op, devs(n.devs), devs(n.devs2));
     case NodeKind::kCollective:
-      return fmt::format("{} {} {} ({}) on {}", comm_kind_name(n.comm), comm_purpose_name(n.purpose),
-                         n.tags.str(), op, devs(n.devs));
+      return fmt::format("{} {} {} ({}) on {}", comm_kind_name(n.comm),
+                         comm_purpose_name(n.purpose), n.tags.str(), op, devs(n.devs));
     case NodeKind::kBarrier:
       return fmt::format("order barrier of directive {}", n.directive);
   }
@@ -89,8 +90,13 @@ namespace detail {
 Diagnostic diag_at(const JsonSource* src, const std::string& file, const std::string& ptr,
                    std::string msg, std::string hint, int directive) {
   Diagnostic d = src ? src->error_at(ptr, std::move(msg), std::move(hint))
-                     : Diagnostic{Severity::kError, std::move(msg), SourceLoc{file, 0, 0, ptr},
-                                  -1, std::move(hint), {}, {}};
+                     : Diagnostic{Severity::kError,
+                                  std::move(msg),
+                                  SourceLoc{file, 0, 0, ptr},
+                                  -1,
+                                  std::move(hint),
+                                  {},
+                                  {}};
   d.directive = directive;
   return d;
 }
@@ -213,10 +219,9 @@ bool Compiler::check_devices(const Directive& d) {
   };
   check(d.devices, d.pointer + "/devices");
   for (size_t g = 0; g < d.device_groups.size(); ++g)
-    check(d.device_groups[g], d.pointer + "/devices" +
-                                  (d.device_groups.size() > 1 || !d.devices.empty()
-                                       ? "/" + std::to_string(g)
-                                       : ""));
+    check(d.device_groups[g],
+          d.pointer + "/devices" +
+              (d.device_groups.size() > 1 || !d.devices.empty() ? "/" + std::to_string(g) : ""));
   return ok;
 }
 
@@ -263,8 +268,9 @@ bool Compiler::apply_place() {
         if (u.place >= 0) {
           const Directive& other = plan_.schedule[u.place];
           if (other.devices != d.devices) {
-            error(d.pointer, fmt::format("{} MB{} is placed twice, on different devices",
-                                         cp_.model.ops[o].name, mb),
+            error(d.pointer,
+                  fmt::format("{} MB{} is placed twice, on different devices",
+                              cp_.model.ops[o].name, mb),
                   "make the filters of the two place directives disjoint", d.index,
                   {{loc(other.pointer), "first placed here"}});
             return false;
@@ -298,12 +304,12 @@ bool Compiler::apply_place() {
       }
   for (const auto& [pp, r] : unplaced) {
     const auto& ops = cp_.model.ops;
-    std::string span = r.first == r.second ? ops[r.first].name
-                                           : ops[r.first].name + " .. " + ops[r.second].name;
+    std::string span =
+        r.first == r.second ? ops[r.first].name : ops[r.first].name + " .. " + ops[r.second].name;
     error("/schedule",
-          fmt::format("region PP{} ({}) is not placed{}", pp, span,
-                      has_split_ ? fmt::format(" (first unplaced microbatch: {})", unplaced_mb[pp])
-                                 : ""),
+          fmt::format(
+              "region PP{} ({}) is not placed{}", pp, span,
+              has_split_ ? fmt::format(" (first unplaced microbatch: {})", unplaced_mb[pp]) : ""),
           fmt::format("add {{\"op\":\"place\",\"filter\":{{\"PP\":{}}},\"devices\":[...]}}", pp),
           -1);
     ok = false;
@@ -343,8 +349,8 @@ bool Compiler::apply_tensor_parallel() {
                   fmt::format("{} is placed on device {}, which is in no TP group of this "
                               "directive",
                               cp_.model.ops[o].name, dev),
-                  "each placed device must belong to exactly one TP group (as its leader)",
-                  d.index, {{loc(plan_.schedule[u.place].pointer), "placed here"}});
+                  "each placed device must belong to exactly one TP group (as its leader)", d.index,
+                  {{loc(plan_.schedule[u.place].pointer), "placed here"}});
             ok = false;
             break;
           }
@@ -408,7 +414,8 @@ bool Compiler::check_replication() {
           ok = false;
           continue;
         }
-        if (d.op == DirectiveOp::kReplicate) u.repl = d.index;
+        if (d.op == DirectiveOp::kReplicate)
+          u.repl = d.index;
         else {
           if (cp_.model.ops[o].tags.ep() == kAbsent) continue;  // shard applies to EP ops only
           u.shard = d.index;
@@ -552,7 +559,8 @@ void Compiler::build_nodes() {
       std::map<uint32_t, std::pair<uint32_t, std::vector<uint32_t>>> remote;  // devs -> (prod, fs)
       for (uint32_t i : op.inputs) {
         const UnitInfo& ui = unit(i, mb);
-        if (ui.devs == u.devs) deps.push_back(ui.f);
+        if (ui.devs == u.devs)
+          deps.push_back(ui.f);
         else {
           auto& r = remote[ui.devs];
           if (r.second.empty() || ops[i].out_bytes > ops[r.first].out_bytes) r.first = i;
@@ -561,7 +569,8 @@ void Compiler::build_nodes() {
       }
       for (auto& [devs, r] : remote) {
         const UnitInfo& ui = unit(r.first, mb);
-        if (cp_.dag.device_sets[ui.devs].devices.size() != cp_.dag.device_sets[u.devs].devices.size()) {
+        if (cp_.dag.device_sets[ui.devs].devices.size() !=
+            cp_.dag.device_sets[u.devs].devices.size()) {
           error(plan_.schedule[u.place].pointer,
                 fmt::format("{} on {} devices consumes {} on {} devices: data-parallel and "
                             "tensor-parallel degrees must match across a stage boundary",
@@ -571,8 +580,8 @@ void Compiler::build_nodes() {
                 {{loc(plan_.schedule[ui.place].pointer), "the producer is placed here"}});
           continue;
         }
-        uint32_t t = cross(r.first, o, mb, Pass::kF, CommPurpose::kActivation,
-                           ops[r.first].out_bytes);
+        uint32_t t =
+            cross(r.first, o, mb, Pass::kF, CommPurpose::kActivation, ops[r.first].out_bytes);
         for (uint32_t f : r.second) edge(f, t);
         mem(t, false, MemCategory::kCommBuffers, dag.nodes[t].bytes);
         mem(t, true, MemCategory::kCommBuffers, -dag.nodes[t].bytes);
@@ -583,10 +592,9 @@ void Compiler::build_nodes() {
       uint32_t gather = kNone;
       if (rd && rd->shard_params && op.param_bytes > 0 && u.shard < 0 && u.replicas.size() > 1) {
         int64_t pb = op.param_bytes / u.tp;
-        gather = collective(CommKind::kAllGather, CommPurpose::kParamGather, o, mb, Pass::kF,
-                            dp_groups(u),
-                            stream(rd->gather_stream.empty() ? "dp" : rd->gather_stream), pb,
-                            u.repl);
+        gather = collective(
+            CommKind::kAllGather, CommPurpose::kParamGather, o, mb, Pass::kF, dp_groups(u),
+            stream(rd->gather_stream.empty() ? "dp" : rd->gather_stream), pb, u.repl);
         mem(gather, false, MemCategory::kGatheredParams, pb);
         deps.push_back(gather);
       }
@@ -649,7 +657,8 @@ void Compiler::build_nodes() {
       for (uint32_t c : consumers[o]) {
         const UnitInfo& uc = unit(c, mb);
         uint32_t gnode = uc.split_bwd ? uc.bi : uc.b;
-        if (uc.devs == u.devs) deps.push_back(gnode);
+        if (uc.devs == u.devs)
+          deps.push_back(gnode);
         else {
           auto& r = remote[uc.devs];
           r.first = c;
@@ -677,10 +686,9 @@ void Compiler::build_nodes() {
       uint32_t gather = kNone;
       if (rd && rd->shard_params && op.param_bytes > 0 && u.shard < 0 && u.replicas.size() > 1) {
         int64_t pb = op.param_bytes / u.tp;
-        gather = collective(CommKind::kAllGather, CommPurpose::kParamGather, o, mb, bp,
-                            dp_groups(u),
-                            stream(rd->gather_stream.empty() ? "dp" : rd->gather_stream), pb,
-                            u.repl);
+        gather =
+            collective(CommKind::kAllGather, CommPurpose::kParamGather, o, mb, bp, dp_groups(u),
+                       stream(rd->gather_stream.empty() ? "dp" : rd->gather_stream), pb, u.repl);
         mem(gather, false, MemCategory::kGatheredParams, pb);
         deps.push_back(gather);
       }
@@ -734,8 +742,10 @@ void Compiler::build_nodes() {
         out = c;
       }
       // Producers wait for the complete input gradient.
-      if (u.split_bwd) u.bi = out;
-      else u.b = out;
+      if (u.split_bwd)
+        u.bi = out;
+      else
+        u.b = out;
     }
   }
 
@@ -745,7 +755,9 @@ void Compiler::build_nodes() {
   struct Key {
     uint32_t groups;
     int32_t repl;
-    bool operator<(const Key& o) const { return std::tie(groups, repl) < std::tie(o.groups, o.repl); }
+    bool operator<(const Key& o) const {
+      return std::tie(groups, repl) < std::tie(o.groups, o.repl);
+    }
   };
   std::map<Key, std::vector<uint32_t>> pending;  // bucket ops so far
   std::map<Key, int64_t> pending_bytes;
@@ -758,8 +770,8 @@ void Compiler::build_nodes() {
     const bool zero1 = rd && rd->shard_optimizer;
     uint16_t strm = stream(rd && !rd->reduce_stream.empty() ? rd->reduce_stream : "dp");
     uint32_t n = collective(zero1 ? CommKind::kReduceScatter : CommKind::kAllReduce,
-                            CommPurpose::kGradReduce, list.front(), -1, Pass::kNone, k.groups,
-                            strm, bytes, k.repl);
+                            CommPurpose::kGradReduce, list.front(), -1, Pass::kNone, k.groups, strm,
+                            bytes, k.repl);
     for (uint32_t o : list)
       for (int mb = 0; mb < M_; ++mb) {
         const UnitInfo& u = unit(o, mb);
@@ -857,7 +869,8 @@ bool Compiler::run() {
     const Tags& t = cp_.dag.nodes[i].tags;
     return std::make_tuple(t.pp(), t.mb(), t.pass);
   };
-  std::stable_sort(ids.begin(), ids.end(), [&](uint32_t a, uint32_t b) { return rkey(a) < rkey(b); });
+  std::stable_sort(ids.begin(), ids.end(),
+                   [&](uint32_t a, uint32_t b) { return rkey(a) < rkey(b); });
   for (size_t i = 0; i < ids.size();) {
     size_t j = i;
     while (j < ids.size() && rkey(ids[j]) == rkey(ids[i])) ++j;
@@ -873,20 +886,29 @@ bool Compiler::run() {
 
 }  // namespace
 
-Expected<CompiledPlan> compile(const Plan& plan_in, const JsonSource* src, const CompileOptions& opt) {
+Expected<CompiledPlan> compile(const Plan& plan_in, const JsonSource* src,
+                               const CompileOptions& opt) {
   CompiledPlan cp;
   cp.plan = plan_in;
   if (plan_in.builder) {
 #ifdef STRETTO_HAVE_BUILDERS
     auto ds = expand_builder(*plan_in.builder);
 #else
-    Expected<std::vector<Directive>> ds = fail(Diagnostic{Severity::kError, "schedule builders are not available in this build", SourceLoc{}, -1, "", {}, {}});
+    Expected<std::vector<Directive>> ds =
+        fail(Diagnostic{Severity::kError,
+                        "schedule builders are not available in this build",
+                        SourceLoc{},
+                        -1,
+                        "",
+                        {},
+                        {}});
 #endif
     if (!ds) {
       Diagnostics diags = ds.error();
       for (auto& d : diags)
         if (!d.loc.known() && src) {
-          std::string ptr = d.loc.json_pointer.empty() ? plan_in.builder->pointer : d.loc.json_pointer;
+          std::string ptr =
+              d.loc.json_pointer.empty() ? plan_in.builder->pointer : d.loc.json_pointer;
           SourceLoc l = src->loc(ptr);
           d.loc = l;
           d.source_line = src->line_text(l.line);

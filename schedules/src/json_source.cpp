@@ -6,17 +6,20 @@
 #include <cctype>
 #include <cstring>
 #include <fstream>
-#include <tuple>
 #include <sstream>
+#include <tuple>
 
 namespace stretto {
 
 std::string pointer_escape(const std::string& key) {
   std::string out;
   for (char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
   }
   return out;
 }
@@ -27,8 +30,10 @@ namespace {
 std::pair<uint32_t, uint32_t> line_col(const std::string& text, size_t offset) {
   uint32_t line = 1, col = 1;
   for (size_t i = 0; i < offset && i < text.size(); ++i) {
-    if (text[i] == '\n') ++line, col = 1;
-    else ++col;
+    if (text[i] == '\n')
+      ++line, col = 1;
+    else
+      ++col;
   }
   return {line, col};
 }
@@ -37,7 +42,8 @@ std::pair<uint32_t, uint32_t> line_col(const std::string& text, size_t offset) {
 // It only has to recognise token boundaries, since nlohmann::json has accepted the text.
 class PositionScanner {
  public:
-  PositionScanner(const std::string& t, std::unordered_map<std::string, std::array<uint32_t, 4>>& out)
+  PositionScanner(const std::string& t,
+                  std::unordered_map<std::string, std::array<uint32_t, 4>>& out)
       : t_(t), out_(out) {}
   void run() {
     skip_ws();
@@ -51,8 +57,10 @@ class PositionScanner {
   uint32_t line_ = 1, col_ = 1;
 
   void adv() {
-    if (t_[i_] == '\n') ++line_, col_ = 1;
-    else ++col_;
+    if (t_[i_] == '\n')
+      ++line_, col_ = 1;
+    else
+      ++col_;
     ++i_;
   }
   void skip_ws() {
@@ -168,8 +176,10 @@ Expected<JsonSource> JsonSource::parse(std::string text, std::string file) {
     auto [line, col] = line_col(s.text_, off);
     std::string msg = e.what();
     // Strip nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.
-    if (auto p = msg.find(": syntax error"); p != std::string::npos) msg = msg.substr(p + 2);
-    else if (auto q = msg.rfind(": "); q != std::string::npos) msg = msg.substr(q + 2);
+    if (auto p = msg.find(": syntax error"); p != std::string::npos)
+      msg = msg.substr(p + 2);
+    else if (auto q = msg.rfind(": "); q != std::string::npos)
+      msg = msg.substr(q + 2);
     Diagnostic d;
     d.message = "invalid JSON: " + msg;
     d.loc = SourceLoc{s.file_, line, col, ""};

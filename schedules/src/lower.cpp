@@ -26,16 +26,22 @@ namespace {
 
 uint8_t pass_order(Pass p) {
   switch (p) {
-    case Pass::kF: return 0;
+    case Pass::kF:
+      return 0;
     case Pass::kB:
-    case Pass::kBI: return 1;
-    case Pass::kBW: return 2;
-    case Pass::kNone: break;
+    case Pass::kBI:
+      return 1;
+    case Pass::kBW:
+      return 2;
+    case Pass::kNone:
+      break;
   }
   return 3;
 }
 
-std::string short_name(const CompiledPlan& cp, uint32_t id) { return cp.dag.node_name(id, cp.model); }
+std::string short_name(const CompiledPlan& cp, uint32_t id) {
+  return cp.dag.node_name(id, cp.model);
+}
 
 }  // namespace
 
@@ -126,8 +132,9 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
         if (match(f, members) == 0) {
           std::string hint = "check PP, MB and PASS against the model and the split";
           if (f.pass == Pass::kB)
-            hint = "if this region's backward is split into BI/BW by another order filter, "
-                   "name BI and BW here too";
+            hint =
+                "if this region's backward is split into BI/BW by another order filter, "
+                "name BI and BW here too";
           diags.push_back(diag_at(src, cp.plan.file, f.pointer,
                                   fmt::format("order filter {} matches nothing", f.str()), hint,
                                   d.index));
@@ -160,7 +167,8 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
           for (uint32_t t : feeds)
             for (uint32_t m : proj[c]) {
               bool direct = false;
-              for (uint32_t k = in_begin[m]; k < in_begin[m + 1] && !direct; ++k) direct = in_src[k] == t;
+              for (uint32_t k = in_begin[m]; k < in_begin[m + 1] && !direct; ++k)
+                direct = in_src[k] == t;
               if (!direct) dag.edges.push_back({t, m, EdgeKind::kTemporal, d.index});
             }
         }
@@ -238,8 +246,8 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
     uint32_t start = 0;
     while (!left[start]) ++start;
     std::vector<int32_t> seen_at(n, -1);
-    std::vector<uint32_t> path;   // walking predecessors
-    std::vector<uint32_t> via;    // edge index used to reach path[k] from path[k+1]
+    std::vector<uint32_t> path;  // walking predecessors
+    std::vector<uint32_t> via;   // edge index used to reach path[k] from path[k+1]
     uint32_t x = start;
     while (seen_at[x] < 0) {
       seen_at[x] = static_cast<int32_t>(path.size());
@@ -296,9 +304,10 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
     const bool contradiction = order_steps == 1;
     dg.message = contradiction
                      ? "order contradicts dataflow: an op is ordered before one it depends on"
-                     : fmt::format("deadlock: the order directives create a cycle of waits "
-                                   "through {} ops",
-                                   (lines.size() - 1) / 2);
+                     : fmt::format(
+                           "deadlock: the order directives create a cycle of waits "
+                           "through {} ops",
+                           (lines.size() - 1) / 2);
     int32_t first_dir = dirs.empty() ? -1 : *dirs.begin();
     std::string ptr = first_dir >= 0 ? cp.plan.schedule[first_dir].pointer : "/schedule";
     Diagnostic at = diag_at(src, cp.plan.file, ptr, "", "", first_dir);
@@ -309,14 +318,15 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
     dg.hint = contradiction
                   ? "on one device, an op must come after the ops it consumes (a backward after "
                     "its forward, BW after BI, a later stage after an earlier one)"
-                  : devices.size() > 1
-                        ? "the devices wait on each other's transfers: ranks that exchange "
-                          "microbatches must order them compatibly (see the cycle above)"
-                        : "the order groups on this device wait on each other";
+              : devices.size() > 1
+                  ? "the devices wait on each other's transfers: ranks that exchange "
+                    "microbatches must order them compatibly (see the cycle above)"
+                  : "the order groups on this device wait on each other";
     for (int32_t di : dirs)
       if (di != first_dir)
-        dg.notes.push_back({diag_at(src, cp.plan.file, cp.plan.schedule[di].pointer, "", "", di).loc,
-                            fmt::format("order directive {} is part of the cycle", di)});
+        dg.notes.push_back(
+            {diag_at(src, cp.plan.file, cp.plan.schedule[di].pointer, "", "", di).loc,
+             fmt::format("order directive {} is part of the cycle", di)});
     diags.push_back(std::move(dg));
     return false;
   }

@@ -11,8 +11,8 @@ namespace stretto {
 
 std::string_view op_kind_name(OpKind k) {
   static constexpr std::string_view kNames[] = {
-      "embedding", "norm",   "qkv",    "attention",      "out_proj", "mlp_up",   "mlp_act",
-      "mlp_down",  "router", "experts", "shared_experts", "head",     "loss",     "synthetic"};
+      "embedding", "norm",   "qkv",     "attention",      "out_proj", "mlp_up", "mlp_act",
+      "mlp_down",  "router", "experts", "shared_experts", "head",     "loss",   "synthetic"};
   return kNames[static_cast<size_t>(k)];
 }
 
@@ -83,8 +83,13 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
   auto err = [&](const std::string& key, std::string msg, std::string hint) {
     std::string ptr = spec.pointer + (key.empty() ? "" : "/" + key);
     Diagnostic d = src ? src->error_at(ptr, std::move(msg), std::move(hint))
-                       : Diagnostic{Severity::kError, std::move(msg), SourceLoc{"", 0, 0, ptr}, -1,
-                                    std::move(hint), {}, {}};
+                       : Diagnostic{Severity::kError,
+                                    std::move(msg),
+                                    SourceLoc{"", 0, 0, ptr},
+                                    -1,
+                                    std::move(hint),
+                                    {},
+                                    {}};
     return fail(std::move(d));
   };
   if (spec.pp_regions > spec.layers)
@@ -162,7 +167,8 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
     uint32_t n1 = chain(b.elementwise(name("attn_norm"), OpKind::kNorm, TpSplit::kReplicated,
                                       T * h * dt, T * h * dt, h),
                         {prev});
-    uint32_t qkv = chain(b.gemm(name("attn.qkv"), OpKind::kQKV, TpSplit::kColumn, T, h, qkv_n), {n1});
+    uint32_t qkv =
+        chain(b.gemm(name("attn.qkv"), OpKind::kQKV, TpSplit::kColumn, T, h, qkv_n), {n1});
     ModelOp att;
     att.name = name("attn.core");
     att.kind = OpKind::kAttention;
@@ -175,7 +181,8 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
     att.saved_bytes = T * qkv_n * dt + T * h * dt + T * a * 4;  // q, k, v, output, logsumexp
     att.out_bytes = T * h * dt;
     uint32_t core = chain(std::move(att), {qkv});
-    uint32_t proj = chain(b.gemm(name("attn.out_proj"), OpKind::kOutProj, TpSplit::kRow, T, h, h), {core});
+    uint32_t proj =
+        chain(b.gemm(name("attn.out_proj"), OpKind::kOutProj, TpSplit::kRow, T, h, h), {core});
     uint32_t n2 = chain(b.elementwise(name("mlp_norm"), OpKind::kNorm, TpSplit::kReplicated,
                                       T * h * dt, T * h * dt, h),
                         {proj});
@@ -183,7 +190,8 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
                         (l - spec.moe->first_layer) % spec.moe->every == 0;
     if (!is_moe) {
       const int64_t up_n = spec.gated_mlp ? 2 * f : f;
-      uint32_t up = chain(b.gemm(name("mlp.up"), OpKind::kMlpUp, TpSplit::kColumn, T, h, up_n), {n2});
+      uint32_t up =
+          chain(b.gemm(name("mlp.up"), OpKind::kMlpUp, TpSplit::kColumn, T, h, up_n), {n2});
       uint32_t act = chain(b.elementwise(name("mlp.act"), OpKind::kMlpAct, TpSplit::kColumn,
                                          T * up_n * dt, T * f * dt, 0),
                            {up});
@@ -220,7 +228,8 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
     if (moe.shared_experts > 0) {
       const int64_t sf = ef * moe.shared_experts;
       const int64_t sup = spec.gated_mlp ? 2 * sf : sf;
-      ModelOp sh = b.gemm(name("moe.shared"), OpKind::kSharedExperts, TpSplit::kColumn, T, h, sup + h);
+      ModelOp sh =
+          b.gemm(name("moe.shared"), OpKind::kSharedExperts, TpSplit::kColumn, T, h, sup + h);
       sh.gemm = {T, sup + h, h, 1};
       double sfl = 2.0 * T * h * (sup + sf);
       sh.fwd_flops = sh.bi_flops = sh.bw_flops = sfl;
@@ -240,8 +249,8 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
     }
   }
   uint32_t fn = [&] {
-    ModelOp op = b.elementwise("final_norm", OpKind::kNorm, TpSplit::kReplicated, T * h * dt,
-                               T * h * dt, h);
+    ModelOp op =
+        b.elementwise("final_norm", OpKind::kNorm, TpSplit::kReplicated, T * h * dt, T * h * dt, h);
     tag(op, last_region, -1);
     op.inputs = {prev};
     return b.add(std::move(op));

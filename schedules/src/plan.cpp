@@ -13,22 +13,32 @@ namespace stretto {
 
 int dtype_bytes(DType d) {
   switch (d) {
-    case DType::kFP32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kFP16: return 2;
-    case DType::kFP8: return 1;
+    case DType::kFP32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kFP16:
+      return 2;
+    case DType::kFP8:
+      return 1;
   }
   return 2;
 }
 
 std::string_view directive_op_name(DirectiveOp op) {
   switch (op) {
-    case DirectiveOp::kPlace: return "place";
-    case DirectiveOp::kReplicate: return "replicate";
-    case DirectiveOp::kShard: return "shard";
-    case DirectiveOp::kShardTensor: return "shard_tensor";
-    case DirectiveOp::kSplit: return "split";
-    case DirectiveOp::kOrder: return "order";
+    case DirectiveOp::kPlace:
+      return "place";
+    case DirectiveOp::kReplicate:
+      return "replicate";
+    case DirectiveOp::kShard:
+      return "shard";
+    case DirectiveOp::kShardTensor:
+      return "shard_tensor";
+    case DirectiveOp::kSplit:
+      return "split";
+    case DirectiveOp::kOrder:
+      return "order";
   }
   return "?";
 }
@@ -43,13 +53,20 @@ std::string join(const std::vector<std::string>& v) {
 
 std::string type_name(const Json& j) {
   switch (j.type()) {
-    case Json::value_t::object: return "an object";
-    case Json::value_t::array: return "an array";
-    case Json::value_t::string: return "a string";
-    case Json::value_t::boolean: return "a boolean";
-    case Json::value_t::null: return "null";
-    case Json::value_t::number_float: return "a number";
-    default: return "an integer";
+    case Json::value_t::object:
+      return "an object";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::number_float:
+      return "a number";
+    default:
+      return "an integer";
   }
 }
 
@@ -77,8 +94,9 @@ class Reader {
               const std::string& what = "") {
     const Json* j = at(ptr);
     if (!j || !j->is_object()) {
-      error(ptr, fmt::format("{} must be an object, found {}", what.empty() ? ptr : what,
-                             j ? type_name(*j) : "nothing"),
+      error(ptr,
+            fmt::format("{} must be an object, found {}", what.empty() ? ptr : what,
+                        j ? type_name(*j) : "nothing"),
             "", directive);
       return false;
     }
@@ -104,13 +122,13 @@ class Reader {
     std::string ptr = obj + "/" + key;
     const Json* j = at(ptr);
     if (!j) {
-      if (required)
-        error(obj, fmt::format("missing required key '{}'", key), "", directive);
+      if (required) error(obj, fmt::format("missing required key '{}'", key), "", directive);
       return false;
     }
     if (!j->is_number() || (std::is_integral_v<T> && !j->is_number_integer())) {
-      error(ptr, fmt::format("'{}' must be {}, found {}", key,
-                             std::is_integral_v<T> ? "an integer" : "a number", type_name(*j)),
+      error(ptr,
+            fmt::format("'{}' must be {}, found {}", key,
+                        std::is_integral_v<T> ? "an integer" : "a number", type_name(*j)),
             "", directive);
       return false;
     }
@@ -177,7 +195,8 @@ class Reader {
   bool int_list(const std::string& ptr, std::vector<int>& out, int directive, bool allow_empty) {
     const Json* j = at(ptr);
     if (!j || !j->is_array()) {
-      error(ptr, fmt::format("expected a list of device ids, found {}", j ? type_name(*j) : "nothing"),
+      error(ptr,
+            fmt::format("expected a list of device ids, found {}", j ? type_name(*j) : "nothing"),
             "e.g. \"devices\": [0, 1]", directive);
       return false;
     }
@@ -213,14 +232,15 @@ class Reader {
 };
 
 const std::vector<std::string> kModelKeys = {
-    "family", "name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len",
-    "microbatch_size", "dtype", "gated_mlp", "tie_embeddings", "moe", "pp_regions",
-    "activation_bytes", "param_bytes", "boundary_bytes", "flops"};
-const std::vector<std::string> kMoeKeys = {"experts", "top_k", "expert_ffn_hidden",
+    "family",         "name",  "layers",     "hidden",           "heads",       "kv_heads",
+    "ffn_hidden",     "vocab", "seq_len",    "microbatch_size",  "dtype",       "gated_mlp",
+    "tie_embeddings", "moe",   "pp_regions", "activation_bytes", "param_bytes", "boundary_bytes",
+    "flops"};
+const std::vector<std::string> kMoeKeys = {"experts",        "top_k",       "expert_ffn_hidden",
                                            "shared_experts", "first_layer", "every"};
 const std::vector<std::string> kClusterKeys = {
-    "preset", "nodes", "devices_per_node", "peak_tflops", "hbm_GBps", "memory_GiB", "sms",
-    "intra_node", "inter_node", "islands", "dcn"};
+    "preset", "nodes",      "devices_per_node", "peak_tflops", "hbm_GBps", "memory_GiB",
+    "sms",    "intra_node", "inter_node",       "islands",     "dcn"};
 const std::vector<std::string> kLinkKeys = {"bandwidth_GBps", "latency_us"};
 
 void parse_model(Reader& r, ModelSpec& m) {
@@ -235,7 +255,9 @@ void parse_model(Reader& r, ModelSpec& m) {
   r.number(P, "pp_regions", m.pp_regions, 1, 1e5, false);
   r.number(P, "microbatch_size", m.microbatch_size, 1, 1e7, false);
   r.choice<DType>(P, "dtype", m.dtype,
-                  {{"bf16", DType::kBF16}, {"fp16", DType::kFP16}, {"fp32", DType::kFP32},
+                  {{"bf16", DType::kBF16},
+                   {"fp16", DType::kFP16},
+                   {"fp32", DType::kFP32},
                    {"fp8", DType::kFP8}},
                   false);
   if (m.family == ModelSpec::Family::kSynthetic) {
@@ -262,7 +284,8 @@ void parse_model(Reader& r, ModelSpec& m) {
     if (r.has(P, k))
       r.error(P + "/" + k, fmt::format("'{}' only applies to a synthetic model", k), "", -1, true);
   if (m.heads > 0 && m.hidden % m.heads != 0)
-    r.error(P + "/heads", fmt::format("hidden ({}) is not divisible by heads ({})", m.hidden, m.heads));
+    r.error(P + "/heads",
+            fmt::format("hidden ({}) is not divisible by heads ({})", m.hidden, m.heads));
   if (m.kv_heads == 0) m.kv_heads = m.heads;
   if (m.heads > 0 && m.kv_heads > 0 && m.heads % m.kv_heads != 0)
     r.error(P + "/kv_heads",
@@ -278,7 +301,8 @@ void parse_model(Reader& r, ModelSpec& m) {
       r.number(Q, "first_layer", moe.first_layer, 0, 1e5, false);
       r.number(Q, "every", moe.every, 1, 1e5, false);
       if (moe.top_k > moe.experts)
-        r.error(Q + "/top_k", fmt::format("top_k ({}) exceeds experts ({})", moe.top_k, moe.experts));
+        r.error(Q + "/top_k",
+                fmt::format("top_k ({}) exceeds experts ({})", moe.top_k, moe.experts));
       m.moe = moe;
     }
   }
@@ -365,11 +389,16 @@ void parse_costmodel(Reader& r, CostModelSpec& cm, bool present) {
     double scale = 1e6;  // ms
     std::string unit = "ms";
     if (r.string(P, "unit", unit, false)) {
-      if (unit == "ns") scale = 1;
-      else if (unit == "us") scale = 1e3;
-      else if (unit == "ms") scale = 1e6;
-      else if (unit == "s") scale = 1e9;
-      else r.error(P + "/unit", fmt::format("unknown unit '{}'", unit), "use ns, us, ms or s");
+      if (unit == "ns")
+        scale = 1;
+      else if (unit == "us")
+        scale = 1e3;
+      else if (unit == "ms")
+        scale = 1e6;
+      else if (unit == "s")
+        scale = 1e9;
+      else
+        r.error(P + "/unit", fmt::format("unknown unit '{}'", unit), "use ns, us, ms or s");
     }
     double f = 0, b = 0, bi = -1, bw = -1, comm = 0;
     r.number(P, "F", f, 0, 1e12, true);
@@ -406,9 +435,10 @@ namespace detail {
 bool parse_filter_into(Reader& r, const std::string& ptr, Filter& f, int directive) {
   const Json* j = r.at(ptr);
   if (!j || !j->is_object()) {
-    r.error(ptr, fmt::format("a filter must be an object of tags, found {}",
-                             j ? type_name(*j) : "nothing"),
-            "e.g. {\"PP\": 0, \"MB\": \"*\", \"PASS\": \"F\"}; {} matches everything", directive);
+    r.error(
+        ptr,
+        fmt::format("a filter must be an object of tags, found {}", j ? type_name(*j) : "nothing"),
+        "e.g. {\"PP\": 0, \"MB\": \"*\", \"PASS\": \"F\"}; {} matches everything", directive);
     return false;
   }
   f.pointer = ptr;
@@ -459,16 +489,17 @@ bool parse_filter_into(Reader& r, const std::string& ptr, Filter& f, int directi
 
 namespace {
 
-const std::vector<std::string> kOps = {"place", "replicate", "shard", "shard_tensor", "split",
-                                       "order"};
+const std::vector<std::string> kOps = {"place",        "replicate", "shard",
+                                       "shard_tensor", "split",     "order"};
 
 bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d) {
   d.index = index;
   d.pointer = ptr;
   const Json* j = r.at(ptr);
   if (!j || !j->is_object()) {
-    r.error(ptr, fmt::format("directive {} must be an object, found {}", index,
-                             j ? type_name(*j) : "nothing"),
+    r.error(ptr,
+            fmt::format("directive {} must be an object, found {}", index,
+                        j ? type_name(*j) : "nothing"),
             "e.g. {\"op\": \"place\", \"filter\": {\"PP\": 0}, \"devices\": [0]}", index);
     return false;
   }
@@ -621,7 +652,8 @@ bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d)
 
 }  // namespace
 
-Expected<std::vector<Directive>> parse_directives(const JsonSource& src, const std::string& pointer) {
+Expected<std::vector<Directive>> parse_directives(const JsonSource& src,
+                                                  const std::string& pointer) {
   Diagnostics diags;
   Reader r(src, diags);
   std::vector<Directive> out;
@@ -677,15 +709,19 @@ Expected<Plan> parse_plan(const JsonSource& src) {
         r.number(P, "microbatches", b.microbatches, 1, 1e6, true);
         if (r.has(P, "base")) {
           auto base = parse_directives(src, P + "/base");
-          if (base) b.base = std::move(*base);
-          else diags.insert(diags.end(), base.error().begin(), base.error().end());
+          if (base)
+            b.base = std::move(*base);
+          else
+            diags.insert(diags.end(), base.error().begin(), base.error().end());
         }
       }
       plan.builder = std::move(b);
     } else {
       auto ds = parse_directives(src, "/schedule");
-      if (ds) plan.schedule = std::move(*ds);
-      else diags.insert(diags.end(), ds.error().begin(), ds.error().end());
+      if (ds)
+        plan.schedule = std::move(*ds);
+      else
+        diags.insert(diags.end(), ds.error().begin(), ds.error().end());
     }
   }
   if (!diags.empty()) return fail(std::move(diags));
@@ -697,9 +733,12 @@ Json filter_to_json(const Filter& f) {
   for (size_t i = 0; i < f.cond.size(); ++i) {
     const auto& c = f.cond[i];
     std::string k(kTagKeyNames[i]);
-    if (c.kind == TagCond::kEquals) j[k] = c.value;
-    else if (c.kind == TagCond::kPresent) j[k] = "*";
-    else if (c.kind == TagCond::kAbsentOnly) j[k] = "-";
+    if (c.kind == TagCond::kEquals)
+      j[k] = c.value;
+    else if (c.kind == TagCond::kPresent)
+      j[k] = "*";
+    else if (c.kind == TagCond::kAbsentOnly)
+      j[k] = "-";
   }
   if (f.pass) j["PASS"] = std::string(pass_name(*f.pass));
   return j;

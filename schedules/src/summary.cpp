@@ -31,10 +31,18 @@ CompileSummary summarize(const CompiledPlan& cp) {
   for (const auto& e : dag.edges) (e.kind == EdgeKind::kData ? s.data_edges : s.temporal_edges)++;
   for (const auto& n : dag.nodes) {
     switch (n.kind) {
-      case NodeKind::kCompute: ++s.compute_nodes; break;
-      case NodeKind::kTransfer: ++s.transfer_nodes; break;
-      case NodeKind::kCollective: ++s.collective_nodes; break;
-      case NodeKind::kBarrier: ++s.barrier_nodes; break;
+      case NodeKind::kCompute:
+        ++s.compute_nodes;
+        break;
+      case NodeKind::kTransfer:
+        ++s.transfer_nodes;
+        break;
+      case NodeKind::kCollective:
+        ++s.collective_nodes;
+        break;
+      case NodeKind::kBarrier:
+        ++s.barrier_nodes;
+        break;
     }
   }
   s.total_params = cp.model.total_params;
@@ -59,14 +67,22 @@ CompileSummary summarize(const CompiledPlan& cp) {
       const auto& cl = cp.classes[c];
       for (uint32_t i : cl.program) {
         switch (dag.nodes[i].kind) {
-          case NodeKind::kCompute: ++pd.compute; break;
-          case NodeKind::kTransfer: ++pd.transfers; break;
-          case NodeKind::kCollective: ++pd.collectives; break;
-          default: break;
+          case NodeKind::kCompute:
+            ++pd.compute;
+            break;
+          case NodeKind::kTransfer:
+            ++pd.transfers;
+            break;
+          case NodeKind::kCollective:
+            ++pd.collectives;
+            break;
+          default:
+            break;
         }
       }
       for (size_t st = 0; st < cl.streams.size(); ++st)
-        if (!cl.streams[st].empty()) pd.per_stream.emplace_back(dag.streams[st], cl.streams[st].size());
+        if (!cl.streams[st].empty())
+          pd.per_stream.emplace_back(dag.streams[st], cl.streams[st].size());
       pd.activation_bytes_per_mb = act_per_class[c];
     }
     if (static_cast<size_t>(d) < cp.static_mem.size()) {
@@ -84,11 +100,12 @@ std::string summary_table(const CompiledPlan& cp, const CompileSummary& s) {
   out += fmt::format("plan        {}\n", cp.plan.file.empty() ? "<memory>" : cp.plan.file);
   out += fmt::format("model       {} params, {} ops/microbatch, {} PP regions\n",
                      human_count(s.total_params), cp.model.ops.size(), cp.model.pp_regions);
-  out += fmt::format("devices     {} ({} classes of identical programs), {} microbatches, ZeRO-{}\n",
-                     cp.num_devices, cp.classes.size(), cp.num_microbatches, cp.zero_level);
-  out += fmt::format("DAG         {} nodes: {} compute, {} transfers, {} collectives, {} barriers\n",
-                     s.nodes, s.compute_nodes, s.transfer_nodes, s.collective_nodes,
-                     s.barrier_nodes);
+  out +=
+      fmt::format("devices     {} ({} classes of identical programs), {} microbatches, ZeRO-{}\n",
+                  cp.num_devices, cp.classes.size(), cp.num_microbatches, cp.zero_level);
+  out +=
+      fmt::format("DAG         {} nodes: {} compute, {} transfers, {} collectives, {} barriers\n",
+                  s.nodes, s.compute_nodes, s.transfer_nodes, s.collective_nodes, s.barrier_nodes);
   out += fmt::format("edges       {}: {} data, {} temporal\n\n", s.edges, s.data_edges,
                      s.temporal_edges);
   out += fmt::format("{:>6}  {:>8}  {:>9}  {:>11}  {:>10}  {:>10}  {:>10}  {:>12}  {}\n", "device",
@@ -105,15 +122,18 @@ std::string summary_table(const CompiledPlan& cp, const CompileSummary& s) {
              e.optimizer_bytes == d.optimizer_bytes &&
              e.activation_bytes_per_mb == d.activation_bytes_per_mb;
     };
-    while (j < s.devices.size() && same(s.devices[j]) && s.devices[j].id == s.devices[j - 1].id + 1) ++j;
-    std::string id = j - i > 1 ? fmt::format("{}-{}", d.id, s.devices[j - 1].id) : std::to_string(d.id);
+    while (j < s.devices.size() && same(s.devices[j]) && s.devices[j].id == s.devices[j - 1].id + 1)
+      ++j;
+    std::string id =
+        j - i > 1 ? fmt::format("{}-{}", d.id, s.devices[j - 1].id) : std::to_string(d.id);
     std::string streams;
     for (const auto& [name, cnt] : d.per_stream)
       streams += fmt::format("{}{}={}", streams.empty() ? "" : " ", name, cnt);
-    out += fmt::format("{:>6}  {:>8}  {:>9}  {:>11}  {:>10}  {:>10}  {:>10}  {:>14}  {}\n", id,
-                       d.compute, d.transfers, d.collectives, human_bytes(d.param_bytes),
-                       human_bytes(d.grad_bytes), human_bytes(d.optimizer_bytes),
-                       human_bytes(d.activation_bytes_per_mb), streams.empty() ? "(idle)" : streams);
+    out +=
+        fmt::format("{:>6}  {:>8}  {:>9}  {:>11}  {:>10}  {:>10}  {:>10}  {:>14}  {}\n", id,
+                    d.compute, d.transfers, d.collectives, human_bytes(d.param_bytes),
+                    human_bytes(d.grad_bytes), human_bytes(d.optimizer_bytes),
+                    human_bytes(d.activation_bytes_per_mb), streams.empty() ? "(idle)" : streams);
     i = j;
   }
   for (const auto& w : cp.warnings) out += w.render();
@@ -169,7 +189,8 @@ Expected<std::string> to_dot(const CompiledPlan& cp, size_t max_nodes) {
   std::string out = "digraph stretto {\n  rankdir=LR;\n  node [shape=box, fontsize=10];\n";
   for (uint32_t i = 0; i < dag.nodes.size(); ++i) {
     const Node& n = dag.nodes[i];
-    const char* color = n.kind == NodeKind::kCompute      ? (n.tags.pass == Pass::kF ? "lightblue" : "lightsalmon")
+    const char* color = n.kind == NodeKind::kCompute
+                            ? (n.tags.pass == Pass::kF ? "lightblue" : "lightsalmon")
                         : n.kind == NodeKind::kTransfer   ? "khaki"
                         : n.kind == NodeKind::kCollective ? "palegreen"
                                                           : "gray90";

@@ -6,11 +6,16 @@ namespace stretto {
 
 std::string_view pass_name(Pass p) {
   switch (p) {
-    case Pass::kF: return "F";
-    case Pass::kB: return "B";
-    case Pass::kBI: return "BI";
-    case Pass::kBW: return "BW";
-    case Pass::kNone: break;
+    case Pass::kF:
+      return "F";
+    case Pass::kB:
+      return "B";
+    case Pass::kBI:
+      return "BI";
+    case Pass::kBW:
+      return "BW";
+    case Pass::kNone:
+      break;
   }
   return "-";
 }
@@ -53,8 +58,10 @@ std::string Filter::str() const {
     if (c.kind == TagCond::kAny) continue;
     sep();
     s += fmt::format("\"{}\":", kTagKeyNames[i]);
-    if (c.kind == TagCond::kEquals) s += std::to_string(c.value);
-    else s += c.kind == TagCond::kPresent ? "\"*\"" : "\"-\"";
+    if (c.kind == TagCond::kEquals)
+      s += std::to_string(c.value);
+    else
+      s += c.kind == TagCond::kPresent ? "\"*\"" : "\"-\"";
   }
   if (pass) {
     sep();

@@ -139,7 +139,8 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       scratch_inst.erase(std::unique(scratch_inst.begin(), scratch_inst.end()), scratch_inst.end());
       inst_of[n] = scratch_inst;
     }
-    for (uint32_t n = 0; n < N; ++n) kept_begin[n + 1] = kept_begin[n] + static_cast<uint32_t>(inst_of[n].size());
+    for (uint32_t n = 0; n < N; ++n)
+      kept_begin[n + 1] = kept_begin[n] + static_cast<uint32_t>(inst_of[n].size());
     kept_inst.resize(kept_begin[N]);
     kept_task.resize(kept_begin[N]);
     for (uint32_t n : cp.topo_order)

@@ -155,6 +155,7 @@ struct Engine::State {
   static constexpr uint32_t kComputeMark = 1u << 31;
   static constexpr SimTime kUnissued = -1;
   std::vector<BigTask> big_tasks;
+  std::vector<std::pair<uint32_t, uint32_t>> edges;      // (dependency, dependent), in task order
   std::vector<std::pair<uint32_t, uint32_t>> big_index;  // (device, participant index)
 
   // ---- dynamic state ----
@@ -205,20 +206,6 @@ struct Engine::State {
       if (slot_of(p->participants[pj]) == slot) return part_next[pj];
     }
     return kNone;
-  }
-  // Starts loading the task state the next event will touch while this one is handled: the
-  // records are spread over the whole program, so most are cache misses.
-  void prefetch(const Event& next) const {
-    uint32_t t = next.id;
-    const uint32_t kind = next.key & ((1u << detail::kKindBits) - 1);
-    if (kind == kJobEnd) {
-      t = jobs[t].task;
-      if (t == kNone) return;
-    } else if (kind != kIssue) {
-      __builtin_prefetch(&p->tasks[t]);  // comm tasks only
-    }
-    __builtin_prefetch(&recs[t]);
-    __builtin_prefetch(&timing[t], 1);
   }
   uint32_t alloc_job();
   void free_job(uint32_t j);
@@ -281,6 +268,8 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
   big_index.clear();
   free_tasks.clear();
   size_t num_succ = 0;
+  edges.clear();
+  edges.reserve(prog.deps.size());
   for (uint32_t t = 0; t < n; ++t) {
     const Task& k = prog.tasks[t];
     TaskRec& rec = recs[t];
@@ -317,6 +306,7 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
         continue;
       }
       ++recs[d + 1].succ_begin;  // counts, turned into offsets below
+      edges.push_back({d, t});
     }
     num_succ += k.dep_count;
     for (uint32_t i = 0; i < k.link_count; ++i) {
@@ -503,11 +493,8 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
   // ---- pass 2: successor lists (CSR); compute tasks that no dispatch list named ----
   for (size_t t = 0; t < n; ++t) recs[t + 1].succ_begin += recs[t].succ_begin;
   succ.resize(num_succ);
+  for (const auto& [from, to] : edges) succ[recs[from].succ_begin++] = to;
   for (uint32_t t = 0; t < n; ++t) {
-    const Task& k = prog.tasks[t];
-    for (uint32_t i = k.dep_begin; i < k.dep_begin + k.dep_count; ++i) {
-      succ[recs[prog.deps[i]].succ_begin++] = t;
-    }
     if (recs[t].kind() == TaskKind::kCompute && recs[t].issue == kUnissued) {
       err.add([&] {
         return task_str(t) + " runs on " + device_str(recs[t].device()) +
@@ -749,7 +736,9 @@ void Engine::State::simulate(RunResult& out) {
   const Program& prog = *p;
   const size_t n = prog.tasks.size();
   const size_t nd = prog.devices.size();
-  out.timing.assign(n, TaskTiming{});
+  // Every task that ends writes its timing, so a reused vector needs no clearing here; the
+  // tasks that never ran are reset after the loop (stalls only).
+  out.timing.resize(n);
   out.makespan = 0;
   out.stalled = false;
   out.stall.blocked_tasks.clear();
@@ -788,7 +777,6 @@ void Engine::State::simulate(RunResult& out) {
   for (;;) {
     if (!heap.empty() && heap.top().time == now) {
       const Event e = heap.pop();
-      if (!heap.empty()) prefetch(heap.top());
       switch (static_cast<uint32_t>(e.key & ((1u << detail::kKindBits) - 1))) {
         case kJobEnd: {
           Job& job = jobs[e.id];
@@ -838,16 +826,22 @@ void Engine::State::simulate(RunResult& out) {
   if (finished < n) {
     // Every task that starts also ends (rates are positive once the comm tasks, which always
     // end, release the device), so the unfinished tasks are exactly those that never started.
+    // With the queue empty, a task whose start conditions all held (pending == 0) has run:
+    // it either started at once or had an issue event. So unfinished <=> pending > 0.
     out.stalled = true;
+    auto unfinished = [&](uint32_t t) { return recs[t].pending > 0; };
+    for (uint32_t t = 0; t < n; ++t) {
+      if (unfinished(t)) timing[t] = TaskTiming{};
+    }
     auto& blocked = out.stall.blocked_tasks;
     for (size_t s = 0; s < num_slots && blocked.size() < kMaxBlocked; ++s) {
       uint32_t t = head_task[s];  // walk the stream to its first unfinished task
-      while (t != kNone && timing[t].end >= 0) t = next_on_stream(t, static_cast<uint32_t>(s));
+      while (t != kNone && !unfinished(t)) t = next_on_stream(t, static_cast<uint32_t>(s));
       if (t == kNone) continue;
       if (std::find(blocked.begin(), blocked.end(), t) == blocked.end()) blocked.push_back(t);
     }
-    for (size_t t = 0; t < n && blocked.empty(); ++t) {
-      if (timing[t].end < 0) blocked.push_back(static_cast<uint32_t>(t));
+    for (uint32_t t = 0; t < n && blocked.empty(); ++t) {
+      if (unfinished(t)) blocked.push_back(t);
     }
   }
   timing = nullptr;
@@ -874,17 +868,21 @@ RunResult Engine::run(const Program& program) {
 }
 
 void Engine::run(const Program& program, RunResult& out) {
+  const std::vector<std::string> errors = run_checked(program, out);
+  STRETTO_ASSERT(errors.empty(), errors.front().c_str());
+}
+
+std::vector<std::string> Engine::run_checked(const Program& program, RunResult& out) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!state_) state_ = std::make_unique<State>();
   std::vector<std::string> errors;
-  if (!state_->prepare(program, &errors)) {
-    STRETTO_ASSERT(errors.empty(), errors.front().c_str());
-  }
+  if (!state_->prepare(program, &errors)) return errors;
   const auto t1 = std::chrono::steady_clock::now();
   state_->simulate(out);
   const auto t2 = std::chrono::steady_clock::now();
   state_->prepare_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
   out.stats.wall_ms = std::chrono::duration<double, std::milli>(t2 - t0).count();
+  return errors;
 }
 
 uint64_t Engine::stale_events() const {

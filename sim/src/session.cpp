@@ -148,7 +148,8 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
     for (uint32_t t : r.program.devices[d].dispatch) {
       const Task& tk = r.program.tasks[t];
       const auto& tm = r.timing[t];
-      if (tm.end > tm.start) (tk.kind == TaskKind::kCompute ? comp : comm).push_back({tm.start, tm.end});
+      if (tm.end > tm.start)
+        (tk.kind == TaskKind::kCompute ? comp : comm).push_back({tm.start, tm.end});
       const uint32_t n = r.task_node[t];
       for (uint32_t k = mem_first[n]; k < mem_first[n + 1]; ++k) {
         const MemEffect& e = dag.mem[k];
@@ -184,8 +185,10 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
         int64_t tot = total();
         if (tot > m.peak_memory) m.peak_memory = tot, m.peak_time = t, m.breakdown = cur;
       }
-      if (m.memory.back().t == t) m.memory.back().bytes = total();
-      else m.memory.push_back({t, total()});
+      if (m.memory.back().t == t)
+        m.memory.back().bytes = total();
+      else
+        m.memory.push_back({t, total()});
     }
     m.over_capacity = static_cast<double>(m.peak_memory) > capacity;
   }

@@ -25,8 +25,12 @@ Run sh(const std::string& args) {
   return {WEXITSTATUS(status), out};
 }
 
-std::string example(const char* name) { return std::string(STRETTO_EXAMPLES) + "/" + name; }
-std::string bad(const char* name) { return std::string(STRETTO_TEST_DATA) + "/schedules/bad/" + name; }
+std::string example(const char* name) {
+  return std::string(STRETTO_EXAMPLES) + "/" + name;
+}
+std::string bad(const char* name) {
+  return std::string(STRETTO_TEST_DATA) + "/schedules/bad/" + name;
+}
 
 }  // namespace
 
@@ -56,7 +60,8 @@ TEST(Cli, SimulateJsonHasContractFieldsAndIsDeterministic) {
   auto b = sh("simulate " + example("piper_qwen3_moe_pp2_dp2_ep2.json") + " --format json");
   ASSERT_EQ(a.code, 0);
   auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
-  for (const char* k : {"step_time_ms", "bubble_ratio", "exposed_comm_ms", "mfu", "events", "sim_wall_ms", "devices"})
+  for (const char* k : {"step_time_ms", "bubble_ratio", "exposed_comm_ms", "mfu", "events",
+                        "sim_wall_ms", "devices"})
     EXPECT_TRUE(ja.contains(k)) << k;
   for (const auto& d : ja["devices"])
     for (const char* k : {"id", "busy_ms", "bubble_ms", "bubble_ratio", "exposed_comm_ms",
@@ -78,7 +83,9 @@ TEST(Cli, CompileDotAndTraceFiles) {
   fclose(f);
   EXPECT_EQ(std::string(head), "digraph");
   // The size guard refuses a large DAG with exit code 2.
-  EXPECT_EQ(sh("compile " + example("megatron_gpt13b_tp8_pp2_dp2.json") + " --dot /tmp/x.dot").code, 2);
-  auto t = sh("export chrome " + example("gpt_pp4_dp2_1f1b.json") + " -o /tmp/stretto_cli_trace.json");
+  EXPECT_EQ(sh("compile " + example("megatron_gpt13b_tp8_pp2_dp2.json") + " --dot /tmp/x.dot").code,
+            2);
+  auto t =
+      sh("export chrome " + example("gpt_pp4_dp2_1f1b.json") + " -o /tmp/stretto_cli_trace.json");
   EXPECT_EQ(t.code, 0);
 }

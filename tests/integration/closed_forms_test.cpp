@@ -25,7 +25,8 @@ sim::Result simulate_builder(const char* family, int p, int v, int m) {
   json plan = {{"model", synthetic_model(p * v, 1 << 20)},
                {"cluster", {{"preset", "h100-sxm"}, {"nodes", 1}, {"devices_per_node", p}}},
                {"costmodel", fixed_costs()},
-               {"schedule", {{"builder", family}, {"ranks", p}, {"stages_per_rank", v}, {"microbatches", m}}}};
+               {"schedule",
+                {{"builder", family}, {"ranks", p}, {"stages_per_rank", v}, {"microbatches", m}}}};
   auto s = session_of(plan);
   EXPECT_TRUE(s) << family << " p=" << p << " m=" << m << "\n" << (s ? "" : render_all(s.error()));
   if (!s) return {};
@@ -38,7 +39,8 @@ sim::Result simulate_builder(const char* family, int p, int v, int m) {
 
 TEST(ClosedForms, EveryFamilyMatchesTheSpec) {
   const std::vector<Case> cases = {
-      {"gpipe", 1, [](int p, int m) -> int64_t { return 3 * (m + p - 1); }, [](int p) { return p; }},
+      {"gpipe", 1, [](int p, int m) -> int64_t { return 3 * (m + p - 1); },
+       [](int p) { return p; }},
       {"1f1b", 1, [](int p, int m) -> int64_t { return 3 * (m + p - 1); }, [](int p) { return p; }},
       // interleaved and looped BFS: m·v·(F+B) + (p-1)(F+B), v = 2
       {"interleaved-1f1b", 2, [](int p, int m) -> int64_t { return 3 * (2 * m) + 3 * (p - 1); },
@@ -46,10 +48,12 @@ TEST(ClosedForms, EveryFamilyMatchesTheSpec) {
       {"looped-bfs", 2, [](int p, int m) -> int64_t { return 3 * (2 * m) + 3 * (p - 1); },
        [](int p) { return p; }},
       // ZB-H1: m(F+I+W) + (p-1)(F+I-W)
-      {"zb-h1", 1, [](int p, int m) -> int64_t { return 3 * m + (p - 1); }, [](int p) { return p; }},
+      {"zb-h1", 1, [](int p, int m) -> int64_t { return 3 * m + (p - 1); },
+       [](int p) { return p; }},
       // ZB-V: 2m(F+I+W) + (p-1)F. The builder works with n = max(2p-1, m) microbatches and
       // drops the rest, so the steady-state form applies from m >= 2p-1 on.
-      {"zb-v", 2, [](int p, int m) -> int64_t { return 6 * m + (p - 1); }, [](int p) { return 2 * p; }},
+      {"zb-v", 2, [](int p, int m) -> int64_t { return 6 * m + (p - 1); },
+       [](int p) { return 2 * p; }},
       // DualPipeV: 2m(F+B) + (p-1)(F&B + B - 3W), F&B = F + B
       {"dualpipev", 2, [](int p, int m) -> int64_t { return 6 * m + 2 * (p - 1); },
        [](int p) { return 2 * p; }},
@@ -62,7 +66,8 @@ TEST(ClosedForms, EveryFamilyMatchesTheSpec) {
         EXPECT_EQ(r.step_time, c.makespan(p, m) * kMs) << c.family << " p=" << p << " m=" << m;
         // All work is compute here: busy = m·v·(F+B) per device.
         int64_t work = static_cast<int64_t>(m) * c.v * 3 * kMs;
-        double ratio = 1.0 - static_cast<double>(work) / static_cast<double>(c.makespan(p, m) * kMs);
+        double ratio =
+            1.0 - static_cast<double>(work) / static_cast<double>(c.makespan(p, m) * kMs);
         EXPECT_NEAR(r.bubble_ratio, ratio, 1e-9) << c.family << " p=" << p << " m=" << m;
       }
 }

@@ -9,14 +9,17 @@ namespace stretto::testing {
 using nlohmann::json;
 
 inline json synthetic_model(int regions, int64_t act, int64_t params = 0, int64_t boundary = 0) {
-  return {{"family", "synthetic"},     {"layers", regions}, {"pp_regions", regions},
-          {"activation_bytes", act},   {"param_bytes", params}, {"boundary_bytes", boundary},
+  return {{"family", "synthetic"}, {"layers", regions},
+          {"pp_regions", regions}, {"activation_bytes", act},
+          {"param_bytes", params}, {"boundary_bytes", boundary},
           {"flops", 1e9}};
 }
 inline json fixed_costs() {
   return {{"kind", "fixed"}, {"F", 1}, {"B", 2}, {"BI", 1}, {"BW", 1}, {"comm", 0}, {"unit", "ms"}};
 }
-inline json fp(int pp, int mb, const char* p) { return {{"PP", pp}, {"MB", mb}, {"PASS", p}}; }
+inline json fp(int pp, int mb, const char* p) {
+  return {{"PP", pp}, {"MB", mb}, {"PASS", p}};
+}
 
 /// Classic 1F1B per-rank order (warm-up p-1-r).
 inline json order_1f1b(int p, int m, int r) {
@@ -41,7 +44,8 @@ inline json order_gpipe(int m, int r) {
 template <class F>
 json pipeline_plan(int p, int m, int64_t act, F order) {
   json s = json::array();
-  for (int r = 0; r < p; ++r) s.push_back({{"op", "place"}, {"filter", {{"PP", r}}}, {"devices", {r}}});
+  for (int r = 0; r < p; ++r)
+    s.push_back({{"op", "place"}, {"filter", {{"PP", r}}}, {"devices", {r}}});
   s.push_back({{"op", "split"}, {"filter", json::object()}, {"num_microbatches", m}});
   for (int r = 0; r < p; ++r) s.push_back(order(r));
   return {{"model", synthetic_model(p, act)},

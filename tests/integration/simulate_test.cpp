@@ -50,8 +50,12 @@ TEST(Simulate, SplitBackwardHoldsWeightGradientPartUntilBW) {
   json plan = pipeline_plan(1, 2, kAct, [&](int) {
     return json{{"op", "order"},
                 {"filters",
-                 {{fp(0, 0, "F")}, {fp(0, 1, "F")}, {fp(0, 0, "BI")}, {fp(0, 1, "BI")},
-                  {fp(0, 0, "BW")}, {fp(0, 1, "BW")}}}};
+                 {{fp(0, 0, "F")},
+                  {fp(0, 1, "F")},
+                  {fp(0, 0, "BI")},
+                  {fp(0, 1, "BI")},
+                  {fp(0, 0, "BW")},
+                  {fp(0, 1, "BW")}}}};
   });
   auto r = run(plan);
   // timeline (ms): F0 0-1, F1 1-2, BI0 2-3, BI1 3-4, BW0 4-5, BW1 5-6
@@ -63,9 +67,9 @@ TEST(Simulate, SplitBackwardHoldsWeightGradientPartUntilBW) {
     return v;
   };
   EXPECT_EQ(at(2 * kMs), 2 * kAct);
-  EXPECT_EQ(at(3 * kMs), kAct + kAct / 2);      // BI0 freed the BI-only half of MB0
-  EXPECT_EQ(at(4 * kMs), kAct);                 // both BW halves still held
-  EXPECT_EQ(at(5 * kMs), kAct / 2);             // BW0 freed MB0's remainder
+  EXPECT_EQ(at(3 * kMs), kAct + kAct / 2);  // BI0 freed the BI-only half of MB0
+  EXPECT_EQ(at(4 * kMs), kAct);             // both BW halves still held
+  EXPECT_EQ(at(5 * kMs), kAct / 2);         // BW0 freed MB0's remainder
   EXPECT_EQ(at(6 * kMs), 0);
   EXPECT_EQ(r.devices[0].peak_memory, 2 * kAct);
 }

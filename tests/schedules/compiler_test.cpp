@@ -13,12 +13,20 @@ using nlohmann::json;
 namespace {
 
 json synthetic(int layers, int regions) {
-  return {{"family", "synthetic"},      {"layers", layers},        {"pp_regions", regions},
-          {"activation_bytes", 1 << 20}, {"param_bytes", 4 << 20}, {"boundary_bytes", 1 << 16},
+  return {{"family", "synthetic"},
+          {"layers", layers},
+          {"pp_regions", regions},
+          {"activation_bytes", 1 << 20},
+          {"param_bytes", 4 << 20},
+          {"boundary_bytes", 1 << 16},
           {"flops", 1e9}};
 }
-json cluster(int n) { return {{"preset", "h100-sxm"}, {"nodes", 1}, {"devices_per_node", n}}; }
-json fpass(int pp, int mb, const char* p) { return {{"PP", pp}, {"MB", mb}, {"PASS", p}}; }
+json cluster(int n) {
+  return {{"preset", "h100-sxm"}, {"nodes", 1}, {"devices_per_node", n}};
+}
+json fpass(int pp, int mb, const char* p) {
+  return {{"PP", pp}, {"MB", mb}, {"PASS", p}};
+}
 
 Expected<CompiledPlan> compile_json(const json& plan) {
   auto src = JsonSource::parse(plan.dump(1), "test.json");
@@ -45,7 +53,9 @@ Counts count(const CompiledPlan& cp) {
   return c;
 }
 
-std::string errors(const Expected<CompiledPlan>& r) { return r ? "" : render_all(r.error()); }
+std::string errors(const Expected<CompiledPlan>& r) {
+  return r ? "" : render_all(r.error());
+}
 
 }  // namespace
 
@@ -108,7 +118,8 @@ TEST(Compiler, PlaceAndSplitRewrite) {
   for (uint32_t i : cp->classes[0].program) {
     const Node& n = cp->dag.nodes[i];
     if (n.kind != NodeKind::kCompute) continue;
-    if (n.tags.pass == Pass::kB) seen_b = true;
+    if (n.tags.pass == Pass::kB)
+      seen_b = true;
     else {
       EXPECT_FALSE(seen_b) << "forward after a backward in the default order";
     }
@@ -125,8 +136,14 @@ TEST(Compiler, ReplicateInsertsBucketedReductions) {
                  {"schedule",
                   {{{"op", "place"}, {"filter", {{"PP", 0}}}, {"devices", {0, 2}}},
                    {{"op", "place"}, {"filter", {{"PP", 1}}}, {"devices", {1, 3}}},
-                   {{"op", "replicate"}, {"filter", {{"PP", 0}}}, {"devices", {0, 2}}, {"bucket_size", bucket}},
-                   {{"op", "replicate"}, {"filter", {{"PP", 1}}}, {"devices", {1, 3}}, {"bucket_size", bucket}},
+                   {{"op", "replicate"},
+                    {"filter", {{"PP", 0}}},
+                    {"devices", {0, 2}},
+                    {"bucket_size", bucket}},
+                   {{"op", "replicate"},
+                    {"filter", {{"PP", 1}}},
+                    {"devices", {1, 3}},
+                    {"bucket_size", bucket}},
                    {{"op", "split"}, {"filter", json::object()}, {"num_microbatches", 2}}}}};
     auto cp = compile_json(plan);
     ASSERT_TRUE(cp) << errors(cp);
@@ -155,10 +172,11 @@ TEST(Compiler, ZeroLevelsChangeStaticMemoryExactly) {
     int level;
   };
   const int64_t MiB = 1 << 20;
-  std::vector<Z> zs = {{json::object(), 8 * MiB, 8 * MiB, 48 * MiB, 0},
-                       {{{"shard_optimizer", true}}, 8 * MiB, 8 * MiB, 12 * MiB, 1},
-                       {{{"shard_grads", true}}, 8 * MiB, 2 * MiB, 12 * MiB, 2},
-                       {{{"shard_grads", true}, {"shard_params", true}}, 2 * MiB, 2 * MiB, 12 * MiB, 3}};
+  std::vector<Z> zs = {
+      {json::object(), 8 * MiB, 8 * MiB, 48 * MiB, 0},
+      {{{"shard_optimizer", true}}, 8 * MiB, 8 * MiB, 12 * MiB, 1},
+      {{{"shard_grads", true}}, 8 * MiB, 2 * MiB, 12 * MiB, 2},
+      {{{"shard_grads", true}, {"shard_params", true}}, 2 * MiB, 2 * MiB, 12 * MiB, 3}};
   for (const auto& z : zs) {
     json rep = {{"op", "replicate"}, {"filter", json::object()}, {"devices", {0, 1, 2, 3}}};
     rep.update(z.flags);
@@ -175,12 +193,20 @@ TEST(Compiler, ZeroLevelsChangeStaticMemoryExactly) {
       EXPECT_EQ(cp->static_mem[d].optimizer, z.o) << z.level;
     }
     auto c = count(*cp);
-    if (z.level == 0) { EXPECT_EQ(c.coll[CommKind::kAllReduce], 1u); }
-    if (z.level >= 1) { EXPECT_EQ(c.coll[CommKind::kReduceScatter], 1u); }
+    if (z.level == 0) {
+      EXPECT_EQ(c.coll[CommKind::kAllReduce], 1u);
+    }
+    if (z.level >= 1) {
+      EXPECT_EQ(c.coll[CommKind::kReduceScatter], 1u);
+    }
     // ZeRO-1/2 all-gather updated params once per bucket; ZeRO-3 gathers per op, per pass.
-    if (z.level == 1 || z.level == 2) { EXPECT_EQ(c.coll[CommKind::kAllGather], 1u); }
+    if (z.level == 1 || z.level == 2) {
+      EXPECT_EQ(c.coll[CommKind::kAllGather], 1u);
+    }
     // ZeRO-3: 2 ops x (F, B) x 1 MB; no final all-gather.
-    if (z.level == 3) { EXPECT_EQ(c.coll[CommKind::kAllGather], 2u * 2u); }
+    if (z.level == 3) {
+      EXPECT_EQ(c.coll[CommKind::kAllGather], 2u * 2u);
+    }
   }
 }
 
@@ -224,7 +250,9 @@ TEST(Compiler, TensorParallelInsertion) {
   EXPECT_EQ(c.purpose[CommPurpose::kTensorPar], 40u * 8 * 8 + 8 * 4);
   // TP groups are the 8 devices of a node; compute nodes run on 16 devices each.
   for (const auto& n : cp->dag.nodes) {
-    if (n.purpose == CommPurpose::kTensorPar) { EXPECT_EQ(cp->dag.device_sets[n.devs].group_size, 8); }
+    if (n.purpose == CommPurpose::kTensorPar) {
+      EXPECT_EQ(cp->dag.device_sets[n.devs].group_size, 8);
+    }
     if (n.kind == NodeKind::kCompute) {
       EXPECT_EQ(n.tp, 8);
       EXPECT_EQ(cp->dag.device_sets[n.devs].devices.size(), 16u);
@@ -232,13 +260,14 @@ TEST(Compiler, TensorParallelInsertion) {
   }
   // DP reduction groups pair the same TP rank across replicas: groups of 2.
   for (const auto& n : cp->dag.nodes)
-    if (n.purpose == CommPurpose::kGradReduce) { EXPECT_EQ(cp->dag.device_sets[n.devs].group_size, 2); }
+    if (n.purpose == CommPurpose::kGradReduce) {
+      EXPECT_EQ(cp->dag.device_sets[n.devs].group_size, 2);
+    }
 }
 
 TEST(Compiler, SplitBackwardWhereOrderNamesBIorBW) {
   json order = {{"op", "order"},
-                {"filters",
-                 {{fpass(0, 0, "F")}, {fpass(0, 0, "BI")}, {fpass(0, 0, "BW")}}}};
+                {"filters", {{fpass(0, 0, "F")}, {fpass(0, 0, "BI")}, {fpass(0, 0, "BW")}}}};
   json plan = {{"model", synthetic(2, 1)},
                {"cluster", cluster(1)},
                {"schedule",
@@ -267,9 +296,12 @@ TEST(Compiler, SplitBackwardWhereOrderNamesBIorBW) {
 
 TEST(Compiler, DeadlocksAreErrorsNamingTheCycle) {
   // Five distinct deadlocking orders (the golden files hold the full text).
-  const char* files[] = {"deadlock_backward_before_forward", "deadlock_cross_device_inversion",
-                         "deadlock_overlap_group", "deadlock_bw_before_bi",
-                         "deadlock_stage_order_on_one_device", "deadlock_three_devices"};
+  const char* files[] = {"deadlock_backward_before_forward",
+                         "deadlock_cross_device_inversion",
+                         "deadlock_overlap_group",
+                         "deadlock_bw_before_bi",
+                         "deadlock_stage_order_on_one_device",
+                         "deadlock_three_devices"};
   for (const char* f : files) {
     auto cp = compile_file(std::string(STRETTO_TEST_DATA) + "/schedules/bad/" + f + ".json");
     ASSERT_FALSE(cp) << f;
@@ -302,5 +334,7 @@ TEST(Compiler, LoweringOrdersSharedTransfersConsistently) {
   // And each class program respects every edge between its own nodes.
   for (size_t c = 0; c < cp->classes.size(); ++c)
     for (const auto& e : cp->dag.edges)
-      if (pos[c][e.from] >= 0 && pos[c][e.to] >= 0) { EXPECT_LT(pos[c][e.from], pos[c][e.to]); }
+      if (pos[c][e.from] >= 0 && pos[c][e.to] >= 0) {
+        EXPECT_LT(pos[c][e.from], pos[c][e.to]);
+      }
 }

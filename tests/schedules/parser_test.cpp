@@ -59,10 +59,13 @@ TEST(Parser, CollectsEveryErrorBeforeFailing) {
 
 TEST(Parser, DirectivesRoundTripThroughJson) {
   std::string t = std::string(kHead) +
-                  "    {\"op\": \"place\", \"filter\": {\"PP\": 0, \"EP\": \"*\"}, \"devices\": [0], \"stream\": \"pp\"},\n"
-                  "    {\"op\": \"replicate\", \"filter\": {\"LAYER\": \"-\"}, \"devices\": [0, 1], \"shard_grads\": true},\n"
+                  "    {\"op\": \"place\", \"filter\": {\"PP\": 0, \"EP\": \"*\"}, \"devices\": "
+                  "[0], \"stream\": \"pp\"},\n"
+                  "    {\"op\": \"replicate\", \"filter\": {\"LAYER\": \"-\"}, \"devices\": [0, "
+                  "1], \"shard_grads\": true},\n"
                   "    {\"op\": \"split\", \"filter\": {}, \"num_microbatches\": 4},\n"
-                  "    {\"op\": \"order\", \"filters\": [[{\"MB\": 0, \"PASS\": \"F\"}], [{\"MB\": 1, \"PASS\": \"F\"}, {\"MB\": 0, \"PASS\": \"BW\"}]]}\n"
+                  "    {\"op\": \"order\", \"filters\": [[{\"MB\": 0, \"PASS\": \"F\"}], [{\"MB\": "
+                  "1, \"PASS\": \"F\"}, {\"MB\": 0, \"PASS\": \"BW\"}]]}\n"
                   "  ]\n}\n";
   auto src = JsonSource::parse(t, "p.json");
   ASSERT_TRUE(src);
@@ -77,7 +80,9 @@ TEST(Parser, DirectivesRoundTripThroughJson) {
 }
 
 TEST(Parser, FixedCostModelUnits) {
-  std::string t = std::string(kHead) + "  ],\n  \"costmodel\": {\"kind\": \"fixed\", \"F\": 1, \"B\": 2, \"unit\": \"us\"}\n}\n";
+  std::string t =
+      std::string(kHead) +
+      "  ],\n  \"costmodel\": {\"kind\": \"fixed\", \"F\": 1, \"B\": 2, \"unit\": \"us\"}\n}\n";
   auto src = JsonSource::parse(t, "p.json");
   ASSERT_TRUE(src);
   auto plan = parse_plan(*src);

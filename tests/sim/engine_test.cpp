@@ -355,6 +355,25 @@ TEST(Engine, StallAfterPartialProgressKeepsFinishedTimings) {
   EXPECT_EQ(r.stall.blocked_tasks, (std::vector<uint32_t>{y}));
 }
 
+TEST(Engine, ReusedResultOfAStalledRunMarksTheTasksThatNeverRan) {
+  // Same shape twice into one RunResult: first deadlock-free, then with the order inverted.
+  ProgramBuilder b(2, {"pp"});
+  const auto a = b.comm({{0, 0}, {1, 0}}, 0, 10, 0);
+  const auto c = b.comm({{1, 0}, {0, 0}}, 0, 10, 0);
+  Engine engine;
+  RunResult r;
+  engine.run(b.p, r);
+  ASSERT_FALSE(r.stalled);
+  EXPECT_EQ(r.timing[c].end, 20);
+  b.p.devices[1].dispatch = {c, a};
+  engine.run(b.p, r);
+  EXPECT_TRUE(r.stalled);
+  EXPECT_EQ(r.timing[a].start, -1);
+  EXPECT_EQ(r.timing[a].end, -1);
+  EXPECT_EQ(r.timing[c].end, -1);
+  EXPECT_EQ(r.makespan, 0);
+}
+
 TEST(Engine, BarrierJoinsInZeroTime) {
   ProgramBuilder b(2, {"compute"});
   const auto a = b.compute(0, 0, 100);
@@ -451,6 +470,20 @@ TEST(Validate, AcceptsAWellFormedProgram) {
   b.comm({{0, 1}, {1, 1}}, 10, 1, 0, {l}, {a});
   b.barrier({a});
   EXPECT_TRUE(validate(b.p).empty());
+}
+
+TEST(Validate, RunCheckedReportsInsteadOfAsserting) {
+  ProgramBuilder b(1, {"compute"});
+  const auto k = b.compute(0, 0, 10);
+  Engine engine;
+  RunResult r;
+  EXPECT_TRUE(engine.run_checked(b.p, r).empty());
+  EXPECT_EQ(r.timing[k].end, 10);
+  b.p.deps.push_back(5);
+  b.p.tasks[0].dep_count = 1;
+  const auto errs = engine.run_checked(b.p, r);
+  ASSERT_FALSE(errs.empty());
+  EXPECT_NE(errs.front().find("task 0 depends on task 5"), std::string::npos) << errs.front();
 }
 
 TEST(Validate, ReportsMalformedPrograms) {

@@ -12,9 +12,12 @@ namespace {
 std::string json_escape(std::string_view s) {
   std::string o;
   for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\', o += c;
-    else if (static_cast<unsigned char>(c) < 0x20) o += fmt::format("\\u{:04x}", c);
-    else o += c;
+    if (c == '"' || c == '\\')
+      o += '\\', o += c;
+    else if (static_cast<unsigned char>(c) < 0x20)
+      o += fmt::format("\\u{:04x}", c);
+    else
+      o += c;
   }
   return o;
 }
@@ -53,7 +56,8 @@ std::string slice_name(const CompiledPlan& cp, uint32_t node) {
       if (n.tags.ep() != kAbsent) s += fmt::format(" EP{}", n.tags.ep());
       return s;
     }
-    case NodeKind::kBarrier: return "order barrier";
+    case NodeKind::kBarrier:
+      return "order barrier";
   }
   return "?";
 }
@@ -80,15 +84,24 @@ std::string chrome_trace(const CompiledPlan& cp, const sim::Result& r,
   for (auto [d, s] : lanes) devices.insert(d);
   const int dpn = std::max(1, cp.plan.cluster.devices_per_node);
   for (uint32_t d : devices) {
-    emit(fmt::format("{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{},\"args\":{{\"name\":\"device {} \u00b7 node {}\"}}}}",
-                     d, d, d / dpn));
-    emit(fmt::format("{{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{},\"args\":{{\"sort_index\":{}}}}}", d, d));
+    emit(
+        fmt::format("{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{},\"args\":{{\"name\":"
+                    "\"device {} \u00b7 node {}\"}}}}",
+                    d, d, d / dpn));
+    emit(
+        fmt::format("{{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{},\"args\":{{\"sort_"
+                    "index\":{}}}}}",
+                    d, d));
   }
   for (auto [d, s] : lanes) {
-    emit(fmt::format("{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"{}\"}}}}",
-                     d, s, json_escape(p.stream_names[s])));
-    emit(fmt::format("{{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":{},\"tid\":{},\"args\":{{\"sort_index\":{}}}}}",
-                     d, s, s));
+    emit(
+        fmt::format("{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},\"args\":{{"
+                    "\"name\":\"{}\"}}}}",
+                    d, s, json_escape(p.stream_names[s])));
+    emit(
+        fmt::format("{{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":{},\"tid\":{},\"args\":{"
+                    "{\"sort_index\":{}}}}}",
+                    d, s, s));
   }
   // slices
   std::vector<std::string> names(dag.nodes.size());
@@ -114,17 +127,23 @@ std::string chrome_trace(const CompiledPlan& cp, const sim::Result& r,
     const char* cat = tk.kind == sim::TaskKind::kCompute ? "compute" : "comm";
     for (uint32_t k = 0; k < tk.part_count; ++k) {
       const auto& pa = p.participants[tk.part_begin + k];
-      emit(fmt::format("{{\"ph\":\"X\",\"name\":\"{}\",\"cat\":\"{}\",\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{},\"args\":{{{}}}}}",
-                       names[n], cat, pa.device, pa.stream, us(tm.start), us(tm.end - tm.start), args));
+      emit(fmt::format(
+          "{{\"ph\":\"X\",\"name\":\"{}\",\"cat\":\"{}\",\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{}"
+          ",\"args\":{{{}}}}}",
+          names[n], cat, pa.device, pa.stream, us(tm.start), us(tm.end - tm.start), args));
     }
     if (opt.flows && nd.kind == NodeKind::kTransfer && tk.part_count == 2) {
       const auto& a = p.participants[tk.part_begin];
       const auto& b = p.participants[tk.part_begin + 1];
       ++flow_id;
-      emit(fmt::format("{{\"ph\":\"s\",\"id\":{},\"name\":\"{}\",\"cat\":\"flow\",\"pid\":{},\"tid\":{},\"ts\":{}}}",
-                       flow_id, names[n], a.device, a.stream, us(tm.start)));
-      emit(fmt::format("{{\"ph\":\"f\",\"bp\":\"e\",\"id\":{},\"name\":\"{}\",\"cat\":\"flow\",\"pid\":{},\"tid\":{},\"ts\":{}}}",
-                       flow_id, names[n], b.device, b.stream, us(tm.start)));
+      emit(
+          fmt::format("{{\"ph\":\"s\",\"id\":{},\"name\":\"{}\",\"cat\":\"flow\",\"pid\":{},"
+                      "\"tid\":{},\"ts\":{}}}",
+                      flow_id, names[n], a.device, a.stream, us(tm.start)));
+      emit(
+          fmt::format("{{\"ph\":\"f\",\"bp\":\"e\",\"id\":{},\"name\":\"{}\",\"cat\":\"flow\","
+                      "\"pid\":{},\"tid\":{},\"ts\":{}}}",
+                      flow_id, names[n], b.device, b.stream, us(tm.start)));
     }
   }
   // memory counters
@@ -132,8 +151,10 @@ std::string chrome_trace(const CompiledPlan& cp, const sim::Result& r,
     for (const auto& dm : r.devices) {
       if (!devices.count(static_cast<uint32_t>(dm.id))) continue;
       for (const auto& s : dm.memory)
-        emit(fmt::format("{{\"ph\":\"C\",\"name\":\"allocated memory\",\"pid\":{},\"ts\":{},\"args\":{{\"bytes\":{}}}}}",
-                         dm.id, us(s.t), s.bytes));
+        emit(
+            fmt::format("{{\"ph\":\"C\",\"name\":\"allocated "
+                        "memory\",\"pid\":{},\"ts\":{},\"args\":{{\"bytes\":{}}}}}",
+                        dm.id, us(s.t), s.bytes));
     }
   out += "\n]}\n";
   return out;

@@ -68,17 +68,17 @@ struct Node {
   NodeKind kind = NodeKind::kCompute;
   CommKind comm = CommKind::kNone;
   CommPurpose purpose = CommPurpose::kNone;
-  Tags tags;                 // PP, EP, LAYER, MB and PASS
-  uint16_t stream = 0;       // index into TrainingDag::streams
-  uint16_t tp = 1;           // tensor-parallel degree of a compute node
-  uint32_t op = kNone;       // model op (compute: the op run; comm: the op it serves)
-  uint32_t devs = 0;         // DeviceSet index (compute/collective: members; transfer: senders)
-  uint32_t devs2 = kNone;    // transfer: receivers
-  int64_t bytes = 0;         // comm: message bytes per rank (collective buffer size)
-  int32_t directive = -1;    // directive that created it (place/replicate/shard/...), -1 = model
-  uint16_t region_k = 0;     // fixed cost model: k-th of region_n compute nodes of this
-  uint16_t region_n = 1;     //   (PP, MB, PASS) region pass
-  Tags consumer_tags;        // transfer: tags of the receiving side
+  Tags tags;               // PP, EP, LAYER, MB and PASS
+  uint16_t stream = 0;     // index into TrainingDag::streams
+  uint16_t tp = 1;         // tensor-parallel degree of a compute node
+  uint32_t op = kNone;     // model op (compute: the op run; comm: the op it serves)
+  uint32_t devs = 0;       // DeviceSet index (compute/collective: members; transfer: senders)
+  uint32_t devs2 = kNone;  // transfer: receivers
+  int64_t bytes = 0;       // comm: message bytes per rank (collective buffer size)
+  int32_t directive = -1;  // directive that created it (place/replicate/shard/...), -1 = model
+  uint16_t region_k = 0;   // fixed cost model: k-th of region_n compute nodes of this
+  uint16_t region_n = 1;   //   (PP, MB, PASS) region pass
+  Tags consumer_tags;      // transfer: tags of the receiving side
 };
 
 enum class EdgeKind : uint8_t { kData, kTemporal };
@@ -91,18 +91,18 @@ struct Edge {
 /// Memory effect of a node instance on each device it runs on.
 enum class MemCategory : uint8_t {
   kActivations,
-  kCommBuffers,   // send/recv and all-to-all buffers
-  kGradBuckets,   // transient full-size gradient buckets (ZeRO-2/3)
-  kGatheredParams,// ZeRO-3 gathered parameters while in use
+  kCommBuffers,     // send/recv and all-to-all buffers
+  kGradBuckets,     // transient full-size gradient buckets (ZeRO-2/3)
+  kGatheredParams,  // ZeRO-3 gathered parameters while in use
   kCount
 };
 std::string_view mem_category_name(MemCategory c);
 
 struct MemEffect {
   uint32_t node;
-  bool at_end;      // false: applied when the node starts; true: when it ends
+  bool at_end;  // false: applied when the node starts; true: when it ends
   MemCategory cat;
-  int64_t bytes;    // + allocate, - free (per device instance)
+  int64_t bytes;  // + allocate, - free (per device instance)
 };
 
 /// Static (whole-step) memory per device, by ZeRO level.
@@ -113,8 +113,8 @@ struct StaticMemory {
 /// Devices that run exactly the same nodes; their programs are identical.
 struct DeviceClass {
   std::vector<int32_t> devices;
-  std::vector<uint32_t> program;                // node ids in dispatch order
-  std::vector<std::vector<uint32_t>> streams;   // per stream id (dense over dag.streams): queue
+  std::vector<uint32_t> program;               // node ids in dispatch order
+  std::vector<std::vector<uint32_t>> streams;  // per stream id (dense over dag.streams): queue
 };
 
 struct TrainingDag {
@@ -139,10 +139,10 @@ struct CompiledPlan {
   int num_devices = 0;
   int num_microbatches = 1;
   std::vector<DeviceClass> classes;
-  std::vector<uint32_t> topo_order;       // the global order every class program follows
-  std::vector<int32_t> class_of_device;   // -1: idle device
-  std::vector<StaticMemory> static_mem;   // per device
-  int zero_level = 0;                     // max over replicate directives
+  std::vector<uint32_t> topo_order;      // the global order every class program follows
+  std::vector<int32_t> class_of_device;  // -1: idle device
+  std::vector<StaticMemory> static_mem;  // per device
+  int zero_level = 0;                    // max over replicate directives
   Diagnostics warnings;
 };
 

@@ -11,11 +11,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <variant>
-#include <string>
-#include <string_view>
 #include <vector>
 
 namespace stretto {
@@ -58,8 +58,12 @@ using Diagnostics = std::vector<Diagnostic>;
 struct Failure {
   Diagnostics diags;
 };
-inline Failure fail(Diagnostic d) { return Failure{Diagnostics{std::move(d)}}; }
-inline Failure fail(Diagnostics ds) { return Failure{std::move(ds)}; }
+inline Failure fail(Diagnostic d) {
+  return Failure{Diagnostics{std::move(d)}};
+}
+inline Failure fail(Diagnostics ds) {
+  return Failure{std::move(ds)};
+}
 
 /// A value or the diagnostics explaining why there is none: the subset of C++23's
 /// std::expected<T, Diagnostics> that Stretto uses. Our own because Debian's clang 14 (needed
@@ -121,7 +125,7 @@ std::string nearest(std::string_view word, const std::vector<std::string>& candi
 
 }  // namespace stretto
 
-#define STRETTO_ASSERT(cond, why)                                       \
-  do {                                                                  \
+#define STRETTO_ASSERT(cond, why)                                        \
+  do {                                                                   \
     if (!(cond)) ::stretto::assert_fail(#cond, why, __FILE__, __LINE__); \
   } while (0)

@@ -46,16 +46,16 @@ struct GemmShape {
 struct ModelOp {
   std::string name;  // "layer3.attn.qkv"
   OpKind kind = OpKind::kSynthetic;
-  Tags tags;         // PP, LAYER, EP (no MB/PASS: those come from split and the compiler)
+  Tags tags;  // PP, LAYER, EP (no MB/PASS: those come from split and the compiler)
   TpSplit tp = TpSplit::kNone;
   GemmShape gemm;
   double fwd_flops = 0, bi_flops = 0, bw_flops = 0;
   int64_t fwd_bytes = 0, bi_bytes = 0, bw_bytes = 0;  // HBM traffic (read + write)
-  int64_t param_bytes = 0;     // weights, in the model dtype
-  int64_t param_count = 0;     // number of parameters (for optimizer state)
-  int64_t saved_bytes = 0;     // activations kept from F until its backward
-  int64_t saved_bw_bytes = 0;  // the part of saved_bytes only BW needs (freed at BW)
-  int64_t out_bytes = 0;       // output activation (sent across a stage boundary)
+  int64_t param_bytes = 0;                            // weights, in the model dtype
+  int64_t param_count = 0;                            // number of parameters (for optimizer state)
+  int64_t saved_bytes = 0;                            // activations kept from F until its backward
+  int64_t saved_bw_bytes = 0;    // the part of saved_bytes only BW needs (freed at BW)
+  int64_t out_bytes = 0;         // output activation (sent across a stage boundary)
   std::vector<uint32_t> inputs;  // producer ops (forward data edges), all with smaller ids
 };
 

@@ -44,7 +44,7 @@ struct ModelSpec {
   int64_t seq_len = 0;
   int64_t microbatch_size = 1;
   DType dtype = DType::kBF16;
-  bool gated_mlp = true;       // SwiGLU-style (3 weight matrices) vs GELU (2)
+  bool gated_mlp = true;  // SwiGLU-style (3 weight matrices) vs GELU (2)
   bool tie_embeddings = false;
   std::optional<MoeSpec> moe;
   // synthetic: `layers` identical regions
@@ -63,8 +63,8 @@ struct LinkSpec {
 };
 
 struct DeviceSpec {
-  std::string kind;       // "h100-sxm", ...
-  double peak_tflops = 0; // dense BF16/FP16 tensor-core peak
+  std::string kind;        // "h100-sxm", ...
+  double peak_tflops = 0;  // dense BF16/FP16 tensor-core peak
   double hbm_GBps = 0;
   double memory_GiB = 0;
   int sms = 0;
@@ -77,7 +77,7 @@ struct ClusterSpec {
   DeviceSpec device;
   LinkSpec intra_node;
   LinkSpec inter_node;
-  int islands = 1;       // nodes are split evenly into islands joined by `dcn`
+  int islands = 1;  // nodes are split evenly into islands joined by `dcn`
   LinkSpec dcn;
   int num_devices() const { return nodes * devices_per_node; }
   std::string pointer = "/cluster";
@@ -136,7 +136,8 @@ struct Plan {
 /// Parses a whole plan. `src` keeps positions for later (compile-time) diagnostics.
 Expected<Plan> parse_plan(const JsonSource& src);
 /// Parses one directive list (a JSON array), e.g. a `--base` file or builder output.
-Expected<std::vector<Directive>> parse_directives(const JsonSource& src, const std::string& pointer);
+Expected<std::vector<Directive>> parse_directives(const JsonSource& src,
+                                                  const std::string& pointer);
 /// Parses one filter object at `pointer`.
 Expected<Filter> parse_filter(const JsonSource& src, const std::string& pointer);
 

@@ -47,10 +47,14 @@ struct TagCond {
   bool operator==(const TagCond&) const = default;
   bool matches(int32_t x) const {
     switch (kind) {
-      case kAny: return true;
-      case kPresent: return x != kAbsent;
-      case kAbsentOnly: return x == kAbsent;
-      case kEquals: return x == value;
+      case kAny:
+        return true;
+      case kPresent:
+        return x != kAbsent;
+      case kAbsentOnly:
+        return x == kAbsent;
+      case kEquals:
+        return x == value;
     }
     return false;
   }

@@ -93,6 +93,10 @@ class Engine {
   /// Same, writing into `out` so its vectors keep their capacity across runs.
   void run(const Program& program, RunResult& out);
 
+  /// Validates and, when valid, simulates in one pass (cheaper than validate() + run()): returns
+  /// validate()'s errors; `out` is filled only when the list is empty.
+  std::vector<std::string> run_checked(const Program& program, RunResult& out);
+
   /// Completion events of the last run that were popped after being superseded by an earlier
   /// completion (lazily invalidated by the job's version).
   uint64_t stale_events() const;

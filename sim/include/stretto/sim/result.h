@@ -40,7 +40,7 @@ struct DeviceMetrics {
 /// One link of the critical path: an op, when it ran, and what it waited for.
 struct CriticalStep {
   uint32_t task = 0;
-  std::string what;     // user-facing name of the op
+  std::string what;  // user-facing name of the op
   int device = -1;
   SimTime start = 0, end = 0;
   std::string waited_for;  // "data from ...", "stream order", "rendezvous with device 3", ...
@@ -59,8 +59,8 @@ struct Result {
   bool folded = false;
   // Engine-level detail, for traces, the GUI and the critical path.
   Program program;
-  std::vector<uint32_t> task_node;    // DAG node of each task
-  std::vector<int32_t> task_device;   // primary device (compute: its device; comm: first member)
+  std::vector<uint32_t> task_node;   // DAG node of each task
+  std::vector<int32_t> task_device;  // primary device (compute: its device; comm: first member)
   std::vector<TaskTiming> timing;
 };
 
