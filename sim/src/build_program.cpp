@@ -333,6 +333,11 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       if (tid != UINT32_MAX) dp.dispatch.push_back(tid);
     }
   }
+  // Growth slack of the big arrays can be ~2x; release it before the engine allocates its
+  // own state (the copy happens while memory use is still below the later peak).
+  p.deps.shrink_to_fit();
+  p.participants.shrink_to_fit();
+  p.task_links.shrink_to_fit();
   return p;
 }
 
