@@ -13,10 +13,7 @@
 #include <set>
 
 #include "internal.h"
-#if __has_include("stretto/schedules/builders.h")
 #include "stretto/schedules/builders.h"
-#define STRETTO_HAVE_BUILDERS 1
-#endif
 
 namespace stretto {
 
@@ -891,18 +888,7 @@ Expected<CompiledPlan> compile(const Plan& plan_in, const JsonSource* src,
   CompiledPlan cp;
   cp.plan = plan_in;
   if (plan_in.builder) {
-#ifdef STRETTO_HAVE_BUILDERS
     auto ds = expand_builder(*plan_in.builder);
-#else
-    Expected<std::vector<Directive>> ds =
-        fail(Diagnostic{Severity::kError,
-                        "schedule builders are not available in this build",
-                        SourceLoc{},
-                        -1,
-                        "",
-                        {},
-                        {}});
-#endif
     if (!ds) {
       Diagnostics diags = ds.error();
       for (auto& d : diags)
