@@ -7,14 +7,11 @@ namespace stretto::bench {
 
 using nlohmann::json;
 
-/// A MoE transformer with `pp * layers_per_stage` layers on pp x dp devices: stage s on the
-/// contiguous devices [s*dp, (s+1)*dp), replicated over them (ZeRO-1 when zero1), experts
-/// sharded over the same dp devices (EP = DP), `mbs` microbatches, explicit 1F1B orders.
-inline json moe_plan(int pp, int dp, int layers_per_stage, int mbs, bool zero1,
-                     bool orders = true) {
-  json model = {
+/// The MoE transformer all benchmarks use: `layers` layers cut into `regions` PP regions.
+inline json moe_model(int layers, int regions) {
+  return {
       {"family", "transformer"},
-      {"layers", pp * layers_per_stage},
+      {"layers", layers},
       {"hidden", 4096},
       {"heads", 32},
       {"kv_heads", 8},
@@ -22,8 +19,16 @@ inline json moe_plan(int pp, int dp, int layers_per_stage, int mbs, bool zero1,
       {"vocab", 128000},
       {"seq_len", 4096},
       {"microbatch_size", 1},
-      {"pp_regions", pp},
+      {"pp_regions", regions},
       {"moe", {{"experts", 64}, {"top_k", 6}, {"expert_ffn_hidden", 2048}, {"shared_experts", 1}}}};
+}
+
+/// A MoE transformer with `pp * layers_per_stage` layers on pp x dp devices: stage s on the
+/// contiguous devices [s*dp, (s+1)*dp), replicated over them (ZeRO-1 when zero1), experts
+/// sharded over the same dp devices (EP = DP), `mbs` microbatches, explicit 1F1B orders.
+inline json moe_plan(int pp, int dp, int layers_per_stage, int mbs, bool zero1,
+                     bool orders = true) {
+  json model = moe_model(pp * layers_per_stage, pp);
   json sched = json::array();
   for (int s = 0; s < pp; ++s) {
     json devs = json::array();
@@ -60,27 +65,12 @@ inline json moe_plan(int pp, int dp, int layers_per_stage, int mbs, bool zero1,
           {"schedule", sched}};
 }
 
-}  // namespace stretto::bench
-
-namespace stretto::bench {
-
 /// The simulator's reference configuration (DESIGN.md §7): pp ranks x dp replicas, DualPipeV
 /// with 2 stages per rank in a V (stage s on rank s < pp ? s : 2pp-1-s), 2 MoE layers per
 /// stage, experts sharded over each stage's dp devices, ZeRO-1, `mbs` microbatches.
 inline json reference_plan(int pp, int dp, int mbs) {
   const int stages = 2 * pp;
-  json model = {
-      {"family", "transformer"},
-      {"layers", stages * 2},
-      {"hidden", 4096},
-      {"heads", 32},
-      {"kv_heads", 8},
-      {"ffn_hidden", 14336},
-      {"vocab", 128000},
-      {"seq_len", 4096},
-      {"microbatch_size", 1},
-      {"pp_regions", stages},
-      {"moe", {{"experts", 64}, {"top_k", 6}, {"expert_ffn_hidden", 2048}, {"shared_experts", 1}}}};
+  json model = moe_model(stages * 2, stages);
   json base = json::array();
   for (int s = 0; s < stages; ++s) {
     int r = s < pp ? s : stages - 1 - s;

@@ -545,6 +545,35 @@ void Compiler::build_nodes() {
     return (split || sp) ? b / u.tp : b;
   };
 
+  // Comm buffers live while the node runs.
+  auto buffer = [&](uint32_t n, int64_t bytes) {
+    mem(n, false, MemCategory::kCommBuffers, bytes);
+    mem(n, true, MemCategory::kCommBuffers, -bytes);
+  };
+  // EP all-to-all (dispatch or combine) of a unit: every token's top-k slots, hidden-wide.
+  auto all_to_all = [&](CommPurpose purpose, uint32_t o, int mb, Pass pass, const UnitInfo& u) {
+    const int64_t bytes = cp_.model.tokens_per_microbatch *
+                          (cp_.plan.model.moe ? cp_.plan.model.moe->top_k : 1) *
+                          cp_.plan.model.hidden * dtype_bytes(cp_.model.dtype) / u.tp;
+    uint32_t n = collective(CommKind::kAllToAll, purpose, o, mb, pass, dp_groups(u), ep_stream(u),
+                            bytes, u.shard);
+    buffer(n, bytes);
+    return n;
+  };
+  // ZeRO-3: gather a unit's parameters before a pass (kNone if not sharded).
+  auto zero3_gather = [&](uint32_t o, int mb, Pass pass, const UnitInfo& u) {
+    const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+    const ModelOp& op = ops[o];
+    if (!rd || !rd->shard_params || op.param_bytes == 0 || u.shard >= 0 || u.replicas.size() < 2)
+      return kNone;
+    const int64_t pb = op.param_bytes / u.tp;
+    uint32_t n =
+        collective(CommKind::kAllGather, CommPurpose::kParamGather, o, mb, pass, dp_groups(u),
+                   stream(rd->gather_stream.empty() ? "dp" : rd->gather_stream), pb, u.repl);
+    mem(n, false, MemCategory::kGatheredParams, pb);
+    return n;
+  };
+
   for (int mb = 0; mb < M_; ++mb) {
     // ---- forward ----
     for (uint32_t o = 0; o < nops(); ++o) {
@@ -580,21 +609,12 @@ void Compiler::build_nodes() {
         uint32_t t =
             cross(r.first, o, mb, Pass::kF, CommPurpose::kActivation, ops[r.first].out_bytes);
         for (uint32_t f : r.second) edge(f, t);
-        mem(t, false, MemCategory::kCommBuffers, dag.nodes[t].bytes);
-        mem(t, true, MemCategory::kCommBuffers, -dag.nodes[t].bytes);
+        buffer(t, dag.nodes[t].bytes);
         deps.push_back(t);
       }
       // ZeRO-3: gather this op's parameters before its forward.
-      const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
-      uint32_t gather = kNone;
-      if (rd && rd->shard_params && op.param_bytes > 0 && u.shard < 0 && u.replicas.size() > 1) {
-        int64_t pb = op.param_bytes / u.tp;
-        gather = collective(
-            CommKind::kAllGather, CommPurpose::kParamGather, o, mb, Pass::kF, dp_groups(u),
-            stream(rd->gather_stream.empty() ? "dp" : rd->gather_stream), pb, u.repl);
-        mem(gather, false, MemCategory::kGatheredParams, pb);
-        deps.push_back(gather);
-      }
+      const uint32_t gather = zero3_gather(o, mb, Pass::kF, u);
+      if (gather != kNone) deps.push_back(gather);
       // TP with sequence parallelism: all-gather the sequence before column-parallel GEMMs.
       if (sp && (op.tp == TpSplit::kColumn) && op.kind != OpKind::kMlpAct &&
           op.kind != OpKind::kLoss && u.tp > 1) {
@@ -605,14 +625,8 @@ void Compiler::build_nodes() {
       }
       // EP: all-to-all dispatch before the experts.
       if (u.shard >= 0) {
-        int64_t bytes = cp_.model.tokens_per_microbatch *
-                        (cp_.plan.model.moe ? cp_.plan.model.moe->top_k : 1) *
-                        cp_.plan.model.hidden * dtype_bytes(cp_.model.dtype) / u.tp;
-        uint32_t a2a = collective(CommKind::kAllToAll, CommPurpose::kDispatch, o, mb, Pass::kF,
-                                  dp_groups(u), ep_stream(u), bytes, u.shard);
+        uint32_t a2a = all_to_all(CommPurpose::kDispatch, o, mb, Pass::kF, u);
         for (uint32_t d : deps) edge(d, a2a);
-        mem(a2a, false, MemCategory::kCommBuffers, bytes);
-        mem(a2a, true, MemCategory::kCommBuffers, -bytes);
         deps = {a2a};
       }
       u.f = compute(o, mb, Pass::kF);
@@ -621,14 +635,8 @@ void Compiler::build_nodes() {
       if (gather != kNone) mem(u.f, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
       uint32_t out = u.f;
       if (u.shard >= 0) {
-        int64_t bytes = cp_.model.tokens_per_microbatch *
-                        (cp_.plan.model.moe ? cp_.plan.model.moe->top_k : 1) *
-                        cp_.plan.model.hidden * dtype_bytes(cp_.model.dtype) / u.tp;
-        uint32_t a2a = collective(CommKind::kAllToAll, CommPurpose::kCombine, o, mb, Pass::kF,
-                                  dp_groups(u), ep_stream(u), bytes, u.shard);
+        uint32_t a2a = all_to_all(CommPurpose::kCombine, o, mb, Pass::kF, u);
         edge(out, a2a);
-        mem(a2a, false, MemCategory::kCommBuffers, bytes);
-        mem(a2a, true, MemCategory::kCommBuffers, -bytes);
         out = a2a;
       }
       // TP: row-parallel outputs are partial sums.
@@ -667,8 +675,7 @@ void Compiler::build_nodes() {
                            CommPurpose::kGradient, op.out_bytes);
         if (t == kNone) continue;
         for (uint32_t g : r.second) edge(g, t);
-        mem(t, false, MemCategory::kCommBuffers, dag.nodes[t].bytes);
-        mem(t, true, MemCategory::kCommBuffers, -dag.nodes[t].bytes);
+        buffer(t, dag.nodes[t].bytes);
         deps.push_back(t);
       }
       const Pass bp = u.split_bwd ? Pass::kBI : Pass::kB;
@@ -679,25 +686,11 @@ void Compiler::build_nodes() {
         for (uint32_t d : deps) edge(d, ag);
         deps = {ag};
       }
-      const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
-      uint32_t gather = kNone;
-      if (rd && rd->shard_params && op.param_bytes > 0 && u.shard < 0 && u.replicas.size() > 1) {
-        int64_t pb = op.param_bytes / u.tp;
-        gather =
-            collective(CommKind::kAllGather, CommPurpose::kParamGather, o, mb, bp, dp_groups(u),
-                       stream(rd->gather_stream.empty() ? "dp" : rd->gather_stream), pb, u.repl);
-        mem(gather, false, MemCategory::kGatheredParams, pb);
-        deps.push_back(gather);
-      }
+      const uint32_t gather = zero3_gather(o, mb, bp, u);
+      if (gather != kNone) deps.push_back(gather);
       if (u.shard >= 0) {  // gradient of the combine: all-to-all back to the experts
-        int64_t bytes = cp_.model.tokens_per_microbatch *
-                        (cp_.plan.model.moe ? cp_.plan.model.moe->top_k : 1) *
-                        cp_.plan.model.hidden * dtype_bytes(cp_.model.dtype) / u.tp;
-        uint32_t a2a = collective(CommKind::kAllToAll, CommPurpose::kCombine, o, mb, bp,
-                                  dp_groups(u), ep_stream(u), bytes, u.shard);
+        uint32_t a2a = all_to_all(CommPurpose::kCombine, o, mb, bp, u);
         for (uint32_t d : deps) edge(d, a2a);
-        mem(a2a, false, MemCategory::kCommBuffers, bytes);
-        mem(a2a, true, MemCategory::kCommBuffers, -bytes);
         deps = {a2a};
       }
       const int64_t saved = act_bytes(o, u, op.saved_bytes);
@@ -719,14 +712,8 @@ void Compiler::build_nodes() {
       }
       uint32_t out = first;
       if (u.shard >= 0) {  // input gradient back through the dispatch
-        int64_t bytes = cp_.model.tokens_per_microbatch *
-                        (cp_.plan.model.moe ? cp_.plan.model.moe->top_k : 1) *
-                        cp_.plan.model.hidden * dtype_bytes(cp_.model.dtype) / u.tp;
-        uint32_t a2a = collective(CommKind::kAllToAll, CommPurpose::kDispatch, o, mb, bp,
-                                  dp_groups(u), ep_stream(u), bytes, u.shard);
+        uint32_t a2a = all_to_all(CommPurpose::kDispatch, o, mb, bp, u);
         edge(out, a2a);
-        mem(a2a, false, MemCategory::kCommBuffers, bytes);
-        mem(a2a, true, MemCategory::kCommBuffers, -bytes);
         out = a2a;
       }
       // TP: the input gradient of a column-parallel op is a partial sum.

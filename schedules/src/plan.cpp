@@ -513,8 +513,6 @@ bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d)
     return false;
   }
   d.op = static_cast<DirectiveOp>(it - kOps.begin());
-  size_t before = 0;
-  (void)before;
   bool ok = true;
   auto need_filter = [&] {
     if (!r.has(ptr, "filter")) {
