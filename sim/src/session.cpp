@@ -21,52 +21,42 @@ std::string_view memory_category_name(size_t i) {
 
 namespace {
 
-// Length of the union of [start, end) intervals (sorted in place).
-SimTime union_length(std::vector<std::pair<SimTime, SimTime>>& iv) {
-  std::sort(iv.begin(), iv.end());
-  SimTime total = 0, cs = -1, ce = -1;
-  for (auto [s, e] : iv) {
-    if (s >= ce) {
-      total += ce - cs;
-      cs = s, ce = e;
-    } else {
-      ce = std::max(ce, e);
-    }
+using Intervals = std::vector<std::pair<SimTime, SimTime>>;
+
+// Sorts [start, end) intervals and merges overlapping ones, in place.
+void merge_intervals(Intervals& v) {
+  std::sort(v.begin(), v.end());
+  size_t out = 0;
+  for (const auto& x : v) {
+    if (out > 0 && x.first <= v[out - 1].second)
+      v[out - 1].second = std::max(v[out - 1].second, x.second);
+    else
+      v[out++] = x;
   }
-  total += ce - cs;
+  v.resize(out);
+}
+
+// Length of a merged interval list.
+SimTime total_length(const Intervals& v) {
+  SimTime total = 0;
+  for (auto [s, e] : v) total += e - s;
   return total;
 }
 
-// Length of A \ B where both are interval lists (B sorted and merged inside).
-SimTime minus_length(std::vector<std::pair<SimTime, SimTime>> a,
-                     std::vector<std::pair<SimTime, SimTime>> b) {
-  auto merge = [](std::vector<std::pair<SimTime, SimTime>>& v) {
-    std::sort(v.begin(), v.end());
-    std::vector<std::pair<SimTime, SimTime>> m;
-    for (auto x : v) {
-      if (!m.empty() && x.first <= m.back().second)
-        m.back().second = std::max(m.back().second, x.second);
-      else
-        m.push_back(x);
-    }
-    v.swap(m);
-  };
-  merge(a);
-  merge(b);
+// Length of A \ B, both merged.
+SimTime minus_length(const Intervals& a, const Intervals& b) {
   SimTime total = 0;
   size_t j = 0;
   for (auto [s, e] : a) {
     SimTime cur = s;
     while (j < b.size() && b[j].second <= cur) ++j;
-    size_t k = j;
-    while (cur < e) {
+    for (size_t k = j; cur < e; ++k) {
       if (k >= b.size() || b[k].first >= e) {
         total += e - cur;
         break;
       }
       if (b[k].first > cur) total += b[k].first - cur;
       cur = std::max(cur, b[k].second);
-      ++k;
     }
   }
   return total;
@@ -136,7 +126,7 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
   const double capacity = cp.plan.cluster.device.memory_GiB * 1024.0 * 1024.0 * 1024.0;
   r.devices.resize(D);
   double busy_sum = 0;
-  std::vector<std::pair<SimTime, SimTime>> comp, comm;
+  Intervals comp, comm;
   std::vector<std::tuple<SimTime, int, int64_t>> mev;  // (t, category, delta)
   for (int d = 0; d < D; ++d) {
     DeviceMetrics& m = r.devices[d];
@@ -156,9 +146,11 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
         mev.push_back({e.at_end ? tm.end : tm.start, 3 + static_cast<int>(e.cat), e.bytes});
       }
     }
-    m.busy = union_length(comp);
-    m.comm = union_length(comm);
-    m.exposed_comm = minus_length(std::move(comm), std::move(comp));
+    merge_intervals(comp);
+    merge_intervals(comm);
+    m.busy = total_length(comp);
+    m.comm = total_length(comm);
+    m.exposed_comm = minus_length(comm, comp);
     std::array<int64_t, kMemCategories> cur{};
     if (static_cast<size_t>(d) < cp.static_mem.size()) {
       cur[0] = cp.static_mem[d].params;
