@@ -36,13 +36,16 @@ void BM_Reference(benchmark::State& state) {
   const int pp = static_cast<int>(state.range(0)), dp = static_cast<int>(state.range(1));
   const int mbs = static_cast<int>(state.range(2));
   const bool fold = state.range(3) != 0;
+  const bool curves = state.range(4) != 0;
   auto s = open(stretto::bench::reference_plan(pp, dp, mbs), state);
   if (!s) return;
   stretto::sim::SimOptions opt;
   opt.fold_replicas = fold;
+  opt.memory_curves = curves;
   uint64_t events = 0;
   size_t tasks = 0;
   double step_ms = 0, wall = 0;
+  stretto::sim::Result::Phases phases;
   for (auto _ : state) {
     auto r = s->simulate(opt);
     if (!r) {
@@ -51,20 +54,29 @@ void BM_Reference(benchmark::State& state) {
     }
     events = r->events;
     tasks = r->program.tasks.size();
+    state.counters["participants"] = static_cast<double>(r->program.participants.size());
+    state.counters["deps"] = static_cast<double>(r->program.deps.size());
+    state.counters["task_links"] = static_cast<double>(r->program.task_links.size());
     step_ms = static_cast<double>(r->step_time) / 1e6;
     wall = r->sim_wall_ms;
+    phases = r->phases;
   }
+  state.counters["build_ms"] = phases.build_ms;
+  state.counters["prepare_ms"] = phases.prepare_ms;
+  state.counters["run_ms"] = phases.run_ms;
+  state.counters["metrics_ms"] = phases.metrics_ms;
   state.counters["events"] = static_cast<double>(events);
   state.counters["tasks"] = static_cast<double>(tasks);
   state.counters["events_per_s"] = events / (wall / 1e3);
   state.counters["step_ms"] = step_ms;
   state.counters["peak_rss_MiB"] = peak_rss_mib();
 }
-// pp, dp, microbatches, fold
+// pp, dp, microbatches, fold, memory curves (`stretto simulate` keeps them only with --trace)
 BENCHMARK(BM_Reference)
-    ->Args({4, 8, 16, 0})
-    ->Args({16, 64, 256, 1})
-    ->Args({16, 64, 256, 0})
+    ->Args({4, 8, 16, 0, 1})
+    ->Args({16, 64, 256, 1, 0})
+    ->Args({16, 64, 256, 0, 0})
+    ->Args({16, 64, 256, 0, 1})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
 

@@ -183,6 +183,7 @@ void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out) {
          if (tty_err) std::fprintf(stderr, "simulating %s ...\r", o->plan.c_str());
          sim::SimOptions so;
          so.fold_replicas = o->fold;
+         so.memory_curves = !o->trace.empty();  // only a trace shows them
          auto r = s->simulate(so);
          if (tty_err) std::fprintf(stderr, "%*s\r", 60, "");
          if (!r) return report(r.error());

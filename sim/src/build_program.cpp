@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <map>
+#include <span>
 
 #include "stretto/sim/session.h"
 
@@ -38,7 +39,6 @@ uint32_t link_id(int device, int kind) {
 }  // namespace
 
 Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
-                      std::vector<uint32_t>* task_node, std::vector<int32_t>* task_device,
                       const std::vector<char>* only) {
   const TrainingDag& dag = cp.dag;
   const ModelGraph& model = cp.model;
@@ -65,6 +65,15 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
     return it->second;
   };
   for (const auto& s : dag.streams) stream_id(s);
+  // Per-peer send/recv streams "<stream>:<peer>", named once per (stream, peer).
+  std::vector<uint16_t> peer_stream;
+  auto peer_stream_id = [&](uint16_t s, int peer) {
+    const size_t k = static_cast<size_t>(s) * D + peer;
+    if (peer_stream.empty()) peer_stream.assign(dag.streams.size() * D, UINT16_MAX);
+    if (peer_stream[k] == UINT16_MAX)
+      peer_stream[k] = stream_id(fmt::format("{}:{}", dag.streams[s], peer));
+    return peer_stream[k];
+  };
 
   // ---- instance numbering ----
   const size_t N = dag.nodes.size();
@@ -95,23 +104,23 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
     if (nd.kind == NodeKind::kCollective) i /= dag.device_sets[nd.devs].group_size;
     return static_cast<uint32_t>(i);
   };
-  // devices an instance involves
-  auto involved = [&](uint32_t n, uint32_t inst, std::vector<int>& out) {
-    out.clear();
-    const Node& nd = dag.nodes[n];
+  // devices an instance involves (a span into the node's device sets, or the transfer pair)
+  int pair[2];
+  auto involved = [&](const Node& nd, uint32_t inst) -> std::span<const int> {
     const auto& ds = dag.device_sets[nd.devs];
-    if (nd.kind == NodeKind::kCollective) {
-      for (int32_t k = 0; k < ds.group_size; ++k)
-        out.push_back(ds.devices[inst * ds.group_size + k]);
-    } else {
-      out.push_back(ds.devices[inst]);
-      if (nd.kind == NodeKind::kTransfer) out.push_back(dag.device_sets[nd.devs2].devices[inst]);
+    if (nd.kind == NodeKind::kCollective)
+      return {ds.devices.data() + static_cast<size_t>(inst) * ds.group_size,
+              static_cast<size_t>(ds.group_size)};
+    if (nd.kind == NodeKind::kTransfer) {
+      pair[0] = ds.devices[inst];
+      pair[1] = dag.device_sets[nd.devs2].devices[inst];
+      return {pair, 2};
     }
+    return {ds.devices.data() + inst, 1};
   };
   // Task numbering. Without folding every instance is a task: task = base[n] + instance.
   // With folding only instances involving a kept device are tasks: each node keeps a short
   // list of (instance, task) pairs (at most one per kept device).
-  std::vector<int> devs;
   std::vector<int> kept_devices;
   if (only)
     for (int d = 0; d < D; ++d)
@@ -122,48 +131,102 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
     count[n] = instances(dag.nodes[n]);
     flat += count[n];
   }
-  std::vector<uint32_t> kept_begin, kept_inst, kept_task;  // folded mode, by node
-  std::vector<uint32_t> scratch_inst;
+  // Folded mode: the kept instances of node n are tasks kept_first[n] .. + kept_count[n] - 1,
+  // numbered in topo order (so deps point backwards); kept_inst[task] is the instance.
+  std::vector<uint32_t> kept_first, kept_count, kept_inst;
+  size_t num_tasks = flat;
   if (only) {
-    kept_begin.assign(N + 1, 0);
-    uint32_t next = 0;
-    // Nodes are visited in topo order, so task ids increase along it (deps point backwards).
-    std::vector<std::vector<uint32_t>> inst_of(N);
+    kept_first.assign(N, 0);
+    kept_count.assign(N, 0);
     for (uint32_t n : cp.topo_order) {
-      scratch_inst.clear();
+      const size_t first = kept_inst.size();
+      kept_first[n] = static_cast<uint32_t>(first);
       for (int d : kept_devices) {
-        uint32_t i = instance_on(n, d);
-        if (i != UINT32_MAX) scratch_inst.push_back(i);
+        const uint32_t i = instance_on(n, d);
+        if (i != UINT32_MAX) kept_inst.push_back(i);
       }
-      std::sort(scratch_inst.begin(), scratch_inst.end());
-      scratch_inst.erase(std::unique(scratch_inst.begin(), scratch_inst.end()), scratch_inst.end());
-      inst_of[n] = scratch_inst;
+      std::sort(kept_inst.begin() + static_cast<ptrdiff_t>(first), kept_inst.end());
+      kept_inst.erase(
+          std::unique(kept_inst.begin() + static_cast<ptrdiff_t>(first), kept_inst.end()),
+          kept_inst.end());
+      kept_count[n] = static_cast<uint32_t>(kept_inst.size() - first);
     }
-    for (uint32_t n = 0; n < N; ++n)
-      kept_begin[n + 1] = kept_begin[n] + static_cast<uint32_t>(inst_of[n].size());
-    kept_inst.resize(kept_begin[N]);
-    kept_task.resize(kept_begin[N]);
-    for (uint32_t n : cp.topo_order)
-      for (size_t j = 0; j < inst_of[n].size(); ++j) {
-        kept_inst[kept_begin[n] + j] = inst_of[n][j];
-        kept_task[kept_begin[n] + j] = next++;
-      }
-    p.tasks.resize(next);
-  } else {
-    p.tasks.resize(flat);
+    num_tasks = kept_inst.size();
   }
   auto task_of = [&](uint32_t n, uint32_t i) -> uint32_t {
     if (!only) return base[n] + i;
-    for (uint32_t k = kept_begin[n]; k < kept_begin[n + 1]; ++k)
-      if (kept_inst[k] == i) return kept_task[k];
+    for (uint32_t k = kept_first[n]; k < kept_first[n] + kept_count[n]; ++k)
+      if (kept_inst[k] == i) return k;
     return UINT32_MAX;
   };
-  if (task_node) task_node->assign(p.tasks.size(), 0);
-  if (task_device) task_device->assign(p.tasks.size(), 0);
+  // Sizes up front, so that the big arrays are written once and never regrow (a regrowth
+  // copies gigabytes at the reference scale). Participants and links are exact; dependencies
+  // get an upper bound, whose untouched tail costs address space only.
+  {
+    size_t parts = 0, links = 0, deps = 0;
+    for (uint32_t n = 0; n < N; ++n) {
+      const Node& nd = dag.nodes[n];
+      const size_t ninst = only ? kept_count[n] : count[n];
+      const size_t per = nd.kind == NodeKind::kCompute    ? 1
+                         : nd.kind == NodeKind::kTransfer ? 2
+                         : nd.kind == NodeKind::kCollective
+                             ? static_cast<size_t>(dag.device_sets[nd.devs].group_size)
+                             : 0;
+      parts += ninst * per;
+      links += ninst * per * 2;
+      deps += ninst * std::max<size_t>(per, 1) * (dag.pred_begin[n + 1] - dag.pred_begin[n]);
+    }
+    p.tasks.reserve(num_tasks);
+    p.participants.reserve(parts);
+    p.task_links.reserve(links);
+    p.deps.reserve(deps);
+  }
+
+  // ---- memory: the DAG's memory effects are the program's counters (one per dynamic
+  // category), applied on every device an instance runs on ----
+  p.num_counters = static_cast<uint32_t>(MemCategory::kCount);
+  p.effect_begin.assign(N + 1, 0);
+  for (const MemEffect& m : dag.mem) ++p.effect_begin[m.node + 1];
+  for (size_t i = 0; i < N; ++i) p.effect_begin[i + 1] += p.effect_begin[i];
+  p.effects.resize(dag.mem.size());
+  {
+    std::vector<uint32_t> fill(p.effect_begin.begin(), p.effect_begin.end() - 1);
+    for (const MemEffect& m : dag.mem)
+      p.effects[fill[m.node]++] = {static_cast<uint8_t>(m.cat), m.at_end, m.bytes};
+  }
+
+  const cost::Interference itf = cm.interference();
+  // ---- per-device dispatch lists ----
+  // A device's list is its class program (a subsequence of the global topological order),
+  // restricted to the instances that involve it. Tasks are created in that same order, so each
+  // task is appended to the lists of the devices it involves as it is created.
+  p.devices.resize(D);
+  for (int d = 0; d < D; ++d) {
+    DeviceProgram& dp = p.devices[d];
+    dp.dispatch_ns = cm.dispatch_ns();
+    dp.comm_sm_share = itf.comm_sm_share;
+    dp.comm_hbm_share = itf.comm_hbm_share;
+    const int c = cp.class_of_device[d];
+    if (c >= 0 && wanted(d)) dp.dispatch.reserve(cp.classes[c].program.size());
+  }
+  auto dispatch = [&](int d, uint32_t tid) {
+    if (wanted(d) && cp.class_of_device[d] >= 0) p.devices[d].dispatch.push_back(tid);
+  };
 
   // ---- costs, participants, links, deps ----
-  const cost::Interference itf = cm.interference();
-  std::vector<uint32_t> dep_scratch;
+  std::vector<uint32_t> lane_best(dag.streams.size(), UINT32_MAX);  // by stream: highest dep
+  std::vector<uint16_t> lanes_touched;
+  struct PredInfo {
+    uint32_t node = 0;
+    bool lane = false;
+    uint16_t stream = 0;
+    int32_t group = 1;
+    const int32_t* pos1 = nullptr;  // position of each device in the predecessor's device set
+    const int32_t* pos2 = nullptr;  // transfer: in its receiver set
+    uint32_t base = 0;              // task id of its instance 0 (without folding)
+  };
+  std::vector<PredInfo> preds;
+  std::vector<uint32_t> dep_ids;
   for (uint32_t n : cp.topo_order) {
     const Node& nd = dag.nodes[n];
     // Costs are the same for every instance of a node: query once.
@@ -246,40 +309,76 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       latency = cc.latency_ns;
       cap = cc.rate_cap;
     }
-    const uint32_t ninst = only ? kept_begin[n + 1] - kept_begin[n] : count[n];
+    const TaskKind kind = nd.kind == NodeKind::kCompute   ? TaskKind::kCompute
+                          : nd.kind == NodeKind::kBarrier ? TaskKind::kBarrier
+                                                          : TaskKind::kComm;
+    // Dependencies implied by a FIFO are left out. Every device program is a subsequence of the
+    // one global topological order and task ids follow it, so on one (device, stream) lane a
+    // lower task id runs first. Hence (a) a dependency on the task's own lane is implied, and
+    // (b) of several dependencies on one lane only the last (highest id) is needed. On the
+    // reference plan this removes most of the order barriers' fan-in. Lanes are known for
+    // compute and collective nodes (their node's stream on every device involved); transfers
+    // (per-peer streams) and barriers (no lane) keep all their dependencies.
+    auto has_lane = [](const Node& x) {
+      return x.kind == NodeKind::kCompute || x.kind == NodeKind::kCollective;
+    };
+    const bool own_lane = has_lane(nd);
+    // The node's predecessors, resolved once for all its instances; (a) applied here.
+    preds.clear();
+    for (uint32_t k = dag.pred_begin[n]; k < dag.pred_begin[n + 1]; ++k) {
+      const uint32_t pn = dag.edges[dag.pred[k]].from;
+      const Node& pred = dag.nodes[pn];
+      const bool lane = has_lane(pred);
+      if (lane && own_lane && pred.stream == nd.stream) continue;  // (a)
+      PredInfo pi;
+      pi.node = pn;
+      pi.base = base[pn];
+      pi.lane = lane;
+      pi.stream = pred.stream;
+      pi.group = pred.kind == NodeKind::kCollective ? dag.device_sets[pred.devs].group_size : 1;
+      position(pred.devs, 0);  // builds the position table
+      pi.pos1 = pos[pred.devs].data();
+      if (pred.kind == NodeKind::kTransfer && pred.devs2 != kNone) {
+        position(pred.devs2, 0);
+        pi.pos2 = pos[pred.devs2].data();
+      }
+      preds.push_back(pi);
+    }
+    const uint32_t ninst = only ? kept_count[n] : count[n];
     for (uint32_t j = 0; j < ninst; ++j) {
-      const uint32_t i = only ? kept_inst[kept_begin[n] + j] : j;
-      const uint32_t tid = only ? kept_task[kept_begin[n] + j] : base[n] + j;
-      Task& t = p.tasks[tid];
+      const uint32_t tid = (only ? kept_first[n] : base[n]) + j;
+      const uint32_t i = only ? kept_inst[tid] : j;
+      STRETTO_ASSERT(tid == p.tasks.size(), "tasks are numbered in order");
+      Task& t = p.tasks.emplace_back();
       t.node = n;
       t.work = work;
       t.latency_ns = latency;
       t.rate_cap = cap;
       t.mem_bound = mem_bound;
-      involved(n, i, devs);
-      if (task_node) (*task_node)[tid] = n;
-      if (task_device) (*task_device)[tid] = devs[0];
-      t.kind = nd.kind == NodeKind::kCompute   ? TaskKind::kCompute
-               : nd.kind == NodeKind::kBarrier ? TaskKind::kBarrier
-                                               : TaskKind::kComm;
+      t.kind = kind;
+      const std::span<const int> devs = involved(nd, i);
       // participants
       t.part_begin = static_cast<uint32_t>(p.participants.size());
       // With replica folding, only simulated devices take part.
       if (nd.kind == NodeKind::kCompute) {
         p.participants.push_back({static_cast<uint32_t>(devs[0]), nd.stream});
       } else if (nd.kind == NodeKind::kTransfer) {
-        const std::string& s = dag.streams[nd.stream];
         if (wanted(devs[0]))
           p.participants.push_back(
-              {static_cast<uint32_t>(devs[0]), stream_id(fmt::format("{}:{}", s, devs[1]))});
+              {static_cast<uint32_t>(devs[0]), peer_stream_id(nd.stream, devs[1])});
         if (wanted(devs[1]))
           p.participants.push_back(
-              {static_cast<uint32_t>(devs[1]), stream_id(fmt::format("{}:{}", s, devs[0]))});
+              {static_cast<uint32_t>(devs[1]), peer_stream_id(nd.stream, devs[0])});
       } else if (nd.kind == NodeKind::kCollective) {
         for (int d : devs)
           if (wanted(d)) p.participants.push_back({static_cast<uint32_t>(d), nd.stream});
       }
       t.part_count = static_cast<uint32_t>(p.participants.size()) - t.part_begin;
+      if (kind != TaskKind::kBarrier) {
+        dispatch(devs[0], tid);
+        for (size_t k = 1; k < devs.size(); ++k)
+          if (devs[k] != devs[0]) dispatch(devs[k], tid);
+      }
       // links (comm only): the bottleneck class of each member
       t.link_begin = static_cast<uint32_t>(p.task_links.size());
       if (nd.kind == NodeKind::kTransfer && t.work > 0) {
@@ -287,57 +386,52 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
         p.task_links.push_back(link_id(devs[0], inter ? 2 : 0));
         p.task_links.push_back(link_id(devs[1], inter ? 3 : 1));
       } else if (nd.kind == NodeKind::kCollective && t.work > 0) {
-        int kind = cc.inter_node ? 2 : 0;
+        int lk = cc.inter_node ? 2 : 0;
         for (int d : devs) {
           if (!wanted(d)) continue;
-          p.task_links.push_back(link_id(d, kind));
-          p.task_links.push_back(link_id(d, kind + 1));
+          p.task_links.push_back(link_id(d, lk));
+          p.task_links.push_back(link_id(d, lk + 1));
         }
       }
       t.link_count = static_cast<uint32_t>(p.task_links.size()) - t.link_begin;
-      // deps
-      dep_scratch.clear();
-      for (uint32_t k = dag.pred_begin[n]; k < dag.pred_begin[n + 1]; ++k) {
-        uint32_t pn = dag.edges[dag.pred[k]].from;
-        for (int d : devs) {
-          if (!wanted(d)) continue;
-          uint32_t pi = instance_on(pn, d);
-          if (pi == UINT32_MAX) continue;
-          uint32_t ptid = task_of(pn, pi);
-          if (ptid != UINT32_MAX) dep_scratch.push_back(ptid);
+      // deps, device by device: a lane-less dependency as it is; of those on one lane (the
+      // predecessor's stream on this device) only the highest id (b); then each task once,
+      // ascending
+      dep_ids.clear();
+      for (int d : devs) {
+        if (!wanted(d)) continue;
+        for (const PredInfo& pr : preds) {
+          int32_t pi = pr.pos1[d];
+          if (pi < 0 && pr.pos2) pi = pr.pos2[d];
+          if (pi < 0) continue;
+          const uint32_t inst = static_cast<uint32_t>(pr.group == 1 ? pi : pi / pr.group);
+          const uint32_t ptid = only ? task_of(pr.node, inst) : pr.base + inst;
+          if (ptid == UINT32_MAX) continue;
+          if (!pr.lane) {
+            dep_ids.push_back(ptid);
+          } else if (lane_best[pr.stream] == UINT32_MAX) {
+            lane_best[pr.stream] = ptid;
+            lanes_touched.push_back(pr.stream);
+          } else {
+            lane_best[pr.stream] = std::max(lane_best[pr.stream], ptid);
+          }
         }
+        for (uint16_t st : lanes_touched) {
+          dep_ids.push_back(lane_best[st]);
+          lane_best[st] = UINT32_MAX;
+        }
+        lanes_touched.clear();
       }
-      std::sort(dep_scratch.begin(), dep_scratch.end());
-      dep_scratch.erase(std::unique(dep_scratch.begin(), dep_scratch.end()), dep_scratch.end());
+      if (dep_ids.size() > 1) {
+        std::sort(dep_ids.begin(), dep_ids.end());
+        dep_ids.erase(std::unique(dep_ids.begin(), dep_ids.end()), dep_ids.end());
+      }
       t.dep_begin = static_cast<uint32_t>(p.deps.size());
-      p.deps.insert(p.deps.end(), dep_scratch.begin(), dep_scratch.end());
-      t.dep_count = static_cast<uint32_t>(dep_scratch.size());
+      p.deps.insert(p.deps.end(), dep_ids.begin(), dep_ids.end());
+      t.dep_count = static_cast<uint32_t>(dep_ids.size());
     }
   }
 
-  // ---- per-device dispatch lists ----
-  p.devices.resize(D);
-  for (int d = 0; d < D; ++d) {
-    DeviceProgram& dp = p.devices[d];
-    dp.dispatch_ns = cm.dispatch_ns();
-    dp.comm_sm_share = itf.comm_sm_share;
-    dp.comm_hbm_share = itf.comm_hbm_share;
-    int c = cp.class_of_device[d];
-    if (c < 0 || !wanted(d)) continue;
-    const auto& prog = cp.classes[c].program;
-    dp.dispatch.reserve(prog.size());
-    for (uint32_t n : prog) {
-      uint32_t i = instance_on(n, d);
-      if (i == UINT32_MAX) continue;
-      uint32_t tid = task_of(n, i);
-      if (tid != UINT32_MAX) dp.dispatch.push_back(tid);
-    }
-  }
-  // Growth slack of the big arrays can be ~2x; release it before the engine allocates its
-  // own state (the copy happens while memory use is still below the later peak).
-  p.deps.shrink_to_fit();
-  p.participants.shrink_to_fit();
-  p.task_links.shrink_to_fit();
   return p;
 }
 

@@ -30,8 +30,10 @@ constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
 constexpr SimTime kNever = std::numeric_limits<SimTime>::max();
 constexpr size_t kMaxErrors = 50;
 constexpr size_t kMaxBlocked = 8;
-constexpr uint32_t kDeviceMask = (1u << 29) - 1;  // device ids share a word with kind bits
-constexpr double kMaxNs = 4.0e18;  // beyond this a duration is "never" (int64 safety)
+constexpr uint32_t kDeviceMask = (1u << 28) - 1;  // device ids share a word with flag bits
+constexpr uint32_t kEffectsBit = 1u << 28;        // the task has counter effects
+constexpr uint32_t kSortedBit = 1u << 31;  // comm: participants sorted by device (prepare only)
+constexpr double kMaxNs = 4.0e18;          // beyond this a duration is "never" (int64 safety)
 
 /// Whole ns needed to do `x` ns of work, rounded up; float noise just above an integer (up to
 /// 1e-6 ns + 1e-13 relative) rounds down to it, so exact results stay exact.
@@ -101,7 +103,8 @@ struct Engine::State {
     uint32_t pending = 0;     // unmet start conditions: deps + stream heads not reached
     uint32_t succ_begin = 0;  // successors are succ[succ_begin, next record's succ_begin)
     uint32_t next = kNone;    // compute: the next task of its stream; comm: Task::part_begin
-    uint32_t bits = 0;        // (compute: device; comm: part_count) | kind << 29 | mem_bound << 31
+    uint32_t bits = 0;        // (compute: device; comm: part_count) | effects << 28 | kind << 29
+                              // | mem_bound << 31
 
     uint32_t device() const { return bits & kDeviceMask; }      // compute
     uint32_t part_begin() const { return next; }                // comm
@@ -123,6 +126,7 @@ struct Engine::State {
     uint32_t next = kNone, prev = kNone;  // compute: the device's list of running compute jobs
     uint32_t device = kNone;              // compute only
     uint32_t flow = kNone;                // comm flow only
+    uint32_t node = kNone;                // Task::node when it has counter effects
     bool mem_bound = false;
   };
   struct Device {
@@ -131,6 +135,8 @@ struct Engine::State {
     uint32_t first_job = kNone;
     bool dirty = false;
     double sm_factor = 1, hbm_factor = 1;  // capacity multipliers while comm_active > 0
+    SimTime t_acc = 0;                     // occupancy accounted up to here
+    DeviceOccupancy occ;
   };
 
   // ---- the program and its derived, static structure (built by prepare) ----
@@ -149,13 +155,22 @@ struct Engine::State {
   };
   static constexpr uint32_t kSmallGroup = 16;
   std::vector<uint32_t> slot_stamp, tail_task, tail_part;  // per slot
-  // per participant: owner + 1 until its dispatch entry is seen (comm); owner + 1 | kComputeMark
-  // for compute tasks, whose dispatch is tracked in their TaskRec instead
-  std::vector<uint32_t> part_mark;
-  static constexpr uint32_t kComputeMark = 1u << 31;
+  // Bitsets by participant entry: owned by a task (pass 1); a comm task's entry whose dispatch
+  // entry is not seen yet (compute tasks track their dispatch in the TaskRec instead). Bits,
+  // not owner ids, so that they stay in cache.
+  std::vector<uint64_t> part_owned, part_pending;
+  static bool test_bit(const std::vector<uint64_t>& b, uint32_t i) {
+    return (b[i >> 6] >> (i & 63)) & 1u;
+  }
+  static void set_bit(std::vector<uint64_t>& b, uint32_t i) {
+    b[i >> 6] |= uint64_t{1} << (i & 63);
+  }
+  static void clear_bit(std::vector<uint64_t>& b, uint32_t i) {
+    b[i >> 6] &= ~(uint64_t{1} << (i & 63));
+  }
+  static constexpr uint32_t kMaxTasks = (1u << 31) - 2;
   static constexpr SimTime kUnissued = -1;
   std::vector<BigTask> big_tasks;
-  std::vector<std::pair<uint32_t, uint32_t>> edges;      // (dependency, dependent), in task order
   std::vector<std::pair<uint32_t, uint32_t>> big_index;  // (device, participant index)
 
   // ---- dynamic state ----
@@ -165,6 +180,15 @@ struct Engine::State {
   std::vector<uint32_t> dirty_devs;
   std::vector<uint32_t> ready;
   std::vector<uint32_t> flow_job;
+  // counters (program.h): levels by device * num_counters; devices changed in this instant
+  uint32_t nc = 0;
+  std::vector<int64_t> ctr_level;
+  std::vector<uint32_t> ctr_stamp;  // per device: the last application that touched it
+  uint32_t ctr_epoch = 0;
+  std::vector<char> ctr_dirty;
+  std::vector<uint32_t> ctr_dirty_devs;
+  DeviceCounters* ctr_out = nullptr;
+  bool curves = true;
   MaxMin mm;
   detail::EventHeap<2> heap;  // binary: measured a bit faster than 4-ary here
   TaskTiming* timing = nullptr;
@@ -192,6 +216,17 @@ struct Engine::State {
   void advance(uint32_t next) {
     if (next != kNone) arrive(next);
   }
+  /// Accounts the device's occupancy up to now; called before num_compute or comm_active change.
+  void account(Device& dev) const {
+    const SimTime dt = now - dev.t_acc;
+    if (dt <= 0) return;
+    dev.t_acc = now;
+    if (dev.num_compute > 0) dev.occ.busy += dt;
+    if (dev.comm_active > 0) {
+      dev.occ.comm += dt;
+      if (dev.num_compute == 0) dev.occ.exposed_comm += dt;
+    }
+  }
   void mark_dirty(uint32_t d) {
     if (!devs[d].dirty) {
       devs[d].dirty = true;
@@ -212,9 +247,12 @@ struct Engine::State {
   void drain_ready();
   void start_task(uint32_t t);
   void start_flow(uint32_t t);
-  void end_task(uint32_t t, SimTime start, float slow, bool release_comm);
+  // `node` is the task's Task::node when the caller has it at hand, else kNone
+  void end_task(uint32_t t, SimTime start, float slow, bool release_comm, uint32_t node);
   void finish_job(uint32_t j);
   void acquire_comm(const TaskRec& rec);
+  void apply_effects(uint32_t t, uint32_t node, bool at_end);
+  void flush_counters();
   void flush();
   void retime(uint32_t j, double rate);
 };
@@ -233,8 +271,8 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
   const size_t np = prog.participants.size();
   slot_shift = ns <= 1 ? 0 : static_cast<unsigned>(std::bit_width(ns - 1));
   const size_t num_slots = nd << slot_shift;
-  if (n >= kComputeMark - 1 || nd > kDeviceMask || ns > 0xFFFF || num_slots >= kNone ||
-      np >= kNone || prog.deps.size() >= kNone) {
+  if (n >= kMaxTasks || nd > kDeviceMask || ns > 0xFFFF || num_slots >= kNone || np >= kNone ||
+      prog.deps.size() >= kNone) {
     err.add([] { return std::string("program too large for 32-bit ids"); });
     err.finish();
     return false;
@@ -260,16 +298,36 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
       });
     }
   }
+  const bool counters = prog.num_counters > 0 && !prog.effect_begin.empty();
+  if (prog.num_counters > kMaxCounters) {
+    err.add([&] { return "num_counters above " + std::to_string(kMaxCounters); });
+  }
+  if (!prog.effect_begin.empty()) {
+    const auto& eb = prog.effect_begin;
+    bool ok = eb.front() == 0 && eb.back() == prog.effects.size();
+    for (size_t i = 1; i < eb.size() && ok; ++i) ok = eb[i - 1] <= eb[i];
+    if (!ok) {
+      err.add([] { return std::string("effect_begin must rise from 0 to the number of effects"); });
+    }
+    if (prog.num_counters == 0 && !prog.effects.empty()) {
+      err.add([] { return std::string("counter effects but num_counters is 0"); });
+    }
+    for (size_t i = 0; i < prog.effects.size(); ++i) {
+      if (prog.effects[i].counter >= prog.num_counters) {
+        err.add([&] { return "effect " + std::to_string(i) + ": counter out of range"; });
+      }
+    }
+  }
   recs.resize(n + 1);
   recs[n] = TaskRec{};
   slot_stamp.assign(num_slots, 0);
-  part_mark.assign(np, 0);
+  part_owned.assign((np + 63) / 64, 0);
+  part_pending.assign((np + 63) / 64, 0);
   big_tasks.clear();
   big_index.clear();
   free_tasks.clear();
   size_t num_succ = 0;
-  edges.clear();
-  edges.reserve(prog.deps.size());
+  constexpr size_t kAhead = 16;  // prefetch distance for the random accesses of the passes
   for (uint32_t t = 0; t < n; ++t) {
     const Task& k = prog.tasks[t];
     TaskRec& rec = recs[t];
@@ -277,6 +335,11 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
     rec.bits = static_cast<uint32_t>(k.kind) << 29 | static_cast<uint32_t>(k.mem_bound) << 31;
     rec.work = k.work;
     rec.pending = k.dep_count + k.part_count;
+    // (a node beyond the effect table has no effects)
+    if (counters && k.node + size_t{1} < prog.effect_begin.size() &&
+        prog.effect_begin[k.node] != prog.effect_begin[k.node + 1]) {
+      rec.bits |= kEffectsBit;
+    }
     if (k.kind != TaskKind::kCompute && k.kind != TaskKind::kComm && k.kind != TaskKind::kBarrier) {
       err.add([&] { return task_str(t) + ": unknown kind"; });
       continue;
@@ -297,6 +360,9 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
       continue;
     }
     for (uint32_t i = 0; i < k.dep_count; ++i) {
+      if (k.dep_begin + i + kAhead < prog.deps.size()) {
+        __builtin_prefetch(&recs[prog.deps[k.dep_begin + i + kAhead] + 1], 1);
+      }
       const uint32_t d = prog.deps[k.dep_begin + i];
       if (d >= t) {
         err.add([&] {
@@ -306,7 +372,6 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
         continue;
       }
       ++recs[d + 1].succ_begin;  // counts, turned into offsets below
-      edges.push_back({d, t});
     }
     num_succ += k.dep_count;
     for (uint32_t i = 0; i < k.link_count; ++i) {
@@ -315,14 +380,19 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
     }
     for (uint32_t pj = k.part_begin; pj < k.part_begin + k.part_count; ++pj) {
       const Participant& pa = prog.participants[pj];
-      if (part_mark[pj] != 0) {
+      if (test_bit(part_owned, pj)) {
         err.add([&] {
+          uint32_t owner = 0;  // the earlier task whose range holds pj (error path only)
+          while (owner < t && !(prog.tasks[owner].part_begin <= pj &&
+                                pj < prog.tasks[owner].part_begin + prog.tasks[owner].part_count))
+            ++owner;
           return task_str(t) + ": participant entry " + std::to_string(pj) +
-                 " is shared with task " + std::to_string((part_mark[pj] & ~kComputeMark) - 1);
+                 " is shared with task " + std::to_string(owner);
         });
         continue;
       }
-      part_mark[pj] = (t + 1) | (k.kind == TaskKind::kCompute ? kComputeMark : 0);
+      set_bit(part_owned, pj);
+      if (k.kind == TaskKind::kComm) set_bit(part_pending, pj);
       if (pa.device >= nd) {
         err.add([&] { return task_str(t) + ": unknown device " + std::to_string(pa.device); });
         continue;
@@ -356,9 +426,18 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
       rec.next = k.part_begin;
       rec.bits |= k.part_count;
     }
-    if (k.part_count > kSmallGroup) {
-      // Large collective: a sorted (device, participant) index so that each member device
-      // finds its entries by binary search instead of a scan (no k^2 for k-way collectives).
+    bool by_device = k.kind == TaskKind::kComm && k.part_count > kSmallGroup;
+    for (uint32_t pj = k.part_begin + 1; by_device && pj < k.part_begin + k.part_count; ++pj) {
+      by_device = prog.participants[pj - 1].device <= prog.participants[pj].device;
+    }
+    if (by_device) {
+      // Large collective whose participants are sorted by device (as build_program writes
+      // them): each member device finds its entries by binary search in place.
+      rec.bits |= kSortedBit;
+    } else if (k.part_count > kSmallGroup) {
+      // Other large collectives: a sorted (device, participant) index, so that each member
+      // device finds its entries by binary search instead of a scan (no k^2 for k-way
+      // collectives).
       big_tasks.push_back({t, static_cast<uint32_t>(big_index.size())});
       for (uint32_t pj = k.part_begin; pj < k.part_begin + k.part_count; ++pj) {
         big_index.push_back({prog.participants[pj].device, pj});
@@ -419,6 +498,9 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
   for (uint32_t d = 0; d < nd; ++d) {
     const DeviceProgram& dp = prog.devices[d];
     for (size_t pos = 0; pos < dp.dispatch.size(); ++pos) {
+      if (pos + kAhead < dp.dispatch.size() && dp.dispatch[pos + kAhead] < n) {
+        __builtin_prefetch(&recs[dp.dispatch[pos + kAhead]], 1);
+      }
       const uint32_t t = dp.dispatch[pos];
       if (t >= n) {
         err.add([&] {
@@ -447,8 +529,8 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
       bool on_device = false, fresh = false;
       auto take = [&](uint32_t pj) {
         on_device = true;
-        if (part_mark[pj] == 0) return;  // already taken: a duplicate dispatch entry
-        part_mark[pj] = 0;
+        if (!test_bit(part_pending, pj)) return;  // already taken: a duplicate dispatch entry
+        clear_bit(part_pending, pj);
         fresh = true;
         link(slot_of(prog.participants[pj]), t, pj);
       };
@@ -458,6 +540,27 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
       if (pc <= kSmallGroup) {
         for (uint32_t pj = pb; pj < pb + pc; ++pj) {
           if (prog.participants[pj].device == d) take(pj);
+        }
+      } else if ((rec.bits & kSortedBit) != 0) {
+        // Sorted by device: guess the position by interpolation (exact for evenly spaced
+        // groups, the usual case: one cache line instead of a binary search's several), fall
+        // back to a binary search; then take the run of entries on d.
+        const Participant* first = prog.participants.data() + pb;
+        const Participant* last = first + pc;
+        const uint32_t lo = first->device, hi = (last - 1)->device;
+        const Participant* it = last;
+        if (d >= lo && d <= hi) {
+          const uint64_t guess = hi > lo ? uint64_t{d - lo} * (pc - 1) / (hi - lo) : 0;  // < pc
+          if (first[guess].device == d) {
+            it = first + guess;
+            while (it > first && (it - 1)->device == d) --it;
+          } else {
+            it = std::lower_bound(
+                first, last, d, [](const Participant& a, uint32_t dev) { return a.device < dev; });
+          }
+        }
+        for (; it != last && it->device == d; ++it) {
+          take(static_cast<uint32_t>(it - prog.participants.data()));
         }
       } else {
         const auto bt = std::lower_bound(big_tasks.begin(), big_tasks.end(), t,
@@ -481,19 +584,30 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
       }
     }
   }
-  for (uint32_t pj = 0; pj < np; ++pj) {
-    if (part_mark[pj] == 0 || (part_mark[pj] & kComputeMark) != 0) continue;
-    const uint32_t t = part_mark[pj] - 1;
-    err.add([&] {
-      return task_str(t) + " runs on " + device_str(prog.participants[pj].device) +
-             " but is missing from its dispatch list";
-    });
+  if (std::any_of(part_pending.begin(), part_pending.end(), [](uint64_t w) { return w != 0; })) {
+    for (uint32_t t = 0; t < n; ++t) {  // error path: name the tasks
+      const Task& k = prog.tasks[t];
+      if (k.kind != TaskKind::kComm) continue;
+      for (uint32_t pj = k.part_begin; pj < k.part_begin + k.part_count; ++pj) {
+        if (!test_bit(part_pending, pj)) continue;
+        err.add([&] {
+          return task_str(t) + " runs on " + device_str(prog.participants[pj].device) +
+                 " but is missing from its dispatch list";
+        });
+      }
+    }
   }
 
   // ---- pass 2: successor lists (CSR); compute tasks that no dispatch list named ----
   for (size_t t = 0; t < n; ++t) recs[t + 1].succ_begin += recs[t].succ_begin;
   succ.resize(num_succ);
-  for (const auto& [from, to] : edges) succ[recs[from].succ_begin++] = to;
+  for (uint32_t t = 0; t < n; ++t) {
+    const Task& k = prog.tasks[t];
+    for (uint32_t i = k.dep_begin; i < k.dep_begin + k.dep_count; ++i) {
+      if (i + kAhead < prog.deps.size()) __builtin_prefetch(&recs[prog.deps[i + kAhead]], 1);
+      succ[recs[prog.deps[i]].succ_begin++] = t;
+    }
+  }
   for (uint32_t t = 0; t < n; ++t) {
     if (recs[t].kind() == TaskKind::kCompute && recs[t].issue == kUnissued) {
       err.add([&] {
@@ -545,6 +659,7 @@ void Engine::State::free_job(uint32_t j) {
 void Engine::State::acquire_comm(const TaskRec& rec) {
   for (uint32_t pj = rec.part_begin(); pj < rec.part_begin() + rec.part_count(); ++pj) {
     const uint32_t d = p->participants[pj].device;
+    account(devs[d]);
     if (devs[d].comm_active++ == 0 && devs[d].num_compute > 0) mark_dirty(d);
   }
 }
@@ -568,12 +683,16 @@ void Engine::State::start_task(uint32_t t) {
   switch (rec.kind()) {
     case TaskKind::kBarrier:
       ++events;
-      end_task(t, now, 1.0f, false);
+      end_task(t, now, 1.0f, false, kNone);
       return;
     case TaskKind::kCompute: {
+      // The node is read (one more cache line) only for a task with counter effects, and kept
+      // in the job for its end.
+      const uint32_t node = (rec.bits & kEffectsBit) != 0 ? p->tasks[t].node : kNone;
+      if (nc > 0) apply_effects(t, node, false);
       if (rec.work == 0) {
         ++events;
-        end_task(t, now, 1.0f, false);
+        end_task(t, now, 1.0f, false, node);
         return;
       }
       const uint32_t d = rec.device();
@@ -589,8 +708,10 @@ void Engine::State::start_task(uint32_t t) {
       job.task = t;
       job.device = d;
       job.flow = kNone;
+      job.node = node;
       job.mem_bound = rec.mem_bound();
       Device& dev = devs[d];
+      account(dev);
       job.prev = kNone;
       job.next = dev.first_job;
       if (dev.first_job != kNone) jobs[dev.first_job].prev = j;
@@ -601,11 +722,12 @@ void Engine::State::start_task(uint32_t t) {
     }
     case TaskKind::kComm: {
       const Task& k = p->tasks[t];
+      if (nc > 0) apply_effects(t, k.node, false);
       const bool flow = is_flow(k);
       const SimTime dur = flow ? k.latency_ns : fixed_duration(k);
       if (!flow && dur == 0) {
         ++events;
-        end_task(t, now, 1.0f, false);
+        end_task(t, now, 1.0f, false, k.node);
         return;
       }
       acquire_comm(rec);
@@ -637,6 +759,7 @@ void Engine::State::start_flow(uint32_t t) {
   job.start = now - k.latency_ns;
   job.task = t;
   job.device = kNone;
+  job.node = k.node;
   job.mem_bound = false;
   job.prev = job.next = kNone;
   const MaxMin::FlowId f = mm.add_flow(links, k.rate_cap);
@@ -645,8 +768,9 @@ void Engine::State::start_flow(uint32_t t) {
   job.flow = f;
 }
 
-void Engine::State::end_task(uint32_t t, SimTime start, float slow, bool release) {
+void Engine::State::end_task(uint32_t t, SimTime start, float slow, bool release, uint32_t node) {
   timing[t] = TaskTiming{start, now, slow};
+  if (nc > 0) apply_effects(t, node, true);
   if (now > makespan) makespan = now;
   ++finished;
   const TaskRec& rec = recs[t];
@@ -659,6 +783,7 @@ void Engine::State::end_task(uint32_t t, SimTime start, float slow, bool release
         const uint32_t d = p->participants[pj].device;
         Device& dev = devs[d];
         STRETTO_ASSERT(dev.comm_active > 0, "comm count underflow");
+        account(dev);
         if (--dev.comm_active == 0 && dev.num_compute > 0) mark_dirty(d);
       }
       advance(part_next[pj]);
@@ -681,14 +806,17 @@ void Engine::State::finish_job(uint32_t j) {
       dev.first_job = job.next;
     }
     if (job.next != kNone) jobs[job.next].prev = job.prev;
+    account(dev);
     if (--dev.num_compute > 0) mark_dirty(job.device);
+    const uint32_t node = job.node;
     free_job(j);
-    end_task(t, start, slow, false);
+    end_task(t, start, slow, false, node);
   } else {
     mm.remove_flow(job.flow);
     flow_job[job.flow] = kNone;
+    const uint32_t node = job.node;
     free_job(j);
-    end_task(t, start, slow, true);
+    end_task(t, start, slow, true, node);
   }
 }
 
@@ -710,6 +838,61 @@ void Engine::State::retime(uint32_t j, double rate) {
     job.t_queued = job.t_end;
     push(job.t_end, kJobEnd, j, job.version);
   }
+}
+
+void Engine::State::apply_effects(uint32_t t, uint32_t node, bool at_end) {
+  const TaskRec& rec = recs[t];
+  if ((rec.bits & kEffectsBit) == 0) return;
+  if (node == kNone) node = p->tasks[t].node;
+  const CounterEffect* first = p->effects.data() + p->effect_begin[node];
+  const CounterEffect* last = p->effects.data() + p->effect_begin[node + 1];
+  auto on_device = [&](uint32_t d) {
+    int64_t* level = &ctr_level[size_t{d} * nc];
+    bool changed = false;
+    for (const CounterEffect* e = first; e != last; ++e) {
+      if (e->at_end != at_end) continue;
+      level[e->counter] += e->delta;
+      changed = true;
+    }
+    if (changed && !ctr_dirty[d]) {
+      ctr_dirty[d] = 1;
+      ctr_dirty_devs.push_back(d);
+    }
+  };
+  if (rec.kind() == TaskKind::kCompute) {
+    on_device(rec.device());
+    return;
+  }
+  ++ctr_epoch;  // once per device, however many of its streams take part
+  for (uint32_t pj = rec.part_begin(); pj < rec.part_begin() + rec.part_count(); ++pj) {
+    const uint32_t d = p->participants[pj].device;
+    if (ctr_stamp[d] == ctr_epoch) continue;
+    ctr_stamp[d] = ctr_epoch;
+    on_device(d);
+  }
+}
+
+// Samples the counters of the devices changed in the instant that is ending.
+void Engine::State::flush_counters() {
+  for (uint32_t d : ctr_dirty_devs) {
+    ctr_dirty[d] = 0;
+    const int64_t* level = &ctr_level[size_t{d} * nc];
+    int64_t total = 0;
+    for (uint32_t c = 0; c < nc; ++c) total += level[c];
+    DeviceCounters& out = ctr_out[d];
+    if (!curves) {
+    } else if (out.curve.back().t == now) {
+      out.curve.back().total = total;
+    } else {
+      out.curve.push_back({now, total});
+    }
+    if (total > out.peak) {
+      out.peak = total;
+      out.peak_time = now;
+      std::copy(level, level + nc, out.at_peak.begin());
+    }
+  }
+  ctr_dirty_devs.clear();
 }
 
 // Applies all rate changes of the current instant: device capacity shares, then max-min flows.
@@ -760,6 +943,26 @@ void Engine::State::simulate(RunResult& out) {
   heap.reserve(num_slots + 64);
   ready.clear();
   ready.reserve(std::min<size_t>(n, num_slots + 1024));
+  nc = prog.effect_begin.empty() ? 0 : prog.num_counters;
+  ctr_dirty_devs.clear();
+  if (nc > 0) {
+    ctr_level.assign(nd * nc, 0);
+    ctr_stamp.assign(nd, 0);
+    ctr_epoch = 0;
+    ctr_dirty.assign(nd, 0);
+    out.counters.resize(nd);
+    for (DeviceCounters& c : out.counters) {
+      c.curve.clear();
+      c.curve.push_back({0, 0});
+      c.peak = 0;
+      c.peak_time = 0;
+      c.at_peak.fill(0);
+    }
+    ctr_out = out.counters.data();
+  } else {
+    out.counters.clear();
+    ctr_out = nullptr;
+  }
   now = 0;
   makespan = 0;
   seq = 0;
@@ -796,8 +999,8 @@ void Engine::State::simulate(RunResult& out) {
         }
         case kFixedEnd: {
           ++events;
-          const SimTime dur = fixed_duration(prog.tasks[e.id]);
-          end_task(e.id, now - dur, 1.0f, true);
+          const Task& k = prog.tasks[e.id];
+          end_task(e.id, now - fixed_duration(k), 1.0f, true, k.node);
           break;
         }
         case kLatencyEnd:
@@ -816,6 +1019,7 @@ void Engine::State::simulate(RunResult& out) {
       flush();
       continue;
     }
+    if (!ctr_dirty_devs.empty()) flush_counters();  // the instant is over
     if (heap.empty()) break;
     STRETTO_ASSERT(heap.top().time > now, "event in the past");
     now = heap.top().time;
@@ -823,6 +1027,11 @@ void Engine::State::simulate(RunResult& out) {
 
   out.makespan = makespan;
   out.stats.events = events;
+  out.occupancy.resize(nd);
+  for (size_t d = 0; d < nd; ++d) {
+    account(devs[d]);  // nothing runs after the last event; this closes a stalled run's spans
+    out.occupancy[d] = devs[d].occ;
+  }
   if (finished < n) {
     // Every task that starts also ends (rates are positive once the comm tasks, which always
     // end, release the device), so the unfinished tasks are exactly those that never started.
@@ -861,23 +1070,25 @@ Engine& Engine::operator=(const Engine& other) {
 Engine::Engine(Engine&&) noexcept = default;
 Engine& Engine::operator=(Engine&&) noexcept = default;
 
-RunResult Engine::run(const Program& program) {
+RunResult Engine::run(const Program& program, const RunOptions& options) {
   RunResult out;
-  run(program, out);
+  run(program, out, options);
   return out;
 }
 
-void Engine::run(const Program& program, RunResult& out) {
-  const std::vector<std::string> errors = run_checked(program, out);
+void Engine::run(const Program& program, RunResult& out, const RunOptions& options) {
+  const std::vector<std::string> errors = run_checked(program, out, options);
   STRETTO_ASSERT(errors.empty(), errors.front().c_str());
 }
 
-std::vector<std::string> Engine::run_checked(const Program& program, RunResult& out) {
+std::vector<std::string> Engine::run_checked(const Program& program, RunResult& out,
+                                             const RunOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!state_) state_ = std::make_unique<State>();
   std::vector<std::string> errors;
   if (!state_->prepare(program, &errors)) return errors;
   const auto t1 = std::chrono::steady_clock::now();
+  state_->curves = options.counter_curves;
   state_->simulate(out);
   const auto t2 = std::chrono::steady_clock::now();
   state_->prepare_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();

@@ -19,51 +19,6 @@ std::string_view memory_category_name(size_t i) {
   return i < kMemCategories ? kN[i] : "?";
 }
 
-namespace {
-
-using Intervals = std::vector<std::pair<SimTime, SimTime>>;
-
-// Sorts [start, end) intervals and merges overlapping ones, in place.
-void merge_intervals(Intervals& v) {
-  std::sort(v.begin(), v.end());
-  size_t out = 0;
-  for (const auto& x : v) {
-    if (out > 0 && x.first <= v[out - 1].second)
-      v[out - 1].second = std::max(v[out - 1].second, x.second);
-    else
-      v[out++] = x;
-  }
-  v.resize(out);
-}
-
-// Length of a merged interval list.
-SimTime total_length(const Intervals& v) {
-  SimTime total = 0;
-  for (auto [s, e] : v) total += e - s;
-  return total;
-}
-
-// Length of A \ B, both merged.
-SimTime minus_length(const Intervals& a, const Intervals& b) {
-  SimTime total = 0;
-  size_t j = 0;
-  for (auto [s, e] : a) {
-    SimTime cur = s;
-    while (j < b.size() && b[j].second <= cur) ++j;
-    for (size_t k = j; cur < e; ++k) {
-      if (k >= b.size() || b[k].first >= e) {
-        total += e - cur;
-        break;
-      }
-      if (b[k].first > cur) total += b[k].first - cur;
-      cur = std::max(cur, b[k].second);
-    }
-  }
-  return total;
-}
-
-}  // namespace
-
 Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
                           const SimOptions& opt) {
   auto t0 = std::chrono::steady_clock::now();
@@ -91,24 +46,34 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
     }
   }
   r.folded = !keep.empty();
-  r.program = build_program(cp, cm, &r.task_node, &r.task_device, r.folded ? &keep : nullptr);
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point a) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - a).count();
+  };
+  r.program = build_program(cp, cm, r.folded ? &keep : nullptr);
+  r.phases.build_ms = ms_since(t0);
   RunResult run;
   {
     Engine engine;  // scoped: its scratch state is freed before the metrics are computed
     // One pass validates the program and prepares the run.
-    if (auto errs = engine.run_checked(r.program, run); !errs.empty()) {
+    RunOptions ro;
+    ro.counter_curves = opt.memory_curves;
+    if (auto errs = engine.run_checked(r.program, run, ro); !errs.empty()) {
       Diagnostic d;
       d.message = "internal error: the engine program is malformed: " + errs.front();
       d.loc.file = cp.plan.file;
       return fail(std::move(d));
     }
+    r.phases.prepare_ms = engine.prepare_ms();
+    r.phases.run_ms = run.stats.wall_ms - engine.prepare_ms();
   }
+  const auto t_metrics = Clock::now();
   if (run.stalled) {
     Diagnostic d;
     d.message = "the simulation stalled (deadlock at run time); blocked ops:";
     for (size_t i = 0; i < run.stall.blocked_tasks.size() && i < 6; ++i) {
       uint32_t t = run.stall.blocked_tasks[i];
-      d.message += "\n    " + cp.dag.node_name(r.task_node[t], cp.model);
+      d.message += "\n    " + cp.dag.node_name(r.node_of(t), cp.model);
     }
     d.loc.file = cp.plan.file;
     d.hint = "a send/recv or collective is ordered differently on its peers";
@@ -118,78 +83,49 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
   r.step_time = run.makespan;
   r.events = run.stats.events;
 
-  // ---- per-device metrics, one device at a time (from its dispatch list) ----
+  // ---- per-device metrics: busy, comm and exposed comm are the engine's occupancy; the
+  // memory curve is its counters (dynamic categories) on top of the static memory ----
   const auto& dag = cp.dag;
-  std::vector<uint32_t> mem_first(dag.nodes.size() + 1, 0);  // memory effects by node (CSR)
-  for (const auto& m : dag.mem) ++mem_first[m.node + 1];
-  for (size_t i = 0; i < dag.nodes.size(); ++i) mem_first[i + 1] += mem_first[i];
   const double capacity = cp.plan.cluster.device.memory_GiB * 1024.0 * 1024.0 * 1024.0;
   r.devices.resize(D);
   double busy_sum = 0;
-  Intervals comp, comm;
-  std::vector<std::tuple<SimTime, int, int64_t>> mev;  // (t, category, delta)
   for (int d = 0; d < D; ++d) {
     DeviceMetrics& m = r.devices[d];
     m.id = d;
     if (r.folded && !keep[d]) continue;  // filled from the representative below
-    comp.clear();
-    comm.clear();
-    mev.clear();
-    for (uint32_t t : r.program.devices[d].dispatch) {
-      const Task& tk = r.program.tasks[t];
-      const auto& tm = r.timing[t];
-      if (tm.end > tm.start)
-        (tk.kind == TaskKind::kCompute ? comp : comm).push_back({tm.start, tm.end});
-      const uint32_t n = r.task_node[t];
-      for (uint32_t k = mem_first[n]; k < mem_first[n + 1]; ++k) {
-        const MemEffect& e = dag.mem[k];
-        mev.push_back({e.at_end ? tm.end : tm.start, 3 + static_cast<int>(e.cat), e.bytes});
-      }
-    }
-    merge_intervals(comp);
-    merge_intervals(comm);
-    m.busy = total_length(comp);
-    m.comm = total_length(comm);
-    m.exposed_comm = minus_length(comm, comp);
-    std::array<int64_t, kMemCategories> cur{};
+    m.busy = run.occupancy[d].busy;
+    m.comm = run.occupancy[d].comm;
+    m.exposed_comm = run.occupancy[d].exposed_comm;
+    std::array<int64_t, kMemCategories> base{};
     if (static_cast<size_t>(d) < cp.static_mem.size()) {
-      cur[0] = cp.static_mem[d].params;
-      cur[1] = cp.static_mem[d].grads;
-      cur[2] = cp.static_mem[d].optimizer;
+      base[0] = cp.static_mem[d].params;
+      base[1] = cp.static_mem[d].grads;
+      base[2] = cp.static_mem[d].optimizer;
     }
-    auto total = [&] {
-      int64_t sum = 0;
-      for (auto x : cur) sum += x;
-      return sum;
-    };
-    // Frees before allocations at the same instant (a buffer released as the next is taken).
-    std::sort(mev.begin(), mev.end(), [](const auto& a, const auto& b) {
-      if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) < std::get<0>(b);
-      return std::get<2>(a) < std::get<2>(b);
-    });
-    m.peak_memory = total();
-    m.breakdown = cur;
-    m.memory.push_back({0, total()});
-    for (size_t i = 0; i < mev.size();) {
-      SimTime t = std::get<0>(mev[i]);
-      for (; i < mev.size() && std::get<0>(mev[i]) == t; ++i) {
-        cur[std::get<1>(mev[i])] += std::get<2>(mev[i]);
-        int64_t tot = total();
-        if (tot > m.peak_memory) m.peak_memory = tot, m.peak_time = t, m.breakdown = cur;
-      }
-      if (m.memory.back().t == t)
-        m.memory.back().bytes = total();
-      else
-        m.memory.push_back({t, total()});
-    }
+    const int64_t base_total = base[0] + base[1] + base[2];
+    DeviceCounters no_counters;
+    no_counters.curve.push_back({0, 0});
+    DeviceCounters& c = run.counters.empty() ? no_counters : run.counters[d];
+    m.memory = std::move(c.curve);
+    for (MemorySample& s : m.memory) s.total += base_total;
+    m.peak_memory = base_total + c.peak;
+    m.peak_time = c.peak_time;
+    m.breakdown = base;
+    for (size_t k = 0; k < static_cast<size_t>(MemCategory::kCount); ++k)
+      m.breakdown[3 + k] = c.at_peak[k];
     m.over_capacity = static_cast<double>(m.peak_memory) > capacity;
   }
   for (int d = 0; d < D; ++d) {
     DeviceMetrics& m = r.devices[d];
     if (r.folded && !keep[d] && rep_of[d] >= 0) {
-      m = r.devices[rep_of[d]];
+      // Everything but the memory curve, which can be large: folded devices share it.
+      DeviceMetrics& rep = r.devices[rep_of[d]];
+      std::vector<MemorySample> curve = std::move(rep.memory);
+      m = rep;
+      rep.memory = std::move(curve);
       m.id = d;
       m.folded = true;
+      m.representative = rep_of[d];
     }
     m.bubble = r.step_time - m.busy;
     m.bubble_ratio = r.step_time > 0 ? static_cast<double>(m.bubble) / r.step_time : 0;
@@ -224,8 +160,8 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
   r.tokens_per_s = r.step_time > 0 ? static_cast<double>(cp.model.tokens_per_microbatch) *
                                          cp.num_microbatches * replicas / (r.step_time * 1e-9)
                                    : 0;
-  r.sim_wall_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  r.phases.metrics_ms = ms_since(t_metrics);
+  r.sim_wall_ms = ms_since(t0);
   return r;
 }
 
@@ -252,28 +188,40 @@ std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r)
   uint32_t cur = 0;
   for (uint32_t t = 1; t < T; ++t)
     if (r.timing[t].end > r.timing[cur].end) cur = t;
-  auto name = [&](uint32_t t) { return cp.dag.node_name(r.task_node[t], cp.model); };
+  auto name = [&](uint32_t t) { return cp.dag.node_name(r.node_of(t), cp.model); };
   std::vector<char> seen(T, 0);
   while (!seen[cur]) {
     seen[cur] = 1;
     const Task& tk = p.tasks[cur];
     const SimTime start = r.timing[cur].start;
-    // The binding constraint: the predecessor (data/order or stream) that ended last.
+    // The binding constraint: the predecessor that ended last. Inputs (dependencies, and stream
+    // predecessors that are DAG predecessors too: the program leaves out dependencies that a
+    // stream's FIFO implies) come first, ties to the lowest task id; then a stream predecessor
+    // that is no input, only if it ended strictly later.
     int64_t best_end = -1;
     uint32_t best = UINT32_MAX;
     std::string why;
-    for (uint32_t k = 0; k < tk.dep_count; ++k) {
-      uint32_t d = p.deps[tk.dep_begin + k];
-      if (r.timing[d].end > best_end)
-        best_end = r.timing[d].end, best = d, why = "waited for its input";
-    }
+    auto feeds = [&](uint32_t pred_task) {
+      const uint32_t n = r.node_of(cur), pn = r.node_of(pred_task);
+      for (uint32_t k = cp.dag.pred_begin[n]; k < cp.dag.pred_begin[n + 1]; ++k)
+        if (cp.dag.edges[cp.dag.pred[k]].from == pn) return true;
+      return false;
+    };
+    auto consider_input = [&](uint32_t d) {
+      const int64_t e = r.timing[d].end;
+      if (e > best_end || (e == best_end && d < best))
+        best_end = e, best = d, why = "waited for its input";
+    };
+    for (uint32_t k = 0; k < tk.dep_count; ++k) consider_input(p.deps[tk.dep_begin + k]);
     for (uint32_t d : lane_pred[cur])
-      if (r.timing[d].end > best_end)
+      if (feeds(d)) consider_input(d);
+    for (uint32_t d : lane_pred[cur])
+      if (r.timing[d].end > best_end && !feeds(d))
         best_end = r.timing[d].end, best = d, why = "waited for its stream";
     CriticalStep s;
     s.task = cur;
     s.what = name(cur);
-    s.device = r.task_device[cur];
+    s.device = r.device_of(cur);
     s.start = start;
     s.end = r.timing[cur].end;
     if (best == UINT32_MAX || best_end <= 0) {
@@ -288,6 +236,15 @@ std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r)
     cur = best;
   }
   std::reverse(out.begin(), out.end());
+  // A barrier has no device of its own: it joins ops of one device, so show the device of
+  // the step before it (or after it, at the start of the path).
+  for (size_t i = 0; i < out.size(); ++i)
+    if (out[i].device < 0) {
+      if (i > 0 && out[i - 1].device >= 0)
+        out[i].device = out[i - 1].device;
+      else if (i + 1 < out.size())
+        out[i].device = out[i + 1].device;
+    }
   return out;
 }
 

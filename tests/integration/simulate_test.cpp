@@ -63,7 +63,7 @@ TEST(Simulate, SplitBackwardHoldsWeightGradientPartUntilBW) {
   auto at = [&](int64_t t) {
     int64_t v = 0;
     for (const auto& s : r.devices[0].memory)
-      if (s.t <= t) v = s.bytes;
+      if (s.t <= t) v = s.total;
     return v;
   };
   EXPECT_EQ(at(2 * kMs), 2 * kAct);
@@ -130,6 +130,66 @@ TEST(Simulate, ResimulateAfterEdits) {
   bad.groups[0][0].cond[0] = {TagCond::kEquals, 9};
   EXPECT_FALSE(s->set_directive(idx, bad));
   EXPECT_EQ(s->simulate()->devices[0].peak_memory, m * kAct);
+}
+
+// build_program leaves out the dependencies a stream FIFO implies: none on the task's own
+// lane, at most one per lane of a compute/collective predecessor; and every DAG edge is still
+// enforced, by a kept dependency or by the lane order (checked on the timings).
+TEST(Simulate, ProgramKeepsOnlyDependenciesNoFifoImplies) {
+  for (const char* e : {"gpt_pp4_dp2_1f1b", "piper_qwen3_moe_pp2_dp2_ep2", "piper_qwen3_moe_zero3",
+                        "megatron_gpt13b_tp8_pp2_dp2"}) {
+    auto s = sim::Session::open(std::string(STRETTO_EXAMPLES) + "/" + e + ".json");
+    ASSERT_TRUE(s) << e;
+    auto r = s->simulate();
+    ASSERT_TRUE(r) << e;
+    const sim::Program& p = r->program;
+    const auto& dag = s->compiled().dag;
+    auto lanes = [&](uint32_t t) {  // (device, stream) of a compute or collective task
+      std::vector<std::pair<uint32_t, uint16_t>> v;
+      const sim::Task& k = p.tasks[t];
+      const NodeKind kind = dag.nodes[k.node].kind;
+      if (kind != NodeKind::kCompute && kind != NodeKind::kCollective) return v;
+      for (uint32_t i = 0; i < k.part_count; ++i)
+        v.push_back(
+            {p.participants[k.part_begin + i].device, p.participants[k.part_begin + i].stream});
+      return v;
+    };
+    size_t deps = 0;
+    for (uint32_t t = 0; t < p.tasks.size(); ++t) {
+      const sim::Task& k = p.tasks[t];
+      const auto own = lanes(t);
+      std::vector<std::pair<uint32_t, uint16_t>> seen;
+      for (uint32_t i = 0; i < k.dep_count; ++i) {
+        const uint32_t d = p.deps[k.dep_begin + i];
+        ++deps;
+        for (const auto& lane : lanes(d)) {
+          if (std::find(own.begin(), own.end(), lane) != own.end())
+            ADD_FAILURE() << e << ": task " << t << " depends on task " << d << " of its own lane";
+        }
+        const sim::Task& dk = p.tasks[d];
+        if (dag.nodes[dk.node].kind == NodeKind::kCompute) {
+          const auto l = lanes(d).front();
+          EXPECT_EQ(std::count(seen.begin(), seen.end(), l), 0) << e << " task " << t;
+          seen.push_back(l);
+        }
+      }
+    }
+    EXPECT_GT(deps, 0u) << e;
+    // Timings respect every DAG edge between instances on one device (the pruned ones too).
+    std::vector<std::vector<uint32_t>> tasks_of_node(dag.nodes.size());
+    for (uint32_t t = 0; t < p.tasks.size(); ++t) tasks_of_node[p.tasks[t].node].push_back(t);
+    for (uint32_t t = 0; t < p.tasks.size(); ++t) {
+      if (p.tasks[t].kind != sim::TaskKind::kCompute) continue;
+      const int dev = r->device_of(t);
+      const uint32_t n = p.tasks[t].node;
+      for (uint32_t q = dag.pred_begin[n]; q < dag.pred_begin[n + 1]; ++q) {
+        for (uint32_t pt : tasks_of_node[dag.edges[dag.pred[q]].from]) {
+          if (p.tasks[pt].kind != sim::TaskKind::kCompute || r->device_of(pt) != dev) continue;
+          EXPECT_LE(r->timing[pt].end, r->timing[t].start) << e << " task " << t;
+        }
+      }
+    }
+  }
 }
 
 TEST(Simulate, ExamplesGiveBelievablePredictions) {

@@ -701,6 +701,142 @@ TEST(Engine, RandomProgramsRespectTheContract) {
   }
 }
 
+// Occupancy (busy, comm, exposed comm) accumulated by the engine equals the union of the
+// task intervals computed from the timings, on many random programs.
+TEST(Engine, OccupancyEqualsTheUnionOfTaskIntervals) {
+  using Spans = std::vector<std::pair<SimTime, SimTime>>;
+  auto merge = [](Spans v) {
+    std::sort(v.begin(), v.end());
+    Spans out;
+    for (const auto& x : v) {
+      if (!out.empty() && x.first <= out.back().second) {
+        out.back().second = std::max(out.back().second, x.second);
+      } else {
+        out.push_back(x);
+      }
+    }
+    return out;
+  };
+  auto length = [](const Spans& v) {
+    SimTime total = 0;
+    for (auto [a, b] : v) total += b - a;
+    return total;
+  };
+  for (uint32_t seed = 0; seed < 30; ++seed) {
+    const Program p = random_program(300 + seed, 2 + seed % 5, 80);
+    const RunResult r = Engine().run(p);
+    ASSERT_FALSE(r.stalled);
+    ASSERT_EQ(r.occupancy.size(), p.devices.size());
+    for (uint32_t d = 0; d < p.devices.size(); ++d) {
+      Spans comp, comm;
+      for (uint32_t t : p.devices[d].dispatch) {
+        const TaskTiming& tm = r.timing[t];
+        if (tm.end <= tm.start) continue;
+        (p.tasks[t].kind == TaskKind::kCompute ? comp : comm).push_back({tm.start, tm.end});
+      }
+      comp = merge(comp);
+      comm = merge(comm);
+      // comm \ comp, by sweeping the boundaries
+      SimTime exposed = 0;
+      for (auto [a, b] : comm) {
+        SimTime cur = a;
+        for (auto [c, e] : comp) {
+          if (e <= cur || c >= b) continue;
+          if (c > cur) exposed += c - cur;
+          cur = std::max(cur, e);
+        }
+        if (cur < b) exposed += b - cur;
+      }
+      EXPECT_EQ(r.occupancy[d].busy, length(comp)) << seed << " " << d;
+      EXPECT_EQ(r.occupancy[d].comm, length(comm)) << seed << " " << d;
+      EXPECT_EQ(r.occupancy[d].exposed_comm, exposed) << seed << " " << d;
+    }
+  }
+}
+
+// Counters: effects at start and end, once per device for a task on two streams of one device,
+// the end state of an instant only (a buffer freed as the next is taken is no new peak), the
+// peak's time and breakdown, and curves off.
+TEST(Engine, CountersFollowTaskStartsAndEnds) {
+  ProgramBuilder b(2, {"compute", "s1", "s2"});
+  const uint32_t a = b.compute(0, 0, 10);                         // 0-10 on device 0
+  const uint32_t c = b.compute(0, 0, 10);                         // 10-20 (FIFO)
+  const uint32_t x = b.comm({{0, 1}, {1, 1}}, 0, 5, 0);           // rendezvous, 0-5 on both devices
+  const uint32_t y = b.comm({{1, 1}, {1, 2}}, 0, 4, 0, {}, {x});  // two streams of device 1: 5-9
+  b.p.num_counters = 2;
+  // effects by node (= task id here)
+  std::vector<std::vector<CounterEffect>> by_task(b.p.tasks.size());
+  by_task[a] = {{0, false, 100}, {0, true, -100}};  // 100 while a runs
+  by_task[c] = {{0, false, 100}, {1, true, 7}};     // 100 taken as a's is freed (t = 10)
+  by_task[x] = {{1, false, 3}, {1, true, -3}};      // on both devices
+  by_task[y] = {{0, false, 50}};                    // once on device 1, from t = 5
+  b.p.effect_begin.push_back(0);
+  for (const auto& v : by_task) {
+    b.p.effects.insert(b.p.effects.end(), v.begin(), v.end());
+    b.p.effect_begin.push_back(static_cast<uint32_t>(b.p.effects.size()));
+  }
+  ASSERT_TRUE(validate(b.p).empty());
+  const RunResult r = Engine().run(b.p);
+  ASSERT_FALSE(r.stalled);
+  ASSERT_EQ(r.counters.size(), 2u);
+  const DeviceCounters& d0 = r.counters[0];
+  const std::vector<std::pair<SimTime, int64_t>> want0 = {{0, 103}, {5, 100}, {10, 100}, {20, 107}};
+  ASSERT_EQ(d0.curve.size(), want0.size());
+  for (size_t i = 0; i < want0.size(); ++i) {
+    EXPECT_EQ(d0.curve[i].t, want0[i].first) << i;
+    EXPECT_EQ(d0.curve[i].total, want0[i].second) << i;
+  }
+  EXPECT_EQ(d0.peak, 107);  // never 200 at t = 10: a's 100 is freed as c's is taken
+  EXPECT_EQ(d0.peak_time, 20);
+  EXPECT_EQ(d0.at_peak[0], 100);
+  EXPECT_EQ(d0.at_peak[1], 7);
+  const DeviceCounters& d1 = r.counters[1];
+  const std::vector<std::pair<SimTime, int64_t>> want1 = {{0, 3}, {5, 50}};
+  ASSERT_EQ(d1.curve.size(), want1.size());
+  for (size_t i = 0; i < want1.size(); ++i) {
+    EXPECT_EQ(d1.curve[i].t, want1[i].first) << i;
+    EXPECT_EQ(d1.curve[i].total, want1[i].second) << i;
+  }
+  EXPECT_EQ(d1.peak, 50);  // y's +50 counted once although it holds two streams
+  EXPECT_EQ(d1.peak_time, 5);
+  // Without curves: the same peaks, and only the initial sample.
+  RunOptions no_curves;
+  no_curves.counter_curves = false;
+  const RunResult q = Engine().run(b.p, no_curves);
+  ASSERT_EQ(q.counters.size(), 2u);
+  EXPECT_EQ(q.counters[0].curve.size(), 1u);
+  EXPECT_EQ(q.counters[0].peak, 107);
+  EXPECT_EQ(q.counters[1].peak, 50);
+  EXPECT_EQ(q.counters[1].peak_time, 5);
+  // Without counters: none reported.
+  b.p.num_counters = 0;
+  b.p.effect_begin.clear();
+  b.p.effects.clear();
+  EXPECT_TRUE(Engine().run(b.p).counters.empty());
+}
+
+TEST(Validate, ReportsMalformedCounters) {
+  ProgramBuilder b(1, {"compute"});
+  b.compute(0, 0, 10);
+  b.p.num_counters = 1;
+  b.p.effects = {{1, false, 5}};
+  b.p.effect_begin = {0, 1};
+  auto has = [](const std::vector<std::string>& errs, const std::string& what) {
+    for (const auto& e : errs)
+      if (e.find(what) != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(has(validate(b.p), "counter out of range"));
+  b.p.effects = {{0, false, 5}};
+  b.p.effect_begin = {0, 2};
+  EXPECT_TRUE(has(validate(b.p), "effect_begin must rise"));
+  b.p.effect_begin = {0, 1};
+  b.p.num_counters = kMaxCounters + 1;
+  EXPECT_TRUE(has(validate(b.p), "num_counters above"));
+  b.p.num_counters = 1;
+  EXPECT_TRUE(validate(b.p).empty());
+}
+
 TEST(Engine, EmptyProgram) {
   Program p;
   const RunResult r = Engine().run(p);

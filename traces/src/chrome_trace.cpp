@@ -110,7 +110,7 @@ std::string chrome_trace(const CompiledPlan& cp, const sim::Result& r,
     const sim::Task& tk = p.tasks[t];
     if (tk.kind == sim::TaskKind::kBarrier) continue;
     const auto& tm = r.timing[t];
-    uint32_t n = r.task_node[t];
+    uint32_t n = tk.node;
     const Node& nd = dag.nodes[n];
     if (names[n].empty()) names[n] = json_escape(slice_name(cp, n));
     std::string args = fmt::format("\"tags\":\"{}\",\"directive\":{},\"slowdown\":{:.4f}",
@@ -154,7 +154,7 @@ std::string chrome_trace(const CompiledPlan& cp, const sim::Result& r,
         emit(
             fmt::format("{{\"ph\":\"C\",\"name\":\"allocated "
                         "memory\",\"pid\":{},\"ts\":{},\"args\":{{\"bytes\":{}}}}}",
-                        dm.id, us(s.t), s.bytes));
+                        dm.id, us(s.t), s.total));
     }
   out += "\n]}\n";
   return out;

@@ -25,6 +25,12 @@
 //    together after the last event of that instant (no zero-length intermediate states).
 //  - slowdown = (end - start) / (duration alone): compute `work`; comm latency + bytes at
 //    min(rate_cap, its slowest link); 1 for zero-duration tasks.
+//  - Occupancy per device (RunResult::occupancy): time with at least one compute task running
+//    (busy), with at least one of its comm tasks in its latency or bytes phase (comm), and comm
+//    without compute (exposed), accumulated in O(1) at every change of those counts.
+//  - Counters (program.h, e.g. memory by category): applied at task starts and ends, sampled
+//    per device at the end of each instant in which they changed; the peak of their total with
+//    the counters at that moment. RunOptions::counter_curves = false keeps only the peak.
 //
 // Rounding (the only non-integer arithmetic): a running task keeps its remaining work as a
 // double, decreased by rate * elapsed ns whenever its rate changes. Its completion time is
@@ -88,14 +94,15 @@ class Engine {
   /// bug in whoever built the program and fails STRETTO_ASSERT with the first error).
   /// stats.events counts the events handled: completions, latency ends and issue releases popped
   /// from the queue (stale ones excluded) plus zero-duration tasks completed inline.
-  RunResult run(const Program& program);
+  RunResult run(const Program& program, const RunOptions& options = {});
 
   /// Same, writing into `out` so its vectors keep their capacity across runs.
-  void run(const Program& program, RunResult& out);
+  void run(const Program& program, RunResult& out, const RunOptions& options = {});
 
   /// Validates and, when valid, simulates in one pass (cheaper than validate() + run()): returns
   /// validate()'s errors; `out` is filled only when the list is empty.
-  std::vector<std::string> run_checked(const Program& program, RunResult& out);
+  std::vector<std::string> run_checked(const Program& program, RunResult& out,
+                                       const RunOptions& options = {});
 
   /// Completion events of the last run that were popped after being superseded by an earlier
   /// completion (lazily invalidated by the job's version).

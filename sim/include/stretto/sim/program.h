@@ -16,7 +16,16 @@
 // apart (the k-th entry, 0-based, is issued at (k+1) * dispatch_ns). Each (device, stream)
 // is a FIFO: a task starts only after the previous task of that stream ended.
 // Tasks are listed in a topological order of their dependencies (deps point backwards).
+//
+// Counters (optional): `num_counters` per-device levels, e.g. allocated bytes by category. The
+// effects of a task are those of its `node`: effects[effect_begin[node], effect_begin[node+1]).
+// Each effect adds `delta` to its counter on every device the task takes part in (once per
+// device), when the task starts (its latency phase, for comm) or when it ends. The engine
+// reports each device's curve of the counters' total, sampled at the end of every instant in
+// which it changed, and the peak of that total with the counters at the peak. Within one
+// instant only the end state counts (a buffer freed as the next is taken is no peak).
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,6 +53,14 @@ struct Task {
   uint32_t dep_begin = 0, dep_count = 0;    // into Program::deps (predecessor task ids)
 };
 
+inline constexpr size_t kMaxCounters = 8;
+
+struct CounterEffect {
+  uint8_t counter = 0;  // < Program::num_counters
+  bool at_end = false;  // applied when the task ends; otherwise when it starts
+  int64_t delta = 0;
+};
+
 struct Link {
   double capacity = 0;  // bytes per ns (= GB/s)
   std::string name;     // "node0.nvlink.dev3.out", for reports
@@ -64,6 +81,10 @@ struct Program {
   std::vector<uint32_t> task_links;
   std::vector<Link> links;
   std::vector<DeviceProgram> devices;
+  // counters (empty effect_begin: none)
+  uint32_t num_counters = 0;           // <= kMaxCounters
+  std::vector<uint32_t> effect_begin;  // by Task::node, plus one end entry
+  std::vector<CounterEffect> effects;
 };
 
 /// Per-task outcome. `slowdown` = actual duration / duration alone (1.0 = no interference).
@@ -82,8 +103,37 @@ struct Stall {
   std::vector<uint32_t> blocked_tasks;  // a few tasks that could not start, for the message
 };
 
+/// Time a device spent in each state during the run (exact, accumulated by the engine).
+struct DeviceOccupancy {
+  SimTime busy = 0;          // at least one compute task running (union of compute intervals)
+  SimTime comm = 0;          // at least one of its comm tasks in its latency or bytes phase
+  SimTime exposed_comm = 0;  // comm without compute
+};
+
+struct CounterSample {
+  SimTime t = 0;
+  int64_t total = 0;  // sum of the device's counters after the changes at t
+};
+
+/// A device's counters over the run: the curve of their total (starting with {0, 0}; only that
+/// sample unless RunOptions::counter_curves), the first time the total reached its maximum,
+/// and each counter then.
+struct DeviceCounters {
+  std::vector<CounterSample> curve;
+  int64_t peak = 0;
+  SimTime peak_time = 0;
+  std::array<int64_t, kMaxCounters> at_peak{};
+};
+
+/// What a run records besides task timings.
+struct RunOptions {
+  bool counter_curves = true;  // DeviceCounters::curve (else only the peak is tracked)
+};
+
 struct RunResult {
-  std::vector<TaskTiming> timing;  // by task id
+  std::vector<TaskTiming> timing;          // by task id
+  std::vector<DeviceOccupancy> occupancy;  // by device
+  std::vector<DeviceCounters> counters;    // by device; empty without counters
   SimTime makespan = 0;
   EngineStats stats;
   bool stalled = false;

@@ -20,10 +20,8 @@ namespace stretto::sim {
 inline constexpr size_t kMemCategories = 7;  // params, grads, optimizer + dag.h's 4 dynamic ones
 std::string_view memory_category_name(size_t i);
 
-struct MemorySample {
-  SimTime t;
-  int64_t bytes;  // allocated on the device after the change at t
-};
+/// A point of a device's allocated-memory curve: `total` bytes after the changes at `t`.
+using MemorySample = CounterSample;
 
 struct DeviceMetrics {
   int id = 0;
@@ -32,8 +30,9 @@ struct DeviceMetrics {
   int64_t peak_memory = 0;
   SimTime peak_time = 0;
   std::array<int64_t, kMemCategories> breakdown{};  // at the peak
-  std::vector<MemorySample> memory;                 // the allocated-bytes curve
-  bool folded = false;  // metrics copied from an identical replica (replica folding)
+  std::vector<MemorySample> memory;                 // the allocated-bytes curve (empty when folded)
+  bool folded = false;      // metrics copied from an identical replica (replica folding)
+  int representative = -1;  // folded: the simulated replica whose `memory` curve this one shares
   bool over_capacity = false;
 };
 
@@ -56,12 +55,24 @@ struct Result {
   std::vector<DeviceMetrics> devices;
   uint64_t events = 0;
   double sim_wall_ms = 0;
+  /// Where sim_wall_ms went: program construction, engine setup (validation and derived
+  /// structure), the event loop, and metrics (busy, exposed comm, memory curves, FLOPs).
+  struct Phases {
+    double build_ms = 0, prepare_ms = 0, run_ms = 0, metrics_ms = 0;
+  } phases;
   bool folded = false;
   // Engine-level detail, for traces, the GUI and the critical path.
   Program program;
-  std::vector<uint32_t> task_node;   // DAG node of each task
-  std::vector<int32_t> task_device;  // primary device (compute: its device; comm: first member)
-  std::vector<TaskTiming> timing;
+  std::vector<TaskTiming> timing;  // by task id
+
+  /// DAG node of a task.
+  uint32_t node_of(uint32_t task) const { return program.tasks[task].node; }
+  /// Primary device of a task (compute: its device; comm: its first simulated member); -1 for
+  /// a barrier.
+  int device_of(uint32_t task) const {
+    const Task& t = program.tasks[task];
+    return t.part_count > 0 ? static_cast<int>(program.participants[t.part_begin].device) : -1;
+  }
 };
 
 }  // namespace stretto::sim
