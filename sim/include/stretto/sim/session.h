@@ -25,7 +25,7 @@ struct SimOptions {
   bool fold_replicas = false;
   /// Keep each device's allocated-memory curve (DeviceMetrics::memory), for traces and plots.
   /// Off, only the peak, its time and its breakdown are kept: at 1,024 devices the curves are
-  /// ~0.6 GB and a noticeable part of the run time.
+  /// ~0.45 GB and a noticeable part of the run time.
   bool memory_curves = true;
 };
 
