@@ -84,17 +84,18 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       return static_cast<uint32_t>(ds.devices.size() / ds.group_size);
     return static_cast<uint32_t>(ds.devices.size());
   };
-  // position of each device in each device set (-1 if absent)
+  // position of each device in each device set (-1 if absent), built on first use
   std::vector<std::vector<int32_t>> pos(dag.device_sets.size());
-  auto position = [&](uint32_t set, int d) -> int32_t {
+  auto positions = [&](uint32_t set) -> const int32_t* {
     auto& v = pos[set];
     if (v.empty()) {
       v.assign(D, -1);
       const auto& devs = dag.device_sets[set].devices;
       for (size_t i = 0; i < devs.size(); ++i) v[devs[i]] = static_cast<int32_t>(i);
     }
-    return v[d];
+    return v.data();
   };
+  auto position = [&](uint32_t set, int d) { return positions(set)[d]; };
   // instance of node n that involves device d, or UINT32_MAX
   auto instance_on = [&](uint32_t n, int d) -> uint32_t {
     const Node& nd = dag.nodes[n];
@@ -119,8 +120,7 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
     return {ds.devices.data() + inst, 1};
   };
   // Task numbering. Without folding every instance is a task: task = base[n] + instance.
-  // With folding only instances involving a kept device are tasks: each node keeps a short
-  // list of (instance, task) pairs (at most one per kept device).
+  // With folding only instances involving a kept device are tasks (see kept_first below).
   std::vector<int> kept_devices;
   if (only)
     for (int d = 0; d < D; ++d)
@@ -336,12 +336,8 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       pi.lane = lane;
       pi.stream = pred.stream;
       pi.group = pred.kind == NodeKind::kCollective ? dag.device_sets[pred.devs].group_size : 1;
-      position(pred.devs, 0);  // builds the position table
-      pi.pos1 = pos[pred.devs].data();
-      if (pred.kind == NodeKind::kTransfer && pred.devs2 != kNone) {
-        position(pred.devs2, 0);
-        pi.pos2 = pos[pred.devs2].data();
-      }
+      pi.pos1 = positions(pred.devs);
+      if (pred.kind == NodeKind::kTransfer && pred.devs2 != kNone) pi.pos2 = positions(pred.devs2);
       preds.push_back(pi);
     }
     const uint32_t ninst = only ? kept_count[n] : count[n];

@@ -183,8 +183,8 @@ struct Engine::State {
   // counters (program.h): levels by device * num_counters; devices changed in this instant
   uint32_t nc = 0;
   std::vector<int64_t> ctr_level;
-  std::vector<uint32_t> ctr_stamp;  // per device: the last application that touched it
-  uint32_t ctr_epoch = 0;
+  std::vector<uint64_t> ctr_stamp;  // per device: the last application that touched it
+  uint64_t ctr_epoch = 0;           // (64 bits: never wraps within a run)
   std::vector<char> ctr_dirty;
   std::vector<uint32_t> ctr_dirty_devs;
   DeviceCounters* ctr_out = nullptr;
@@ -880,11 +880,12 @@ void Engine::State::flush_counters() {
     int64_t total = 0;
     for (uint32_t c = 0; c < nc; ++c) total += level[c];
     DeviceCounters& out = ctr_out[d];
-    if (!curves) {
-    } else if (out.curve.back().t == now) {
-      out.curve.back().total = total;
-    } else {
-      out.curve.push_back({now, total});
+    if (curves) {
+      if (out.curve.back().t == now) {
+        out.curve.back().total = total;
+      } else {
+        out.curve.push_back({now, total});
+      }
     }
     if (total > out.peak) {
       out.peak = total;

@@ -89,6 +89,8 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
   const double capacity = cp.plan.cluster.device.memory_GiB * 1024.0 * 1024.0 * 1024.0;
   r.devices.resize(D);
   double busy_sum = 0;
+  DeviceCounters no_counters;  // for a program without counters: static memory only
+  no_counters.curve.push_back({0, 0});
   for (int d = 0; d < D; ++d) {
     DeviceMetrics& m = r.devices[d];
     m.id = d;
@@ -103,10 +105,11 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
       base[2] = cp.static_mem[d].optimizer;
     }
     const int64_t base_total = base[0] + base[1] + base[2];
-    DeviceCounters no_counters;
-    no_counters.curve.push_back({0, 0});
     DeviceCounters& c = run.counters.empty() ? no_counters : run.counters[d];
-    m.memory = std::move(c.curve);
+    if (run.counters.empty())
+      m.memory = c.curve;  // the shared fallback: copied, not moved
+    else
+      m.memory = std::move(c.curve);
     for (MemorySample& s : m.memory) s.total += base_total;
     m.peak_memory = base_total + c.peak;
     m.peak_time = c.peak_time;
@@ -213,11 +216,15 @@ std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r)
         best_end = e, best = d, why = "waited for its input";
     };
     for (uint32_t k = 0; k < tk.dep_count; ++k) consider_input(p.deps[tk.dep_begin + k]);
-    for (uint32_t d : lane_pred[cur])
-      if (feeds(d)) consider_input(d);
-    for (uint32_t d : lane_pred[cur])
-      if (r.timing[d].end > best_end && !feeds(d))
-        best_end = r.timing[d].end, best = d, why = "waited for its stream";
+    uint32_t lane_only = UINT32_MAX;  // the latest stream predecessor that is no input
+    for (uint32_t d : lane_pred[cur]) {
+      if (feeds(d))
+        consider_input(d);
+      else if (lane_only == UINT32_MAX || r.timing[d].end > r.timing[lane_only].end)
+        lane_only = d;
+    }
+    if (lane_only != UINT32_MAX && r.timing[lane_only].end > best_end)
+      best_end = r.timing[lane_only].end, best = lane_only, why = "waited for its stream";
     CriticalStep s;
     s.task = cur;
     s.what = name(cur);
