@@ -105,22 +105,19 @@ class Writer {
     Task t;
     t.kind = kind;
     t.work = work;
-    t.latency_ns = latency;
-    t.rate_cap = cap;
     t.mem_bound = mem_bound;
     t.part_begin = static_cast<uint32_t>(p_.participants.size());
     t.part_count = static_cast<uint32_t>(parts.size());
     p_.participants.insert(p_.participants.end(), parts.begin(), parts.end());
     t.dep_begin = static_cast<uint32_t>(p_.deps.size());
-    t.dep_count = 0;
     for (uint32_t d : deps) {
-      if (d == UINT32_MAX) continue;
-      p_.deps.push_back(d);
-      ++t.dep_count;
+      if (d != UINT32_MAX) p_.deps.push_back(d);
     }
-    t.link_begin = static_cast<uint32_t>(p_.task_links.size());
-    t.link_count = num_links;
-    p_.task_links.insert(p_.task_links.end(), links, links + num_links);
+    if (kind == TaskKind::kComm) {
+      t.comm = static_cast<uint32_t>(p_.comms.size());
+      p_.comms.push_back({latency, cap, static_cast<uint32_t>(p_.task_links.size()), num_links});
+      p_.task_links.insert(p_.task_links.end(), links, links + num_links);
+    }
     t.node = static_cast<uint32_t>(p_.tasks.size());
     p_.tasks.push_back(t);
     return t.node;
@@ -277,15 +274,14 @@ Program make_1f1b(uint32_t stages, uint32_t replicas, uint32_t micro) {
       Task t;
       t.kind = TaskKind::kComm;
       t.work = 256 << 20;
-      t.latency_ns = 20000;
       t.part_begin = static_cast<uint32_t>(p.participants.size());
       t.part_count = static_cast<uint32_t>(parts.size());
       p.participants.insert(p.participants.end(), parts.begin(), parts.end());
       t.dep_begin = static_cast<uint32_t>(p.deps.size());
-      t.dep_count = static_cast<uint32_t>(deps.size());
       p.deps.insert(p.deps.end(), deps.begin(), deps.end());
-      t.link_begin = static_cast<uint32_t>(p.task_links.size());
-      t.link_count = static_cast<uint32_t>(links.size());
+      t.comm = static_cast<uint32_t>(p.comms.size());
+      p.comms.push_back({20000, 0, static_cast<uint32_t>(p.task_links.size()),
+                         static_cast<uint32_t>(links.size())});
       p.task_links.insert(p.task_links.end(), links.begin(), links.end());
       const auto id = static_cast<uint32_t>(p.tasks.size());
       t.node = id;

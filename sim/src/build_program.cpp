@@ -163,10 +163,11 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
   // copies gigabytes at the reference scale). Participants and links are exact; dependencies
   // get an upper bound, whose untouched tail costs address space only.
   {
-    size_t parts = 0, links = 0, deps = 0;
+    size_t parts = 0, links = 0, deps = 0, comms = 0;
     for (uint32_t n = 0; n < N; ++n) {
       const Node& nd = dag.nodes[n];
       const size_t ninst = only ? kept_count[n] : count[n];
+      if (nd.kind == NodeKind::kTransfer || nd.kind == NodeKind::kCollective) comms += ninst;
       const size_t per = nd.kind == NodeKind::kCompute    ? 1
                          : nd.kind == NodeKind::kTransfer ? 2
                          : nd.kind == NodeKind::kCollective
@@ -177,6 +178,7 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       deps += ninst * std::max<size_t>(per, 1) * (dag.pred_begin[n + 1] - dag.pred_begin[n]);
     }
     p.tasks.reserve(num_tasks);
+    p.comms.reserve(comms);
     p.participants.reserve(parts);
     p.task_links.reserve(links);
     p.deps.reserve(deps);
@@ -348,8 +350,6 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       Task& t = p.tasks.emplace_back();
       t.node = n;
       t.work = work;
-      t.latency_ns = latency;
-      t.rate_cap = cap;
       t.mem_bound = mem_bound;
       t.kind = kind;
       const std::span<const int> devs = involved(nd, i);
@@ -376,7 +376,7 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
           if (devs[k] != devs[0]) dispatch(devs[k], tid);
       }
       // links (comm only): the bottleneck class of each member
-      t.link_begin = static_cast<uint32_t>(p.task_links.size());
+      const auto link_begin = static_cast<uint32_t>(p.task_links.size());
       if (nd.kind == NodeKind::kTransfer && t.work > 0) {
         bool inter = topo.node_of(devs[0]) != topo.node_of(devs[1]);
         p.task_links.push_back(link_id(devs[0], inter ? 2 : 0));
@@ -389,7 +389,11 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
           p.task_links.push_back(link_id(d, lk + 1));
         }
       }
-      t.link_count = static_cast<uint32_t>(p.task_links.size()) - t.link_begin;
+      if (kind == TaskKind::kComm) {
+        t.comm = static_cast<uint32_t>(p.comms.size());
+        p.comms.push_back(
+            {latency, cap, link_begin, static_cast<uint32_t>(p.task_links.size()) - link_begin});
+      }
       // deps, device by device: a lane-less dependency as it is; of those on one lane (the
       // predecessor's stream on this device) only the highest id (b); then each task once,
       // ascending
@@ -424,7 +428,6 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       }
       t.dep_begin = static_cast<uint32_t>(p.deps.size());
       p.deps.insert(p.deps.end(), dep_ids.begin(), dep_ids.end());
-      t.dep_count = static_cast<uint32_t>(dep_ids.size());
     }
   }
 

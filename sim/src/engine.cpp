@@ -45,20 +45,25 @@ SimTime ceil_ns(double x) {
 }
 
 /// Duration of a comm task that does not become a max-min flow (no links, or no bytes).
-SimTime fixed_duration(const Task& k) {
-  SimTime d = k.latency_ns;
-  if (k.link_count == 0 && k.work > 0 && k.rate_cap > 0) {
-    d += ceil_ns(static_cast<double>(k.work) / k.rate_cap);
+SimTime fixed_duration(const CommSpec& c, int64_t work) {
+  SimTime d = c.latency_ns;
+  if (c.link_count == 0 && work > 0 && c.rate_cap > 0) {
+    d += ceil_ns(static_cast<double>(work) / c.rate_cap);
   }
   return d;
 }
 
-bool is_flow(const Task& k) {
-  return k.link_count > 0 && k.work > 0;
+bool is_flow(const CommSpec& c, int64_t work) {
+  return c.link_count > 0 && work > 0;
 }
 
-float slowdown(SimTime actual, double alone) {
-  return alone > 0 ? static_cast<float>(static_cast<double>(actual) / alone) : 1.0f;
+/// A flow's duration alone: its latency, then its bytes at min(rate_cap, its slowest link).
+double flow_alone_ns(const Program& p, const CommSpec& c, int64_t work) {
+  double rate = c.rate_cap > 0 ? c.rate_cap : std::numeric_limits<double>::infinity();
+  for (uint32_t i = 0; i < c.link_count; ++i) {
+    rate = std::min(rate, p.links[p.task_links[c.link_begin + i]].capacity);
+  }
+  return static_cast<double>(c.latency_ns + ceil_ns(static_cast<double>(work) / rate));
 }
 
 class Errors {
@@ -113,10 +118,9 @@ struct Engine::State {
     bool mem_bound() const { return (bits >> 31) != 0; }
   };
   static_assert(sizeof(TaskRec) == 32);
-  struct Job {         // a running task whose completion depends on a rate
-    double rem = 0;    // work left at t_upd (compute: ns at full capacity; flow: bytes)
-    double rate = 0;   // work per ns since t_upd
-    double alone = 0;  // duration alone, for the slowdown
+  struct Job {        // a running task whose completion depends on a rate
+    double rem = 0;   // work left at t_upd (compute: ns at full capacity; flow: bytes)
+    double rate = 0;  // work per ns since t_upd
     SimTime t_upd = 0;
     SimTime t_end = kNever;     // completion at the current rate
     SimTime t_queued = kNever;  // time of this job's valid event in the queue (<= t_end)
@@ -248,7 +252,7 @@ struct Engine::State {
   void start_task(uint32_t t);
   void start_flow(uint32_t t);
   // `node` is the task's Task::node when the caller has it at hand, else kNone
-  void end_task(uint32_t t, SimTime start, float slow, bool release_comm, uint32_t node);
+  void end_task(uint32_t t, SimTime start, bool release_comm, uint32_t node);
   void finish_job(uint32_t j);
   void acquire_comm(const TaskRec& rec);
   void apply_effects(uint32_t t, uint32_t node, bool at_end);
@@ -334,7 +338,8 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
     rec = TaskRec{};
     rec.bits = static_cast<uint32_t>(k.kind) << 29 | static_cast<uint32_t>(k.mem_bound) << 31;
     rec.work = k.work;
-    rec.pending = k.dep_count + k.part_count;
+    const uint32_t dep_end = prog.dep_end(t);
+    rec.pending = k.part_count;
     // (a node beyond the effect table has no effects)
     if (counters && k.node + size_t{1} < prog.effect_begin.size() &&
         prog.effect_begin[k.node] != prog.effect_begin[k.node + 1]) {
@@ -351,19 +356,31 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
       err.add([&] { return task_str(t) + ": participant range out of bounds"; });
       continue;
     }
-    if (bad_range(k.dep_begin, k.dep_count, prog.deps.size())) {
-      err.add([&] { return task_str(t) + ": dependency range out of bounds"; });
+    if (k.dep_begin > dep_end || dep_end > prog.deps.size()) {
+      err.add([&] {
+        return task_str(t) + ": dependency range out of bounds (dep_begin must not decrease)";
+      });
       continue;
     }
-    if (bad_range(k.link_begin, k.link_count, prog.task_links.size())) {
-      err.add([&] { return task_str(t) + ": link range out of bounds"; });
-      continue;
-    }
-    for (uint32_t i = 0; i < k.dep_count; ++i) {
-      if (k.dep_begin + i + kAhead < prog.deps.size()) {
-        __builtin_prefetch(&recs[prog.deps[k.dep_begin + i + kAhead] + 1], 1);
+    rec.pending += dep_end - k.dep_begin;
+    const CommSpec* cs = nullptr;
+    if (k.kind == TaskKind::kComm) {
+      if (k.comm >= prog.comms.size()) {
+        err.add([&] { return task_str(t) + ": comm spec out of bounds"; });
+        continue;
       }
-      const uint32_t d = prog.deps[k.dep_begin + i];
+      cs = &prog.comms[k.comm];
+      if (bad_range(cs->link_begin, cs->link_count, prog.task_links.size())) {
+        err.add([&] { return task_str(t) + ": link range out of bounds"; });
+        continue;
+      }
+    } else if (k.comm != kNoComm) {
+      err.add([&] { return task_str(t) + ": only a comm task has a comm spec (and links)"; });
+      continue;
+    }
+    for (uint32_t i = k.dep_begin; i < dep_end; ++i) {
+      if (i + kAhead < prog.deps.size()) __builtin_prefetch(&recs[prog.deps[i + kAhead] + 1], 1);
+      const uint32_t d = prog.deps[i];
       if (d >= t) {
         err.add([&] {
           return task_str(t) + " depends on task " + std::to_string(d) +
@@ -373,9 +390,9 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
       }
       ++recs[d + 1].succ_begin;  // counts, turned into offsets below
     }
-    num_succ += k.dep_count;
-    for (uint32_t i = 0; i < k.link_count; ++i) {
-      const uint32_t l = prog.task_links[k.link_begin + i];
+    num_succ += dep_end - k.dep_begin;
+    for (uint32_t i = 0; cs && i < cs->link_count; ++i) {
+      const uint32_t l = prog.task_links[cs->link_begin + i];
       if (l >= nl) err.add([&] { return task_str(t) + ": unknown link " + std::to_string(l); });
     }
     for (uint32_t pj = k.part_begin; pj < k.part_begin + k.part_count; ++pj) {
@@ -444,26 +461,23 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
       }
       std::sort(big_index.begin() + big_tasks.back().begin, big_index.end());
     }
-    if (k.dep_count == 0 && k.part_count == 0) free_tasks.push_back(t);
+    if (dep_end == k.dep_begin && k.part_count == 0) free_tasks.push_back(t);
     if (k.work < 0) err.add([&] { return task_str(t) + ": negative work"; });
     switch (k.kind) {
       case TaskKind::kCompute:
         if (k.part_count != 1) {
           err.add([&] { return task_str(t) + ": a compute task needs exactly one participant"; });
         }
-        if (k.link_count != 0) {
-          err.add([&] { return task_str(t) + ": a compute task cannot use links"; });
-        }
         break;
       case TaskKind::kComm:
-        if (k.latency_ns < 0) err.add([&] { return task_str(t) + ": negative latency"; });
-        if (!(k.rate_cap >= 0) || !std::isfinite(k.rate_cap)) {
+        if (cs->latency_ns < 0) err.add([&] { return task_str(t) + ": negative latency"; });
+        if (!(cs->rate_cap >= 0) || !std::isfinite(cs->rate_cap)) {
           err.add([&] { return task_str(t) + ": rate_cap must be finite and >= 0"; });
         }
         break;
       case TaskKind::kBarrier:
-        if (k.part_count != 0 || k.link_count != 0) {
-          err.add([&] { return task_str(t) + ": a barrier has no participants and no links"; });
+        if (k.part_count != 0) {
+          err.add([&] { return task_str(t) + ": a barrier has no participants"; });
         }
         break;
     }
@@ -602,8 +616,8 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
   for (size_t t = 0; t < n; ++t) recs[t + 1].succ_begin += recs[t].succ_begin;
   succ.resize(num_succ);
   for (uint32_t t = 0; t < n; ++t) {
-    const Task& k = prog.tasks[t];
-    for (uint32_t i = k.dep_begin; i < k.dep_begin + k.dep_count; ++i) {
+    const uint32_t end = prog.dep_end(t);
+    for (uint32_t i = prog.tasks[t].dep_begin; i < end; ++i) {
       if (i + kAhead < prog.deps.size()) __builtin_prefetch(&recs[prog.deps[i + kAhead]], 1);
       succ[recs[prog.deps[i]].succ_begin++] = t;
     }
@@ -634,6 +648,19 @@ std::vector<std::string> validate(const Program& program) {
   Engine::State scratch;
   scratch.prepare(program, &errors);
   return errors;
+}
+
+float slowdown(const Program& program, uint32_t t, const TaskTiming& timing) {
+  const Task& k = program.tasks[t];
+  double alone = 0;
+  if (k.kind == TaskKind::kCompute) {
+    alone = static_cast<double>(k.work);
+  } else if (k.kind == TaskKind::kComm) {
+    const CommSpec& c = program.comms[k.comm];
+    if (is_flow(c, k.work)) alone = flow_alone_ns(program, c, k.work);
+  }
+  if (!(alone > 0) || timing.start < 0) return 1.0f;
+  return static_cast<float>(static_cast<double>(timing.end - timing.start) / alone);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -683,7 +710,7 @@ void Engine::State::start_task(uint32_t t) {
   switch (rec.kind()) {
     case TaskKind::kBarrier:
       ++events;
-      end_task(t, now, 1.0f, false, kNone);
+      end_task(t, now, false, kNone);
       return;
     case TaskKind::kCompute: {
       // The node is read (one more cache line) only for a task with counter effects, and kept
@@ -692,7 +719,7 @@ void Engine::State::start_task(uint32_t t) {
       if (nc > 0) apply_effects(t, node, false);
       if (rec.work == 0) {
         ++events;
-        end_task(t, now, 1.0f, false, node);
+        end_task(t, now, false, node);
         return;
       }
       const uint32_t d = rec.device();
@@ -700,7 +727,6 @@ void Engine::State::start_task(uint32_t t) {
       Job& job = jobs[j];
       job.rem = static_cast<double>(rec.work);
       job.rate = 0;  // the flush at the end of this instant sets the rate and the completion
-      job.alone = job.rem;
       job.t_upd = now;
       job.t_end = kNever;
       job.t_queued = kNever;
@@ -723,11 +749,12 @@ void Engine::State::start_task(uint32_t t) {
     case TaskKind::kComm: {
       const Task& k = p->tasks[t];
       if (nc > 0) apply_effects(t, k.node, false);
-      const bool flow = is_flow(k);
-      const SimTime dur = flow ? k.latency_ns : fixed_duration(k);
+      const CommSpec& c = p->comms[k.comm];
+      const bool flow = is_flow(c, k.work);
+      const SimTime dur = flow ? c.latency_ns : fixed_duration(c, k.work);
       if (!flow && dur == 0) {
         ++events;
-        end_task(t, now, 1.0f, false, k.node);
+        end_task(t, now, false, k.node);
         return;
       }
       acquire_comm(rec);
@@ -745,31 +772,29 @@ void Engine::State::start_task(uint32_t t) {
 
 void Engine::State::start_flow(uint32_t t) {
   const Task& k = p->tasks[t];
-  const std::span<const uint32_t> links(p->task_links.data() + k.link_begin, k.link_count);
-  double alone_rate = k.rate_cap > 0 ? k.rate_cap : std::numeric_limits<double>::infinity();
-  for (uint32_t l : links) alone_rate = std::min(alone_rate, link_caps[l]);
+  const CommSpec& c = p->comms[k.comm];
+  const std::span<const uint32_t> links(p->task_links.data() + c.link_begin, c.link_count);
   const uint32_t j = alloc_job();
   Job& job = jobs[j];
   job.rem = static_cast<double>(k.work);
   job.rate = 0;
-  job.alone = static_cast<double>(k.latency_ns + ceil_ns(job.rem / alone_rate));
   job.t_upd = now;
   job.t_end = kNever;
   job.t_queued = kNever;
-  job.start = now - k.latency_ns;
+  job.start = now - c.latency_ns;
   job.task = t;
   job.device = kNone;
   job.node = k.node;
   job.mem_bound = false;
   job.prev = job.next = kNone;
-  const MaxMin::FlowId f = mm.add_flow(links, k.rate_cap);
+  const MaxMin::FlowId f = mm.add_flow(links, c.rate_cap);
   if (f >= flow_job.size()) flow_job.resize(size_t{f} + 1, kNone);
   flow_job[f] = j;
   job.flow = f;
 }
 
-void Engine::State::end_task(uint32_t t, SimTime start, float slow, bool release, uint32_t node) {
-  timing[t] = TaskTiming{start, now, slow};
+void Engine::State::end_task(uint32_t t, SimTime start, bool release, uint32_t node) {
+  timing[t] = TaskTiming{start, now};
   if (nc > 0) apply_effects(t, node, true);
   if (now > makespan) makespan = now;
   ++finished;
@@ -797,7 +822,6 @@ void Engine::State::finish_job(uint32_t j) {
   Job& job = jobs[j];
   const uint32_t t = job.task;
   const SimTime start = job.start;
-  const float slow = slowdown(now - start, job.alone);
   if (job.flow == kNone) {
     Device& dev = devs[job.device];
     if (job.prev != kNone) {
@@ -810,13 +834,13 @@ void Engine::State::finish_job(uint32_t j) {
     if (--dev.num_compute > 0) mark_dirty(job.device);
     const uint32_t node = job.node;
     free_job(j);
-    end_task(t, start, slow, false, node);
+    end_task(t, start, false, node);
   } else {
     mm.remove_flow(job.flow);
     flow_job[job.flow] = kNone;
     const uint32_t node = job.node;
     free_job(j);
-    end_task(t, start, slow, true, node);
+    end_task(t, start, true, node);
   }
 }
 
@@ -1001,7 +1025,7 @@ void Engine::State::simulate(RunResult& out) {
         case kFixedEnd: {
           ++events;
           const Task& k = prog.tasks[e.id];
-          end_task(e.id, now - fixed_duration(k), 1.0f, true, k.node);
+          end_task(e.id, now - fixed_duration(prog.comms[k.comm], k.work), true, k.node);
           break;
         }
         case kLatencyEnd:

@@ -195,7 +195,6 @@ std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r)
   std::vector<char> seen(T, 0);
   while (!seen[cur]) {
     seen[cur] = 1;
-    const Task& tk = p.tasks[cur];
     const SimTime start = r.timing[cur].start;
     // The binding constraint: the predecessor that ended last. Inputs (dependencies, and stream
     // predecessors that are DAG predecessors too: the program leaves out dependencies that a
@@ -215,7 +214,7 @@ std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r)
       if (e > best_end || (e == best_end && d < best))
         best_end = e, best = d, why = "waited for its input";
     };
-    for (uint32_t k = 0; k < tk.dep_count; ++k) consider_input(p.deps[tk.dep_begin + k]);
+    for (uint32_t d : p.deps_of(cur)) consider_input(d);
     uint32_t lane_only = UINT32_MAX;  // the latest stream predecessor that is no input
     for (uint32_t d : lane_pred[cur]) {
       if (feeds(d))

@@ -156,11 +156,9 @@ TEST(Simulate, ProgramKeepsOnlyDependenciesNoFifoImplies) {
     };
     size_t deps = 0;
     for (uint32_t t = 0; t < p.tasks.size(); ++t) {
-      const sim::Task& k = p.tasks[t];
       const auto own = lanes(t);
       std::vector<std::pair<uint32_t, uint16_t>> seen;
-      for (uint32_t i = 0; i < k.dep_count; ++i) {
-        const uint32_t d = p.deps[k.dep_begin + i];
+      for (const uint32_t d : p.deps_of(t)) {
         ++deps;
         for (const auto& lane : lanes(d)) {
           if (std::find(own.begin(), own.end(), lane) != own.end())

@@ -38,8 +38,9 @@ class ProgramBuilder {
     Task t;
     t.kind = TaskKind::kComm;
     t.work = bytes;
-    t.latency_ns = latency_ns;
-    t.rate_cap = rate_cap;
+    t.comm = static_cast<uint32_t>(p.comms.size());
+    p.comms.push_back({latency_ns, rate_cap, static_cast<uint32_t>(p.task_links.size()),
+                       static_cast<uint32_t>(links.size())});
     return add(t, parts, links, deps);
   }
 
@@ -63,11 +64,8 @@ class ProgramBuilder {
       auto& disp = p.devices[pa.device].dispatch;
       if (disp.empty() || disp.back() != id) disp.push_back(id);
     }
-    t.link_begin = static_cast<uint32_t>(p.task_links.size());
-    t.link_count = static_cast<uint32_t>(links.size());
     p.task_links.insert(p.task_links.end(), links.begin(), links.end());
     t.dep_begin = static_cast<uint32_t>(p.deps.size());
-    t.dep_count = static_cast<uint32_t>(deps.size());
     p.deps.insert(p.deps.end(), deps.begin(), deps.end());
     p.tasks.push_back(t);
     return id;

@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include "stretto/sim/engine.h"
+
 namespace stretto::traces {
 
 namespace {
@@ -114,7 +116,7 @@ std::string chrome_trace(const CompiledPlan& cp, const sim::Result& r,
     const Node& nd = dag.nodes[n];
     if (names[n].empty()) names[n] = json_escape(slice_name(cp, n));
     std::string args = fmt::format("\"tags\":\"{}\",\"directive\":{},\"slowdown\":{:.4f}",
-                                   nd.tags.str(), nd.directive, tm.slowdown);
+                                   nd.tags.str(), nd.directive, sim::slowdown(p, t, tm));
     if (nd.op != kNone)
       args += fmt::format(",\"op\":\"{}\"", json_escape(cp.model.ops[nd.op].name));
     if (tk.kind == sim::TaskKind::kCompute) {
@@ -122,7 +124,7 @@ std::string chrome_trace(const CompiledPlan& cp, const sim::Result& r,
       if (nd.tp > 1) args += fmt::format(",\"tp\":{}", nd.tp);
     } else {
       args += fmt::format(",\"bytes\":{},\"wire_bytes\":{},\"latency_ns\":{}", nd.bytes, tk.work,
-                          tk.latency_ns);
+                          p.comms[tk.comm].latency_ns);
     }
     const char* cat = tk.kind == sim::TaskKind::kCompute ? "compute" : "comm";
     for (uint32_t k = 0; k < tk.part_count; ++k) {

@@ -1,6 +1,6 @@
 #pragma once
 // The discrete-event engine: simulates one Program (program.h is the semantic contract) and
-// returns per-task start/end times and slowdowns.
+// returns per-task start/end times (slowdown() derives how much interference stretched each).
 //
 // Usage: `Engine engine; RunResult r = engine.run(program);` (validate(program) first when the
 // program may be malformed). Keep the Engine to re-simulate cheaply: its buffers are reused.
@@ -23,8 +23,9 @@
 //  - Barriers (no participants) and zero-duration tasks end at the instant they start.
 //  - Rates change only when a task starts or ends. All changes of one instant are applied
 //    together after the last event of that instant (no zero-length intermediate states).
-//  - slowdown = (end - start) / (duration alone): compute `work`; comm latency + bytes at
-//    min(rate_cap, its slowest link); 1 for zero-duration tasks.
+//  - slowdown() = (end - start) / (duration alone): compute `work`; a flow's latency + bytes at
+//    min(rate_cap, its slowest link); 1 for fixed-duration comm, barriers and zero-duration
+//    tasks. Derived from the timing and the program, so the engine does not store it.
 //  - Occupancy per device (RunResult::occupancy): time with at least one compute task running
 //    (busy), with at least one of its comm tasks in its latency or bytes phase (comm), and comm
 //    without compute (exposed), accumulated in O(1) at every change of those counts.
@@ -54,7 +55,8 @@
 // when its completion moves earlier, a new event is pushed and the old one is invalidated
 // lazily by a per-job version; when it moves later, the queued event is kept and, when it pops
 // early, pushed again at the new time. Task state is a 32-byte record per task; streams are
-// linked lists threaded through those records.
+// linked lists threaded through those records. A comm task's start also reads its Task and
+// CommSpec.
 // No allocation per event: all state lives in vectors sized at the start of run() and kept by
 // the Engine between runs, so re-running a same-sized program allocates nothing but the result
 // (nothing at all with run(program, out) and a reused `out`).
@@ -69,14 +71,19 @@
 namespace stretto::sim {
 
 /// Checks the structural contract of program.h: ids and ranges in bounds (stream ids below
-/// stream_names.size()), deps pointing backwards, a compute task with exactly one participant
-/// and no links, a barrier with neither, no (device, stream) twice in a task, no participant
+/// stream_names.size()), dep_begin never decreasing, deps pointing backwards, a comm spec for
+/// each comm task and none for other tasks, a compute task with exactly one participant, a
+/// barrier with none, no (device, stream) twice in a task, no participant
 /// entry shared by two tasks, every device's dispatch list naming exactly the tasks it takes
 /// part in, once each; non-negative work, latency, rate_cap and dispatch_ns; shares in [0, 1];
 /// positive finite link capacities. Returns human-readable errors ("task 12: ...", at most ~50
 /// plus a count); empty = valid. Deadlocks are not structural errors: run() reports them as a
 /// stall. O(size of the program); it runs the same pass that run() starts with.
 std::vector<std::string> validate(const Program& program);
+
+/// How much interference stretched task t: (end - start) / its duration alone (see above);
+/// 1 for a task that never ran. `timing` is t's entry of a run of `program`.
+float slowdown(const Program& program, uint32_t t, const TaskTiming& timing);
 
 /// A reusable simulator. An Engine is a value that owns only scratch state (no globals), so many
 /// engines can run on parallel threads; copying one gives an engine with empty scratch.

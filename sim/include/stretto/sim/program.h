@@ -6,16 +6,19 @@
 //                Concurrent compute tasks on a device share its capacity (processor sharing);
 //                while any comm task is active on the device, capacity is multiplied by
 //                (1 - comm_sm_share) (by (1 - comm_hbm_share) for mem_bound tasks).
-//  - kComm:      a transfer or collective instance; `work` = wire bytes, `latency_ns` fixed
-//                part, `rate_cap` bytes/ns alone; its bytes flow over `links` and share each
-//                link's capacity max-min fairly with other active comm tasks. Starts only when
-//                every participant (device, stream) has it at the head of its stream
-//                (rendezvous), all dependencies are done, and every participant has issued it.
+//  - kComm:      a transfer or collective instance; `work` = wire bytes; its CommSpec
+//                (Task::comm) holds the fixed part `latency_ns`, `rate_cap` bytes/ns alone and
+//                the `links` its bytes flow over, sharing each link's capacity max-min fairly
+//                with other active comm tasks. Starts only when every participant (device,
+//                stream) has it at the head of its stream (rendezvous), all dependencies are
+//                done, and every participant has issued it.
 //  - kBarrier:   zero-time join (temporal-edge junction); no participants, no stream.
 // Each device has a host thread that issues its `dispatch` list in order, `dispatch_ns`
 // apart (the k-th entry, 0-based, is issued at (k+1) * dispatch_ns). Each (device, stream)
 // is a FIFO: a task starts only after the previous task of that stream ended.
 // Tasks are listed in a topological order of their dependencies (deps point backwards).
+// Dependencies are one CSR array: task t's are deps[tasks[t].dep_begin, dep_end(t)), where
+// dep_end(t) is the next task's dep_begin (deps.size() for the last task).
 //
 // Counters (optional): `num_counters` per-device levels, e.g. allocated bytes by category. The
 // effects of a task are those of its `node`: effects[effect_begin[node], effect_begin[node+1]).
@@ -24,9 +27,13 @@
 // reports each device's curve of the counters' total, sampled at the end of every instant in
 // which it changed, and the peak of that total with the counters at the peak. Within one
 // instant only the end state counts (a buffer freed as the next is taken is no peak).
+//
+// Size: a Task is 32 bytes (the reference plan has 19 M of them); what only comm tasks need
+// lives in Program::comms.
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,17 +48,25 @@ struct Participant {
   uint16_t stream;  // global stream id (Program::stream_names)
 };
 
+inline constexpr uint32_t kNoComm = UINT32_MAX;
+
+/// What a comm task moves and how; Program::comms, by Task::comm.
+struct CommSpec {
+  int64_t latency_ns = 0;
+  double rate_cap = 0;  // bytes per ns when alone (0 = instantaneous bytes, or links only)
+  uint32_t link_begin = 0, link_count = 0;  // into Program::task_links
+};
+
 struct Task {
   TaskKind kind = TaskKind::kCompute;
   bool mem_bound = false;
-  uint32_t node = UINT32_MAX;  // originating DAG node (for reports)
-  int64_t work = 0;            // compute: ns at full capacity; comm: wire bytes
-  int64_t latency_ns = 0;      // comm only
-  double rate_cap = 0;         // comm only: bytes per ns when alone (0 = instantaneous bytes)
+  uint32_t node = UINT32_MAX;               // originating DAG node (for reports)
+  int64_t work = 0;                         // compute: ns at full capacity; comm: wire bytes
   uint32_t part_begin = 0, part_count = 0;  // into Program::participants
-  uint32_t link_begin = 0, link_count = 0;  // into Program::task_links
-  uint32_t dep_begin = 0, dep_count = 0;    // into Program::deps (predecessor task ids)
+  uint32_t dep_begin = 0;                   // into Program::deps, up to Program::dep_end()
+  uint32_t comm = kNoComm;                  // kComm: into Program::comms; else kNoComm
 };
+static_assert(sizeof(Task) == 32);
 
 inline constexpr size_t kMaxCounters = 8;
 
@@ -76,6 +91,7 @@ struct DeviceProgram {
 struct Program {
   std::vector<std::string> stream_names;
   std::vector<Task> tasks;
+  std::vector<CommSpec> comms;
   std::vector<Participant> participants;
   std::vector<uint32_t> deps;
   std::vector<uint32_t> task_links;
@@ -85,12 +101,26 @@ struct Program {
   uint32_t num_counters = 0;           // <= kMaxCounters
   std::vector<uint32_t> effect_begin;  // by Task::node, plus one end entry
   std::vector<CounterEffect> effects;
+
+  /// End of task t's dependency range in `deps`.
+  uint32_t dep_end(uint32_t t) const {
+    return t + 1 < tasks.size() ? tasks[t + 1].dep_begin : static_cast<uint32_t>(deps.size());
+  }
+  /// Task t's dependencies (predecessor task ids). Precondition: the ranges are valid.
+  std::span<const uint32_t> deps_of(uint32_t t) const {
+    return {deps.data() + tasks[t].dep_begin, deps.data() + dep_end(t)};
+  }
+  /// Task t's links (empty unless it is a comm task).
+  std::span<const uint32_t> links_of(uint32_t t) const {
+    if (tasks[t].comm == kNoComm) return {};
+    const CommSpec& c = comms[tasks[t].comm];
+    return {task_links.data() + c.link_begin, c.link_count};
+  }
 };
 
-/// Per-task outcome. `slowdown` = actual duration / duration alone (1.0 = no interference).
+/// Per-task outcome (slowdown() in engine.h derives how much interference stretched it).
 struct TaskTiming {
   SimTime start = -1, end = -1;
-  float slowdown = 1.0f;
 };
 
 struct EngineStats {
