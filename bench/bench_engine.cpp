@@ -2,7 +2,7 @@
 // a bare heap push/pop loop measured in the same process.
 //
 //  BM_HeapHold/<pending>        std::priority_queue hold model (pop min, push t + Exp): ceiling
-//  BM_EngineHeapHold/<pending>  the same loop on the engine's own event heap (binary)
+//  BM_EngineHeapHold/<pending>  the same loop on the engine's own event heap (4-ary)
 //  BM_Pipeline1F1B              1,024 devices (64 DP replicas x 16-stage 1F1B, 1,280
 //                               microbatches, activation sends over NVLink/IB links): ~10 M events
 //  BM_Pipeline64Devices         the same shape on 64 devices, 64 microbatches, re-run by a kept
@@ -77,7 +77,7 @@ BENCHMARK(BM_HeapHold)->Arg(1024)->Arg(16384)->Arg(262144);
 void BM_EngineHeapHold(benchmark::State& state) {
   const size_t pending = static_cast<size_t>(state.range(0));
   const auto inc = exp_increments(1 << 20);
-  stretto::sim::detail::EventHeap<2> q;
+  stretto::sim::detail::EventHeap<4> q;
   q.reserve(pending + 1);
   uint64_t seq = 0;
   for (size_t i = 0; i < pending; ++i) q.push(Event{inc[i], (seq++) << 2, uint32_t(i), 0});

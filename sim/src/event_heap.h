@@ -22,8 +22,13 @@ static_assert(sizeof(Event) <= 32, "events must stay small PODs");
 
 inline constexpr unsigned kKindBits = 2;
 
+/// (time, key) lexicographic, as one 128-bit comparison: no data-dependent branch (times are
+/// never negative in the engine; the cast keeps the order for any non-negative time).
 inline bool before(const Event& a, const Event& b) {
-  return a.time < b.time || (a.time == b.time && a.key < b.key);
+  __extension__ using U = unsigned __int128;
+  const U x = static_cast<U>(static_cast<uint64_t>(a.time)) << 64 | a.key;
+  const U y = static_cast<U>(static_cast<uint64_t>(b.time)) << 64 | b.key;
+  return x < y;
 }
 
 template <unsigned Arity>
@@ -50,6 +55,9 @@ class EventHeap {
     v_[i] = e;
   }
 
+  // Floyd's bottom-up pop: the hole left by the minimum walks down to a leaf along the smaller
+  // children (one comparison per level, no test against the moved element), then the last
+  // element, which usually belongs near the bottom, sifts up from there.
   Event pop() {
     const Event out = v_.front();
     const Event last = v_.back();
@@ -65,9 +73,14 @@ class EventHeap {
       for (size_t c = first + 1; c < end; ++c) {
         if (before(v_[c], v_[best])) best = c;
       }
-      if (!before(v_[best], last)) break;
       v_[i] = v_[best];
       i = best;
+    }
+    while (i > 0) {
+      const size_t parent = (i - 1) / Arity;
+      if (!before(last, v_[parent])) break;
+      v_[i] = v_[parent];
+      i = parent;
     }
     v_[i] = last;
     return out;
