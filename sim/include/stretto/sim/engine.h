@@ -51,15 +51,14 @@
 //
 // Cost: per event O(participants + successors) plus the re-timing of the tasks whose rate changed
 // (the compute tasks of a touched device; the flows of the re-solved max-min component). Events
-// are 24-byte PODs in a 4-ary heap. Each running job has at most one valid completion event:
-// when its completion moves earlier, a new event is pushed and the old one is invalidated
-// lazily by a per-job version; when it moves later, the queued event is kept and, when it pops
-// early, pushed again at the new time. Task state is a 32-byte record per task; streams are
-// linked lists threaded through those records. A comm task's start also reads its Task and
-// CommSpec.
-// No allocation per event: all state lives in vectors sized at the start of run() and kept by
-// the Engine between runs, so re-running a same-sized program allocates nothing but the result
-// (nothing at all with run(program, out) and a reused `out`).
+// are 24-byte PODs in a radix heap (event times never decrease). Each running job has at most one
+// valid completion event: when its completion moves earlier, a new event is pushed and the old one
+// is invalidated lazily by a per-job version; when it moves later, the queued event is kept and,
+// when it pops early, pushed again at the new time. Task state is a 32-byte record per task;
+// streams are linked lists threaded through those records. A comm task's start also reads its Task
+// and CommSpec. No allocation per event: all state lives in vectors sized at the start of run() and
+// kept by the Engine between runs, so re-running a same-sized program allocates nothing but the
+// result (nothing at all with run(program, out) and a reused `out`).
 
 #include <memory>
 #include <string>
