@@ -228,6 +228,11 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
     uint32_t base = 0;              // task id of its instance 0 (without folding)
   };
   std::vector<PredInfo> preds;
+  // (c) below: per (device, stream) lane, the last kRecent dependencies of its tasks, newest
+  // first.
+  constexpr size_t kRecent = 4;
+  const size_t num_streams = dag.streams.size();
+  std::vector<uint32_t> recent(static_cast<size_t>(D) * num_streams * kRecent, UINT32_MAX);
   for (uint32_t n : cp.topo_order) {
     const Node& nd = dag.nodes[n];
     // Costs are the same for every instance of a node: query once.
@@ -316,8 +321,11 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
     // Dependencies implied by a FIFO are left out. Every device program is a subsequence of the
     // one global topological order and task ids follow it, so on one (device, stream) lane a
     // lower task id runs first. Hence (a) a dependency on the task's own lane is implied, and
-    // (b) of several dependencies on one lane only the last (highest id) is needed. On the
-    // reference plan this removes most of the order barriers' fan-in. Lanes are known for
+    // (b) of several dependencies on one lane only the last (highest id) is needed, and (c) a
+    // dependency that an earlier task of one of the task's own lanes already has is implied
+    // (that task ended first, after it). (b) removes most of the order barriers' fan-in, (c)
+    // their fan-out: of a group's ops on a lane only the first waits for the group's barrier
+    // (on the reference plan, 68.5 M dependencies become about 35 M). Lanes are known for
     // compute and collective nodes (their node's stream on every device involved); transfers
     // (per-peer streams) and barriers (no lane) keep all their dependencies.
     auto has_lane = [](const Node& x) {
@@ -399,6 +407,18 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       const size_t dep_begin = p.deps.size();
       for (int d : devs) {
         if (!wanted(d)) continue;
+        // (c): what earlier tasks of this lane depended on; this task's kept dependencies join
+        uint32_t* const mem =
+            own_lane ? &recent[(static_cast<size_t>(d) * num_streams + nd.stream) * kRecent]
+                     : nullptr;
+        auto keep = [&](uint32_t id) {
+          if (mem) {
+            if (std::find(mem, mem + kRecent, id) != mem + kRecent) return;  // implied
+            std::copy_backward(mem, mem + kRecent - 1, mem + kRecent);
+            mem[0] = id;
+          }
+          p.deps.push_back(id);
+        };
         for (const PredInfo& pr : preds) {
           int32_t pi = pr.pos1[d];
           if (pi < 0 && pr.pos2) pi = pr.pos2[d];
@@ -407,7 +427,7 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
           const uint32_t ptid = only ? task_of(pr.node, inst) : pr.base + inst;
           if (ptid == UINT32_MAX) continue;
           if (!pr.lane) {
-            p.deps.push_back(ptid);
+            keep(ptid);
           } else if (lane_best[pr.stream] == UINT32_MAX) {
             lane_best[pr.stream] = ptid;
             lanes_touched.push_back(pr.stream);
@@ -416,7 +436,7 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
           }
         }
         for (uint16_t st : lanes_touched) {
-          p.deps.push_back(lane_best[st]);
+          keep(lane_best[st]);
           lane_best[st] = UINT32_MAX;
         }
         lanes_touched.clear();

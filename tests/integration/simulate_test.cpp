@@ -2,6 +2,9 @@
 // determinism, replica folding, re-simulation after edits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
 #include "plans.h"
 
 using namespace stretto;
@@ -173,6 +176,32 @@ TEST(Simulate, ProgramKeepsOnlyDependenciesNoFifoImplies) {
       }
     }
     EXPECT_GT(deps, 0u) << e;
+    // (c) A compute task shares no dependency with the compute task before it on its lane
+    // (which ended first, after them) when that one has at most 4 (the builder remembers the
+    // last 4 per lane).
+    size_t checked = 0;
+    std::map<std::pair<uint32_t, uint16_t>, uint32_t> last_on_lane;
+    for (uint32_t dev = 0; dev < p.devices.size(); ++dev) {
+      for (const uint32_t t : p.devices[dev].dispatch) {
+        for (const auto& lane : lanes(t)) {
+          if (lane.first != dev) continue;
+          const auto it = last_on_lane.find(lane);
+          if (it != last_on_lane.end() && p.tasks[t].kind == sim::TaskKind::kCompute &&
+              p.tasks[it->second].kind == sim::TaskKind::kCompute &&
+              p.deps_of(it->second).size() <= 4) {
+            const auto before = p.deps_of(it->second);
+            for (const uint32_t d : p.deps_of(t)) {
+              ++checked;
+              EXPECT_EQ(std::count(before.begin(), before.end(), d), 0)
+                  << e << ": task " << t << " and task " << it->second
+                  << " before it on its lane both depend on task " << d;
+            }
+          }
+          last_on_lane[lane] = t;
+        }
+      }
+    }
+    EXPECT_GT(checked, 0u) << e;
     // Timings respect every DAG edge between instances on one device (the pruned ones too).
     std::vector<std::vector<uint32_t>> tasks_of_node(dag.nodes.size());
     for (uint32_t t = 0; t < p.tasks.size(); ++t) tasks_of_node[p.tasks[t].node].push_back(t);
