@@ -427,14 +427,24 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
         rec.next = slot;
         rec.issue = kUnissued;
       }
-      if (slot_stamp[slot] == t + 1) {
+      // (device, stream) twice: a pairwise check for small tasks (slot_stamp is large and
+      // cold when there are many per-peer streams), stamps for large ones
+      bool twice = false;
+      if (k.part_count <= kSmallGroup) {
+        for (uint32_t pq = k.part_begin; pq < pj; ++pq) {
+          twice |= slot_of(prog.participants[pq]) == slot;
+        }
+      } else {
+        twice = slot_stamp[slot] == t + 1;
+        slot_stamp[slot] = t + 1;
+      }
+      if (twice) {
         err.add([&] {
           return task_str(t) + ": device " + std::to_string(pa.device) + " stream " +
                  std::to_string(pa.stream) + " listed twice";
         });
         continue;
       }
-      slot_stamp[slot] = t + 1;
     }
     if (k.kind == TaskKind::kComm) {
       if (k.part_count > kDeviceMask) {
@@ -513,18 +523,28 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
   for (uint32_t d = 0; d < nd; ++d) {
     const DeviceProgram& dp = prog.devices[d];
     for (size_t pos = 0; pos < dp.dispatch.size(); ++pos) {
-      // Two-stage prefetch: the record kAhead entries ahead, then, once it is in cache, the
-      // participants of a small comm task kAhead / 2 ahead.
+      // Staged prefetch: the record kAhead entries ahead; once it is in cache, the first and
+      // last participant of a comm task kAhead / 2 ahead; once those are, the interpolation
+      // guess of a large sorted one kAhead / 4 ahead (see below).
       if (pos + kAhead < dp.dispatch.size() && dp.dispatch[pos + kAhead] < n) {
         __builtin_prefetch(&recs[dp.dispatch[pos + kAhead]], 1);
       }
       if (pos + kAhead / 2 < dp.dispatch.size() && dp.dispatch[pos + kAhead / 2] < n) {
         const TaskRec& ahead = recs[dp.dispatch[pos + kAhead / 2]];
-        if (ahead.kind() == TaskKind::kComm && ahead.part_count() > 0 &&
-            ahead.part_count() <= kSmallGroup && ahead.part_begin() < np) {
+        if (ahead.kind() == TaskKind::kComm && ahead.part_count() > 0) {
           __builtin_prefetch(&prog.participants[ahead.part_begin()]);
-          __builtin_prefetch(&prog.participants[std::min<size_t>(
-              np - 1, size_t{ahead.part_begin()} + ahead.part_count() - 1)]);
+          __builtin_prefetch(
+              &prog.participants[size_t{ahead.part_begin()} + ahead.part_count() - 1]);
+        }
+      }
+      if (pos + kAhead / 4 < dp.dispatch.size() && dp.dispatch[pos + kAhead / 4] < n) {
+        const TaskRec& ahead = recs[dp.dispatch[pos + kAhead / 4]];
+        if (ahead.kind() == TaskKind::kComm && (ahead.bits & kSortedBit) != 0) {
+          const Participant* first = prog.participants.data() + ahead.part_begin();
+          const uint32_t lo = first->device, hi = first[ahead.part_count() - 1].device;
+          if (d > lo && d <= hi) {
+            __builtin_prefetch(first + uint64_t{d - lo} * (ahead.part_count() - 1) / (hi - lo));
+          }
         }
       }
       const uint32_t t = dp.dispatch[pos];

@@ -549,6 +549,20 @@ TEST(Validate, ReportsMalformedPrograms) {
     EXPECT_TRUE(has(validate(b.p), "task 0: dependency range out of bounds"));
   }
   {
+    // (device, stream) twice in one task: a small task and a large one (separate checks)
+    ProgramBuilder b(20, {"s", "t"});
+    b.comm({{0, 0}, {1, 0}, {0, 0}}, 0, 1, 0);
+    std::vector<Participant> members;
+    for (uint32_t d = 0; d < 20; ++d) members.push_back({d, 0});
+    members.push_back({7, 1});  // another stream of device 7: allowed
+    members.push_back({7, 0});  // the same stream again: not
+    b.comm(members, 0, 1, 0);
+    const auto errs = validate(b.p);
+    EXPECT_TRUE(has(errs, "task 0: device 0 stream 0 listed twice"));
+    EXPECT_TRUE(has(errs, "task 1: device 7 stream 0 listed twice"));
+    EXPECT_FALSE(has(errs, "stream 1 listed twice"));
+  }
+  {
     ProgramBuilder b(1, {"compute", "c"});
     b.compute(0, 0, 10);
     b.comm({{0, 1}}, 10, 0, 1.0);
