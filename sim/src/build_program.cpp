@@ -325,9 +325,9 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
     // dependency that an earlier task of one of the task's own lanes already has is implied
     // (that task ended first, after it). (b) removes most of the order barriers' fan-in, (c)
     // their fan-out: of a group's ops on a lane only the first waits for the group's barrier
-    // (on the reference plan, 68.5 M dependencies become about 35 M). Lanes are known for
-    // compute and collective nodes (their node's stream on every device involved); transfers
-    // (per-peer streams) and barriers (no lane) keep all their dependencies.
+    // (on the reference plan, (a) and (b) leave 68.5 M dependencies of 117 M, (c) 23.2 M).
+    // Lanes are known for compute and collective nodes (their node's stream on every device
+    // involved); transfers (per-peer streams) and barriers (no lane) keep all their dependencies.
     auto has_lane = [](const Node& x) {
       return x.kind == NodeKind::kCompute || x.kind == NodeKind::kCollective;
     };
@@ -441,9 +441,9 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
         }
         lanes_touched.clear();
       }
-      // Each task once. The engine does not need them sorted, and 15 M of the reference plan's
-      // 19 M tasks have several, mostly unsorted: short lists keep their order (a pairwise
-      // check), long ones (wide collectives) are sorted.
+      // Each task once. The engine does not need them sorted: short lists keep their order (a
+      // pairwise check, cheaper than sorting millions of short lists), long ones (wide
+      // collectives) are sorted.
       uint32_t* const ids = p.deps.data() + dep_begin;
       const size_t num_ids = p.deps.size() - dep_begin;
       if (num_ids > 16) {
