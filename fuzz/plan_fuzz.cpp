@@ -1,11 +1,15 @@
-// libFuzzer target: arbitrary bytes -> JSON -> plan -> compile. Bad input must give
-// diagnostics, never a crash, hang or sanitizer report. Plans whose expansion would be very
-// large (legitimately slow, not a bug) are skipped so the fuzzer explores breadth.
+// libFuzzer target: arbitrary bytes -> JSON -> plan -> compile -> simulate (full and folded,
+// critical path, Chrome trace). Bad input must give diagnostics, never a crash, hang or
+// sanitizer report. Plans whose expansion would be very large (legitimately slow, not a bug)
+// are skipped so the fuzzer explores breadth; only small compiled plans are simulated.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "stretto/costmodel/cost_model.h"
 #include "stretto/schedules/compiler.h"
+#include "stretto/sim/session.h"
+#include "stretto/traces/chrome_trace.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 1 << 16) return 0;
@@ -29,6 +33,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& g : d.device_groups)
       if (g.size() > 64) return 0;
   auto cp = stretto::compile(*plan, &*src);
-  if (!cp) (void)stretto::render_all(cp.error());
+  if (!cp) {
+    (void)stretto::render_all(cp.error());
+    return 0;
+  }
+  if (cp->dag.nodes.size() > 20000 || devices > 64) return 0;
+  // (no file access: a profiled table named by the plan is not found, which is an error too)
+  auto cm = stretto::cost::make_cost_model(cp->plan.costmodel, cp->plan.cluster, "/nonexistent");
+  if (!cm) {
+    (void)stretto::render_all(cm.error());
+    return 0;
+  }
+  for (const bool fold : {false, true}) {
+    stretto::sim::SimOptions opt;
+    opt.fold_replicas = fold;
+    auto r = stretto::sim::simulate(*cp, **cm, opt);
+    if (!r) {
+      (void)stretto::render_all(r.error());
+      continue;
+    }
+    if (!fold) {
+      (void)stretto::sim::critical_path(*cp, *r);
+      (void)stretto::traces::chrome_trace(*cp, *r);
+    }
+  }
   return 0;
 }

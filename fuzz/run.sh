@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DSTRETTO_FUZZ=ON -DSTRETTO_BUILD_TESTS=OFF -DSTRETTO_BUILD_BENCH=OFF \
-  -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer" >/dev/null
+  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" >/dev/null
 cmake --build build-fuzz --target plan_fuzz
 mkdir -p fuzz/corpus-work
 cp -n examples/*.json tests/data/schedules/ok/*.json tests/data/schedules/bad/*.json fuzz/corpus-work/ 2>/dev/null || true
