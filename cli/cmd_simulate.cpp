@@ -180,12 +180,23 @@ void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out) {
          if (tty_err) std::fprintf(stderr, "compiling %s ...\r", o->plan.c_str());
          auto s = sim::Session::open(o->plan);
          if (!s) return report(s.error());
-         if (tty_err) std::fprintf(stderr, "simulating %s ...\r", o->plan.c_str());
          sim::SimOptions so;
          so.fold_replicas = o->fold;
+         if (tty_err) {
+           // one status line, rewritten in place when the phase or the whole percent changes
+           so.progress = [plan = o->plan, last = std::string()](std::string_view phase,
+                                                                double fraction) mutable {
+             std::string line = phase == "simulating" ? fmt::format("simulating {} ... {:3.0f}%",
+                                                                    plan, 100.0 * fraction)
+                                                      : fmt::format("{} {} ...", phase, plan);
+             if (line == last) return;
+             std::fprintf(stderr, "%-*s\r", 70, line.c_str());
+             last = std::move(line);
+           };
+         }
          so.memory_curves = !o->trace.empty();  // only a trace shows them
          auto r = s->simulate(so);
-         if (tty_err) std::fprintf(stderr, "%*s\r", 60, "");
+         if (tty_err) std::fprintf(stderr, "%*s\r", 70, "");
          if (!r) return report(r.error());
          std::vector<sim::CriticalStep> path;
          if (o->critical) path = sim::critical_path(s->compiled(), *r);

@@ -193,6 +193,7 @@ struct Engine::State {
   std::vector<uint32_t> ctr_dirty_devs;
   DeviceCounters* ctr_out = nullptr;
   bool curves = true;
+  const RunOptions* options = nullptr;  // during run_checked
   MaxMin mm;
   detail::RadixEventQueue queue;  // measured faster than 2-, 4- and 8-ary heaps here
   TaskTiming* timing = nullptr;
@@ -1036,6 +1037,10 @@ void Engine::State::simulate(RunResult& out) {
   ready.assign(free_tasks.begin(), free_tasks.end());
   for (size_t s = 0; s < num_slots; ++s) advance(head_task[s]);
   drain_ready();
+  const auto& progress = options->progress;
+  const uint64_t progress_every = std::max<uint64_t>(1, options->progress_every);
+  uint64_t next_progress = progress_every;
+  if (progress) progress(finished, n);
 
   for (;;) {
     if (queue.has_now()) {
@@ -1080,10 +1085,15 @@ void Engine::State::simulate(RunResult& out) {
       continue;
     }
     if (!ctr_dirty_devs.empty()) flush_counters();  // the instant is over
+    if (events >= next_progress && progress) {
+      progress(finished, n);
+      next_progress = events + progress_every;
+    }
     if (queue.empty()) break;
     now = queue.advance();
   }
 
+  if (progress) progress(finished, n);
   out.makespan = makespan;
   out.stats.events = events;
   out.occupancy.resize(nd);
@@ -1148,7 +1158,9 @@ std::vector<std::string> Engine::run_checked(const Program& program, RunResult& 
   if (!state_->prepare(program, &errors)) return errors;
   const auto t1 = std::chrono::steady_clock::now();
   state_->curves = options.counter_curves;
+  state_->options = &options;
   state_->simulate(out);
+  state_->options = nullptr;
   const auto t2 = std::chrono::steady_clock::now();
   state_->prepare_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
   out.stats.wall_ms = std::chrono::duration<double, std::milli>(t2 - t0).count();

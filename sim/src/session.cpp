@@ -50,6 +50,7 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
   auto ms_since = [](Clock::time_point a) {
     return std::chrono::duration<double, std::milli>(Clock::now() - a).count();
   };
+  if (opt.progress) opt.progress("building", 0.0);
   r.program = build_program(cp, cm, r.folded ? &keep : nullptr);
   r.phases.build_ms = ms_since(t0);
   RunResult run;
@@ -58,6 +59,12 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
     // One pass validates the program and prepares the run.
     RunOptions ro;
     ro.counter_curves = opt.memory_curves;
+    if (opt.progress) {
+      ro.progress = [&opt](uint64_t finished, uint64_t total) {
+        opt.progress("simulating",
+                     total > 0 ? static_cast<double>(finished) / static_cast<double>(total) : 1.0);
+      };
+    }
     if (auto errs = engine.run_checked(r.program, run, ro); !errs.empty()) {
       Diagnostic d;
       d.message = "internal error: the engine program is malformed: " + errs.front();
@@ -68,6 +75,7 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
     r.phases.run_ms = run.stats.wall_ms - engine.prepare_ms();
   }
   const auto t_metrics = Clock::now();
+  if (opt.progress) opt.progress("metrics", 0.0);
   if (run.stalled) {
     Diagnostic d;
     d.message = "the simulation stalled (deadlock at run time); blocked ops:";

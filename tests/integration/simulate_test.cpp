@@ -219,6 +219,24 @@ TEST(Simulate, ProgramKeepsOnlyDependenciesNoFifoImplies) {
   }
 }
 
+TEST(Simulate, ReportsProgressByPhase) {
+  auto s = sim::Session::open(std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json");
+  ASSERT_TRUE(s);
+  std::vector<std::pair<std::string, double>> calls;
+  sim::SimOptions opt;
+  opt.progress = [&](std::string_view phase, double f) { calls.emplace_back(phase, f); };
+  ASSERT_TRUE(s->simulate(opt));
+  ASSERT_GE(calls.size(), 4u);
+  EXPECT_EQ(calls.front(), (std::pair<std::string, double>{"building", 0.0}));
+  EXPECT_EQ(calls.back(), (std::pair<std::string, double>{"metrics", 0.0}));
+  const auto& done = calls[calls.size() - 2];
+  EXPECT_EQ(done, (std::pair<std::string, double>{"simulating", 1.0}));
+  for (size_t i = 1; i + 1 < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].first, "simulating");
+    EXPECT_GE(calls[i].second, calls[i - 1].first == "simulating" ? calls[i - 1].second : 0.0);
+  }
+}
+
 TEST(Simulate, ExamplesGiveBelievablePredictions) {
   for (const char* e : {"gpt_pp4_dp2_1f1b", "piper_qwen3_moe_pp2_dp2_ep2", "piper_qwen3_moe_zero3",
                         "megatron_gpt13b_tp8_pp2_dp2"}) {

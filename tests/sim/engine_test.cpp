@@ -662,6 +662,33 @@ bool same(const RunResult& a, const RunResult& b) {
   return true;
 }
 
+TEST(Engine, ReportsProgressByFinishedTasks) {
+  const Program p = random_program(7, 16, 200);
+  ASSERT_TRUE(validate(p).empty());
+  std::vector<std::pair<uint64_t, uint64_t>> calls;
+  RunOptions opt;
+  opt.progress = [&](uint64_t finished, uint64_t total) { calls.emplace_back(finished, total); };
+  opt.progress_every = 64;
+  Engine engine;
+  const RunResult r = engine.run(p, opt);
+  ASSERT_FALSE(r.stalled);
+  ASSERT_GE(calls.size(), 3u);
+  // every 64 events, at the end of an instant (one instant may hold several of those)
+  EXPECT_GE(calls.size(), r.stats.events / 64 / 4);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].second, p.tasks.size());
+    if (i > 0) {
+      EXPECT_GE(calls[i].first, calls[i - 1].first);
+    }
+  }
+  EXPECT_LT(calls.front().first, p.tasks.size());
+  EXPECT_EQ(calls.back().first, p.tasks.size());
+  // The same run without a callback gives the same result.
+  const RunResult quiet = Engine().run(p);
+  EXPECT_EQ(quiet.makespan, r.makespan);
+  EXPECT_EQ(quiet.stats.events, r.stats.events);
+}
+
 TEST(Engine, DeterministicAcrossRunsEnginesAndThreads) {
   const Program p = random_program(7, 16, 200);
   ASSERT_TRUE(validate(p).empty());

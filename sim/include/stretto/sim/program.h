@@ -33,6 +33,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -158,6 +159,11 @@ struct DeviceCounters {
 /// What a run records besides task timings.
 struct RunOptions {
   bool counter_curves = true;  // DeviceCounters::curve (else only the peak is tracked)
+  /// Called with (tasks finished, tasks in all) when the event loop starts, then at the end of
+  /// the first instant after every `progress_every` events, and when it ends; on the run's
+  /// thread. Empty: no calls (nothing is checked per event either way).
+  std::function<void(uint64_t finished, uint64_t total)> progress;
+  uint64_t progress_every = uint64_t{1} << 16;
 };
 
 struct RunResult {

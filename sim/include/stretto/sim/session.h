@@ -8,9 +8,11 @@
 //
 // A Session is a value-owning object (no globals): many may run on parallel threads.
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "stretto/costmodel/cost_model.h"
 #include "stretto/schedules/compiler.h"
@@ -27,6 +29,11 @@ struct SimOptions {
   /// Off, only the peak, its time and its breakdown are kept: at 1,024 devices the curves are
   /// ~0.45 GB and a noticeable part of the run time.
   bool memory_curves = true;
+  /// Progress, for long runs (the CLI on a terminal, a GUI): called with the phase ("building",
+  /// "simulating", "metrics") and the fraction of it done; "building" and "metrics" once at
+  /// their start (0), "simulating" from 0 to 1 by tasks finished, about every 65 k events. On
+  /// the caller's thread.
+  std::function<void(std::string_view phase, double fraction)> progress;
 };
 
 /// Builds the engine program of a compiled plan under a cost model (instance level).
