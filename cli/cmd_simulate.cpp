@@ -84,8 +84,11 @@ std::string result_table(const CompiledPlan& cp, const sim::Result& r, bool colo
       "MFU            {:.1f} %   ({:.3g} model FLOPs, peak {:.0f} TFLOP/s x {} devices)\n",
       100 * r.mfu, r.model_flops, cp.plan.cluster.device.peak_tflops, r.devices.size());
   o += fmt::format("throughput     {:.0f} tokens/s\n", r.tokens_per_s);
-  o += fmt::format("simulated      {} events in {:.1f} ms{}\n\n", r.events, r.sim_wall_ms,
-                   r.folded ? " (identical replicas folded)" : "");
+  o += fmt::format(
+      "simulated      {} events in {:.1f} ms (build {:.1f}, prepare {:.1f}, run {:.1f}, metrics "
+      "{:.1f}){}\n\n",
+      r.events, r.sim_wall_ms, r.phases.build_ms, r.phases.prepare_ms, r.phases.run_ms,
+      r.phases.metrics_ms, r.folded ? " (identical replicas folded)" : "");
   // worst device: largest bubble, then largest peak memory
   size_t worst = 0, worst_mem = 0;
   for (size_t i = 0; i < r.devices.size(); ++i) {
