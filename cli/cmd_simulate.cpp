@@ -65,6 +65,9 @@ Json result_json(const CompiledPlan& cp, const sim::Result& r,
                      {"end_ms", ms(s.end)},
                      {"waited_for", s.waited_for}});
     j["critical_path"] = std::move(cpj);
+    const sim::CriticalPathBreakdown b = sim::breakdown(*path);
+    j["critical_path_breakdown_ms"] = {
+        {"compute", ms(b.compute)}, {"communication", ms(b.comm)}, {"waiting", ms(b.wait)}};
   }
   return j;
 }
@@ -130,6 +133,13 @@ std::string result_table(const CompiledPlan& cp, const sim::Result& r, bool colo
 std::string critical_table(const std::vector<sim::CriticalStep>& path) {
   // Consecutive steps of one region pass on one device are folded into one line.
   std::string o = "\ncritical path (what determines the step time):\n";
+  const sim::CriticalPathBreakdown b = sim::breakdown(path);
+  const double total = static_cast<double>(std::max<sim::SimTime>(1, b.compute + b.comm + b.wait));
+  o += fmt::format(
+      "  {:.3f} ms = compute {:.3f} ms ({:.0f}%) + communication {:.3f} ms ({:.0f}%) + waiting "
+      "{:.3f} ms ({:.0f}%, host dispatch and rendezvous)\n",
+      (b.compute + b.comm + b.wait) / 1e6, b.compute / 1e6, 100 * b.compute / total, b.comm / 1e6,
+      100 * b.comm / total, b.wait / 1e6, 100 * b.wait / total);
   o += fmt::format("  {:>10}  {:>10}  {:>6}  {}\n", "start ms", "end ms", "device",
                    "op / why it started then");
   for (size_t i = 0; i < path.size();) {

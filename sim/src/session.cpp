@@ -176,6 +176,17 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
   return r;
 }
 
+CriticalPathBreakdown breakdown(const std::vector<CriticalStep>& path) {
+  CriticalPathBreakdown b;
+  SimTime prev_end = 0;
+  for (const CriticalStep& s : path) {
+    b.wait += std::max<SimTime>(0, s.start - prev_end);
+    (s.kind == TaskKind::kComm ? b.comm : b.compute) += s.end - s.start;
+    prev_end = std::max(prev_end, s.end);
+  }
+  return b;
+}
+
 std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r) {
   const Program& p = r.program;
   const size_t T = p.tasks.size();
@@ -235,6 +246,7 @@ std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r)
     CriticalStep s;
     s.task = cur;
     s.what = name(cur);
+    s.kind = p.tasks[cur].kind;
     s.device = r.device_of(cur);
     s.start = start;
     s.end = r.timing[cur].end;

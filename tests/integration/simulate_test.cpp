@@ -37,6 +37,52 @@ TEST(Simulate, OneFOneBAndGPipeClosedForms) {
   }
 }
 
+// The critical path is a chain of real op timings from the step's start to its end, and its
+// breakdown adds up to the step time; under fixed costs (no dispatch, free communication) the
+// 1F1B path is all compute.
+TEST(Simulate, CriticalPathIsAChainToTheStepEnd) {
+  auto check = [](const std::string& what, const CompiledPlan& cp,
+                  const sim::Result& r) -> sim::CriticalPathBreakdown {
+    const auto path = sim::critical_path(cp, r);
+    if (path.empty()) {
+      ADD_FAILURE() << what << ": empty critical path";
+      return {};
+    }
+    EXPECT_EQ(path.back().end, r.step_time) << what;
+    EXPECT_GE(path.front().start, 0) << what;
+    for (size_t i = 0; i < path.size(); ++i) {
+      const auto& st = path[i];
+      EXPECT_EQ(st.start, r.timing[st.task].start) << what << " step " << i;
+      EXPECT_EQ(st.end, r.timing[st.task].end) << what << " step " << i;
+      EXPECT_EQ(st.kind, r.program.tasks[st.task].kind) << what << " step " << i;
+      EXPECT_FALSE(st.waited_for.empty()) << what << " step " << i;
+      if (i > 0) {
+        EXPECT_GE(st.start, path[i - 1].end) << what << " step " << i;
+      }
+    }
+    const auto b = sim::breakdown(path);
+    EXPECT_EQ(b.compute + b.comm + b.wait, r.step_time) << what;
+    EXPECT_GT(b.compute, 0) << what;
+    return b;
+  };
+  for (const char* e : {"gpt_pp4_dp2_1f1b", "piper_qwen3_moe_pp2_dp2_ep2", "piper_qwen3_moe_zero3",
+                        "megatron_gpt13b_tp8_pp2_dp2"}) {
+    auto s = sim::Session::open(std::string(STRETTO_EXAMPLES) + "/" + e + ".json");
+    ASSERT_TRUE(s) << e;
+    auto r = s->simulate();
+    ASSERT_TRUE(r) << e;
+    check(e, s->compiled(), *r);
+  }
+  const int p = 4, m = 8;
+  auto s = session_of(pipeline_plan(p, m, kAct, [&](int r) { return order_1f1b(p, m, r); }));
+  ASSERT_TRUE(s);
+  auto r = s->simulate();
+  ASSERT_TRUE(r);
+  const auto b = check("1f1b fixed", s->compiled(), *r);
+  EXPECT_EQ(b.compute, (m + p - 1) * 3 * kMs);
+  EXPECT_EQ(b.comm + b.wait, 0);
+}
+
 TEST(Simulate, ActivationPeaksGPipeHoldsMOneFOneBHoldsP) {
   const int p = 4, m = 8;
   auto rg = run(pipeline_plan(p, m, kAct, [&](int r) { return order_gpipe(m, r); }));

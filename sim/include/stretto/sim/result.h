@@ -40,6 +40,7 @@ struct DeviceMetrics {
 struct CriticalStep {
   uint32_t task = 0;
   std::string what;  // user-facing name of the op
+  TaskKind kind = TaskKind::kCompute;
   int device = -1;
   SimTime start = 0, end = 0;
   std::string waited_for;  // "data from ...", "stream order", "rendezvous with device 3", ...

@@ -50,6 +50,14 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
 /// first-to-last order.
 std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r);
 
+/// Where a critical path's time goes: its compute ops, its communication ops, and the gaps
+/// between one op's end and the next one's start (host dispatch, waiting for rendezvous
+/// peers). The three add up to the end of the path's last op, the step time.
+struct CriticalPathBreakdown {
+  SimTime compute = 0, comm = 0, wait = 0;
+};
+CriticalPathBreakdown breakdown(const std::vector<CriticalStep>& path);
+
 class Session {
  public:
   static Expected<Session> open(const std::string& path);
