@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "plans.h"
 
@@ -13,6 +14,27 @@ using namespace stretto::testing;
 namespace {
 constexpr int64_t kMs = 1'000'000;
 constexpr int64_t kAct = 1 << 20;
+
+constexpr const char* kExamples[] = {"gpt_pp4_dp2_1f1b", "piper_qwen3_moe_pp2_dp2_ep2",
+                                     "piper_qwen3_moe_zero3", "megatron_gpt13b_tp8_pp2_dp2"};
+
+// An example plan's session and simulation (empty, with a test failure, when either fails).
+struct ExampleRun {
+  std::optional<sim::Session> s;
+  std::optional<sim::Result> r;
+};
+ExampleRun simulate_example(const char* name) {
+  ExampleRun x;
+  auto s = sim::Session::open(std::string(STRETTO_EXAMPLES) + "/" + name + ".json");
+  EXPECT_TRUE(s) << name << (s ? "" : render_all(s.error()));
+  if (!s) return x;
+  auto r = s->simulate();
+  EXPECT_TRUE(r) << name << (r ? "" : render_all(r.error()));
+  if (!r) return x;
+  x.s.emplace(std::move(*s));
+  x.r.emplace(std::move(*r));
+  return x;
+}
 
 sim::Result run(const json& plan, sim::SimOptions opt = {}) {
   auto s = session_of(plan);
@@ -65,12 +87,9 @@ TEST(Simulate, CriticalPathIsAChainToTheStepEnd) {
     EXPECT_GT(b.compute, 0) << what;
     return b;
   };
-  for (const char* e : {"gpt_pp4_dp2_1f1b", "piper_qwen3_moe_pp2_dp2_ep2", "piper_qwen3_moe_zero3",
-                        "megatron_gpt13b_tp8_pp2_dp2"}) {
-    auto s = sim::Session::open(std::string(STRETTO_EXAMPLES) + "/" + e + ".json");
-    ASSERT_TRUE(s) << e;
-    auto r = s->simulate();
-    ASSERT_TRUE(r) << e;
+  for (const char* e : kExamples) {
+    const auto [s, r] = simulate_example(e);
+    ASSERT_TRUE(s && r) << e;
     check(e, s->compiled(), *r);
   }
   const int p = 4, m = 8;
@@ -185,12 +204,9 @@ TEST(Simulate, ResimulateAfterEdits) {
 // lane, at most one per lane of a compute/collective predecessor; and every DAG edge is still
 // enforced, by a kept dependency or by the lane order (checked on the timings).
 TEST(Simulate, ProgramKeepsOnlyDependenciesNoFifoImplies) {
-  for (const char* e : {"gpt_pp4_dp2_1f1b", "piper_qwen3_moe_pp2_dp2_ep2", "piper_qwen3_moe_zero3",
-                        "megatron_gpt13b_tp8_pp2_dp2"}) {
-    auto s = sim::Session::open(std::string(STRETTO_EXAMPLES) + "/" + e + ".json");
-    ASSERT_TRUE(s) << e;
-    auto r = s->simulate();
-    ASSERT_TRUE(r) << e;
+  for (const char* e : kExamples) {
+    const auto [s, r] = simulate_example(e);
+    ASSERT_TRUE(s && r) << e;
     const sim::Program& p = r->program;
     const auto& dag = s->compiled().dag;
     auto lanes = [&](uint32_t t) {  // (device, stream) of a compute or collective task
@@ -284,12 +300,9 @@ TEST(Simulate, ReportsProgressByPhase) {
 }
 
 TEST(Simulate, ExamplesGiveBelievablePredictions) {
-  for (const char* e : {"gpt_pp4_dp2_1f1b", "piper_qwen3_moe_pp2_dp2_ep2", "piper_qwen3_moe_zero3",
-                        "megatron_gpt13b_tp8_pp2_dp2"}) {
-    auto s = sim::Session::open(std::string(STRETTO_EXAMPLES) + "/" + e + ".json");
-    ASSERT_TRUE(s) << e << render_all(s.error());
-    auto r = s->simulate();
-    ASSERT_TRUE(r) << e << render_all(r.error());
+  for (const char* e : kExamples) {
+    const auto [s, r] = simulate_example(e);
+    ASSERT_TRUE(s && r) << e;
     EXPECT_GT(r->step_time, 0) << e;
     EXPECT_GT(r->mfu, 0.05) << e;
     EXPECT_LT(r->mfu, 0.8) << e;
