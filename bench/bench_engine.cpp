@@ -293,11 +293,20 @@ Program make_1f1b(uint32_t stages, uint32_t replicas, uint32_t micro) {
   return p;
 }
 
+// Runs `p` once per benchmark iteration on `e` (buffers reused) and reports the counters.
 // events_per_s is a rate over the benchmark's CPU time of the loop (Engine::run only), like the
 // heap loops' counters, so that the ratio is not skewed by other processes on a shared machine.
 // wall_events_per_s uses RunResult::stats::wall_ms (elapsed time, setup included) instead.
-void report(benchmark::State& state, const RunResult& r, const Engine& e, double wall_ms_sum,
-            uint64_t events_sum, size_t tasks) {
+void run_and_report(benchmark::State& state, Engine& e, const Program& p) {
+  RunResult r;
+  double wall_ms_sum = 0;
+  uint64_t events_sum = 0;
+  for (auto _ : state) {
+    e.run(p, r);
+    wall_ms_sum += r.stats.wall_ms;
+    events_sum += r.stats.events;
+  }
+  const size_t tasks = p.tasks.size();
   state.counters["events_per_s"] =
       benchmark::Counter(double(events_sum), benchmark::Counter::kIsRate);
   state.counters["wall_events_per_s"] = double(events_sum) / (wall_ms_sum / 1e3);
@@ -324,15 +333,7 @@ const Program& pipeline_program() {
 void BM_Pipeline1F1B(benchmark::State& state) {
   const Program& p = pipeline_program();
   Engine engine;
-  RunResult r;
-  double wall = 0;
-  uint64_t events = 0;
-  for (auto _ : state) {
-    engine.run(p, r);
-    wall += r.stats.wall_ms;
-    events += r.stats.events;
-  }
-  report(state, r, engine, wall, events, p.tasks.size());
+  run_and_report(state, engine, p);
 }
 BENCHMARK(BM_Pipeline1F1B)->Unit(benchmark::kMillisecond)->Iterations(2);
 
@@ -341,16 +342,8 @@ BENCHMARK(BM_Pipeline1F1B)->Unit(benchmark::kMillisecond)->Iterations(2);
 void BM_Pipeline64Devices(benchmark::State& state) {
   const Program p = make_1f1b(16, 4, 64);
   Engine engine;
-  RunResult r;
-  engine.run(p, r);  // warm: buffers sized
-  double wall = 0;
-  uint64_t events = 0;
-  for (auto _ : state) {
-    engine.run(p, r);
-    wall += r.stats.wall_ms;
-    events += r.stats.events;
-  }
-  report(state, r, engine, wall, events, p.tasks.size());
+  engine.run(p);  // warm: buffers sized
+  run_and_report(state, engine, p);
 }
 BENCHMARK(BM_Pipeline64Devices)->Unit(benchmark::kMillisecond);
 
@@ -408,15 +401,7 @@ Program make_shared_links(uint32_t flows) {
 void BM_SharedLinks(benchmark::State& state) {
   const Program p = make_shared_links(static_cast<uint32_t>(state.range(0)));
   Engine engine;
-  RunResult r;
-  double wall = 0;
-  uint64_t events = 0;
-  for (auto _ : state) {
-    engine.run(p, r);
-    wall += r.stats.wall_ms;
-    events += r.stats.events;
-  }
-  report(state, r, engine, wall, events, p.tasks.size());
+  run_and_report(state, engine, p);
 }
 BENCHMARK(BM_SharedLinks)
     ->Arg(64)
