@@ -31,36 +31,8 @@ Diagnostic diag_at_line(const std::string& file, uint32_t line, uint32_t col, st
   return d;
 }
 
-std::string escape_pointer_token(std::string_view key) {
-  std::string out;
-  out.reserve(key.size());
-  for (char c : key) {
-    if (c == '~')
-      out += "~0";
-    else if (c == '/')
-      out += "~1";
-    else
-      out += c;
-  }
-  return out;
-}
-
 std::string child_pointer(const std::string& base, std::string_view key) {
-  return base + "/" + escape_pointer_token(key);
-}
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
+  return base + "/" + pointer_escape(key);
 }
 
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
@@ -72,7 +44,7 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string>& 
   const std::string* pick = nullptr;
   for (const auto& c : candidates) {
     const std::string lc = lower(c);
-    const size_t d = edit_distance(w, lc);
+    const size_t d = stretto::edit_distance(w, lc);
     const size_t shorter = std::min(w.size(), lc.size());
     const bool prefix = shorter >= 4 && (lc.starts_with(w) || w.starts_with(lc));
     const bool close = d <= limit && d < std::max(w.size(), lc.size());

@@ -1,8 +1,9 @@
 #pragma once
 // Private helpers of the costmodel library: diagnostics, "did you mean" hints, name tables.
 //
-// The schedules library owns a general `nearest`; the cost model keeps its own (with a prefix
-// rule for truncated option names). Positions come from schedules' JsonSource.
+// The schedules library owns a general `nearest` and `edit_distance`; the cost model's
+// `did_you_mean` adds a prefix rule for truncated option names. Positions come from schedules'
+// JsonSource.
 
 #include <cstdint>
 #include <optional>
@@ -26,13 +27,9 @@ Diagnostic diag_at(const std::string& file, const std::string& pointer, std::str
 Diagnostic diag_at_line(const std::string& file, uint32_t line, uint32_t col, std::string message,
                         std::string source_line);
 
-/// "~" -> "~0", "/" -> "~1" (RFC 6901).
-std::string escape_pointer_token(std::string_view key);
-/// `base` + "/" + escaped `key`.
+/// `base` + "/" + escaped `key` (stretto::pointer_escape).
 std::string child_pointer(const std::string& base, std::string_view key);
 
-/// Levenshtein distance.
-size_t edit_distance(std::string_view a, std::string_view b);
 /// "did you mean 'x'?" for the closest candidate within a plausible typo distance, else "".
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
 

@@ -11,8 +11,9 @@
 
 namespace stretto {
 
-std::string pointer_escape(const std::string& key) {
+std::string pointer_escape(std::string_view key) {
   std::string out;
+  out.reserve(key.size());
   for (char c : key) {
     if (c == '~')
       out += "~0";

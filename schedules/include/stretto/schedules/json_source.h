@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "stretto/schedules/diag.h"
@@ -53,6 +54,6 @@ class JsonSource {
 };
 
 /// Escapes a key for use in a JSON pointer ("~" -> "~0", "/" -> "~1").
-std::string pointer_escape(const std::string& key);
+std::string pointer_escape(std::string_view key);
 
 }  // namespace stretto
