@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
 # Installs every Debian package Stretto's build and tests need. Idempotent and quick when
 # everything is already present (checks with dpkg before calling apt-get).
-# Usage: scripts/setup.sh [--gui] [--torch]
+# Usage: scripts/setup.sh   (everything CI builds and tests: simulator, LibTorch backend, GUI,
+# sweeps with SQLite, the single-node Slurm test)
 set -euo pipefail
 pkgs=(cmake g++ make ninja-build ccache pkg-config
       nlohmann-json3-dev libfmt-dev libcli11-dev libboost-graph-dev libeigen3-dev
-      libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev graphviz)
-for arg in "$@"; do
-  case "$arg" in
-    --gui) pkgs+=(libimgui-dev libglfw3-dev libstb-dev xvfb xauth) ;;
-    --torch) pkgs+=(libtorch-dev) ;;
-  esac
-done
+      libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev graphviz
+      libsqlite3-dev sqlite3
+      libtorch-dev libgloo-dev libopenblas0-pthread
+      libimgui-dev libglfw3-dev libstb-dev xvfb xauth
+      slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
