@@ -33,6 +33,7 @@ Json result_json(const CompiledPlan& cp, const sim::Result& r,
   j["events"] = r.events;
   j["sim_wall_ms"] = r.sim_wall_ms;
   j["folded_replicas"] = r.folded;
+  j["not_modelled"] = unmodelled_effects(cp);
   j["costmodel"] =
       std::string(cp.plan.costmodel.kind == CostModelSpec::Kind::kFixed      ? "fixed"
                   : cp.plan.costmodel.kind == CostModelSpec::Kind::kProfiled ? "profiled"
@@ -92,6 +93,12 @@ std::string result_table(const CompiledPlan& cp, const sim::Result& r, bool colo
       "{:.1f}){}\n\n",
       r.events, r.sim_wall_ms, r.phases.build_ms, r.phases.prepare_ms, r.phases.run_ms,
       r.phases.metrics_ms, r.folded ? " (identical replicas folded)" : "");
+  if (const auto missing = unmodelled_effects(cp); !missing.empty()) {
+    o.pop_back();  // the effects close the header block
+    for (size_t i = 0; i < missing.size(); ++i)
+      o += fmt::format("{}{}\n", i ? "               " : "not modelled   ", missing[i]);
+    o += "\n";
+  }
   // worst device: largest bubble, then largest peak memory
   size_t worst = 0, worst_mem = 0;
   for (size_t i = 0; i < r.devices.size(); ++i) {

@@ -33,6 +33,10 @@ double dtype_peak_factor(DType d) {
 // DeepSeek-V3 technical report (arXiv 2412.19437): 20 of the H800's 132 SMs run communication.
 constexpr double kCommSms = 20.0;
 constexpr double kDefaultSms = 132.0;
+// A100 SXM: data-sheet peaks at the 1410 MHz boost clock; ~1305 MHz sustained at the 400 W
+// power limit under GEMM load (NVIDIA's A100 HPL Rpeak clock; see sustained_clock_ratio).
+constexpr double kA100BoostMHz = 1410.0;
+constexpr double kA100SustainedMHz = 1305.0;
 // PCIe 5.0 x16 moves 64 GB/s per direction; a faster intra-node link is taken to be NVLink.
 constexpr double kPcieGen5x16GBps = 64.0;
 // Fused attention kernels tile the query rows by 128 (FlashAttention-2/3 block size on H100).
@@ -181,6 +185,22 @@ struct OptionReader {
 
 }  // namespace
 
+double nccl_nvlink_ratio(NcclArch arch) {
+  // NCCL src/graph/topo.h per-link NVLink bandwidths over the data sheets' per-link,
+  // per-direction figures (NVLink 2/3/4: 25 GB/s; NVLink 5: 50 GB/s).
+  switch (arch) {
+    case NcclArch::kVolta:
+      return 20.0 / 25.0;  // SM70_NVLINK_BW
+    case NcclArch::kAmpere:
+      return 20.0 / 25.0;  // SM80_NVLINK_BW
+    case NcclArch::kHopper:
+      return 20.6 / 25.0;  // SM90_NVLINK_BW
+    case NcclArch::kBlackwell:
+      return 40.1 / 50.0;  // SM100_NVLINK_BW
+  }
+  return 1.0;
+}
+
 const std::vector<std::string>& analytic_option_names() {
   static const std::vector<std::string> names = {
       "gemm_efficiency",  "attention_efficiency", "memory_efficiency",
@@ -189,7 +209,8 @@ const std::vector<std::string>& analytic_option_names() {
       "dispatch_us",      "comm_sm_share",        "comm_hbm_share",
       "nccl_algo",        "nccl_proto",           "nccl_arch",
       "nccl_intra_link",  "nccl_net_overhead_us", "nccl_net_latency_us",
-      "nccl_cpu",         "p2p_latency_us",
+      "nccl_cpu",         "p2p_latency_us",       "nccl_intra_GBps",
+      "sustained_clock_ratio",
   };
   return names;
 }
@@ -285,6 +306,10 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
         r.number(key, v, 0, inf, false, p.nccl.net_latency_us);
       } else if (key == "p2p_latency_us") {
         r.number(key, v, 0, inf, false, p.p2p_latency_us);
+      } else if (key == "sustained_clock_ratio") {
+        r.number(key, v, 0, 1, true, p.sustained_clock_ratio);
+      } else if (key == "nccl_intra_GBps") {
+        r.number(key, v, 0, inf, true, p.nccl_intra_GBps);
       } else {
         std::vector<std::string> candidates = analytic_option_names();
         for (auto k : kPlanKeys) candidates.emplace_back(k);
@@ -298,6 +323,14 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
     p.comm_sm_share = std::min(1.0, kCommSms / sms);
   }
   if (!ds.empty()) return fail(std::move(ds));
+  if (p.sustained_clock_ratio < 0)
+    p.sustained_clock_ratio = detail::lower(cluster.device.kind).rfind("a100", 0) == 0
+                                  ? kA100SustainedMHz / kA100BoostMHz
+                                  : 1.0;
+  if (p.nccl_intra_GBps < 0)
+    p.nccl_intra_GBps = cluster.intra_node.bandwidth_GBps *
+                        (p.nccl.nvlink ? nccl_nvlink_ratio(p.nccl.arch) : 1.0);
+  p.nccl.intra_GBps = p.nccl_intra_GBps;
   return p;
 }
 
@@ -312,6 +345,8 @@ bool is_gemm_like(OpKind k) {
     case OpKind::kSharedExperts:
     case OpKind::kHead:
     case OpKind::kSynthetic:
+    case OpKind::kAttnScores:
+    case OpKind::kAttnContext:
       return true;
     default:
       return false;
@@ -358,7 +393,10 @@ ComputeCost analytic_compute(const AnalyticParams& p, const DeviceSpec& dev,
   if (q.flops <= 0 && q.bytes <= 0) return c;  // nothing to do in this pass (e.g. BW, no weights)
   const bool gemm = is_gemm_like(q.kind);
   const bool attention = q.kind == OpKind::kAttention;
-  const int kernels = (gemm && q.pass == Pass::kB) ? 2 : 1;  // B = the BI and BW GEMMs
+  const bool two = q.kind == OpKind::kAttnScores || q.kind == OpKind::kAttnContext
+                       ? q.pass == Pass::kB || q.pass == Pass::kBI
+                       : q.pass == Pass::kB;
+  const int kernels = (gemm && two) ? 2 : 1;  // B = the BI and BW GEMMs
   const double floor_ns = p.launch_floor_us * 1000.0 * kernels;
   const double hbm = dev.hbm_GBps * p.memory_efficiency;  // bytes per ns
   const double t_mem = (q.bytes > 0 && hbm > 0) ? static_cast<double>(q.bytes) / hbm : 0.0;
@@ -369,7 +407,8 @@ ComputeCost analytic_compute(const AnalyticParams& p, const DeviceSpec& dev,
     return c;
   }
 
-  const double peak = dev.peak_tflops * 1e3 * dtype_peak_factor(q.dtype);  // flops per ns
+  const double peak = dev.peak_tflops * 1e3 * dtype_peak_factor(q.dtype) *
+                      (p.sustained_clock_ratio > 0 ? p.sustained_clock_ratio : 1.0);  // flops/ns
   double t_comp = 0;
   if (q.flops > 0 && peak > 0) {
     const GemmShape& g = q.gemm;
@@ -386,7 +425,10 @@ ComputeCost analytic_compute(const AnalyticParams& p, const DeviceSpec& dev,
       const double e_f = gemm_efficiency(p, dev, g.m, g.n, g.k, g.batch);
       const double e_bi = gemm_efficiency(p, dev, g.m, g.k, g.n, g.batch);
       const double e_bw = gemm_efficiency(p, dev, g.k, g.n, g.m, g.batch);
-      switch (q.pass) {
+      // Activation-by-activation GEMMs (unfused attention) have no weight gradient: their BI
+      // is both input gradients, shaped like the BI and BW GEMMs of a weight GEMM.
+      const bool act_gemm = q.kind == OpKind::kAttnScores || q.kind == OpKind::kAttnContext;
+      switch (act_gemm && q.pass == Pass::kBI ? Pass::kB : q.pass) {
         case Pass::kBI:
           t_comp = q.flops / (peak * e_bi);
           break;
@@ -491,7 +533,8 @@ CommCost analytic_comm(const AnalyticParams& p, const ClusterSpec& cl, const Com
     case CommKind::kReduceScatter: {
       if (g <= 1) return none;
       NcclSystem sys = p.nccl;
-      sys.intra_GBps = intra_bw;
+      // NCCL's own view of the intra-node link (nccl_intra_GBps), never above the link.
+      sys.intra_GBps = p.nccl_intra_GBps > 0 ? std::min(p.nccl_intra_GBps, intra_bw) : intra_bw;
       sys.inter_GBps = net_bw;
       if (q.crosses_island && cl.dcn.bandwidth_GBps > 0) sys.net_latency_us += net.latency_us;
       const NcclComm comm = nccl_comm(sys, g, nodes);

@@ -102,7 +102,7 @@ std::string lower(std::string_view s) {
 
 namespace {
 
-constexpr std::array<std::pair<OpKind, std::string_view>, 14> kOps = {{
+constexpr std::array<std::pair<OpKind, std::string_view>, 19> kOps = {{
     {OpKind::kEmbedding, "embedding"},
     {OpKind::kNorm, "norm"},
     {OpKind::kQKV, "qkv"},
@@ -117,6 +117,11 @@ constexpr std::array<std::pair<OpKind, std::string_view>, 14> kOps = {{
     {OpKind::kHead, "head"},
     {OpKind::kLoss, "loss"},
     {OpKind::kSynthetic, "synthetic"},
+    {OpKind::kAttnScores, "attn_scores"},
+    {OpKind::kSoftmax, "softmax"},
+    {OpKind::kAttnContext, "attn_context"},
+    {OpKind::kResidual, "residual"},
+    {OpKind::kOptimizer, "optimizer"},
 }};
 
 constexpr std::array<std::pair<Pass, std::string_view>, 4> kPasses = {{

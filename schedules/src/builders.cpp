@@ -537,14 +537,9 @@ Expected<PipelineSchedule> build_impl(std::string_view family_name, int p, int v
             fmt::format("{} runs one stage per rank, got {} stages per rank", fi.name, v),
             *fam == Family::kGPipe ? "use looped-bfs for several stages per rank"
                                    : "use interleaved-1f1b for several stages per rank");
-      // torch Schedule1F1B rejects m < p (torchtitan#775: it used to hang); ScheduleGPipe does
-      // not check, so GPipe accepts any m (spec §7.7 says "single-stage schedules"; torch's code
-      // only checks in Schedule1F1B).
-      if (*fam == Family::k1F1B && m < p)
-        return fail_on(
-            "microbatches",
-            fmt::format("1f1b needs at least as many microbatches as stages: {} < {}", m, p),
-            fmt::format("use at least {} microbatches, or gpipe", p));
+      // torch Schedule1F1B rejects m < p (torchtitan#775: it used to hang); Megatron-LM runs it
+      // with a warm-up of min(p-1-r, m) forwards (then no steady state: all backwards), which
+      // is what build_1f1b does, so we accept it (docs/fidelity.md). GPipe accepts any m.
       init_schedule(s, *fam, p, 1, p, m, StageMapStyle::kLoop);
       if (*fam == Family::kGPipe)
         build_gpipe(s, opt.torch_padding);

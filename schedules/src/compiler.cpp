@@ -29,7 +29,8 @@ std::string_view comm_kind_name(CommKind k) {
 std::string_view comm_purpose_name(CommPurpose p) {
   static constexpr std::string_view kN[] = {"none",        "activation",   "gradient",
                                             "grad-reduce", "param-gather", "param-sync",
-                                            "dispatch",    "combine",      "tensor-parallel"};
+                                            "dispatch",    "combine",      "tensor-parallel",
+                                            "grad-norm",   "tied-grad"};
   return kN[static_cast<size_t>(p)];
 }
 std::string_view mem_category_name(MemCategory c) {
@@ -57,6 +58,13 @@ void TrainingDag::finalize() {
                    [](const MemEffect& a, const MemEffect& b) { return a.node < b.node; });
 }
 
+namespace {
+std::string without_pass(Tags t) {
+  t.pass = Pass::kNone;
+  return t.str();
+}
+}  // namespace
+
 std::string TrainingDag::node_name(uint32_t id, const ModelGraph& m) const {
   const Node& n = nodes[id];
   auto devs = [&](uint32_t s) {
@@ -69,13 +77,17 @@ std::string TrainingDag::node_name(uint32_t id, const ModelGraph& m) const {
   std::string op = n.op != kNone && n.op < m.ops.size() ? m.ops[n.op].name : "";
   switch (n.kind) {
     case NodeKind::kCompute:
+      if (n.recompute)
+        return fmt::format("{} F (recompute, before {}) ({}) on {}", without_pass(n.tags),
+                           pass_name(n.tags.pass), op, devs(n.devs));
       return fmt::format("{} ({}) on {}", n.tags.str(), op, devs(n.devs));
     case NodeKind::kTransfer:
       return fmt::format("send {} {} -> {} ({}, from {} to {})", comm_purpose_name(n.purpose),
                          n.tags.str(), n.consumer_tags.str(), op, devs(n.devs), devs(n.devs2));
     case NodeKind::kCollective:
-      return fmt::format("{} {} {} ({}) on {}", comm_kind_name(n.comm),
-                         comm_purpose_name(n.purpose), n.tags.str(), op, devs(n.devs));
+      return fmt::format("{} {} {}{} ({}) on {}", comm_kind_name(n.comm),
+                         comm_purpose_name(n.purpose), n.tags.str(),
+                         n.recompute ? " (recompute)" : "", op, devs(n.devs));
     case NodeKind::kBarrier:
       return fmt::format("order barrier of directive {}", n.directive);
   }
@@ -113,6 +125,14 @@ struct UnitInfo {
   int tp = 1;
   bool split_bwd = false;
   uint32_t f = kNone, b = kNone, bi = kNone, bw = kNone;
+  // recompute: mode (-1 none, else RecomputeMode), checkpoint segment, whether this op is its
+  // last, bytes kept at the forward (its share of the segment input), recomputed output node
+  // and the ZeRO-3 gather the recomputed forward made for the backward
+  int8_t rc = -1;
+  bool rc_last = false;
+  int32_t rc_seg = -1;
+  int64_t rc_kept = 0;
+  uint32_t rf = kNone, rc_gather = kNone;
 };
 
 class Compiler {
@@ -131,9 +151,13 @@ class Compiler {
   int M_ = 1;
   bool has_split_ = false;
   std::vector<UnitInfo> units_;  // index mb * nops + op
+  std::vector<std::vector<uint32_t>> segments_;  // recompute checkpoint segments: ops, in order
   std::map<std::string, uint16_t> stream_ids_;
+  uint32_t head_op_ = kNone, emb_op_ = kNone;  // tied embeddings on different devices
+  bool tied_copy_ = false;
 
-  size_t nops() const { return cp_.model.ops.size(); }
+  size_t nops_ = 0;  // model ops (the optimizer pseudo-op appended later is not a unit)
+  size_t nops() const { return nops_; }
   UnitInfo& unit(uint32_t op, int mb) { return units_[static_cast<size_t>(mb) * nops() + op]; }
   Tags unit_tags(uint32_t op, int mb) const {
     Tags t = cp_.model.ops[op].tags;
@@ -161,7 +185,12 @@ class Compiler {
   bool apply_tensor_parallel();
   bool check_replication();
   void mark_split_backward();
+  bool apply_recompute();
+  void tie_embeddings();
+  int64_t act_bytes(uint32_t o, const UnitInfo& u, int64_t b) const;
   void build_nodes();
+  void add_optimizer(const std::vector<uint32_t>& reduce_of_op,
+                     const std::vector<uint32_t>& param_syncs);
   void compute_static_memory();
 
   uint32_t add_node(Node n) {
@@ -444,6 +473,124 @@ bool Compiler::check_replication() {
   return ok;
 }
 
+int64_t Compiler::act_bytes(uint32_t o, const UnitInfo& u, int64_t b) const {
+  // Split ops hold 1/tp of their activations; replicated ops (norms, residuals) hold all unless
+  // sequence parallel. The input of a column-parallel GEMM (QKV, MLP up, head, shared experts)
+  // is the full hidden state on every TP rank without SP (Korthikanti et al. 2022, Table 2:
+  // sbh(10 + 24/t + 5as/(ht)), the 10 being replicated LayerNorm, QKV/MLP-up inputs and
+  // dropout masks), and the 1/t sequence shard with SP.
+  const ModelOp& op = cp_.model.ops[o];
+  const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
+  if (sp) return b / u.tp;
+  if (op.tp == TpSplit::kReplicated || op.tp == TpSplit::kNone) return b;
+  const bool column_gemm = op.tp == TpSplit::kColumn &&
+                           (op.kind == OpKind::kQKV || op.kind == OpKind::kMlpUp ||
+                            op.kind == OpKind::kHead || op.kind == OpKind::kSharedExperts);
+  if (column_gemm) {
+    // The saved input is replicated; anything else the op saves is split.
+    const int64_t in = std::min(b, op.saved_input_bytes);
+    return in + (b - in) / u.tp;
+  }
+  return b / u.tp;
+}
+
+bool Compiler::apply_recompute() {
+  bool ok = true;
+  for (const auto& d : plan_.schedule) {
+    if (d.op != DirectiveOp::kRecompute) continue;
+    if (d.filter.pass) {
+      error(d.filter.pointer + "/PASS", "'recompute' cannot select a pass",
+            "a recomputed forward runs right before the backward that needs it", d.index);
+      ok = false;
+      continue;
+    }
+    size_t matched = 0;
+    for (int mb = 0; mb < M_; ++mb)
+      for (uint32_t o = 0; o < nops(); ++o) {
+        if (!d.filter.matches(unit_tags(o, mb))) continue;
+        const OpKind k = cp_.model.ops[o].kind;
+        const bool core = k == OpKind::kAttention || k == OpKind::kAttnScores ||
+                          k == OpKind::kSoftmax || k == OpKind::kAttnContext;
+        if (d.recompute == RecomputeMode::kSelective && !core) continue;
+        ++matched;
+        unit(o, mb).rc = static_cast<int8_t>(d.recompute);
+      }
+    if (matched == 0) {
+      error(d.pointer + "/filter", fmt::format("filter {} matches nothing", d.filter.str()),
+            d.recompute == RecomputeMode::kSelective
+                ? "selective recompute applies to the core attention ops of the matched layers"
+                : "recompute applies to model ops, e.g. {\"LAYER\": \"*\"} for every layer",
+            d.index);
+      ok = false;
+    }
+  }
+  if (!ok) return false;
+  // Checkpoint segments: runs of consecutive recomputed ops of one PP region and layer on the
+  // same devices (Megatron's "uniform" method with one layer per checkpoint).
+  for (int mb = 0; mb < M_; ++mb) {
+    int32_t cur = -1;
+    for (uint32_t o = 0; o < nops(); ++o) {
+      UnitInfo& u = unit(o, mb);
+      if (u.rc < 0) {
+        cur = -1;
+        continue;
+      }
+      const Tags& t = cp_.model.ops[o].tags;
+      if (cur >= 0) {
+        const uint32_t p = segments_[static_cast<size_t>(cur)].back();
+        const UnitInfo& up = unit(p, mb);
+        const Tags& tp = cp_.model.ops[p].tags;
+        if (p + 1 != o || up.rc != u.rc || up.devs != u.devs || tp.pp() != t.pp() ||
+            tp.get(TagKey::kLayer) != t.get(TagKey::kLayer))
+          cur = -1;
+      }
+      if (cur < 0) {
+        segments_.emplace_back();
+        cur = static_cast<int32_t>(segments_.size() - 1);
+      }
+      segments_[static_cast<size_t>(cur)].push_back(o);
+      u.rc_seg = cur;
+    }
+  }
+  for (int mb = 0; mb < M_; ++mb)
+    for (uint32_t o = 0; o < nops(); ++o) {
+      UnitInfo& u = unit(o, mb);
+      if (u.rc < 0) continue;
+      const auto& seg = segments_[static_cast<size_t>(u.rc_seg)];
+      u.rc_last = seg.back() == o;
+      // The checkpoint keeps the segment's inputs: an op reading from outside the segment
+      // keeps the input part of its saved activations.
+      bool external = cp_.model.ops[o].inputs.empty();
+      for (uint32_t i : cp_.model.ops[o].inputs)
+        if (unit(i, mb).rc_seg != u.rc_seg) external = true;
+      u.rc_kept = external ? act_bytes(o, u, std::min(cp_.model.ops[o].saved_input_bytes,
+                                                       cp_.model.ops[o].saved_bytes))
+                           : 0;
+    }
+  return true;
+}
+
+void Compiler::tie_embeddings() {
+  // Tied input/output embeddings on different devices (first and last pipeline stage): the
+  // head holds a copy of the embedding weights, and the two copies' gradients are all-reduced
+  // before the optimizer step (Megatron's _allreduce_embedding_grads).
+  if (!plan_.model.tie_embeddings) return;
+  auto& ops = cp_.model.ops;
+  for (uint32_t o = 0; o < nops(); ++o) {
+    if (ops[o].kind == OpKind::kEmbedding && emb_op_ == kNone) emb_op_ = o;
+    if (ops[o].kind == OpKind::kHead) head_op_ = o;
+  }
+  if (emb_op_ == kNone || head_op_ == kNone) return;
+  const UnitInfo& ue = unit(emb_op_, 0);
+  const UnitInfo& uh = unit(head_op_, 0);
+  if (ue.devs == uh.devs) return;
+  if (cp_.dag.device_sets[ue.devs].devices.size() != cp_.dag.device_sets[uh.devs].devices.size())
+    return;  // reported as a stage-boundary mismatch elsewhere
+  ops[head_op_].param_count = ops[emb_op_].param_count;
+  ops[head_op_].param_bytes = ops[emb_op_].param_bytes;
+  tied_copy_ = true;
+}
+
 void Compiler::mark_split_backward() {
   // A unit's backward is split into BI + BW when any order filter names BI or BW for it.
   for (const auto& d : plan_.schedule) {
@@ -537,13 +684,6 @@ void Compiler::build_nodes() {
     n.stream = 0;
     return add_node(n);
   };
-  auto act_bytes = [&](uint32_t o, const UnitInfo& u, int64_t b) {
-    // Split ops hold 1/tp of their activations; replicated ops (norms) hold all unless SP.
-    const ModelOp& op = ops[o];
-    bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
-    bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
-    return (split || sp) ? b / u.tp : b;
-  };
 
   // Comm buffers live while the node runs.
   auto buffer = [&](uint32_t n, int64_t bytes) {
@@ -552,9 +692,14 @@ void Compiler::build_nodes() {
   };
   // EP all-to-all (dispatch or combine) of a unit: every token's top-k slots, hidden-wide.
   auto all_to_all = [&](CommPurpose purpose, uint32_t o, int mb, Pass pass, const UnitInfo& u) {
-    const int64_t bytes = cp_.model.tokens_per_microbatch *
-                          (cp_.plan.model.moe ? cp_.plan.model.moe->top_k : 1) *
-                          cp_.plan.model.hidden * dtype_bytes(cp_.model.dtype) / u.tp;
+    // Sized by the busiest expert's share (MoeSpec::load_factor: imbalance or capacity).
+    const auto& moe = cp_.plan.model.moe;
+    const double load = moe ? moe->load_factor() : 1.0;
+    const int64_t bytes = static_cast<int64_t>(
+        std::llround(static_cast<double>(cp_.model.tokens_per_microbatch *
+                                         (moe ? moe->top_k : 1) * cp_.plan.model.hidden *
+                                         dtype_bytes(cp_.model.dtype) / u.tp) *
+                     load));
     uint32_t n = collective(CommKind::kAllToAll, purpose, o, mb, pass, dp_groups(u), ep_stream(u),
                             bytes, u.shard);
     buffer(n, bytes);
@@ -574,15 +719,67 @@ void Compiler::build_nodes() {
     return n;
   };
 
-  for (int mb = 0; mb < M_; ++mb) {
-    // ---- forward ----
-    for (uint32_t o = 0; o < nops(); ++o) {
-      UnitInfo& u = unit(o, mb);
-      const ModelOp& op = ops[o];
-      const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
+  // ZeRO-3 prefetch bound (FSDP): the gather of a unit (the param ops of one PP region and
+  // layer) waits for the pass of the unit `prefetch + 1` places earlier in the same pass
+  // sequence of its devices (forward: layers ascending, microbatches in order; backward:
+  // descending), so at most prefetch + 1 units are gathered at once.
+  struct GatherSeq {
+    std::vector<std::pair<uint64_t, uint32_t>> done;  // (unit key, last compute node so far)
+  };
+  std::map<std::pair<uint32_t, int>, GatherSeq> gather_seq;  // (devs, 0 = F / 1 = backward)
+  auto fsdp_key = [&](uint32_t o, int mb) {
+    const Tags& t = ops[o].tags;
+    return (static_cast<uint64_t>(static_cast<uint32_t>(mb)) << 40) |
+           (static_cast<uint64_t>(static_cast<uint32_t>(t.pp() + 1)) << 20) |
+           static_cast<uint64_t>(static_cast<uint32_t>(t.get(TagKey::kLayer) + 1));
+  };
+  // Records that `node` (a compute pass of unit o) ran, for the prefetch bound above.
+  auto note_pass = [&](uint32_t o, int mb, bool bwd, const UnitInfo& u, uint32_t node) {
+    const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+    if (!rd || !rd->shard_params || ops[o].param_bytes == 0) return;
+    auto& seq = gather_seq[{u.devs, bwd ? 1 : 0}].done;
+    const uint64_t k = fsdp_key(o, mb);
+    if (!seq.empty() && seq.back().first == k)
+      seq.back().second = node;
+    else
+      seq.push_back({k, node});
+  };
+  auto bound_gather = [&](uint32_t g, uint32_t o, int mb, bool bwd, const UnitInfo& u) {
+    const Directive& rd = plan_.schedule[u.repl];
+    auto& seq = gather_seq[{u.devs, bwd ? 1 : 0}].done;
+    const uint64_t k = fsdp_key(o, mb);
+    // Units completed before this one, newest last; the current unit may be open already.
+    size_t n = seq.size();
+    if (n && seq.back().first == k) --n;
+    const size_t back = static_cast<size_t>(rd.prefetch) + 1;
+    if (n >= back) edge(seq[n - back].second, g);
+  };
+
+  std::map<std::tuple<uint32_t, int, uint32_t>, uint32_t> sent;  // forward activation transfers
+  // Emits the forward of unit (o, mb) and returns the node after which its output is complete.
+  // A recomputed forward (`rc`) takes its inputs from the recomputed outputs of producers in the
+  // same checkpoint segment and from the checkpoint otherwise (no transfers are redone), waits
+  // for `trigger` (the gradient that reaches the segment), is tagged with the pass of the
+  // backward it precedes and flagged `recompute` (its collectives too).
+  auto emit_forward = [&](uint32_t o, int mb, bool rc, const std::vector<uint32_t>& trigger) {
+    UnitInfo& u = unit(o, mb);
+    const ModelOp& op = ops[o];
+    const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
+    const Pass bp = u.split_bwd ? Pass::kBI : Pass::kB;
+    const Pass pass = rc ? bp : Pass::kF;
+    const size_t first_node = dag.nodes.size();
+    std::vector<uint32_t> deps = trigger;
+    if (rc) {
+      for (uint32_t i : op.inputs) {
+        const UnitInfo& ui = unit(i, mb);
+        if (ui.rc_seg >= 0 && ui.rc_seg == u.rc_seg && ui.rf != kNone)
+          deps.push_back(ui.rf);
+        else if (ui.devs == u.devs)
+          deps.push_back(ui.f);
+      }
+    } else {
       // Inputs: remote producers need a transfer; merge producers on one remote device set.
-      std::vector<uint32_t> deps;
-      std::map<uint32_t, std::pair<uint32_t, std::vector<uint32_t>>> remote;  // devs -> (prod, fs)
+      std::map<uint32_t, std::pair<uint32_t, std::vector<uint32_t>>> remote;  // devs->(prod, fs)
       for (uint32_t i : op.inputs) {
         const UnitInfo& ui = unit(i, mb);
         if (ui.devs == u.devs)
@@ -600,10 +797,17 @@ void Compiler::build_nodes() {
           error(plan_.schedule[u.place].pointer,
                 fmt::format("{} on {} devices consumes {} on {} devices: data-parallel and "
                             "tensor-parallel degrees must match across a stage boundary",
-                            op.name, cp_.dag.device_sets[u.devs].devices.size(), ops[r.first].name,
-                            cp_.dag.device_sets[ui.devs].devices.size()),
+                            op.name, cp_.dag.device_sets[u.devs].devices.size(),
+                            ops[r.first].name, cp_.dag.device_sets[ui.devs].devices.size()),
                 "give both stages the same number of replicas and the same TP degree", u.place,
                 {{loc(plan_.schedule[ui.place].pointer), "the producer is placed here"}});
+          continue;
+        }
+        // One transfer per (producer, microbatch, receiving devices): consumers on the same
+        // devices (a layer's norm and its residual add) share the received activation.
+        const auto key = std::make_tuple(r.first, mb, u.devs);
+        if (auto it = sent.find(key); it != sent.end()) {
+          deps.push_back(it->second);
           continue;
         }
         uint32_t t =
@@ -611,44 +815,68 @@ void Compiler::build_nodes() {
         for (uint32_t f : r.second) edge(f, t);
         buffer(t, dag.nodes[t].bytes);
         deps.push_back(t);
+        sent.emplace(key, t);
       }
-      // ZeRO-3: gather this op's parameters before its forward.
-      const uint32_t gather = zero3_gather(o, mb, Pass::kF, u);
-      if (gather != kNone) deps.push_back(gather);
-      // TP with sequence parallelism: all-gather the sequence before column-parallel GEMMs.
-      if (sp && (op.tp == TpSplit::kColumn) && op.kind != OpKind::kMlpAct &&
-          op.kind != OpKind::kLoss && u.tp > 1) {
-        uint32_t ag = collective(CommKind::kAllGather, CommPurpose::kTensorPar, o, mb, Pass::kF,
-                                 tp_groups(u), tp_stream(u), op.saved_bytes / u.tp, u.tp_dir);
-        for (uint32_t d : deps) edge(d, ag);
-        deps = {ag};
-      }
-      // EP: all-to-all dispatch before the experts.
-      if (u.shard >= 0) {
-        uint32_t a2a = all_to_all(CommPurpose::kDispatch, o, mb, Pass::kF, u);
-        for (uint32_t d : deps) edge(d, a2a);
-        deps = {a2a};
-      }
-      u.f = compute(o, mb, Pass::kF);
-      for (uint32_t d : deps) edge(d, u.f);
-      mem(u.f, true, MemCategory::kActivations, act_bytes(o, u, op.saved_bytes));
-      if (gather != kNone) mem(u.f, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
-      uint32_t out = u.f;
-      if (u.shard >= 0) {
-        uint32_t a2a = all_to_all(CommPurpose::kCombine, o, mb, Pass::kF, u);
-        edge(out, a2a);
-        out = a2a;
-      }
-      // TP: row-parallel outputs are partial sums.
-      if (u.tp > 1 && (op.tp == TpSplit::kRow)) {
-        uint32_t c = collective(sp ? CommKind::kReduceScatter : CommKind::kAllReduce,
-                                CommPurpose::kTensorPar, o, mb, Pass::kF, tp_groups(u),
-                                tp_stream(u), op.out_bytes, u.tp_dir);
-        edge(out, c);
-        out = c;
-      }
-      u.f = out;  // consumers depend on the op's complete output
     }
+    // ZeRO-3: gather this op's parameters before its forward. A recomputed forward gathers for
+    // the backward that follows it (FSDP's pre-backward unshard): the backward reuses it.
+    uint32_t gather = kNone;
+    const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+    const bool keep_gathered = rd && rd->shard_params && !rd->reshard_after_forward;
+    if (!keep_gathered || (!rc && mb == 0)) {
+      gather = zero3_gather(o, mb, pass, u);
+      if (gather != kNone) {
+        bound_gather(gather, o, mb, rc, u);
+        deps.push_back(gather);
+      }
+    }
+    if (rc) u.rc_gather = gather;
+    // TP with sequence parallelism: all-gather the sequence before column-parallel GEMMs.
+    if (sp && (op.tp == TpSplit::kColumn) && op.kind != OpKind::kMlpAct &&
+        op.kind != OpKind::kLoss && u.tp > 1) {
+      uint32_t ag = collective(CommKind::kAllGather, CommPurpose::kTensorPar, o, mb, pass,
+                               tp_groups(u), tp_stream(u), op.saved_input_bytes / u.tp, u.tp_dir);
+      for (uint32_t d : deps) edge(d, ag);
+      deps = {ag};
+    }
+    // EP: all-to-all dispatch before the experts.
+    if (u.shard >= 0) {
+      uint32_t a2a = all_to_all(CommPurpose::kDispatch, o, mb, pass, u);
+      for (uint32_t d : deps) edge(d, a2a);
+      deps = {a2a};
+    }
+    const uint32_t c = compute(o, mb, pass);
+    for (uint32_t d : deps) edge(d, c);
+    note_pass(o, mb, rc, u, c);
+    // Saved activations: a checkpointed op keeps only its share of the segment's input at its
+    // forward, and the rest when it is recomputed.
+    const int64_t saved = act_bytes(o, u, op.saved_bytes);
+    const int64_t kept = u.rc >= 0 ? u.rc_kept : saved;
+    mem(c, true, MemCategory::kActivations, rc ? saved - kept : kept);
+    if (gather != kNone && !rc && !keep_gathered)
+      mem(c, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+    uint32_t out = c;
+    if (u.shard >= 0) {
+      uint32_t a2a = all_to_all(CommPurpose::kCombine, o, mb, pass, u);
+      edge(out, a2a);
+      out = a2a;
+    }
+    // TP: row-parallel outputs are partial sums.
+    if (u.tp > 1 && (op.tp == TpSplit::kRow)) {
+      uint32_t cl = collective(sp ? CommKind::kReduceScatter : CommKind::kAllReduce,
+                               CommPurpose::kTensorPar, o, mb, pass, tp_groups(u), tp_stream(u),
+                               op.out_bytes, u.tp_dir);
+      edge(out, cl);
+      out = cl;
+    }
+    if (rc)
+      for (size_t i = first_node; i < dag.nodes.size(); ++i) dag.nodes[i].recompute = true;
+    return out;
+  };
+
+  for (int mb = 0; mb < M_; ++mb) {
+    // ---- forward ----
+    for (uint32_t o = 0; o < nops(); ++o) unit(o, mb).f = emit_forward(o, mb, false, {});
     // ---- backward, in reverse ----
     for (uint32_t oo = static_cast<uint32_t>(nops()); oo-- > 0;) {
       const uint32_t o = oo;
@@ -656,8 +884,9 @@ void Compiler::build_nodes() {
       const ModelOp& op = ops[o];
       const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
       std::vector<uint32_t> deps;
-      // The forward must have run (saved activations): u.f is the op's output node.
-      deps.push_back(u.f);
+      // The forward must have run (saved activations): u.f is the op's output node (with
+      // recompute, the recomputed output, added below).
+      if (u.rc < 0) deps.push_back(u.f);
       std::map<uint32_t, std::pair<uint32_t, std::vector<uint32_t>>> remote;
       for (uint32_t c : consumers[o]) {
         const UnitInfo& uc = unit(c, mb);
@@ -678,6 +907,13 @@ void Compiler::build_nodes() {
         buffer(t, dag.nodes[t].bytes);
         deps.push_back(t);
       }
+      // Recomputation: when the gradient reaches a checkpoint segment (at its last op), its
+      // forward re-runs, in order, right before the segment's backward.
+      if (u.rc >= 0 && u.rc_last) {
+        const std::vector<uint32_t>& seg = segments_[static_cast<size_t>(u.rc_seg)];
+        for (uint32_t so : seg) unit(so, mb).rf = emit_forward(so, mb, true, deps);
+      }
+      if (u.rc >= 0) deps.push_back(u.rf);
       const Pass bp = u.split_bwd ? Pass::kBI : Pass::kB;
       if (u.tp > 1 && op.tp == TpSplit::kRow && sp) {
         // Backward of the forward reduce-scatter: all-gather the output gradient.
@@ -686,7 +922,13 @@ void Compiler::build_nodes() {
         for (uint32_t d : deps) edge(d, ag);
         deps = {ag};
       }
-      const uint32_t gather = zero3_gather(o, mb, bp, u);
+      const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+      const bool keep_gathered = rd && rd->shard_params && !rd->reshard_after_forward;
+      uint32_t gather = u.rc >= 0 ? u.rc_gather : kNone;
+      if (u.rc < 0 && !keep_gathered) {
+        gather = zero3_gather(o, mb, bp, u);
+        if (gather != kNone) bound_gather(gather, o, mb, true, u);
+      }
       if (gather != kNone) deps.push_back(gather);
       if (u.shard >= 0) {  // gradient of the combine: all-to-all back to the experts
         uint32_t a2a = all_to_all(CommPurpose::kCombine, o, mb, bp, u);
@@ -704,11 +946,13 @@ void Compiler::build_nodes() {
         mem(u.bi, true, MemCategory::kActivations, -(saved - saved_bw));
         mem(u.bw, true, MemCategory::kActivations, -saved_bw);
         if (gather != kNone) mem(u.bw, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+        note_pass(o, mb, true, u, u.bw);
       } else {
         u.b = first = compute(o, mb, Pass::kB);
         for (uint32_t d : deps) edge(d, u.b);
         mem(u.b, true, MemCategory::kActivations, -saved);
         if (gather != kNone) mem(u.b, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+        note_pass(o, mb, true, u, u.b);
       }
       uint32_t out = first;
       if (u.shard >= 0) {  // input gradient back through the dispatch
@@ -721,7 +965,7 @@ void Compiler::build_nodes() {
           op.kind != OpKind::kLoss) {
         uint32_t c = collective(sp ? CommKind::kReduceScatter : CommKind::kAllReduce,
                                 CommPurpose::kTensorPar, o, mb, bp, tp_groups(u), tp_stream(u),
-                                op.saved_bytes, u.tp_dir);
+                                op.saved_input_bytes, u.tp_dir);
         edge(out, c);
         out = c;
       }
@@ -745,6 +989,8 @@ void Compiler::build_nodes() {
   };
   std::map<Key, std::vector<uint32_t>> pending;  // bucket ops so far
   std::map<Key, int64_t> pending_bytes;
+  std::vector<uint32_t> reduce_of_op(nops(), kNone);  // the reduction covering each op
+  std::vector<uint32_t> param_syncs;                  // ZeRO-1/2 all-gathers after the step
   auto flush = [&](const Key& k) {
     auto& list = pending[k];
     if (list.empty()) return;
@@ -756,11 +1002,18 @@ void Compiler::build_nodes() {
     uint32_t n = collective(zero1 ? CommKind::kReduceScatter : CommKind::kAllReduce,
                             CommPurpose::kGradReduce, list.front(), -1, Pass::kNone, k.groups, strm,
                             bytes, k.repl);
-    for (uint32_t o : list)
+    for (uint32_t o : list) {
+      reduce_of_op[o] = n;
       for (int mb = 0; mb < M_; ++mb) {
         const UnitInfo& u = unit(o, mb);
         edge(u.split_bwd ? u.bw : u.b, n);
       }
+      // ZeRO-3 without resharding after forward: the unit stays gathered until its gradient
+      // is reduced.
+      const UnitInfo& u0 = unit(o, 0);
+      if (rd && rd->shard_params && !rd->reshard_after_forward && u0.shard < 0)
+        mem(n, true, MemCategory::kGatheredParams, -ops[o].param_bytes / u0.tp);
+    }
     // ZeRO-2/3: full-size gradients of the bucket exist until reduce-scattered.
     if (zero2) {
       mem(n, false, MemCategory::kGradBuckets, bytes);
@@ -771,6 +1024,7 @@ void Compiler::build_nodes() {
       uint32_t ag = collective(CommKind::kAllGather, CommPurpose::kParamSync, list.front(), -1,
                                Pass::kNone, k.groups, strm, bytes, k.repl);
       edge(n, ag);
+      param_syncs.push_back(ag);
     }
     list.clear();
     pending_bytes[k] = 0;
@@ -795,6 +1049,146 @@ void Compiler::build_nodes() {
     if (pending_bytes[k] >= static_cast<int64_t>(bucket * kMB)) flush(k);
   }
   for (auto& [k, v] : pending) flush(k);
+  add_optimizer(reduce_of_op, param_syncs);
+}
+
+void Compiler::add_optimizer(const std::vector<uint32_t>& reduce_of_op,
+                             const std::vector<uint32_t>& param_syncs) {
+  auto& dag = cp_.dag;
+  const auto& ops = cp_.model.ops;
+  const uint16_t dp_stream = stream("dp");
+  auto collective = [&](CommKind kind, CommPurpose purpose, uint32_t op, uint32_t groups,
+                        int64_t bytes) {
+    Node n;
+    n.kind = NodeKind::kCollective;
+    n.comm = kind;
+    n.purpose = purpose;
+    n.tags = ops[op].tags;
+    n.op = op;
+    n.devs = groups;
+    n.stream = dp_stream;
+    n.bytes = bytes;
+    return add_node(n);
+  };
+  // What each op's gradient is final after, per device set: its reduction, or (no data
+  // parallelism) its backward on every microbatch.
+  std::map<uint32_t, std::vector<uint32_t>> final_by_set;  // device set -> nodes
+  for (uint32_t o = 0; o < nops(); ++o) {
+    if (ops[o].param_count == 0) continue;
+    if (reduce_of_op[o] != kNone) {
+      final_by_set[dag.nodes[reduce_of_op[o]].devs].push_back(reduce_of_op[o]);
+      continue;
+    }
+    for (int mb = 0; mb < M_; ++mb) {
+      const UnitInfo& u = unit(o, mb);
+      final_by_set[u.devs].push_back(u.split_bwd ? u.bw : u.b);
+    }
+  }
+  // Tied embeddings: all-reduce the gradients of the two copies, pairing the i-th device of the
+  // embedding's holders with the i-th of the head's.
+  if (tied_copy_) {
+    const auto he = holders_of(emb_op_), hh = holders_of(head_op_);
+    if (he.size() == hh.size()) {
+      std::vector<int32_t> pairs;
+      for (size_t i = 0; i < he.size(); ++i) pairs.push_back(he[i]), pairs.push_back(hh[i]);
+      const UnitInfo& ue = unit(emb_op_, 0);
+      const uint32_t set = sets_.intern(std::move(pairs), 2);
+      const uint32_t n = collective(CommKind::kAllReduce, CommPurpose::kTiedGrad, emb_op_, set,
+                                    ops[emb_op_].param_bytes / std::max(1, ue.tp));
+      for (uint32_t o : {emb_op_, head_op_}) {
+        if (reduce_of_op[o] != kNone) {
+          edge(reduce_of_op[o], n);
+        } else {
+          for (int mb = 0; mb < M_; ++mb) {
+            const UnitInfo& u = unit(o, mb);
+            edge(u.split_bwd ? u.bw : u.b, n);
+          }
+        }
+      }
+      final_by_set[set].push_back(n);
+    }
+  }
+  const OptimizerSpec& opt = plan_.optimizer;
+  if (!opt.given || opt.kind == OptimizerSpec::Kind::kNone) return;
+  // Parameters each device updates: its (TP-, EP- and ZeRO-sharded) share of every op it holds.
+  const int dt = dtype_bytes(cp_.model.dtype);
+  std::vector<int64_t> params(static_cast<size_t>(cp_.num_devices), 0);
+  for (uint32_t o = 0; o < nops(); ++o) {
+    const ModelOp& op = ops[o];
+    if (op.param_count == 0) continue;
+    const std::vector<int32_t> holders = holders_of(o);
+    const UnitInfo& u = unit(o, 0);
+    const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
+    int64_t count = split ? op.param_count / u.tp : op.param_count;
+    if (u.shard >= 0) count /= static_cast<int64_t>(u.replicas.size());
+    const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+    const int64_t R = u.shard >= 0 ? 1 : static_cast<int64_t>(holders.size()) / u.tp;
+    if (rd && rd->shard_optimizer) count /= std::max<int64_t>(1, R);
+    for (int32_t d : holders) params[static_cast<size_t>(d)] += count;
+  }
+  // Devices with the same parameter count and the same final gradient nodes share one step node.
+  std::vector<std::vector<uint32_t>> sets_of_dev(static_cast<size_t>(cp_.num_devices));
+  for (const auto& [set, nodes] : final_by_set)
+    for (int32_t d : dag.device_sets[set].devices) sets_of_dev[static_cast<size_t>(d)].push_back(set);
+  std::map<std::pair<int64_t, std::vector<uint32_t>>, std::vector<int32_t>> groups;
+  std::vector<int32_t> all;
+  for (int32_t d = 0; d < cp_.num_devices; ++d) {
+    if (params[static_cast<size_t>(d)] == 0) continue;
+    auto& v = sets_of_dev[static_cast<size_t>(d)];
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    groups[{params[static_cast<size_t>(d)], v}].push_back(d);
+    all.push_back(d);
+  }
+  if (all.empty()) return;
+  // The optimizer pseudo-op (OpKind::kOptimizer) every step node runs.
+  ModelOp step;
+  step.name = "optimizer.step";
+  step.kind = OpKind::kOptimizer;
+  cp_.model.ops.push_back(step);
+  const uint32_t step_op = static_cast<uint32_t>(cp_.model.ops.size() - 1);
+  // Gradient clipping: the global gradient norm, one fp32 scalar all-reduced over every device
+  // holding parameters, after every gradient is final (torch clip_grad_norm_ / Megatron).
+  uint32_t norm = kNone;
+  if (opt.grad_clip && all.size() > 1) {
+    const int32_t g = static_cast<int32_t>(all.size());
+    norm = collective(CommKind::kAllReduce, CommPurpose::kGradNorm, step_op,
+                      sets_.intern(all, g), 4);
+    for (const auto& [set, nodes] : final_by_set)
+      for (uint32_t n : nodes) edge(n, norm);
+  }
+  const int64_t per_param = opt.step_bytes_per_param(dt);
+  std::vector<std::pair<uint32_t, uint32_t>> steps;  // (node, device set)
+  for (auto& [key, devs] : groups) {
+    Node n;
+    n.kind = NodeKind::kCompute;
+    n.op = step_op;
+    n.stream = 0;
+    n.bytes = key.first * per_param;  // HBM bytes of the step on each device
+    const uint32_t set = sets_.intern(devs, 1);
+    n.devs = set;
+    const uint32_t id = add_node(n);
+    if (norm != kNone)
+      edge(norm, id);
+    else
+      for (uint32_t fs : key.second)
+        for (uint32_t x : final_by_set[fs]) edge(x, id);
+    steps.push_back({id, set});
+  }
+  // ZeRO-1/2: the updated shards are all-gathered after the step of every member.
+  for (uint32_t ag : param_syncs) {
+    const auto& members = dag.device_sets[dag.nodes[ag].devs].devices;
+    for (const auto& [id, set] : steps) {
+      const auto& sd = dag.device_sets[set].devices;
+      bool meets = false;
+      for (int32_t d : sd)
+        if (std::find(members.begin(), members.end(), d) != members.end()) {
+          meets = true;
+          break;
+        }
+      if (meets) edge(id, ag);
+    }
+  }
 }
 
 void Compiler::compute_static_memory() {
@@ -813,7 +1207,11 @@ void Compiler::compute_static_memory() {
     if (u.shard >= 0) count /= static_cast<int64_t>(u.replicas.size());
     const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
     const int64_t R = u.shard >= 0 ? 1 : static_cast<int64_t>(holders.size()) / u.tp;
-    int64_t params = count * dt, grads = count * dt, opt = count * 12;
+    // Optimizer state per parameter: the plan's optimizer (OptimizerSpec), else the ZeRO
+    // paper's mixed-precision Adam (K = 12).
+    const OptimizerSpec& os = plan_.optimizer;
+    const int64_t k = os.given ? os.state_bytes_per_param(dt) : 12;
+    int64_t params = count * dt, grads = count * dt, opt = count * k;
     if (rd && rd->shard_optimizer) opt /= R;
     if (rd && rd->shard_grads) grads /= R;
     if (rd && rd->shard_params) params /= R;
@@ -836,12 +1234,15 @@ bool Compiler::run() {
     return false;
   }
   cp_.model = std::move(*model);
+  nops_ = cp_.model.ops.size();
   cp_.num_devices = plan_.cluster.num_devices();
   bool ok = true;
   for (const auto& d : plan_.schedule) ok &= check_devices(d);
   if (!ok || !apply_split()) return false;
   if (!apply_place() || !apply_tensor_parallel() || !check_replication()) return false;
   mark_split_backward();
+  if (!apply_recompute()) return false;
+  tie_embeddings();
   build_nodes();
   if (!diags_.empty()) return false;
   // Fixed-cost bookkeeping: k-th of n compute nodes of each (PP, MB, PASS) region pass.
@@ -849,9 +1250,10 @@ bool Compiler::run() {
   std::vector<uint32_t> ids;
   for (uint32_t i = 0; i < cp_.dag.nodes.size(); ++i)
     if (cp_.dag.nodes[i].kind == NodeKind::kCompute) ids.push_back(i);
+  // Recomputed forwards form their own region pass (timed as F by the fixed model).
   auto rkey = [&](uint32_t i) {
     const Tags& t = cp_.dag.nodes[i].tags;
-    return std::make_tuple(t.pp(), t.mb(), t.pass);
+    return std::make_tuple(t.pp(), t.mb(), t.pass, cp_.dag.nodes[i].recompute);
   };
   std::stable_sort(ids.begin(), ids.end(),
                    [&](uint32_t a, uint32_t b) { return rkey(a) < rkey(b); });

@@ -39,8 +39,43 @@ std::string_view directive_op_name(DirectiveOp op) {
       return "split";
     case DirectiveOp::kOrder:
       return "order";
+    case DirectiveOp::kRecompute:
+      return "recompute";
   }
   return "?";
+}
+
+int64_t OptimizerSpec::state_bytes_per_param(int dt) const {
+  // fp32 master copy when kept (mixed precision); moments in fp32 alongside it, else in the
+  // parameters' dtype (torch.optim keeps state in the parameter's dtype).
+  const int64_t s = master_weights ? 4 : dt;
+  switch (kind) {
+    case Kind::kAdam:
+      return (master_weights ? 4 : 0) + 2 * s;
+    case Kind::kSgd:
+      return (master_weights ? 4 : 0) + s;
+    case Kind::kNone:
+      return 0;
+  }
+  return 0;
+}
+
+int64_t OptimizerSpec::step_bytes_per_param(int dt) const {
+  if (kind == Kind::kNone) return 0;
+  // HBM traffic of one step per parameter (each tensor read or written once per kernel pass;
+  // Megatron's mixed-precision optimizer, fused multi-tensor Adam):
+  //  - master weights: copy the dtype grads to fp32 main grads (read dt, write 4) and, after
+  //    the update, the fp32 master weights back to the model dtype (read 4, write dt);
+  //  - gradient clipping: one read of the grads for the norm, one read + write to scale them;
+  //  - Adam: read grad, weight, m, v; write weight, m, v. SGD (momentum): read grad, weight,
+  //    momentum; write weight, momentum.
+  const int64_t g = master_weights ? 4 : dt;  // grads as the update reads them
+  const int64_t w = master_weights ? 4 : dt;  // weights and moments as the update keeps them
+  int64_t b = 0;
+  if (master_weights) b += (dt + 4) + (4 + dt);
+  if (grad_clip) b += 3 * g;
+  b += kind == Kind::kAdam ? g + 6 * w : g + 4 * w;
+  return b;
 }
 
 namespace {
@@ -235,9 +270,45 @@ const std::vector<std::string> kModelKeys = {
     "family",         "name",  "layers",     "hidden",           "heads",       "kv_heads",
     "ffn_hidden",     "vocab", "seq_len",    "microbatch_size",  "dtype",       "gated_mlp",
     "tie_embeddings", "moe",   "pp_regions", "activation_bytes", "param_bytes", "boundary_bytes",
-    "flops"};
-const std::vector<std::string> kMoeKeys = {"experts",        "top_k",       "expert_ffn_hidden",
-                                           "shared_experts", "first_layer", "every"};
+    "flops",          "attention", "bias", "dropout"};
+const std::vector<std::string> kMoeKeys = {
+    "experts",     "top_k", "expert_ffn_hidden", "shared_experts",
+    "first_layer", "every", "capacity_factor",   "imbalance"};
+const std::vector<std::string> kOptimizerKeys = {"kind", "master_weights", "grad_clip", "comment"};
+
+// `pp_regions`: a count (even split) or a list of layers per region.
+void parse_pp_regions(Reader& r, const std::string& P, ModelSpec& m) {
+  const Json* j = r.at(P + "/pp_regions");
+  if (!j || !j->is_array()) {
+    r.number(P, "pp_regions", m.pp_regions, 1, 1e5, false);
+    return;
+  }
+  const std::string Q = P + "/pp_regions";
+  if (j->empty() || j->size() > 100000) {
+    r.error(Q, "pp_regions lists no regions", "e.g. \"pp_regions\": [7, 8, 8, 9]");
+    return;
+  }
+  bool ok = true;
+  for (size_t i = 0; i < j->size(); ++i) {
+    const Json& e = (*j)[i];
+    const bool end = i == 0 || i + 1 == j->size();
+    if (!e.is_number_integer() || e.get<int64_t>() < (end && j->size() > 1 ? 0 : 1) ||
+        e.get<int64_t>() > 100000) {
+      r.error(Q + "/" + std::to_string(i),
+              fmt::format("pp_regions[{}] must be a layer count {} 1", i,
+                          end && j->size() > 1 ? "of at least 0 (first or last region), else" : ">="),
+              "only the first and last region may hold no transformer layer (embedding, head)");
+      ok = false;
+      continue;
+    }
+    m.region_layers.push_back(e.get<int>());
+  }
+  if (!ok) {
+    m.region_layers.clear();
+    return;
+  }
+  m.pp_regions = static_cast<int>(m.region_layers.size());
+}
 const std::vector<std::string> kClusterKeys = {
     "preset", "nodes",      "devices_per_node", "peak_tflops", "hbm_GBps", "memory_GiB",
     "sms",    "intra_node", "inter_node",       "islands",     "dcn"};
@@ -252,7 +323,7 @@ void parse_model(Reader& r, ModelSpec& m) {
                               true);
   r.string(P, "name", m.name, false);
   r.number(P, "layers", m.layers, 1, 1e5, true);
-  r.number(P, "pp_regions", m.pp_regions, 1, 1e5, false);
+  parse_pp_regions(r, P, m);
   r.number(P, "microbatch_size", m.microbatch_size, 1, 1e7, false);
   r.choice<DType>(P, "dtype", m.dtype,
                   {{"bf16", DType::kBF16},
@@ -265,7 +336,8 @@ void parse_model(Reader& r, ModelSpec& m) {
     r.number(P, "param_bytes", m.param_bytes, 0, 1e15, false);
     r.number(P, "boundary_bytes", m.boundary_bytes, 0, 1e15, false);
     r.number(P, "flops", m.flops, 0, 1e20, false);
-    for (const char* k : {"hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "moe"})
+    for (const char* k : {"hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "moe",
+                          "attention", "bias", "dropout"})
       if (r.has(P, k))
         r.error(P + "/" + k, fmt::format("'{}' does not apply to a synthetic model", k),
                 "synthetic models take activation_bytes, param_bytes, boundary_bytes, flops", -1,
@@ -280,6 +352,11 @@ void parse_model(Reader& r, ModelSpec& m) {
   r.number(P, "seq_len", m.seq_len, 1, 1e8, true);
   r.boolean(P, "gated_mlp", m.gated_mlp);
   r.boolean(P, "tie_embeddings", m.tie_embeddings);
+  r.choice<AttentionImpl>(P, "attention", m.attention,
+                          {{"flash", AttentionImpl::kFlash}, {"unfused", AttentionImpl::kUnfused}},
+                          false);
+  r.boolean(P, "bias", m.bias);
+  r.number(P, "dropout", m.dropout, 0, 0.999999, false);
   for (const char* k : {"activation_bytes", "param_bytes", "boundary_bytes", "flops"})
     if (r.has(P, k))
       r.error(P + "/" + k, fmt::format("'{}' only applies to a synthetic model", k), "", -1, true);
@@ -300,6 +377,8 @@ void parse_model(Reader& r, ModelSpec& m) {
       r.number(Q, "shared_experts", moe.shared_experts, 0, 1e4, false);
       r.number(Q, "first_layer", moe.first_layer, 0, 1e5, false);
       r.number(Q, "every", moe.every, 1, 1e5, false);
+      r.number(Q, "capacity_factor", moe.capacity_factor, 0, 1e4, false);
+      r.number(Q, "imbalance", moe.imbalance, 1, 1e4, false);
       if (moe.top_k > moe.experts)
         r.error(Q + "/top_k",
                 fmt::format("top_k ({}) exceeds experts ({})", moe.top_k, moe.experts));
@@ -425,6 +504,19 @@ void parse_costmodel(Reader& r, CostModelSpec& cm, bool present) {
     if (it.key() != "kind" && it.key() != "profile") cm.options[it.key()] = it.value();
 }
 
+void parse_optimizer(Reader& r, OptimizerSpec& o) {
+  const std::string P = "/optimizer";
+  if (!r.object(P, kOptimizerKeys, -1, "optimizer")) return;
+  o.given = true;
+  r.choice<OptimizerSpec::Kind>(P, "kind", o.kind,
+                                {{"adam", OptimizerSpec::Kind::kAdam},
+                                 {"sgd", OptimizerSpec::Kind::kSgd},
+                                 {"none", OptimizerSpec::Kind::kNone}},
+                                false);
+  r.boolean(P, "master_weights", o.master_weights);
+  r.boolean(P, "grad_clip", o.grad_clip);
+}
+
 const std::vector<std::string> kTagKeys = {"PP", "EP", "LAYER", "MB", "PASS"};
 
 }  // namespace
@@ -489,8 +581,8 @@ bool parse_filter_into(Reader& r, const std::string& ptr, Filter& f, int directi
 
 namespace {
 
-const std::vector<std::string> kOps = {"place",        "replicate", "shard",
-                                       "shard_tensor", "split",     "order"};
+const std::vector<std::string> kOps = {"place", "replicate", "shard",    "shard_tensor",
+                                       "split", "order",     "recompute"};
 
 bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d) {
   d.index = index;
@@ -540,7 +632,8 @@ bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d)
     case DirectiveOp::kReplicate:
       ok &= r.object(ptr,
                      {"op", "filter", "devices", "reduce_stream", "gather_stream", "bucket_size",
-                      "shard_grads", "shard_params", "shard_optimizer", "comment"},
+                      "shard_grads", "shard_params", "shard_optimizer", "prefetch",
+                      "reshard_after_forward", "comment"},
                      index, "replicate");
       need_filter();
       need_devices();
@@ -556,6 +649,22 @@ bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d)
         ok = false;
       }
       if (d.shard_grads) d.shard_optimizer = true;
+      r.number(ptr, "prefetch", d.prefetch, 0, 1e6, false, index);
+      r.boolean(ptr, "reshard_after_forward", d.reshard_after_forward, index);
+      for (const char* k : {"prefetch", "reshard_after_forward"})
+        if (r.has(ptr, k) && !d.shard_params) {
+          r.error(ptr + "/" + k, fmt::format("'{}' applies only with shard_params (ZeRO-3)", k),
+                  "set \"shard_params\": true, or drop it", index, true);
+          ok = false;
+        }
+      break;
+    case DirectiveOp::kRecompute:
+      ok &= r.object(ptr, {"op", "filter", "mode", "comment"}, index, "recompute");
+      need_filter();
+      r.choice<RecomputeMode>(ptr, "mode", d.recompute,
+                              {{"full", RecomputeMode::kFull},
+                               {"selective", RecomputeMode::kSelective}},
+                              false, index);
       break;
     case DirectiveOp::kShard:
       ok &= r.object(ptr, {"op", "filter", "devices", "stream", "comment"}, index, "shard");
@@ -684,8 +793,8 @@ Expected<Plan> parse_plan(const JsonSource& src) {
   Reader r(src, diags);
   Plan plan;
   plan.file = src.file();
-  if (!r.object("", {"model", "cluster", "costmodel", "schedule", "name", "comment"}, -1,
-                "the plan"))
+  if (!r.object("", {"model", "cluster", "costmodel", "schedule", "name", "comment", "optimizer"},
+                -1, "the plan"))
     return fail(std::move(diags));
   for (const char* k : {"model", "cluster", "schedule"})
     if (!r.has("", k))
@@ -694,6 +803,7 @@ Expected<Plan> parse_plan(const JsonSource& src) {
   if (r.has("", "model")) parse_model(r, plan.model);
   if (r.has("", "cluster")) parse_cluster(r, plan.cluster);
   parse_costmodel(r, plan.costmodel, r.has("", "costmodel"));
+  if (r.has("", "optimizer")) parse_optimizer(r, plan.optimizer);
   if (r.has("", "schedule")) {
     const Json* s = r.at("/schedule");
     if (s->is_object()) {
@@ -762,6 +872,11 @@ Json directives_to_json(const std::vector<Directive>& ds) {
         if (d.shard_grads) j["shard_grads"] = true;
         if (d.shard_params) j["shard_params"] = true;
         if (d.shard_optimizer && !d.shard_grads) j["shard_optimizer"] = true;
+        if (d.shard_params && d.prefetch != 1) j["prefetch"] = d.prefetch;
+        if (d.shard_params && !d.reshard_after_forward) j["reshard_after_forward"] = false;
+        break;
+      case DirectiveOp::kRecompute:
+        j["mode"] = d.recompute == RecomputeMode::kFull ? "full" : "selective";
         break;
       case DirectiveOp::kShardTensor:
         j["devices"] = d.device_groups;

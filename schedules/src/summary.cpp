@@ -206,4 +206,26 @@ Expected<std::string> to_dot(const CompiledPlan& cp, size_t max_nodes) {
   return out;
 }
 
+std::vector<std::string> unmodelled_effects(const CompiledPlan& cp) {
+  std::vector<std::string> out;
+  const Plan& p = cp.plan;
+  if (!p.optimizer.given)
+    out.push_back("optimizer step: the plan has no \"optimizer\" (add {\"kind\": \"adam\"})");
+  else if (p.optimizer.kind == OptimizerSpec::Kind::kNone)
+    out.push_back("optimizer: none");
+  if (p.costmodel.kind == CostModelSpec::Kind::kFixed)
+    out.push_back("compute and communication times: fixed constants (costmodel \"fixed\")");
+  if (p.model.family == ModelSpec::Family::kTransformer) {
+    if (p.model.moe && p.model.moe->capacity_factor <= 0 && p.model.moe->imbalance <= 1.0)
+      out.push_back("MoE routing imbalance: balanced routing assumed (set \"imbalance\")");
+    bool has_dp = false;
+    for (const auto& d : cp.plan.schedule)
+      if (d.op == DirectiveOp::kReplicate) has_dp = true;
+    if (p.model.tie_embeddings && !has_dp && p.model.pp_regions > 1 && !p.optimizer.given)
+      out.push_back("tied-embedding gradient all-reduce ordering before the optimizer step");
+  }
+  out.push_back("host work outside the ops (data loading, Python, logging, loss-scale checks)");
+  return out;
+}
+
 }  // namespace stretto

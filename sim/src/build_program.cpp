@@ -251,7 +251,16 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       q.region_n = nd.region_n;
       double flops = 0;
       int64_t bytes = 0;
-      switch (nd.tags.pass) {
+      // A recomputed forward does the op's forward work (tagged with its backward's pass).
+      const Pass pass = nd.recompute ? Pass::kF : nd.tags.pass;
+      q.pass = pass;
+      if (op.kind == OpKind::kOptimizer) {
+        // The optimizer step: memory-bound, its HBM bytes per device are on the node (PASS none:
+        // the fixed model gives it no time).
+        q.pass = Pass::kNone;
+        bytes = nd.bytes;
+      }
+      switch (op.kind == OpKind::kOptimizer ? Pass::kNone : pass) {
         case Pass::kF:
           flops = op.fwd_flops, bytes = op.fwd_bytes;
           break;

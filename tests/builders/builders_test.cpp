@@ -422,7 +422,6 @@ TEST(BuilderConstraints, Diagnostics) {
   expect_error("dualpipev", 4, 2, 7, "at least as many microbatches as stages (2p = 8)", "8");
   expect_error("zb-v", 2, 3, 4, "exactly 2 stages per rank");
   expect_error("dualpipev", 2, 1, 8, "exactly 2 stages per rank");
-  expect_error("1f1b", 4, 1, 3, "1f1b needs at least as many microbatches as stages: 3 < 4");
   expect_error("ScheduleInterleaved1F1B", 4, 2, 9, "multiple of the number of rounds", "8 or 10");
   expect_error("zb-h1", 4, 2, 9, "multiple of the number of rounds");
   expect_error("gpipe", 2, 2, 4, "one stage per rank", "looped-bfs");
@@ -434,6 +433,19 @@ TEST(BuilderConstraints, Diagnostics) {
   expect_error("gpipe", 2, 1, 0, "at least 1 microbatch");
   // torch's GPipe does not reject m < p.
   EXPECT_TRUE(build_schedule("gpipe", 4, 1, 2));
+  // 1f1b with m < p runs as Megatron-LM does (torch refuses it): rank r warms up with
+  // min(p-1-r, m) forwards. p = 4, m = 3: rank 0 warms up with all 3 (F F F B B B); rank 3 has
+  // no warm-up (F B F B F B).
+  auto m_lt_p = build_schedule("1f1b", 4, 1, 3);
+  ASSERT_TRUE(m_lt_p);
+  auto kinds = [&](int r) {
+    std::string k;
+    for (const Slot& sl : m_lt_p->per_rank[static_cast<size_t>(r)])
+      for (const Action& a : sl.actions()) k += action_kind_char(a.kind);
+    return k;
+  };
+  EXPECT_EQ(kinds(0), "FFFBBB");
+  EXPECT_EQ(kinds(3), "FBFBFB");
   EXPECT_TRUE(build_schedule("interleaved-1f1b", 4, 2, 10));  // rounds 2, mpr 5
   EXPECT_TRUE(build_schedule("zb-v", 4, 2, 1));
 }

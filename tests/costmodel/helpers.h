@@ -11,7 +11,9 @@
 namespace stretto::cost::testing {
 
 /// An H100-like cluster. intra 360 GB/s makes NCCL's channel search land exactly on
-/// 6 x 60 GB/s (duplicated to 12 x 30), i.e. busBw 360, which keeps closed forms readable.
+/// 6 x 60 GB/s (duplicated to 12 x 30), i.e. busBw 360, which keeps closed forms readable
+/// (tests of closed forms pass "nccl_intra_GBps": 360, since NCCL would otherwise see the
+/// link at its own per-link speed, 360 x 20.6/25).
 inline ClusterSpec h100_cluster(int nodes = 1, int devices_per_node = 8, double intra = 360,
                                 double inter = 50, double inter_latency_us = 2.0) {
   ClusterSpec c;

@@ -111,7 +111,9 @@ TEST(NcclTuning, RingLatencyAndBandwidthTables) {
 TEST(NcclRing, AllReduceMatchesClosedFormSingleNode) {
   auto cl = testing::h100_cluster(1, 8);
   auto m = testing::make_or_die(
-      testing::analytic_spec({{"nccl_algo", "ring"}, {"nccl_proto", "simple"}}), cl);
+      testing::analytic_spec(
+          {{"nccl_algo", "ring"}, {"nccl_proto", "simple"}, {"nccl_intra_GBps", 360}}),
+      cl);
   ASSERT_TRUE(m);
   for (int n : {2, 4, 8}) {
     for (int64_t bytes : {int64_t{1} << 10, int64_t{1} << 20, int64_t{64} << 20, int64_t{1} << 30,
@@ -141,7 +143,10 @@ TEST(NcclRing, AllReduceMatchesClosedFormMultiNode) {
   for (double net_lat : {0.0, 2.0}) {
     auto m = testing::make_or_die(
         testing::analytic_spec(
-            {{"nccl_algo", "ring"}, {"nccl_proto", "simple"}, {"nccl_net_latency_us", net_lat}}),
+            {{"nccl_algo", "ring"},
+             {"nccl_proto", "simple"},
+             {"nccl_net_latency_us", net_lat},
+             {"nccl_intra_GBps", 360}}),
         cl);
     ASSERT_TRUE(m);
     for (int nodes : {2, 4}) {
@@ -173,7 +178,8 @@ TEST(NcclRing, AllReduceMatchesClosedFormMultiNode) {
 
 TEST(NcclRing, ReduceScatterAndAllGatherUseNMinusOneSteps) {
   auto cl = testing::h100_cluster(1, 8);
-  auto m = testing::make_or_die(testing::analytic_spec({{"nccl_proto", "simple"}}), cl);
+  auto m = testing::make_or_die(
+      testing::analytic_spec({{"nccl_proto", "simple"}, {"nccl_intra_GBps", 360}}), cl);
   ASSERT_TRUE(m);
   for (CommKind k : {CommKind::kAllGather, CommKind::kReduceScatter}) {
     CommQuery q;

@@ -7,4 +7,5 @@ stretto_test(costmodel_test
     ${CMAKE_CURRENT_LIST_DIR}/nccl_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/profiled_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/options_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/fidelity_costmodel_test.cpp
   LIBS stretto::costmodel)

@@ -44,6 +44,9 @@ std::string slice_name(const CompiledPlan& cp, uint32_t node) {
   const Node& n = cp.dag.nodes[node];
   switch (n.kind) {
     case NodeKind::kCompute:
+      if (n.recompute) return fmt::format("F{} (recompute)", mb_pp(n.tags));
+      if (n.op < cp.model.ops.size() && cp.model.ops[n.op].kind == OpKind::kOptimizer)
+        return "optimizer step";
       return fmt::format("{}{}", pass_name(n.tags.pass), mb_pp(n.tags));
     case NodeKind::kTransfer: {
       const char* what = n.purpose == CommPurpose::kGradient ? "grad" : "act";
@@ -56,6 +59,7 @@ std::string slice_name(const CompiledPlan& cp, uint32_t node) {
       if (n.tags.pass != Pass::kNone) s += fmt::format(" {}", pass_name(n.tags.pass));
       s += mb_pp(n.tags);
       if (n.tags.ep() != kAbsent) s += fmt::format(" EP{}", n.tags.ep());
+      if (n.recompute) s += " (recompute)";
       return s;
     }
     case NodeKind::kBarrier:

@@ -68,6 +68,14 @@ struct AnalyticParams {
   /// Whole-wave rounding of tiles over SMs (NVIDIA "Matrix Multiplication Background" guide:
   /// wave quantization). Off: a smooth fill min(1, tiles/sms), monotone in the GEMM size.
   bool wave_quantization = true;
+  /// Tensor-core clock sustained under a training load over the clock the data-sheet peak is
+  /// quoted at. A100 SXM: the 312 TFLOPS peak is at the 1410 MHz boost clock, but at its 400 W
+  /// power limit a GEMM-bound load holds about 1305 MHz, the clock NVIDIA uses for A100 Rpeak in
+  /// its HPL submissions (G. Lockwood, "Peak FLOPS", glennklockwood.com/garden/peak-FLOPS):
+  /// 1305/1410 = 0.926. H100 and later: 1 (their data-sheet peaks, e.g. 989 TFLOPS at 1830 MHz,
+  /// are already below the maximum boost, and the default gemm_efficiency was set from measured
+  /// H100 GEMMs). Negative = derive from the device kind.
+  double sustained_clock_ratio = -1;
   /// Minimum duration of one kernel (launch + ramp): "a few microseconds" is the commonly
   /// quoted CUDA launch cost; 3 us.
   double launch_floor_us = 3.0;
@@ -93,7 +101,21 @@ struct AnalyticParams {
   NcclSystem nccl;
   /// Fixed latency of a send/recv or all-to-all, overriding the derived one. Negative = derive.
   double p2p_latency_us = -1;
+  /// The per-device intra-node bandwidth NCCL's topology search works with (GB/s), when the
+  /// intra-node link is NVLink. NCCL does not use the data-sheet figure: it counts NVLinks at
+  /// its own per-link speed (src/graph/topo.h: SM70_NVLINK_BW 20.0, SM80_NVLINK_BW 20.0,
+  /// SM90_NVLINK_BW 20.6, SM100_NVLINK_BW 40.1 GB/s) where the data sheets say 25 GB/s per
+  /// link per direction for NVLink 2-4 and 50 for NVLink 5. So an A100's 12 links are 240 GB/s
+  /// to NCCL (data sheet 300), an H100's 18 links 370.8 (data sheet 450). Default (negative):
+  /// the cluster's intra-node bandwidth scaled by that ratio for the device's architecture.
+  /// Send/recv and all-to-all flows keep the link's own bandwidth.
+  double nccl_intra_GBps = -1;
 };
+
+/// NCCL's per-link NVLink speed over the data sheet's, for an architecture (see
+/// AnalyticParams::nccl_intra_GBps): 20/25 (Volta, Ampere), 20.6/25 (Hopper), 40.1/50
+/// (Blackwell).
+double nccl_nvlink_ratio(NcclArch arch);
 
 /// The option keys the analytic and profiled models accept (for hints and docs).
 const std::vector<std::string>& analytic_option_names();

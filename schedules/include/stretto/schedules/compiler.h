@@ -37,6 +37,10 @@ struct CompileSummary {
 CompileSummary summarize(const CompiledPlan& cp);
 std::string summary_table(const CompiledPlan& cp, const CompileSummary& s);
 Json summary_json(const CompiledPlan& cp, const CompileSummary& s);
+/// Effects the simulation of this plan leaves out, in words ("optimizer: none", ...), so that
+/// an optimistic number is not mistaken for a prediction (`stretto simulate` prints them).
+std::vector<std::string> unmodelled_effects(const CompiledPlan& cp);
+
 /// Graphviz. Fails (diagnostic) above max_nodes unless forced.
 Expected<std::string> to_dot(const CompiledPlan& cp, size_t max_nodes = 5000);
 

@@ -53,6 +53,10 @@ enum class CommPurpose : uint8_t {
   kDispatch,     // EP all-to-all before the experts
   kCombine,      // EP all-to-all after the experts
   kTensorPar,    // TP all-reduce / reduce-scatter / all-gather
+  kGradNorm,     // gradient clipping: all-reduce of the squared gradient norm (one fp32 scalar)
+                 //   over every device holding parameters, before the optimizer step
+  kTiedGrad,     // tied embeddings: all-reduce of the word-embedding gradient between the
+                 //   embedding's devices and the head's copy (first and last stage), pairwise
 };
 std::string_view comm_purpose_name(CommPurpose p);
 
@@ -64,6 +68,18 @@ struct DeviceSet {
   int32_t group_size = 1;
 };
 
+// Ops the compiler adds beyond the model's forward and backward (for executors such as the
+// LibTorch backend, which must run them):
+//  - recomputed forward (`recompute` directive): compute nodes with `recompute` set and the op's
+//    forward work, tagged with the pass (B or BI) of the backward they precede; their TP, SP and
+//    EP collectives carry the flag too. They run right before that backward, on the compute
+//    stream, from the checkpointed segment input.
+//  - optimizer step (plan `optimizer`): a compute node of the op whose kind is
+//    OpKind::kOptimizer (the last op of CompiledPlan::model), no tags, PASS none, one per group
+//    of devices with equal shards; `bytes` is the HBM traffic of the step on each device
+//    (OptimizerSpec::step_bytes_per_param x the device's parameter shard).
+//  - gradient-norm all-reduce (CommPurpose::kGradNorm) before the steps, when clipping.
+//  - tied-embedding gradient all-reduce (CommPurpose::kTiedGrad), op = the embedding.
 struct Node {
   NodeKind kind = NodeKind::kCompute;
   CommKind comm = CommKind::kNone;
@@ -74,11 +90,13 @@ struct Node {
   uint32_t op = kNone;     // model op (compute: the op run; comm: the op it serves)
   uint32_t devs = 0;       // DeviceSet index (compute/collective: members; transfer: senders)
   uint32_t devs2 = kNone;  // transfer: receivers
-  int64_t bytes = 0;       // comm: message bytes per rank (collective buffer size)
+  int64_t bytes = 0;       // comm: message bytes per rank (collective buffer size);
+                           // optimizer step: HBM bytes per device
   int32_t directive = -1;  // directive that created it (place/replicate/shard/...), -1 = model
   uint16_t region_k = 0;   // fixed cost model: k-th of region_n compute nodes of this
   uint16_t region_n = 1;   //   (PP, MB, PASS) region pass
   Tags consumer_tags;      // transfer: tags of the receiving side
+  bool recompute = false;  // a recomputed forward (compute) or one of its collectives
 };
 
 enum class EdgeKind : uint8_t { kData, kTemporal };

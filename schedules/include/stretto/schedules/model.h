@@ -32,6 +32,18 @@ enum class OpKind : uint8_t {
   kHead,       // vocab projection
   kLoss,       // cross-entropy
   kSynthetic,  // synthetic region
+  // Unfused attention (model.attention = "unfused"; Megatron-LM 2021-22): three ops in place
+  // of kAttention. All split by heads under TP.
+  kAttnScores,   // S = Q K^T, batched GEMM per head over the dense s x s matrix (no params)
+  kSoftmax,      // fused scale-mask-softmax over b*a*s^2 elements (+ dropout on the probabilities)
+  kAttnContext,  // O = P V, batched GEMM per head (no params)
+  // Bias-dropout-add after the attention output projection and after the MLP (Megatron's
+  // fused kernel): out = residual + dropout(x + bias). Replicated under TP (it follows the
+  // row-parallel all-reduce); holds the bias of the preceding row-parallel GEMM.
+  kResidual,
+  // Not a model op: the per-device optimizer step the compiler adds when the plan has an
+  // `optimizer` (CompiledPlan::model gets one op of this kind; see dag.h, Node::op).
+  kOptimizer,
 };
 std::string_view op_kind_name(OpKind k);
 
@@ -55,7 +67,12 @@ struct ModelOp {
   int64_t param_count = 0;                            // number of parameters (for optimizer state)
   int64_t saved_bytes = 0;                            // activations kept from F until its backward
   int64_t saved_bw_bytes = 0;    // the part of saved_bytes only BW needs (freed at BW)
+  int64_t saved_input_bytes = 0;  // the part of saved_bytes that is the op's input (what a
+                                  // recompute checkpoint keeps; the size of its input gradient)
   int64_t out_bytes = 0;         // output activation (sent across a stage boundary)
+  /// Activation-by-activation GEMM (attention scores / context): both input gradients are BI
+  /// work (dQ and dK, or dP and dV); BW is empty.
+  bool act_gemm = false;
   std::vector<uint32_t> inputs;  // producer ops (forward data edges), all with smaller ids
 };
 

@@ -29,7 +29,23 @@ struct MoeSpec {
   /// Which layers are MoE: every `every`-th layer starting at `first` (default: all).
   int first_layer = 0;
   int every = 1;
+  /// Tokens an expert may take, as a multiple of the balanced share T*top_k/experts
+  /// (GShard / Switch capacity). 0 = no capacity limit (dropless). With a limit, expert GEMMs
+  /// and all-to-alls are padded to it.
+  double capacity_factor = 0;
+  /// Routing imbalance: tokens of the busiest expert over the mean (1 = balanced). The busiest
+  /// expert sets the grouped-GEMM time and the all-to-all size; capped by capacity_factor.
+  double imbalance = 1.0;
+  /// Load factor the expert GEMMs and all-to-alls are sized by (see above).
+  double load_factor() const {
+    return capacity_factor > 0 ? capacity_factor : imbalance;
+  }
 };
+
+/// Core attention implementation: fused flash attention (never materialises the s x s scores)
+/// or the unfused 2021-22 Megatron path (QK^T and AV batched GEMMs over the dense s x s matrix,
+/// a fused scale-mask-softmax kernel and dropout on the probabilities).
+enum class AttentionImpl : uint8_t { kFlash, kUnfused };
 
 struct ModelSpec {
   enum class Family : uint8_t { kTransformer, kSynthetic } family = Family::kTransformer;
@@ -46,6 +62,9 @@ struct ModelSpec {
   DType dtype = DType::kBF16;
   bool gated_mlp = true;  // SwiGLU-style (3 weight matrices) vs GELU (2)
   bool tie_embeddings = false;
+  AttentionImpl attention = AttentionImpl::kFlash;
+  bool bias = false;     // biases on every linear layer and LayerNorm (GPT-2/3) vs none (RMSNorm)
+  double dropout = 0;    // hidden and attention dropout probability; 0 = no dropout kernels
   std::optional<MoeSpec> moe;
   // synthetic: `layers` identical regions
   int64_t activation_bytes = 0;  // saved for backward per region per microbatch
@@ -54,6 +73,9 @@ struct ModelSpec {
   double flops = 0;              // forward FLOPs per region per microbatch (backward = 2x)
   // both
   int pp_regions = 1;
+  /// Layers per PP region when given as a list (`"pp_regions": [7, 8, 8, 9]`); empty = even split
+  /// (region i holds layers [floor(i*L/N), floor((i+1)*L/N))).
+  std::vector<int> region_layers;
   std::string pointer = "/model";
 };
 
@@ -92,7 +114,22 @@ struct CostModelSpec {
   std::string pointer = "/costmodel";
 };
 
-enum class DirectiveOp : uint8_t { kPlace, kReplicate, kShard, kShardTensor, kSplit, kOrder };
+enum class DirectiveOp : uint8_t {
+  kPlace,
+  kReplicate,
+  kShard,
+  kShardTensor,
+  kSplit,
+  kOrder,
+  kRecompute,
+};
+
+/// Activation recomputation (Megatron / torch.utils.checkpoint). `full`: every matching op keeps
+/// only the input of its checkpoint segment (the ops of one PP region and layer) after its
+/// forward, and the whole segment's forward re-runs right before the segment's backward.
+/// `selective` (Korthikanti et al. 2022): only the core attention re-runs; its s x s scores,
+/// softmax output and dropout mask are not kept.
+enum class RecomputeMode : uint8_t { kFull, kSelective };
 std::string_view directive_op_name(DirectiveOp op);
 
 struct Directive {
@@ -109,6 +146,9 @@ struct Directive {
   bool shard_params = false;                    // ZeRO-3
   bool shard_optimizer = false;                 // ZeRO-1 (implied by the two above)
   bool sequence_parallel = false;               // shard_tensor
+  int prefetch = 1;                 // replicate + shard_params: FSDP units gathered ahead
+  bool reshard_after_forward = true;  // replicate + shard_params: free after F, regather for B
+  RecomputeMode recompute = RecomputeMode::kFull;  // recompute
   std::string dim_name;                         // split
   int num_microbatches = 1;                     // split
   std::vector<std::vector<Filter>> groups;      // order
@@ -124,8 +164,24 @@ struct BuilderCall {
   std::string pointer = "/schedule";
 };
 
+/// Top-level `optimizer`: the step each device runs after its last gradient reduction, over its
+/// own (ZeRO-sharded) parameter shard; `grad_clip` adds the global gradient-norm all-reduce.
+struct OptimizerSpec {
+  enum class Kind : uint8_t { kAdam, kSgd, kNone } kind = Kind::kAdam;
+  bool master_weights = true;  // fp32 master copy (mixed precision) for 16-bit models
+  bool grad_clip = true;
+  bool given = false;  // false: the plan has no `optimizer` (no step is modelled)
+  /// Bytes of optimizer state per parameter: fp32 master weights (4) if kept, plus Adam's two
+  /// moments or SGD's momentum in fp32 (with master weights) or the model dtype (without).
+  int64_t state_bytes_per_param(int dtype_bytes) const;
+  /// HBM bytes the step moves per parameter (see model.cpp: optimizer_step_bytes).
+  int64_t step_bytes_per_param(int dtype_bytes) const;
+  std::string pointer = "/optimizer";
+};
+
 struct Plan {
   std::string file;
+  OptimizerSpec optimizer;
   ModelSpec model;
   ClusterSpec cluster;
   CostModelSpec costmodel;

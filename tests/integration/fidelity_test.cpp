@@ -1,0 +1,101 @@
+// Issue 9 (fidelity), simulated: recompute, 1f1b with m < p, the recompute labels in traces and
+// the critical path, the optimizer step's time. Expected numbers derived in the comments.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "plans.h"
+#include "stretto/sim/session.h"
+#include "stretto/traces/chrome_trace.h"
+
+namespace stretto {
+namespace {
+
+using testing::json;
+using testing::session_of;
+
+// ---- recompute, optimizer and 1f1b with m < p, simulated -------------------------------------
+
+// p stages on devices 0..p-1 built with `builder`, m microbatches, fixed costs F = 1, B = 2 ms.
+json fixed_pipeline(int p, int m, bool recompute) {
+  json base = json::array();
+  if (recompute) base.push_back({{"op", "recompute"}, {"filter", json::object()}});
+  return {{"model", testing::synthetic_model(p, 1 << 20)},
+          {"cluster", {{"preset", "h100-sxm"}, {"nodes", 1}, {"devices_per_node", p}}},
+          {"costmodel", testing::fixed_costs()},
+          {"schedule", {{"builder", "1f1b"}, {"ranks", p}, {"microbatches", m}, {"base", base}}}};
+}
+
+double step_ms(const json& plan) {
+  auto s = session_of(plan);
+  EXPECT_TRUE(s) << (s ? "" : s.error()[0].message);
+  if (!s) return -1;
+  auto r = s->simulate();
+  EXPECT_TRUE(r) << (r ? "" : r.error()[0].message);
+  return r ? static_cast<double>(r->step_time) / 1e6 : -1;
+}
+
+TEST(Recompute, AddsOneForwardPerBackward) {
+  // 1F1B, p = 2, m = 4, F = 1, B = 2 (ms, fixed model): (m + p - 1)(F + B) = 5 x 3 = 15 ms.
+  EXPECT_DOUBLE_EQ(step_ms(fixed_pipeline(2, 4, false)), 15.0);
+  // Full recompute re-runs each region's forward before its backward: B becomes F + B = 3,
+  // so the step is (m + p - 1)(F + F + B) = 5 x 4 = 20 ms.
+  EXPECT_DOUBLE_EQ(step_ms(fixed_pipeline(2, 4, true)), 20.0);
+}
+
+TEST(Recompute, OneFOneBWithFewerMicrobatchesThanStages) {
+  // Megatron-style 1F1B with m = 2 < p = 4: every rank warms up with min(p-1-r, m) forwards,
+  // so the step is the GPipe-shaped (m + p - 1)(F + B) = 5 x 3 = 15 ms.
+  EXPECT_DOUBLE_EQ(step_ms(fixed_pipeline(4, 2, false)), 15.0);
+}
+
+TEST(Recompute, TraceAndCriticalPathSayRecompute) {
+  auto s = session_of(fixed_pipeline(2, 2, true));
+  ASSERT_TRUE(s);
+  const CompiledPlan& cp = s->compiled();
+  size_t labelled = 0;
+  for (uint32_t i = 0; i < cp.dag.nodes.size(); ++i) {
+    if (!cp.dag.nodes[i].recompute) continue;
+    const std::string name = traces::slice_name(cp, i);
+    EXPECT_NE(name.find("(recompute)"), std::string::npos) << name;
+    EXPECT_EQ(name.rfind("F mb", 0), 0u) << name;
+    ++labelled;
+  }
+  EXPECT_EQ(labelled, 4u);  // 2 regions x 2 microbatches, one synthetic layer each
+  auto r = s->simulate();
+  ASSERT_TRUE(r);
+  bool on_path = false;
+  for (const auto& st : sim::critical_path(cp, *r))
+    on_path |= st.what.find("(recompute, before B)") != std::string::npos;
+  EXPECT_TRUE(on_path);
+}
+
+TEST(Optimizer, StepIsMemoryBoundOverTheShard) {
+  // One synthetic layer of 64 MiB of bf16 parameters (33,554,432 of them) on one H100, Adam
+  // with master weights and clipping: 2+4 + 4+2 + 3x4 + 4+6x4 = 52 bytes per parameter =
+  // 1,744,830,464 bytes at 3350 GB/s x 0.9 (memory_efficiency) = 578,716.6 -> 578,717 ns (rounded up).
+  json plan = {{"model", testing::synthetic_model(1, 1 << 20, int64_t{64} << 20)},
+               {"cluster", {{"preset", "h100-sxm"}, {"nodes", 1}, {"devices_per_node", 1}}},
+               {"schedule", json::array({{{"op", "place"}, {"filter", json::object()},
+                                          {"devices", {0}}}})},
+               {"optimizer", {{"kind", "adam"}}}};
+  auto s = session_of(plan);
+  ASSERT_TRUE(s) << s.error()[0].message;
+  auto r = s->simulate();
+  ASSERT_TRUE(r);
+  const CompiledPlan& cp = s->compiled();
+  int64_t step = -1;
+  for (size_t t = 0; t < r->program.tasks.size(); ++t) {
+    const Node& n = cp.dag.nodes[r->node_of(static_cast<uint32_t>(t))];
+    if (n.kind == NodeKind::kCompute && cp.model.ops[n.op].kind == OpKind::kOptimizer)
+      step = r->program.tasks[t].work;
+  }
+  EXPECT_EQ(step, 578717);
+}
+
+}  // namespace
+}  // namespace stretto
