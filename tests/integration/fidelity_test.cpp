@@ -1,5 +1,17 @@
 // Issue 9 (fidelity), simulated: recompute, 1f1b with m < p, the recompute labels in traces and
-// the critical path, the optimizer step's time. Expected numbers derived in the comments.
+// the critical path, the optimizer step's time (expected numbers derived in the comments); and
+// the published-measurement comparison: Narayanan et al. 2021 (SC'21, arXiv 2104.04473), Table 1.
+//
+// Each row is a plan in tests/data/fidelity/narayanan2021/ (written by gen_narayanan2021.py from
+// narayanan2021_table1.csv: the paper's configurations and the authors' run-script settings:
+// GPT with biases, dropout 0.1, unfused attention, full recompute of every layer, fp16 Adam with
+// fp32 master weights and gradient clipping, tied embeddings, 1F1B or interleaved 1F1B,
+// Megatron's rank layout). The measured iteration time is the CSV's derived_iteration_time_s:
+// the paper's Eq. 3 FLOPs over its measured aggregate PFLOP/s.
+//
+// The test prints measured vs predicted per row and asserts a loose bound; docs/fidelity.md
+// records the real errors. Run it alone with:
+//   ctest --test-dir build -R Narayanan2021 --output-on-failure -V
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -95,6 +107,80 @@ TEST(Optimizer, StepIsMemoryBoundOverTheShard) {
       step = r->program.tasks[t].work;
   }
   EXPECT_EQ(step, 578717);
+}
+
+struct Row {
+  std::string label;
+  double measured_s = 0;
+};
+
+std::vector<Row> table1_rows() {
+  std::ifstream in(STRETTO_TEST_DATA "/fidelity/narayanan2021_table1.csv");
+  std::vector<Row> rows;
+  std::string line;
+  std::vector<std::string> header;
+  auto split = [](const std::string& l) {
+    std::vector<std::string> out;
+    std::stringstream ss(l);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) out.push_back(cell);
+    return out;
+  };
+  if (!std::getline(in, line)) return rows;
+  header = split(line);
+  size_t label = 0, time = 0;
+  for (size_t i = 0; i < header.size(); ++i) {
+    if (header[i] == "model_label") label = i;
+    if (header[i] == "derived_iteration_time_s") time = i;
+  }
+  while (std::getline(in, line)) {
+    auto c = split(line);
+    if (c.size() <= std::max(label, time)) continue;
+    rows.push_back({c[label], std::stod(c[time])});
+  }
+  return rows;
+}
+
+std::string plan_path(const std::string& label) {
+  std::string f = label;
+  for (char& ch : f)
+    if (ch == '.') ch = '_';
+  return std::string(STRETTO_TEST_DATA) + "/fidelity/narayanan2021/table1_" + f + ".json";
+}
+
+TEST(Narayanan2021, Table1IterationTimes) {
+  const auto rows = table1_rows();
+  ASSERT_EQ(rows.size(), 10u) << "narayanan2021_table1.csv has the paper's 10 rows";
+  double sum_abs = 0, worst = 0;
+  std::string report = "\nNarayanan et al. 2021, Table 1 (A100, full recompute): iteration time\n";
+  report += "  model      measured s   predicted s    error\n";
+  for (const auto& row : rows) {
+    auto s = sim::Session::open(plan_path(row.label));
+    ASSERT_TRUE(s) << row.label << ": " << s.error()[0].message;
+    sim::SimOptions opt;
+    opt.fold_replicas = true;  // identical data-parallel replicas: simulate one
+    opt.memory_curves = false;
+    auto r = s->simulate(opt);
+    ASSERT_TRUE(r) << row.label << ": " << r.error()[0].message;
+    const double predicted = static_cast<double>(r->step_time) * 1e-9;
+    const double err = (predicted - row.measured_s) / row.measured_s;
+    sum_abs += std::abs(err);
+    worst = std::max(worst, std::abs(err));
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "  %-8s %10.2f   %11.2f   %+6.1f %%\n", row.label.c_str(),
+                  row.measured_s, predicted, 100 * err);
+    report += buf;
+  }
+  const double mean = sum_abs / static_cast<double>(rows.size());
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "  mean |error| %.1f %%, worst %.1f %%\n", 100 * mean,
+                100 * worst);
+  report += buf;
+  std::printf("%s", report.c_str());
+  // Loose CI bound (the target, every row within 10 % and mean <= 5 %, is reported, not
+  // asserted, so that a deliberate model change elsewhere does not break CI by a hair).
+  EXPECT_LE(worst, 0.15) << report;
+  EXPECT_LE(mean, 0.08) << report;
 }
 
 }  // namespace
