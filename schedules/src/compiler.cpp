@@ -720,39 +720,44 @@ void Compiler::build_nodes() {
   };
 
   // ZeRO-3 prefetch bound (FSDP): the gather of a unit (the param ops of one PP region and
-  // layer) waits for the pass of the unit `prefetch + 1` places earlier in the same pass
-  // sequence of its devices (forward: layers ascending, microbatches in order; backward:
-  // descending), so at most prefetch + 1 units are gathered at once.
-  struct GatherSeq {
-    std::vector<std::pair<uint64_t, uint32_t>> done;  // (unit key, last compute node so far)
-  };
-  std::map<std::pair<uint32_t, int>, GatherSeq> gather_seq;  // (devs, 0 = F / 1 = backward)
-  auto fsdp_key = [&](uint32_t o, int mb) {
-    const Tags& t = ops[o].tags;
-    return (static_cast<uint64_t>(static_cast<uint32_t>(mb)) << 40) |
-           (static_cast<uint64_t>(static_cast<uint32_t>(t.pp() + 1)) << 20) |
-           static_cast<uint64_t>(static_cast<uint32_t>(t.get(TagKey::kLayer) + 1));
+  // layer) waits for the pass of the unit `prefetch + 1` places earlier in the same region pass
+  // (forward: layers ascending; backward: descending), so at most prefetch + 1 units of a region
+  // pass are gathered at once. A backward's first units wait for the region's forward of the
+  // same microbatch. Only orders that data dependencies already imply are used, so the bound
+  // never contradicts a schedule (across microbatches and regions the schedule decides). With a
+  // split backward a unit's pass is its BI (its BW may be deferred, as zero-bubble schedules do).
+  using SeqKey = std::tuple<uint32_t, bool, int, int32_t>;  // devs, backward, mb, PP
+  std::map<SeqKey, std::vector<std::pair<int32_t, uint32_t>>> gather_seq;  // (layer, last pass)
+  std::map<std::tuple<uint32_t, int, int32_t>, uint32_t> fwd_last;  // (devs, mb, PP) -> last F
+  auto zero3 = [&](uint32_t o, const UnitInfo& u) {
+    const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+    return rd && rd->shard_params && ops[o].param_bytes > 0;
   };
   // Records that `node` (a compute pass of unit o) ran, for the prefetch bound above.
   auto note_pass = [&](uint32_t o, int mb, bool bwd, const UnitInfo& u, uint32_t node) {
-    const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
-    if (!rd || !rd->shard_params || ops[o].param_bytes == 0) return;
-    auto& seq = gather_seq[{u.devs, bwd ? 1 : 0}].done;
-    const uint64_t k = fsdp_key(o, mb);
-    if (!seq.empty() && seq.back().first == k)
+    if (!zero3(o, u)) return;
+    const Tags& t = ops[o].tags;
+    auto& seq = gather_seq[SeqKey{u.devs, bwd, mb, t.pp()}];
+    const int32_t layer = t.get(TagKey::kLayer);
+    if (!seq.empty() && seq.back().first == layer)
       seq.back().second = node;
     else
-      seq.push_back({k, node});
+      seq.push_back({layer, node});
+    if (!bwd) fwd_last[{u.devs, mb, t.pp()}] = node;
   };
   auto bound_gather = [&](uint32_t g, uint32_t o, int mb, bool bwd, const UnitInfo& u) {
     const Directive& rd = plan_.schedule[u.repl];
-    auto& seq = gather_seq[{u.devs, bwd ? 1 : 0}].done;
-    const uint64_t k = fsdp_key(o, mb);
+    const Tags& t = ops[o].tags;
+    auto& seq = gather_seq[SeqKey{u.devs, bwd, mb, t.pp()}];
     // Units completed before this one, newest last; the current unit may be open already.
     size_t n = seq.size();
-    if (n && seq.back().first == k) --n;
+    if (n && seq.back().first == t.get(TagKey::kLayer)) --n;
     const size_t back = static_cast<size_t>(rd.prefetch) + 1;
-    if (n >= back) edge(seq[n - back].second, g);
+    if (n >= back) {
+      edge(seq[n - back].second, g);
+    } else if (bwd) {
+      if (auto it = fwd_last.find({u.devs, mb, t.pp()}); it != fwd_last.end()) edge(it->second, g);
+    }
   };
 
   std::map<std::tuple<uint32_t, int, uint32_t>, uint32_t> sent;  // forward activation transfers
@@ -946,7 +951,7 @@ void Compiler::build_nodes() {
         mem(u.bi, true, MemCategory::kActivations, -(saved - saved_bw));
         mem(u.bw, true, MemCategory::kActivations, -saved_bw);
         if (gather != kNone) mem(u.bw, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
-        note_pass(o, mb, true, u, u.bw);
+        note_pass(o, mb, true, u, u.bi);
       } else {
         u.b = first = compute(o, mb, Pass::kB);
         for (uint32_t d : deps) edge(d, u.b);
