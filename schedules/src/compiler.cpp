@@ -680,6 +680,7 @@ void Compiler::build_nodes() {
     n.op = o;
     n.devs = u.devs;
     n.tp = static_cast<uint16_t>(u.tp);
+    n.sequence_parallel = u.tp > 1 && u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
     n.directive = u.place;
     n.stream = 0;
     return add_node(n);

@@ -278,6 +278,12 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       }
       GemmShape g = op.gemm;
       const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
+      if (nd.tp > 1 && !split && nd.sequence_parallel) {
+        // Sequence parallelism: replicated ops work on this rank's 1/tp of the tokens.
+        flops /= nd.tp;
+        bytes /= nd.tp;
+        g.m = std::max<int64_t>(1, g.m / nd.tp);
+      }
       if (nd.tp > 1 && split) {
         flops /= nd.tp;
         bytes /= nd.tp;

@@ -135,6 +135,41 @@ TEST(Recompute, ComposesWithEveryBuilderAndZeroLevel) {
     }
 }
 
+TEST(SequenceParallel, ReplicatedOpsWorkOnTheSequenceShard) {
+  // TP 2: a LayerNorm is replicated on both ranks; with sequence parallelism each rank
+  // normalises half of the tokens, so its memory-bound time halves (to within rounding to ns).
+  auto norm_ns = [&](bool sp) {
+    json model = {{"family", "transformer"}, {"layers", 1},       {"hidden", 4096},
+                  {"heads", 32},             {"ffn_hidden", 16384}, {"vocab", 32000},
+                  {"seq_len", 4096},         {"microbatch_size", 2}, {"gated_mlp", false}};
+    json plan = {{"model", model},
+                 {"cluster", {{"preset", "h100-sxm"}, {"nodes", 1}, {"devices_per_node", 2}}},
+                 {"schedule",
+                  json::array({{{"op", "place"}, {"filter", json::object()}, {"devices", {0}}},
+                               {{"op", "shard_tensor"},
+                                {"filter", json::object()},
+                                {"devices", {{0, 1}}},
+                                {"sequence_parallel", sp}}})}};
+    auto s = session_of(plan);
+    EXPECT_TRUE(s);
+    auto r = s->simulate();
+    EXPECT_TRUE(r);
+    const CompiledPlan& cp = s->compiled();
+    for (size_t t = 0; t < r->program.tasks.size(); ++t) {
+      const Node& n = cp.dag.nodes[r->node_of(static_cast<uint32_t>(t))];
+      if (n.kind == NodeKind::kCompute && n.tags.pass == Pass::kF &&
+          cp.model.ops[n.op].name == "layer0.attn_norm")
+        return r->program.tasks[t].work;
+    }
+    return int64_t{-1};
+  };
+  // Forward LayerNorm bytes: read and write b·s·h bf16 plus h weights = 2·(2·4096·4096·2) +
+  // 4096·2 = 134,225,920 bytes at 3015 B/ns = 44,519.4 -> 44,520 ns; SP: 67,112,960 bytes ->
+  // 22,259.7 -> 22,260 ns.
+  EXPECT_EQ(norm_ns(false), 44520);
+  EXPECT_EQ(norm_ns(true), 22260);
+}
+
 TEST(Optimizer, StepIsMemoryBoundOverTheShard) {
   // One synthetic layer of 64 MiB of bf16 parameters (33,554,432 of them) on one H100, Adam
   // with master weights and clipping: 2+4 + 4+2 + 3x4 + 4+6x4 = 52 bytes per parameter =

@@ -97,6 +97,9 @@ struct Node {
   uint16_t region_n = 1;   //   (PP, MB, PASS) region pass
   Tags consumer_tags;      // transfer: tags of the receiving side
   bool recompute = false;  // a recomputed forward (compute) or one of its collectives
+  /// Compute under TP with sequence parallelism: ops that TP replicates (norms, residual adds,
+  /// the router) run on this rank's 1/tp of the sequence.
+  bool sequence_parallel = false;
 };
 
 enum class EdgeKind : uint8_t { kData, kTemporal };
