@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -168,6 +169,32 @@ TEST(SequenceParallel, ReplicatedOpsWorkOnTheSequenceShard) {
   // 22,259.7 -> 22,260 ns.
   EXPECT_EQ(norm_ns(false), 44520);
   EXPECT_EQ(norm_ns(true), 22260);
+}
+
+TEST(NotModelled, SimulateSaysWhatItLeftOut) {
+  // `stretto simulate` on an example without an "optimizer": the JSON lists the missing step
+  // under not_modelled, and the table under "not modelled".
+  auto run = [](const std::string& args) {
+    const std::string cmd = std::string(STRETTO_BINARY) + " " + args + " 2>/dev/null";
+    std::string out;
+    if (FILE* f = popen(cmd.c_str(), "r")) {
+      char buf[4096];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+      pclose(f);
+    }
+    return out;
+  };
+  const std::string plan = std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json";
+  const json j = json::parse(run("simulate " + plan + " --format json"), nullptr, false);
+  ASSERT_TRUE(j.is_object());
+  ASSERT_TRUE(j.contains("not_modelled"));
+  bool optimizer = false;
+  for (const auto& e : j["not_modelled"])
+    optimizer |= e.get<std::string>().find("optimizer step") != std::string::npos;
+  EXPECT_TRUE(optimizer) << j["not_modelled"].dump();
+  EXPECT_NE(run("simulate " + plan + " --format table").find("not modelled   optimizer step"),
+            std::string::npos);
 }
 
 TEST(Optimizer, StepIsMemoryBoundOverTheShard) {
