@@ -218,12 +218,11 @@ std::vector<std::string> unmodelled_effects(const CompiledPlan& cp) {
   if (p.model.family == ModelSpec::Family::kTransformer) {
     if (p.model.moe && p.model.moe->capacity_factor <= 0 && p.model.moe->imbalance <= 1.0)
       out.push_back("MoE routing imbalance: balanced routing assumed (set \"imbalance\")");
-    bool has_dp = false;
-    for (const auto& d : cp.plan.schedule)
-      if (d.op == DirectiveOp::kReplicate) has_dp = true;
-    if (p.model.tie_embeddings && !has_dp && p.model.pp_regions > 1 && !p.optimizer.given)
-      out.push_back("tied-embedding gradient all-reduce ordering before the optimizer step");
   }
+  if (cp.num_microbatches > 1)
+    out.push_back(
+        "gradient accumulation over microbatches (each backward's read-modify-write of the "
+        "gradient buffer, unless fused into the weight-gradient GEMM)");
   out.push_back("host work outside the ops (data loading, Python, logging, loss-scale checks)");
   return out;
 }
