@@ -147,10 +147,11 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
       (r.step_time > 0 && D > 0)
           ? 1.0 - busy_sum / (static_cast<double>(D) * static_cast<double>(r.step_time))
           : 0;
-  // ---- model FLOPs: each op once per data-parallel replica ----
+  // ---- model FLOPs: each op once per data-parallel replica; recomputed forwards are not
+  // model FLOPs (MFU as in Korthikanti et al. 2022), the optimizer step has none ----
   double flops = 0;
   for (const auto& n : dag.nodes) {
-    if (n.kind != NodeKind::kCompute) continue;
+    if (n.kind != NodeKind::kCompute || n.recompute || n.tags.pass == Pass::kNone) continue;
     const ModelOp& op = cp.model.ops[n.op];
     double f = n.tags.pass == Pass::kF    ? op.fwd_flops
                : n.tags.pass == Pass::kB  ? op.bi_flops + op.bw_flops

@@ -58,6 +58,15 @@ TEST(Recompute, AddsOneForwardPerBackward) {
   // Full recompute re-runs each region's forward before its backward: B becomes F + B = 3,
   // so the step is (m + p - 1)(F + F + B) = 5 x 4 = 20 ms.
   EXPECT_DOUBLE_EQ(step_ms(fixed_pipeline(2, 4, true)), 20.0);
+  // Recomputation is not model work: model FLOPs (and so MFU's numerator) are the same,
+  // 2 regions x 4 microbatches x (F + BI + BW = 3 x 1e9) = 2.4e10.
+  for (bool rc : {false, true}) {
+    auto s = session_of(fixed_pipeline(2, 4, rc));
+    ASSERT_TRUE(s);
+    auto r = s->simulate();
+    ASSERT_TRUE(r);
+    EXPECT_DOUBLE_EQ(r->model_flops, 2.4e10) << "recompute " << rc;
+  }
 }
 
 TEST(Recompute, OneFOneBWithFewerMicrobatchesThanStages) {
