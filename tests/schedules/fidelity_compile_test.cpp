@@ -311,6 +311,36 @@ TEST(FidelityPlan, Zero3PrefetchBoundsGathers) {
   EXPECT_NE(e.error()[0].message.find("applies only with shard_params"), std::string::npos);
 }
 
+TEST(FidelityPlan, Zero3WithoutReshardGathersOnce) {
+  // reshard_after_forward false (FSDP SHARD_GRAD_OP): each parameter op is gathered once, in
+  // the first microbatch's forward, and stays gathered until its gradient is reduce-scattered.
+  // 1 layer: parameter ops embedding, attn_norm, qkv, out_proj (its bias lives on the
+  // residual), attn.residual, mlp_norm, mlp.up, mlp.down, mlp.residual, final_norm, head =
+  // 11 ops -> 11 gathers for 2 microbatches (with resharding: 11 x 2 microbatches x (F + B)
+  // = 44).
+  auto gathers = [&](bool reshard) {
+    json s = json::array({place_all({0, 1}),
+                          {{"op", "split"}, {"filter", json::object()}, {"num_microbatches", 2}},
+                          {{"op", "replicate"},
+                           {"filter", json::object()},
+                           {"devices", {0, 1}},
+                           {"shard_grads", true},
+                           {"shard_params", true},
+                           {"reshard_after_forward", reshard}}});
+    auto cp = compile_json(plan_on(gpt(1), 2, s));
+    EXPECT_TRUE(cp) << (cp ? "" : cp.error()[0].message);
+    size_t n = 0;
+    int64_t gathered = 0;  // net gathered-parameter bytes over the step: must return to 0
+    if (!cp) return std::make_pair(n, gathered);
+    for (const auto& node : cp->dag.nodes) n += node.purpose == CommPurpose::kParamGather;
+    for (const auto& m : cp->dag.mem)
+      if (m.cat == MemCategory::kGatheredParams) gathered += m.bytes;
+    return std::make_pair(n, gathered);
+  };
+  EXPECT_EQ(gathers(true), std::make_pair(size_t{44}, int64_t{0}));
+  EXPECT_EQ(gathers(false), std::make_pair(size_t{11}, int64_t{0}));
+}
+
 TEST(FidelityModel, MoeLoadFactor) {
   json m = gpt(1);
   m["moe"] = {{"experts", 4}, {"top_k", 2}, {"expert_ffn_hidden", 128}, {"imbalance", 1.5}};
