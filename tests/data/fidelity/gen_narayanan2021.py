@@ -7,7 +7,8 @@ numbering follows Megatron's initialize_model_parallel: TP ranks are consecutive
 for TP=8), a pipeline stage is a contiguous block of dp*tp ranks, DP groups stride by tp.
 
   python3 gen_narayanan2021.py            # the plans the test uses (all effects modelled)
-  python3 gen_narayanan2021.py --legacy   # without the fields added by issue 9 (for the
+  python3 gen_narayanan2021.py --legacy --out /tmp/legacy
+                                          # without the fields added by issue 9 (for the
                                           # "before" measurement on older binaries)
 """
 import csv, json, os, sys
@@ -15,6 +16,8 @@ import csv, json, os, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 legacy = "--legacy" in sys.argv
 out_dir = os.path.join(HERE, "legacy" if legacy else "narayanan2021")
+if "--out" in sys.argv:
+    out_dir = sys.argv[sys.argv.index("--out") + 1]
 os.makedirs(out_dir, exist_ok=True)
 
 with open(os.path.join(HERE, "narayanan2021_table1.csv")) as f:
