@@ -50,7 +50,8 @@ Space space_of(int which, size_t sample) {
     s.spec.base_dir = STRETTO_EXAMPLES;
     s.spec.canonical = {{"base", base}, {"bench", which}};
     s.spec.hash = stable_hash(s.spec.canonical);
-    for (auto& p : *search_space(base, so)) {
+    auto points = search_space(base, so);
+    for (auto& p : *points) {
       if (p["recompute"] != "none") continue;  // not in the simulator yet (fidelity issue)
       s.grid.points.push_back({p, point_hash(p)});
     }
@@ -205,7 +206,8 @@ void BM_SearchVsGrid(benchmark::State& state) {
   so.budget_s = 120;
   // space_of sized the global batch for 64 devices; rebuild the space for `devices`.
   full.grid.points.clear();
-  for (auto& p : *search_space(full.spec.base, so))
+  auto points = search_space(full.spec.base, so);
+  for (auto& p : *points)
     if (p["recompute"] == "none") full.grid.points.push_back({p, point_hash(p)});
   double grid_s = 0;
   std::optional<SearchResult> sr;

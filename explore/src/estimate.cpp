@@ -108,8 +108,10 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
     }
     if (tp > 1 && op.tp == TpSplit::kRow)
       c.tp_f[layer] += comm_ns(CommKind::kAllReduce, op.out_bytes, tp, tp_nodes);
-    if (tp > 1 && op.tp == TpSplit::kColumn && op.kind != OpKind::kMlpAct)
-      c.tp_b[layer] += comm_ns(CommKind::kAllReduce, op.out_bytes, tp, tp_nodes);
+    // The backward all-reduce of a column-parallel GEMM is over its input gradient.
+    if (tp > 1 && op.tp == TpSplit::kColumn && op.kind != OpKind::kMlpAct && !op.inputs.empty())
+      c.tp_b[layer] +=
+          comm_ns(CommKind::kAllReduce, g->ops[op.inputs[0]].out_bytes, tp, tp_nodes);
     c.out_bytes = static_cast<double>(op.out_bytes) / tp;
   }
   return c;
@@ -127,9 +129,9 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   const LayerCosts& c = costs(r.microbatch_size, tp, r.ep, r.sequence_parallel);
   const int L = static_cast<int>(c.f.size());
   if (L == 0 || chunks > L) return fail(plain("the model cannot be cut into that many stages"));
-  // Per-chunk sums; the slowest chunk sets the pace.
-  double cF = 0, cBI = 0, cW = 0, max_params = 0, max_saved = 0, max_bytes = 0;
-  const double recompute_full = r.recompute == "full" ? 1 : 0;
+  // Per-chunk sums.
+  std::vector<double> F(chunks), BI(chunks), W(chunks), P(chunks), S(chunks);
+  double max_params = 0, max_bytes = 0;
   for (int s = 0; s < chunks; ++s) {
     const int lo = static_cast<int>(static_cast<int64_t>(s) * L / chunks);
     const int hi = static_cast<int>(static_cast<int64_t>(s + 1) * L / chunks);
@@ -157,37 +159,53 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
       gather = comm_ns(CommKind::kAllGather, static_cast<int64_t>(pbytes), dp,
                        (tp * dp + plan_.cluster.devices_per_node - 1) /
                            std::max(1, plan_.cluster.devices_per_node));
-    f = std::max(f, gather);
-    bi = std::max(bi, gather - bw);
-    if (f + bi + bw > cF + cBI + cW) cF = f, cBI = bi, cW = bw;
+    F[s] = std::max(f, gather);
+    BI[s] = std::max(bi, gather - bw);
+    W[s] = bw;
+    P[s] = params;
+    S[s] = saved;
     max_params = std::max(max_params, params);
-    max_saved = std::max(max_saved, saved);
     max_bytes = std::max(max_bytes, pbytes);
   }
-  (void)recompute_full;
+  // Steady state: the busiest rank's work for every microbatch (chunk -> rank as the family
+  // places it: one per rank, looped, V, or DualPipe's two directions).
+  std::vector<double> rank_work(p, 0), rank_params(p, 0), rank_saved(p, 0), rank_chunks(p, 0);
+  auto add = [&](int rank, int s, double share) {
+    rank_work[rank] += share * (F[s] + BI[s] + W[s]);
+    rank_params[rank] += P[s];
+    rank_saved[rank] += S[s];
+    rank_chunks[rank] += 1;
+  };
+  for (int s = 0; s < chunks; ++s) {
+    if (fam == "dualpipe") {  // two copies of every stage; half the microbatches flow each way
+      add(s, s, 0.5);
+      add(p - 1 - s, s, 0.5);
+    } else if (fam == "zb-v" || fam == "dualpipev") {
+      add(s < p ? s : 2 * p - 1 - s, s, 1);
+    } else {
+      add(s % p, s, 1);
+    }
+  }
+  const double busiest = *std::max_element(rank_work.begin(), rank_work.end());
+  // Fill and drain: the family's closed form over the mean chunk.
+  double cF = 0, cBI = 0, cW = 0;
+  for (int s = 0; s < chunks; ++s) cF += F[s], cBI += BI[s], cW += W[s];
+  cF /= chunks, cBI /= chunks, cW /= chunks;
   const double cB = cBI + cW;
-  double step = 0, bubble = 0;
+  const double step = m * busiest;
+  double bubble = 0;
   const double pm1 = p - 1;
-  if (fam == "gpipe" || fam == "1f1b") {
-    step = m * v * (cF + cB);
-    bubble = pm1 * (cF + cB);
-  } else if (fam == "interleaved-1f1b" || fam == "looped-bfs") {
-    step = m * v * (cF + cB);
+  if (fam == "gpipe" || fam == "1f1b" || fam == "interleaved-1f1b" || fam == "looped-bfs") {
     bubble = pm1 * (cF + cB);
   } else if (fam == "zb-h1") {
-    step = m * v * (cF + cB);
     bubble = pm1 * std::max(0.0, cF + cBI - cW);
   } else if (fam == "zb-h2") {
-    step = m * v * (cF + cB);
     bubble = pm1 * std::max(0.0, cF + cBI - 2 * cW);
   } else if (fam == "zb-v") {
-    step = 2.0 * m * (cF + cB);
     bubble = pm1 * cF;
   } else if (fam == "dualpipev") {
-    step = 2.0 * m * (cF + cB);
     bubble = pm1 * std::max(0.0, cF + 2 * cB - 3 * cW);
   } else if (fam == "dualpipe") {
-    step = m * (cF + cB);
     bubble = std::max(0.0, p / 2.0 - 1) * std::max(0.0, cF + 2 * cB - 3 * cW);
   } else {
     return fail(plain(fmt::format("no closed form for family '{}'", fam)));
@@ -207,26 +225,31 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
     const double bucket =
         comm_ns(red, std::min<int64_t>(grad_bytes, static_cast<int64_t>(r.bucket_size_MB * 1e6)),
                 dp, dp_nodes);
-    dp_exposed = std::max(bucket, total - cB * v);
+    dp_exposed = std::max(bucket, total - cB * v);  // the last microbatch's backward hides the rest
     if (r.zero == 1 || r.zero == 2)
       dp_exposed += comm_ns(CommKind::kAllGather, static_cast<int64_t>(max_params * kParamBytes),
                             dp, dp_nodes);
   }
-  // Memory of the first rank: static state by ZeRO level + in-flight activations.
-  double in_flight = 0;
-  if (fam == "gpipe") in_flight = m;
-  else if (fam == "1f1b" || fam == "zb-h1") in_flight = std::min(m, p);
-  else if (fam == "zb-h2") in_flight = std::min(m, 2 * p - 1);
-  else if (fam == "looped-bfs") in_flight = static_cast<double>(m) * v;
-  else if (fam == "interleaved-1f1b")
-    in_flight = std::min<double>(static_cast<double>(m) * v, 2.0 * (p - 1) + (v - 1) * p + 1);
-  else in_flight = std::min<double>(2.0 * m, 2.0 * p + 1);
-  const double state_params = max_params * v;
+  // Memory: per rank, static state by ZeRO level + the activations of the chunk-microbatches
+  // it holds at its peak (rank r of 1F1B holds p - r; Megatron's interleaved warm-up holds
+  // 2(p-r-1) + (v-1)p + 1); the largest rank is the peak.
   const double per_param = kParamBytes / (r.zero >= 3 ? dp : 1) +
                            kGradBytes / (r.zero >= 2 ? dp : 1) +
                            kOptimizerBytes / (r.zero >= 1 ? dp : 1);
-  double mem = state_params * per_param + in_flight * max_saved;
-  if (r.zero >= 3) mem += max_bytes;  // one stage's gathered parameters
+  double mem = 0;
+  for (int k = 0; k < p; ++k) {
+    double in_flight = 0;  // chunk-microbatches
+    if (fam == "gpipe") in_flight = m;
+    else if (fam == "1f1b" || fam == "zb-h1") in_flight = std::min(m, p - k);
+    else if (fam == "zb-h2") in_flight = std::min(m, 2 * (p - k) - 1);
+    else if (fam == "looped-bfs") in_flight = static_cast<double>(m) * v;
+    else if (fam == "interleaved-1f1b")
+      in_flight = std::min<double>(static_cast<double>(m) * v, 2.0 * (p - k - 1) + (v - 1) * p + 1);
+    else in_flight = std::min<double>(2.0 * m, 2.0 * p + 1);
+    const double mean_saved = rank_chunks[k] > 0 ? rank_saved[k] / rank_chunks[k] : 0;
+    mem = std::max(mem, rank_params[k] * per_param + in_flight * mean_saved);
+  }
+  if (r.zero >= 3) mem += max_bytes;  // one chunk's gathered parameters
   Estimate e;
   e.chunk_f_ms = cF / 1e6;
   e.chunk_b_ms = cB / 1e6;

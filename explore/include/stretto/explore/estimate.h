@@ -3,19 +3,20 @@
 // (docs/sweeps.md "How search works"). It prices the same model ops with the same cost model
 // the simulator uses, but replaces the discrete-event simulation by closed forms:
 //
-//   per-chunk times cF, cB (= cBI + cW) of the slowest pipeline chunk: the sum of its layers'
-//   op times after the TP split, plus the TP collectives (one all-reduce per row-parallel
-//   GEMM in the forward, one per column-parallel GEMM in the backward), the EP all-to-alls
-//   (dispatch and combine, forward and backward) and, with ZeRO-3, the parameter all-gathers
-//   when they are slower than the compute they hide behind;
-//   step = the family's closed form (reference: the schedule-builders spec, §4):
-//     gpipe, 1f1b          m(F+B) + (p-1)(F+B)
-//     interleaved, looped  m·v(cF+cB) + (p-1)(cF+cB)
-//     zb-h1                m(F+B) + (p-1)(F+BI-W)
-//     zb-h2                m(F+B) + (p-1)·max(0, F+BI-2W)
-//     zb-v                 2m(cF+cB) + (p-1)cF
-//     dualpipev            2m(cF+cB) + (p-1)(cF+2cB-3cW)
-//     dualpipe             m(F+B) + (p/2-1)(F+2B-3W)
+//   per-chunk times F, B (= BI + W) of every pipeline chunk for one microbatch: the sum of its
+//   layers' op times after the TP split, plus the TP collectives (one all-reduce per
+//   row-parallel GEMM's output in the forward, one per column-parallel GEMM's input gradient in
+//   the backward), the EP all-to-alls (dispatch and combine, forward and backward) and, with
+//   ZeRO-3, the parameter all-gathers when they are slower than the compute they hide behind;
+//   step = m x (the busiest rank's work per microbatch: its chunks as the family places them)
+//        + the family's fill/drain term over the mean chunk (cF, cB, cBI, cW; reference: the
+//          schedule-builders spec, §4, and tests/integration/closed_forms_test.cpp):
+//     gpipe, 1f1b, interleaved, looped   (p-1)(cF+cB)
+//     zb-h1                              (p-1)(cF+cBI-cW)
+//     zb-h2                              (p-1)·max(0, cF+cBI-2cW)
+//     zb-v                               (p-1)cF
+//     dualpipev                          (p-1)(cF+2cB-3cW)
+//     dualpipe                           (p/2-1)(cF+2cB-3cW)
 //   plus 2(p-1) stage-boundary transfers, plus the data-parallel gradient reduction that the
 //   last microbatch's backward cannot hide (at least one bucket), plus ZeRO-1/2's parameter
 //   all-gather after the step.
@@ -42,7 +43,7 @@ namespace stretto::explore {
 struct Estimate {
   double step_ms = 0;
   int64_t peak_memory_bytes = 0;
-  double chunk_f_ms = 0, chunk_b_ms = 0;  // slowest chunk, one microbatch
+  double chunk_f_ms = 0, chunk_b_ms = 0;  // mean chunk, one microbatch
   double bubble_ms = 0, dp_exposed_ms = 0;
 };
 
