@@ -9,7 +9,10 @@
 //    devices, 2 = search space of the Qwen3-style MoE on 64 devices (a sample of each).
 #include <benchmark/benchmark.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <numeric>
 
@@ -22,8 +25,14 @@ using namespace stretto::explore;
 
 namespace {
 
+// The examples folder (STRETTO_EXAMPLES in the environment overrides the build's, for running
+// a copied binary elsewhere).
+std::string examples_dir() {
+  const char* e = std::getenv("STRETTO_EXAMPLES");
+  return e ? e : STRETTO_EXAMPLES;
+}
 std::string example(const std::string& name) {
-  return std::string(STRETTO_EXAMPLES) + "/" + name;
+  return examples_dir() + "/" + name;
 }
 
 // The spec of a benchmark space, with its grid.
@@ -47,7 +56,7 @@ Space space_of(int which, size_t sample) {
     SearchOptions so;
     so.devices = 64;
     s.spec.base = base;
-    s.spec.base_dir = STRETTO_EXAMPLES;
+    s.spec.base_dir = examples_dir();
     s.spec.canonical = {{"base", base}, {"bench", which}};
     s.spec.hash = stable_hash(s.spec.canonical);
     auto points = search_space(base, so);
@@ -69,7 +78,17 @@ Space space_of(int which, size_t sample) {
   return s;
 }
 
-std::vector<PointResult> run(const Space& s, int threads, double* seconds) {
+// CPU seconds this process has used (all threads): the machine is shared, so a sweep's wall
+// time depends on the neighbours, its CPU time much less.
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+std::vector<PointResult> run(const Space& s, int threads, double* seconds, double* cpu = nullptr) {
+  const double cpu0 = cpu_seconds();
   const fs::path db = fs::temp_directory_path() / ("bench_explore_" + std::to_string(::getpid()) + ".db");
   fs::remove(db);
   fs::remove(db.string() + "-wal");
@@ -80,6 +99,7 @@ std::vector<PointResult> run(const Space& s, int threads, double* seconds) {
   const auto t0 = std::chrono::steady_clock::now();
   auto pr = run_sweep(s.spec, s.grid, *store, so);
   *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (cpu) *cpu = cpu_seconds() - cpu0;
   auto rows = store->rows();
   fs::remove(db);
   fs::remove(db.string() + "-wal");
@@ -91,9 +111,9 @@ void BM_SweepThroughput(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   Space s = space_of(0, 0);
   size_t ok = 0, n = 0;
-  double secs = 0, sim_ms = 0;
+  double secs = 0, sim_ms = 0, cpu = 0;
   for (auto _ : state) {
-    auto rows = run(s, threads, &secs);
+    auto rows = run(s, threads, &secs, &cpu);
     n = rows.size();
     ok = 0;
     sim_ms = 0;
@@ -104,7 +124,14 @@ void BM_SweepThroughput(benchmark::State& state) {
   state.counters["points"] = static_cast<double>(n);
   state.counters["simulated"] = static_cast<double>(ok);
   state.counters["points_per_s"] = static_cast<double>(n) / secs;
+  state.counters["cpu_s"] = cpu;
+  // What `threads` otherwise idle cores would do: points per CPU second x threads.
+  state.counters["points_per_cpu_s"] = static_cast<double>(n) / cpu;
   state.counters["ms_per_simulated_point"] = ok ? sim_ms / static_cast<double>(ok) : 0;
+  state.counters["load_avg_1min"] = [] {
+    double l[1] = {0};
+    return getloadavg(l, 1) == 1 ? l[0] : 0.0;
+  }();
 }
 BENCHMARK(BM_SweepThroughput)->Arg(1)->Arg(2)->UseManualTime()->Iterations(1)->Unit(benchmark::kSecond);
 
@@ -244,5 +271,39 @@ BENCHMARK(BM_SearchVsGrid)
     ->UseManualTime()
     ->Iterations(1)
     ->Unit(benchmark::kSecond);
+
+}  // namespace
+
+namespace {
+
+// Compile time of a tensor-parallel layout through the explore layout generator:
+// TP x PP x DP of the dense GPT example with 8 layers per stage, 1F1B, `m` microbatches. The
+// issue's case is TP8 x PP16 x DP48 = 6,144 devices.
+void BM_CompileTP(benchmark::State& state) {
+  const int tp = static_cast<int>(state.range(0)), pp = static_cast<int>(state.range(1));
+  const int dp = static_cast<int>(state.range(2)), m = static_cast<int>(state.range(3));
+  Json base = JsonSource::load(example("gpt_pp4_dp2_1f1b.json"))->root();
+  auto doc = point_plan(base, {{"tp", tp}, {"pp", pp}, {"dp", dp}, {"family", "1f1b"},
+                               {"microbatches", m}, {"zero", 1},
+                               {"/model/layers", 8 * pp}, {"/model/heads", 32}});
+  if (!doc) {
+    state.SkipWithError(render_all(doc.error()).c_str());
+    return;
+  }
+  JsonSource src = JsonSource::from_json(*doc, "tp.json");
+  auto plan = parse_plan(src);
+  size_t nodes = 0;
+  for (auto _ : state) {
+    auto cp = compile(*plan);
+    if (!cp) {
+      state.SkipWithError(render_all(cp.error()).c_str());
+      return;
+    }
+    nodes = cp->dag.nodes.size();
+  }
+  state.counters["devices"] = tp * pp * dp;
+  state.counters["nodes"] = static_cast<double>(nodes);
+}
+BENCHMARK(BM_CompileTP)->Args({8, 16, 48, 64})->Args({8, 16, 4, 64})->Iterations(1)->Unit(benchmark::kSecond);
 
 }  // namespace
