@@ -101,6 +101,11 @@ std::vector<PointResult> run(const Space& s, int threads, double* seconds, doubl
   *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (cpu) *cpu = cpu_seconds() - cpu0;
   auto rows = store->rows();
+  if (const char* keep = std::getenv("STRETTO_BENCH_KEEP_DB"))  // a folder, for a closer look
+    for (const char* ext : {"", "-wal"})
+      if (fs::exists(db.string() + ext))
+        fs::copy_file(db.string() + ext, fs::path(keep) / (db.filename().string() + ext),
+                      fs::copy_options::overwrite_existing);
   fs::remove(db);
   fs::remove(db.string() + "-wal");
   fs::remove(db.string() + "-shm");

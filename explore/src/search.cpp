@@ -205,14 +205,18 @@ Expected<SearchResult> search(const Json& base, const std::string& base_dir,
   std::set<std::string> defaults;
   for (const auto& p : pick) defaults.insert(point_hash(p));
   std::set<size_t> chosen;
-  std::map<std::string, size_t> per_family;
+  std::map<std::string, size_t> per_family, per_layout;
   for (const Cand& c : cands) {
     const Json& p = (*space)[c.idx];
     const std::string fam = p["family"];
+    const std::string layout = fmt::format("{}x{}x{}", p["tp"].get<int>(), p["pp"].get<int>(),
+                                           p["dp"].get<int>());
     const bool top = chosen.size() < opt.simulate_top;
-    if (!top && per_family[fam] >= opt.per_family) continue;
+    if (!top && per_family[fam] >= opt.per_family && per_layout[layout] >= opt.per_layout)
+      continue;
     chosen.insert(c.idx);
     ++per_family[fam];
+    ++per_layout[layout];
     if (!defaults.count(point_hash(p))) pick.push_back(p);
   }
   if (chosen.empty())

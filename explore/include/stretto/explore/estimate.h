@@ -7,7 +7,7 @@
 //   layers' op times after the TP split, plus the TP collectives (one all-reduce per
 //   row-parallel GEMM's output in the forward, one per column-parallel GEMM's input gradient in
 //   the backward), the EP all-to-alls (dispatch and combine, forward and backward) and, with
-//   ZeRO-3, the parameter all-gathers when they are slower than the compute they hide behind;
+//   ZeRO-3, one parameter all-gather per pass (the simulator runs them just before each op);
 //   step = m x (the busiest rank's work per microbatch: its chunks as the family places them)
 //        + the family's fill/drain term over the mean chunk (cF, cB, cBI, cW; reference: the
 //          schedule-builders spec, §4, and tests/integration/closed_forms_test.cpp):
@@ -17,9 +17,10 @@
 //     zb-v                               (p-1)cF
 //     dualpipev                          (p-1)(cF+2cB-3cW)
 //     dualpipe                           (p/2-1)(cF+2cB-3cW)
-//   plus 2(p-1) stage-boundary transfers, plus the data-parallel gradient reduction that the
-//   last microbatch's backward cannot hide (at least one bucket), plus ZeRO-1/2's parameter
-//   all-gather after the step.
+//   plus 2(p-1) stage-boundary transfers, plus the data-parallel gradient reduction less a
+//   quarter of the last microbatch's backward (at least one bucket; what the simulator hides,
+//   measured by bench_explore BM_Agreement), plus ZeRO-1/2's parameter all-gather after the
+//   step.
 //   memory = parameters, gradients and optimizer state of the largest stage by ZeRO level
 //   (2 + 2 + 12 bytes per parameter, as the simulator counts) + saved activations of the
 //   chunks the first rank holds at its peak (1F1B: min(m, p); GPipe and looped BFS: all;

@@ -8,8 +8,9 @@
 // 2. Price every point with the analytic estimate (estimate.h): tens of thousands per second.
 // 3. Drop points whose estimated memory exceeds the cap by more than 10 % (the estimate is not
 //    exact, the simulator decides), rank the rest by estimated step time.
-// 4. Simulate, on -j threads, the best `simulate_top` of them plus the best few of each family,
-//    until the time budget is spent; the simulator's fastest feasible plan wins.
+// 4. Simulate, on -j threads, the best `simulate_top` of them plus the best few of each family
+//    and of each layout (the estimate's errors differ by family and layout), until the time
+//    budget is spent; the simulator's fastest feasible plan wins.
 // Also simulates Megatron-style default plans on the same devices for comparison.
 
 #include <functional>
@@ -26,8 +27,9 @@ struct SearchOptions {
   double memory_cap_GiB = 0;  // 0: the device's memory
   double budget_s = 60;       // wall-time budget of the simulation phase
   int jobs = 1;
-  size_t simulate_top = 48;   // candidates ranked by the estimate to simulate
-  size_t per_family = 3;      // and the best few of each family
+  size_t simulate_top = 64;   // candidates ranked by the estimate to simulate
+  size_t per_family = 4;      // and the best few of each family
+  size_t per_layout = 2;      // and of each TP x PP x DP layout
   std::vector<std::string> families = {"1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipev"};
   std::function<void(const std::string&)> progress;  // one-line status updates (stderr on a TTY)
 };
