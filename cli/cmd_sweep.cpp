@@ -358,6 +358,7 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
                                {"estimated", r->estimated},
                                {"over_memory_by_estimate", r->over_memory},
                                {"simulated", r->simulated},
+                               {"extra_batches", r->batches},
                                {"invalid", r->invalid},
                                {"infeasible", r->infeasible},
                                {"estimate_s", r->estimate_s},
@@ -379,10 +380,10 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
                    t += fmt::format(
                        "searched {} plans for {} devices (global batch {} sequences): estimated {} "
                        "in {:.2f} s ({:.0f}/s), {} over the memory cap by estimate, simulated {} "
-                       "in {:.1f} s ({} invalid, {} over the cap)\n",
+                       "in {:.1f} s ({} batches after the first; {} invalid, {} over the cap)\n",
                        r->space, o->devices, r->global_batch, r->estimated, r->estimate_s,
-                       r->estimates_per_s, r->over_memory, r->simulated, r->simulate_s, r->invalid,
-                       r->infeasible);
+                       r->estimates_per_s, r->over_memory, r->simulated, r->simulate_s,
+                       r->batches, r->invalid, r->infeasible);
                    if (!r->best) {
                      t += "no simulated candidate fits; raise --memory-cap or --budget\n";
                      write_output("", t);

@@ -227,6 +227,40 @@ Expected<SearchResult> search(const Json& base, const std::string& base_dir,
     opt.progress(fmt::format("simulating {} candidates on {} threads ...", pick.size(), opt.jobs));
   const auto ts = Clock::now();
   res.results = simulate_points(base, base_dir, cap, pick, opt.jobs, opt.budget_s);
+  // Then further down the estimate's ranking, a batch at a time, until `patience` batches in a
+  // row find no faster feasible plan or the budget is spent (the estimate ranks some families
+  // and layouts too low; this walks past them).
+  auto best_of = [](const std::vector<PointResult>& rs) {
+    double b = 1e300;
+    for (const auto& r : rs)
+      if (r.feasible()) b = std::min(b, r.step_time_ms);
+    return b;
+  };
+  double best = best_of(res.results);
+  size_t next = 0, idle = 0;
+  while (since_s(ts) < opt.budget_s && idle < opt.patience) {
+    std::vector<Json> batch;
+    for (; next < cands.size() && batch.size() < opt.batch; ++next)
+      if (!chosen.count(cands[next].idx)) {
+        chosen.insert(cands[next].idx);
+        batch.push_back((*space)[cands[next].idx]);
+      }
+    if (batch.empty()) break;
+    if (opt.progress)
+      opt.progress(fmt::format("simulating {} more candidates (best so far {:.3f} ms) ...",
+                               batch.size(), best));
+    auto more = simulate_points(base, base_dir, cap, batch, opt.jobs,
+                                opt.budget_s - since_s(ts));
+    const double b = best_of(more);
+    res.results.insert(res.results.end(), more.begin(), more.end());
+    ++res.batches;
+    if (b < best) {
+      best = b;
+      idle = 0;
+    } else {
+      ++idle;
+    }
+  }
   res.simulate_s = since_s(ts);
   // Fastest feasible first.
   std::vector<size_t> order = top_n(res.results, 0);

@@ -10,7 +10,8 @@
 //    exact, the simulator decides), rank the rest by estimated step time.
 // 4. Simulate, on -j threads, the best `simulate_top` of them plus the best few of each family
 //    and of each layout (the estimate's errors differ by family and layout), until the time
-//    budget is spent; the simulator's fastest feasible plan wins.
+//    budget is spent; then further batches down the estimate's ranking until two batches in a
+//    row find no faster feasible plan. The simulator's fastest feasible plan wins.
 // Also simulates Megatron-style default plans on the same devices for comparison.
 
 #include <functional>
@@ -30,6 +31,8 @@ struct SearchOptions {
   size_t simulate_top = 64;   // candidates ranked by the estimate to simulate
   size_t per_family = 4;      // and the best few of each family
   size_t per_layout = 2;      // and of each TP x PP x DP layout
+  size_t batch = 64;          // then batches further down the ranking ...
+  size_t patience = 2;        // ... until this many in a row find nothing faster
   std::vector<std::string> families = {"1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipev"};
   std::function<void(const std::string&)> progress;  // one-line status updates (stderr on a TTY)
 };
@@ -39,6 +42,7 @@ struct SearchResult {
   size_t estimated = 0;        // priced by the estimate
   size_t over_memory = 0;      // dropped: estimated memory over the cap
   size_t simulated = 0, invalid = 0, infeasible = 0;
+  size_t batches = 0;  // extra batches simulated after the first
   double estimate_s = 0, simulate_s = 0, total_s = 0;
   double estimates_per_s = 0;
   int64_t global_batch = 0;
