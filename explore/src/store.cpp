@@ -2,7 +2,10 @@
 #include "stretto/explore/store.h"
 
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <utility>
@@ -127,17 +130,43 @@ Expected<sqlite3*> open_db(const std::string& path, bool create) {
 
 }  // namespace
 
-Store::Store(Store&& o) noexcept : db_(std::exchange(o.db_, nullptr)), path_(std::move(o.path_)) {}
+Store::Store(Store&& o) noexcept
+    : db_(std::exchange(o.db_, nullptr)),
+      path_(std::move(o.path_)),
+      lock_fd_(std::exchange(o.lock_fd_, -1)) {}
 Store& Store::operator=(Store&& o) noexcept {
   if (this != &o) {
     if (db_) sqlite3_close(db_);
+    if (lock_fd_ >= 0) ::close(lock_fd_);
     db_ = std::exchange(o.db_, nullptr);
     path_ = std::move(o.path_);
+    lock_fd_ = std::exchange(o.lock_fd_, -1);
   }
   return *this;
 }
 Store::~Store() {
   if (db_) sqlite3_close(db_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+}
+
+Expected<void> Store::lock_for_run() {
+  if (lock_fd_ >= 0 || path_ == ":memory:") return {};
+  const std::string lock = path_ + ".lock";
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  Diagnostic d;
+  d.loc.file = path_;
+  if (fd < 0) {
+    d.message = fmt::format("cannot create the lock file {}", lock);
+    return fail(d);
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    d.message = "another sweep is running on this database";
+    d.hint = "wait for it, or give this run another --db (or --shard)";
+    return fail(d);
+  }
+  lock_fd_ = fd;
+  return {};
 }
 
 Expected<Store> Store::open(const std::string& path, const Json& spec_canonical,

@@ -145,6 +145,7 @@ Expected<Progress> run_sweep(const SweepSpec& spec, const Grid& grid, Store& sto
                              const SweepOptions& opt) {
   const auto t0 = Clock::now();
   Progress pr;
+  if (auto locked = store.lock_for_run(); !locked) return fail(std::move(locked).error());
   const std::set<std::string> have = store.hashes();
   std::vector<const Point*> todo;
   for (const auto& p : grid.points) {

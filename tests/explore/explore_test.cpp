@@ -318,6 +318,14 @@ TEST(Sweep, ResumeRunsOnlyWhatIsMissing) {
   }
   // Another shard's database is refused.
   EXPECT_FALSE(Store::open(db, s->canonical, s->hash, "1/2"));
+  // Two runners on one database: the second is refused while the first holds it.
+  auto other = Store::open(db, s->canonical, s->hash, "0/1");
+  ASSERT_TRUE(other);
+  auto busy = run_sweep(*s, *g, *other, so);
+  ASSERT_FALSE(busy);
+  EXPECT_NE(busy.error()[0].message.find("another sweep is running"), std::string::npos);
+  st = Store::open(db, s->canonical, s->hash, "0/1");  // the first one lets go
+  EXPECT_TRUE(run_sweep(*s, *g, *other, so));
   fs::remove_all(dir);
 }
 

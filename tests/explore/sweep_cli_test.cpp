@@ -178,6 +178,15 @@ TEST(SweepCli, FormatsParetoTopEmitBestAndMerge) {
   EXPECT_NE(bad.err.find("expected I/N"), std::string::npos);
   CliRun missing = sh("sweep merge out.db nosuch.db", dir);
   EXPECT_EQ(missing.code, 2);
+  CliRun nospec = sh("sweep nosuch.json", dir);
+  EXPECT_EQ(nospec.code, 2);
+  EXPECT_NE(nospec.err.find("nosuch.json"), std::string::npos) << nospec.err;
+  std::ofstream(dir / "typo.json") << R"({"base": ")" << STRETTO_EXAMPLES
+                                   << R"(/gpt_pp4_dp2_1f1b.json", "axes": {"microbatchs": [4]}})";
+  CliRun typo = sh("sweep typo.json", dir);
+  EXPECT_EQ(typo.code, 2);
+  EXPECT_NE(typo.err.find("typo.json:1:"), std::string::npos) << typo.err;
+  EXPECT_NE(typo.err.find("did you mean 'microbatches'?"), std::string::npos) << typo.err;
   fs::remove_all(dir);
 }
 

@@ -69,6 +69,10 @@ class Store {
   Json spec() const;
   std::string spec_hash() const;
   std::string meta(const std::string& key) const;
+  /// Takes the database's runner lock (an flock on PATH.lock, released when the process ends,
+  /// even by kill -9): two sweeps writing one database would both run the points missing at
+  /// their start. Fails with a diagnostic when another process holds it.
+  Expected<void> lock_for_run();
   /// Copies every row of `other_path` not already here (same spec required). Returns how many.
   Expected<size_t> merge_from(const std::string& other_path);
   const std::string& path() const { return path_; }
@@ -77,6 +81,7 @@ class Store {
   Store() = default;
   sqlite3* db_ = nullptr;
   std::string path_;
+  int lock_fd_ = -1;
 };
 
 }  // namespace stretto::explore
