@@ -27,7 +27,7 @@ double since_ms(Clock::time_point t0) {
 
 }  // namespace
 
-Json result_json(const CompiledPlan& cp, const sim::Result& r, double memory_cap_GiB) {
+Json result_json(const sim::Result& r, double memory_cap_GiB) {
   Json j;
   j["step_time_ms"] = ms(r.step_time);
   j["bubble_ratio"] = r.bubble_ratio;
@@ -62,7 +62,6 @@ Json result_json(const CompiledPlan& cp, const sim::Result& r, double memory_cap
   j["over_capacity"] = worst && worst->peak_memory > cap;
   j["memory_cap_GiB"] = memory_cap_GiB;
   j["devices"] = std::move(devs);
-  (void)cp;
   return j;
 }
 
@@ -100,7 +99,7 @@ PointResult evaluate_point(const SweepSpec& spec, const Point& p) {
     so.memory_curves = false;
     auto r = session->simulate(so);
     if (!r) return invalid(r.error());
-    out.metrics = result_json(session->compiled(), *r, cap);
+    out.metrics = result_json(*r, cap);
     out.step_time_ms = ms(r->step_time);
     out.bubble_ratio = r->bubble_ratio;
     out.exposed_comm_ms = ms(r->exposed_comm);

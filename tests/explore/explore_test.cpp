@@ -186,6 +186,57 @@ TEST(Points, LayoutPointsCompileAndInvalidOnesAreRecorded) {
   EXPECT_NE(pr.diagnostic.find("has no '/clustr'"), std::string::npos) << pr.diagnostic;
 }
 
+TEST(Points, EveryScheduleAxisReachesThePlan) {
+  auto s = load_spec(data("small.json"));
+  ASSERT_TRUE(s);
+  Json p = {{"family", "interleaved-1f1b"}, {"pp", 2}, {"dp", 2}, {"tp", 2},
+            {"stages_per_rank", 3}, {"microbatches", 4}, {"zero", 2}, {"bucket_size_MB", 50},
+            {"streams", "shared"}, {"sequence_parallel", true}, {"microbatch_size", 1},
+            {"/cluster/intra_node/bandwidth_GBps", 300}};
+  auto plan = point_plan(s->base, p);
+  ASSERT_TRUE(plan) << render_all(plan.error());
+  const Json& sched = (*plan)["schedule"];
+  EXPECT_EQ(sched["builder"], "interleaved-1f1b");
+  EXPECT_EQ(sched["ranks"], 2);
+  EXPECT_EQ(sched["stages_per_rank"], 3);
+  EXPECT_EQ((*plan)["model"]["pp_regions"], 6);
+  EXPECT_EQ((*plan)["model"]["microbatch_size"], 1);
+  EXPECT_EQ((*plan)["cluster"]["intra_node"]["bandwidth_GBps"], 300);
+  size_t replicates = 0, tp = 0;
+  for (const auto& d : sched["base"]) {
+    if (d.contains("stream")) {
+      EXPECT_EQ(d["stream"], "comm") << d.dump();
+    }
+    if (d["op"] == "replicate") {
+      ++replicates;
+      EXPECT_EQ(d["reduce_stream"], "comm");
+      EXPECT_EQ(d["bucket_size"], 50.0);
+      EXPECT_TRUE(d["shard_optimizer"].get<bool>() && d["shard_grads"].get<bool>());
+      EXPECT_FALSE(d.contains("shard_params"));
+    }
+    if (d["op"] == "shard_tensor") {
+      ++tp;
+      EXPECT_TRUE(d["sequence_parallel"].get<bool>());
+      EXPECT_EQ(d["devices"].size(), 4u);  // pp x dp groups of tp devices
+      EXPECT_EQ(d["devices"][1], Json({2, 3}));  // TP fastest, then DP, then PP
+    }
+  }
+  EXPECT_EQ(replicates, 6u);  // one per stage
+  EXPECT_EQ(tp, 1u);
+  PointResult r = evaluate_point(*s, {p, point_hash(p)});
+  EXPECT_EQ(r.status, "ok") << r.diagnostic;
+  // recompute and prefetch produce the fidelity issue's directive fields.
+  auto rc = point_plan(s->base, {{"recompute", "selective"}, {"zero", 3}, {"prefetch", 2}});
+  ASSERT_TRUE(rc);
+  bool saw_recompute = false, saw_prefetch = false;
+  for (const auto& d : (*rc)["schedule"]["base"]) {
+    saw_recompute = saw_recompute || (d["op"] == "recompute" && d["mode"] == "selective");
+    saw_prefetch = saw_prefetch || (d["op"] == "replicate" && d["prefetch"] == 2);
+  }
+  EXPECT_TRUE(saw_recompute);
+  EXPECT_TRUE(saw_prefetch);
+}
+
 TEST(Points, OverCapacityPointsAreInfeasibleAndSaySo) {
   auto s = load_spec(data("small.json"));
   ASSERT_TRUE(s);

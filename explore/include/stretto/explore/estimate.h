@@ -31,7 +31,6 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <tuple>
 #include <vector>
 
