@@ -74,7 +74,7 @@ TEST(SweepCli, KillNineThenResumeLosesNothingAndRunsNothingTwice) {
   }
   // Kill it once a few points are committed.
   const auto t0 = std::chrono::steady_clock::now();
-  while (rows_in(db) < 4 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+  while (rows_in(db) < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   int status = 0;
@@ -86,7 +86,7 @@ TEST(SweepCli, KillNineThenResumeLosesNothingAndRunsNothingTwice) {
     ASSERT_TRUE(s);
     for (const auto& r : s->rows()) before[r.hash] = r.wall_ms;
   }
-  ASSERT_GE(before.size(), 4u);
+  ASSERT_GE(before.size(), 2u);
   // The same command again: resumes.
   CliRun r = sh("sweep '" + spec + "' --db '" + db + "' -j 2 --format json", dir);
   ASSERT_EQ(r.code, 0) << r.err;
