@@ -5,6 +5,8 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "plans.h"
@@ -20,7 +22,7 @@ using stretto::gui::Headless;
 nlohmann::json plan_for(int which) {
   switch (which) {
     case 0:  // ~50 k ops
-      return stretto::bench::moe_plan(4, 4, 2, 32, true);
+      return stretto::bench::moe_plan(4, 4, 2, 70, true);
     case 1:  // ~500 k ops
       return stretto::bench::moe_plan(8, 8, 4, 96, true);
     case 64:
@@ -38,8 +40,9 @@ void wait_current(App& app, Headless& h) {
   }
 }
 
-// Arg 0: plan (0 ~50 k ops, 1 ~500 k ops); arg 1: 0 fully out (fit), 1 zoomed in (1/2000 of
-// the step).
+// Arg 0: plan (0 ~50 k ops, 1 ~500 k ops); arg 1: 0 fully out (fit), 1 zoomed in (40 ops
+// of the first lane across the window). The lanes drawn are those that fit the window's
+// height (the others are culled, as are off-screen ops).
 void BM_Frame(benchmark::State& state) {
   Headless h(1600, 900);
   App app;
@@ -50,8 +53,10 @@ void BM_Frame(benchmark::State& state) {
     return;
   }
   h.frame(app);
-  const double end = static_cast<double>(app.current->result.step_time);
-  if (state.range(1)) app.zoom(end * 0.5, end * 0.5 + end / 2000);
+  // Zoomed in: 40 ops of the middle of the first lane across the window.
+  const auto& ops = app.current->timeline.lanes[0].ops;
+  const size_t k = ops.size() / 2;
+  if (state.range(1)) app.zoom(static_cast<double>(ops[k].start), static_cast<double>(ops[k + 40].end));
   h.frame(app);
   for (auto _ : state) h.frame(app);
   state.counters["ops"] = static_cast<double>(app.current->timeline.ops);
@@ -84,9 +89,25 @@ void BM_EditToRedraw(benchmark::State& state) {
   state.counters["devices"] = static_cast<double>(app.current->result.devices.size());
   state.counters["ops"] = static_cast<double>(app.current->timeline.ops);
   state.counters["sim_ms"] = app.current->result.sim_wall_ms;
+  state.counters["recompiled"] = app.current->recompiled;
 }
 BENCHMARK(BM_EditToRedraw)->Arg(64)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 
-BENCHMARK_MAIN();
+// `bench_gui --write-plans DIR` writes the plans (gui_50k.json, gui_500k.json, gui_64dev.json,
+// gui_1024dev.json) for measuring the GPU side of a frame in the real window.
+int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--write-plans") {
+    const std::pair<int, const char*> plans[] = {
+        {0, "gui_50k.json"}, {1, "gui_500k.json"}, {64, "gui_64dev.json"}, {1024, "gui_1024dev.json"}};
+    for (const auto& [which, name] : plans)
+      std::ofstream(std::string(argv[2]) + "/" + name) << plan_for(which).dump() << "\n";
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

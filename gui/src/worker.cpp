@@ -51,11 +51,32 @@ std::pair<std::string, double> SimWorker::progress() const {
 
 Outcome SimWorker::run(const std::string& text, const std::string& file,
                        const std::string& base_dir, uint64_t generation,
-                       const sim::SimOptions& opt) {
+                       const sim::SimOptions& opt, const Snapshot* prev) {
   const auto t0 = std::chrono::steady_clock::now();
   Outcome o;
   o.generation = generation;
-  auto s = sim::Session::from_text(text, file, base_dir);
+  bool recompiled = true;
+  auto s = [&]() -> Expected<sim::Session> {
+    if (prev && prev->file == file) {
+      auto a = nlohmann::json::parse(text, nullptr, false);
+      auto b = nlohmann::json::parse(prev->text, nullptr, false);
+      if (a.is_object() && b.is_object()) {
+        a.erase("costmodel");
+        b.erase("costmodel");
+        if (a == b) {
+          auto src = JsonSource::parse(text, file);
+          if (!src) return fail(src.error());
+          auto plan = parse_plan(*src);
+          if (!plan) return fail(plan.error());
+          sim::Session copy = *prev->session;
+          if (auto ok = copy.set_costmodel(plan->costmodel); !ok) return fail(ok.error());
+          recompiled = false;
+          return copy;
+        }
+      }
+    }
+    return sim::Session::from_text(text, file, base_dir);
+  }();
   if (!s) {
     o.diags = std::move(s.error());
   } else {
@@ -66,6 +87,7 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
       auto snap = std::make_shared<Snapshot>();
       snap->text = text;
       snap->file = file;
+      snap->recompiled = recompiled;
       auto session = std::make_shared<sim::Session>(std::move(*s));
       snap->result = std::move(*r);
       snap->timeline = build_timeline(snap->result, session->compiled());
@@ -100,7 +122,8 @@ void SimWorker::loop() {
       phase_ = std::string(phase);
       fraction_ = f;
     };
-    Outcome o = run(req.text, req.file, req.base_dir, req.generation, opt);
+    Outcome o = run(req.text, req.file, req.base_dir, req.generation, opt, last_good_.get());
+    if (o.snapshot) last_good_ = o.snapshot;
     {
       std::lock_guard lk(mu_);
       // A newer outcome supersedes; an older finished one is never published over a newer.

@@ -142,6 +142,10 @@ TEST_F(Panels, TheLatestEditWins) {
   run("wait\nframes 1\n");
   EXPECT_EQ(app.current->text, app.doc.text());
   EXPECT_EQ(app.current->result.step_time, simulate_text(app.doc.text()));
+  EXPECT_FALSE(app.current->recompiled);  // a cost-model edit reuses the compiled plan
+  run("set /schedule/microbatches 5\nwait\n");
+  EXPECT_TRUE(app.current->recompiled);
+  EXPECT_EQ(app.current->result.step_time, simulate_text(app.doc.text()));
 }
 
 TEST_F(Panels, ClickingAnOpSelectsItAndShowsItsDetails) {

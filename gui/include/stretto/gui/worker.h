@@ -25,6 +25,7 @@ struct Snapshot {
   sim::Result result;
   Timeline timeline;
   double wall_ms = 0;  // compile + simulate + timeline
+  bool recompiled = true;  // false: only the cost model changed (Session::set_costmodel)
 };
 
 struct Outcome {
@@ -53,10 +54,12 @@ class SimWorker {
   /// Phase and fraction of the running simulation ("" when idle).
   std::pair<std::string, double> progress() const;
 
-  /// Runs one request on the calling thread (what the worker does).
+  /// Runs one request on the calling thread (what the worker does). With `prev` (the last
+  /// good snapshot) and a text that differs from it only in "costmodel", the compiled plan is
+  /// reused (Session::set_costmodel) instead of recompiled.
   static Outcome run(const std::string& text, const std::string& file,
                      const std::string& base_dir, uint64_t generation,
-                     const sim::SimOptions& opt = {});
+                     const sim::SimOptions& opt = {}, const Snapshot* prev = nullptr);
 
  private:
   struct Request {
@@ -70,6 +73,7 @@ class SimWorker {
   std::optional<Outcome> done_;
   bool running_ = false, stop_ = false;
   uint64_t next_gen_ = 0;
+  std::shared_ptr<const Snapshot> last_good_;  // worker thread only
   std::string phase_;
   double fraction_ = 0;
   std::thread thread_;
