@@ -90,6 +90,7 @@ void BM_EditToRedraw(benchmark::State& state) {
   state.counters["ops"] = static_cast<double>(app.current->timeline.ops);
   state.counters["sim_ms"] = app.current->result.sim_wall_ms;
   state.counters["recompiled"] = app.current->recompiled;
+  state.counters["worker_ms"] = app.current->wall_ms;  // parse + (re)compile + simulate + lanes
 }
 BENCHMARK(BM_EditToRedraw)->Arg(64)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -113,8 +113,8 @@ void App::hook(const std::string& name) {
 }
 
 const std::vector<sim::CategorySample>& App::memory_curve(int device) {
-  if (mem_cache_snap != current.get() || mem_cache_dev != device) {
-    mem_cache_snap = current.get();
+  if (mem_cache_snap.lock() != current || mem_cache_dev != device) {
+    mem_cache_snap = current;
     mem_cache_dev = device;
     mem_cache.clear();
     if (current) {

@@ -22,9 +22,9 @@ bool Document::load(const std::string& path, std::string* error) {
 void Document::reset(std::string text, std::string path) {
   text_ = std::move(text);
   path_ = std::move(path);
+  saved_ = text_;
   undo_.clear();
   redo_.clear();
-  dirty_ = false;
   coalescing_ = false;
   ++revision_;
 }
@@ -41,7 +41,7 @@ bool Document::save(const std::string& path, std::string* error) {
     return false;
   }
   path_ = p;
-  dirty_ = false;
+  saved_ = text_;
   return true;
 }
 
@@ -58,7 +58,6 @@ void Document::set_text(std::string text, bool coalesce) {
   redo_.clear();
   text_ = std::move(text);
   coalescing_ = coalesce;
-  dirty_ = true;
   ++revision_;
 }
 
@@ -113,7 +112,6 @@ void Document::undo() {
   text_ = std::move(undo_.back());
   undo_.pop_back();
   coalescing_ = false;
-  dirty_ = true;
   ++revision_;
 }
 
@@ -123,7 +121,6 @@ void Document::redo() {
   text_ = std::move(redo_.back());
   redo_.pop_back();
   coalescing_ = false;
-  dirty_ = true;
   ++revision_;
 }
 

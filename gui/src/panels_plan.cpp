@@ -544,35 +544,46 @@ void json_tab(App& app) {
     app.json_edit = app.doc.text();
     app.json_edit_rev = app.doc.revision();
   }
-  const ImVec2 size(-1, ImGui::GetContentRegionAvail().y - 4);
+  // Diagnostics are listed under the editor (up to 4) and marked at their line in it.
+  std::vector<const Diagnostic*> located;
+  for (const auto& d : app.diags)
+    if (d.loc.line > 0) located.push_back(&d);
+  const size_t listed = std::min<size_t>(located.size(), 4);
+  const float lh = ImGui::GetTextLineHeightWithSpacing();
+  const ImVec2 size(-1, ImGui::GetContentRegionAvail().y - 4 - static_cast<float>(listed) * lh * 2);
   if (ImGui::InputTextMultiline("##json", &app.json_edit, size, ImGuiInputTextFlags_AllowTabInput)) {
     app.doc.set_text(app.json_edit, true);
     app.json_edit_rev = app.doc.revision();
   }
   if (ImGui::IsItemDeactivated()) app.doc.seal();
   app.hook("json");
-  // Diagnostics inline at their line: a red bar in the line's left margin and the message at
-  // the right end of the line (the editor's scroll is its child window's).
+  // The marker: a bar in the left margin and an underline of the line; hovering the line
+  // shows the message (the editor's scroll is its child window's).
   const ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
   ImGuiWindow* parent = ImGui::GetCurrentWindow();
   float scroll = 0;
   if (!parent->DC.ChildWindows.empty()) scroll = parent->DC.ChildWindows.back()->Scroll.y;
   ImDrawList* dl = ImGui::GetWindowDrawList();
   dl->PushClipRect(a, b, true);
-  const float lh = ImGui::GetTextLineHeight();
+  const float th = ImGui::GetTextLineHeight();
   const float pad = ImGui::GetStyle().FramePadding.y;
-  for (const auto& d : app.diags) {
-    if (d.loc.line == 0) continue;
-    const float y = a.y + pad + static_cast<float>(d.loc.line - 1) * lh - scroll;
-    const ImU32 col = d.severity == Severity::kError ? IM_COL32(255, 90, 80, 255) : IM_COL32(255, 210, 60, 255);
-    dl->AddRectFilled(ImVec2(a.x, y), ImVec2(a.x + 3, y + lh), col);
-    dl->AddLine(ImVec2(a.x, y + lh), ImVec2(b.x, y + lh), (col & 0x00FFFFFFu) | 0x90000000u);
-    const std::string msg = fmt::format("{}:{} {}", d.loc.line, d.loc.col, d.message);
-    const float w = ImGui::CalcTextSize(msg.c_str()).x;
-    dl->AddRectFilled(ImVec2(b.x - w - 12, y), ImVec2(b.x - 4, y + lh), IM_COL32(60, 20, 20, 230));
-    dl->AddText(ImVec2(b.x - w - 8, y), col, msg.c_str());
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  for (const Diagnostic* d : located) {
+    const float y = a.y + pad + static_cast<float>(d->loc.line - 1) * th - scroll;
+    const ImU32 col = d->severity == Severity::kError ? IM_COL32(255, 90, 80, 255) : IM_COL32(255, 210, 60, 255);
+    dl->AddRectFilled(ImVec2(a.x, y), ImVec2(a.x + 4, y + th), col);
+    dl->AddLine(ImVec2(a.x, y + th), ImVec2(b.x, y + th), col, 1.5f);
+    if (mouse.x >= a.x && mouse.x < b.x && mouse.y >= y && mouse.y < y + th)
+      ImGui::SetTooltip("%s", d->render().c_str());
   }
   dl->PopClipRect();
+  for (size_t i = 0; i < listed; ++i) {
+    const Diagnostic& d = *located[i];
+    ImGui::PushTextWrapPos(0);
+    ImGui::TextColored(d.severity == Severity::kError ? kRed : kYellow, "line %u:%u: %s%s%s", d.loc.line,
+                       d.loc.col, d.message.c_str(), d.hint.empty() ? "" : " - ", d.hint.c_str());
+    ImGui::PopTextWrapPos();
+  }
 }
 
 void diagnostics_tab(App& app) {

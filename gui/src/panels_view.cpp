@@ -4,6 +4,8 @@
 #include <imgui_internal.h>
 
 #include <algorithm>
+#include <array>
+#include <memory>
 #include <cmath>
 #include <map>
 #include <unordered_map>
@@ -13,7 +15,31 @@
 #include "stretto/traces/chrome_trace.h"
 
 namespace stretto::gui {
+
+struct Stat {
+  size_t count = 0;
+  SimTime total = 0, max = 0;
+};
+struct CompareRow {
+  int pp, mb, pass;
+  SimTime s0, e0, s1, e1;
+};
+struct App::PanelCache {
+  float scroll_y = 0;            // timeline lanes
+  std::vector<int> device_order;  // devices table, sorted
+  std::weak_ptr<const Snapshot> stats_for;
+  double stats_a = -1, stats_b = -1;
+  std::array<Stat, static_cast<size_t>(OpClass::kCount)> stats{};
+  std::weak_ptr<const Snapshot> cmp_now, cmp_base;
+  std::vector<CompareRow> rows;
+};
+
 namespace {
+
+App::PanelCache& cache(App& app) {
+  if (!app.panel_cache) app.panel_cache = std::make_shared<App::PanelCache>();
+  return *app.panel_cache;
+}
 
 const ImVec4 kGrey(0.65f, 0.65f, 0.65f, 1.0f), kRed(1.0f, 0.42f, 0.38f, 1.0f),
     kGreen(0.45f, 0.9f, 0.5f, 1.0f), kYellow(1.0f, 0.85f, 0.3f, 1.0f);
@@ -167,7 +193,7 @@ void draw_timeline_panel(App& app) {
   for (size_t d = 0; d < T.by_device.size(); ++d)
     if (!T.by_device[d].empty())
       total_h += head_h + (tl.collapsed[d] ? 0 : row_h * static_cast<float>(T.by_device[d].size()));
-  static float scroll_y = 0;
+  float& scroll_y = cache(app).scroll_y;
   const float lanes_h = avail.y - ruler_h;
   if (hovered && io.MouseWheel != 0) {
     if (io.KeyShift) {
@@ -395,9 +421,15 @@ void draw_memory_panel(App& app) {
   const int D = static_cast<int>(r.devices.size());
   if (D == 0) return;
   app.memory_device = std::clamp(app.memory_device, 0, D - 1);
-  ImGui::SetNextItemWidth(120);
-  ImGui::InputInt("device", &app.memory_device);
-  app.hook("memory device");
+  ImGui::SetNextItemWidth(60);
+  ImGui::InputInt("##memdev", &app.memory_device, 0);
+  app.hook("memory_device");
+  ImGui::SameLine(0, 4);
+  if (ImGui::Button("-")) --app.memory_device;
+  ImGui::SameLine(0, 4);
+  if (ImGui::Button("+")) ++app.memory_device;
+  ImGui::SameLine();
+  ImGui::TextUnformatted("device");
   app.memory_device = std::clamp(app.memory_device, 0, D - 1);
   const auto& dm = r.devices[static_cast<size_t>(app.memory_device)];
   const double capacity = cp.plan.cluster.device.memory_GiB * 1024.0 * 1024.0 * 1024.0;
@@ -503,11 +535,6 @@ void draw_memory_panel(App& app) {
 
 namespace {
 
-struct Stat {
-  size_t count = 0;
-  SimTime total = 0, max = 0;
-};
-
 void metric_row(const char* name, const std::string& value, const std::string& base, const std::string& delta) {
   ImGui::TableNextRow();
   ImGui::TableNextColumn();
@@ -559,7 +586,7 @@ void summary_tab(App& app) {
 
 void devices_tab(App& app) {
   const auto& r = app.current->result;
-  static std::vector<int> order;
+  std::vector<int>& order = cache(app).device_order;
   if (order.size() != r.devices.size()) {
     order.resize(r.devices.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
@@ -639,11 +666,10 @@ void selection_tab(App& app) {
   const double a = app.tl.range_t0 >= 0 ? std::min(app.tl.range_t0, app.tl.range_t1) : 0;
   const double b = app.tl.range_t0 >= 0 ? std::max(app.tl.range_t0, app.tl.range_t1)
                                          : static_cast<double>(s.result.step_time);
-  static const Snapshot* cached_for = nullptr;
-  static double ca = -1, cb = -1;
-  static std::array<Stat, static_cast<size_t>(OpClass::kCount)> stats;
-  if (cached_for != &s || ca != a || cb != b) {
-    cached_for = &s, ca = a, cb = b;
+  App::PanelCache& pc = cache(app);
+  auto& stats = pc.stats;
+  if (pc.stats_for.lock() != app.current || pc.stats_a != a || pc.stats_b != b) {
+    pc.stats_for = app.current, pc.stats_a = a, pc.stats_b = b;
     stats = {};
     for (const Lane& l : s.timeline.lanes) {
       auto it = std::partition_point(l.ops.begin(), l.ops.end(), [&](const Op& o) { return static_cast<double>(o.end) <= a; });
@@ -706,15 +732,12 @@ void compare_tab(App& app) {
     return;
   }
   summary_tab(app);
-  static const Snapshot *ca = nullptr, *cb = nullptr;
-  struct Row {
-    int pp, mb, pass;
-    SimTime s0, e0, s1, e1;
-  };
-  static std::vector<Row> rows;
-  if (ca != app.current.get() || cb != app.baseline.get()) {
-    ca = app.current.get();
-    cb = app.baseline.get();
+  using Row = CompareRow;
+  App::PanelCache& pc = cache(app);
+  auto& rows = pc.rows;
+  if (pc.cmp_now.lock() != app.current || pc.cmp_base.lock() != app.baseline) {
+    pc.cmp_now = app.current;
+    pc.cmp_base = app.baseline;
     rows.clear();
     auto now = logical_spans(*app.current), base = logical_spans(*app.baseline);
     for (const auto& [k, v] : now) {

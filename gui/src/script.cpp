@@ -18,6 +18,7 @@ struct VerbSpec {
 };
 constexpr VerbSpec kVerbs[] = {
     {"open", 1, -1}, {"set", 2, -1},   {"click", 1, -1}, {"type", 2, -1}, {"wheel", 2, 2},
+    {"drag", 2, 3},
     {"zoom", 2, 2},  {"fit", 0, 0},    {"pin", 0, 0},    {"unpin", 0, 0}, {"wait", 0, 0},
     {"frames", 1, 1}, {"undo", 0, 0},  {"redo", 0, 0},   {"save", 1, -1}, {"export-trace", 1, -1},
     {"screenshot", 1, -1}, {"quit", 0, 0},
@@ -71,6 +72,20 @@ Expected<std::vector<Action>> parse_script(const std::string& text, const std::s
       return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
     };
     rest = trim(rest);
+    if (a.verb == "drag") {  // drag FROM -> TO [-> shift]
+      size_t pos = 0;
+      while (true) {
+        const size_t arrow = rest.find(" -> ", pos);
+        a.args.push_back(trim(rest.substr(pos, arrow == std::string::npos ? std::string::npos : arrow - pos)));
+        if (arrow == std::string::npos) break;
+        pos = arrow + 4;
+      }
+      if (a.args.size() < 2 || a.args.size() > 3 || (a.args.size() == 3 && a.args[2] != "shift"))
+        diag("'drag' takes FROM -> TO, optionally -> shift", "e.g. drag order 9 0 -> order 9 3");
+      else
+        out.push_back(std::move(a));
+      continue;
+    }
     const int want = spec->max_args < 0 ? spec->min_args : spec->max_args;
     for (int k = 0; k < want && !rest.empty(); ++k) {
       if (k + 1 == want && spec->max_args < 0) {
@@ -128,6 +143,41 @@ bool step_script(App& app, ImGuiIO& io) {
     if (a.verb == "frames") {
       if (app.script_wait_frames == 0) app.script_wait_frames = std::max(1, std::stoi(a.args[0]));
       if (--app.script_wait_frames > 0) return true;
+      app.script.pop_front();
+      return true;
+    }
+    if (a.verb == "drag") {
+      // Widget names may contain spaces: FROM and TO are separated by " -> ".
+      auto fi = app.hooks.find(a.args[0]), ti = app.hooks.find(a.args[1]);
+      if (fi == app.hooks.end() || ti == app.hooks.end()) {
+        if (++app.click_phase > 30)
+          return fail_with(fmt::format("no widget named '{}'", fi == app.hooks.end() ? a.args[0] : a.args[1]));
+        return true;
+      }
+      const int phase = app.click_phase < 100 ? 100 : app.click_phase;
+      app.click_phase = phase + 1;
+      const Rect f = fi->second, t = ti->second;
+      io.KeyShift = a.args.size() > 2 && a.args[2] == "shift";
+      switch (phase) {
+        case 100:
+          io.MousePos = ImVec2(f.cx(), f.cy());
+          return true;
+        case 101:
+          io.MouseDown[0] = true;
+          return true;
+        case 102:  // past the drag threshold: the drag starts
+          io.MousePos = ImVec2(f.cx() + 12, f.cy() + 3);
+          return true;
+        case 103:
+        case 104:
+          io.MousePos = ImVec2(t.cx(), t.cy());
+          return true;
+        case 105:
+          io.MouseDown[0] = false;
+          return true;
+      }
+      io.KeyShift = false;
+      app.click_phase = 0;
       app.script.pop_front();
       return true;
     }

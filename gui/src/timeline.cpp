@@ -2,6 +2,7 @@
 #include "stretto/gui/timeline.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 
@@ -145,8 +146,15 @@ void layout_lane(const Lane& lane, const View& v, std::vector<Box>& out) {
       rx1 = std::max(rx1, v.x(static_cast<double>(ops[k - 1].end)));
       j = k;
     }
-    out.push_back({x0, rx1, static_cast<uint32_t>(i), static_cast<uint32_t>(j - i),
-                   ops[i + (j - i) / 2].cls});
+    // The run's colour: the class that covers most of its time, from at most 16 evenly
+    // spaced ops (so a run's cost does not grow with the ops it merges).
+    std::array<SimTime, static_cast<size_t>(OpClass::kCount)> weight{};
+    // An odd stride, so that alternating patterns (F, B, F, B) are not aliased to one class.
+    const size_t len = j - i, stride = len <= 16 ? 1 : ((len / 16) | 1);
+    for (size_t k = i; k < j; k += stride)
+      weight[static_cast<size_t>(ops[k].cls)] += ops[k].end - ops[k].start + 1;
+    const auto best = static_cast<OpClass>(std::max_element(weight.begin(), weight.end()) - weight.begin());
+    out.push_back({x0, rx1, static_cast<uint32_t>(i), static_cast<uint32_t>(len), best});
     i = j;
   }
 }

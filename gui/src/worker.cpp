@@ -117,6 +117,10 @@ void SimWorker::loop() {
       fraction_ = 0;
     }
     sim::SimOptions opt;
+    // The memory panel derives its curves per category from the program and timings
+    // (sim::memory_by_category) for the device shown; the engine's total curves of every
+    // device are not needed.
+    opt.memory_curves = false;
     opt.progress = [this](std::string_view phase, double f) {
       std::lock_guard lk(mu_);
       phase_ = std::string(phase);

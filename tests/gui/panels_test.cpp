@@ -212,6 +212,38 @@ TEST_F(Panels, CriticalPathAndExport) {
   EXPECT_EQ(simulate_text(saved), app.current->result.step_time);
 }
 
+TEST_F(Panels, OrderGridDragMovesAndShiftDropGroups) {
+  run("open " + k1f1b + "\nwait\nclick tab order\nframes 2\n");
+  auto groups = [&] { return (*app.doc.json())["schedule"][9]["filters"]; };
+  const auto g0 = groups();
+  ASSERT_EQ(g0.size(), 16u);
+  // Drag the first cell (F0) onto the fourth (F3): it lands there, the others shift left.
+  run("drag order 9 0 -> order 9 3\nframes 2\n");
+  auto g1 = groups();
+  ASSERT_EQ(g1.size(), 16u);
+  EXPECT_EQ(g1[3], g0[0]);
+  EXPECT_EQ(g1[0], g0[1]);
+  run("wait\n");
+  EXPECT_FALSE(app.last_failed) << (app.diags.empty() ? "" : app.diags[0].render());
+  // Shift-drop groups F1 (now cell 0) with cell 1: one group of two filters (overlapped).
+  run("drag order 9 0 -> order 9 1 -> shift\nframes 2\n");
+  auto g2 = groups();
+  ASSERT_EQ(g2.size(), 15u);
+  EXPECT_EQ(g2[0].size(), 2u);
+  // Right-click splits it again.
+  EXPECT_EQ(app.hooks.count("order 9 0"), 1u);
+}
+
+TEST_F(Panels, MemoryPanelShowsTheChosenDevicesCategories) {
+  run("open " + k1f1b + "\nwait\nframes 1\ntype memory_device 3\nframes 2\n");
+  EXPECT_EQ(app.memory_device, 3);
+  const auto& curve = app.memory_curve(3);
+  ASSERT_FALSE(curve.empty());
+  int64_t peak = 0;
+  for (const auto& c : curve) peak = std::max(peak, c.total());
+  EXPECT_EQ(peak, app.current->result.devices[3].peak_memory);
+}
+
 TEST(Script, UnknownActionsAndMissingArgumentsAreDiagnosed) {
   auto s = parse_script("open a.json\nzom 1 2\nclick\nframes x\n", "s.txt");
   ASSERT_FALSE(s);
@@ -220,9 +252,10 @@ TEST(Script, UnknownActionsAndMissingArgumentsAreDiagnosed) {
   EXPECT_NE(s.error()[0].hint.find("zoom"), std::string::npos);
   EXPECT_EQ(s.error()[1].loc.line, 3u);
   EXPECT_EQ(s.error()[2].loc.line, 4u);
-  auto ok = parse_script("# comment\nset /model/name my model # kept\ntype json {\"a\": 1}\n", "s.txt");
-  ASSERT_TRUE(ok);
-  ASSERT_EQ(ok->size(), 2u);
+  auto ok = parse_script("# comment\nset /model/name my model # kept\ntype json {\"a\": 1}\ndrag order 9 0 -> order 9 1 -> shift\n", "s.txt");
+  ASSERT_TRUE(ok) << render_all(ok.error());
+  ASSERT_EQ(ok->size(), 3u);
+  EXPECT_EQ((*ok)[2].args, (std::vector<std::string>{"order 9 0", "order 9 1", "shift"}));
   EXPECT_EQ((*ok)[0].args[1], "my model # kept");
   EXPECT_EQ((*ok)[1].args[1], "{\"a\": 1}");
 }
@@ -236,11 +269,13 @@ TEST(Document, UndoRedoCoalescingAndFormatting) {
   ASSERT_TRUE(d.set("/b", "x"));
   EXPECT_EQ((*d.json())["a"], 3);
   EXPECT_NE(d.text().find("    {\"op\":\"order\"}\n"), std::string::npos) << d.text();
+  EXPECT_TRUE(d.dirty());
   d.undo();
   EXPECT_FALSE(d.json()->contains("b"));
   d.undo();
   EXPECT_EQ((*d.json())["a"], 1);
   EXPECT_FALSE(d.can_undo());
+  EXPECT_FALSE(d.dirty());  // back to the loaded text
   d.redo();
   EXPECT_EQ((*d.json())["a"], 3);
   EXPECT_TRUE(d.erase("/schedule/0"));

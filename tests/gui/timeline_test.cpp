@@ -111,6 +111,27 @@ TEST(Lod, AWideOpAmongTinyOnesStaysItsOwnBox) {
   EXPECT_LE(boxes.size(), 10u);
 }
 
+TEST(Lod, AMergedRunTakesTheClassCoveringMostOfItsTime) {
+  Lane l;
+  SimTime t = 0;
+  for (uint32_t i = 0; i < 20000; ++i) {
+    const bool b = i % 2;
+    const SimTime d = b ? 30 : 10;  // backward passes take 3x the forward's time
+    l.ops.push_back({t, t + d, i, b ? OpClass::kB : OpClass::kF});
+    t += d;
+  }
+  View v;
+  v.width = 100;
+  v.ns_per_px = static_cast<double>(t) / 100;
+  std::vector<Box> boxes;
+  layout_lane(l, v, boxes);
+  ASSERT_FALSE(boxes.empty());
+  for (const Box& b : boxes) {
+    EXPECT_GT(b.count, 1u);
+    EXPECT_EQ(b.cls, OpClass::kB);
+  }
+}
+
 TEST(Lod, OpAtFindsTheOpUnderATime) {
   const Lane l = synthetic_lane(100, 100, 20);
   EXPECT_EQ(op_at(l, 50, 0), 0);

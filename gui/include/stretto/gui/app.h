@@ -89,9 +89,13 @@ struct App {
   std::string critical_for;           // text of the snapshot critical_ was computed for
   std::vector<char> critical;         // per task: on the critical path
   std::vector<sim::CriticalStep> critical_steps;
-  const Snapshot* mem_cache_snap = nullptr;
+  std::weak_ptr<const Snapshot> mem_cache_snap;
   int mem_cache_dev = -1;
   std::vector<sim::CategorySample> mem_cache;
+
+  /// Panel state and caches derived from a snapshot (panels_view.cpp).
+  struct PanelCache;
+  std::shared_ptr<PanelCache> panel_cache;
 
   // ---- frame costs measured by the window (ms): UI build (NewFrame..Render) and GPU (draw +
   // glFinish, only in --frames runs)

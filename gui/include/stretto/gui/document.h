@@ -27,7 +27,8 @@ class Document {
   std::string base_dir() const;
   /// Name shown in diagnostics.
   std::string display_name() const { return path_.empty() ? "<untitled>" : path_; }
-  bool dirty() const { return dirty_; }
+  /// The text differs from the file's (as loaded or last saved).
+  bool dirty() const { return text_ != saved_; }
   uint64_t revision() const { return revision_; }
 
   /// Replaces the text (one undo step). `coalesce`: merge with the previous step if it was
@@ -51,9 +52,9 @@ class Document {
   void seal() { coalescing_ = false; }
 
  private:
-  std::string text_, path_;
+  std::string text_, path_, saved_;
   std::vector<std::string> undo_, redo_;
-  bool dirty_ = false, coalescing_ = false;
+  bool coalescing_ = false;
   uint64_t revision_ = 0;
   mutable std::optional<OJson> json_;
   mutable uint64_t json_rev_ = UINT64_MAX;

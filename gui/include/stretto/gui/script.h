@@ -5,7 +5,10 @@
 //   set POINTER VALUE       set a plan field (JSON pointer, JSON value; a bare word is a string)
 //   click WIDGET            click a named widget (mouse moved there, pressed, released)
 //   type WIDGET TEXT        click a text/number field, select all, type TEXT, press Enter
+//                           (WIDGET is one word: microbatches, memory_device, json, ...)
 //   wheel WIDGET N          turn the mouse wheel N notches over a widget (timeline: zoom)
+//   drag FROM -> TO         drag one widget onto another (order grid cells); "-> shift"
+//                           holds Shift while dropping (groups the cells)
 //   zoom T0 T1              show [T0, T1) milliseconds on the timeline
 //   fit                     show the whole step
 //   pin | unpin             pin the current result as the comparison baseline / clear it

@@ -59,7 +59,8 @@ struct Timeline {
 Timeline build_timeline(const sim::Result& r, const CompiledPlan& cp);
 
 /// A box to draw: one op, or a run of `count` > 1 ops merged because they are narrower than
-/// a pixel and less than a pixel apart (its class: the run's middle op's).
+/// a pixel and less than a pixel apart (its class: the one covering most of the run's time,
+/// estimated from up to 16 of its ops).
 struct Box {
   float x0 = 0, x1 = 0;
   uint32_t first = 0;  // index in the lane of the first op
