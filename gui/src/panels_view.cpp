@@ -16,10 +16,26 @@
 
 namespace stretto::gui {
 
-struct Stat {
-  size_t count = 0;
-  SimTime total = 0, max = 0;
-};
+using Stat = KindStat;
+
+std::array<KindStat, static_cast<size_t>(OpClass::kCount)> kind_stats(const Timeline& tl, double a,
+                                                                      double b, int lane) {
+  std::array<KindStat, static_cast<size_t>(OpClass::kCount)> stats{};
+  for (size_t li = 0; li < tl.lanes.size(); ++li) {
+    if (lane >= 0 && li != static_cast<size_t>(lane)) continue;
+    const Lane& l = tl.lanes[li];
+    auto it = std::partition_point(l.ops.begin(), l.ops.end(),
+                                   [&](const Op& o) { return static_cast<double>(o.end) <= a; });
+    for (; it != l.ops.end() && static_cast<double>(it->start) < b; ++it) {
+      KindStat& st = stats[static_cast<size_t>(it->cls)];
+      const SimTime d = it->end - it->start;
+      ++st.count;
+      st.total += d;
+      st.max = std::max(st.max, d);
+    }
+  }
+  return stats;
+}
 struct CompareRow {
   int pp, mb, pass;
   SimTime s0, e0, s1, e1;
@@ -29,6 +45,7 @@ struct App::PanelCache {
   std::vector<int> device_order;  // devices table, sorted
   std::weak_ptr<const Snapshot> stats_for;
   double stats_a = -1, stats_b = -1;
+  int stats_lane = -1;
   std::array<Stat, static_cast<size_t>(OpClass::kCount)> stats{};
   std::weak_ptr<const Snapshot> cmp_now, cmp_base;
   std::vector<CompareRow> rows;
@@ -293,7 +310,13 @@ void draw_timeline_panel(App& app) {
       }
       ++tl.lanes_drawn;
       if (li < 16) app.hooks[fmt::format("lane {}", li)] = {v.x_origin, y, p1.x, y + row_h};
+      if (tl.lane == static_cast<int>(li))
+        dl->AddRectFilled(ImVec2(p0.x, y), ImVec2(v.x_origin, y + row_h), IM_COL32(70, 90, 140, 255));
       dl->AddText(ImVec2(p0.x + 14, y + 3), IM_COL32(170, 170, 170, 255), lane.name.c_str());
+      if (li < 16) app.hooks[fmt::format("lane {} name", li)] = {p0.x, y, v.x_origin, y + row_h};
+      if (hovered && ImGui::IsMouseReleased(ImGuiMouseButton_Left) && io.MousePos.x < v.x_origin &&
+          io.MousePos.y >= y && io.MousePos.y < y + row_h && !ImGui::IsMouseDragPastThreshold(ImGuiMouseButton_Left))
+        tl.lane = tl.lane == static_cast<int>(li) ? -1 : static_cast<int>(li);
       const float by0 = y + 2, by1 = y + row_h - 2;
       boxes.clear();
       layout_lane(lane, v, boxes);
@@ -438,6 +461,9 @@ void draw_memory_panel(App& app) {
                      format_bytes(static_cast<double>(dm.peak_memory)).c_str(),
                      format_time(static_cast<double>(dm.peak_time)).c_str(),
                      format_bytes(capacity).c_str(), dm.over_capacity ? "  OVER CAPACITY" : "");
+  ImGui::SameLine();
+  ImGui::Checkbox("scale to peak", &app.memory_to_peak);
+  app.hook("scale to peak");
   const auto& curve = app.memory_curve(app.memory_device);
   // Legend.
   static constexpr OpClass kCatColor[] = {OpClass::kF, OpClass::kBW, OpClass::kCompute, OpClass::kB,
@@ -467,7 +493,8 @@ void draw_memory_panel(App& app) {
   const float axis_w = 60;
   const float x0 = p0.x + axis_w, w = avail.x - axis_w;
   auto X = [&](double t) { return x0 + static_cast<float>((t - t0) / (t1 - t0)) * w; };
-  double ymax = std::max(capacity, static_cast<double>(dm.peak_memory)) * 1.05;
+  double ymax = app.memory_to_peak ? static_cast<double>(dm.peak_memory) * 1.1
+                                   : std::max(capacity, static_cast<double>(dm.peak_memory)) * 1.05;
   if (ymax <= 0) ymax = 1;
   auto Y = [&](double b) { return p1.y - 4 - static_cast<float>(b / ymax) * (avail.y - 8); };
   // Stacked categories: one column per pixel, at the largest total within the column (so a
@@ -495,8 +522,13 @@ void draw_memory_panel(App& app) {
     }
   }
   // Capacity, peak, cursor, axis.
-  dl->AddLine(ImVec2(x0, Y(capacity)), ImVec2(p1.x, Y(capacity)), IM_COL32(255, 80, 80, 255), 1.5f);
-  dl->AddText(ImVec2(x0 + 4, Y(capacity) - ImGui::GetTextLineHeight()), IM_COL32(255, 120, 120, 255), "capacity");
+  if (capacity <= ymax) {
+    dl->AddLine(ImVec2(x0, Y(capacity)), ImVec2(p1.x, Y(capacity)), IM_COL32(255, 80, 80, 255), 1.5f);
+    dl->AddText(ImVec2(x0 + 4, Y(capacity) - ImGui::GetTextLineHeight()), IM_COL32(255, 120, 120, 255), "capacity");
+  } else {
+    dl->AddText(ImVec2(x0 + 4, p0.y + 2), IM_COL32(255, 120, 120, 255),
+                ("capacity " + format_bytes(capacity) + " (above)").c_str());
+  }
   const float px = X(static_cast<double>(dm.peak_time)), py = Y(static_cast<double>(dm.peak_memory));
   dl->AddCircleFilled(ImVec2(px, py), 4, IM_COL32(255, 255, 255, 255));
   dl->AddText(ImVec2(px + 6, py - ImGui::GetTextLineHeight()), IM_COL32(255, 255, 255, 255), "peak");
@@ -668,21 +700,19 @@ void selection_tab(App& app) {
                                          : static_cast<double>(s.result.step_time);
   App::PanelCache& pc = cache(app);
   auto& stats = pc.stats;
-  if (pc.stats_for.lock() != app.current || pc.stats_a != a || pc.stats_b != b) {
-    pc.stats_for = app.current, pc.stats_a = a, pc.stats_b = b;
-    stats = {};
-    for (const Lane& l : s.timeline.lanes) {
-      auto it = std::partition_point(l.ops.begin(), l.ops.end(), [&](const Op& o) { return static_cast<double>(o.end) <= a; });
-      for (; it != l.ops.end() && static_cast<double>(it->start) < b; ++it) {
-        Stat& st = stats[static_cast<size_t>(it->cls)];
-        const SimTime d = it->end - it->start;
-        ++st.count;
-        st.total += d;
-        st.max = std::max(st.max, d);
-      }
-    }
+  const int lane = app.tl.lane < static_cast<int>(s.timeline.lanes.size()) ? app.tl.lane : -1;
+  if (pc.stats_for.lock() != app.current || pc.stats_a != a || pc.stats_b != b || pc.stats_lane != lane) {
+    pc.stats_for = app.current, pc.stats_a = a, pc.stats_b = b, pc.stats_lane = lane;
+    stats = kind_stats(s.timeline, a, b, lane);
   }
-  ImGui::Text("ops in %s .. %s (all lanes)", format_time(a).c_str(), format_time(b).c_str());
+  if (lane >= 0)
+    ImGui::Text("ops in %s .. %s, device %d lane %s (click the lane's name again for all lanes)",
+                format_time(a).c_str(), format_time(b).c_str(), s.timeline.lanes[static_cast<size_t>(lane)].device,
+                s.timeline.lanes[static_cast<size_t>(lane)].name.c_str());
+  else
+    ImGui::Text("ops in %s .. %s, all lanes (click a lane's name for that lane)", format_time(a).c_str(),
+                format_time(b).c_str());
+  app.hook("range stats");
   if (ImGui::BeginTable("stats", 5, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV)) {
     for (const char* c : {"kind", "count", "total", "mean", "max"}) ImGui::TableSetupColumn(c);
     ImGui::TableHeadersRow();

@@ -19,7 +19,7 @@ struct VerbSpec {
 constexpr VerbSpec kVerbs[] = {
     {"open", 1, -1}, {"set", 2, -1},   {"click", 1, -1}, {"type", 2, -1}, {"wheel", 2, 2},
     {"drag", 2, 3},
-    {"zoom", 2, 2},  {"fit", 0, 0},    {"pin", 0, 0},    {"unpin", 0, 0}, {"wait", 0, 0},
+    {"zoom", 2, 2},  {"range", 2, 2},  {"fit", 0, 0},    {"pin", 0, 0},    {"unpin", 0, 0}, {"wait", 0, 0},
     {"frames", 1, 1}, {"undo", 0, 0},  {"redo", 0, 0},   {"save", 1, -1}, {"export-trace", 1, -1},
     {"screenshot", 1, -1}, {"quit", 0, 0},
 };
@@ -59,7 +59,7 @@ Expected<std::vector<Action>> parse_script(const std::string& text, const std::s
       for (const auto& v : kVerbs) names.emplace_back(v.verb);
       const std::string near = nearest(a.verb, names);
       diag(fmt::format("unknown script action '{}'", a.verb),
-           near.empty() ? "actions: open, set, click, type, wheel, zoom, fit, pin, unpin, wait, frames, undo, redo, save, export-trace, screenshot, quit"
+           near.empty() ? "actions: open, set, click, type, wheel, zoom, range, fit, pin, unpin, wait, frames, undo, redo, save, export-trace, screenshot, quit"
                         : "did you mean '" + near + "'?");
       continue;
     }
@@ -101,7 +101,7 @@ Expected<std::vector<Action>> parse_script(const std::string& text, const std::s
       diag(fmt::format("'{}' takes {} argument(s)", a.verb, spec->min_args), "see `stretto gui --help` or README (GUI scripts)");
       continue;
     }
-    if (a.verb == "zoom" || a.verb == "frames" || a.verb == "wheel") {
+    if (a.verb == "zoom" || a.verb == "range" || a.verb == "frames" || a.verb == "wheel") {
       try {
         for (size_t k = a.verb == "wheel" ? 1 : 0; k < a.args.size(); ++k) (void)std::stod(a.args[k]);
       } catch (const std::exception&) {
@@ -256,6 +256,9 @@ bool step_script(App& app, ImGuiIO& io) {
       app.doc.seal();
     } else if (a.verb == "zoom") {
       app.zoom(std::stod(a.args[0]) * 1e6, std::stod(a.args[1]) * 1e6);
+    } else if (a.verb == "range") {
+      app.tl.range_t0 = std::stod(a.args[0]) * 1e6;
+      app.tl.range_t1 = std::stod(a.args[1]) * 1e6;
     } else if (a.verb == "fit") {
       app.fit();
     } else if (a.verb == "pin") {

@@ -244,6 +244,36 @@ TEST_F(Panels, MemoryPanelShowsTheChosenDevicesCategories) {
   EXPECT_EQ(peak, app.current->result.devices[3].peak_memory);
 }
 
+TEST_F(Panels, RangeAndLaneStatisticsCountTheOpsOfEachKind) {
+  run("open " + k1f1b + "\nwait\nclick tab selection\nframes 2\n");
+  const Timeline& T = app.current->timeline;
+  // The whole step, all lanes: every op once.
+  auto all = kind_stats(T, 0, static_cast<double>(app.current->result.step_time));
+  size_t n = 0;
+  for (const auto& k : all) n += k.count;
+  EXPECT_EQ(n, T.ops);
+  EXPECT_EQ(all[static_cast<size_t>(OpClass::kF)].count, 3136u);  // 8 devices x 392 forward ops
+  // Click lane 0's name: only its ops; the F total is that lane's forward time.
+  run("click lane 0 name\nframes 2\n");
+  EXPECT_EQ(app.tl.lane, 0);
+  auto lane0 = kind_stats(T, 0, 1e18, 0);
+  SimTime f = 0;
+  for (const Op& o : T.lanes[0].ops)
+    if (o.cls == OpClass::kF) f += o.end - o.start;
+  EXPECT_EQ(lane0[static_cast<size_t>(OpClass::kF)].total, f);
+  // A range: ops overlapping [10 ms, 20 ms).
+  run("range 10 20\nframes 1\n");
+  EXPECT_DOUBLE_EQ(app.tl.range_t0, 10e6);
+  auto r = kind_stats(T, 10e6, 20e6, 0);
+  size_t in = 0;
+  for (const Op& o : T.lanes[0].ops) in += o.end > 10e6 && o.start < 20e6;
+  size_t counted = 0;
+  for (const auto& k : r) counted += k.count;
+  EXPECT_EQ(counted, in);
+  run("click lane 0 name\nframes 1\n");
+  EXPECT_EQ(app.tl.lane, -1);
+}
+
 TEST(Script, UnknownActionsAndMissingArgumentsAreDiagnosed) {
   auto s = parse_script("open a.json\nzom 1 2\nclick\nframes x\n", "s.txt");
   ASSERT_FALSE(s);

@@ -7,6 +7,7 @@
 // diagnostics), Timeline, Memory, Numbers (metrics, devices, selection statistics, compare),
 // Help. Every simulation goes through sim::Session on the worker thread.
 
+#include <array>
 #include <deque>
 #include <map>
 #include <memory>
@@ -44,6 +45,7 @@ struct TimelineState {
   double cursor = -1;           // time under the mouse (ns), -1 none; shared with Memory
   double range_t0 = -1, range_t1 = -1;  // selected time range (drag with the right button)
   bool dragging_range = false;
+  int lane = -1;  // selected lane (click its name): statistics of that lane only
   bool show_bubbles = true, show_critical = false, show_flows = true, show_baseline = true;
   int boxes_drawn = 0;  // last frame, for tests and the benchmark
   int lanes_drawn = 0;
@@ -78,6 +80,7 @@ struct App {
   TimelineState tl;
   Selection sel;
   int memory_device = 0;
+  bool memory_to_peak = false;  // scale the memory plot to the peak instead of the capacity
   std::string json_edit;            // the JSON editor's buffer
   uint64_t json_edit_rev = UINT64_MAX;
   bool show_help = false, show_demo = false;
@@ -153,6 +156,15 @@ void draw_timeline_panel(App& app);
 void draw_memory_panel(App& app);
 void draw_numbers_panel(App& app);
 void draw_help_window(App& app);
+
+/// Count, total and longest duration of the ops of each kind (OpClass) that overlap [a, b),
+/// over every lane or only lane `lane` (>= 0).
+struct KindStat {
+  size_t count = 0;
+  SimTime total = 0, max = 0;
+};
+std::array<KindStat, static_cast<size_t>(OpClass::kCount)> kind_stats(const Timeline& tl, double a,
+                                                                      double b, int lane = -1);
 
 /// Time with a unit that fits its size: "850 ns", "12.4 us", "3.21 ms", "1.502 s".
 std::string format_time(double ns);

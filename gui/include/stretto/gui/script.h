@@ -10,6 +10,7 @@
 //   drag FROM -> TO         drag one widget onto another (order grid cells); "-> shift"
 //                           holds Shift while dropping (groups the cells)
 //   zoom T0 T1              show [T0, T1) milliseconds on the timeline
+//   range T0 T1             select [T0, T1) milliseconds (as a right-drag does)
 //   fit                     show the whole step
 //   pin | unpin             pin the current result as the comparison baseline / clear it
 //   wait                    wait until the latest edit is simulated (its result or its error)
