@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <sstream>
 
+#include "stretto/traces/chrome_reader.h"
 #include "stretto/traces/chrome_trace.h"
 
 namespace stretto::gui {
@@ -80,6 +82,112 @@ void App::pump() {
 
 bool App::stale() const {
   return submitted_rev != doc.revision() || shown_generation != submitted || last_failed;
+}
+
+Expected<Measured> load_measured(const std::string& path, SimTime first_start) {
+  auto t = traces::read_chrome_trace(path);
+  if (!t) return fail(t.error());
+  Measured m;
+  m.path = path;
+  m.skipped = t->skipped;
+  std::map<std::pair<int64_t, int64_t>, uint32_t> lane_of;
+  std::map<int64_t, std::vector<uint32_t>> by_pid;
+  m.begin = t->slices.empty() ? 0 : t->slices.front().start_ns;
+  for (const auto& sl : t->slices) m.begin = std::min(m.begin, sl.start_ns);
+  auto classify = [](const traces::TraceSlice& sl, Pass pass) {
+    if (sl.cat != "comm") {
+      switch (pass) {
+        case Pass::kF: return OpClass::kF;
+        case Pass::kB: return OpClass::kB;
+        case Pass::kBI: return OpClass::kBI;
+        case Pass::kBW: return OpClass::kBW;
+        default: return OpClass::kCompute;
+      }
+    }
+    auto has = [&](const char* a, const char* b) {
+      return sl.name.find(a) != std::string::npos || sl.name.find(b) != std::string::npos;
+    };
+    if (has("reduce-scatter", "reduce_scatter")) return OpClass::kReduceScatter;
+    if (has("all-gather", "all_gather")) return OpClass::kAllGather;
+    if (has("all-to-all", "all_to_all")) return OpClass::kAllToAll;
+    if (has("all-reduce", "all_reduce")) return OpClass::kAllReduce;
+    return OpClass::kSendRecv;
+  };
+  for (uint32_t i = 0; i < t->slices.size(); ++i) {
+    const auto& sl = t->slices[i];
+    // Tags: "PP1 MB3 F".
+    int pp = kAbsent, mb = kAbsent;
+    Pass pass = Pass::kNone;
+    std::istringstream ts(sl.tags);
+    for (std::string tok; ts >> tok;) {
+      if (tok.rfind("PP", 0) == 0) pp = std::atoi(tok.c_str() + 2);
+      else if (tok.rfind("MB", 0) == 0) mb = std::atoi(tok.c_str() + 2);
+      else if (auto p = parse_pass(tok)) pass = *p;
+    }
+    auto [it, fresh] = lane_of.try_emplace({sl.pid, sl.tid}, 0);
+    if (fresh) {
+      it->second = static_cast<uint32_t>(m.timeline.lanes.size());
+      Lane l;
+      l.device = static_cast<int>(sl.pid);
+      l.stream = static_cast<uint16_t>(sl.tid);
+      auto tn = t->thread_names.find({sl.pid, sl.tid});
+      l.name = tn != t->thread_names.end() ? tn->second : "tid " + std::to_string(sl.tid);
+      m.timeline.lanes.push_back(std::move(l));
+      by_pid[sl.pid].push_back(it->second);
+    }
+    const SimTime s0 = sl.start_ns - m.begin + first_start, e0 = sl.end_ns - m.begin + first_start;
+    m.timeline.lanes[it->second].ops.push_back({s0, e0, i, classify(sl, pass)});
+    m.end = std::max(m.end, e0);
+    if (sl.cat != "comm" && pass != Pass::kNone) {
+      auto [sp, nw] = m.spans.try_emplace(std::make_tuple(pp, mb, static_cast<int>(pass)), s0, e0);
+      if (!nw) sp->second = {std::min(sp->second.first, s0), std::max(sp->second.second, e0)};
+    }
+  }
+  for (auto& l : m.timeline.lanes) {
+    std::stable_sort(l.ops.begin(), l.ops.end(), [](const Op& a, const Op& b) { return a.start < b.start; });
+    m.timeline.ops += l.ops.size();
+  }
+  m.timeline.end = m.end;
+  for (auto& [pid, lanes] : by_pid) m.timeline.by_device.push_back(lanes);
+  return m;
+}
+
+std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> logical_spans(const Snapshot& s) {
+  std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> m;
+  const auto& cp = s.session->compiled();
+  const auto& r = s.result;
+  for (uint32_t t = 0; t < r.program.tasks.size(); ++t) {
+    if (r.program.tasks[t].kind != sim::TaskKind::kCompute) continue;
+    const uint32_t n = r.node_of(t);
+    if (n >= cp.dag.nodes.size()) continue;
+    const Tags& tg = cp.dag.nodes[n].tags;
+    if (tg.pass == Pass::kNone) continue;
+    auto key = std::make_tuple(tg.pp(), tg.mb(), static_cast<int>(tg.pass));
+    auto [it, fresh] = m.try_emplace(key, r.timing[t].start, r.timing[t].end);
+    if (!fresh) {
+      it->second.first = std::min(it->second.first, r.timing[t].start);
+      it->second.second = std::max(it->second.second, r.timing[t].end);
+    }
+  }
+  return m;
+}
+
+bool App::open_trace(const std::string& path) {
+  SimTime first = 0;
+  if (current && !current->result.timing.empty()) {
+    first = INT64_MAX;
+    for (const auto& l : current->timeline.lanes)
+      if (!l.ops.empty()) first = std::min(first, l.ops.front().start);
+    if (first == INT64_MAX) first = 0;
+  }
+  auto m = load_measured(path, first);
+  if (!m) {
+    status = m.error().front().message;
+    return false;
+  }
+  measured = std::make_shared<const Measured>(std::move(*m));
+  status = fmt::format("opened trace {} ({} slices)", path, measured->timeline.ops);
+  return true;
 }
 
 void App::pin_baseline(bool on) {
@@ -166,6 +274,7 @@ std::string App::state_json() const {
     j["microbatches"] = current->session->compiled().num_microbatches;
   }
   if (baseline) j["baseline_step_time_ns"] = baseline->result.step_time;
+  if (measured) j["measured"] = {{"path", measured->path}, {"slices", measured->timeline.ops}, {"end_ns", measured->end}};
   nlohmann::ordered_json v;
   v["t0_ns"] = tl.t0;
   v["t1_ns"] = tl.t0 + tl.ns_per_px * tl.width;

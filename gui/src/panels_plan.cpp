@@ -163,13 +163,17 @@ void menu_bar(App& app) {
 void file_row(App& app) {
   ImGuiIO& io = ImGui::GetIO();
   if (io.KeyCtrl && ImGui::IsKeyPressed('O', false)) ImGui::SetKeyboardFocusHere();
-  ImGui::SetNextItemWidth(-ImGui::CalcTextSize("Open Save as").x - 30);
+  ImGui::SetNextItemWidth(-ImGui::CalcTextSize("Open Open trace Save as").x - 40);
   const bool enter = ImGui::InputTextWithHint("##path", "plan.json path (Ctrl+O)", &app.path_field,
                                               ImGuiInputTextFlags_EnterReturnsTrue);
   app.hook("path");
   ImGui::SameLine();
   if (ImGui::Button("Open") || enter) app.open(app.path_field);
   app.hook("open");
+  ImGui::SameLine();
+  if (ImGui::Button("Open trace")) app.open_trace(app.path_field);  // status says how it went
+  app.hook("open trace");
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Open the path as a Chrome trace to compare with the prediction");
   ImGui::SameLine();
   if (ImGui::Button("Save as")) {
     std::string err;

@@ -48,6 +48,7 @@ struct App::PanelCache {
   int stats_lane = -1;
   std::array<Stat, static_cast<size_t>(OpClass::kCount)> stats{};
   std::weak_ptr<const Snapshot> cmp_now, cmp_base;
+  std::weak_ptr<const Measured> cmp_measured;
   std::vector<CompareRow> rows;
 };
 
@@ -166,9 +167,9 @@ void draw_timeline_panel(App& app) {
   app.hook("critical");
   ImGui::SameLine();
   ImGui::Checkbox("flows", &tl.show_flows);
-  if (app.baseline) {
+  if (app.baseline || app.measured) {
     ImGui::SameLine();
-    ImGui::Checkbox("baseline", &tl.show_baseline);
+    ImGui::Checkbox(app.measured ? "measured" : "baseline", &tl.show_baseline);
   }
   ImGui::SameLine();
   ImGui::TextColored(kGrey, "%zu ops, %zu lanes, step %s", T.ops, T.lanes.size(),
@@ -272,10 +273,14 @@ void draw_timeline_panel(App& app) {
   std::vector<float> lane_y(T.lanes.size(), -1.0f);
   std::vector<Box> boxes;
   std::unordered_map<std::string, uint32_t> base_lane;  // "device/stream" -> baseline lane
-  const bool show_base = app.baseline && tl.show_baseline && app.baseline.get() != app.current.get();
+  // Reference lanes under the current ones: a measured trace, else the pinned baseline.
+  const Timeline* ref = app.measured ? &app.measured->timeline
+                        : app.baseline && app.baseline.get() != app.current.get() ? &app.baseline->timeline
+                                                                                  : nullptr;
+  const bool show_base = ref && tl.show_baseline;
   if (show_base)
-    for (uint32_t i = 0; i < app.baseline->timeline.lanes.size(); ++i) {
-      const Lane& l = app.baseline->timeline.lanes[i];
+    for (uint32_t i = 0; i < ref->lanes.size(); ++i) {
+      const Lane& l = ref->lanes[i];
       base_lane[fmt::format("{}/{}", l.device, l.name)] = i;
     }
   struct Hover {
@@ -358,7 +363,7 @@ void draw_timeline_panel(App& app) {
         auto it = base_lane.find(fmt::format("{}/{}", lane.device, lane.name));
         if (it != base_lane.end()) {
           boxes.clear();
-          layout_lane(app.baseline->timeline.lanes[it->second], v, boxes);
+          layout_lane(ref->lanes[it->second], v, boxes);
           for (const Box& b : boxes)
             dl->AddRectFilled(ImVec2(b.x0, by1 - 1), ImVec2(std::max(b.x1, b.x0 + 1), by1 + 2),
                               class_color(b.cls, 150));
@@ -735,41 +740,36 @@ void selection_tab(App& app) {
   }
 }
 
-// Logical op (PP, MB, PASS) -> first start and last end over all its compute instances.
-std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> logical_spans(const Snapshot& s) {
-  std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> m;
-  const auto& cp = s.session->compiled();
-  const auto& r = s.result;
-  for (uint32_t t = 0; t < r.program.tasks.size(); ++t) {
-    if (r.program.tasks[t].kind != sim::TaskKind::kCompute) continue;
-    const uint32_t n = r.node_of(t);
-    if (n >= cp.dag.nodes.size()) continue;
-    const Tags& tg = cp.dag.nodes[n].tags;
-    if (tg.pass == Pass::kNone) continue;
-    auto key = std::make_tuple(tg.pp(), tg.mb(), static_cast<int>(tg.pass));
-    auto [it, fresh] = m.try_emplace(key, r.timing[t].start, r.timing[t].end);
-    if (!fresh) {
-      it->second.first = std::min(it->second.first, r.timing[t].start);
-      it->second.second = std::max(it->second.second, r.timing[t].end);
-    }
-  }
-  return m;
-}
-
 void compare_tab(App& app) {
-  if (!app.baseline) {
-    ImGui::TextColored(kGrey, "Pin a baseline (P, or the Pin baseline button), edit, and compare here.");
+  if (!app.baseline && !app.measured) {
+    ImGui::TextColored(kGrey, "Pin a baseline (P, or the Pin baseline button), edit, and compare here; "
+                              "or open a measured Chrome trace (path field, Open trace).");
     return;
   }
-  summary_tab(app);
+  if (app.measured) {
+    const auto& m = *app.measured;
+    const double pred = static_cast<double>(app.current->result.step_time), meas = static_cast<double>(m.end);
+    ImGui::Text("measured %s: %zu slices, span %s; predicted %s (%+.2f%%)", m.path.c_str(), m.timeline.ops,
+                format_time(meas).c_str(), format_time(pred).c_str(), meas > 0 ? (pred - meas) / meas * 100 : 0.0);
+    ImGui::SameLine();
+    if (ImGui::SmallButton("close trace")) {
+      app.measured.reset();
+      return;
+    }
+  } else {
+    summary_tab(app);
+  }
   using Row = CompareRow;
   App::PanelCache& pc = cache(app);
   auto& rows = pc.rows;
-  if (pc.cmp_now.lock() != app.current || pc.cmp_base.lock() != app.baseline) {
+  if (pc.cmp_now.lock() != app.current || pc.cmp_base.lock() != app.baseline ||
+      pc.cmp_measured.lock() != app.measured) {
     pc.cmp_now = app.current;
     pc.cmp_base = app.baseline;
+    pc.cmp_measured = app.measured;
     rows.clear();
-    auto now = logical_spans(*app.current), base = logical_spans(*app.baseline);
+    auto now = logical_spans(*app.current);
+    auto base = app.measured ? app.measured->spans : logical_spans(*app.baseline);
     for (const auto& [k, v] : now) {
       Row r{std::get<0>(k), std::get<1>(k), std::get<2>(k), -1, -1, v.first, v.second};
       if (auto it = base.find(k); it != base.end()) r.s0 = it->second.first, r.e0 = it->second.second;
@@ -781,10 +781,13 @@ void compare_tab(App& app) {
       return std::llabs((a.e1 - a.e0)) > std::llabs((b.e1 - b.e0));
     });
   }
-  ImGui::Text("Logical ops aligned by (PP, MB, PASS), largest change of end time first:");
+  ImGui::Text("Logical ops aligned by (PP, MB, PASS), largest change of end time first (%s):",
+              app.measured ? "measured vs predicted" : "baseline vs now");
+  app.hook("diff table");
   if (ImGui::BeginTable("diff", 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_BordersInnerV)) {
     ImGui::TableSetupScrollFreeze(0, 1);
-    for (const char* c : {"op", "baseline start", "baseline end", "start", "end", "end delta"}) ImGui::TableSetupColumn(c);
+    for (const char* c : {"op", app.measured ? "measured start" : "baseline start", app.measured ? "measured end" : "baseline end", "start", "end", "end delta"})
+      ImGui::TableSetupColumn(c);
     ImGui::TableHeadersRow();
     ImGuiListClipper clip;
     clip.Begin(static_cast<int>(rows.size()));

@@ -21,7 +21,7 @@ constexpr VerbSpec kVerbs[] = {
     {"drag", 2, 3},
     {"zoom", 2, 2},  {"range", 2, 2},  {"fit", 0, 0},    {"pin", 0, 0},    {"unpin", 0, 0}, {"wait", 0, 0},
     {"frames", 1, 1}, {"undo", 0, 0},  {"redo", 0, 0},   {"save", 1, -1}, {"export-trace", 1, -1},
-    {"screenshot", 1, -1}, {"quit", 0, 0},
+    {"screenshot", 1, -1}, {"quit", 0, 0}, {"open-trace", 1, -1},
 };
 
 constexpr int kKeyEnter = 257, kKeyA = 'A';  // GLFW_KEY_ENTER, GLFW_KEY_A
@@ -59,7 +59,7 @@ Expected<std::vector<Action>> parse_script(const std::string& text, const std::s
       for (const auto& v : kVerbs) names.emplace_back(v.verb);
       const std::string near = nearest(a.verb, names);
       diag(fmt::format("unknown script action '{}'", a.verb),
-           near.empty() ? "actions: open, set, click, type, wheel, zoom, range, fit, pin, unpin, wait, frames, undo, redo, save, export-trace, screenshot, quit"
+           near.empty() ? "actions: open, open-trace, set, click, type, wheel, zoom, range, fit, pin, unpin, wait, frames, undo, redo, save, export-trace, screenshot, quit"
                         : "did you mean '" + near + "'?");
       continue;
     }
@@ -249,6 +249,8 @@ bool step_script(App& app, ImGuiIO& io) {
     // Immediate actions.
     if (a.verb == "open") {
       if (!app.open(a.args[0])) return fail_with(app.status);
+    } else if (a.verb == "open-trace") {
+      if (!app.open_trace(a.args[0])) return fail_with(app.status);
     } else if (a.verb == "set") {
       OJson v = OJson::parse(a.args[1], nullptr, false);
       if (v.is_discarded()) v = a.args[1];

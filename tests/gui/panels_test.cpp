@@ -274,6 +274,28 @@ TEST_F(Panels, RangeAndLaneStatisticsCountTheOpsOfEachKind) {
   EXPECT_EQ(app.tl.lane, -1);
 }
 
+TEST_F(Panels, AnExportedTraceOpenedAsMeasuredMatchesThePrediction) {
+  const fs::path trace = tmp("measured.json");
+  run("open " + k1f1b + "\nwait\nexport-trace " + trace.string() + "\nopen-trace " + trace.string() +
+      "\nclick tab compare\nframes 2\n");
+  ASSERT_TRUE(app.measured);
+  const Measured& m = *app.measured;
+  EXPECT_EQ(m.end, app.current->result.step_time);
+  EXPECT_EQ(m.timeline.ops, app.current->timeline.ops);  // one slice per op and lane
+  EXPECT_EQ(m.timeline.lanes.size(), app.current->timeline.lanes.size());
+  const auto now = logical_spans(*app.current);
+  ASSERT_FALSE(now.empty());
+  EXPECT_EQ(m.spans, now);  // aligned by (PP, MB, PASS): no differences
+  // Per-kind totals agree (compute passes and communication kinds classified alike).
+  auto a = kind_stats(m.timeline, 0, 1e18), b = kind_stats(app.current->timeline, 0, 1e18);
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k].total, b[k].total) << op_class_name(static_cast<OpClass>(k));
+  EXPECT_TRUE(app.hooks.count("diff table"));
+  // A file that is not a trace: a status line, the measured trace stays.
+  EXPECT_FALSE(app.open_trace(k1f1b));
+  EXPECT_NE(app.status.find("traceEvents"), std::string::npos) << app.status;
+  EXPECT_TRUE(app.measured);
+}
+
 TEST(Script, UnknownActionsAndMissingArgumentsAreDiagnosed) {
   auto s = parse_script("open a.json\nzom 1 2\nclick\nframes x\n", "s.txt");
   ASSERT_FALSE(s);

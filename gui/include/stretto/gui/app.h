@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "stretto/gui/document.h"
@@ -36,6 +37,22 @@ struct Action {
   std::vector<std::string> args;  // verb's arguments
   int line = 0;                   // in the script file, for messages
 };
+
+/// A measured (or exported) Chrome trace opened against the prediction.
+struct Measured {
+  std::string path;
+  Timeline timeline;  // lanes per (process = device, thread = stream); Op::task = slice index
+  /// (PP, MB, PASS) -> first start, last end of its compute slices (from args.tags).
+  std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> spans;
+  SimTime begin = 0, end = 0;  // first slice start in the file; last slice end (shown times)
+  size_t skipped = 0;
+};
+/// Builds lanes and logical spans from a trace file (traces::read_chrome_trace). Profilers'
+/// clocks start anywhere: the trace's first slice is placed at `first_start` (the prediction's
+/// first op start), so a trace `stretto export chrome` wrote keeps its times.
+Expected<Measured> load_measured(const std::string& path, SimTime first_start = 0);
+/// (PP, MB, PASS) -> first start, last end of a simulated step's compute ops.
+std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> logical_spans(const Snapshot& s);
 
 struct TimelineState {
   double t0 = 0, ns_per_px = 0;  // ns_per_px 0: fit on the next frame
@@ -68,6 +85,7 @@ struct App {
   uint64_t submitted_rev = UINT64_MAX;     // document revision it was made from
   std::shared_ptr<const Snapshot> current;  // last good result
   std::shared_ptr<const Snapshot> baseline;  // pinned for comparison
+  std::shared_ptr<const Measured> measured;   // a trace opened against the prediction
   Diagnostics diags;        // of the latest finished simulation (errors when it failed)
   bool last_failed = false;
   uint64_t shown_generation = 0;
@@ -121,6 +139,9 @@ struct App {
   /// True when the result shown is older than the document (an edit is being simulated or
   /// failed).
   bool stale() const;
+  /// Opens a Chrome trace (measured, or exported) to compare with the prediction; on error
+  /// `status` and `diags` say why and the previous one stays.
+  bool open_trace(const std::string& path);
   /// Pins the current result as the comparison baseline (or clears it).
   void pin_baseline(bool on = true);
   /// Zooms the timeline to [t0, t1) ns.

@@ -2,6 +2,7 @@
 // Scripted UI actions (stretto gui --script FILE): one action per line, '#' starts a comment.
 //
 //   open PATH               open a plan file (as the path field + Open button do)
+//   open-trace PATH         open a Chrome trace (measured, or exported) against the prediction
 //   set POINTER VALUE       set a plan field (JSON pointer, JSON value; a bare word is a string)
 //   click WIDGET            click a named widget (mouse moved there, pressed, released)
 //   type WIDGET TEXT        click a text/number field, select all, type TEXT, press Enter
