@@ -43,6 +43,7 @@ struct CompareRow {
 struct App::PanelCache {
   float scroll_y = 0;            // timeline lanes
   std::vector<int> device_order;  // devices table, sorted
+  std::weak_ptr<const Snapshot> order_for;
   std::weak_ptr<const Snapshot> stats_for;
   double stats_a = -1, stats_b = -1;
   int stats_lane = -1;
@@ -462,13 +463,12 @@ void draw_memory_panel(App& app) {
   const auto& dm = r.devices[static_cast<size_t>(app.memory_device)];
   const double capacity = cp.plan.cluster.device.memory_GiB * 1024.0 * 1024.0 * 1024.0;
   ImGui::SameLine();
+  ImGui::Checkbox("scale to peak", &app.memory_to_peak);
+  app.hook("scale to peak");
   ImGui::TextColored(dm.over_capacity ? kRed : kGrey, "peak %s at %s of %s%s",
                      format_bytes(static_cast<double>(dm.peak_memory)).c_str(),
                      format_time(static_cast<double>(dm.peak_time)).c_str(),
                      format_bytes(capacity).c_str(), dm.over_capacity ? "  OVER CAPACITY" : "");
-  ImGui::SameLine();
-  ImGui::Checkbox("scale to peak", &app.memory_to_peak);
-  app.hook("scale to peak");
   const auto& curve = app.memory_curve(app.memory_device);
   // Legend.
   static constexpr OpClass kCatColor[] = {OpClass::kF, OpClass::kBW, OpClass::kCompute, OpClass::kB,
@@ -635,7 +635,9 @@ void devices_tab(App& app) {
     for (const char* c : {"device", "busy", "bubble", "bubble %", "exposed comm", "comm", "peak memory"})
       ImGui::TableSetupColumn(c);
     ImGui::TableHeadersRow();
-    if (ImGuiTableSortSpecs* ss = ImGui::TableGetSortSpecs(); ss && (ss->SpecsDirty || order.size() != r.devices.size())) {
+    const bool fresh = cache(app).order_for.lock() != app.current;  // a new result: sort again
+    cache(app).order_for = app.current;
+    if (ImGuiTableSortSpecs* ss = ImGui::TableGetSortSpecs(); ss && (ss->SpecsDirty || fresh)) {
       if (ss->SpecsCount > 0) {
         const int col = ss->Specs[0].ColumnIndex;
         const bool asc = ss->Specs[0].SortDirection == ImGuiSortDirection_Ascending;
