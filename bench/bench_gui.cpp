@@ -91,6 +91,8 @@ void BM_EditToRedraw(benchmark::State& state) {
   state.counters["sim_ms"] = app.current->result.sim_wall_ms;
   state.counters["recompiled"] = app.current->recompiled;
   state.counters["worker_ms"] = app.current->wall_ms;  // parse + (re)compile + simulate + lanes
+  state.counters["prepare_ms"] = app.current->prepare_ms;
+  state.counters["lanes_ms"] = app.current->lanes_ms;
 }
 BENCHMARK(BM_EditToRedraw)->Arg(64)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -222,6 +222,10 @@ void file_row(App& app) {
     ImGui::TextColored(kGreen, "up to date - step %s, simulated in %.1f ms",
                        format_time(static_cast<double>(app.current->result.step_time)).c_str(),
                        app.last_edit_to_result_ms);
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("%s %.1f ms, simulation %.1f ms, lanes %.1f ms",
+                        app.current->recompiled ? "parse + compile" : "parse + cost model (no recompile)",
+                        app.current->prepare_ms, app.current->result.sim_wall_ms, app.current->lanes_ms);
   }
   app.hook("status");
   if (!app.status.empty()) ImGui::TextColored(kGrey, "%s", app.status.c_str());

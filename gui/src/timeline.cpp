@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <map>
 
 namespace stretto::gui {
 
@@ -57,44 +56,48 @@ Timeline build_timeline(const sim::Result& r, const CompiledPlan& cp) {
   const sim::Program& p = r.program;
   tl.where.assign(p.tasks.size(), {UINT32_MAX, 0});
   if (r.timing.size() != p.tasks.size()) return tl;
-  tl.by_device.resize(p.devices.size());
-  for (uint32_t d = 0; d < p.devices.size(); ++d) {
-    std::map<uint16_t, uint32_t> lane_of;  // stream -> lane (stream 0 = compute first)
-    for (uint32_t t : p.devices[d].dispatch) {
+  const size_t D = p.devices.size(), S = std::max<size_t>(1, p.stream_names.size());
+  tl.by_device.resize(D);
+  // One pass over the participants marks the (device, stream) lanes in use; lanes are then
+  // numbered by device, then stream (stream 0 is "compute"); a second pass fills them.
+  std::vector<uint32_t> lane_of(D * S, UINT32_MAX), count(D * S, 0);
+  auto each_participant = [&](auto&& f) {
+    for (uint32_t t = 0; t < p.tasks.size(); ++t) {
       const sim::Task& tk = p.tasks[t];
       if (tk.kind == sim::TaskKind::kBarrier) continue;
       for (uint32_t k = 0; k < tk.part_count; ++k) {
         const sim::Participant& pa = p.participants[tk.part_begin + k];
-        if (pa.device != d) continue;
-        lane_of.emplace(pa.stream, 0);
+        if (pa.device < D && pa.stream < S) f(t, static_cast<size_t>(pa.device) * S + pa.stream);
       }
     }
-    for (auto& [stream, lane] : lane_of) {
-      lane = static_cast<uint32_t>(tl.lanes.size());
-      Lane l;
-      l.device = static_cast<int>(d);
-      l.stream = stream;
-      l.name = stream < p.stream_names.size() ? p.stream_names[stream] : "?";
-      tl.lanes.push_back(std::move(l));
-      tl.by_device[d].push_back(lane);
-    }
-    for (uint32_t t : p.devices[d].dispatch) {
-      const sim::Task& tk = p.tasks[t];
-      if (tk.kind == sim::TaskKind::kBarrier || r.timing[t].start < 0) continue;
-      for (uint32_t k = 0; k < tk.part_count; ++k) {
-        const sim::Participant& pa = p.participants[tk.part_begin + k];
-        if (pa.device != d) continue;
-        Lane& l = tl.lanes[lane_of[pa.stream]];
-        l.ops.push_back({r.timing[t].start, r.timing[t].end, t, op_class(cp, r, t)});
-        break;
-      }
-    }
+  };
+  each_participant([&](uint32_t, size_t slot) {
+    lane_of[slot] = 0;
+    ++count[slot];
+  });
+  for (size_t slot = 0; slot < lane_of.size(); ++slot) {
+    if (lane_of[slot] == UINT32_MAX) continue;
+    lane_of[slot] = static_cast<uint32_t>(tl.lanes.size());
+    Lane l;
+    l.device = static_cast<int>(slot / S);
+    l.stream = static_cast<uint16_t>(slot % S);
+    l.name = l.stream < p.stream_names.size() ? p.stream_names[l.stream] : "?";
+    l.ops.reserve(count[slot]);
+    tl.by_device[slot / S].push_back(lane_of[slot]);
+    tl.lanes.push_back(std::move(l));
   }
+  each_participant([&](uint32_t t, size_t slot) {
+    if (r.timing[t].start < 0) return;
+    auto& ops = tl.lanes[lane_of[slot]].ops;
+    if (!ops.empty() && ops.back().task == t) return;  // listed twice on one lane
+    ops.push_back({r.timing[t].start, r.timing[t].end, t, op_class(cp, r, t)});
+  });
   for (uint32_t li = 0; li < tl.lanes.size(); ++li) {
     Lane& l = tl.lanes[li];
-    std::stable_sort(l.ops.begin(), l.ops.end(),
-                     [](const Op& a, const Op& b) { return a.start < b.start; });
-    // FIFO lanes: ends are sorted too, except zero-length ops; keep ends monotone for search.
+    // Task ids are a topological order, nearly time order: the sort is cheap.
+    auto by_start = [](const Op& a, const Op& b) { return a.start < b.start; };
+    if (!std::is_sorted(l.ops.begin(), l.ops.end(), by_start))
+      std::stable_sort(l.ops.begin(), l.ops.end(), by_start);
     for (uint32_t i = 0; i < l.ops.size(); ++i) {
       auto& w = tl.where[l.ops[i].task];
       if (w.first == UINT32_MAX) w = {li, i};

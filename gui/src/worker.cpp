@@ -77,6 +77,7 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
     }
     return sim::Session::from_text(text, file, base_dir);
   }();
+  const auto t_prepared = std::chrono::steady_clock::now();
   if (!s) {
     o.diags = std::move(s.error());
   } else {
@@ -90,7 +91,11 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
       snap->recompiled = recompiled;
       auto session = std::make_shared<sim::Session>(std::move(*s));
       snap->result = std::move(*r);
+      const auto t_lanes = std::chrono::steady_clock::now();
       snap->timeline = build_timeline(snap->result, session->compiled());
+      snap->prepare_ms = std::chrono::duration<double, std::milli>(t_prepared - t0).count();
+      snap->lanes_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_lanes).count();
       o.diags = session->compiled().warnings;
       snap->session = std::move(session);
       snap->wall_ms =

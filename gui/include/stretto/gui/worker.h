@@ -25,6 +25,7 @@ struct Snapshot {
   sim::Result result;
   Timeline timeline;
   double wall_ms = 0;  // compile + simulate + timeline
+  double prepare_ms = 0, lanes_ms = 0;  // parse + (re)compile + cost model; timeline lanes
   bool recompiled = true;  // false: only the cost model changed (Session::set_costmodel)
 };
 
