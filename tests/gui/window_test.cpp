@@ -8,6 +8,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -133,6 +135,26 @@ TEST(GuiWindow, ABadPlanOpensWithItsDiagnosticsAndExitsCleanly) {
   EXPECT_NE(st["diagnostics"][0]["location"].get<std::string>().find("bad_plan.json:1:"), std::string::npos)
       << st.dump(2);
   EXPECT_FALSE(st.contains("step_time_ns"));
+}
+
+TEST(GuiCli, NoDisplayBadScriptAndBadArgumentsAreClearErrors) {
+  const std::string bin = STRETTO_BINARY;
+  const std::string plan = std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json";
+  int rc = 0;
+  std::string out = run("env -u DISPLAY -u WAYLAND_DISPLAY " + bin + " gui " + plan + " --frames 1", &rc);
+  EXPECT_EQ(WEXITSTATUS(rc), 1) << out;
+  EXPECT_NE(out.find("xvfb-run"), std::string::npos) << out;
+  const fs::path script = fs::temp_directory_path() / ("stretto_bad_" + std::to_string(::getpid()) + ".script");
+  std::ofstream(script) << "wait\nzom 1 2\n";
+  out = run(bin + " gui " + plan + " --script " + script.string(), &rc);
+  EXPECT_EQ(WEXITSTATUS(rc), 2) << out;
+  EXPECT_NE(out.find(script.string() + ":2:1: error: unknown script action 'zom'"), std::string::npos) << out;
+  EXPECT_NE(out.find("did you mean 'zoom'?"), std::string::npos) << out;
+  out = run(bin + " gui " + plan + " --size 10x10", &rc);
+  EXPECT_EQ(WEXITSTATUS(rc), 2) << out;
+  out = run(bin + " gui " + plan + " --screenshot x.png", &rc);
+  EXPECT_EQ(WEXITSTATUS(rc), 2) << out;
+  EXPECT_NE(out.find("--frames"), std::string::npos) << out;
 }
 
 }  // namespace
