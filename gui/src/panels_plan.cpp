@@ -17,6 +17,8 @@
 namespace stretto::gui {
 namespace {
 
+namespace fs = std::filesystem;
+
 const ImVec4 kRed(1.0f, 0.42f, 0.38f, 1.0f), kYellow(1.0f, 0.85f, 0.3f, 1.0f),
     kGreen(0.45f, 0.9f, 0.5f, 1.0f), kGrey(0.65f, 0.65f, 0.65f, 1.0f);
 
@@ -130,10 +132,42 @@ std::string filter_label(const OJson& f) {
 
 void menu_bar(App& app) {
   if (!ImGui::BeginMenuBar()) return;
-  if (ImGui::BeginMenu("File")) {
+  const bool file_menu = ImGui::BeginMenu("File");
+  app.hook("menu file");
+  if (file_menu) {
     if (ImGui::BeginMenu("Open recent", !app.recent.empty())) {
       for (const auto& r : std::vector<std::string>(app.recent.begin(), app.recent.end()))
         if (ImGui::MenuItem(r.c_str())) app.open(r);
+      ImGui::EndMenu();
+    }
+    // A small file browser: the .json files and folders next to the path field's file.
+    const bool browse = ImGui::BeginMenu("Browse");
+    app.hook("menu browse");
+    if (browse) {
+      std::error_code ec;
+      fs::path dir = app.path_field.empty() ? fs::path(".") : fs::path(app.path_field);
+      if (!fs::is_directory(dir, ec)) dir = dir.parent_path();
+      if (dir.empty()) dir = ".";
+      ImGui::TextDisabled("%s", dir.string().c_str());
+      if (ImGui::MenuItem("..")) app.path_field = (dir / "..").lexically_normal().string() + "/";
+      std::vector<fs::directory_entry> entries;
+      for (const auto& e : fs::directory_iterator(dir, ec)) {
+        if (entries.size() >= 500) break;
+        if (e.is_directory(ec) || e.path().extension() == ".json") entries.push_back(e);
+      }
+      std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.path() < b.path(); });
+      for (const auto& e : entries) {
+        const bool is_dir = e.is_directory(ec);
+        const std::string label = e.path().filename().string() + (is_dir ? "/" : "");
+        const bool chosen = ImGui::MenuItem(label.c_str());
+        app.hook("browse " + label);
+        if (chosen) {
+          if (is_dir)
+            app.path_field = e.path().string() + "/";
+          else
+            app.open(e.path().string());
+        }
+      }
       ImGui::EndMenu();
     }
     if (ImGui::MenuItem("Save", "Ctrl+S")) {

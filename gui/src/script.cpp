@@ -18,7 +18,7 @@ struct VerbSpec {
 };
 constexpr VerbSpec kVerbs[] = {
     {"open", 1, -1}, {"set", 2, -1},   {"click", 1, -1}, {"type", 2, -1}, {"wheel", 2, 2},
-    {"drag", 2, 3},
+    {"drag", 2, 3},  {"hover", 1, -1},
     {"zoom", 2, 2},  {"range", 2, 2},  {"fit", 0, 0},    {"pin", 0, 0},    {"unpin", 0, 0}, {"wait", 0, 0},
     {"frames", 1, 1}, {"undo", 0, 0},  {"redo", 0, 0},   {"save", 1, -1}, {"export-trace", 1, -1},
     {"screenshot", 1, -1}, {"quit", 0, 0}, {"open-trace", 1, -1},
@@ -59,7 +59,7 @@ Expected<std::vector<Action>> parse_script(const std::string& text, const std::s
       for (const auto& v : kVerbs) names.emplace_back(v.verb);
       const std::string near = nearest(a.verb, names);
       diag(fmt::format("unknown script action '{}'", a.verb),
-           near.empty() ? "actions: open, open-trace, set, click, type, wheel, zoom, range, fit, pin, unpin, wait, frames, undo, redo, save, export-trace, screenshot, quit"
+           near.empty() ? "actions: open, open-trace, set, click, hover, type, wheel, zoom, range, fit, pin, unpin, wait, frames, undo, redo, save, export-trace, screenshot, quit"
                         : "did you mean '" + near + "'?");
       continue;
     }
@@ -181,7 +181,7 @@ bool step_script(App& app, ImGuiIO& io) {
       app.script.pop_front();
       return true;
     }
-    if (a.verb == "click" || a.verb == "type" || a.verb == "wheel") {
+    if (a.verb == "click" || a.verb == "type" || a.verb == "wheel" || a.verb == "hover") {
       auto it = app.hooks.find(a.args[0]);
       if (it == app.hooks.end()) {
         // Widgets exist after a frame lays them out; allow a few frames.
@@ -192,8 +192,8 @@ bool step_script(App& app, ImGuiIO& io) {
       const int phase = app.click_phase < 100 ? 100 : app.click_phase;
       app.click_phase = phase + 1;
       io.MousePos = ImVec2(r.cx(), r.cy());
-      if (a.verb == "wheel") {
-        io.MouseWheel = std::stof(a.args[1]);
+      if (a.verb == "wheel" || a.verb == "hover") {
+        if (a.verb == "wheel") io.MouseWheel = std::stof(a.args[1]);
         app.click_phase = 0;
         app.script.pop_front();
         return true;

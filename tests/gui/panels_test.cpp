@@ -296,6 +296,18 @@ TEST_F(Panels, AnExportedTraceOpenedAsMeasuredMatchesThePrediction) {
   EXPECT_TRUE(app.measured);
 }
 
+TEST_F(Panels, FileBrowseListsPlansNextToThePathAndOpensOne) {
+  app.path_field = kEx + "/";
+  run("frames 1\nclick menu file\nframes 2\n");
+  ASSERT_TRUE(app.hooks.count("menu browse")) << app.script_error;
+  run("hover menu browse\nframes 3\n");
+  ASSERT_TRUE(app.hooks.count("browse gpt_pp4_dp2_1f1b.json")) << app.script_error;
+  run("click browse gpt_pp4_dp2_1f1b.json\nwait\nframes 1\n");
+  EXPECT_EQ(app.doc.path(), kEx + "/gpt_pp4_dp2_1f1b.json");
+  ASSERT_TRUE(app.current);
+  EXPECT_EQ(app.recent.front(), kEx + "/gpt_pp4_dp2_1f1b.json");
+}
+
 TEST(Script, UnknownActionsAndMissingArgumentsAreDiagnosed) {
   auto s = parse_script("open a.json\nzom 1 2\nclick\nframes x\n", "s.txt");
   ASSERT_FALSE(s);

@@ -5,6 +5,7 @@
 //   open-trace PATH         open a Chrome trace (measured, or exported) against the prediction
 //   set POINTER VALUE       set a plan field (JSON pointer, JSON value; a bare word is a string)
 //   click WIDGET            click a named widget (mouse moved there, pressed, released)
+//   hover WIDGET            move the mouse over a widget (opens a submenu, shows a tooltip)
 //   type WIDGET TEXT        click a text/number field, select all, type TEXT, press Enter
 //                           (WIDGET is one word: microbatches, memory_device, json, ...)
 //   wheel WIDGET N          turn the mouse wheel N notches over a widget (timeline: zoom)
