@@ -332,6 +332,8 @@ void handle_shortcuts(App& app) {
   if (io.WantTextInput) return;  // plain keys belong to the text field being edited
   if (!ctrl && pressed(key_of('F'))) app.fit();
   if (!ctrl && pressed(key_of('P'))) app.pin_baseline(!app.baseline);
+  if (!ctrl && pressed(key_of('R')) && app.tl.range_t0 >= 0 && app.tl.range_t1 != app.tl.range_t0)
+    app.zoom(std::min(app.tl.range_t0, app.tl.range_t1), std::max(app.tl.range_t0, app.tl.range_t1));
   if (!ctrl && pressed(key_of('C'))) app.tl.show_critical = !app.tl.show_critical;
   if ((!ctrl && pressed(key_of('H'))) || pressed(kKeyF1)) app.show_help = !app.show_help;
   const double w = app.tl.ns_per_px * app.tl.width;
@@ -394,6 +396,7 @@ void draw_help_window(App& app) {
         {"mouse wheel", "zoom at the mouse; Shift+wheel pans"},
         {"left drag", "pan the timeline"},
         {"right drag", "select a time range (statistics in Numbers > Selection)"},
+        {"R", "zoom to the selected range"},
         {"click", "select an op (details, flow arrows)"},
         {"Esc", "clear the selection"},
         {"P", "pin / unpin the current result as the baseline"},

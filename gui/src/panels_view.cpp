@@ -161,6 +161,12 @@ void draw_timeline_panel(App& app) {
   // ---- toolbar
   if (ImGui::Button("Fit")) app.fit();
   app.hook("fit");
+  const bool has_range = tl.range_t0 >= 0 && tl.range_t1 != tl.range_t0;
+  ImGui::SameLine();
+  if (ImGui::Button("Zoom to range") && has_range)
+    app.zoom(std::min(tl.range_t0, tl.range_t1), std::max(tl.range_t0, tl.range_t1));
+  app.hook("zoom to range");
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Right-drag on the timeline to select a range (R zooms to it)");
   ImGui::SameLine();
   ImGui::Checkbox("bubbles", &tl.show_bubbles);
   ImGui::SameLine();

@@ -272,6 +272,11 @@ TEST_F(Panels, RangeAndLaneStatisticsCountTheOpsOfEachKind) {
   EXPECT_EQ(counted, in);
   run("click lane 0 name\nframes 1\n");
   EXPECT_EQ(app.tl.lane, -1);
+  // Zoom to the range: the view starts at 10 ms and is 10 ms wide.
+  run("click zoom to range\nframes 1\n");
+  EXPECT_NEAR(app.tl.t0, 10e6, 1);
+  EXPECT_NEAR(app.tl.ns_per_px * app.tl.width, 10e6, 10);
+  EXPECT_FALSE(app.tl.fitted);
 }
 
 TEST_F(Panels, AnExportedTraceOpenedAsMeasuredMatchesThePrediction) {
