@@ -330,7 +330,30 @@ void handle_shortcuts(App& app) {
     app.status = app.doc.save({}, &err) ? "saved " + app.doc.path() : err;
   }
   if (io.WantTextInput) return;  // plain keys belong to the text field being edited
-  if (!ctrl && pressed(key_of('F'))) app.fit();
+  if (!ctrl && pressed(key_of('F'))) {
+    // With a selection, F shows that op (Perfetto's F); again, or without one: the whole step.
+    if (app.sel.valid() && app.current && app.sel.task < app.current->result.timing.size()) {
+      const auto& tm = app.current->result.timing[app.sel.task];
+      const double len = static_cast<double>(std::max<SimTime>(tm.end - tm.start, 1));
+      const double a = static_cast<double>(tm.start) - len * 0.25, b = static_cast<double>(tm.end) + len * 0.25;
+      if (std::abs(app.tl.t0 - a) < 1 && std::abs(app.tl.ns_per_px * app.tl.width - (b - a)) < 1)
+        app.fit();
+      else
+        app.zoom(a, b);
+    } else {
+      app.fit();
+    }
+  }
+  // '.' / ',' : the next / previous op on the selected op's lane (Perfetto).
+  const int step = pressed(key_of('.')) ? 1 : pressed(key_of(',')) ? -1 : 0;
+  if (step && app.sel.valid() && app.current && app.sel.task < app.current->timeline.where.size()) {
+    const auto [li, oi] = app.current->timeline.where[app.sel.task];
+    if (li != UINT32_MAX) {
+      const auto& ops = app.current->timeline.lanes[li].ops;
+      const long ni = static_cast<long>(oi) + step;
+      if (ni >= 0 && ni < static_cast<long>(ops.size())) app.sel.task = ops[static_cast<size_t>(ni)].task;
+    }
+  }
   if (!ctrl && pressed(key_of('P'))) app.pin_baseline(!app.baseline);
   if (!ctrl && pressed(key_of('R')) && app.tl.range_t0 >= 0 && app.tl.range_t1 != app.tl.range_t0)
     app.zoom(std::min(app.tl.range_t0, app.tl.range_t1), std::max(app.tl.range_t0, app.tl.range_t1));
@@ -390,7 +413,8 @@ void draw_help_window(App& app) {
         {"Ctrl+O", "focus the path field (type a path, Enter opens)"},
         {"Ctrl+S", "save the plan"},
         {"Ctrl+Z / Ctrl+Y", "undo / redo (Ctrl+Shift+Z also redoes)"},
-        {"F", "fit the whole step in the timeline"},
+        {"F", "show the selected op (again: the whole step); without a selection: fit"},
+        {". / ,", "select the next / previous op of the selected op's lane"},
         {"W / S", "zoom in / out around the centre"},
         {"A / D, Left / Right", "pan"},
         {"mouse wheel", "zoom at the mouse; Shift+wheel pans"},

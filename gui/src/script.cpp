@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <imgui.h>
 
+#include <cctype>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -18,7 +19,7 @@ struct VerbSpec {
 };
 constexpr VerbSpec kVerbs[] = {
     {"open", 1, -1}, {"set", 2, -1},   {"click", 1, -1}, {"type", 2, -1}, {"wheel", 2, 2},
-    {"drag", 2, 3},  {"hover", 1, -1},
+    {"drag", 2, 3},  {"hover", 1, -1}, {"key", 1, 1},
     {"zoom", 2, 2},  {"range", 2, 2},  {"fit", 0, 0},    {"pin", 0, 0},    {"unpin", 0, 0}, {"wait", 0, 0},
     {"frames", 1, 1}, {"undo", 0, 0},  {"redo", 0, 0},   {"save", 1, -1}, {"export-trace", 1, -1},
     {"screenshot", 1, -1}, {"quit", 0, 0}, {"open-trace", 1, -1},
@@ -59,7 +60,7 @@ Expected<std::vector<Action>> parse_script(const std::string& text, const std::s
       for (const auto& v : kVerbs) names.emplace_back(v.verb);
       const std::string near = nearest(a.verb, names);
       diag(fmt::format("unknown script action '{}'", a.verb),
-           near.empty() ? "actions: open, open-trace, set, click, hover, type, wheel, zoom, range, fit, pin, unpin, wait, frames, undo, redo, save, export-trace, screenshot, quit"
+           near.empty() ? "actions: open, open-trace, set, click, hover, key, type, wheel, zoom, range, fit, pin, unpin, wait, frames, undo, redo, save, export-trace, screenshot, quit"
                         : "did you mean '" + near + "'?");
       continue;
     }
@@ -143,6 +144,38 @@ bool step_script(App& app, ImGuiIO& io) {
     if (a.verb == "frames") {
       if (app.script_wait_frames == 0) app.script_wait_frames = std::max(1, std::stoi(a.args[0]));
       if (--app.script_wait_frames > 0) return true;
+      app.script.pop_front();
+      return true;
+    }
+    if (a.verb == "key") {
+      // [ctrl+][shift+]K: K is one character (GLFW numbers letters and punctuation by their
+      // ASCII code) or Esc, Enter, Left, Right, F1.
+      std::string k = a.args[0];
+      bool ctrl = false, shift = false;
+      for (bool more = true; more;) {
+        more = false;
+        if (k.rfind("ctrl+", 0) == 0 && k.size() > 5) ctrl = more = true, k = k.substr(5);
+        if (k.rfind("shift+", 0) == 0 && k.size() > 6) shift = more = true, k = k.substr(6);
+      }
+      int code = -1;
+      if (k.size() == 1) code = std::toupper(static_cast<unsigned char>(k[0]));
+      else if (k == "Esc") code = 256;
+      else if (k == "Enter") code = 257;
+      else if (k == "Right") code = 262;
+      else if (k == "Left") code = 263;
+      else if (k == "F1") code = 290;
+      if (code < 0 || code >= 512) return fail_with("unknown key '" + k + "'");
+      const int phase = app.click_phase < 100 ? 100 : app.click_phase;
+      app.click_phase = phase + 1;
+      if (phase == 100) {
+        io.KeyCtrl = ctrl;
+        io.KeyShift = shift;
+        io.KeysDown[code] = true;
+        return true;
+      }
+      io.KeysDown[code] = false;
+      io.KeyCtrl = io.KeyShift = false;
+      app.click_phase = 0;
       app.script.pop_front();
       return true;
     }

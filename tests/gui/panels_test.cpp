@@ -161,6 +161,17 @@ TEST_F(Panels, ClickingAnOpSelectsItAndShowsItsDetails) {
   EXPECT_EQ(st["selection"]["task"].get<uint32_t>(), op.task);
   EXPECT_EQ(st["selection"]["start_ns"].get<int64_t>(), op.start);
   run("click tab selection\nframes 2\n");
+  // Keys: '.' selects the lane's next op, ',' goes back; F shows the selected op, F again fits.
+  run("key .\nframes 1\n");
+  EXPECT_EQ(app.sel.task, lane.ops[4].task);
+  run("key ,\nframes 1\nkey F\nframes 1\n");
+  EXPECT_EQ(app.sel.task, op.task);
+  const double len = static_cast<double>(op.end - op.start);
+  EXPECT_NEAR(app.tl.t0, static_cast<double>(op.start) - len * 0.25, 1);
+  run("key F\nframes 2\n");
+  EXPECT_TRUE(app.tl.fitted);
+  run("key Esc\nframes 1\nkey ctrl+z\nframes 1\n");
+  EXPECT_FALSE(app.sel.valid());
 }
 
 TEST_F(Panels, DeviceGroupsCollapse) {

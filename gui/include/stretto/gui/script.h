@@ -6,6 +6,8 @@
 //   set POINTER VALUE       set a plan field (JSON pointer, JSON value; a bare word is a string)
 //   click WIDGET            click a named widget (mouse moved there, pressed, released)
 //   hover WIDGET            move the mouse over a widget (opens a submenu, shows a tooltip)
+//   key [ctrl+][shift+]K    press a key: one character (F, ., z, ...) or Esc, Enter, Left,
+//                           Right, F1 (the help window lists the shortcuts)
 //   type WIDGET TEXT        click a text/number field, select all, type TEXT, press Enter
 //                           (WIDGET is one word: microbatches, memory_device, json, ...)
 //   wheel WIDGET N          turn the mouse wheel N notches over a widget (timeline: zoom)
