@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "stretto/gui/torch_export.h"
 #include "stretto/traces/chrome_reader.h"
 #include "stretto/traces/chrome_trace.h"
 
@@ -209,6 +210,24 @@ bool App::export_trace(const std::string& path, std::string* error) const {
   }
   std::ofstream f(path, std::ios::binary);
   if (!f || !(f << traces::chrome_trace(current->session->compiled(), current->result))) {
+    if (error) *error = "cannot write '" + path + "'";
+    return false;
+  }
+  return true;
+}
+
+bool App::export_torch_csv(const std::string& path, std::string* error) const {
+  if (!current) {
+    if (error) *error = "nothing simulated yet";
+    return false;
+  }
+  auto csv = torch_csv_of(current->session->compiled().plan.schedule);
+  if (!csv) {
+    if (error) *error = "not a pipeline schedule torch can run: " + csv.error().front().message;
+    return false;
+  }
+  std::ofstream f(path, std::ios::binary);
+  if (!f || !(f << *csv)) {
     if (error) *error = "cannot write '" + path + "'";
     return false;
   }

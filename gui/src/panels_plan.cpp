@@ -233,6 +233,14 @@ void file_row(App& app) {
   }
   app.hook("export trace");
   ImGui::SameLine();
+  if (ImGui::Button("torch CSV")) {
+    const std::string p = (app.doc.path().empty() ? std::string("plan") : app.doc.path()) + ".csv";
+    std::string err;
+    app.status = app.export_torch_csv(p, &err) ? "wrote " + p : err;
+  }
+  app.hook("torch csv");
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("torch.distributed.pipelining's CSV action table of this schedule");
+  ImGui::SameLine();
   if (ImGui::Button("PNG")) {
     app.screenshot_request =
         (app.doc.path().empty() ? std::string("plan") : app.doc.path()) + ".png";

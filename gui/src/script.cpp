@@ -22,7 +22,7 @@ constexpr VerbSpec kVerbs[] = {
     {"drag", 2, 3},  {"hover", 1, -1}, {"key", 1, 1},
     {"zoom", 2, 2},  {"range", 2, 2},  {"fit", 0, 0},    {"pin", 0, 0},    {"unpin", 0, 0}, {"wait", 0, 0},
     {"frames", 1, 1}, {"undo", 0, 0},  {"redo", 0, 0},   {"save", 1, -1}, {"export-trace", 1, -1},
-    {"screenshot", 1, -1}, {"quit", 0, 0}, {"open-trace", 1, -1},
+    {"screenshot", 1, -1}, {"quit", 0, 0}, {"open-trace", 1, -1}, {"export-torch-csv", 1, -1},
 };
 
 constexpr int kKeyEnter = 257, kKeyA = 'A';  // GLFW_KEY_ENTER, GLFW_KEY_A
@@ -60,7 +60,7 @@ Expected<std::vector<Action>> parse_script(const std::string& text, const std::s
       for (const auto& v : kVerbs) names.emplace_back(v.verb);
       const std::string near = nearest(a.verb, names);
       diag(fmt::format("unknown script action '{}'", a.verb),
-           near.empty() ? "actions: open, open-trace, set, click, hover, key, type, wheel, zoom, range, fit, pin, unpin, wait, frames, undo, redo, save, export-trace, screenshot, quit"
+           near.empty() ? "actions: open, open-trace, set, click, hover, key, type, wheel, zoom, range, fit, pin, unpin, wait, frames, undo, redo, save, export-trace, export-torch-csv, screenshot, quit"
                         : "did you mean '" + near + "'?");
       continue;
     }
@@ -311,6 +311,9 @@ bool step_script(App& app, ImGuiIO& io) {
     } else if (a.verb == "export-trace") {
       std::string err;
       if (!app.export_trace(a.args[0], &err)) return fail_with(err);
+    } else if (a.verb == "export-torch-csv") {
+      std::string err;
+      if (!app.export_torch_csv(a.args[0], &err)) return fail_with(err);
     } else if (a.verb == "screenshot") {
       app.screenshot_request = a.args[0];
       app.script.pop_front();

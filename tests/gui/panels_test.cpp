@@ -324,6 +324,26 @@ TEST_F(Panels, FileBrowseListsPlansNextToThePathAndOpensOne) {
   EXPECT_EQ(app.recent.front(), kEx + "/gpt_pp4_dp2_1f1b.json");
 }
 
+TEST_F(Panels, TorchCsvExportIsTheBuildersSchedule) {
+  const fs::path csv = tmp("sched.csv");
+  run("open " + kBuilder + "\nwait\nexport-torch-csv " + csv.string() + "\n");
+  // One row per rank, 8 forwards and 8 backwards each; rank 0 starts with stage 0's F of mb 0.
+  std::ifstream in(csv);
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) rows.push_back(line);
+  ASSERT_EQ(rows.size(), 4u);
+  for (const auto& r : rows) EXPECT_EQ(std::count(r.begin(), r.end(), ',') + 1, 16) << r;
+  EXPECT_EQ(rows[0].substr(0, 4), "0F0,");
+  EXPECT_NE(rows[3].find("3B7"), std::string::npos) << rows[3];
+  // Nothing simulated: an error, no file.
+  App fresh;
+  std::string err;
+  EXPECT_FALSE(fresh.export_torch_csv(tmp("x.csv").string(), &err));
+  EXPECT_FALSE(err.empty());
+  EXPECT_FALSE(fs::exists(tmp("x.csv")));
+}
+
 TEST(Script, UnknownActionsAndMissingArgumentsAreDiagnosed) {
   auto s = parse_script("open a.json\nzom 1 2\nclick\nframes x\n", "s.txt");
   ASSERT_FALSE(s);

@@ -152,6 +152,9 @@ struct App {
   }
   /// Writes a Chrome trace of the current result.
   bool export_trace(const std::string& path, std::string* error) const;
+  /// Writes the current plan's pipeline schedule as torch's CSV action table (place + split +
+  /// order directives read back by schedule_from_directives); error when it is not one.
+  bool export_torch_csv(const std::string& path, std::string* error) const;
   /// What the UI shows, as JSON (--dump-state).
   std::string state_json() const;
   /// Records the last item's rect under `name` (for scripts and tests).

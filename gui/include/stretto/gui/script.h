@@ -22,6 +22,7 @@
 //   undo | redo             one edit back / forward
 //   save PATH               write the plan (Save as)
 //   export-trace PATH       write a Chrome trace of the current result
+//   export-torch-csv PATH   write the schedule as torch's CSV action table
 //   screenshot FILE.png     write a PNG of the window after this frame (window mode only)
 //   quit                    stop here
 // Widget names are those app.hooks records: "path", "open", "microbatches", "microbatches+",
