@@ -28,6 +28,8 @@ void add_schedule_commands(CLI::App& app, CLI::App& import_app, CLI::App& export
                            Commands& out);
 /// `sweep`, `sweep merge`, `search` (explore/).
 void add_sweep_commands(CLI::App& app, Commands& out);
+/// `gui` (only when built with the GUI: STRETTO_HAVE_GUI).
+void add_gui_command(CLI::App& app, Commands& out);
 
 /// Prints diagnostics to stderr; returns 2.
 int report(const Diagnostics& ds);

@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
   add_simulate_commands(app, *export_app, cmds);
   add_schedule_commands(app, *import_app, *export_app, cmds);
   add_sweep_commands(app, cmds);
+#ifdef STRETTO_HAVE_GUI
+  add_gui_command(app, cmds);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,15 @@
+// Torch CSV export (see torch_export.h).
+#include "stretto/gui/torch_export.h"
+
+#include "stretto/schedules/builders.h"
+#include "stretto/schedules/torch_csv.h"
+
+namespace stretto::gui {
+
+Expected<std::string> torch_csv_of(const std::vector<Directive>& directives) {
+  auto s = schedule_from_directives(directives);
+  if (!s) return fail(s.error());
+  return write_torch_csv(*s);
+}
+
+}  // namespace stretto::gui
