@@ -48,6 +48,9 @@ int main(int argc, char** argv) {
   add_compile_command(app, cmds);
   add_simulate_commands(app, *export_app, cmds);
   add_schedule_commands(app, *import_app, *export_app, cmds);
+#ifdef STRETTO_HAVE_BACKEND
+  add_replay_command(app, cmds);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
