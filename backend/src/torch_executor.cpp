@@ -35,6 +35,7 @@
 #include "torch_model.h"
 
 #ifdef STRETTO_BACKEND_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
@@ -176,13 +177,22 @@ class RankRun {
   int64_t op_counter_ = 0;
   int iteration_ = 0;
   int64_t t_compute_ = 0, t_wait_ = 0;
+  int64_t drop_counter_ = 0;  // fault "drop": received data so far
+  int cuda_index_ = 0;
+#ifdef STRETTO_BACKEND_CUDA
+  // CUDA: compute ops are timed with events on the compute stream (the current stream); the
+  // communication streams are c10d NCCL's, which order themselves against it with events.
+  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> ev_begin_, ev_end_;
+  std::unique_ptr<at::cuda::CUDAEvent> ev_step_;
+#endif
 
   at::TensorOptions tensor_options() const {
     at::TensorOptions o = at::TensorOptions().dtype(at::kFloat);
 #ifdef STRETTO_BACKEND_CUDA
     if (cuda_) {
       const DType dt = cp_.model.dtype;
-      o = o.device(at::Device(at::kCUDA, 0))
+      o = o.device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(
+                                             spec_.rank % std::max(1, static_cast<int>(c10::cuda::device_count())))))
               .dtype(dt == DType::kBF16   ? at::kBFloat16
                      : dt == DType::kFP16 ? at::kHalf
                                           : at::kFloat);
@@ -277,6 +287,16 @@ void RankRun::setup() {
   node_ops_.assign(dag.nodes.size(), {});
   for (size_t i = 0; i < ops_.size(); ++i) node_ops_[ops_[i].node].push_back(i);
   st_.assign(ops_.size(), OpState{});
+#ifdef STRETTO_BACKEND_CUDA
+  if (cuda_) {
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(model_.options().device().index()));
+    ev_step_ = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      ev_begin_.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
+      ev_end_.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
+    }
+  }
+#endif
   buf_.assign(ops_.size(), {});
   buf2_.assign(ops_.size(), {});
   gather_out_.assign(ops_.size(), {});
@@ -392,11 +412,14 @@ at::Tensor RankRun::flat_grads(uint32_t o) const {
 }
 
 void RankRun::write_params(uint32_t o, const at::Tensor& flat) {
-  at::NoGradGuard ng;
+  // Fresh leaves, as ZeRO-3 materialises gathered parameters: forwards of other microbatches
+  // still hold the previous tensors in their graphs (an in-place write would invalidate them).
   int64_t off = 0;
   for (auto& p : params_[o]) {
     const int64_t n = p.value.numel();
-    p.value.detach().view({-1}).copy_(flat.narrow(0, off, n));
+    at::Tensor v = flat.narrow(0, off, n).reshape(p.value.sizes()).clone();
+    v.set_requires_grad(true);
+    p.value = v;
     off += n;
   }
 }
@@ -469,9 +492,19 @@ void RankRun::enqueue(size_t i, std::vector<WorkPtr> works) {
         }
         std::string err;
         try {
-          for (auto& wk : item.works)
-            if (!wk->wait(std::chrono::milliseconds(opt_.timeout_ms)))
+          for (auto& wk : item.works) {
+            if (cuda_) {
+              // NCCL's wait() only orders streams: poll for completion to stamp its end.
+              const auto dl = std::chrono::steady_clock::now() +
+                              std::chrono::milliseconds(opt_.timeout_ms);
+              while (!wk->isCompleted() && std::chrono::steady_clock::now() < dl)
+                std::this_thread::sleep_for(std::chrono::microseconds(20));
+              if (!wk->isCompleted()) err = fmt::format("timed out after {} ms", opt_.timeout_ms);
+              if (auto ex = wk->exception()) std::rethrow_exception(ex);
+            } else if (!wk->wait(std::chrono::milliseconds(opt_.timeout_ms))) {
               err = fmt::format("timed out after {} ms", opt_.timeout_ms);
+            }
+          }
         } catch (const std::exception& e) {
           err = e.what();
         }
@@ -581,6 +614,7 @@ void RankRun::finish_forward(uint32_t o, int mb, const at::Tensor& t) {
 
 void RankRun::fault_check() {
   if (me_ != opt_.fault_rank || op_counter_ != opt_.fault_op) return;
+  if (opt_.fault_kind == "drop") return;  // applied in finalize()
   if (opt_.fault_kind == "hang") {
     for (;;) ::pause();
   }
@@ -633,6 +667,9 @@ void RankRun::run_compute(size_t i) {
   };
   const int64_t t0 = now_ns();
   st_[i].start_ns = t0;
+#ifdef STRETTO_BACKEND_CUDA
+  if (cuda_) ev_begin_[i]->record();
+#endif
   switch (n.tags.pass) {
     case Pass::kF: {
       std::vector<at::Tensor> in;
@@ -711,6 +748,9 @@ void RankRun::run_compute(size_t i) {
     default:
       throw std::runtime_error("internal: compute node without a pass");
   }
+#ifdef STRETTO_BACKEND_CUDA
+  if (cuda_) ev_end_[i]->record();
+#endif
   const int64_t t1 = now_ns();
   t_compute_ += t1 - t0;
   st_[i].end_ns = t1;
@@ -844,6 +884,14 @@ void RankRun::finalize(size_t i) {
   OpState& s = st_[i];
   if (s.finalized) return;
   s.finalized = true;
+  // Fault "drop" (tests): the fault_op-th data this rank receives is lost, which --check
+  // must notice.
+  if (opt_.fault_kind == "drop" && me_ == opt_.fault_rank && !ops_[i].is_send &&
+      ops_[i].kind != NodeKind::kCompute && drop_counter_++ == opt_.fault_op) {
+    if (buf_[i].defined()) buf_[i].zero_();
+    if (buf2_[i].defined()) buf2_[i].zero_();
+    for (auto& t : gather_out_[i]) t.zero_();
+  }
   const DeviceOp& dop = ops_[i];
   const Node& n = cp_.dag.nodes[dop.node];
   const int mb = mb_of(n);
@@ -962,6 +1010,12 @@ void RankRun::step(bool measured, RankResult& rr) {
                                          iteration_));
   for (auto& [name, w] : waiters_) w->last_end = 0;
   t_compute_ = t_wait_ = 0;
+#ifdef STRETTO_BACKEND_CUDA
+  if (cuda_) {
+    c10::cuda::device_synchronize();
+    ev_step_->record();
+  }
+#endif
   const int64_t t0 = now_ns();
   for (auto& [name, w] : waiters_) w->last_end = t0;
   for (size_t i = 0; i < ops_.size(); ++i) execute(i);
@@ -974,11 +1028,23 @@ void RankRun::step(bool measured, RankResult& rr) {
   const int64_t t_opt = now_ns();
   ++adam_t_;
   for (uint32_t o = 0; o < params_.size(); ++o) optimizer_step(o);
+#ifdef STRETTO_BACKEND_CUDA
+  if (cuda_) {
+    // Kernels run asynchronously: compute times come from the events, on the step's clock.
+    c10::cuda::device_synchronize();
+    for (size_t i = 0; i < ops_.size(); ++i)
+      if (ops_[i].kind == NodeKind::kCompute) {
+        st_[i].start_ns = t0 + static_cast<int64_t>(ev_step_->elapsed_time(*ev_begin_[i]) * 1e6);
+        st_[i].end_ns = t0 + static_cast<int64_t>(ev_step_->elapsed_time(*ev_end_[i]) * 1e6);
+      }
+  }
+#endif
   const int64_t t1 = now_ns();
   t_compute_ += t1 - t_opt;
   if (!measured) return;
   const int it = static_cast<int>(rr.step_ns.size());
   rr.step_ns.push_back(t1 - t0);
+  rr.t0_ns.push_back(t0);
   // Metrics: busy = union of compute, comm = union of comm, exposed = comm outside compute.
   std::vector<std::pair<int64_t, int64_t>> comp, comm;
   for (size_t i = 0; i < ops_.size(); ++i) {
@@ -1029,7 +1095,9 @@ RankResult RankRun::run(std::vector<GradDump>* grads) {
   RankResult rr;
   rr.rank = me_;
   rr.report.id = me_;
-  rr.device = cuda_ ? "cuda:0" : "cpu";
+  rr.device = cuda_ ? fmt::format("cuda:{}", static_cast<int>(model_.options().device().index())) : "cpu";
+  char host[256] = {0};
+  if (::gethostname(host, sizeof host - 1) == 0) rr.host = host;
   const int total = opt_.warmup + opt_.iterations;
   for (iteration_ = 0; iteration_ < total; ++iteration_) step(iteration_ >= opt_.warmup, rr);
   status_.set("finished");
@@ -1046,7 +1114,8 @@ RankResult RankRun::run(std::vector<GradDump>* grads) {
   r.breakdown = mem_.at_peak;
 #ifdef STRETTO_BACKEND_CUDA
   if (cuda_) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+        static_cast<int>(model_.options().device().index()));
     r.peak_memory = stats.allocated_bytes[0].peak;
   }
 #endif
@@ -1102,6 +1171,7 @@ Expected<ReplayResult> run_rank(const CompiledPlan& cp, const RankSpec& spec,
     rr = run->run(opt.check ? &grads : nullptr);
   } catch (const std::exception& e) {
     std::string msg = e.what();
+    msg = msg.substr(0, msg.find("\nException raised from"));
     if (msg.rfind("rank ", 0) != 0) msg = fmt::format("rank {}: {}", spec.rank, msg);
     return failure(msg);
   }

@@ -39,6 +39,14 @@ bool has_cuda_build() {
 #endif
 }
 
+int cuda_device_count() {
+#ifdef STRETTO_BACKEND_CUDA
+  return static_cast<int>(c10::cuda::device_count());
+#else
+  return 0;
+#endif
+}
+
 bool cuda_available() {
 #ifdef STRETTO_BACKEND_CUDA
   return c10::cuda::device_count() > 0;
