@@ -18,10 +18,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <map>
 #include <memory>
@@ -44,6 +47,12 @@ namespace stretto::backend {
 
 namespace detail {
 namespace {
+
+int64_t cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -176,8 +185,10 @@ class RankRun {
   std::map<std::string, std::unique_ptr<Waiter>> waiters_;
   int64_t op_counter_ = 0;
   int iteration_ = 0;
-  int64_t t_compute_ = 0, t_wait_ = 0;
+  int64_t t_compute_ = 0, t_wait_ = 0, cpu_compute_ = 0;
+  std::vector<std::string> labels_;  // op_label() of every op, for the status line
   int64_t drop_counter_ = 0;  // fault "drop": received data so far
+  std::atomic<size_t> waiting_for_{SIZE_MAX};  // op the host thread is blocked on
   int cuda_index_ = 0;
 #ifdef STRETTO_BACKEND_CUDA
   // CUDA: compute ops are timed with events on the compute stream (the current stream); the
@@ -287,6 +298,8 @@ void RankRun::setup() {
   node_ops_.assign(dag.nodes.size(), {});
   for (size_t i = 0; i < ops_.size(); ++i) node_ops_[ops_[i].node].push_back(i);
   st_.assign(ops_.size(), OpState{});
+  labels_.clear();
+  for (size_t i = 0; i < ops_.size(); ++i) labels_.push_back(op_label(i));
 #ifdef STRETTO_BACKEND_CUDA
   if (cuda_) {
     c10::cuda::set_device(static_cast<c10::DeviceIndex>(model_.options().device().index()));
@@ -523,7 +536,8 @@ void RankRun::enqueue(size_t i, std::vector<WorkPtr> works) {
           }
         }
         wp->last_end = end;
-        cv_.notify_all();
+        if (waiting_for_.load(std::memory_order_relaxed) == item.op || !err.empty())
+          cv_.notify_all();
       }
     });
   }
@@ -557,6 +571,8 @@ void RankRun::stop_waiters() {
 void RankRun::wait_op(size_t i) {
   const int64_t t0 = now_ns();
   std::unique_lock lk(m_);
+  if (st_[i].done && !failed_) return;
+  waiting_for_.store(i, std::memory_order_relaxed);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.timeout_ms);
   while (!st_[i].done && !failed_) {
@@ -566,6 +582,7 @@ void RankRun::wait_op(size_t i) {
                               opt_.timeout_ms, op_label(i), iteration_);
     }
   }
+  waiting_for_.store(SIZE_MAX, std::memory_order_relaxed);
   t_wait_ += now_ns() - t0;
   if (failed_) throw std::runtime_error(fail_msg_);
 }
@@ -626,7 +643,10 @@ void RankRun::fault_check() {
 
 void RankRun::execute(size_t i) {
   const DeviceOp& op = ops_[i];
-  status_.set(fmt::format("step {} op {}/{}: {}", iteration_, i, ops_.size(), op_label(i)));
+  char line[Status::kSize];
+  std::snprintf(line, sizeof line, "step %d op %zu/%zu: %s", iteration_, i, ops_.size(),
+                labels_[i].c_str());
+  status_.set(line);
   fault_check();
   ++op_counter_;
   for (uint32_t p : preds_[op.node]) wait_node(p);
@@ -665,7 +685,7 @@ void RankRun::run_compute(size_t i) {
     if (!grad) ng = std::make_unique<at::NoGradGuard>();
     return model_.forward(o, in, params_[o], place_[o], replica, mb, loss_scale_, tpar);
   };
-  const int64_t t0 = now_ns();
+  const int64_t t0 = now_ns(), c0 = cpu_ns();
   st_[i].start_ns = t0;
 #ifdef STRETTO_BACKEND_CUDA
   if (cuda_) ev_begin_[i]->record();
@@ -753,6 +773,7 @@ void RankRun::run_compute(size_t i) {
 #endif
   const int64_t t1 = now_ns();
   t_compute_ += t1 - t0;
+  cpu_compute_ += cpu_ns() - c0;
   st_[i].end_ns = t1;
   st_[i].done = st_[i].finalized = true;
 }
@@ -774,7 +795,7 @@ void RankRun::post_comm(size_t i) {
       post();
       works.push_back(world_->send(buf_[i], dop.peer, tag));
     } else {
-      buf_[i] = at::zeros(model_.output_shape(n.op), model_.options());
+      buf_[i] = at::empty(model_.output_shape(n.op), model_.options());
       post();
       works.push_back(world_->recv(buf_[i], dop.peer, tag));
     }
@@ -899,8 +920,13 @@ void RankRun::finalize(size_t i) {
   if (n.kind == NodeKind::kTransfer) {
     mem_.add(kCommBuf, -tensor_bytes(buf_[i]));
     if (!dop.is_send) {
-      if (n.purpose == CommPurpose::kGradient)
-        add_grad(n.op, mb, buf_[i]);
+      if (n.purpose == CommPurpose::kGradient) {
+        at::Tensor& acc = grad_acc_[k];
+        if (!acc.defined())
+          acc = buf_[i];
+        else
+          acc.add_(buf_[i]);
+      }
       else
         val_[k] = buf_[i];
     }
@@ -1009,14 +1035,14 @@ void RankRun::step(bool measured, RankResult& rr) {
     throw std::runtime_error(fmt::format("rank {} timed out at the start barrier of step {}", me_,
                                          iteration_));
   for (auto& [name, w] : waiters_) w->last_end = 0;
-  t_compute_ = t_wait_ = 0;
+  t_compute_ = t_wait_ = cpu_compute_ = 0;
 #ifdef STRETTO_BACKEND_CUDA
   if (cuda_) {
     c10::cuda::device_synchronize();
     ev_step_->record();
   }
 #endif
-  const int64_t t0 = now_ns();
+  const int64_t t0 = now_ns(), cpu0 = cpu_ns();
   for (auto& [name, w] : waiters_) w->last_end = t0;
   for (size_t i = 0; i < ops_.size(); ++i) execute(i);
   for (size_t i = 0; i < ops_.size(); ++i)
@@ -1025,7 +1051,7 @@ void RankRun::step(bool measured, RankResult& rr) {
       finalize(i);
     }
   status_.set(fmt::format("step {}: optimizer step", iteration_));
-  const int64_t t_opt = now_ns();
+  const int64_t t_opt = now_ns(), cpu_opt = cpu_ns();
   ++adam_t_;
   for (uint32_t o = 0; o < params_.size(); ++o) optimizer_step(o);
 #ifdef STRETTO_BACKEND_CUDA
@@ -1039,8 +1065,9 @@ void RankRun::step(bool measured, RankResult& rr) {
       }
   }
 #endif
-  const int64_t t1 = now_ns();
+  const int64_t t1 = now_ns(), cpu1 = cpu_ns();
   t_compute_ += t1 - t_opt;
+  cpu_compute_ += cpu1 - cpu_opt;
   if (!measured) return;
   const int it = static_cast<int>(rr.step_ns.size());
   rr.step_ns.push_back(t1 - t0);
@@ -1087,6 +1114,8 @@ void RankRun::step(bool measured, RankResult& rr) {
   r.exposed_comm_ns += commt - overlap;
   r.step_ns += t1 - t0;
   r.overhead_ns += std::max<int64_t>(0, (t1 - t0) - t_compute_ - t_wait_);
+  r.overhead_cpu_ns += std::max<int64_t>(0, (cpu1 - cpu0) - cpu_compute_);
+  r.compute_cpu_ns += cpu_compute_;
 }
 
 RankResult RankRun::run(std::vector<GradDump>* grads) {
@@ -1108,6 +1137,8 @@ RankResult RankRun::run(std::vector<GradDump>* grads) {
   r.exposed_comm_ns /= n;
   r.step_ns /= n;
   r.overhead_ns /= n;
+  r.overhead_cpu_ns /= n;
+  r.compute_cpu_ns /= n;
   r.bubble_ns = std::max<int64_t>(0, r.step_ns - r.busy_ns);
   r.bubble_ratio = r.step_ns > 0 ? static_cast<double>(r.bubble_ns) / r.step_ns : 0;
   r.peak_memory = mem_.peak;

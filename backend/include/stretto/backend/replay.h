@@ -99,6 +99,9 @@ struct DeviceReport {
   /// Host time outside the model's kernels and outside waiting for communication: posting
   /// ops, applying received data, recording times (the replay's own overhead), mean.
   int64_t overhead_ns = 0;
+  /// The same on the host thread's CPU clock (immune to the process being descheduled):
+  /// CPU time of the replay machinery, and CPU time inside the model's kernels, mean.
+  int64_t overhead_cpu_ns = 0, compute_cpu_ns = 0;
 };
 
 /// One parameter's gradient compared with the single-process reference (--check).
