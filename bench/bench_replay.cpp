@@ -5,6 +5,8 @@
 //   overhead_cpu_pct  = overhead CPU time / (overhead + kernel CPU time) on the host thread
 //                       (thread CPU clocks: immune to the rank being descheduled on a busy host)
 //   overhead_wall_pct = overhead wall time / step time (inflated when the host is oversubscribed)
+//   pack_cpu_ms       = CPU time copying gradients into buckets and ZeRO shards and back (the
+//                       copies DDP and ZeRO make as well), reported apart from the overhead
 // Each is the worst rank's. Runs `stretto replay`'s library entry point on
 // examples/cpu_gpt_pp2_dp2_zero1.json (PP2 x DP2, ZeRO-1, 4 processes).
 #include <benchmark/benchmark.h>
@@ -33,7 +35,8 @@ void BM_ReplayOverhead(benchmark::State& state, const char* plan) {
   lo.quiet = true;
   lo.args = {"replay", path, "--iterations", std::to_string(opt.iterations), "--warmup", "2",
              "--device", "cpu"};
-  double step_ms = 0, cpu_pct = 0, wall_pct = 0, overhead_cpu_ms = 0, kernel_cpu_ms = 0;
+  double step_ms = 0, cpu_pct = 0, wall_pct = 0, overhead_cpu_ms = 0, kernel_cpu_ms = 0,
+         pack_cpu_ms = 0;
   for (auto _ : state) {
     auto r = stretto::backend::launch_local(*cp, opt, lo);
     if (!r) {
@@ -49,6 +52,7 @@ void BM_ReplayOverhead(benchmark::State& state, const char* plan) {
         cpu_pct = c * 100;
         overhead_cpu_ms = static_cast<double>(d.overhead_cpu_ns) / 1e6;
         kernel_cpu_ms = static_cast<double>(d.compute_cpu_ns) / 1e6;
+        pack_cpu_ms = static_cast<double>(d.pack_cpu_ns) / 1e6;
       }
       wall_pct = std::max(wall_pct, w * 100);
     }
@@ -57,6 +61,7 @@ void BM_ReplayOverhead(benchmark::State& state, const char* plan) {
   state.counters["overhead_cpu_pct"] = cpu_pct;
   state.counters["overhead_cpu_ms"] = overhead_cpu_ms;
   state.counters["kernel_cpu_ms"] = kernel_cpu_ms;
+  state.counters["pack_cpu_ms"] = pack_cpu_ms;
   state.counters["overhead_wall_pct"] = wall_pct;
 }
 

@@ -47,7 +47,8 @@ Json to_json(const RankResult& r) {
                  {"step_ns", d.step_ns},
                  {"overhead_ns", d.overhead_ns},
                  {"overhead_cpu_ns", d.overhead_cpu_ns},
-                 {"compute_cpu_ns", d.compute_cpu_ns}};
+                 {"compute_cpu_ns", d.compute_cpu_ns},
+                 {"pack_cpu_ns", d.pack_cpu_ns}};
   // Ops as parallel arrays with a string table (compact: thousands of ops per rank).
   std::map<std::string, int> names;
   std::vector<std::string> table;
@@ -86,6 +87,7 @@ Expected<RankResult> rank_result_from_json(const Json& j) {
     r.report.overhead_ns = d.value("overhead_ns", int64_t{0});
     r.report.overhead_cpu_ns = d.value("overhead_cpu_ns", int64_t{0});
     r.report.compute_cpu_ns = d.value("compute_cpu_ns", int64_t{0});
+    r.report.pack_cpu_ns = d.value("pack_cpu_ns", int64_t{0});
     const auto table = j.at("strings").get<std::vector<std::string>>();
     for (const auto& o : j.at("ops")) {
       OpRecord rec;
@@ -291,6 +293,7 @@ Json result_json(const CompiledPlan& cp, const ReplayResult& r, const sim::Resul
     e["overhead_ms"] = ms(d.overhead_ns);
     e["overhead_cpu_ms"] = ms(d.overhead_cpu_ns);
     e["compute_cpu_ms"] = ms(d.compute_cpu_ns);
+    e["pack_cpu_ms"] = ms(d.pack_cpu_ns);
     if (pred && static_cast<size_t>(d.id) < pred->devices.size()) {
       const auto& p = pred->devices[d.id];
       e["predicted"] = {{"busy_ms", ms(p.busy)},

@@ -185,7 +185,21 @@ class RankRun {
   std::map<std::string, std::unique_ptr<Waiter>> waiters_;
   int64_t op_counter_ = 0;
   int iteration_ = 0;
-  int64_t t_compute_ = 0, t_wait_ = 0, cpu_compute_ = 0;
+  int64_t t_compute_ = 0, t_wait_ = 0, cpu_compute_ = 0, cpu_pack_ = 0;
+  // CPU time of bucket and shard packing, measured around a post or finalize.
+  struct PackTimer {
+    int64_t& acc;
+    bool on;
+    int64_t c0;
+    PackTimer(int64_t& a, bool o) : acc(a), on(o), c0(o ? cpu_ns() : 0) {}
+    ~PackTimer() {
+      if (on) acc += cpu_ns() - c0;
+    }
+  };
+  static bool packs(const Node& n) {
+    return n.purpose == CommPurpose::kGradReduce || n.purpose == CommPurpose::kParamSync ||
+           n.purpose == CommPurpose::kParamGather;
+  }
   std::vector<std::string> labels_;  // op_label() of every op, for the status line
   int64_t drop_counter_ = 0;  // fault "drop": received data so far
   std::atomic<size_t> waiting_for_{SIZE_MAX};  // op the host thread is blocked on
@@ -805,6 +819,7 @@ void RankRun::post_comm(size_t i) {
   }
   Group& g = group(dop.group);
   const bool zero_bucket = n.comm == CommKind::kReduceScatter;
+  PackTimer pack_timer(cpu_pack_, packs(n));
   switch (n.purpose) {
     case CommPurpose::kGradReduce: {
       const auto& bucket = bucket_of_node_[dop.node];
@@ -933,6 +948,7 @@ void RankRun::finalize(size_t i) {
     buf_[i] = at::Tensor();
     return;
   }
+  PackTimer pack_timer(cpu_pack_, packs(n));
   switch (n.purpose) {
     case CommPurpose::kGradReduce: {
       const auto& bucket = bucket_of_node_[dop.node];
@@ -1035,7 +1051,7 @@ void RankRun::step(bool measured, RankResult& rr) {
     throw std::runtime_error(fmt::format("rank {} timed out at the start barrier of step {}", me_,
                                          iteration_));
   for (auto& [name, w] : waiters_) w->last_end = 0;
-  t_compute_ = t_wait_ = cpu_compute_ = 0;
+  t_compute_ = t_wait_ = cpu_compute_ = cpu_pack_ = 0;
 #ifdef STRETTO_BACKEND_CUDA
   if (cuda_) {
     c10::cuda::device_synchronize();
@@ -1114,7 +1130,8 @@ void RankRun::step(bool measured, RankResult& rr) {
   r.exposed_comm_ns += commt - overlap;
   r.step_ns += t1 - t0;
   r.overhead_ns += std::max<int64_t>(0, (t1 - t0) - t_compute_ - t_wait_);
-  r.overhead_cpu_ns += std::max<int64_t>(0, (cpu1 - cpu0) - cpu_compute_);
+  r.overhead_cpu_ns += std::max<int64_t>(0, (cpu1 - cpu0) - cpu_compute_ - cpu_pack_);
+  r.pack_cpu_ns += cpu_pack_;
   r.compute_cpu_ns += cpu_compute_;
 }
 
@@ -1139,6 +1156,7 @@ RankResult RankRun::run(std::vector<GradDump>* grads) {
   r.overhead_ns /= n;
   r.overhead_cpu_ns /= n;
   r.compute_cpu_ns /= n;
+  r.pack_cpu_ns /= n;
   r.bubble_ns = std::max<int64_t>(0, r.step_ns - r.busy_ns);
   r.bubble_ratio = r.step_ns > 0 ? static_cast<double>(r.bubble_ns) / r.step_ns : 0;
   r.peak_memory = mem_.peak;

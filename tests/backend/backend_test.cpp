@@ -120,6 +120,17 @@ INSTANTIATE_TEST_SUITE_P(Schedules, GradientCheck,
                            return s;
                          });
 
+TEST(Replay, FullRecomputationGivesTheSameGradients) {
+  // Forwards keep only their inputs; every backward reruns its forward first (split BI/BW too).
+  const CompiledPlan cp = load("pp2_zbh1.json");
+  ReplayRun run = make_run("pp2_zbh1.json", true, 1, 0, {"--recompute"});
+  run.opt.recompute_full = true;
+  auto r = launch_local(cp, run.opt, run.launch);
+  ASSERT_TRUE(r.has_value()) << render_all(r.error());
+  ASSERT_TRUE(r->check.has_value());
+  EXPECT_TRUE(r->check->passed) << r->check->max_rel_diff << " at " << r->check->worst_param;
+}
+
 TEST(Replay, CheckNoticesLostData) {
   // Rank 1 loses the 3rd piece of data it receives: the gradients must no longer match.
   const CompiledPlan cp = load("pp2_dp2_zero1.json");

@@ -102,6 +102,9 @@ struct DeviceReport {
   /// The same on the host thread's CPU clock (immune to the process being descheduled):
   /// CPU time of the replay machinery, and CPU time inside the model's kernels, mean.
   int64_t overhead_cpu_ns = 0, compute_cpu_ns = 0;
+  /// CPU time packing and unpacking gradient buckets and ZeRO shards (the copies DDP and ZeRO
+  /// make too); not counted in overhead_cpu_ns, mean.
+  int64_t pack_cpu_ns = 0;
 };
 
 /// One parameter's gradient compared with the single-process reference (--check).
