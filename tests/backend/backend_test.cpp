@@ -75,11 +75,12 @@ int count_children() {
   return n;
 }
 
-int count_status_dirs() {
+// Entries of a directory (other than . and ..).
+int count_entries(const std::string& dir) {
   int n = 0;
-  if (DIR* d = ::opendir("/tmp")) {
+  if (DIR* d = ::opendir(dir.c_str())) {
     while (dirent* e = ::readdir(d))
-      if (std::string(e->d_name).rfind("stretto-replay-", 0) == 0) ++n;
+      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") ++n;
     ::closedir(d);
   }
   return n;
@@ -198,17 +199,20 @@ TEST(Replay, ExecutedOrderIsTheCompiledProgram) {
 
 TEST(Replay, KilledRankStopsTheGroup) {
   const CompiledPlan cp = load("pp2_dp2_zero1.json");
-  const int dirs_before = count_status_dirs();
   ReplayRun run = make_run("pp2_dp2_zero1.json", false, 2, 0,
-                     {"--fault-rank", "2", "--fault-op", "25", "--fault-kind", "kill"});
+                           {"--fault-rank", "2", "--fault-op", "25", "--fault-kind", "kill"});
   run.opt.timeout_ms = 20000;
+  char tmp[] = "/tmp/stretto-replay-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmp), nullptr);
+  run.launch.tmp_dir = tmp;
   auto r = launch_local(cp, run.opt, run.launch);
   ASSERT_FALSE(r.has_value());
   const std::string msg = render_all(r.error());
   EXPECT_NE(msg.find("rank 2 was killed by signal 9"), std::string::npos) << msg;
   EXPECT_NE(msg.find("op 25/"), std::string::npos) << msg;  // the op it was in
   EXPECT_EQ(count_children(), 0);
-  EXPECT_EQ(count_status_dirs(), dirs_before);
+  EXPECT_EQ(count_entries(tmp), 0);  // the run's status directory is gone
+  ::rmdir(tmp);
 }
 
 TEST(Replay, HungRankStopsTheGroupWithinTheTimeout) {
