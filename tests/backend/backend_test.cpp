@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 
 #include "stretto/backend/replay.h"
@@ -189,6 +190,22 @@ TEST(Replay, ExecutedOrderIsTheCompiledProgram) {
       }
     }
   }
+  // JSON with simulate's field names, and a Chrome trace named like the simulator's.
+  const Json j = result_json(cp, *r, nullptr);
+  for (const char* k : {"step_time_ms", "bubble_ratio", "exposed_comm_ms", "step_time_std_ms",
+                        "step_time_min_ms", "devices", "ops"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  ASSERT_EQ(j["devices"].size(), 2u);
+  for (const char* k : {"id", "busy_ms", "bubble_ms", "bubble_ratio", "exposed_comm_ms",
+                        "peak_memory_bytes", "memory_breakdown"})
+    EXPECT_TRUE(j["devices"][0].contains(k)) << k;
+  const Json trace = Json::parse(chrome_trace(cp, *r));
+  std::set<std::string> names;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X") names.insert(e["name"].get<std::string>());
+  EXPECT_TRUE(names.count("F mb0 PP0")) << "trace slices are named like the simulator's";
+  EXPECT_TRUE(names.count("BW mb3 PP1"));
+  EXPECT_TRUE(names.count("send act mb0 PP0\u2192PP1") || names.count("send act mb0 PP0→PP1"));
   // Measured metrics are consistent: busy within the step, bubble = step - busy.
   for (const auto& dev : r->devices) {
     EXPECT_GT(dev.busy_ns, 0);
