@@ -26,6 +26,8 @@ void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out);
 /// `build-schedule`, `import torch-csv`, `export torch-csv`.
 void add_schedule_commands(CLI::App& app, CLI::App& import_app, CLI::App& export_app,
                            Commands& out);
+/// `import kineto`, `compare`.
+void add_loop_commands(CLI::App& app, CLI::App& import_app, Commands& out);
 
 /// Prints diagnostics to stderr; returns 2.
 int report(const Diagnostics& ds);

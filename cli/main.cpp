@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   add_compile_command(app, cmds);
   add_simulate_commands(app, *export_app, cmds);
   add_schedule_commands(app, *import_app, *export_app, cmds);
+  add_loop_commands(app, *import_app, cmds);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
