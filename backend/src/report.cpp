@@ -39,7 +39,8 @@ Json to_json(const RankResult& r) {
                  {"bubble_ratio", d.bubble_ratio},
                  {"peak_memory", d.peak_memory},
                  {"breakdown", d.breakdown},
-                 {"step_ns", d.step_ns}};
+                 {"step_ns", d.step_ns},
+                 {"overhead_ns", d.overhead_ns}};
   // Ops as parallel arrays with a string table (compact: thousands of ops per rank).
   std::map<std::string, int> names;
   std::vector<std::string> table;
@@ -73,6 +74,7 @@ Expected<RankResult> rank_result_from_json(const Json& j) {
     r.report.peak_memory = d.at("peak_memory").get<int64_t>();
     r.report.breakdown = d.at("breakdown").get<std::array<int64_t, sim::kMemCategories>>();
     r.report.step_ns = d.at("step_ns").get<int64_t>();
+    r.report.overhead_ns = d.value("overhead_ns", int64_t{0});
     const auto table = j.at("strings").get<std::vector<std::string>>();
     for (const auto& o : j.at("ops")) {
       OpRecord rec;
@@ -194,6 +196,7 @@ Json result_json(const CompiledPlan& cp, const ReplayResult& r, const sim::Resul
       b[std::string(sim::memory_category_name(k))] = d.breakdown[k];
     e["memory_breakdown"] = b;
     e["own_step_ms"] = ms(d.step_ns);
+    e["overhead_ms"] = ms(d.overhead_ns);
     if (pred && static_cast<size_t>(d.id) < pred->devices.size()) {
       const auto& p = pred->devices[d.id];
       e["predicted"] = {{"busy_ms", ms(p.busy)},

@@ -94,6 +94,9 @@ struct DeviceReport {
   int64_t peak_memory = 0;
   std::array<int64_t, sim::kMemCategories> breakdown{};  ///< at the peak
   int64_t step_ns = 0;  ///< this device's own step (start barrier to its last op), mean
+  /// Host time outside the model's kernels and outside waiting for communication: posting
+  /// ops, applying received data, recording times (the replay's own overhead), mean.
+  int64_t overhead_ns = 0;
 };
 
 /// One parameter's gradient compared with the single-process reference (--check).
