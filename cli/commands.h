@@ -32,6 +32,9 @@ void add_loop_commands(CLI::App& app, CLI::App& import_app, Commands& out);
 /// `replay` (when the LibTorch backend is built: STRETTO_HAVE_BACKEND).
 void add_replay_command(CLI::App& app, Commands& out);
 
+/// `profile`, `validate` (with the backend: STRETTO_HAVE_VALIDATE).
+void add_validate_commands(CLI::App& app, Commands& out);
+
 /// Prints diagnostics to stderr; returns 2.
 int report(const Diagnostics& ds);
 /// Writes `text` to `path`, or stdout when path is "" or "-". Returns false (and prints) on error.

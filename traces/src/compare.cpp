@@ -168,11 +168,11 @@ std::string head_of(const std::string& path, size_t n) {
   return s;
 }
 
-// A Chrome trace written by Stretto.
+// A Chrome trace written by Stretto (`simulate --trace`, `replay --trace`).
 Expected<Timeline> load_stretto_trace(const std::string& path) {
-  Builder b;
-  // transfers appear once per participant, sender first: count per (name, ts)
-  std::map<std::pair<std::string, int64_t>, int> transfer_seen;
+  std::vector<TimelineSlice> slices;
+  std::map<int, int64_t> peak;
+  std::map<int32_t, std::set<int>> devices_of_pp;  // from compute slices
   auto h = read_trace(path, [&](const RawEvent& e) -> std::optional<EventError> {
     const Json& ev = *e.json;
     if (e.ph == "C" && e.name == "allocated memory") {
@@ -182,8 +182,8 @@ Expected<Timeline> load_stretto_trace(const std::string& path) {
         auto bytes = args->find("bytes");
         auto d = as_int(*pid);
         if (d && bytes != args->end())
-          if (auto v = as_int(*bytes)) b.peak[static_cast<int>(*d)] =
-                                           std::max(b.peak[static_cast<int>(*d)], *v);
+          if (auto v = as_int(*bytes))
+            peak[static_cast<int>(*d)] = std::max(peak[static_cast<int>(*d)], *v);
       }
       return std::nullopt;
     }
@@ -192,24 +192,39 @@ Expected<Timeline> load_stretto_trace(const std::string& path) {
     auto pid = ev.find("pid");
     std::optional<int64_t> dev = pid == ev.end() ? std::nullopt : as_int(*pid);
     if (!dev) return EventError{"pid", "a slice needs an integer 'pid' (the device)", ""};
-    std::string tags;
+    TimelineSlice s;
     if (auto a = ev.find("args"); a != ev.end() && a->is_object())
-      if (auto t = a->find("tags"); t != a->end() && t->is_string()) tags = t->get<std::string>();
-    const bool comm = e.cat == "comm";
-    int participant = -1;
-    if (comm && lower(e.name).rfind("send", 0) == 0)
-      participant = transfer_seen[{std::string(e.name), e.ts_ns}]++;
-    auto [key, cls] = key_of(e.name, tags, comm, participant);
-    b.add(std::move(key), std::move(cls), static_cast<int>(*dev), e.ts_ns, e.ts_ns + e.dur_ns, comm);
+      if (auto t = a->find("tags"); t != a->end() && t->is_string()) s.tags = t->get<std::string>();
+    s.name = std::string(e.name);
+    s.device = static_cast<int>(*dev);
+    s.start = e.ts_ns;
+    s.end = e.ts_ns + e.dur_ns;
+    s.comm = e.cat == "comm";
+    if (!s.comm) {
+      const OpLabel l = parse_op_label(s.tags.empty() ? s.name : s.tags);
+      if (l.tags.pp() != kAbsent) devices_of_pp[l.tags.pp()].insert(s.device);
+    }
+    slices.push_back(std::move(s));
     return std::nullopt;
   });
   if (!h) return fail(std::move(h.error()));
-  Timeline t = b.build(0);
-  t.source = path;
-  t.kind = "stretto trace";
-  if (auto od = h->metadata.find("otherData"); od != h->metadata.end() && od->is_object())
+  // a transfer's slice is on its sender when the device runs the source PP's compute
+  for (auto& s : slices) {
+    if (!s.comm) continue;
+    const OpLabel l = parse_op_label(s.name);
+    if (l.comm != "send" && l.comm != "recv") continue;
+    auto it = devices_of_pp.find(l.tags.pp());
+    if (it != devices_of_pp.end()) s.participant = it->second.count(s.device) ? 0 : 1;
+  }
+  Timeline t = timeline_from_slices(slices, 0, path, "stretto trace");
+  for (auto& d : t.devices)
+    if (auto it = peak.find(d.id); it != peak.end()) d.peak_memory = it->second;
+  if (auto od = h->metadata.find("otherData"); od != h->metadata.end() && od->is_object()) {
     if (auto st = od->find("step_time_ns"); st != od->end())
       if (auto v = as_int(*st)) t.step = *v;
+    if (auto g = od->find("generator"); g != od->end() && g->is_string() && *g != "stretto")
+      t.kind = g->get<std::string>() + " trace";
+  }
   return t;
 }
 
@@ -449,6 +464,19 @@ Timeline timeline_from_result(const CompiledPlan& cp, const sim::Result& r,
   return t;
 }
 
+Timeline timeline_from_slices(const std::vector<TimelineSlice>& slices, int64_t origin,
+                              std::string source, std::string kind) {
+  Builder b;
+  for (const auto& s : slices) {
+    auto [key, cls] = key_of(s.name, s.tags, s.comm, s.participant);
+    b.add(std::move(key), std::move(cls), s.device, s.start, s.end, s.comm);
+  }
+  Timeline t = b.build(origin);
+  t.source = std::move(source);
+  t.kind = std::move(kind);
+  return t;
+}
+
 Expected<Timeline> load_timeline(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -481,8 +509,8 @@ Expected<Timeline> load_timeline(const std::string& path) {
   const bool trace = head.find("\"traceEvents\"") != std::string::npos ||
                      (first != std::string::npos && head[first] == '[');
   if (trace) {
-    if (head.find("\"generator\":\"stretto\"") != std::string::npos ||
-        head.find("\"generator\": \"stretto\"") != std::string::npos)
+    if (head.find("\"generator\":\"stretto") != std::string::npos ||
+        head.find("\"generator\": \"stretto") != std::string::npos)
       return load_stretto_trace(path);
     return load_kineto({path}, path);
   }

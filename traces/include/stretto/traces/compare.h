@@ -56,6 +56,20 @@ struct Timeline {
   std::string note;                   // e.g. which ProfilerStep was used
 };
 
+/// One measured or simulated slice, before alignment.
+struct TimelineSlice {
+  std::string name;  // the simulator's slice name ("F mb3 PP1", "send act mb3 PP0→PP1")
+  std::string tags;  // "PP1 LAYER2 MB3 F" (optional, for compute slices)
+  int device = 0;
+  int64_t start = 0, end = 0;
+  bool comm = false;
+  int participant = -1;  // transfers: 0 sender, 1 receiver
+};
+/// Aligns slices into a timeline (merging the pieces of a compute key, numbering repeated
+/// communication keys) and derives per-device metrics and the critical path from them.
+Timeline timeline_from_slices(const std::vector<TimelineSlice>& slices, int64_t origin,
+                              std::string source, std::string kind);
+
 /// Loads a plan, a Stretto trace, Kineto trace(s) or a simulate JSON result (sniffed from the
 /// content). Errors are located diagnostics.
 Expected<Timeline> load_timeline(const std::string& path);
