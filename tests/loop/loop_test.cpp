@@ -11,6 +11,7 @@
 
 #include "stretto/costmodel/profile_table.h"
 #include "stretto/schedules/json_source.h"
+#include "../traces/run_cli.h"
 
 using namespace stretto;
 
@@ -19,15 +20,7 @@ namespace {
 const std::string kData = std::string(STRETTO_TEST_DATA) + "/loop/";
 
 std::pair<int, std::string> cli(const std::string& args) {
-  std::string cmd = "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 " + std::string(STRETTO_BINARY) +
-                    " " + args + " 2>/tmp/stretto_loop_test_err";
-  FILE* f = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  int rc = pclose(f);
-  return {WEXITSTATUS(rc), out};
+  return run_stretto(args, "/tmp/stretto_loop_test_err");
 }
 
 std::string stderr_text() {

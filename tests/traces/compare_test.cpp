@@ -8,6 +8,7 @@
 #include "stretto/sim/session.h"
 #include "stretto/traces/chrome_trace.h"
 #include "stretto/traces/compare.h"
+#include "run_cli.h"
 
 using namespace stretto;
 using namespace stretto::traces;
@@ -22,16 +23,8 @@ const ClassStats* cls(const Comparison& c, const std::string& name) {
   return nullptr;
 }
 
-// Runs the CLI; returns the exit code and stdout.
 std::pair<int, std::string> cli(const std::string& args) {
-  std::string cmd = std::string(STRETTO_BINARY) + " " + args + " 2>/dev/null";
-  FILE* f = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  int rc = pclose(f);
-  return {WEXITSTATUS(rc), out};
+  return run_stretto(args);
 }
 
 }  // namespace

@@ -882,33 +882,27 @@ Json kineto_summary_json(const KinetoImport& k) {
     ranks.push_back(std::move(e));
   }
   j["ranks"] = std::move(ranks);
-  Json kern = Json::array();
-  for (const auto& [name, s] : k.top_kernels) {
+  // a distribution with the fields that say what it is of
+  auto with = [](const Spread& s, Json fields) {
     Json e = spread_json(s);
-    e["name"] = name;
-    kern.push_back(std::move(e));
-  }
+    e.update(fields);
+    return e;
+  };
+  Json kern = Json::array();
+  for (const auto& [name, s] : k.top_kernels) kern.push_back(with(s, {{"name", name}}));
   j["top_kernels"] = std::move(kern);
   Json colls = Json::array();
-  for (const auto& c : k.collectives) {
-    Json e = spread_json(c.ns);
-    e["kind"] = c.kind;
-    e["group_size"] = c.group_size;
-    e["bytes"] = c.bytes;
-    e["dtype"] = c.dtype;
-    e["host_timed"] = c.host_timed;
-    e["algbw_GBps"] = c.algbw_GBps;
-    e["busbw_GBps"] = c.busbw_GBps;
-    colls.push_back(std::move(e));
-  }
+  for (const auto& c : k.collectives)
+    colls.push_back(with(c.ns, {{"kind", c.kind},
+                                {"group_size", c.group_size},
+                                {"bytes", c.bytes},
+                                {"dtype", c.dtype},
+                                {"host_timed", c.host_timed},
+                                {"algbw_GBps", c.algbw_GBps},
+                                {"busbw_GBps", c.busbw_GBps}}));
   j["collectives"] = std::move(colls);
   Json ops = Json::array();
-  for (const auto& o : k.ops) {
-    Json e = spread_json(o.ns);
-    e["key"] = o.key;
-    e["op"] = o.op;
-    ops.push_back(std::move(e));
-  }
+  for (const auto& o : k.ops) ops.push_back(with(o.ns, {{"key", o.key}, {"op", o.op}}));
   j["ops"] = std::move(ops);
   j["unattributed"] = k.unattributed;
   j["table_kernels"] = k.table_kernels;
