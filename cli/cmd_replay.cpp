@@ -58,6 +58,13 @@ int run_replay(const ReplayOpts& o) {
                      "Debian's LibTorch is CPU-only; build against a CUDA LibTorch (scripts/gpu_check.sh)");
   if (ro.device == backend::DeviceKind::kCuda && !backend::cuda_available())
     return diag_exit("--device cuda: no CUDA device is available", "use --device cpu");
+  const bool on_gpu = ro.device == backend::DeviceKind::kCuda ||
+                      (ro.device == backend::DeviceKind::kAuto && backend::cuda_available());
+  if (on_gpu && o.rank < 0 && !std::getenv("RANK") && cp.num_devices > backend::cuda_device_count())
+    return diag_exit(fmt::format("the plan has {} devices but this host has {} GPUs (NCCL needs one "
+                                 "GPU per rank)",
+                                 cp.num_devices, backend::cuda_device_count()),
+                     "use --device cpu, or a plan with at most that many devices");
   ro.optimizer = o.optimizer == "adam"   ? backend::Optimizer::kAdam
                  : o.optimizer == "none" ? backend::Optimizer::kNone
                                          : backend::Optimizer::kSgd;

@@ -7,6 +7,9 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
+#include <climits>
+#include <cstdlib>
 
 #include "stretto/backend/replay.h"
 
@@ -30,6 +33,8 @@ Json to_json(const RankResult& r) {
   j["step_ns"] = r.step_ns;
   j["loss"] = r.loss;
   j["device"] = r.device;
+  j["t0_ns"] = r.t0_ns;
+  j["host"] = r.host;
   const DeviceReport& d = r.report;
   j["report"] = {{"id", d.id},
                  {"busy_ns", d.busy_ns},
@@ -40,7 +45,10 @@ Json to_json(const RankResult& r) {
                  {"peak_memory", d.peak_memory},
                  {"breakdown", d.breakdown},
                  {"step_ns", d.step_ns},
-                 {"overhead_ns", d.overhead_ns}};
+                 {"overhead_ns", d.overhead_ns},
+                 {"overhead_cpu_ns", d.overhead_cpu_ns},
+                 {"compute_cpu_ns", d.compute_cpu_ns},
+                 {"pack_cpu_ns", d.pack_cpu_ns}};
   // Ops as parallel arrays with a string table (compact: thousands of ops per rank).
   std::map<std::string, int> names;
   std::vector<std::string> table;
@@ -64,6 +72,8 @@ Expected<RankResult> rank_result_from_json(const Json& j) {
     r.step_ns = j.at("step_ns").get<std::vector<int64_t>>();
     r.loss = j.at("loss").get<double>();
     r.device = j.at("device").get<std::string>();
+    r.t0_ns = j.value("t0_ns", std::vector<int64_t>{});
+    r.host = j.value("host", std::string());
     const Json& d = j.at("report");
     r.report.id = d.at("id").get<int>();
     r.report.busy_ns = d.at("busy_ns").get<int64_t>();
@@ -75,6 +85,9 @@ Expected<RankResult> rank_result_from_json(const Json& j) {
     r.report.breakdown = d.at("breakdown").get<std::array<int64_t, sim::kMemCategories>>();
     r.report.step_ns = d.at("step_ns").get<int64_t>();
     r.report.overhead_ns = d.value("overhead_ns", int64_t{0});
+    r.report.overhead_cpu_ns = d.value("overhead_cpu_ns", int64_t{0});
+    r.report.compute_cpu_ns = d.value("compute_cpu_ns", int64_t{0});
+    r.report.pack_cpu_ns = d.value("pack_cpu_ns", int64_t{0});
     const auto table = j.at("strings").get<std::vector<std::string>>();
     for (const auto& o : j.at("ops")) {
       OpRecord rec;
@@ -108,8 +121,89 @@ ReplayResult merge_results(const CompiledPlan& cp, const ReplayOptions& opt,
   for (const auto& k : ranks) n = std::min(n, k.step_ns.size());
   if (n == SIZE_MAX) n = 0;
   r.step_ns.assign(n, 0);
+  // Ranks of one host share its monotonic clock: put them on one timeline per step (the
+  // earliest rank's start is 0), so the step is the group's makespan and traces line up.
+  bool one_host = !ranks.empty();
   for (const auto& k : ranks)
-    for (size_t i = 0; i < n; ++i) r.step_ns[i] = std::max(r.step_ns[i], k.step_ns[i]);
+    one_host = one_host && k.host == ranks[0].host && k.t0_ns.size() >= n;
+  std::vector<int64_t> g0(n, INT64_MAX);
+  if (one_host)
+    for (const auto& k : ranks)
+      for (size_t i = 0; i < n; ++i) g0[i] = std::min(g0[i], k.t0_ns[i]);
+  auto shift = [&](const RankResult& k, size_t i) { return one_host ? k.t0_ns[i] - g0[i] : 0; };
+  for (auto& k : ranks) {
+    for (size_t i = 0; i < n; ++i) r.step_ns[i] = std::max(r.step_ns[i], shift(k, i) + k.step_ns[i]);
+    for (auto& o : k.ops)
+      if (o.iteration >= 0 && static_cast<size_t>(o.iteration) < n) {
+        const int64_t s = shift(k, static_cast<size_t>(o.iteration));
+        o.start_ns += s;
+        o.end_ns += s;
+      }
+  }
+  // A transfer or collective starts when its last participant posts it (the simulator's
+  // rendezvous): a receive posted early is waiting, not communicating.
+  if (one_host) {
+    std::map<std::tuple<int, uint32_t, int, int>, int64_t> pair_start;  // (it, node, lo, hi)
+    std::map<std::pair<int, uint32_t>, int64_t> coll_start;
+    auto peer_of = [](const OpRecord& o) {
+      const auto c = o.stream.rfind(':');
+      return c == std::string::npos ? -1 : std::atoi(o.stream.c_str() + c + 1);
+    };
+    auto visit = [&](bool apply) {
+      for (auto& k : ranks)
+        for (auto& o : k.ops) {
+          if (o.node >= cp.dag.nodes.size()) continue;
+          const NodeKind kind = cp.dag.nodes[o.node].kind;
+          int64_t* slot = nullptr;
+          if (kind == NodeKind::kTransfer) {
+            const int p = peer_of(o);
+            slot = &pair_start[{o.iteration, o.node, std::min(p, o.device), std::max(p, o.device)}];
+          } else if (kind == NodeKind::kCollective) {
+            slot = &coll_start[{o.iteration, o.node}];
+          }
+          if (!slot) continue;
+          if (!apply)
+            *slot = std::max(*slot, o.start_ns);
+          else
+            o.start_ns = std::min(o.end_ns, std::max(o.start_ns, *slot));
+        }
+    };
+    visit(false);
+    visit(true);
+    // Communication time and its exposed part again, from the adjusted intervals.
+    for (auto& k : ranks) {
+      if (k.ops.empty() || n == 0) continue;
+      int64_t comm = 0, exposed = 0;
+      for (size_t i = 0; i < n; ++i) {
+        std::vector<std::pair<int64_t, int64_t>> cu, mu;
+        for (const auto& o : k.ops) {
+          if (o.iteration != static_cast<int>(i) || o.node >= cp.dag.nodes.size()) continue;
+          (cp.dag.nodes[o.node].kind == NodeKind::kCompute ? cu : mu).emplace_back(o.start_ns, o.end_ns);
+        }
+        auto merge = [](std::vector<std::pair<int64_t, int64_t>> v) {
+          std::sort(v.begin(), v.end());
+          std::vector<std::pair<int64_t, int64_t>> out;
+          for (auto iv : v) {
+            if (!out.empty() && iv.first <= out.back().second)
+              out.back().second = std::max(out.back().second, iv.second);
+            else
+              out.push_back(iv);
+          }
+          return out;
+        };
+        cu = merge(cu);
+        mu = merge(mu);
+        for (auto [a, b] : mu) {
+          comm += b - a;
+          int64_t covered = 0;
+          for (auto [c, d] : cu) covered += std::max<int64_t>(0, std::min(b, d) - std::max(a, c));
+          exposed += b - a - covered;
+        }
+      }
+      k.report.comm_ns = comm / static_cast<int64_t>(n);
+      k.report.exposed_comm_ns = exposed / static_cast<int64_t>(n);
+    }
+  }
   if (n > 0) {
     double sum = 0, sq = 0;
     int64_t mn = r.step_ns[0];
@@ -197,6 +291,9 @@ Json result_json(const CompiledPlan& cp, const ReplayResult& r, const sim::Resul
     e["memory_breakdown"] = b;
     e["own_step_ms"] = ms(d.step_ns);
     e["overhead_ms"] = ms(d.overhead_ns);
+    e["overhead_cpu_ms"] = ms(d.overhead_cpu_ns);
+    e["compute_cpu_ms"] = ms(d.compute_cpu_ns);
+    e["pack_cpu_ms"] = ms(d.pack_cpu_ns);
     if (pred && static_cast<size_t>(d.id) < pred->devices.size()) {
       const auto& p = pred->devices[d.id];
       e["predicted"] = {{"busy_ms", ms(p.busy)},

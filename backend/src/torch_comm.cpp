@@ -21,7 +21,7 @@ Group::Group(c10::intrusive_ptr<c10d::Store> store, const std::string& prefix, i
     throw std::runtime_error("this build of the backend has no CUDA/NCCL");
 #endif
   }
-#ifdef USE_C10D_GLOO
+#ifdef STRETTO_HAVE_GLOO
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
   opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   opts->threads = 1;
@@ -33,9 +33,9 @@ Group::Group(c10::intrusive_ptr<c10d::Store> store, const std::string& prefix, i
 
 // One dispatcher for both kinds: the calls are spelled the same on ProcessGroupGloo and
 // ProcessGroupNCCL in 1.13 and 2.x.
-#if defined(USE_C10D_GLOO) && defined(STRETTO_BACKEND_CUDA)
+#if defined(STRETTO_HAVE_GLOO) && defined(STRETTO_BACKEND_CUDA)
 #define STRETTO_PG(call) (cuda_ ? nccl_->call : gloo_->call)
-#elif defined(USE_C10D_GLOO)
+#elif defined(STRETTO_HAVE_GLOO)
 #define STRETTO_PG(call) (gloo_->call)
 #elif defined(STRETTO_BACKEND_CUDA)
 #define STRETTO_PG(call) (nccl_->call)

@@ -3,7 +3,10 @@
 // 1.13's ProcessGroupGloo derives from ProcessGroup, 2.x's from c10d::Backend: never upcast).
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#ifdef USE_C10D_GLOO
+// A CUDA wheel may define USE_C10D_GLOO without shipping gloo's headers: then this build is
+// CUDA/NCCL-only.
+#if defined(USE_C10D_GLOO) && __has_include(<gloo/algorithm.h>)
+#define STRETTO_HAVE_GLOO 1
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 #ifdef STRETTO_BACKEND_CUDA
@@ -39,7 +42,7 @@ class Group {
  private:
   int rank_ = 0, size_ = 1;
   bool cuda_ = false;
-#ifdef USE_C10D_GLOO
+#ifdef STRETTO_HAVE_GLOO
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_;
 #endif
 #ifdef STRETTO_BACKEND_CUDA

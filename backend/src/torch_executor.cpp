@@ -18,10 +18,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <map>
 #include <memory>
@@ -35,6 +38,7 @@
 #include "torch_model.h"
 
 #ifdef STRETTO_BACKEND_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
@@ -43,6 +47,12 @@ namespace stretto::backend {
 
 namespace detail {
 namespace {
+
+int64_t cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -175,14 +185,39 @@ class RankRun {
   std::map<std::string, std::unique_ptr<Waiter>> waiters_;
   int64_t op_counter_ = 0;
   int iteration_ = 0;
-  int64_t t_compute_ = 0, t_wait_ = 0;
+  int64_t t_compute_ = 0, t_wait_ = 0, cpu_compute_ = 0, cpu_pack_ = 0;
+  // CPU time of bucket and shard packing, measured around a post or finalize.
+  struct PackTimer {
+    int64_t& acc;
+    bool on;
+    int64_t c0;
+    PackTimer(int64_t& a, bool o) : acc(a), on(o), c0(o ? cpu_ns() : 0) {}
+    ~PackTimer() {
+      if (on) acc += cpu_ns() - c0;
+    }
+  };
+  static bool packs(const Node& n) {
+    return n.purpose == CommPurpose::kGradReduce || n.purpose == CommPurpose::kParamSync ||
+           n.purpose == CommPurpose::kParamGather;
+  }
+  std::vector<std::string> labels_;  // op_label() of every op, for the status line
+  int64_t drop_counter_ = 0;  // fault "drop": received data so far
+  std::atomic<size_t> waiting_for_{SIZE_MAX};  // op the host thread is blocked on
+  int cuda_index_ = 0;
+#ifdef STRETTO_BACKEND_CUDA
+  // CUDA: compute ops are timed with events on the compute stream (the current stream); the
+  // communication streams are c10d NCCL's, which order themselves against it with events.
+  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> ev_begin_, ev_end_;
+  std::unique_ptr<at::cuda::CUDAEvent> ev_step_;
+#endif
 
   at::TensorOptions tensor_options() const {
     at::TensorOptions o = at::TensorOptions().dtype(at::kFloat);
 #ifdef STRETTO_BACKEND_CUDA
     if (cuda_) {
       const DType dt = cp_.model.dtype;
-      o = o.device(at::Device(at::kCUDA, 0))
+      o = o.device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(
+                                             spec_.rank % std::max(1, static_cast<int>(c10::cuda::device_count())))))
               .dtype(dt == DType::kBF16   ? at::kBFloat16
                      : dt == DType::kFP16 ? at::kHalf
                                           : at::kFloat);
@@ -277,6 +312,18 @@ void RankRun::setup() {
   node_ops_.assign(dag.nodes.size(), {});
   for (size_t i = 0; i < ops_.size(); ++i) node_ops_[ops_[i].node].push_back(i);
   st_.assign(ops_.size(), OpState{});
+  labels_.clear();
+  for (size_t i = 0; i < ops_.size(); ++i) labels_.push_back(op_label(i));
+#ifdef STRETTO_BACKEND_CUDA
+  if (cuda_) {
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(model_.options().device().index()));
+    ev_step_ = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      ev_begin_.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
+      ev_end_.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
+    }
+  }
+#endif
   buf_.assign(ops_.size(), {});
   buf2_.assign(ops_.size(), {});
   gather_out_.assign(ops_.size(), {});
@@ -392,11 +439,14 @@ at::Tensor RankRun::flat_grads(uint32_t o) const {
 }
 
 void RankRun::write_params(uint32_t o, const at::Tensor& flat) {
-  at::NoGradGuard ng;
+  // Fresh leaves, as ZeRO-3 materialises gathered parameters: forwards of other microbatches
+  // still hold the previous tensors in their graphs (an in-place write would invalidate them).
   int64_t off = 0;
   for (auto& p : params_[o]) {
     const int64_t n = p.value.numel();
-    p.value.detach().view({-1}).copy_(flat.narrow(0, off, n));
+    at::Tensor v = flat.narrow(0, off, n).reshape(p.value.sizes()).clone();
+    v.set_requires_grad(true);
+    p.value = v;
     off += n;
   }
 }
@@ -469,9 +519,19 @@ void RankRun::enqueue(size_t i, std::vector<WorkPtr> works) {
         }
         std::string err;
         try {
-          for (auto& wk : item.works)
-            if (!wk->wait(std::chrono::milliseconds(opt_.timeout_ms)))
+          for (auto& wk : item.works) {
+            if (cuda_) {
+              // NCCL's wait() only orders streams: poll for completion to stamp its end.
+              const auto dl = std::chrono::steady_clock::now() +
+                              std::chrono::milliseconds(opt_.timeout_ms);
+              while (!wk->isCompleted() && std::chrono::steady_clock::now() < dl)
+                std::this_thread::sleep_for(std::chrono::microseconds(20));
+              if (!wk->isCompleted()) err = fmt::format("timed out after {} ms", opt_.timeout_ms);
+              if (auto ex = wk->exception()) std::rethrow_exception(ex);
+            } else if (!wk->wait(std::chrono::milliseconds(opt_.timeout_ms))) {
               err = fmt::format("timed out after {} ms", opt_.timeout_ms);
+            }
+          }
         } catch (const std::exception& e) {
           err = e.what();
         }
@@ -490,7 +550,8 @@ void RankRun::enqueue(size_t i, std::vector<WorkPtr> works) {
           }
         }
         wp->last_end = end;
-        cv_.notify_all();
+        if (waiting_for_.load(std::memory_order_relaxed) == item.op || !err.empty())
+          cv_.notify_all();
       }
     });
   }
@@ -524,6 +585,8 @@ void RankRun::stop_waiters() {
 void RankRun::wait_op(size_t i) {
   const int64_t t0 = now_ns();
   std::unique_lock lk(m_);
+  if (st_[i].done && !failed_) return;
+  waiting_for_.store(i, std::memory_order_relaxed);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.timeout_ms);
   while (!st_[i].done && !failed_) {
@@ -533,6 +596,7 @@ void RankRun::wait_op(size_t i) {
                               opt_.timeout_ms, op_label(i), iteration_);
     }
   }
+  waiting_for_.store(SIZE_MAX, std::memory_order_relaxed);
   t_wait_ += now_ns() - t0;
   if (failed_) throw std::runtime_error(fail_msg_);
 }
@@ -581,6 +645,7 @@ void RankRun::finish_forward(uint32_t o, int mb, const at::Tensor& t) {
 
 void RankRun::fault_check() {
   if (me_ != opt_.fault_rank || op_counter_ != opt_.fault_op) return;
+  if (opt_.fault_kind == "drop") return;  // applied in finalize()
   if (opt_.fault_kind == "hang") {
     for (;;) ::pause();
   }
@@ -592,7 +657,10 @@ void RankRun::fault_check() {
 
 void RankRun::execute(size_t i) {
   const DeviceOp& op = ops_[i];
-  status_.set(fmt::format("step {} op {}/{}: {}", iteration_, i, ops_.size(), op_label(i)));
+  char line[Status::kSize];
+  std::snprintf(line, sizeof line, "step %d op %zu/%zu: %s", iteration_, i, ops_.size(),
+                labels_[i].c_str());
+  status_.set(line);
   fault_check();
   ++op_counter_;
   for (uint32_t p : preds_[op.node]) wait_node(p);
@@ -631,8 +699,11 @@ void RankRun::run_compute(size_t i) {
     if (!grad) ng = std::make_unique<at::NoGradGuard>();
     return model_.forward(o, in, params_[o], place_[o], replica, mb, loss_scale_, tpar);
   };
-  const int64_t t0 = now_ns();
+  const int64_t t0 = now_ns(), c0 = cpu_ns();
   st_[i].start_ns = t0;
+#ifdef STRETTO_BACKEND_CUDA
+  if (cuda_) ev_begin_[i]->record();
+#endif
   switch (n.tags.pass) {
     case Pass::kF: {
       std::vector<at::Tensor> in;
@@ -711,8 +782,12 @@ void RankRun::run_compute(size_t i) {
     default:
       throw std::runtime_error("internal: compute node without a pass");
   }
+#ifdef STRETTO_BACKEND_CUDA
+  if (cuda_) ev_end_[i]->record();
+#endif
   const int64_t t1 = now_ns();
   t_compute_ += t1 - t0;
+  cpu_compute_ += cpu_ns() - c0;
   st_[i].end_ns = t1;
   st_[i].done = st_[i].finalized = true;
 }
@@ -734,7 +809,7 @@ void RankRun::post_comm(size_t i) {
       post();
       works.push_back(world_->send(buf_[i], dop.peer, tag));
     } else {
-      buf_[i] = at::zeros(model_.output_shape(n.op), model_.options());
+      buf_[i] = at::empty(model_.output_shape(n.op), model_.options());
       post();
       works.push_back(world_->recv(buf_[i], dop.peer, tag));
     }
@@ -744,6 +819,7 @@ void RankRun::post_comm(size_t i) {
   }
   Group& g = group(dop.group);
   const bool zero_bucket = n.comm == CommKind::kReduceScatter;
+  PackTimer pack_timer(cpu_pack_, packs(n));
   switch (n.purpose) {
     case CommPurpose::kGradReduce: {
       const auto& bucket = bucket_of_node_[dop.node];
@@ -844,6 +920,14 @@ void RankRun::finalize(size_t i) {
   OpState& s = st_[i];
   if (s.finalized) return;
   s.finalized = true;
+  // Fault "drop" (tests): the fault_op-th data this rank receives is lost, which --check
+  // must notice.
+  if (opt_.fault_kind == "drop" && me_ == opt_.fault_rank && !ops_[i].is_send &&
+      ops_[i].kind != NodeKind::kCompute && drop_counter_++ == opt_.fault_op) {
+    if (buf_[i].defined()) buf_[i].zero_();
+    if (buf2_[i].defined()) buf2_[i].zero_();
+    for (auto& t : gather_out_[i]) t.zero_();
+  }
   const DeviceOp& dop = ops_[i];
   const Node& n = cp_.dag.nodes[dop.node];
   const int mb = mb_of(n);
@@ -851,14 +935,20 @@ void RankRun::finalize(size_t i) {
   if (n.kind == NodeKind::kTransfer) {
     mem_.add(kCommBuf, -tensor_bytes(buf_[i]));
     if (!dop.is_send) {
-      if (n.purpose == CommPurpose::kGradient)
-        add_grad(n.op, mb, buf_[i]);
+      if (n.purpose == CommPurpose::kGradient) {
+        at::Tensor& acc = grad_acc_[k];
+        if (!acc.defined())
+          acc = buf_[i];
+        else
+          acc.add_(buf_[i]);
+      }
       else
         val_[k] = buf_[i];
     }
     buf_[i] = at::Tensor();
     return;
   }
+  PackTimer pack_timer(cpu_pack_, packs(n));
   switch (n.purpose) {
     case CommPurpose::kGradReduce: {
       const auto& bucket = bucket_of_node_[dop.node];
@@ -961,8 +1051,14 @@ void RankRun::step(bool measured, RankResult& rr) {
     throw std::runtime_error(fmt::format("rank {} timed out at the start barrier of step {}", me_,
                                          iteration_));
   for (auto& [name, w] : waiters_) w->last_end = 0;
-  t_compute_ = t_wait_ = 0;
-  const int64_t t0 = now_ns();
+  t_compute_ = t_wait_ = cpu_compute_ = cpu_pack_ = 0;
+#ifdef STRETTO_BACKEND_CUDA
+  if (cuda_) {
+    c10::cuda::device_synchronize();
+    ev_step_->record();
+  }
+#endif
+  const int64_t t0 = now_ns(), cpu0 = cpu_ns();
   for (auto& [name, w] : waiters_) w->last_end = t0;
   for (size_t i = 0; i < ops_.size(); ++i) execute(i);
   for (size_t i = 0; i < ops_.size(); ++i)
@@ -971,14 +1067,27 @@ void RankRun::step(bool measured, RankResult& rr) {
       finalize(i);
     }
   status_.set(fmt::format("step {}: optimizer step", iteration_));
-  const int64_t t_opt = now_ns();
+  const int64_t t_opt = now_ns(), cpu_opt = cpu_ns();
   ++adam_t_;
   for (uint32_t o = 0; o < params_.size(); ++o) optimizer_step(o);
-  const int64_t t1 = now_ns();
+#ifdef STRETTO_BACKEND_CUDA
+  if (cuda_) {
+    // Kernels run asynchronously: compute times come from the events, on the step's clock.
+    c10::cuda::device_synchronize();
+    for (size_t i = 0; i < ops_.size(); ++i)
+      if (ops_[i].kind == NodeKind::kCompute) {
+        st_[i].start_ns = t0 + static_cast<int64_t>(ev_step_->elapsed_time(*ev_begin_[i]) * 1e6);
+        st_[i].end_ns = t0 + static_cast<int64_t>(ev_step_->elapsed_time(*ev_end_[i]) * 1e6);
+      }
+  }
+#endif
+  const int64_t t1 = now_ns(), cpu1 = cpu_ns();
   t_compute_ += t1 - t_opt;
+  cpu_compute_ += cpu1 - cpu_opt;
   if (!measured) return;
   const int it = static_cast<int>(rr.step_ns.size());
   rr.step_ns.push_back(t1 - t0);
+  rr.t0_ns.push_back(t0);
   // Metrics: busy = union of compute, comm = union of comm, exposed = comm outside compute.
   std::vector<std::pair<int64_t, int64_t>> comp, comm;
   for (size_t i = 0; i < ops_.size(); ++i) {
@@ -1021,6 +1130,9 @@ void RankRun::step(bool measured, RankResult& rr) {
   r.exposed_comm_ns += commt - overlap;
   r.step_ns += t1 - t0;
   r.overhead_ns += std::max<int64_t>(0, (t1 - t0) - t_compute_ - t_wait_);
+  r.overhead_cpu_ns += std::max<int64_t>(0, (cpu1 - cpu0) - cpu_compute_ - cpu_pack_);
+  r.pack_cpu_ns += cpu_pack_;
+  r.compute_cpu_ns += cpu_compute_;
 }
 
 RankResult RankRun::run(std::vector<GradDump>* grads) {
@@ -1029,7 +1141,9 @@ RankResult RankRun::run(std::vector<GradDump>* grads) {
   RankResult rr;
   rr.rank = me_;
   rr.report.id = me_;
-  rr.device = cuda_ ? "cuda:0" : "cpu";
+  rr.device = cuda_ ? fmt::format("cuda:{}", static_cast<int>(model_.options().device().index())) : "cpu";
+  char host[256] = {0};
+  if (::gethostname(host, sizeof host - 1) == 0) rr.host = host;
   const int total = opt_.warmup + opt_.iterations;
   for (iteration_ = 0; iteration_ < total; ++iteration_) step(iteration_ >= opt_.warmup, rr);
   status_.set("finished");
@@ -1040,13 +1154,17 @@ RankResult RankRun::run(std::vector<GradDump>* grads) {
   r.exposed_comm_ns /= n;
   r.step_ns /= n;
   r.overhead_ns /= n;
+  r.overhead_cpu_ns /= n;
+  r.compute_cpu_ns /= n;
+  r.pack_cpu_ns /= n;
   r.bubble_ns = std::max<int64_t>(0, r.step_ns - r.busy_ns);
   r.bubble_ratio = r.step_ns > 0 ? static_cast<double>(r.bubble_ns) / r.step_ns : 0;
   r.peak_memory = mem_.peak;
   r.breakdown = mem_.at_peak;
 #ifdef STRETTO_BACKEND_CUDA
   if (cuda_) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+        static_cast<int>(model_.options().device().index()));
     r.peak_memory = stats.allocated_bytes[0].peak;
   }
 #endif
@@ -1102,6 +1220,7 @@ Expected<ReplayResult> run_rank(const CompiledPlan& cp, const RankSpec& spec,
     rr = run->run(opt.check ? &grads : nullptr);
   } catch (const std::exception& e) {
     std::string msg = e.what();
+    msg = msg.substr(0, msg.find("\nException raised from"));
     if (msg.rfind("rank ", 0) != 0) msg = fmt::format("rank {}: {}", spec.rank, msg);
     return failure(msg);
   }

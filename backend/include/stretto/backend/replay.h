@@ -66,7 +66,9 @@ struct ReplayOptions {
   /// environment: OPENBLAS_NUM_THREADS, which the launcher sets to this value when unset).
   int threads = 1;
   /// Tests only: rank `fault_rank` fails at its `fault_op`-th op (0-based, counted over the
-  /// whole run) -- `fault_kind` "crash" (abort), "exit" (exit 7) or "hang" (sleeps forever).
+  /// whole run) -- `fault_kind` "crash" (abort), "kill" (SIGKILL), "exit" (exit 7) or "hang"
+  /// (sleeps forever) -- or, with "drop", loses the `fault_op`-th data it receives (--check
+  /// must then fail).
   int fault_rank = -1;
   int64_t fault_op = -1;
   std::string fault_kind = "crash";
@@ -97,6 +99,12 @@ struct DeviceReport {
   /// Host time outside the model's kernels and outside waiting for communication: posting
   /// ops, applying received data, recording times (the replay's own overhead), mean.
   int64_t overhead_ns = 0;
+  /// The same on the host thread's CPU clock (immune to the process being descheduled):
+  /// CPU time of the replay machinery, and CPU time inside the model's kernels, mean.
+  int64_t overhead_cpu_ns = 0, compute_cpu_ns = 0;
+  /// CPU time packing and unpacking gradient buckets and ZeRO shards (the copies DDP and ZeRO
+  /// make too); not counted in overhead_cpu_ns, mean.
+  int64_t pack_cpu_ns = 0;
 };
 
 /// One parameter's gradient compared with the single-process reference (--check).
@@ -125,6 +133,10 @@ struct RankResult {
   std::vector<OpRecord> ops;  ///< every measured iteration's ops (when record_ops)
   double loss = 0;            ///< loss of the first step, summed over its microbatches (loss ranks)
   std::string device;         ///< "cpu", "cuda:0"
+  /// Per measured iteration: the step's start on this host's monotonic clock (ns) and the
+  /// host name, so ranks of one host are put on one timeline when merged.
+  std::vector<int64_t> t0_ns;
+  std::string host;
 };
 
 /// The merged measurement of a replay.
@@ -202,6 +214,8 @@ std::string chrome_trace(const CompiledPlan& cp, const ReplayResult& r, int iter
 bool has_cuda_build();
 /// True when a CUDA device is usable now.
 bool cuda_available();
+/// Number of CUDA devices (0 without a CUDA build); a CUDA replay needs one per rank.
+int cuda_device_count();
 
 Json to_json(const RankResult& r);
 Expected<RankResult> rank_result_from_json(const Json& j);
