@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -217,7 +218,13 @@ INSTANTIATE_TEST_SUITE_P(
                 "must be a non-negative integer (got \"lots\")"},
         BadCase{"not_a_trace.json", "not_a_trace.json:1:1", "no 'traceEvents' array"},
         BadCase{"syntax.json", "syntax.json:2:46 (/traceEvents/0)", "invalid JSON in trace"},
-        BadCase{"missing.json", "missing.json", "cannot read trace"}));
+        BadCase{"missing.json", "missing.json", "cannot read trace"}),
+    [](const ::testing::TestParamInfo<BadCase>& info) {
+      std::string n = info.param.file;
+      for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return n;
+    });
 
 // A large trace streams: memory does not grow with the text (the events are dropped as read).
 TEST(TraceReader, LargeGeneratedTraceStreams) {
