@@ -258,8 +258,10 @@ Expected<ReplayResult> launch_local(const CompiledPlan& cp, const ReplayOptions&
     return failure(fmt::format("cannot start the rendezvous store: {}", e.what()));
   }
   const int port = store->getPort();
-  char tmpl[] = "/tmp/stretto-replay-XXXXXX";
-  if (!::mkdtemp(tmpl)) return failure("cannot create a temporary directory for the ranks' status");
+  std::string tmpl = launch.tmp_dir + "/stretto-replay-XXXXXX";
+  if (!::mkdtemp(tmpl.data()))
+    return failure(fmt::format("cannot create a temporary directory in {} for the ranks' status",
+                               launch.tmp_dir));
   const std::string dir = tmpl;
   // argv and envp are built before fork: the child only calls exec.
   std::vector<std::string> env_s;

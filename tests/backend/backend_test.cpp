@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 
 #include "stretto/backend/replay.h"
@@ -75,11 +76,12 @@ int count_children() {
   return n;
 }
 
-int count_status_dirs() {
+// Entries of a directory (other than . and ..).
+int count_entries(const std::string& dir) {
   int n = 0;
-  if (DIR* d = ::opendir("/tmp")) {
+  if (DIR* d = ::opendir(dir.c_str())) {
     while (dirent* e = ::readdir(d))
-      if (std::string(e->d_name).rfind("stretto-replay-", 0) == 0) ++n;
+      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") ++n;
     ::closedir(d);
   }
   return n;
@@ -188,6 +190,22 @@ TEST(Replay, ExecutedOrderIsTheCompiledProgram) {
       }
     }
   }
+  // JSON with simulate's field names, and a Chrome trace named like the simulator's.
+  const Json j = result_json(cp, *r, nullptr);
+  for (const char* k : {"step_time_ms", "bubble_ratio", "exposed_comm_ms", "step_time_std_ms",
+                        "step_time_min_ms", "devices", "ops"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  ASSERT_EQ(j["devices"].size(), 2u);
+  for (const char* k : {"id", "busy_ms", "bubble_ms", "bubble_ratio", "exposed_comm_ms",
+                        "peak_memory_bytes", "memory_breakdown"})
+    EXPECT_TRUE(j["devices"][0].contains(k)) << k;
+  const Json trace = Json::parse(chrome_trace(cp, *r));
+  std::set<std::string> names;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X") names.insert(e["name"].get<std::string>());
+  EXPECT_TRUE(names.count("F mb0 PP0")) << "trace slices are named like the simulator's";
+  EXPECT_TRUE(names.count("BW mb3 PP1"));
+  EXPECT_TRUE(names.count("send act mb0 PP0\u2192PP1") || names.count("send act mb0 PP0→PP1"));
   // Measured metrics are consistent: busy within the step, bubble = step - busy.
   for (const auto& dev : r->devices) {
     EXPECT_GT(dev.busy_ns, 0);
@@ -198,17 +216,20 @@ TEST(Replay, ExecutedOrderIsTheCompiledProgram) {
 
 TEST(Replay, KilledRankStopsTheGroup) {
   const CompiledPlan cp = load("pp2_dp2_zero1.json");
-  const int dirs_before = count_status_dirs();
   ReplayRun run = make_run("pp2_dp2_zero1.json", false, 2, 0,
-                     {"--fault-rank", "2", "--fault-op", "25", "--fault-kind", "kill"});
+                           {"--fault-rank", "2", "--fault-op", "25", "--fault-kind", "kill"});
   run.opt.timeout_ms = 20000;
+  char tmp[] = "/tmp/stretto-replay-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmp), nullptr);
+  run.launch.tmp_dir = tmp;
   auto r = launch_local(cp, run.opt, run.launch);
   ASSERT_FALSE(r.has_value());
   const std::string msg = render_all(r.error());
   EXPECT_NE(msg.find("rank 2 was killed by signal 9"), std::string::npos) << msg;
   EXPECT_NE(msg.find("op 25/"), std::string::npos) << msg;  // the op it was in
   EXPECT_EQ(count_children(), 0);
-  EXPECT_EQ(count_status_dirs(), dirs_before);
+  EXPECT_EQ(count_entries(tmp), 0);  // the run's status directory is gone
+  ::rmdir(tmp);
 }
 
 TEST(Replay, HungRankStopsTheGroupWithinTheTimeout) {

@@ -163,6 +163,8 @@ struct LaunchOptions {
   std::vector<std::string> args;
   std::string master_addr = "127.0.0.1";
   bool quiet = false;  ///< no progress lines on stderr
+  /// Where the group's temporary status directory is made (removed when the run ends).
+  std::string tmp_dir = "/tmp";
 };
 
 /// This process as one rank (multi-host mode, or a child of launch_local).
