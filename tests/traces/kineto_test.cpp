@@ -6,6 +6,8 @@
 #include <cctype>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 
 #include "stretto/costmodel/profile_table.h"
@@ -253,4 +255,25 @@ TEST(TraceReader, LargeGeneratedTraceStreams) {
   ASSERT_TRUE(h);
   EXPECT_EQ(seen, static_cast<size_t>(n));
   EXPECT_EQ(sum, 250LL * n);
+}
+
+// PyTorch 2.11 on an H100: one rank's forward GEMMs of mlp_up / mlp_down at ten token counts
+// (bf16, [m, 4096] x [4096, 14336] and back; docs/validation.md). Each forward is filed under
+// its own shape.
+TEST(KinetoImport, RealGemmSweepFilesEachShape) {
+  auto k = import_kineto({kData + "real_gemm/h100_gemm.pt.trace.json.gz"});
+  ASSERT_TRUE(k) << first_error(k.error());
+  std::map<std::string, std::set<int64_t>> ms;
+  for (const auto& e : k->table["kernels"]) {
+    EXPECT_EQ(e["dtype"], "bf16");
+    EXPECT_EQ(e["pass"], "F");
+    ms[e["op"].get<std::string>()].insert(e["m"].get<int64_t>());
+    if (e["op"] == "mlp_up") {
+      EXPECT_EQ(e["n"], 14336);
+      EXPECT_EQ(e["k"], 4096);
+    }
+  }
+  const std::set<int64_t> want = {256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384};
+  EXPECT_EQ(ms["mlp_up"], want);
+  EXPECT_EQ(ms["mlp_down"], want);
 }

@@ -581,7 +581,12 @@ class FileImporter {
         in.shape = std::tuple{m, n, k, b, dt};
         break;
       }
-      if (in.l.op && in.l.tags.pass == Pass::kF && in.shape) fwd_shape[identity(in.l)] = *in.shape;
+      if (in.l.op && in.l.tags.pass == Pass::kF && in.shape) {
+        // the forward's own shape serves its backward of the same microbatch, and (when the
+        // microbatch is not known) any backward of the op
+        fwd_shape[identity(in.l) + fmt::format("/mb{}", in.l.tags.mb())] = *in.shape;
+        fwd_shape.emplace(identity(in.l), *in.shape);
+      }
       insts.push_back(std::move(in));
     }
     // kernels carrying Piper's piper_dag_node: one instance per distinct label
@@ -607,12 +612,19 @@ class FileImporter {
         ++tot_.unattributed["labelled ops with no pass (not in the table)"];
         continue;
       }
-      auto fs = fwd_shape.find(identity(in.l));
-      if (fs == fwd_shape.end()) {
+      // a forward is keyed by its own GEMM shape; a backward by its forward's
+      auto fs = fwd_shape.find(identity(in.l) + fmt::format("/mb{}", in.l.tags.mb()));
+      if (fs == fwd_shape.end()) fs = fwd_shape.find(identity(in.l));
+      if (in.l.tags.pass == Pass::kF && in.shape) fs = fwd_shape.end();
+      if (in.l.tags.pass == Pass::kF && !in.shape) {
         ++tot_.unattributed["labelled ops with no forward GEMM shape (not in the table)"];
         continue;
       }
-      auto [m, n, k, b, dt] = fs->second;
+      if (in.l.tags.pass != Pass::kF && fs == fwd_shape.end()) {
+        ++tot_.unattributed["labelled ops with no forward GEMM shape (not in the table)"];
+        continue;
+      }
+      auto [m, n, k, b, dt] = in.l.tags.pass == Pass::kF ? *in.shape : fs->second;
       tot_.table_kernels[{std::string(cost::profile_op_name(*in.l.op)),
                           std::string(pass_name(in.l.tags.pass)), dt.empty() ? "bf16" : dt, m, n, k,
                           b}]
