@@ -102,15 +102,35 @@ struct Launch {
   uint32_t thread = 0;
 };
 
+// A sorted vector of (key, value) with unique keys (first wins): half the memory of a hash map
+// for the millions of launches and CPU ops of a large trace.
+template <class V>
+struct SortedIndex {
+  std::vector<std::pair<int64_t, V>> v;
+  void add(int64_t k, V x) { v.emplace_back(k, std::move(x)); }
+  void seal() {
+    std::stable_sort(v.begin(), v.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    v.erase(std::unique(v.begin(), v.end(),
+                        [](const auto& a, const auto& b) { return a.first == b.first; }),
+            v.end());
+  }
+  const V* find(int64_t k) const {
+    auto it = std::lower_bound(v.begin(), v.end(), k,
+                               [](const auto& a, int64_t x) { return a.first < x; });
+    return it != v.end() && it->first == k ? &it->second : nullptr;
+  }
+};
+
 // Everything kept from one file until it is joined.
 struct FileRecords {
   Interner names;
   std::unordered_map<std::string, uint32_t> threads;
   std::vector<Range> steps, labels;
   std::vector<CpuOp> ops;
-  std::unordered_map<int64_t, uint32_t> op_by_ext;
+  SortedIndex<uint32_t> op_by_ext;
   std::vector<Kernel> kernels;
-  std::unordered_map<int64_t, Launch> launches;
+  SortedIndex<Launch> launches;
   std::vector<Coll> colls;
   std::map<std::string, int64_t> peak_mem;
 
@@ -388,7 +408,7 @@ class FileImporter {
         k.label = f_.names.id(it->get_ref<const std::string&>());
       f_.kernels.push_back(k);
     } else if (launch) {
-      if (auto c = arg_int("correlation")) f_.launches[*c] = {e.ts_ns, f_.thread(ev)};
+      if (auto c = arg_int("correlation")) f_.launches.add(*c, {e.ts_ns, f_.thread(ev)});
     } else if (cpu) {
       CpuOp o;
       o.start = e.ts_ns;
@@ -403,7 +423,7 @@ class FileImporter {
       const uint32_t i = static_cast<uint32_t>(f_.ops.size());
       o.ext = arg_int("External id").value_or(-1);
       f_.ops.push_back(o);
-      if (o.ext >= 0) f_.op_by_ext.emplace(o.ext, i);
+      if (o.ext >= 0) f_.op_by_ext.add(o.ext, i);
     } else if (annot && cat == "user_annotation") {
       const OpLabel l = parse_op_label(e.name);
       if (l.logical)
@@ -445,6 +465,8 @@ class FileImporter {
   }
 
   void join(KinetoRank& r) {
+    f_.launches.seal();
+    f_.op_by_ext.seal();
     auto by_start = [](const Range& a, const Range& b) {
       return std::tie(a.start, a.end) < std::tie(b.start, b.end);
     };
@@ -484,12 +506,12 @@ class FileImporter {
       const Kernel& k = f_.kernels[ki];
       int64_t when = k.start;
       uint32_t thread = kNone;
-      if (auto l = f_.launches.find(k.corr); l != f_.launches.end()) {
-        when = l->second.ts;
-        thread = l->second.thread;
-      } else if (auto o = f_.op_by_ext.find(k.ext); o != f_.op_by_ext.end()) {
-        when = f_.ops[o->second].start;
-        thread = f_.ops[o->second].thread;
+      if (const Launch* l = f_.launches.find(k.corr)) {
+        when = l->ts;
+        thread = l->thread;
+      } else if (const uint32_t* o = f_.op_by_ext.find(k.ext)) {
+        when = f_.ops[*o].start;
+        thread = f_.ops[*o].thread;
       } else {
         ++tot_.unattributed["kernels with no launch (correlation) or CPU op (External id)"];
       }
