@@ -385,14 +385,7 @@ class FileImporter {
         c.dtype = (*t)[0].get<std::string>();
       coll = static_cast<int32_t>(f_.colls.size());
       f_.colls.push_back(std::move(c));
-      CpuOp o;
-      o.start = e.ts_ns;
-      o.end = e.ts_ns + e.dur_ns;
-      o.thread = f_.thread(ev);
-      o.name = f_.names.id(e.name);
-      o.coll = coll;
-      o.ext = arg_int("External id").value_or(-1);
-      f_.ops.push_back(o);
+      add_op(e, ev, coll, args, arg_int("External id").value_or(-1));
       return std::nullopt;
     }
     if (kernel || mem) {
@@ -410,26 +403,31 @@ class FileImporter {
     } else if (launch) {
       if (auto c = arg_int("correlation")) f_.launches.add(*c, {e.ts_ns, f_.thread(ev)});
     } else if (cpu) {
-      CpuOp o;
-      o.start = e.ts_ns;
-      o.end = e.ts_ns + e.dur_ns;
-      o.thread = f_.thread(ev);
-      o.name = f_.names.id(e.name);
-      o.coll = coll;
-      if (is_gemm(e.name)) {
-        if (auto d = args.find("Input Dims"); d != args.end()) o.dims = f_.names.id(d->dump());
-        if (auto t = args.find("Input type"); t != args.end()) o.types = f_.names.id(t->dump());
-      }
-      const uint32_t i = static_cast<uint32_t>(f_.ops.size());
-      o.ext = arg_int("External id").value_or(-1);
-      f_.ops.push_back(o);
-      if (o.ext >= 0) f_.op_by_ext.add(o.ext, i);
+      add_op(e, ev, coll, args, arg_int("External id").value_or(-1));
     } else if (annot && cat == "user_annotation") {
       const OpLabel l = parse_op_label(e.name);
       if (l.logical)
         f_.labels.push_back({e.ts_ns, e.ts_ns + e.dur_ns, f_.thread(ev), f_.names.id(e.name)});
     }
     return std::nullopt;
+  }
+
+  // A CPU op (or c10d range): its interval, thread, name, GEMM shapes and External id.
+  void add_op(const RawEvent& e, const Json& ev, int32_t coll, const Json& args, int64_t ext) {
+    CpuOp o;
+    o.start = e.ts_ns;
+    o.end = e.ts_ns + e.dur_ns;
+    o.thread = f_.thread(ev);
+    o.name = f_.names.id(e.name);
+    o.coll = coll;
+    o.ext = ext;
+    if (is_gemm(e.name)) {
+      if (auto d = args.find("Input Dims"); d != args.end()) o.dims = f_.names.id(d->dump());
+      if (auto t = args.find("Input type"); t != args.end()) o.types = f_.names.id(t->dump());
+    }
+    const auto i = static_cast<uint32_t>(f_.ops.size());
+    f_.ops.push_back(o);
+    if (o.ext >= 0) f_.op_by_ext.add(o.ext, i);
   }
 
   void memory(const Json& ev) {
