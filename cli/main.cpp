@@ -48,12 +48,18 @@ int main(int argc, char** argv) {
   add_compile_command(app, cmds);
   add_simulate_commands(app, *export_app, cmds);
   add_schedule_commands(app, *import_app, *export_app, cmds);
+#ifdef STRETTO_HAVE_EXPLORE
   add_sweep_commands(app, cmds);
+#endif
 #ifdef STRETTO_HAVE_GUI
   add_gui_command(app, cmds);
 #endif
+  add_loop_commands(app, *import_app, cmds);
 #ifdef STRETTO_HAVE_BACKEND
   add_replay_command(app, cmds);
+#endif
+#ifdef STRETTO_HAVE_VALIDATE
+  add_validate_commands(app, cmds);
 #endif
   try {
     app.parse(argc, argv);
