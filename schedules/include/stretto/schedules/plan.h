@@ -79,7 +79,12 @@ struct ClusterSpec {
   LinkSpec inter_node;
   int islands = 1;  // nodes are split evenly into islands joined by `dcn`
   LinkSpec dcn;
-  int num_devices() const { return nodes * devices_per_node; }
+  /// Saturates at INT32_MAX (nodes x devices_per_node may overflow int; such clusters are
+  /// refused by check_plan_sizes, estimate.h).
+  int num_devices() const {
+    const int64_t n = int64_t{nodes} * devices_per_node;
+    return n > INT32_MAX ? INT32_MAX : static_cast<int>(n);
+  }
   std::string pointer = "/cluster";
 };
 
