@@ -39,6 +39,9 @@ void add_replay_command(CLI::App& app, Commands& out);
 /// `profile`, `validate` (with the backend: STRETTO_HAVE_VALIDATE).
 void add_validate_commands(CLI::App& app, Commands& out);
 
+/// `describe`.
+void add_describe_command(CLI::App& app, Commands& out);
+
 /// Prints diagnostics to stderr; returns 2.
 int report(const Diagnostics& ds);
 /// Writes `text` to `path`, or stdout when path is "" or "-". Returns false (and prints) on error.

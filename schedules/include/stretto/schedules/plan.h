@@ -101,7 +101,12 @@ struct ClusterSpec {
   LinkSpec inter_node;
   int islands = 1;  // nodes are split evenly into islands joined by `dcn`
   LinkSpec dcn;
-  int num_devices() const { return nodes * devices_per_node; }
+  /// Saturates at INT32_MAX (nodes x devices_per_node may overflow int; such clusters are
+  /// refused by check_plan_sizes, estimate.h).
+  int num_devices() const {
+    const int64_t n = int64_t{nodes} * devices_per_node;
+    return n > INT32_MAX ? INT32_MAX : static_cast<int>(n);
+  }
   std::string pointer = "/cluster";
 };
 
@@ -154,6 +159,15 @@ struct Directive {
   std::vector<std::vector<Filter>> groups;      // order
 };
 
+/// Layout shorthand of a builder call (layout.h): parallel degrees and rank order.
+struct Layout {
+  int tp = 1, pp = 1, dp = 1, ep = 1;
+  std::vector<std::string> order = {"tp", "dp", "pp"};  // innermost first (Megatron)
+  int zero = 0;                                        // 0-3: replicate's ZeRO level
+  bool sequence_parallel = false;                      // shard_tensor's
+  std::string pointer;                                 // "/schedule/layout"
+};
+
 /// A builder call instead of hand-written directives (issue: schedule builders).
 struct BuilderCall {
   std::string builder;
@@ -161,6 +175,7 @@ struct BuilderCall {
   int stages_per_rank = 0;  // 0: the family's default (1, or 2 for V schedules)
   int microbatches = 0;
   std::vector<Directive> base;
+  std::optional<Layout> layout;  // generates the base (layout.h)
   std::string pointer = "/schedule";
 };
 
