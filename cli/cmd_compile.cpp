@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "output.h"
+#include "usage.h"
 #include "stretto/schedules/compiler.h"
 
 namespace stretto::cli {
@@ -19,7 +21,9 @@ void add_compile_command(CLI::App& app, Commands& out) {
       ->capture_default_str();
   cmd->add_option("--format", o->format, "table (default on a terminal) or json")
       ->check(CLI::IsMember({"table", "json"}));
+  add_limit_options(cmd);
   out.push_back({cmd, [o] {
+                   note_input(o->plan);
                    auto cp = compile_file(o->plan);
                    if (!cp) return report(cp.error());
                    auto s = summarize(*cp);

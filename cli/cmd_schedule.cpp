@@ -1,12 +1,19 @@
 // `stretto build-schedule`, `stretto import torch-csv`, `stretto export torch-csv`
 // (DESIGN.md §4): thin wrappers over schedules/builders.h and schedules/torch_csv.h.
+#include <fmt/format.h>
+
 #include <cstdio>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "output.h"
+#include "usage.h"
+#include "stretto/schedules/estimate.h"
 #include "stretto/schedules/builders.h"
+#include "stretto/schedules/layout.h"
 #include "stretto/schedules/json_source.h"
 #include "stretto/schedules/plan.h"
 #include "stretto/schedules/torch_csv.h"
@@ -119,6 +126,12 @@ Expected<PipelineSchedule> schedule_of_plan(const std::string& path) {
       if (!base) return fail(std::move(base.error()));
       call.base = std::move(*base);
     }
+    if (sched.contains("layout")) {
+      Diagnostics lerrs;
+      call.layout = parse_layout(*src, ptr + "/layout", lerrs);
+      if (!call.layout) return fail(std::move(lerrs));
+      if (call.ranks == 0) call.ranks = call.layout->pp;
+    }
     // Check the whole call (ranks inferred from the base, base consistency) as the compiler
     // would, then rebuild with torch's padding for the CSV.
     auto ds = expand_builder(call);
@@ -136,7 +149,61 @@ Expected<PipelineSchedule> schedule_of_plan(const std::string& path) {
   return s;
 }
 
+// --layout "tp=2,pp=4,dp=2" or '{"tp": 2, "pp": 4}' -> a Layout (the plan's parser checks it).
+Expected<Layout> parse_layout_option(const std::string& text) {
+  std::string json = text;
+  if (json.find('{') == std::string::npos) {
+    Json o = Json::object();
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t end = text.find(',', pos);
+      if (end == std::string::npos) end = text.size();
+      const std::string item = text.substr(pos, end - pos);
+      const size_t eq = item.find('=');
+      if (eq == std::string::npos) {
+        Diagnostic d;
+        d.loc.file = "--layout";
+        d.message = fmt::format("'{}' is not key=value", item);
+        d.hint = "e.g. --layout tp=2,pp=4,dp=2";
+        return fail(std::move(d));
+      }
+      const std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+      if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() < 10)
+        o[k] = std::stoi(v);
+      else if (v == "true" || v == "false")
+        o[k] = v == "true";
+      else
+        o[k] = v;
+      pos = end + 1;
+    }
+    json = o.dump();
+  }
+  auto src = JsonSource::parse(json, "--layout");
+  if (!src) return fail(std::move(src.error()));
+  Diagnostics errs;
+  auto l = parse_layout(*src, "", errs);
+  if (!l) {
+    for (Diagnostic& d : errs) d.source_line.clear();
+    return fail(std::move(errs));
+  }
+  return *l;
+}
+
+// What the cells of show_grid mean.
+std::string grid_legend(const PipelineSchedule& s) {
+  const bool with_stage = s.stages_per_rank > 1 || s.bidirectional || s.stages != s.ranks;
+  std::string o = "legend: ";
+  o += with_stage ? "<stage><op><microbatch>, e.g. 2F3 = stage 2's forward of microbatch 3; "
+                  : "<op><microbatch>, e.g. F3 = forward of microbatch 3; ";
+  o += "F forward, B backward (input + weight gradient), I backward for inputs (BI), W backward "
+       "for weights (BW); a|b = a and b overlapped in one slot; . = idle\n";
+  o += "        rows r0..r" + std::to_string(s.ranks - 1) +
+       " are pipeline ranks; time runs left to right, one slot per column\n";
+  return o;
+}
+
 struct BuildArgs {
+  std::string layout;
   std::string schedule;
   int ranks = 0;
   int stages_per_rank = 0;
@@ -153,15 +220,51 @@ int run_build(const BuildArgs& a) {
     if (!b) return report(b.error());
     base = std::move(*b);
   }
-  auto sched = build_schedule(a.schedule, a.ranks, a.stages_per_rank, a.microbatches);
+  std::optional<Layout> layout;
+  int ranks = a.ranks;
+  if (!a.layout.empty()) {
+    if (!a.base.empty()) {
+      Diagnostic d;
+      d.loc.file = "build-schedule";
+      d.message = "--layout and --base both describe the placement; give one";
+      d.hint = "--layout pp=4,dp=2 generates the base";
+      return report({d});
+    }
+    auto l = parse_layout_option(a.layout);
+    if (!l) return report(l.error());
+    layout = *l;
+    if (ranks > 0 && ranks != layout->pp) {
+      Diagnostic d;
+      d.loc.file = "build-schedule";
+      d.message = fmt::format("--ranks {} disagrees with the layout's pp = {}", ranks, layout->pp);
+      d.hint = "drop --ranks; the layout's pp is the number of pipeline ranks";
+      return report({d});
+    }
+    ranks = layout->pp;
+  }
+  if (ranks <= 0) {
+    Diagnostic d;
+    d.loc.file = "build-schedule";
+    d.message = "--ranks P (or --layout pp=P,...) is required";
+    d.hint = "e.g. --ranks 4";
+    return report({d});
+  }
+  if (auto big = check_schedule_budget(ranks, a.stages_per_rank, a.microbatches); !big.empty())
+    return report(big);
+  auto sched = build_schedule(a.schedule, ranks, a.stages_per_rank, a.microbatches);
   if (!sched) return report(located(std::move(sched.error()), nullptr, "build-schedule"));
+  if (layout) {
+    auto gen = layout_base(*layout, sched->stage_to_rank, sched->bidirectional, sched->family);
+    if (!gen) return report(located(std::move(gen.error()), nullptr, "--layout"));
+    base.directives = std::move(*gen);
+  }
   auto ds = schedule_to_directives(*sched, base.directives);
   if (!ds) return report(located(std::move(ds.error()), base.src.get(), "build-schedule"));
   if (a.show) {
     BuildOptions opt;
     opt.torch_padding = true;  // lines the grid up like torch's own printout
-    auto padded = build_schedule(a.schedule, a.ranks, a.stages_per_rank, a.microbatches, opt);
-    const std::string grid = show_grid(padded ? *padded : *sched);
+    auto padded = build_schedule(a.schedule, ranks, a.stages_per_rank, a.microbatches, opt);
+    const std::string grid = show_grid(padded ? *padded : *sched) + grid_legend(*sched);
     if (a.output.empty() || a.output == "-") return write_output("", grid) ? 0 : 2;
     std::fputs(grid.c_str(), stderr);
   }
@@ -185,6 +288,13 @@ int run_import(const ImportArgs& a) {
   if (!sched) return report(sched.error());
   auto ds = schedule_to_directives(*sched, base.directives);
   if (!ds) return report(located(std::move(ds.error()), base.src.get(), a.file));
+  // A whole plan as the base: write the whole plan with the imported schedule, ready for
+  // `stretto simulate` (--timeline, --trace).
+  if (base.src && base.src->root().is_object() && base.src->root().contains("model")) {
+    Json plan = base.src->root();
+    plan["schedule"] = directives_to_json(*ds);
+    return write_output(a.output, plan.dump(2) + "\n") ? 0 : 2;
+  }
   return write_output(a.output, directives_text(*ds)) ? 0 : 2;
 }
 
@@ -222,7 +332,10 @@ void add_schedule_commands(CLI::App& app, CLI::App& import_app, CLI::App& export
   b->add_option("--schedule", build->schedule,
                 "Family (case-insensitive; torch class names such as ScheduleDualPipeV work too)")
       ->required();
-  b->add_option("--ranks", build->ranks, "Pipeline ranks P")->required();
+  b->add_option("--ranks", build->ranks, "Pipeline ranks P (or --layout pp=P)");
+  b->add_option("--layout", build->layout,
+                "Parallel layout instead of --base: tp=2,pp=4,dp=2[,ep=,order=tp-dp-pp,zero=1] "
+                "or the JSON object of a plan's \"layout\"");
   b->add_option("--stages-per-rank", build->stages_per_rank,
                 "Stages per rank V (default: the family's: 2 for interleaved-1f1b, looped-bfs, "
                 "zb-v, dualpipe, dualpipev; 1 otherwise)");
@@ -233,15 +346,26 @@ void add_schedule_commands(CLI::App& app, CLI::App& import_app, CLI::App& export
   b->add_option("-o,--output", build->output, "Write the directive list here (default: stdout)");
   b->add_flag("--show", build->show,
               "Print the per-rank grid (to stdout instead of the JSON, or to stderr with -o)");
-  out.push_back({b, [build] { return run_build(*build); }});
+  add_limit_options(b);
+  out.push_back({b, [build] {
+                   note_input(build->base);
+                   return run_build(*build);
+                 }});
 
   auto imp = std::make_shared<ImportArgs>();
   CLI::App* i = import_app.add_subcommand(
       "torch-csv", "torch.distributed.pipelining per-rank action CSV -> directive list");
   i->add_option("file", imp->file, "CSV file, one row per rank")->required();
-  i->add_option("--base", imp->base, "Directive list (or plan) with placement to keep");
+  i->add_option("--base", imp->base,
+                "Directive list (or plan) with placement to keep; with a plan, the output is the "
+                "whole plan with the imported schedule");
   i->add_option("-o,--output", imp->output, "Write the directive list here (default: stdout)");
-  out.push_back({i, [imp] { return run_import(*imp); }});
+  add_limit_options(i);
+  out.push_back({i, [imp] {
+                   note_input(imp->file);
+                   note_input(imp->base);
+                   return run_import(*imp);
+                 }});
 
   auto exp = std::make_shared<ExportArgs>();
   CLI::App* e = export_app.add_subcommand(
@@ -252,7 +376,11 @@ void add_schedule_commands(CLI::App& app, CLI::App& import_app, CLI::App& export
   e->add_option("-o,--output", exp->output, "Write the CSV here (default: stdout)");
   e->add_flag("--with-comms", exp->with_comms,
               "Add SEND_F/RECV_F/SEND_B/RECV_B cells (torch's _add_send_recv lowering)");
-  out.push_back({e, [exp] { return run_export(*exp); }});
+  add_limit_options(e);
+  out.push_back({e, [exp] {
+                   note_input(exp->plan);
+                   return run_export(*exp);
+                 }});
 }
 
 }  // namespace stretto::cli

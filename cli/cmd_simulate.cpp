@@ -4,8 +4,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "commands.h"
+#include "output.h"
+#include "timeline.h"
+#include "usage.h"
+#include "warnings.h"
+#include "stretto/sim/pipeline_metrics.h"
 #include "stretto/sim/session.h"
 #include "stretto/traces/chrome_trace.h"
 
@@ -21,12 +27,14 @@ std::string gib(int64_t b) {
 }
 
 Json result_json(const CompiledPlan& cp, const sim::Result& r,
-                 const std::vector<sim::CriticalStep>* path) {
+                 const std::vector<sim::CriticalStep>* path, const sim::PipelineMetrics& pm) {
   Json j;
   j["plan"] = cp.plan.file;
   j["step_time_ms"] = ms(r.step_time);
   j["bubble_ratio"] = r.bubble_ratio;
+  j["pipeline_bubble_ratio"] = pm.pipeline_bubble_ratio;
   j["exposed_comm_ms"] = ms(r.exposed_comm);
+  j["exposed_comm_ms_per_device"] = pm.exposed_comm_ms_per_device;
   j["mfu"] = r.mfu;
   j["tokens_per_s"] = r.tokens_per_s;
   j["model_flops"] = r.model_flops;
@@ -45,6 +53,10 @@ Json result_json(const CompiledPlan& cp, const sim::Result& r,
     e["busy_ms"] = ms(d.busy);
     e["bubble_ms"] = ms(d.bubble);
     e["bubble_ratio"] = d.bubble_ratio;
+    {
+      const auto& dp = pm.devices[static_cast<size_t>(&d - r.devices.data())];
+      e["pipeline_bubble_ms"] = dp.computes ? ms(dp.idle()) : 0.0;
+    }
     e["exposed_comm_ms"] = ms(d.exposed_comm);
     e["comm_ms"] = ms(d.comm);
     e["peak_memory_bytes"] = d.peak_memory;
@@ -73,17 +85,25 @@ Json result_json(const CompiledPlan& cp, const sim::Result& r,
   return j;
 }
 
-std::string result_table(const CompiledPlan& cp, const sim::Result& r, bool color) {
+std::string result_table(const CompiledPlan& cp, const sim::Result& r, bool color,
+                         const sim::PipelineMetrics& pm) {
   std::string o;
   const char* bold = color ? "\033[1m" : "";
   const char* red = color ? "\033[1;31m" : "";
   const char* off = color ? "\033[0m" : "";
   o += fmt::format("plan           {}\n", cp.plan.file);
   o += fmt::format("{}step time      {:.3f} ms{}\n", bold, ms(r.step_time), off);
-  o += fmt::format("bubble ratio   {:.2f} %   (idle compute over devices x step time)\n",
-                   100 * r.bubble_ratio);
-  o += fmt::format("exposed comm   {:.3f} ms summed over devices ({:.3f} ms per device)\n",
-                   ms(r.exposed_comm), ms(r.exposed_comm) / std::max<size_t>(1, r.devices.size()));
+  o += fmt::format(
+      "bubble ratio   {:.2f} %   (time devices do no compute / (devices x step time))\n",
+      100 * r.bubble_ratio);
+  o += fmt::format(
+      "pipeline bubble {:.2f} %  (idle between each computing device's first and last op / "
+      "those spans)\n",
+      100 * pm.pipeline_bubble_ratio);
+  o += fmt::format(
+      "exposed comm   {:.3f} ms per device  (communication no compute hides; {:.3f} ms summed "
+      "over devices)\n",
+      pm.exposed_comm_ms_per_device, ms(r.exposed_comm));
   o += fmt::format(
       "MFU            {:.1f} %   ({:.3g} model FLOPs, peak {:.0f} TFLOP/s x {} devices)\n",
       100 * r.mfu, r.model_flops, cp.plan.cluster.device.peak_tflops, r.devices.size());
@@ -99,15 +119,19 @@ std::string result_table(const CompiledPlan& cp, const sim::Result& r, bool colo
       o += fmt::format("{}{}\n", i ? "               " : "not modelled   ", missing[i]);
     o += "\n";
   }
-  // worst device: largest bubble, then largest peak memory
+  // worst device: largest bubble (only when some device has one), then largest peak memory
   size_t worst = 0, worst_mem = 0;
   for (size_t i = 0; i < r.devices.size(); ++i) {
     if (r.devices[i].bubble > r.devices[worst].bubble) worst = i;
     if (r.devices[i].peak_memory > r.devices[worst_mem].peak_memory) worst_mem = i;
   }
+  if (r.devices.empty() || r.devices[worst].bubble <= 0) worst = SIZE_MAX;
   o += fmt::format("{:>9}  {:>10}  {:>10}  {:>7}  {:>10}  {:>9}  {:>7} {:>7} {:>7} {:>7} {:>7}\n",
                    "device", "busy ms", "bubble ms", "bubble", "exp.comm", "peak GiB", "params",
                    "grads", "optim", "activ", "other");
+  o += fmt::format(
+      "{:>9}  {:>10}  {:>10}  {:>7}  {:>10}  {:>9}  {}\n", "", "(compute)", "(idle)",
+      "of step", "(unhidden)", "", "at the peak: weights, gradients, optimizer, activations");
   for (size_t i = 0; i < r.devices.size();) {
     const auto& d = r.devices[i];
     size_t j = i + 1;
@@ -116,6 +140,7 @@ std::string result_table(const CompiledPlan& cp, const sim::Result& r, bool colo
              e.peak_memory == d.peak_memory && e.breakdown == d.breakdown;
     };
     while (j < r.devices.size() && same(r.devices[j]) && j != worst && j != worst_mem) ++j;
+    // (worst == SIZE_MAX: no device idles, no mark)
     if (i == worst || i == worst_mem) j = i + 1;
     std::string id =
         j - i > 1 ? fmt::format("{}-{}", d.id, r.devices[j - 1].id) : std::to_string(d.id);
@@ -177,29 +202,119 @@ std::string critical_table(const std::vector<sim::CriticalStep>& path) {
   return o;
 }
 
+
+// "0-7,64" -> a mask of num_devices entries; a diagnostic on a malformed list or an id out of
+// range.
+Expected<std::vector<char>> parse_device_list(const std::string& text, int num_devices) {
+  std::vector<char> mask(static_cast<size_t>(std::max(0, num_devices)), 0);
+  auto bad = [&](std::string why) {
+    Diagnostic d;
+    d.loc.file = "--trace-devices";
+    d.message = fmt::format("invalid device list '{}': {}", text, why);
+    d.hint = fmt::format("e.g. 0-7,64 (devices 0 to {})", num_devices - 1);
+    return fail(std::move(d));
+  };
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find(',', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(pos, end - pos);
+    const size_t dash = item.find('-');
+    long long lo = 0, hi = 0;
+    try {
+      size_t used = 0;
+      lo = std::stoll(item.substr(0, dash), &used);
+      if (used != (dash == std::string::npos ? item.size() : dash)) return bad("not a number");
+      hi = lo;
+      if (dash != std::string::npos) {
+        hi = std::stoll(item.substr(dash + 1), &used);
+        if (used != item.size() - dash - 1) return bad("not a number");
+      }
+    } catch (const std::exception&) {
+      return bad(fmt::format("'{}' is not a device or a range", item));
+    }
+    if (lo < 0 || hi < lo || hi >= num_devices)
+      return bad(fmt::format("'{}' is outside devices 0-{}", item, num_devices - 1));
+    for (long long d = lo; d <= hi; ++d) mask[static_cast<size_t>(d)] = 1;
+    pos = end + 1;
+  }
+  return mask;
+}
+
+// "START:END" in ms ("10:", ":50" open-ended) -> [begin_ns, end_ns).
+bool parse_window(const std::string& text, sim::SimTime& begin, sim::SimTime& end) {
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) return false;
+  try {
+    const std::string a = text.substr(0, colon), b = text.substr(colon + 1);
+    begin = a.empty() ? 0 : static_cast<sim::SimTime>(std::stod(a) * 1e6);
+    end = b.empty() ? -1 : static_cast<sim::SimTime>(std::stod(b) * 1e6);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return begin >= 0 && (end < 0 || end > begin);
+}
+
 }  // namespace
 
 void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out) {
   struct Opts {
-    std::string plan, trace, format, output;
-    bool critical = false, fold = false;
+    std::string plan, trace, format, output, trace_devices, trace_window;
+    bool critical = false, fold = false, timeline = false, timeline_streams = false;
+    bool fail_over_capacity = false;
+    int timeline_width = 0;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("simulate", "Simulate one training step of a plan");
-  cmd->add_option("PLAN", o->plan, "Plan file (JSON)")->required();
+  cmd->add_option("PLAN", o->plan, "Plan file (JSON); - reads it from standard input")->required();
   cmd->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace to FILE");
+  cmd->add_option("--trace-devices", o->trace_devices,
+                  "Only these devices in the trace and the timeline, e.g. 0-7,64");
+  cmd->add_option("--trace-window", o->trace_window,
+                  "Only slices overlapping START:END (ms) in the trace, e.g. 0:50 or 120:");
   cmd->add_option("--format", o->format, "table (default on a terminal) or json")
       ->check(CLI::IsMember({"table", "json"}));
   cmd->add_flag("--critical-path", o->critical,
                 "Report the chain of ops and waits that sets the step time");
   cmd->add_flag("--fold-replicas", o->fold,
                 "Simulate one of each group of identical data-parallel replicas");
+  cmd->add_flag("--timeline", o->timeline,
+                "Draw the step in the terminal: a row per device, time left to right");
+  cmd->add_flag("--timeline-streams", o->timeline_streams,
+                "With --timeline: a row per device and stream");
+  cmd->add_option("--timeline-width", o->timeline_width,
+                  "Columns of the timeline (default: the terminal's width)");
+  cmd->add_flag("--fail-over-capacity", o->fail_over_capacity,
+                "Exit with code 3 when a device's memory peak exceeds its capacity");
+  add_limit_options(cmd);
   out.push_back(
       {cmd, [o] {
          const bool tty_err = isatty(STDERR_FILENO) != 0;
+         // Outputs first: an unwritable --trace is reported before any simulation.
+         std::optional<OutputFile> trace_out;
+         if (!o->trace.empty()) {
+           auto f = OutputFile::open(o->trace, {o->plan});
+           if (!f) return report(f.error());
+           trace_out.emplace(std::move(*f));
+         }
+         traces::ChromeTraceOptions topt;
+         if (!o->trace_window.empty() &&
+             !parse_window(o->trace_window, topt.begin_ns, topt.end_ns)) {
+           Diagnostic d;
+           d.loc.file = "--trace-window";
+           d.message = fmt::format("invalid time window '{}'", o->trace_window);
+           d.hint = "START:END in ms, e.g. 0:50, 120: (to the end) or :10";
+           return report({d});
+         }
          if (tty_err) std::fprintf(stderr, "compiling %s ...\r", o->plan.c_str());
          auto s = sim::Session::open(o->plan);
+         if (tty_err) std::fprintf(stderr, "%*s\r", 70, "");
          if (!s) return report(s.error());
+         if (!o->trace_devices.empty()) {
+           auto mask = parse_device_list(o->trace_devices, s->compiled().num_devices);
+           if (!mask) return report(mask.error());
+           topt.devices = std::move(*mask);
+         }
          sim::SimOptions so;
          so.fold_replicas = o->fold;
          if (tty_err) {
@@ -218,33 +333,68 @@ void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out) {
          auto r = s->simulate(so);
          if (tty_err) std::fprintf(stderr, "%*s\r", 70, "");
          if (!r) return report(r.error());
+         print_warnings(s->compiled(), *r, o->fold);
          std::vector<sim::CriticalStep> path;
          if (o->critical) path = sim::critical_path(s->compiled(), *r);
-         if (!o->trace.empty() && !write_output(o->trace, traces::chrome_trace(s->compiled(), *r)))
-           return 2;
+         if (trace_out) {
+           if (!traces::write_chrome_trace(trace_out->file(), s->compiled(), *r, topt)) {
+             trace_out->write("");  // marks nothing; commit() reports the failed write
+           }
+           if (!trace_out->commit()) return 2;
+         }
+         const sim::PipelineMetrics pm = sim::pipeline_metrics(s->compiled(), *r);
          const std::string f = o->format.empty() ? (stdout_is_tty() ? "table" : "json") : o->format;
          std::string text;
          if (f == "json") {
-           text = result_json(s->compiled(), *r, o->critical ? &path : nullptr).dump(2) + "\n";
+           text = result_json(s->compiled(), *r, o->critical ? &path : nullptr, pm).dump(2) + "\n";
          } else {
-           text = result_table(s->compiled(), *r, stdout_is_tty());
+           text = result_table(s->compiled(), *r, stdout_is_tty(), pm);
            if (o->critical) text += critical_table(path);
            if (!o->trace.empty())
              text += fmt::format("\ntrace written to {} (open it in https://ui.perfetto.dev)\n",
                                  o->trace);
          }
-         return write_output("", text) ? 0 : 1;
+         if (o->timeline) {
+           TimelineOptions t;
+           t.per_stream = o->timeline_streams;
+           t.devices = topt.devices;
+           t.width = o->timeline_width > 0 ? o->timeline_width : terminal_width() - 14;
+           // With JSON on stdout the drawing goes to stderr (people read it, machines the JSON).
+           if (f == "json") {
+             t.color = isatty(STDERR_FILENO) != 0;
+             std::fputs(timeline(s->compiled(), *r, t).c_str(), stderr);
+           } else {
+             t.color = stdout_is_tty();
+             text += "\n" + timeline(s->compiled(), *r, t);
+           }
+         }
+         if (!write_output("", text)) return 2;
+         if (o->fail_over_capacity)
+           for (const auto& d : r->devices)
+             if (d.over_capacity) {
+               std::fprintf(stderr,
+                            "error: device %d's memory peak (%.2f GiB) exceeds its %.0f GiB "
+                            "(--fail-over-capacity)\n",
+                            d.id, static_cast<double>(d.peak_memory) / (1 << 30),
+                            s->compiled().plan.cluster.device.memory_GiB);
+               return 3;
+             }
+         return 0;
        }});
   auto* ex =
       export_app.add_subcommand("chrome", "Simulate and write only the Chrome/Perfetto trace");
-  ex->add_option("PLAN", o->plan, "Plan file (JSON)")->required();
+  ex->add_option("PLAN", o->plan, "Plan file (JSON); - reads it from standard input")->required();
   ex->add_option("-o,--output", o->output, "Output file (default: stdout)");
+  add_limit_options(ex);
   out.push_back({ex, [o] {
+                   auto f = OutputFile::open(o->output, {o->plan});
+                   if (!f) return report(f.error());
                    auto s = sim::Session::open(o->plan);
                    if (!s) return report(s.error());
                    auto r = s->simulate();
                    if (!r) return report(r.error());
-                   return write_output(o->output, traces::chrome_trace(s->compiled(), *r)) ? 0 : 2;
+                   traces::write_chrome_trace(f->file(), s->compiled(), *r);
+                   return f->commit() ? 0 : 2;
                  }});
 }
 

@@ -27,6 +27,9 @@ void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out);
 void add_schedule_commands(CLI::App& app, CLI::App& import_app, CLI::App& export_app,
                            Commands& out);
 
+/// `describe`.
+void add_describe_command(CLI::App& app, Commands& out);
+
 /// Prints diagnostics to stderr; returns 2.
 int report(const Diagnostics& ds);
 /// Writes `text` to `path`, or stdout when path is "" or "-". Returns false (and prints) on error.

@@ -5,8 +5,11 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <new>
 
 #include "commands.h"
+#include "output.h"
+#include "usage.h"
 
 namespace stretto::cli {
 
@@ -16,17 +19,14 @@ int report(const Diagnostics& ds) {
 }
 
 bool write_output(const std::string& path, const std::string& text) {
-  if (path.empty() || path == "-") {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    return true;
-  }
-  std::ofstream f(path, std::ios::binary);
-  if (!f) {
-    std::fprintf(stderr, "error: cannot write '%s'\n", path.c_str());
+  // A temporary file renamed on success; a failed write (full disk, closed stdout) is an error.
+  auto out = OutputFile::open(path);
+  if (!out) {
+    report(out.error());
     return false;
   }
-  f << text;
-  return static_cast<bool>(f);
+  out->write(text);
+  return out->commit();
 }
 
 bool stdout_is_tty() {
@@ -48,15 +48,22 @@ int main(int argc, char** argv) {
   add_compile_command(app, cmds);
   add_simulate_commands(app, *export_app, cmds);
   add_schedule_commands(app, *import_app, *export_app, cmds);
+  add_describe_command(app, cmds);
+  add_usage_examples(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (int rc = unknown_subcommand(app, argc, argv); rc >= 0) return rc;
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
   try {
     for (auto& c : cmds)
       if (c.app->parsed()) return c.run();
+  } catch (const std::bad_alloc&) {
+    // Not an internal error: the plan needs more memory than this machine could give.
+    std::fputs(out_of_memory_message().c_str(), stderr);
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "internal error: %s\n", e.what());
     return 1;

@@ -9,7 +9,10 @@
 #include <sstream>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "models.h"
+#include "stretto/schedules/limits.h"
 #include "stretto/costmodel/profile_table.h"
 #include "util.h"
 
@@ -261,8 +264,43 @@ void parse_collectives(const Json& arr, const std::string& file, Diagnostics& ds
 
 Expected<ProfileTable> parse_profile_table(const std::string& text, const std::string& file) {
   Json root;
+  // Lines are echoed only from files that look like JSON (a path naming /etc/passwd must not
+  // print it), and nesting is bounded before parsing (limits.h).
+  const bool echo = looks_like_json(text);
+  if (auto deep = find_excess_nesting(text)) {
+    uint32_t line = 0, col = 0;
+    std::string line_text;
+    detail::line_col(text, *deep, line, col, line_text);
+    uint32_t caret = col;
+    std::string shown = echo ? window_line(line_text, caret) : std::string();
+    Diagnostic d = detail::diag_at_line(
+        file, line, col, fmt::format("cost table nested more than {} levels deep", kMaxJsonDepth),
+        std::move(shown));
+    d.caret_col = caret;
+    return fail(std::move(d));
+  }
   try {
     root = Json::parse(text);
+  } catch (const Json::out_of_range& e) {
+    // "number overflow parsing '1e999'" has no byte offset: locate the token (found by
+    // profile_fuzz: this exception used to escape and abort the process).
+    const std::string what = e.what();
+    const size_t q = what.find('\''), q2 = what.rfind('\'');
+    const std::string tok = q != std::string::npos && q2 > q ? what.substr(q + 1, q2 - q - 1) : "";
+    const size_t off = tok.empty() ? std::string::npos : text.find(tok);
+    uint32_t line = 0, col = 0;
+    std::string line_text;
+    if (off != std::string::npos) detail::line_col(text, off, line, col, line_text);
+    uint32_t caret = col;
+    std::string shown = echo && line ? window_line(line_text, caret) : std::string();
+    Diagnostic d = detail::diag_at_line(
+        file, line, col,
+        "invalid JSON in cost table: number overflow parsing '" +
+            (tok.size() > 40 ? tok.substr(0, 40) + "..." : tok) + "'",
+        std::move(shown));
+    d.caret_col = caret;
+    d.hint = "numbers must fit in a 64-bit integer or a double";
+    return fail(std::move(d));
   } catch (const Json::parse_error& e) {
     uint32_t line = 0, col = 0;
     std::string line_text;
@@ -287,8 +325,18 @@ Expected<ProfileTable> parse_profile_table(const std::string& text, const std::s
           line_text.compare(col - tok.size(), tok.size(), tok) == 0)
         col = static_cast<uint32_t>(col - tok.size() + 1);
     }
-    return fail(
-        detail::diag_at_line(file, line, col, "invalid JSON in cost table: " + why, line_text));
+    Diagnostic d = detail::diag_at_line(file, line, col, "invalid JSON in cost table: " + why,
+                                        std::string());
+    if (echo) {
+      uint32_t caret = col;
+      d.source_line = window_line(line_text, caret);
+      d.caret_col = caret;
+    } else {
+      d.message = "the cost table is not JSON";
+      d.hint = "a cost table is a JSON object {\"version\": 1, \"kernels\": [...]}; check the "
+               "\"profile\" path";
+    }
+    return fail(std::move(d));
   }
 
   Diagnostics ds;
@@ -346,14 +394,9 @@ Expected<ProfileTable> parse_profile_table(const std::string& text, const std::s
 }
 
 Expected<ProfileTable> load_profile_table(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return fail(detail::diag_at(path, "",
-                                "cannot read cost table '" + path + "': " + std::strerror(errno)));
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_profile_table(ss.str(), path);
+  auto text = read_input_file(path, "cost table");  // regular files up to the input limit
+  if (!text) return fail(std::move(text.error()));
+  return parse_profile_table(*text, path);
 }
 
 namespace {

@@ -5,6 +5,8 @@
 // so at the spot.
 #include "stretto/schedules/builders.h"
 
+#include "stretto/schedules/layout.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -1293,7 +1295,7 @@ Expected<std::vector<Directive>> expand_builder(const BuilderCall& call) {
     return fail(std::move(ds));
   };
   const std::optional<Family> fam = parse_family(call.builder);
-  int p = call.ranks;
+  int p = call.layout ? call.layout->pp : call.ranks;
   if (p <= 0) {
     // Infer from the base: the distinct device lists of whole-stage places.
     std::set<std::vector<int>> lists;
@@ -1315,8 +1317,31 @@ Expected<std::vector<Directive>> expand_builder(const BuilderCall& call) {
   std::string bad_param;
   auto sched = build_impl(call.builder, p, v, call.microbatches, {}, &bad_param);
   if (!sched) return at(std::move(sched.error()), bad_param);
-  auto ds = to_directives_impl(*sched, call.base, call.pointer);
-  if (!ds) return at(std::move(ds.error()), "base");
+  std::vector<Directive> base = call.base;
+  if (call.layout) {
+    auto gen = layout_base(*call.layout, sched->stage_to_rank, sched->bidirectional,
+                           sched->family);
+    if (!gen) return at(std::move(gen.error()), "layout");
+    base = std::move(*gen);
+  } else if (sched->bidirectional) {
+    // DualPipe's two directions share each stage on mirrored ranks: data parallelism over
+    // them is not modelled, so a base that replicates is refused with the reason.
+    for (const Directive& d : base)
+      if (d.op == DirectiveOp::kReplicate && d.devices.size() > 1) {
+        Diagnostic e = make_error(
+            fmt::format("{} with data parallelism (a replicate over {} devices) is not "
+                        "supported: DualPipe runs every stage in both directions on mirrored "
+                        "ranks, and Stretto does not model the extra gradient reduction between "
+                        "a stage's two copies",
+                        sched->family, d.devices.size()),
+            "use dualpipev (one copy per stage; data parallelism works), or drop the replicate");
+        e.directive = d.index;
+        e.loc.json_pointer = d.pointer;
+        return fail(std::move(e));
+      }
+  }
+  auto ds = to_directives_impl(*sched, base, call.pointer);
+  if (!ds) return at(std::move(ds.error()), call.layout ? "layout" : "base");
   return ds;
 }
 

@@ -14,6 +14,8 @@
 
 #include "internal.h"
 #include "stretto/schedules/builders.h"
+#include "stretto/schedules/estimate.h"
+#include "stretto/schedules/layout.h"
 
 namespace stretto {
 
@@ -1280,12 +1282,20 @@ bool Compiler::run() {
 
 Expected<CompiledPlan> compile(const Plan& plan_in, const JsonSource* src,
                                const CompileOptions& opt) {
+  // Sizes whose products overflow, and plans larger than memory allows (estimate.h).
+  if (auto bad = check_plan_sizes(plan_in, src); !bad.empty()) return fail(std::move(bad));
+  if (auto big = check_memory_budget(plan_in, src, false, false); !big.empty())
+    return fail(std::move(big));
+  // A builder call: the real cause (pp_regions, devices) located at the call (layout.h).
+  if (auto bad = check_builder_call(plan_in, src); !bad.empty()) return fail(std::move(bad));
   CompiledPlan cp;
   cp.plan = plan_in;
+  const JsonSource* const file_src = src;
   if (plan_in.builder) {
     auto ds = expand_builder(*plan_in.builder);
     if (!ds) {
       Diagnostics diags = ds.error();
+      locate_builder_diagnostics(diags, src, *plan_in.builder);
       for (auto& d : diags)
         if (!d.loc.known() && src) {
           std::string ptr =
@@ -1302,10 +1312,15 @@ Expected<CompiledPlan> compile(const Plan& plan_in, const JsonSource* src,
     src = nullptr;
   }
   Diagnostics diags;
+  // Problems in builder-generated directives point at the builder call (layout.h).
+  auto located = [&](Diagnostics ds) {
+    if (plan_in.builder) locate_builder_diagnostics(ds, file_src, *plan_in.builder);
+    return fail(std::move(ds));
+  };
   Compiler c(cp, src, diags);
-  if (!c.run()) return fail(std::move(diags));
+  if (!c.run()) return located(std::move(diags));
   cp.dag.finalize();
-  if (!detail::order_and_lower(cp, src, opt.lower, diags)) return fail(std::move(diags));
+  if (!detail::order_and_lower(cp, src, opt.lower, diags)) return located(std::move(diags));
   return cp;
 }
 

@@ -1,5 +1,7 @@
 #include "stretto/schedules/diag.h"
 
+#include "stretto/schedules/limits.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,10 +25,14 @@ std::string Diagnostic::render() const {
   if (nl != std::string::npos) out += message.substr(nl);
   out += '\n';
   if (!source_line.empty() && loc.col > 0) {
-    out += "  " + source_line + "\n  ";
+    uint32_t caret = caret_col ? caret_col : loc.col;
+    const std::string shown =
+        caret_col || source_line.size() <= kMaxEchoedLine ? source_line
+                                                          : window_line(source_line, caret);
+    out += "  " + shown + "\n  ";
     // Keep tabs so the caret lines up with the echoed line.
-    for (uint32_t i = 1; i < loc.col && i <= source_line.size(); ++i)
-      out += source_line[i - 1] == '\t' ? '\t' : ' ';
+    for (uint32_t i = 1; i < caret && i <= shown.size(); ++i)
+      out += shown[i - 1] == '\t' ? '\t' : ' ';
     out += "^\n";
   }
   if (!hint.empty()) out += "  hint: " + hint + "\n";
@@ -36,7 +42,18 @@ std::string Diagnostic::render() const {
 
 std::string render_all(const Diagnostics& ds) {
   std::string out;
-  for (const auto& d : ds) out += d.render();
+  // (cap + 1: all of them, so that cap_diagnostics' own "... and N more" note is shown)
+  const size_t shown = ds.size() <= kMaxDiagnostics + 1 ? ds.size() : kMaxDiagnostics;
+  for (size_t i = 0; i < shown; ++i) out += ds[i].render();
+  if (ds.size() > shown) {
+    Diagnostics rest(1);
+    rest[0].severity = Severity::kNote;
+    rest[0].loc.file = ds[shown].loc.file;
+    const size_t more = ds.size() - shown;
+    rest[0].message = fmt::format("... and {} more (not shown)", fmt::group_digits(more));
+    rest[0].hint = "fix the first ones and run again";
+    out += rest[0].render();
+  }
   return out;
 }
 

@@ -1,12 +1,12 @@
 #include "stretto/schedules/json_source.h"
 
+#include "stretto/schedules/limits.h"
+
 #include <fmt/format.h>
 
 #include <array>
 #include <cctype>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <tuple>
 
 namespace stretto {
@@ -39,21 +39,87 @@ std::pair<uint32_t, uint32_t> line_col(const std::string& text, size_t offset) {
   return {line, col};
 }
 
-// Walks already-validated JSON text and records the position of every value by JSON pointer.
-// It only has to recognise token boundaries, since nlohmann::json has accepted the text.
+// Appends the UTF-8 encoding of code point `cp`.
+void append_utf8(std::string& s, uint32_t cp) {
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (cp >> 18));
+    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// Walks already-validated JSON text alongside its parsed document and records where every
+// value (and every object member's key) starts, keyed by the value's node. Iterative: an
+// explicit stack of open containers, so nesting depth costs no call stack.
 class PositionScanner {
  public:
-  PositionScanner(const std::string& t,
-                  std::unordered_map<std::string, std::array<uint32_t, 4>>& out)
-      : t_(t), out_(out) {}
+  using Pos = std::array<uint32_t, 4>;
+  PositionScanner(const std::string& t, const Json& root,
+                  std::unordered_map<const Json*, Pos>& out, Pos& root_pos)
+      : t_(t), root_(root), out_(out), root_pos_(root_pos) {}
+
   void run() {
     skip_ws();
-    value("", 0, 0);
+    if (i_ >= t_.size()) return;
+    root_pos_ = {line_, col_, line_, col_};
+    begin(&root_, 0, 0, true);
+    while (!stack_.empty()) {
+      skip_ws();
+      if (i_ >= t_.size()) return;
+      char c = t_[i_];
+      if (c == '}' || c == ']') {
+        adv();
+        stack_.pop_back();
+        continue;
+      }
+      if (c == ',') {
+        adv();
+        skip_ws();
+        if (i_ >= t_.size()) return;
+      }
+      Frame& f = stack_.back();
+      const Json* node = f.node;
+      if (f.object) {
+        const uint32_t kl = line_, kc = col_;
+        const std::string key = string_token();
+        skip_ws();
+        if (i_ < t_.size()) adv();  // ':'
+        skip_ws();
+        const Json* child = nullptr;
+        if (node && node->is_object()) {
+          auto it = node->find(key);
+          if (it != node->end()) child = &*it;
+        }
+        begin(child, kl, kc, false);
+      } else {
+        const size_t k = f.index++;
+        const Json* child = node && node->is_array() && k < node->size() ? &(*node)[k] : nullptr;
+        begin(child, 0, 0, false);
+      }
+    }
   }
 
  private:
+  struct Frame {
+    const Json* node;
+    bool object;
+    size_t index;
+  };
   const std::string& t_;
-  std::unordered_map<std::string, std::array<uint32_t, 4>>& out_;
+  const Json& root_;
+  std::unordered_map<const Json*, Pos>& out_;
+  Pos& root_pos_;
+  std::vector<Frame> stack_;
   size_t i_ = 0;
   uint32_t line_ = 1, col_ = 1;
 
@@ -65,74 +131,85 @@ class PositionScanner {
     ++i_;
   }
   void skip_ws() {
-    while (i_ < t_.size() && (t_[i_] == ' ' || t_[i_] == '\n' || t_[i_] == '\t' || t_[i_] == '\r'))
+    while (i_ < t_.size() &&
+           (t_[i_] == ' ' || t_[i_] == '\n' || t_[i_] == '\t' || t_[i_] == '\r'))
       adv();
+  }
+  uint32_t hex4() {
+    uint32_t v = 0;
+    for (int k = 0; k < 4 && i_ < t_.size(); ++k) {
+      const char h = t_[i_];
+      v = v * 16 + static_cast<uint32_t>(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+      adv();
+    }
+    return v;
   }
   std::string string_token() {  // at '"'
     std::string s;
-    adv();
+    if (i_ < t_.size()) adv();
     while (i_ < t_.size() && t_[i_] != '"') {
-      if (t_[i_] == '\\') {
-        adv();
-        char c = t_[i_];
-        s += (c == 'n' ? '\n' : c == 't' ? '\t' : c);  // keys with exotic escapes are rare
-        if (c == 'u') {
-          for (int k = 0; k < 4; ++k) adv();
-        }
+      if (t_[i_] != '\\') {
+        s += t_[i_];
         adv();
         continue;
       }
-      s += t_[i_];
       adv();
+      if (i_ >= t_.size()) break;
+      const char c = t_[i_];
+      adv();
+      switch (c) {
+        case 'n': s += '\n'; break;
+        case 't': s += '\t'; break;
+        case 'r': s += '\r'; break;
+        case 'b': s += '\b'; break;
+        case 'f': s += '\f'; break;
+        case 'u': {
+          uint32_t cp = hex4();
+          if (cp >= 0xD800 && cp < 0xDC00 && i_ + 1 < t_.size() && t_[i_] == '\\' &&
+              t_[i_ + 1] == 'u') {
+            adv();
+            adv();
+            const uint32_t lo = hex4();
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          }
+          append_utf8(s, cp);
+          break;
+        }
+        default: s += c;  // '"', '\\', '/'
+      }
     }
-    adv();  // closing quote
+    if (i_ < t_.size()) adv();  // closing quote
     return s;
   }
-  void value(const std::string& ptr, uint32_t kl, uint32_t kc) {
-    out_[ptr] = {line_, col_, kl ? kl : line_, kc ? kc : col_};
-    char c = t_[i_];
-    if (c == '{') {
+  void begin(const Json* node, uint32_t kl, uint32_t kc, bool is_root) {
+    if (node && !is_root) out_[node] = {line_, col_, kl ? kl : line_, kc ? kc : col_};
+    if (i_ >= t_.size()) return;
+    const char c = t_[i_];
+    if (c == '{' || c == '[') {
       adv();
-      skip_ws();
-      if (t_[i_] == '}') return adv();
-      while (true) {
-        skip_ws();
-        uint32_t l = line_, co = col_;
-        std::string key = string_token();
-        skip_ws();
-        adv();  // ':'
-        skip_ws();
-        value(ptr + "/" + pointer_escape(key), l, co);
-        skip_ws();
-        if (t_[i_] == ',') {
-          adv();
-          continue;
-        }
-        adv();  // '}'
-        return;
-      }
-    } else if (c == '[') {
-      adv();
-      skip_ws();
-      if (t_[i_] == ']') return adv();
-      for (size_t k = 0;; ++k) {
-        skip_ws();
-        value(ptr + "/" + std::to_string(k), 0, 0);
-        skip_ws();
-        if (t_[i_] == ',') {
-          adv();
-          continue;
-        }
-        adv();  // ']'
-        return;
-      }
+      stack_.push_back({node, c == '{', 0});
     } else if (c == '"') {
-      string_token();
+      (void)string_token();
     } else {
       while (i_ < t_.size() && !std::strchr(",]} \n\t\r", t_[i_])) adv();
     }
   }
 };
+
+// Unescapes one JSON pointer reference token ("~1" -> "/", "~0" -> "~").
+std::string pointer_unescape(std::string_view tok) {
+  std::string out;
+  out.reserve(tok.size());
+  for (size_t i = 0; i < tok.size(); ++i) {
+    if (tok[i] == '~' && i + 1 < tok.size() && (tok[i + 1] == '0' || tok[i + 1] == '1')) {
+      out += tok[i + 1] == '0' ? '~' : '/';
+      ++i;
+    } else {
+      out += tok[i];
+    }
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -140,6 +217,16 @@ Expected<JsonSource> JsonSource::parse(std::string text, std::string file) {
   JsonSource s;
   s.file_ = std::move(file);
   s.text_ = std::move(text);
+  const bool echo = looks_like_json(s.text_);
+  if (auto deep = find_excess_nesting(s.text_)) {
+    auto [line, col] = line_col(s.text_, *deep);
+    Diagnostic d;
+    d.message = fmt::format("JSON nested more than {} levels deep", kMaxJsonDepth);
+    d.loc = SourceLoc{s.file_, line, col, ""};
+    if (echo) d.source_line = s.line_window(line, d.caret_col = col);
+    d.hint = "a plan nests about 6 levels; this file is not a plan or was generated wrongly";
+    return fail(std::move(d));
+  }
   try {
     s.root_ = Json::parse(s.text_);
   } catch (const Json::out_of_range& e) {
@@ -154,7 +241,7 @@ Expected<JsonSource> JsonSource::parse(std::string text, std::string file) {
     uint32_t line = 0, col = 0;
     if (off != std::string::npos) std::tie(line, col) = line_col(s.text_, off);
     d.loc = SourceLoc{s.file_, line, col, ""};
-    if (line) d.source_line = s.line_text(line);
+    if (line && echo) d.source_line = s.line_window(line, d.caret_col = col);
     d.hint = "numbers must fit in a 64-bit integer or a double";
     return fail(std::move(d));
   } catch (const Json::parse_error& e) {
@@ -184,7 +271,7 @@ Expected<JsonSource> JsonSource::parse(std::string text, std::string file) {
     Diagnostic d;
     d.message = "invalid JSON: " + msg;
     d.loc = SourceLoc{s.file_, line, col, ""};
-    d.source_line = s.line_text(line);
+    if (echo) d.source_line = s.line_window(line, d.caret_col = col);
     d.hint = "check for a missing comma, bracket or quote just before this point";
     return fail(std::move(d));
   }
@@ -193,17 +280,9 @@ Expected<JsonSource> JsonSource::parse(std::string text, std::string file) {
 }
 
 Expected<JsonSource> JsonSource::load(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    Diagnostic d;
-    d.message = fmt::format("cannot open '{}'", path);
-    d.loc.file = path;
-    d.hint = "check the path; relative paths are taken from the current directory";
-    return fail(std::move(d));
-  }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse(ss.str(), path);
+  auto text = read_input_file(path, "plan");
+  if (!text) return fail(std::move(text.error()));
+  return parse(std::move(*text), path == "-" ? std::string("<stdin>") : path);
 }
 
 JsonSource JsonSource::from_json(Json value, std::string file) {
@@ -213,41 +292,88 @@ JsonSource JsonSource::from_json(Json value, std::string file) {
   return s;
 }
 
+JsonSource::JsonSource(const JsonSource& o)
+    : root_(o.root_), file_(o.file_), text_(o.text_) {
+  if (!o.pos_.empty() || o.root_pos_[0]) index_positions();
+}
+
+JsonSource& JsonSource::operator=(const JsonSource& o) {
+  if (this != &o) {
+    JsonSource c(o);
+    *this = std::move(c);
+  }
+  return *this;
+}
+
 void JsonSource::index_positions() {
-  std::unordered_map<std::string, std::array<uint32_t, 4>> raw;
-  PositionScanner(text_, raw).run();
-  pos_.reserve(raw.size());
-  for (auto& [k, v] : raw) pos_[k] = Pos{v[0], v[1], v[2], v[3]};
+  pos_.clear();
+  std::array<uint32_t, 4> rp{0, 0, 0, 0};
+  PositionScanner(text_, root_, pos_, rp).run();
+  root_pos_ = rp;
+}
+
+const JsonSource::Pos* JsonSource::find_pos(const std::string& pointer, bool& exact) const {
+  const Pos* best = root_pos_[0] ? &root_pos_ : nullptr;
+  exact = true;
+  const Json* node = &root_;
+  size_t at = 0;
+  while (at < pointer.size()) {
+    const size_t next = pointer.find('/', at + 1);
+    const std::string tok = pointer_unescape(std::string_view(pointer).substr(
+        at + 1, next == std::string::npos ? std::string::npos : next - at - 1));
+    at = next == std::string::npos ? pointer.size() : next;
+    const Json* child = nullptr;
+    if (node->is_object()) {
+      auto it = node->find(tok);
+      if (it != node->end()) child = &*it;
+    } else if (node->is_array() && !tok.empty() && tok.size() < 19 &&
+               tok.find_first_not_of("0123456789") == std::string::npos) {
+      const size_t k = std::stoull(tok);
+      if (k < node->size()) child = &(*node)[k];
+    }
+    if (!child) {
+      exact = false;
+      break;
+    }
+    node = child;
+    if (auto it = pos_.find(node); it != pos_.end())
+      best = &it->second;
+    else
+      exact = false;
+  }
+  return best;
 }
 
 SourceLoc JsonSource::loc(const std::string& pointer) const {
-  std::string p = pointer;
-  while (true) {
-    if (auto it = pos_.find(p); it != pos_.end())
-      return SourceLoc{file_, it->second.line, it->second.col, pointer};
-    if (p.empty()) break;
-    p = p.substr(0, p.rfind('/'));
-  }
+  bool exact = false;
+  if (const Pos* p = find_pos(pointer, exact)) return SourceLoc{file_, (*p)[0], (*p)[1], pointer};
   return SourceLoc{file_, 0, 0, pointer};
 }
 
 SourceLoc JsonSource::key_loc(const std::string& pointer) const {
-  if (auto it = pos_.find(pointer); it != pos_.end())
-    return SourceLoc{file_, it->second.key_line, it->second.key_col, pointer};
+  bool exact = false;
+  const Pos* p = find_pos(pointer, exact);
+  if (p && exact) return SourceLoc{file_, (*p)[2], (*p)[3], pointer};
   return loc(pointer);
 }
 
 std::string JsonSource::line_text(uint32_t line) const {
-  size_t start = 0;
-  for (uint32_t l = 1; l < line; ++l) {
-    start = text_.find('\n', start);
-    if (start == std::string::npos) return {};
-    ++start;
+  if (line == 0) return {};
+  if (line_starts_.empty()) {
+    line_starts_.push_back(0);
+    for (size_t i = 0; i < text_.size(); ++i)
+      if (text_[i] == '\n') line_starts_.push_back(i + 1);
   }
-  size_t end = text_.find('\n', start);
-  std::string s = text_.substr(start, end == std::string::npos ? std::string::npos : end - start);
+  if (line > line_starts_.size()) return {};
+  const size_t start = line_starts_[line - 1];
+  const size_t end = line < line_starts_.size() ? line_starts_[line] - 1 : text_.size();
+  std::string s = text_.substr(start, end - start);
   if (!s.empty() && s.back() == '\r') s.pop_back();
   return s;
+}
+
+std::string JsonSource::line_window(uint32_t line, uint32_t& col) const {
+  return window_line(line_text(line), col);
 }
 
 Diagnostic JsonSource::error_at(const std::string& pointer, std::string message, std::string hint,
@@ -256,7 +382,7 @@ Diagnostic JsonSource::error_at(const std::string& pointer, std::string message,
   d.message = std::move(message);
   d.hint = std::move(hint);
   d.loc = at_key ? key_loc(pointer) : loc(pointer);
-  if (d.loc.known()) d.source_line = line_text(d.loc.line);
+  if (d.loc.known()) d.source_line = line_window(d.loc.line, d.caret_col = d.loc.col);
   return d;
 }
 

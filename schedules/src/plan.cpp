@@ -2,6 +2,8 @@
 // diagnostic at its JSON location with a hint; all diagnostics are collected before failing.
 #include "stretto/schedules/plan.h"
 
+#include "stretto/schedules/layout.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -809,10 +811,11 @@ Expected<Plan> parse_plan(const JsonSource& src) {
     if (s->is_object()) {
       BuilderCall b;
       const std::string P = "/schedule";
-      if (r.object(P, {"builder", "ranks", "stages_per_rank", "microbatches", "base"}, -1,
-                   "a builder call")) {
+      if (r.object(P, {"builder", "ranks", "stages_per_rank", "microbatches", "base", "layout"},
+                   -1, "a builder call")) {
         r.string(P, "builder", b.builder, true);
-        r.number(P, "ranks", b.ranks, 1, 1e5, !r.has(P, "base"));
+        r.number(P, "ranks", b.ranks, 1, 1e5, !r.has(P, "base") && !r.has(P, "layout"));
+        if (r.has(P, "layout")) b.layout = parse_layout(src, P + "/layout", diags);  // layout.h
         r.number(P, "stages_per_rank", b.stages_per_rank, 1, 1e4, false);
         r.number(P, "microbatches", b.microbatches, 1, 1e6, true);
         if (r.has(P, "base")) {

@@ -1,14 +1,14 @@
 // torch.distributed.pipelining CSV import/export and the `_add_send_recv` lowering.
 #include "stretto/schedules/torch_csv.h"
 
+#include "stretto/schedules/limits.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
 #include <deque>
-#include <fstream>
 #include <iterator>
-#include <sstream>
 
 namespace stretto {
 
@@ -18,6 +18,13 @@ struct Cell {
   std::string text;
   uint32_t col = 0;  // 1-based column of the cell's first character
 };
+
+// Echoes a CSV line in a diagnostic: a window around the column for long lines.
+void echo_line(Diagnostic& d, std::string_view text) {
+  uint32_t c = d.loc.col;
+  d.source_line = window_line(text, c);
+  d.caret_col = c;
+}
 
 struct Row {
   std::vector<Cell> cells;
@@ -64,7 +71,7 @@ std::vector<Row> split_csv(std::string_view text, Diagnostics& errs, const std::
           Diagnostic d;
           d.message = "unterminated quoted cell";
           d.loc = {file, line_no, c.col, ""};
-          d.source_line = row.text;
+          echo_line(d, row.text);
           errs.push_back(std::move(d));
         }
         while (i < line.size() && line[i] != ',') c.text.push_back(line[i++]);
@@ -157,19 +164,24 @@ constexpr const char* kCellHint =
 Expected<PipelineSchedule> parse_torch_csv(std::string_view text, const std::string& file) {
   Diagnostics errs;
   std::vector<Row> rows = split_csv(text, errs, file);
-  if (!errs.empty()) return fail(std::move(errs));
+  if (!errs.empty()) return fail(cap_diagnostics(std::move(errs)));
   if (rows.empty()) {
     Diagnostic d;
     d.message = "empty schedule CSV: expected one row per pipeline rank";
     d.loc.file = file;
     return fail(std::move(d));
   }
+  size_t dropped = 0;  // cell errors beyond the cap are only counted
   auto cell_error = [&](const Row& row, const Cell& c, std::string msg, std::string hint = {}) {
+    if (errs.size() >= kMaxDiagnostics) {
+      ++dropped;
+      return;
+    }
     Diagnostic d;
     d.message = std::move(msg);
     d.hint = std::move(hint);
     d.loc = {file, row.line, c.col, ""};
-    d.source_line = row.text;
+    echo_line(d, row.text);
     errs.push_back(std::move(d));
   };
 
@@ -236,6 +248,14 @@ Expected<PipelineSchedule> parse_torch_csv(std::string_view text, const std::str
       cols[static_cast<size_t>(r)].push_back(c.col);
     }
   }
+  if (dropped > 0) {
+    Diagnostic d;
+    d.severity = Severity::kNote;
+    d.loc.file = file;
+    d.message = fmt::format("... and {} more invalid cells (not shown)", fmt::group_digits(dropped));
+    d.hint = "fix the first ones and run again";
+    errs.push_back(std::move(d));
+  }
   if (!errs.empty()) return fail(std::move(errs));
 
   auto slot_loc = [&](int r, int k) {
@@ -250,7 +270,7 @@ Expected<PipelineSchedule> parse_torch_csv(std::string_view text, const std::str
     d.message = std::move(msg);
     d.hint = std::move(hint);
     d.loc = slot_loc(r, k);
-    d.source_line = rows[static_cast<size_t>(r)].text;
+    echo_line(d, rows[static_cast<size_t>(r)].text);
     return d;
   };
 
@@ -264,6 +284,17 @@ Expected<PipelineSchedule> parse_torch_csv(std::string_view text, const std::str
   if (S == 0) {
     Diagnostic d;
     d.message = "the CSV has no compute actions";
+    d.loc.file = file;
+    return fail(std::move(d));
+  }
+  // Bounded work and memory: the validation keeps one byte per (stage, microbatch).
+  constexpr int64_t kMaxStageMicrobatches = int64_t{1} << 22;
+  if (int64_t{S} * m > kMaxStageMicrobatches) {
+    Diagnostic d;
+    d.message = fmt::format(
+        "the CSV names {} stages and {} microbatches ({} pairs); at most {} are supported",
+        S, m, int64_t{S} * m, kMaxStageMicrobatches);
+    d.hint = "stages and microbatches are numbered from 0; check the largest numbers in the file";
     d.loc.file = file;
     return fail(std::move(d));
   }
@@ -287,14 +318,27 @@ Expected<PipelineSchedule> parse_torch_csv(std::string_view text, const std::str
         if (h.rank < 0) h = {r, k};
       }
   }
-  for (int st = 0; st < S; ++st)
-    if (any[static_cast<size_t>(st)].rank < 0) {
+  {
+    // One diagnostic per run of missing stages ("stages 0-99997 have no actions"), so an
+    // 8-byte file naming stage 99999 gives one line, not 99,999.
+    for (int st = 0; st < S;) {
+      if (any[static_cast<size_t>(st)].rank >= 0) {
+        ++st;
+        continue;
+      }
+      int end = st;
+      while (end + 1 < S && any[static_cast<size_t>(end + 1)].rank < 0) ++end;
       Diagnostic d;
-      d.message = fmt::format("stage {} has no actions (stages seen go up to {})", st, S - 1);
+      d.message = end == st ? fmt::format("stage {} has no actions (stages seen go up to {})",
+                                          st, S - 1)
+                            : fmt::format("stages {}-{} have no actions (stages seen go up to {})",
+                                          st, end, S - 1);
       d.hint = "stages must be numbered 0..S-1 without gaps";
       d.loc.file = file;
       errs.push_back(std::move(d));
+      st = end + 1;
     }
+  }
   if (!errs.empty()) return fail(std::move(errs));
   s.stage_to_rank.resize(static_cast<size_t>(S));
   for (int st = 0; st < S; ++st)
@@ -360,7 +404,7 @@ Expected<PipelineSchedule> parse_torch_csv(std::string_view text, const std::str
   Diagnostics vs = validate_schedule(s, slot_loc);
   if (!vs.empty()) {
     for (Diagnostic& d : vs) {
-      if (d.loc.line > 0 && d.loc.line <= rows.size()) d.source_line = rows[d.loc.line - 1].text;
+      if (d.loc.line > 0 && d.loc.line <= rows.size()) echo_line(d, rows[d.loc.line - 1].text);
       if (d.loc.file.empty()) d.loc.file = file;
     }
     return fail(std::move(vs));
@@ -369,16 +413,9 @@ Expected<PipelineSchedule> parse_torch_csv(std::string_view text, const std::str
 }
 
 Expected<PipelineSchedule> load_torch_csv(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    Diagnostic d;
-    d.message = fmt::format("cannot read '{}'", path);
-    d.loc.file = path;
-    return fail(std::move(d));
-  }
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return parse_torch_csv(ss.str(), path);
+  auto text = read_input_file(path, "torch CSV");
+  if (!text) return fail(std::move(text.error()));
+  return parse_torch_csv(*text, path == "-" ? std::string("<stdin>") : path);
 }
 
 namespace {

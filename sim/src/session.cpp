@@ -1,6 +1,8 @@
 // Session, metrics, memory timeline and critical path (see session.h, result.h).
 #include "stretto/sim/session.h"
 
+#include "stretto/schedules/estimate.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,6 +24,11 @@ std::string_view memory_category_name(size_t i) {
 Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
                           const SimOptions& opt) {
   auto t0 = std::chrono::steady_clock::now();
+  // Refuse before allocating when the estimate exceeds the memory budget (estimate.h).
+  if (auto big = check_memory_budget(cp.plan, nullptr, opt.fold_replicas, true); !big.empty()) {
+    for (Diagnostic& d : big) d.loc.file = cp.plan.file;
+    return fail(std::move(big));
+  }
   Result r;
   const int D = cp.num_devices;
   // Replica folding: keep the first device of every class.

@@ -1,5 +1,18 @@
 stretto_test(cli_test SOURCES cli/cli_test.cpp LIBS nlohmann_json::nlohmann_json)
 add_dependencies(cli_test stretto)
-stretto_test(fuzz_replay_test SOURCES ${PROJECT_SOURCE_DIR}/fuzz/replay_test.cpp ${PROJECT_SOURCE_DIR}/fuzz/plan_fuzz.cpp
+stretto_test(fuzz_replay_test SOURCES ${PROJECT_SOURCE_DIR}/fuzz/replay_dirs_test.cpp ${PROJECT_SOURCE_DIR}/fuzz/plan_fuzz.cpp
   LIBS stretto::traces)
-target_compile_definitions(fuzz_replay_test PRIVATE STRETTO_FUZZ_CORPUS="${PROJECT_SOURCE_DIR}/fuzz/corpus")
+target_compile_definitions(fuzz_replay_test PRIVATE STRETTO_REPLAY_MIN=50
+  STRETTO_REPLAY_DIRS="${PROJECT_SOURCE_DIR}/fuzz/corpus|${STRETTO_EXAMPLES}|${STRETTO_TEST_DATA}/schedules")
+stretto_test(hostile_input_test SOURCES cli/hostile_input_test.cpp LIBS nlohmann_json::nlohmann_json)
+add_dependencies(hostile_input_test stretto)
+stretto_test(newcomer_test SOURCES cli/newcomer_test.cpp LIBS nlohmann_json::nlohmann_json)
+add_dependencies(newcomer_test stretto)
+stretto_test(csv_fuzz_replay_test SOURCES ${PROJECT_SOURCE_DIR}/fuzz/replay_dirs_test.cpp ${PROJECT_SOURCE_DIR}/fuzz/csv_fuzz.cpp
+  LIBS stretto::schedules)
+target_compile_definitions(csv_fuzz_replay_test PRIVATE
+  STRETTO_REPLAY_DIRS="${PROJECT_SOURCE_DIR}/fuzz/corpus-csv|${STRETTO_TEST_DATA}/builders" STRETTO_REPLAY_MIN=10)
+stretto_test(profile_fuzz_replay_test SOURCES ${PROJECT_SOURCE_DIR}/fuzz/replay_dirs_test.cpp ${PROJECT_SOURCE_DIR}/fuzz/profile_fuzz.cpp
+  LIBS stretto::costmodel)
+target_compile_definitions(profile_fuzz_replay_test PRIVATE
+  STRETTO_REPLAY_DIRS="${PROJECT_SOURCE_DIR}/fuzz/corpus-profile|${STRETTO_TEST_DATA}/costmodel" STRETTO_REPLAY_MIN=4)

@@ -68,12 +68,27 @@ std::string slice_name(const CompiledPlan& cp, uint32_t node) {
   return "?";
 }
 
-std::string chrome_trace(const CompiledPlan& cp, const sim::Result& r,
-                         const ChromeTraceOptions& opt) {
+bool chrome_trace_stream(const CompiledPlan& cp, const sim::Result& r,
+                         const ChromeTraceOptions& opt,
+                         const std::function<bool(std::string_view)>& write) {
   const sim::Program& p = r.program;
   const auto& dag = cp.dag;
+  constexpr size_t kChunk = 64 * 1024;
   std::string out;
-  out.reserve(p.tasks.size() * 200 + 4096);
+  out.reserve(kChunk + 4096);
+  bool ok = true;
+  auto flush = [&](bool force) {
+    if (ok && (force || out.size() >= kChunk)) {
+      ok = write(out);
+      out.clear();
+    }
+  };
+  auto wanted = [&](uint32_t d) {
+    return opt.devices.empty() || (d < opt.devices.size() && opt.devices[d]);
+  };
+  auto in_window = [&](sim::SimTime b, sim::SimTime e) {
+    return e >= opt.begin_ns && (opt.end_ns < 0 || b < opt.end_ns);
+  };
   out += "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"generator\":\"stretto\",";
   out += fmt::format("\"plan\":\"{}\",\"step_time_ns\":{}}},\n\"traceEvents\":[\n",
                      json_escape(cp.plan.file), r.step_time);
@@ -82,10 +97,12 @@ std::string chrome_trace(const CompiledPlan& cp, const sim::Result& r,
     if (!first) out += ",\n";
     first = false;
     out += ev;
+    flush(false);
   };
   // metadata: processes and threads actually used
   std::set<std::pair<uint32_t, uint16_t>> lanes;
-  for (const auto& pa : p.participants) lanes.insert({pa.device, pa.stream});
+  for (const auto& pa : p.participants)
+    if (wanted(pa.device)) lanes.insert({pa.device, pa.stream});
   std::set<uint32_t> devices;
   for (auto [d, s] : lanes) devices.insert(d);
   const int dpn = std::max(1, cp.plan.cluster.devices_per_node);
@@ -112,10 +129,15 @@ std::string chrome_trace(const CompiledPlan& cp, const sim::Result& r,
   // slices
   std::vector<std::string> names(dag.nodes.size());
   uint64_t flow_id = 0;
-  for (uint32_t t = 0; t < p.tasks.size(); ++t) {
+  for (uint32_t t = 0; t < p.tasks.size() && ok; ++t) {
     const sim::Task& tk = p.tasks[t];
     if (tk.kind == sim::TaskKind::kBarrier) continue;
     const auto& tm = r.timing[t];
+    if (!in_window(tm.start, tm.end)) continue;
+    bool any = false;
+    for (uint32_t k = 0; k < tk.part_count && !any; ++k)
+      any = wanted(p.participants[tk.part_begin + k].device);
+    if (!any) continue;
     uint32_t n = tk.node;
     const Node& nd = dag.nodes[n];
     if (names[n].empty()) names[n] = json_escape(slice_name(cp, n));
@@ -133,12 +155,15 @@ std::string chrome_trace(const CompiledPlan& cp, const sim::Result& r,
     const char* cat = tk.kind == sim::TaskKind::kCompute ? "compute" : "comm";
     for (uint32_t k = 0; k < tk.part_count; ++k) {
       const auto& pa = p.participants[tk.part_begin + k];
+      if (!wanted(pa.device)) continue;
       emit(fmt::format(
           "{{\"ph\":\"X\",\"name\":\"{}\",\"cat\":\"{}\",\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{}"
           ",\"args\":{{{}}}}}",
           names[n], cat, pa.device, pa.stream, us(tm.start), us(tm.end - tm.start), args));
     }
-    if (opt.flows && nd.kind == NodeKind::kTransfer && tk.part_count == 2) {
+    if (opt.flows && nd.kind == NodeKind::kTransfer && tk.part_count == 2 &&
+        wanted(p.participants[tk.part_begin].device) &&
+        wanted(p.participants[tk.part_begin + 1].device)) {
       const auto& a = p.participants[tk.part_begin];
       const auto& b = p.participants[tk.part_begin + 1];
       ++flow_id;
@@ -156,14 +181,34 @@ std::string chrome_trace(const CompiledPlan& cp, const sim::Result& r,
   if (opt.memory_counters)
     for (const auto& dm : r.devices) {
       if (!devices.count(static_cast<uint32_t>(dm.id))) continue;
-      for (const auto& s : dm.memory)
+      for (const auto& s : dm.memory) {
+        if (!in_window(s.t, s.t)) continue;
         emit(
             fmt::format("{{\"ph\":\"C\",\"name\":\"allocated "
                         "memory\",\"pid\":{},\"ts\":{},\"args\":{{\"bytes\":{}}}}}",
                         dm.id, us(s.t), s.total));
+      }
     }
   out += "\n]}\n";
-  return out;
+  flush(true);
+  return ok;
+}
+
+bool write_chrome_trace(std::FILE* f, const CompiledPlan& cp, const sim::Result& r,
+                        const ChromeTraceOptions& opt) {
+  return chrome_trace_stream(cp, r, opt, [f](std::string_view chunk) {
+    return std::fwrite(chunk.data(), 1, chunk.size(), f) == chunk.size();
+  });
+}
+
+std::string chrome_trace(const CompiledPlan& cp, const sim::Result& r,
+                         const ChromeTraceOptions& opt) {
+  std::string all;
+  chrome_trace_stream(cp, r, opt, [&all](std::string_view chunk) {
+    all.append(chunk);
+    return true;
+  });
+  return all;
 }
 
 }  // namespace stretto::traces

@@ -47,6 +47,9 @@ struct Diagnostic {
   std::string hint;    // "did you mean 'devices'?"
   std::vector<DiagNote> notes;
   std::string source_line;  // the offending line of the file, for a caret display
+  /// Column of the caret in source_line when that is a window of a long line (limits.h
+  /// window_line); 0 = loc.col. Long lines are windowed when rendered either way.
+  uint32_t caret_col = 0;
 
   /// Multi-line human rendering: "file:line:col: error: msg [directive 3]\n  line\n  ^\n  hint".
   std::string render() const;

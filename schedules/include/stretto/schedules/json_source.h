@@ -3,14 +3,18 @@
 //
 // nlohmann::json parses and reports syntax errors (with a byte offset, which we turn into
 // line:column), but it does not keep positions of values. After a successful parse, a small
-// position scanner walks the same text and records, for every JSON pointer, the line:column
-// where its value starts (and for object members, where the key starts). Semantic checks then
-// report errors at the exact place in the user's file.
+// position scanner walks the same text (iteratively, alongside the parsed document) and
+// records, for every value, the line:column where it starts (and for object members, where
+// the key starts), keyed by the value's node: memory linear in the file size. A JSON pointer
+// is resolved by walking the document. Nesting deeper than kMaxJsonDepth is refused before
+// parsing, and files are read through read_input_file (regular files up to a size limit).
 
+#include <array>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "stretto/schedules/diag.h"
 
@@ -27,6 +31,13 @@ class JsonSource {
   /// Wraps an in-memory value (no positions known; locations carry only the pointer).
   static JsonSource from_json(Json value, std::string file = "<generated>");
 
+  JsonSource() = default;
+  JsonSource(JsonSource&&) noexcept = default;
+  JsonSource& operator=(JsonSource&&) noexcept = default;
+  /// A copy re-indexes its own document (positions are keyed by node).
+  JsonSource(const JsonSource& o);
+  JsonSource& operator=(const JsonSource& o);
+
   const Json& root() const { return root_; }
   const std::string& file() const { return file_; }
   const std::string& text() const { return text_; }
@@ -37,20 +48,25 @@ class JsonSource {
   SourceLoc key_loc(const std::string& pointer) const;
   /// The text of line `line` (1-based), without newline.
   std::string line_text(uint32_t line) const;
+  /// The text of line `line` windowed around `col` (see window_line; `col` is updated).
+  std::string line_window(uint32_t line, uint32_t& col) const;
 
   /// A diagnostic located at `pointer`, with the source line filled in.
   Diagnostic error_at(const std::string& pointer, std::string message, std::string hint = {},
                       bool at_key = false) const;
 
  private:
-  struct Pos {
-    uint32_t line, col, key_line, key_col;
-  };
+  using Pos = std::array<uint32_t, 4>;  // line, col, key line, key col
   Json root_;
   std::string file_;
   std::string text_;
-  std::unordered_map<std::string, Pos> pos_;
+  Pos root_pos_{0, 0, 0, 0};
+  std::unordered_map<const Json*, Pos> pos_;
+  mutable std::vector<size_t> line_starts_;  // built on first use
   void index_positions();
+  // The deepest node on `pointer`'s path that has a known position, and whether the whole
+  // pointer resolved.
+  const Pos* find_pos(const std::string& pointer, bool& exact) const;
 };
 
 /// Escapes a key for use in a JSON pointer ("~" -> "~0", "/" -> "~1").

@@ -154,6 +154,15 @@ struct Directive {
   std::vector<std::vector<Filter>> groups;      // order
 };
 
+/// Layout shorthand of a builder call (layout.h): parallel degrees and rank order.
+struct Layout {
+  int tp = 1, pp = 1, dp = 1, ep = 1;
+  std::vector<std::string> order = {"tp", "dp", "pp"};  // innermost first (Megatron)
+  int zero = 0;                                        // 0-3: replicate's ZeRO level
+  bool sequence_parallel = false;                      // shard_tensor's
+  std::string pointer;                                 // "/schedule/layout"
+};
+
 /// A builder call instead of hand-written directives (issue: schedule builders).
 struct BuilderCall {
   std::string builder;
@@ -161,6 +170,7 @@ struct BuilderCall {
   int stages_per_rank = 0;  // 0: the family's default (1, or 2 for V schedules)
   int microbatches = 0;
   std::vector<Directive> base;
+  std::optional<Layout> layout;  // generates the base (layout.h)
   std::string pointer = "/schedule";
 };
 

@@ -9,7 +9,11 @@
 // Each device has a counter track "allocated memory" (bytes). Timestamps are microseconds
 // with nanosecond precision; lanes never overlap because streams are FIFOs.
 
+#include <cstdio>
+#include <functional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "stretto/schedules/compiler.h"
 #include "stretto/sim/result.h"
@@ -19,9 +23,26 @@ namespace stretto::traces {
 struct ChromeTraceOptions {
   bool flows = true;
   bool memory_counters = true;
+  /// Devices to include (indexed by device id; empty = all). A transfer with one end outside
+  /// keeps its slice on the included end and loses its flow arrow.
+  std::vector<char> devices;
+  /// Time window [begin_ns, end_ns): slices overlapping it are kept (end_ns < 0 = no end).
+  sim::SimTime begin_ns = 0;
+  sim::SimTime end_ns = -1;
 };
 
-/// The whole trace as a JSON string.
+/// Streams the trace to `write` in chunks of about 64 KiB (memory bounded by the chunk size
+/// and one name per DAG node, not by the trace). `write` returns false to stop (a failed
+/// write); chrome_trace_stream then returns false.
+bool chrome_trace_stream(const CompiledPlan& cp, const sim::Result& r,
+                         const ChromeTraceOptions& opt,
+                         const std::function<bool(std::string_view)>& write);
+
+/// Streams the trace to an open file; false on a write error (errno set).
+bool write_chrome_trace(std::FILE* f, const CompiledPlan& cp, const sim::Result& r,
+                        const ChromeTraceOptions& opt = {});
+
+/// The whole trace as a JSON string (small plans, tests).
 std::string chrome_trace(const CompiledPlan& cp, const sim::Result& r,
                          const ChromeTraceOptions& opt = {});
 

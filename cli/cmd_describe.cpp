@@ -1,0 +1,150 @@
+// `stretto describe PLAN`: what Stretto will simulate, resolved — the cluster (devices, per-link
+// bandwidth and latency, peak FLOP/s, memory), the model and its parallel layout, the cost model
+// and its options, which measured-table entries the plan's ops match and which fall back to the
+// analytic model, and the effects that are not modelled.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "commands.h"
+#include "stretto/costmodel/analytic.h"
+#include "stretto/costmodel/profile_table.h"
+#include "stretto/schedules/compiler.h"
+#include "stretto/schedules/estimate.h"
+#include "stretto/schedules/limits.h"
+#include "usage.h"
+
+namespace stretto::cli {
+
+namespace {
+
+std::string link(const LinkSpec& l) {
+  return fmt::format("{:g} GB/s per direction per device, {:g} us latency", l.bandwidth_GBps,
+                     l.latency_us);
+}
+
+std::string describe(const CompiledPlan& cp, const std::string& path) {
+  const Plan& p = cp.plan;
+  const ClusterSpec& c = p.cluster;
+  std::string o;
+  o += fmt::format("plan        {}\n\n", path);
+  o += "cluster\n";
+  o += fmt::format("  preset          {}\n", c.preset);
+  o += fmt::format("  devices         {} = {} node{} x {} devices\n", c.num_devices(), c.nodes,
+                   c.nodes == 1 ? "" : "s", c.devices_per_node);
+  o += fmt::format("  device          {:g} TFLOP/s dense BF16 peak, {:g} GB/s HBM, {:g} GiB, {} "
+                   "SMs\n",
+                   c.device.peak_tflops, c.device.hbm_GBps, c.device.memory_GiB, c.device.sms);
+  o += fmt::format("  intra-node link {}\n", link(c.intra_node));
+  if (c.nodes > 1) o += fmt::format("  inter-node link {}\n", link(c.inter_node));
+  if (c.islands > 1)
+    o += fmt::format("  islands         {} of {} nodes, joined by {}\n", c.islands,
+                     c.nodes / std::max(1, c.islands), link(c.dcn));
+  const ModelSpec& m = p.model;
+  o += "\nmodel\n";
+  if (m.family == ModelSpec::Family::kTransformer) {
+    o += fmt::format("  transformer     {} layers, hidden {}, {} heads ({} kv), ffn {}, vocab {}, "
+                     "seq_len {}, microbatch {}\n",
+                     m.layers, m.hidden, m.heads, m.kv_heads ? m.kv_heads : m.heads, m.ffn_hidden,
+                     m.vocab, m.seq_len, m.microbatch_size);
+    if (m.moe)
+      o += fmt::format("  MoE             {} experts, top-{}, expert ffn {}, {} shared\n",
+                       m.moe->experts, m.moe->top_k, m.moe->expert_ffn_hidden,
+                       m.moe->shared_experts);
+  } else {
+    o += fmt::format("  synthetic       {} regions\n", m.layers);
+  }
+  o += fmt::format("  parameters      {:.3g} ({} pipeline region{})\n",
+                   static_cast<double>(cp.model.total_params), m.pp_regions,
+                   m.pp_regions == 1 ? "" : "s");
+  std::set<int> used;
+  for (const Directive& d : p.schedule) {
+    for (int x : d.devices) used.insert(x);
+    for (const auto& g : d.device_groups)
+      for (int x : g) used.insert(x);
+  }
+  o += fmt::format("  schedule        {} directives; devices used: {} of {}\n", p.schedule.size(),
+                   used.size(), c.num_devices());
+  o += fmt::format("  DAG             {} nodes, {} device program classes\n", cp.dag.nodes.size(),
+                   cp.classes.size());
+  const ResourceEstimate e = estimate_resources(p, false, true);
+  o += fmt::format("  estimate        ~{} to compile and simulate (~{} with --fold-replicas); "
+                   "budget {}\n",
+                   human_bytes(e.total_bytes()),
+                   human_bytes(estimate_resources(p, true, true).total_bytes()),
+                   human_bytes(static_cast<double>(memory_budget_bytes())));
+
+  o += "\ncost model\n";
+  const CostModelSpec& cm = p.costmodel;
+  if (cm.kind == CostModelSpec::Kind::kFixed) {
+    o += fmt::format("  fixed           F {:.3f} ms, B {:.3f} ms (BI {:.3f}, BW {:.3f}), comm {:.3f} "
+                     "ms\n",
+                     cm.f_ns / 1e6, cm.b_ns / 1e6, cm.bi_ns / 1e6, cm.bw_ns / 1e6,
+                     cm.comm_ns / 1e6);
+  } else {
+    auto ap = cost::parse_analytic_params(cm.options.is_object() ? cm.options : Json::object(),
+                                          c, cm.pointer, p.file);
+    o += fmt::format("  {}{}\n",
+                     cm.kind == CostModelSpec::Kind::kProfiled ? "profiled        table "
+                                                               : "analytic",
+                     cm.kind == CostModelSpec::Kind::kProfiled ? cm.profile : "");
+    if (ap) {
+      o += fmt::format("  efficiencies    GEMM {:.2f}, attention {:.2f}, HBM {:.2f} of peak; "
+                       "kernel floor {:g} us, dispatch {:g} us per op\n",
+                       ap->gemm_efficiency, ap->attention_efficiency, ap->memory_efficiency,
+                       ap->launch_floor_us, ap->dispatch_us);
+    }
+    if (cm.options.is_object() && !cm.options.empty())
+      o += fmt::format("  options set     {}\n", cm.options.dump());
+    else
+      o += "  options set     none (defaults; see docs/costmodel.md)\n";
+    if (cm.kind == CostModelSpec::Kind::kProfiled) {
+      auto t = cost::load_profile_table(cm.profile);
+      if (!t) {
+        o += "  table           cannot be read: " + t.error()[0].message + "\n";
+      } else {
+        std::set<std::string> matched, fell_back;
+        for (const auto& op : cp.model.ops) {
+          bool any = false;
+          for (const auto& [k, s] : t->shape_kernels) any |= std::get<0>(k) == op.kind;
+          for (const auto& [k, s] : t->bytes_kernels) any |= std::get<0>(k) == op.kind;
+          (any ? matched : fell_back).insert(std::string(op_kind_name(op.kind)));
+        }
+        auto list = [](const std::set<std::string>& s) {
+          std::string r;
+          for (const auto& x : s) r += (r.empty() ? "" : ", ") + x;
+          return r.empty() ? std::string("none") : r;
+        };
+        o += fmt::format("  measured        {} ({} kernel series, {} collective series)\n",
+                         list(matched), t->shape_kernels.size() + t->bytes_kernels.size(),
+                         t->collectives.size());
+        o += fmt::format("  analytic        {} (no series in the table: falls back)\n",
+                         list(fell_back));
+      }
+    }
+  }
+  o += "\nnot modelled\n"
+       "  the optimizer step's compute time; the caching allocator (peaks are allocated bytes);\n"
+       "  host work other than per-op dispatch (data loading, Python); DualPipe with data\n"
+       "  parallelism (refused). Details: docs/semantics.md\n";
+  return o;
+}
+
+}  // namespace
+
+void add_describe_command(CLI::App& app, Commands& out) {
+  auto path = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand(
+      "describe", "Show what a plan resolves to: cluster, links, model, cost model, estimate");
+  cmd->add_option("PLAN", *path, "Plan file (JSON); - reads it from standard input")->required();
+  add_limit_options(cmd);
+  out.push_back({cmd, [path] {
+                   auto cp = compile_file(*path);
+                   if (!cp) return report(cp.error());
+                   return write_output("", describe(*cp, *path)) ? 0 : 2;
+                 }});
+}
+
+}  // namespace stretto::cli
