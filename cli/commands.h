@@ -26,6 +26,8 @@ void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out);
 /// `build-schedule`, `import torch-csv`, `export torch-csv`.
 void add_schedule_commands(CLI::App& app, CLI::App& import_app, CLI::App& export_app,
                            Commands& out);
+/// `sweep`, `sweep merge`, `search` (explore/).
+void add_sweep_commands(CLI::App& app, Commands& out);
 
 /// `describe`.
 void add_describe_command(CLI::App& app, Commands& out);

@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   add_schedule_commands(app, *import_app, *export_app, cmds);
   add_describe_command(app, cmds);
   add_usage_examples(app);
+  add_sweep_commands(app, cmds);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -390,25 +390,46 @@ bool Compiler::apply_tensor_parallel() {
     }
   }
   if (!ok) return false;
-  // Device sets of every unit: replicas x TP group.
+  // Device sets of every unit: replicas x TP group. Units with the same replicas and TP
+  // directive share one set, so each distinct (directive, replicas) is built once, with the
+  // groups of each device looked up in an index instead of searched (at 6,144 devices the
+  // search over every group for every replica of every unit dominated compilation).
+  std::map<std::pair<int32_t, std::vector<int32_t>>, uint32_t> memo;
+  std::map<int32_t, std::vector<std::vector<uint32_t>>> groups_of;  // directive -> dev -> groups
   for (int mb = 0; mb < M_; ++mb)
     for (uint32_t o = 0; o < nops(); ++o) {
       UnitInfo& u = unit(o, mb);
+      auto key = std::make_pair(u.tp_dir, u.replicas);
+      if (auto it = memo.find(key); it != memo.end()) {
+        u.devs = it->second;
+        continue;
+      }
       std::vector<int32_t> devs;
       if (u.tp_dir >= 0) {
         const Directive& d = plan_.schedule[u.tp_dir];
-        for (int dev : u.replicas)
-          for (const auto& g : d.device_groups)
-            if (std::find(g.begin(), g.end(), dev) != g.end()) {
-              // The placed device leads its group; the rest follow in the group's order.
-              devs.push_back(dev);
-              for (int x : g)
-                if (x != dev) devs.push_back(x);
-            }
+        auto& index = groups_of[u.tp_dir];
+        if (index.empty()) {
+          index.resize(static_cast<size_t>(cp_.num_devices));
+          for (size_t g = 0; g < d.device_groups.size(); ++g)
+            for (int x : d.device_groups[g])
+              if (x >= 0 && x < cp_.num_devices &&
+                  (index[x].empty() || index[x].back() != g))
+                index[x].push_back(static_cast<uint32_t>(g));
+        }
+        for (int dev : u.replicas) {
+          if (dev < 0 || dev >= cp_.num_devices) continue;
+          for (uint32_t g : index[dev]) {
+            // The placed device leads its group; the rest follow in the group's order.
+            devs.push_back(dev);
+            for (int x : d.device_groups[g])
+              if (x != dev) devs.push_back(x);
+          }
+        }
       } else {
         devs.assign(u.replicas.begin(), u.replicas.end());
       }
       u.devs = sets_.intern(std::move(devs), u.tp);
+      memo.emplace(std::move(key), u.devs);
     }
   return true;
 }

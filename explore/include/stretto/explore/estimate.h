@@ -1,0 +1,83 @@
+#pragma once
+// A fast analytic estimate of a plan's step time and peak memory, for pruning a search
+// (docs/sweeps.md "How search works"). It prices the same model ops with the same cost model
+// the simulator uses, but replaces the discrete-event simulation by closed forms:
+//
+//   per-chunk times F, B (= BI + W) of every pipeline chunk for one microbatch: the sum of its
+//   layers' op times after the TP split, plus the TP collectives (one all-reduce per
+//   row-parallel GEMM's output in the forward, one per column-parallel GEMM's input gradient in
+//   the backward), the EP all-to-alls (dispatch and combine, forward and backward) and, with
+//   ZeRO-3, one parameter all-gather per pass (the simulator runs them just before each op);
+//   step = m x (the busiest rank's work per microbatch: its chunks as the family places them)
+//        + the family's fill/drain term over the mean chunk (cF, cB, cBI, cW; reference: the
+//          schedule-builders spec, §4, and tests/integration/closed_forms_test.cpp):
+//     gpipe, 1f1b, interleaved, looped   (p-1)(cF+cB)
+//     zb-h1                              (p-1)(cF+cBI-cW)
+//     zb-h2                              (p-1)·max(0, cF+cBI-2cW)
+//     zb-v                               (p-1)cF
+//     dualpipev                          (p-1)(cF+2cB-3cW)
+//     dualpipe                           (p/2-1)(cF+2cB-3cW)
+//   plus 2(p-1) stage-boundary transfers, plus the data-parallel gradient reduction less a
+//   quarter of the last microbatch's backward (at least one bucket; what the simulator hides,
+//   measured by bench_explore BM_Agreement), plus ZeRO-1/2's parameter all-gather after the
+//   step.
+//   memory = parameters, gradients and optimizer state of the largest stage by ZeRO level
+//   (2 + 2 + 12 bytes per parameter, as the simulator counts) + saved activations of the
+//   chunks the first rank holds at its peak (1F1B: min(m, p); GPipe and looped BFS: all;
+//   interleaved: 2(p-1) + (v-1)p + 1; ZB-H2: 2p-1; V schedules: 2p + 1 chunks).
+//
+// Everything it needs per (microbatch size, TP degree) is computed once and cached, so one
+// estimate is a few hundred arithmetic operations.
+
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "stretto/costmodel/cost_model.h"
+#include "stretto/explore/spec.h"
+#include "stretto/schedules/model.h"
+
+namespace stretto::explore {
+
+struct Estimate {
+  double step_ms = 0;
+  int64_t peak_memory_bytes = 0;
+  double chunk_f_ms = 0, chunk_b_ms = 0;  // mean chunk, one microbatch
+  double bubble_ms = 0, dp_exposed_ms = 0;
+};
+
+/// Estimates for one base plan's model, cluster and cost model under many layouts.
+/// Thread-compatible (one per thread), or guarded by the caller.
+class Estimator {
+ public:
+  static Expected<Estimator> make(const Plan& plan, const std::string& base_dir = ".");
+  /// Estimate for a resolved point; fails for layouts the estimate cannot price (unknown family).
+  Expected<Estimate> operator()(const Resolved& r);
+
+ private:
+  struct LayerCosts {
+    // Per layer (index) and for the ops before the first / after the last layer.
+    std::vector<double> f, bi, bw;   // ns, compute only, after the TP split
+    std::vector<double> tp_f, tp_b;  // ns of TP collectives
+    std::vector<double> a2a;         // ns of one all-to-all (MoE layers), 0 otherwise
+    std::vector<double> attn_f;      // ns of core attention forward (selective recompute)
+    std::vector<double> saved, boundary;  // bytes per microbatch (after TP)
+    std::vector<double> params, expert_params;  // parameter counts
+    double pre_f = 0, pre_b = 0, post_f = 0, post_b = 0, pre_params = 0, post_params = 0;
+    double pre_saved = 0, post_saved = 0;
+    double out_bytes = 0;  // stage boundary activation
+    std::vector<double> layer_param_bytes;  // for ZeRO-3 gathers
+  };
+  const LayerCosts& costs(int64_t mbs, int tp, int ep, bool sp);
+  double comm_ns(CommKind k, int64_t bytes, int group, int nodes);
+
+  Plan plan_;
+  std::shared_ptr<const cost::CostModel> cm_;
+  std::map<std::tuple<int64_t, int, int, bool>, LayerCosts> cache_;
+};
+
+/// One-shot estimate of a plan (builds an Estimator; for sweeps' estimate column).
+Expected<Estimate> estimate(const Plan& plan, const Resolved& r);
+
+}  // namespace stretto::explore

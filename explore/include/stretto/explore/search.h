@@ -1,0 +1,71 @@
+#pragma once
+// Plan search (docs/sweeps.md "How search works"): the fastest plan for a base plan's model on
+// N devices under a memory cap, at the base plan's global batch (sequences per step).
+//
+// 1. Enumerate the space: every TP x PP x DP factorisation of N (TP within a node), EP in
+//    {1, DP} for MoE models, the schedule families, microbatch sizes (the count follows from the
+//    global batch), ZeRO 0-3, recompute none/selective/full, two bucket sizes.
+// 2. Price every point with the analytic estimate (estimate.h): tens of thousands per second.
+// 3. Drop points whose estimated memory exceeds the cap by more than 10 % (the estimate is not
+//    exact, the simulator decides), rank the rest by estimated step time.
+// 4. Simulate, on -j threads, the best `simulate_top` of them plus the best few of each family
+//    and of each layout (the estimate's errors differ by family and layout), until the time
+//    budget is spent; then further batches down the estimate's ranking until two batches in a
+//    row find no faster feasible plan. The simulator's fastest feasible plan wins.
+// Also simulates Megatron-style default plans on the same devices for comparison.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "stretto/explore/estimate.h"
+#include "stretto/explore/sweep.h"
+
+namespace stretto::explore {
+
+struct SearchOptions {
+  int devices = 0;
+  double memory_cap_GiB = 0;  // 0: the device's memory
+  double budget_s = 60;       // wall-time budget of the simulation phase
+  int jobs = 1;
+  size_t simulate_top = 64;   // candidates ranked by the estimate to simulate
+  size_t per_family = 4;      // and the best few of each family
+  size_t per_layout = 2;      // and of each TP x PP x DP layout
+  size_t batch = 64;          // then batches further down the ranking ...
+  size_t patience = 2;        // ... until this many in a row find nothing faster
+  std::vector<std::string> families = {"1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipev"};
+  std::function<void(const std::string&)> progress;  // one-line status updates (stderr on a TTY)
+};
+
+struct SearchResult {
+  size_t space = 0;            // points enumerated
+  size_t estimated = 0;        // priced by the estimate
+  size_t over_memory = 0;      // dropped: estimated memory over the cap
+  size_t simulated = 0, invalid = 0, infeasible = 0;
+  size_t batches = 0;  // extra batches simulated after the first
+  double estimate_s = 0, simulate_s = 0, total_s = 0;
+  double estimates_per_s = 0;
+  int64_t global_batch = 0;
+  std::vector<PointResult> results;  // simulated candidates, fastest feasible first
+  std::optional<PointResult> best;
+  Json best_plan;                    // runnable plan document of `best`
+  std::optional<PointResult> baseline;  // the fastest feasible Megatron-style default plan
+  std::vector<PointResult> baselines;
+};
+
+/// Searches. `base` is a plan document (its model, cluster, cost model and global batch are
+/// kept); `base_dir` resolves profiled tables.
+Expected<SearchResult> search(const Json& base, const std::string& base_dir,
+                              const SearchOptions& opt);
+
+/// The points `search` enumerates (parameters as in a sweep point), for comparing with a full
+/// grid sweep over the same space.
+Expected<std::vector<Json>> search_space(const Json& base, const SearchOptions& opt);
+
+/// Megatron-style default plans for N devices: 1F1B, distributed optimizer (ZeRO-1), microbatch
+/// size 1, 25 MB buckets, EP = DP for MoE models, TP = 1 (Megatron-LM's default) or a whole node
+/// (8, fewer when the heads do not divide; sequence parallel on), PP = 1, 2, 4, ... The
+/// search's baseline is the fastest of them that fits.
+std::vector<Json> megatron_defaults(const Json& base, int devices);
+
+}  // namespace stretto::explore

@@ -1,0 +1,108 @@
+#pragma once
+// Sweep specs and points (docs/sweeps.md).
+//
+// A *spec* names a base plan and *axes*; each axis is a list of values or a range. A *point*
+// is one choice per axis (a flat JSON object, e.g. {"family":"1f1b","tp":2,"pp":4,"dp":8,
+// "microbatches":16}); its *hash* (16 hex digits: FNV-1a 64 over the canonical JSON of the
+// object, finished with MurmurHash3's fmix64) keys its row in the results database, so it is stable across runs, machines, shard
+// counts and the order axes are listed in. The *grid* is the cartesian product of the axes,
+// pruned by the spec's constraints; a spec may instead ask for a seeded random sample of it.
+//
+// A point becomes a plan (`point_plan`) by editing the base plan: JSON-pointer axes set that
+// field; `microbatch_size` sets the model's; any schedule axis (family, pp/ranks, stages_per_rank,
+// microbatches, tp, dp, ep, zero, bucket_size_MB, recompute, streams, prefetch,
+// sequence_parallel) regenerates the schedule as a builder call over a TP x DP x PP device
+// layout (TP fastest, then DP, then PP: Megatron's order), taking every parameter the point
+// does not set from the base plan. Everything is deterministic.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stretto/explore/expr.h"
+#include "stretto/schedules/json_source.h"
+
+namespace stretto::explore {
+
+struct Axis {
+  std::string name;         // "family", "layout", "/cluster/inter_node/bandwidth_GBps", ...
+  std::vector<Json> values;  // "layout": objects {tp, pp, dp[, ep]}
+};
+
+struct SweepSpec {
+  std::string file;       // the spec's path (for messages)
+  std::string base_path;  // the base plan's path as written in the spec
+  std::string base_dir;   // directory of the base plan (profiled cost tables resolve there)
+  Json base;              // the base plan document
+  std::vector<Axis> axes;
+  std::vector<Expr> constraints;
+  std::optional<size_t> sample_n;  // seeded random sample of the pruned grid
+  uint64_t seed = 0;
+  double memory_cap_GiB = 0;  // 0: the device's memory
+  /// The spec with the base plan inlined, canonical: stored in the database (a database
+  /// belongs to one spec) and enough to rebuild any point's plan.
+  Json canonical;
+  std::string hash;  // of `canonical`
+};
+
+/// Parses a spec file (the base plan path is relative to the spec's directory).
+Expected<SweepSpec> load_spec(const std::string& path);
+/// Parses a spec document. `dir` resolves the base plan path.
+Expected<SweepSpec> parse_spec(const JsonSource& src, const std::string& dir);
+/// Rebuilds a spec from its canonical form (as stored in a results database).
+Expected<SweepSpec> spec_from_canonical(const Json& canonical, const std::string& base_dir);
+
+struct Point {
+  Json params;       // flat object: axis name -> value (layout expanded into tp, pp, dp, ep)
+  std::string hash;  // point_hash(params)
+};
+
+/// FNV-1a 64 of the canonical JSON dump (keys sorted) + fmix64, as 16 lowercase hex digits.
+std::string stable_hash(const Json& j);
+inline std::string point_hash(const Json& params) {
+  return stable_hash(params);
+}
+
+struct Grid {
+  std::vector<Point> points;  // in grid order (or sample order), no duplicates
+  size_t grid_size = 0;       // cartesian product size before constraints
+  size_t pruned = 0;          // removed by constraints
+};
+
+/// Expands the grid (or the sample). Constraint errors (unknown name, type mismatch) are
+/// diagnostics; a grid over 50 M points without `sample` is refused.
+Expected<Grid> enumerate(const SweepSpec& spec);
+
+/// Every parameter of a point's plan, the point's own values completed from the base plan.
+struct Resolved {
+  std::string family;  // canonical builder family ("" = keep the base schedule)
+  int tp = 1, pp = 1, dp = 1, ep = 1, stages_per_rank = 0, microbatches = 1;
+  int64_t microbatch_size = 1;
+  int zero = 0;
+  double bucket_size_MB = 25;
+  std::string recompute = "none";  // none | selective | full
+  std::string streams = "separate";  // separate | shared
+  Json prefetch;                     // null: not set
+  bool sequence_parallel = false;
+  bool schedule_axes = false;  // the point changes the schedule: it is regenerated
+  int devices() const { return tp * pp * dp; }
+  int64_t global_batch() const { return microbatch_size * microbatches * dp; }
+};
+Resolved resolve(const Json& base_plan, const Json& params);
+
+/// Constraint bindings of a point: its parameters plus devices, global_batch, stages.
+Bindings bindings_of(const Json& base_plan, const Json& params);
+
+/// The plan document of a point. Diagnostics say why the point is invalid.
+Expected<Json> point_plan(const Json& base_plan, const Json& params);
+
+/// Layout directives for tp x pp x dp (x ep) with a builder family: the `schedule` value of a
+/// plan (a builder call) and the number of PP regions the model must be cut into.
+struct GeneratedSchedule {
+  Json schedule;
+  int pp_regions = 1;
+};
+Expected<GeneratedSchedule> layout_schedule(const Resolved& r);
+
+}  // namespace stretto::explore

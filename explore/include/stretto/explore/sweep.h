@@ -1,0 +1,63 @@
+#pragma once
+// Running a sweep: every point of a spec's grid (or of one shard of it) compiled and simulated
+// with replica folding on a pool of threads, each result committed to a Store as it finishes;
+// points already in the store are skipped, so a killed sweep resumes (store.h).
+//
+// Sharding: a point belongs to shard I of N when its hash, read as a 64-bit number, is I mod N.
+// Shards are thus disjoint, cover the grid, and do not depend on enumeration order.
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "stretto/explore/spec.h"
+#include "stretto/explore/store.h"
+#include "stretto/sim/session.h"
+
+namespace stretto::explore {
+
+/// The fields of `stretto simulate --format json` (DESIGN.md §4) for one result, plus the
+/// top-level peak_memory_bytes / peak_memory_time_ms / over_capacity of the worst device.
+Json result_json(const sim::Result& r, double memory_cap_GiB);
+
+/// Compiles and simulates one point (folded replicas, no memory curves). Never throws; an
+/// invalid point comes back with status "invalid" and its rendered diagnostics.
+PointResult evaluate_point(const SweepSpec& spec, const Point& p);
+
+/// True when `hash` belongs to shard `index` of `count`.
+bool in_shard(const std::string& hash, int index, int count);
+
+struct Progress {
+  size_t total = 0;    // points of this run's shard
+  size_t done = 0;     // finished, including those found in the store
+  size_t resumed = 0;  // found in the store at start
+  size_t ok = 0, over_capacity = 0, invalid = 0;
+  double elapsed_s = 0;
+  double rate = 0;   // points per second in this run
+  double eta_s = 0;  // remaining points / rate
+};
+
+struct SweepOptions {
+  int jobs = 1;
+  int shard_index = 0, shard_count = 1;
+  /// Called from the runner's thread about every 200 ms and once at the end.
+  std::function<void(const Progress&)> progress;
+  /// Set to stop early (finished points stay committed).
+  std::atomic<bool>* stop = nullptr;
+  /// Stop after this many new points (0: all). For tests of resume.
+  size_t limit = 0;
+};
+
+/// Runs the shard's points that are not in `store` yet. Fails only on a database error.
+Expected<Progress> run_sweep(const SweepSpec& spec, const Grid& grid, Store& store,
+                             const SweepOptions& opt);
+
+/// Pareto front of step time against peak memory over feasible points: indices into `rows`,
+/// by increasing step time. A point is on it when no other feasible point is at least as fast
+/// and at most as large, and strictly better in one.
+std::vector<size_t> pareto_front(const std::vector<PointResult>& rows);
+/// Feasible points by increasing step time (ties: smaller memory, then hash); at most n.
+std::vector<size_t> top_n(const std::vector<PointResult>& rows, size_t n);
+
+}  // namespace stretto::explore

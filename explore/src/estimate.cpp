@@ -1,0 +1,273 @@
+// The analytic step-time and memory estimate (estimate.h).
+#include "stretto/explore/estimate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace stretto::explore {
+
+namespace {
+
+constexpr double kParamBytes = 2, kGradBytes = 2, kOptimizerBytes = 12;  // README "Memory"
+
+Diagnostic plain(std::string msg) {
+  Diagnostic d;
+  d.message = std::move(msg);
+  return d;
+}
+
+}  // namespace
+
+Expected<Estimator> Estimator::make(const Plan& plan, const std::string& base_dir) {
+  auto cm = cost::make_cost_model(plan.costmodel, plan.cluster, base_dir);
+  if (!cm) return fail(std::move(cm).error());
+  Estimator e;
+  e.plan_ = plan;
+  e.cm_ = std::shared_ptr<const cost::CostModel>(std::move(*cm));
+  return e;
+}
+
+double Estimator::comm_ns(CommKind k, int64_t bytes, int group, int nodes) {
+  if (group <= 1 || bytes <= 0) return 0;
+  cost::CommQuery q;
+  q.kind = k;
+  q.bytes = bytes;
+  q.group_size = group;
+  q.nodes_spanned = std::max(1, nodes);
+  q.dtype = plan_.model.dtype;
+  return static_cast<double>(cm_->comm(q).time_ns);
+}
+
+const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool sp) {
+  auto key = std::make_tuple(mbs, tp, ep, sp);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  LayerCosts& c = cache_[key];
+  ModelSpec ms = plan_.model;
+  ms.microbatch_size = mbs;
+  ms.pp_regions = 1;
+  auto g = expand_model(ms);
+  if (!g) return c;  // empty: the point's own compile reports the problem
+  const int L = g->layers;
+  for (auto* v : {&c.f, &c.bi, &c.bw, &c.tp_f, &c.tp_b, &c.a2a, &c.attn_f, &c.saved, &c.boundary,
+                  &c.params, &c.expert_params, &c.layer_param_bytes})
+    v->assign(std::max(1, L), 0.0);
+  const int dpn = std::max(1, plan_.cluster.devices_per_node);
+  const int tp_nodes = (tp + dpn - 1) / dpn;
+  const int ep_nodes = std::max(1, (tp * ep + dpn - 1) / dpn);
+  for (const ModelOp& op : g->ops) {
+    const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
+    const int t = split ? tp : 1;
+    auto time = [&](Pass pass, double flops, int64_t bytes) {
+      cost::ComputeQuery q;
+      q.kind = op.kind;
+      q.pass = pass;
+      q.dtype = g->dtype;
+      q.tp = tp;
+      GemmShape gs = op.gemm;
+      if (tp > 1 && split) {
+        if (op.tp == TpSplit::kColumn) gs.n = std::max<int64_t>(1, gs.n / tp);
+        else if (op.tp == TpSplit::kRow) gs.k = std::max<int64_t>(1, gs.k / tp);
+        else if (op.tp == TpSplit::kHeads) gs.batch = std::max<int64_t>(1, gs.batch / tp);
+      }
+      q.gemm = gs;
+      q.flops = flops / t;
+      q.bytes = bytes / t;
+      return static_cast<double>(cm_->compute(q).ns);
+    };
+    const double f = time(Pass::kF, op.fwd_flops, op.fwd_bytes);
+    const double bi = time(Pass::kBI, op.bi_flops, op.bi_bytes);
+    const double bw = time(Pass::kBW, op.bw_flops, op.bw_bytes);
+    const double saved = static_cast<double>(op.saved_bytes) / ((split || sp) ? tp : 1);
+    const double params = static_cast<double>(op.param_count) / t;
+    const int layer = op.tags.layer();
+    if (layer == kAbsent || layer < 0 || layer >= L) {
+      const bool pre = op.kind == OpKind::kEmbedding;
+      (pre ? c.pre_f : c.post_f) += f;
+      (pre ? c.pre_b : c.post_b) += bi + bw;
+      (pre ? c.pre_params : c.post_params) += params;
+      (pre ? c.pre_saved : c.post_saved) += saved;
+      continue;
+    }
+    c.f[layer] += f;
+    c.bi[layer] += bi;
+    c.bw[layer] += bw;
+    c.saved[layer] += saved;
+    c.boundary[layer] = static_cast<double>(op.out_bytes) / tp;
+    c.layer_param_bytes[layer] += static_cast<double>(op.param_bytes) / t;
+    if (op.kind == OpKind::kAttention) c.attn_f[layer] += f;
+    if (op.kind == OpKind::kExperts) {
+      c.expert_params[layer] += params / std::max(1, ep);
+      const int64_t bytes = g->tokens_per_microbatch * (ms.moe ? ms.moe->top_k : 1) * ms.hidden *
+                            dtype_bytes(g->dtype) / tp;
+      c.a2a[layer] = comm_ns(CommKind::kAllToAll, bytes, ep, ep_nodes);
+    } else {
+      c.params[layer] += params;
+    }
+    if (tp > 1 && op.tp == TpSplit::kRow)
+      c.tp_f[layer] += comm_ns(CommKind::kAllReduce, op.out_bytes, tp, tp_nodes);
+    // The backward all-reduce of a column-parallel GEMM is over its input gradient.
+    if (tp > 1 && op.tp == TpSplit::kColumn && op.kind != OpKind::kMlpAct && !op.inputs.empty())
+      c.tp_b[layer] +=
+          comm_ns(CommKind::kAllReduce, g->ops[op.inputs[0]].out_bytes, tp, tp_nodes);
+    c.out_bytes = static_cast<double>(op.out_bytes) / tp;
+  }
+  return c;
+}
+
+Expected<Estimate> Estimator::operator()(const Resolved& r) {
+  const int p = std::max(1, r.pp), tp = std::max(1, r.tp), dp = std::max(1, r.dp);
+  const int m = std::max(1, r.microbatches);
+  const std::string& fam = r.family.empty() ? std::string("1f1b") : r.family;
+  int v = r.stages_per_rank;
+  const bool two_chunk = fam == "zb-v" || fam == "dualpipev" || fam == "dualpipe";
+  if (v <= 0 || (two_chunk && v == 1))
+    v = (fam == "interleaved-1f1b" || fam == "looped-bfs" || two_chunk) ? 2 : 1;
+  const int chunks = fam == "dualpipe" ? p : p * v;  // PP regions
+  const LayerCosts& c = costs(r.microbatch_size, tp, r.ep, r.sequence_parallel);
+  const int L = static_cast<int>(c.f.size());
+  if (L == 0 || chunks > L) return fail(plain("the model cannot be cut into that many stages"));
+  // Per-chunk sums.
+  std::vector<double> F(chunks), BI(chunks), W(chunks), P(chunks), S(chunks);
+  double max_params = 0, max_bytes = 0;
+  for (int s = 0; s < chunks; ++s) {
+    const int lo = static_cast<int>(static_cast<int64_t>(s) * L / chunks);
+    const int hi = static_cast<int>(static_cast<int64_t>(s + 1) * L / chunks);
+    double f = 0, bi = 0, bw = 0, params = 0, saved = 0, pbytes = 0, gather = 0;
+    for (int l = lo; l < hi; ++l) {
+      f += c.f[l] + c.tp_f[l] + 2 * c.a2a[l];
+      bi += c.bi[l] + c.tp_b[l] + 2 * c.a2a[l];
+      bw += c.bw[l];
+      params += c.params[l] + c.expert_params[l];
+      pbytes += c.layer_param_bytes[l];
+      if (r.recompute == "full") {
+        saved += c.boundary[l];
+        bi += c.f[l] + c.tp_f[l] + 2 * c.a2a[l];
+      } else if (r.recompute == "selective") {
+        saved += c.saved[l] * 0.6;  // attention scores/softmax dropped (Korthikanti et al.)
+        bi += c.attn_f[l];
+      } else {
+        saved += c.saved[l];
+      }
+    }
+    if (s == 0) f += c.pre_f, bi += c.pre_b, params += c.pre_params, saved += c.pre_saved;
+    if (s == chunks - 1)
+      f += c.post_f, bi += c.post_b, params += c.post_params, saved += c.post_saved;
+    if (r.zero >= 3 && dp > 1)  // gathers hide behind compute only when faster
+      gather = comm_ns(CommKind::kAllGather, static_cast<int64_t>(pbytes), dp,
+                       (tp * dp + plan_.cluster.devices_per_node - 1) /
+                           std::max(1, plan_.cluster.devices_per_node));
+    // ZeRO-3 gathers run per op on the DP stream just before the op; the simulator shows them
+    // mostly exposed, so they add up (one in the forward, one in the backward).
+    F[s] = f + gather;
+    BI[s] = bi + gather;
+    W[s] = bw;
+    P[s] = params;
+    S[s] = saved;
+    max_params = std::max(max_params, params);
+    max_bytes = std::max(max_bytes, pbytes);
+  }
+  // Steady state: the busiest rank's work for every microbatch (chunk -> rank as the family
+  // places it: one per rank, looped, V, or DualPipe's two directions).
+  std::vector<double> rank_work(p, 0), rank_params(p, 0), rank_saved(p, 0), rank_chunks(p, 0);
+  auto add = [&](int rank, int s, double share) {
+    rank_work[rank] += share * (F[s] + BI[s] + W[s]);
+    rank_params[rank] += P[s];
+    rank_saved[rank] += S[s];
+    rank_chunks[rank] += 1;
+  };
+  for (int s = 0; s < chunks; ++s) {
+    if (fam == "dualpipe") {  // two copies of every stage; half the microbatches flow each way
+      add(s, s, 0.5);
+      add(p - 1 - s, s, 0.5);
+    } else if (fam == "zb-v" || fam == "dualpipev") {
+      add(s < p ? s : 2 * p - 1 - s, s, 1);
+    } else {
+      add(s % p, s, 1);
+    }
+  }
+  const double busiest = *std::max_element(rank_work.begin(), rank_work.end());
+  // Fill and drain: the family's closed form over the mean chunk.
+  double cF = 0, cBI = 0, cW = 0;
+  for (int s = 0; s < chunks; ++s) cF += F[s], cBI += BI[s], cW += W[s];
+  cF /= chunks, cBI /= chunks, cW /= chunks;
+  const double cB = cBI + cW;
+  const double step = m * busiest;
+  double bubble = 0;
+  const double pm1 = p - 1;
+  if (fam == "gpipe" || fam == "1f1b" || fam == "interleaved-1f1b" || fam == "looped-bfs") {
+    bubble = pm1 * (cF + cB);
+  } else if (fam == "zb-h1") {
+    bubble = pm1 * std::max(0.0, cF + cBI - cW);
+  } else if (fam == "zb-h2") {
+    bubble = pm1 * std::max(0.0, cF + cBI - 2 * cW);
+  } else if (fam == "zb-v") {
+    bubble = pm1 * cF;
+  } else if (fam == "dualpipev") {
+    bubble = pm1 * std::max(0.0, cF + 2 * cB - 3 * cW);
+  } else if (fam == "dualpipe") {
+    bubble = std::max(0.0, p / 2.0 - 1) * std::max(0.0, cF + 2 * cB - 3 * cW);
+  } else {
+    return fail(plain(fmt::format("no closed form for family '{}'", fam)));
+  }
+  // Stage-boundary transfers on the fill/drain path.
+  const int dpn = std::max(1, plan_.cluster.devices_per_node);
+  const int pp_nodes = tp * dp >= dpn ? 2 : 1;
+  if (p > 1)
+    bubble += 2 * pm1 * comm_ns(CommKind::kSendRecv, static_cast<int64_t>(c.out_bytes), 2, pp_nodes);
+  // Data-parallel gradient reduction: hidden behind the last backward except one bucket.
+  double dp_exposed = 0;
+  if (dp > 1) {
+    const int dp_nodes = (tp * dp + dpn - 1) / dpn;
+    const auto grad_bytes = static_cast<int64_t>(max_params * kGradBytes);
+    const CommKind red = r.zero >= 2 ? CommKind::kReduceScatter : CommKind::kAllReduce;
+    const double total = comm_ns(red, grad_bytes, dp, dp_nodes);
+    const double bucket =
+        comm_ns(red, std::min<int64_t>(grad_bytes, static_cast<int64_t>(r.bucket_size_MB * 1e6)),
+                dp, dp_nodes);
+    // Buckets are reduced as the last microbatch's backward produces them; the simulator
+    // hides little of it behind that backward (measured: bench_explore BM_Agreement).
+    dp_exposed = std::max(bucket, total - 0.25 * cB * v);
+    if (r.zero == 1 || r.zero == 2)
+      dp_exposed += comm_ns(CommKind::kAllGather, static_cast<int64_t>(max_params * kParamBytes),
+                            dp, dp_nodes);
+  }
+  // Memory: per rank, static state by ZeRO level + the activations of the chunk-microbatches
+  // it holds at its peak (rank r of 1F1B holds p - r; Megatron's interleaved warm-up holds
+  // 2(p-r-1) + (v-1)p + 1); the largest rank is the peak.
+  const double per_param = kParamBytes / (r.zero >= 3 ? dp : 1) +
+                           kGradBytes / (r.zero >= 2 ? dp : 1) +
+                           kOptimizerBytes / (r.zero >= 1 ? dp : 1);
+  double mem = 0;
+  for (int k = 0; k < p; ++k) {
+    double in_flight = 0;  // chunk-microbatches
+    if (fam == "gpipe") in_flight = m;
+    else if (fam == "1f1b" || fam == "zb-h1") in_flight = std::min(m, p - k);
+    else if (fam == "zb-h2") in_flight = std::min(m, 2 * (p - k) - 1);
+    else if (fam == "looped-bfs") in_flight = static_cast<double>(m) * v;
+    else if (fam == "interleaved-1f1b")
+      in_flight = std::min<double>(static_cast<double>(m) * v, 2.0 * (p - k - 1) + (v - 1) * p + 1);
+    else in_flight = std::min<double>(2.0 * m, 2.0 * p + 1);
+    const double mean_saved = rank_chunks[k] > 0 ? rank_saved[k] / rank_chunks[k] : 0;
+    mem = std::max(mem, rank_params[k] * per_param + in_flight * mean_saved);
+  }
+  if (r.zero >= 3) mem += max_bytes;  // one chunk's gathered parameters
+  Estimate e;
+  e.chunk_f_ms = cF / 1e6;
+  e.chunk_b_ms = cB / 1e6;
+  e.bubble_ms = bubble / 1e6;
+  e.dp_exposed_ms = dp_exposed / 1e6;
+  e.step_ms = (step + bubble + dp_exposed) / 1e6;
+  e.peak_memory_bytes = static_cast<int64_t>(mem);
+  return e;
+}
+
+Expected<Estimate> estimate(const Plan& plan, const Resolved& r) {
+  auto e = Estimator::make(plan);
+  if (!e) return fail(std::move(e).error());
+  return (*e)(r);
+}
+
+}  // namespace stretto::explore

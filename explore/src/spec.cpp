@@ -1,0 +1,675 @@
+// Sweep spec parsing, grid enumeration, and point -> plan generation (spec.h).
+#include "stretto/explore/spec.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "stretto/schedules/builders.h"
+
+namespace stretto::explore {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kMaxAxisValues = 100000;
+constexpr size_t kMaxGrid = 50'000'000;
+
+const std::vector<std::string>& known_axes() {
+  static const std::vector<std::string> k = {
+      "family",    "ranks",          "pp",        "tp",      "dp",
+      "ep",        "stages_per_rank", "microbatches", "microbatch_size", "zero",
+      "bucket_size_MB", "recompute", "streams",   "prefetch", "sequence_parallel",
+      "layout"};
+  return k;
+}
+// Axes that regenerate the schedule (microbatch_size and pointers do not).
+bool schedule_axis(const std::string& n) {
+  return n != "microbatch_size" && !n.empty() && n[0] != '/';
+}
+
+uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+class SpecReader {
+ public:
+  SpecReader(const JsonSource& src, Diagnostics& d) : src_(src), diags_(d) {}
+  void error(const std::string& ptr, std::string msg, std::string hint = {}, bool key = false) {
+    diags_.push_back(src_.error_at(ptr, std::move(msg), std::move(hint), key));
+  }
+
+  // A range object {from, to, step} or {from, to, times} -> values.
+  std::vector<Json> range(const Json& r, const std::string& ptr) {
+    std::vector<Json> out;
+    for (const auto& [k, v] : r.items())
+      if (k != "from" && k != "to" && k != "step" && k != "times") {
+        error(ptr + "/" + pointer_escape(k), fmt::format("unknown key '{}' in a range", k),
+              "a range is {\"from\": A, \"to\": B, \"step\": S} or {\"from\": A, \"to\": B, "
+              "\"times\": K}",
+              true);
+        return out;
+      }
+    if (!r.contains("from") || !r.contains("to") || !r["from"].is_number() ||
+        !r["to"].is_number()) {
+      error(ptr, "a range needs numeric 'from' and 'to'");
+      return out;
+    }
+    const bool integral = r["from"].is_number_integer() && r["to"].is_number_integer() &&
+                          (!r.contains("step") || r["step"].is_number_integer());
+    const double from = r["from"].get<double>(), to = r["to"].get<double>();
+    if (r.contains("times")) {
+      if (!r["times"].is_number() || r["times"].get<double>() <= 1 || from <= 0) {
+        error(ptr + "/times", "'times' must be a number > 1 and 'from' positive");
+        return out;
+      }
+      const double k = r["times"].get<double>();
+      for (double x = from; x <= to * (1 + 1e-12) && out.size() <= kMaxAxisValues; x *= k)
+        out.push_back(integral ? Json(static_cast<int64_t>(std::llround(x))) : Json(x));
+    } else {
+      const double step = r.contains("step") && r["step"].is_number() ? r["step"].get<double>() : 1;
+      if (!(step > 0)) {
+        error(ptr + "/step", "'step' must be positive");
+        return out;
+      }
+      for (double x = from; x <= to + 1e-9 * std::abs(step) && out.size() <= kMaxAxisValues;
+           x += step)
+        out.push_back(integral ? Json(static_cast<int64_t>(std::llround(x))) : Json(x));
+    }
+    if (out.size() > kMaxAxisValues) {
+      error(ptr, fmt::format("range has more than {} values", kMaxAxisValues));
+      out.clear();
+    } else if (out.empty()) {
+      error(ptr, "range is empty ('from' > 'to')");
+    }
+    return out;
+  }
+
+  // {"factorize": N, "dims": ["tp","pp","dp"], "ep": "dp"|1} -> layout objects.
+  std::vector<Json> factorize(const Json& f, const std::string& ptr) {
+    std::vector<Json> out;
+    if (!f["factorize"].is_number_integer() || f["factorize"].get<int64_t>() < 1 ||
+        f["factorize"].get<int64_t>() > (1 << 20)) {
+      error(ptr + "/factorize", "'factorize' must be a device count between 1 and 1048576");
+      return out;
+    }
+    const int64_t n = f["factorize"].get<int64_t>();
+    std::vector<std::string> dims = {"tp", "pp", "dp"};
+    if (f.contains("dims")) {
+      dims.clear();
+      if (!f["dims"].is_array() || f["dims"].empty()) {
+        error(ptr + "/dims", "'dims' must be a non-empty list of tp, pp, dp");
+        return out;
+      }
+      for (size_t i = 0; i < f["dims"].size(); ++i) {
+        const Json& d = f["dims"][i];
+        if (!d.is_string() || (d != "tp" && d != "pp" && d != "dp")) {
+          error(fmt::format("{}/dims/{}", ptr, i), "a factorisation dimension is tp, pp or dp");
+          return out;
+        }
+        dims.push_back(d.get<std::string>());
+      }
+    }
+    for (const auto& [k, v] : f.items())
+      if (k != "factorize" && k != "dims" && k != "ep")
+        error(ptr + "/" + pointer_escape(k), fmt::format("unknown key '{}' in a factorisation", k),
+              "keys: factorize, dims, ep", true);
+    // Every ordered tuple of divisors with product n.
+    std::vector<int64_t> cur(dims.size(), 1);
+    auto rec = [&](auto&& self, size_t i, int64_t rest) -> void {
+      if (i + 1 == dims.size()) {
+        cur[i] = rest;
+        Json o = Json::object();
+        for (size_t k = 0; k < dims.size(); ++k) o[dims[k]] = cur[k];
+        if (f.contains("ep")) o["ep"] = f["ep"];
+        out.push_back(o);
+        return;
+      }
+      for (int64_t d = 1; d <= rest; ++d)
+        if (rest % d == 0) {
+          cur[i] = d;
+          self(self, i + 1, rest / d);
+        }
+    };
+    rec(rec, 0, n);
+    return out;
+  }
+
+  void axis(const std::string& name, const Json& v, const std::string& ptr, SweepSpec& spec) {
+    if (name.empty() || (name[0] != '/' &&
+                         std::find(known_axes().begin(), known_axes().end(), name) ==
+                             known_axes().end())) {
+      std::string near = nearest(name, known_axes());
+      error(ptr, fmt::format("unknown axis '{}'", name),
+            near.empty() ? "axes: " + fmt::format("{}", fmt::join(known_axes(), ", ")) +
+                               ", or a JSON pointer into the plan such as "
+                               "/cluster/inter_node/bandwidth_GBps"
+                         : fmt::format("did you mean '{}'?", near),
+            true);
+      return;
+    }
+    if (name[0] == '/') {
+      try {
+        (void)Json::json_pointer(name);
+      } catch (const std::exception& e) {
+        error(ptr, fmt::format("axis '{}' is not a valid JSON pointer: {}", name, e.what()), "",
+              true);
+        return;
+      }
+    }
+    Axis a;
+    a.name = name == "ranks" ? "pp" : name;
+    if (v.is_array()) {
+      if (v.empty()) error(ptr, fmt::format("axis '{}' has no values", name));
+      if (v.size() > kMaxAxisValues)
+        error(ptr, fmt::format("axis '{}' has more than {} values", name, kMaxAxisValues));
+      a.values.assign(v.begin(), v.end());
+    } else if (v.is_object() && v.contains("factorize")) {
+      if (name != "layout") {
+        error(ptr, "'factorize' belongs to the 'layout' axis");
+        return;
+      }
+      a.values = factorize(v, ptr);
+    } else if (v.is_object()) {
+      a.values = range(v, ptr);
+    } else {
+      error(ptr, fmt::format("axis '{}' must be a list of values or a range", name),
+            "e.g. [1, 2, 4] or {\"from\": 8, \"to\": 64, \"step\": 8}");
+      return;
+    }
+    if (a.name == "layout")
+      for (size_t i = 0; i < a.values.size(); ++i) {
+        const Json& o = a.values[i];
+        bool ok = o.is_object() && !o.empty();
+        if (ok)
+          for (const auto& [k, x] : o.items())
+            ok = ok && (k == "tp" || k == "pp" || k == "dp" || k == "ep") &&
+                 (x.is_number_integer() || (k == "ep" && x == "dp"));
+        if (!ok) {
+          error(fmt::format("{}/{}", ptr, i),
+                "a layout value is an object of integers {tp, pp, dp[, ep]} (ep may be \"dp\")");
+          break;
+        }
+      }
+    for (const auto& s : spec.axes)
+      if (s.name == a.name) error(ptr, fmt::format("axis '{}' given twice", a.name), "", true);
+    spec.axes.push_back(std::move(a));
+  }
+
+ private:
+  const JsonSource& src_;
+  Diagnostics& diags_;
+};
+
+Diagnostic plain(std::string msg, std::string hint = {}) {
+  Diagnostic d;
+  d.message = std::move(msg);
+  d.hint = std::move(hint);
+  return d;
+}
+
+Expected<SweepSpec> finish(SweepSpec spec, const JsonSource& src, const Json& base_inline) {
+  Diagnostics diags;
+  SpecReader rd(src, diags);
+  const Json& root = src.root();
+  if (!root.is_object()) return fail(src.error_at("", "a sweep spec is a JSON object"));
+  for (const auto& [k, v] : root.items())
+    if (k != "base" && k != "axes" && k != "constraints" && k != "sample" &&
+        k != "memory_cap_GiB" && k != "name" && k != "description") {
+      std::string near =
+          nearest(k, {"base", "axes", "constraints", "sample", "memory_cap_GiB", "name"});
+      rd.error("/" + pointer_escape(k), fmt::format("unknown key '{}' in a sweep spec", k),
+               near.empty() ? "keys: base, axes, constraints, sample, memory_cap_GiB, name"
+                            : fmt::format("did you mean '{}'?", near),
+               true);
+    }
+  spec.base = base_inline;
+  if (root.contains("axes")) {
+    if (!root["axes"].is_object()) {
+      rd.error("/axes", "'axes' must be an object: axis name -> values");
+    } else {
+      for (const auto& [k, v] : root["axes"].items())
+        rd.axis(k, v, "/axes/" + pointer_escape(k), spec);
+    }
+  }
+  if (root.contains("constraints")) {
+    const Json& c = root["constraints"];
+    if (!c.is_array()) {
+      rd.error("/constraints", "'constraints' must be a list of expressions");
+    } else {
+      for (size_t i = 0; i < c.size(); ++i) {
+        if (!c[i].is_string()) {
+          rd.error(fmt::format("/constraints/{}", i), "a constraint is a string");
+          continue;
+        }
+        auto e = Expr::parse(c[i].get<std::string>());
+        if (!e) {
+          Diagnostic d = src.error_at(fmt::format("/constraints/{}", i), e.error()[0].message,
+                                      e.error()[0].hint);
+          diags.push_back(d);
+        } else {
+          spec.constraints.push_back(std::move(*e));
+        }
+      }
+    }
+  }
+  if (root.contains("sample")) {
+    const Json& s = root["sample"];
+    if (!s.is_object() || !s.contains("n") || !s["n"].is_number_integer() || s["n"] <= 0) {
+      rd.error("/sample", "'sample' is {\"n\": POINTS, \"seed\": S} with n >= 1");
+    } else {
+      spec.sample_n = s["n"].get<size_t>();
+      if (s.contains("seed")) {
+        if (!s["seed"].is_number_integer() || s["seed"] < 0)
+          rd.error("/sample/seed", "'seed' must be a non-negative integer");
+        else
+          spec.seed = s["seed"].get<uint64_t>();
+      }
+    }
+  }
+  if (root.contains("memory_cap_GiB")) {
+    if (!root["memory_cap_GiB"].is_number() || root["memory_cap_GiB"].get<double>() <= 0)
+      rd.error("/memory_cap_GiB", "'memory_cap_GiB' must be a positive number");
+    else
+      spec.memory_cap_GiB = root["memory_cap_GiB"].get<double>();
+  }
+  if (!diags.empty()) return fail(std::move(diags));
+  Json canon = root;
+  canon["base"] = base_inline;
+  canon.erase("name");
+  canon.erase("description");
+  spec.canonical = std::move(canon);
+  spec.hash = stable_hash(spec.canonical);
+  return spec;
+}
+
+}  // namespace
+
+std::string stable_hash(const Json& j) {
+  const std::string s = j.dump();
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  // FNV's low bits barely change between similar points: finish with MurmurHash3's fmix64
+  // avalanche so that every bit (and so `hash mod N`, the shard) depends on every byte.
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ULL;
+  h ^= h >> 33;
+  return fmt::format("{:016x}", h);
+}
+
+Expected<SweepSpec> parse_spec(const JsonSource& src, const std::string& dir) {
+  const Json& root = src.root();
+  if (!root.is_object() || !root.contains("base"))
+    return fail(src.error_at("", "a sweep spec needs 'base': the plan file the points start from",
+                             "e.g. {\"base\": \"plan.json\", \"axes\": {\"microbatches\": [8, "
+                             "16]}}"));
+  SweepSpec spec;
+  spec.file = src.file();
+  Json base;
+  if (root["base"].is_string()) {
+    spec.base_path = root["base"].get<std::string>();
+    fs::path p = fs::path(spec.base_path);
+    if (p.is_relative()) p = fs::path(dir) / p;
+    auto b = JsonSource::load(p.string());
+    if (!b) {
+      Diagnostics d = b.error();
+      d.insert(d.begin(), src.error_at("/base", fmt::format("cannot read the base plan '{}'",
+                                                            spec.base_path)));
+      return fail(std::move(d));
+    }
+    base = b->root();
+    spec.base_dir = p.parent_path().string();
+  } else if (root["base"].is_object()) {
+    base = root["base"];
+    spec.base_dir = dir;
+  } else {
+    return fail(src.error_at("/base", "'base' is a plan file path or an inline plan object"));
+  }
+  if (spec.base_dir.empty()) spec.base_dir = ".";
+  return finish(std::move(spec), src, base);
+}
+
+Expected<SweepSpec> load_spec(const std::string& path) {
+  auto src = JsonSource::load(path);
+  if (!src) return fail(std::move(src).error());
+  std::string dir = fs::path(path).parent_path().string();
+  return parse_spec(*src, dir.empty() ? "." : dir);
+}
+
+Expected<SweepSpec> spec_from_canonical(const Json& canonical, const std::string& base_dir) {
+  JsonSource src = JsonSource::from_json(canonical, "<database spec>");
+  SweepSpec spec;
+  spec.file = "<database spec>";
+  spec.base_dir = base_dir;
+  if (!canonical.is_object() || !canonical.contains("base") || !canonical["base"].is_object())
+    return fail(plain("the database holds no valid spec"));
+  return finish(std::move(spec), src, canonical["base"]);
+}
+
+Bindings bindings_of(const Json& base_plan, const Json& params) {
+  Bindings b;
+  for (const auto& [k, v] : params.items()) {
+    if (v.is_number()) b[k] = v.get<double>();
+    else if (v.is_boolean()) b[k] = v.get<bool>() ? 1.0 : 0.0;
+    else if (v.is_string()) b[k] = v.get<std::string>();
+  }
+  Resolved r = resolve(base_plan, params);
+  b.try_emplace("tp", static_cast<double>(r.tp));
+  b.try_emplace("pp", static_cast<double>(r.pp));
+  b.try_emplace("dp", static_cast<double>(r.dp));
+  b.try_emplace("ep", static_cast<double>(r.ep));
+  b.try_emplace("microbatches", static_cast<double>(r.microbatches));
+  b.try_emplace("microbatch_size", static_cast<double>(r.microbatch_size));
+  b.try_emplace("zero", static_cast<double>(r.zero));
+  b.try_emplace("family", r.family);
+  b["devices"] = static_cast<double>(r.devices());
+  b["global_batch"] = static_cast<double>(r.global_batch());
+  b["stages"] = static_cast<double>(
+      r.pp * (r.stages_per_rank > 0 ? r.stages_per_rank : 1));
+  return b;
+}
+
+Expected<Grid> enumerate(const SweepSpec& spec) {
+  Grid g;
+  g.grid_size = 1;
+  for (const auto& a : spec.axes) {
+    if (g.grid_size > kMaxGrid / std::max<size_t>(1, a.values.size())) {
+      g.grid_size = kMaxGrid + 1;
+      break;
+    }
+    g.grid_size *= a.values.size();
+  }
+  const bool sampled = spec.sample_n.has_value();
+  if (g.grid_size > kMaxGrid && !sampled)
+    return fail(plain(fmt::format("the grid has more than {} points", kMaxGrid),
+                      "add \"sample\": {\"n\": N, \"seed\": S} to draw a random sample"));
+  auto point_at = [&](uint64_t idx) {
+    Json p = Json::object();
+    for (auto it = spec.axes.rbegin(); it != spec.axes.rend(); ++it) {
+      const Json& v = it->values[idx % it->values.size()];
+      idx /= it->values.size();
+      if (it->name == "layout")
+        for (const auto& [k, x] : v.items()) p[k] = x;
+      else
+        p[it->name] = v;
+    }
+    return p;
+  };
+  std::set<std::string> seen;
+  Diagnostics errs;
+  auto admit = [&](Json p) -> int {  // 1 kept, 0 pruned, -1 error
+    Bindings b = bindings_of(spec.base, p);
+    for (const auto& c : spec.constraints) {
+      auto ok = c.test(b);
+      if (!ok) {
+        errs = ok.error();
+        return -1;
+      }
+      if (!*ok) return 0;
+    }
+    std::string h = point_hash(p);
+    if (!seen.insert(h).second) return 0;  // a duplicate value in an axis list
+    g.points.push_back({std::move(p), std::move(h)});
+    return 1;
+  };
+  const size_t full = std::min(g.grid_size, kMaxGrid);
+  if (!sampled || g.grid_size <= 4 * *spec.sample_n || g.grid_size <= 1'000'000) {
+    for (uint64_t i = 0; i < full; ++i) {
+      int r = admit(point_at(i));
+      if (r < 0) return fail(std::move(errs));
+      if (r == 0) ++g.pruned;
+    }
+    if (sampled && g.points.size() > *spec.sample_n) {
+      // Seeded partial Fisher-Yates, then back to grid order for readable output.
+      uint64_t s = spec.seed;
+      std::vector<size_t> idx(g.points.size());
+      for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+      for (size_t i = 0; i < *spec.sample_n; ++i)
+        std::swap(idx[i], idx[i + splitmix(s) % (idx.size() - i)]);
+      idx.resize(*spec.sample_n);
+      std::sort(idx.begin(), idx.end());
+      std::vector<Point> pts;
+      for (size_t i : idx) pts.push_back(std::move(g.points[i]));
+      g.points = std::move(pts);
+    }
+  } else {
+    // Huge grid: rejection-sample indices.
+    uint64_t s = spec.seed;
+    const size_t tries = 100 * *spec.sample_n;
+    for (size_t t = 0; t < tries && g.points.size() < *spec.sample_n; ++t) {
+      int r = admit(point_at(splitmix(s) % g.grid_size));
+      if (r < 0) return fail(std::move(errs));
+      if (r == 0) ++g.pruned;
+    }
+  }
+  return g;
+}
+
+Resolved resolve(const Json& base, const Json& params) {
+  Resolved r;
+  // Defaults from the base plan.
+  const Json* sched = base.contains("schedule") ? &base["schedule"] : nullptr;
+  const Json* dirs = nullptr;
+  if (sched && sched->is_object()) {
+    if (sched->contains("builder") && (*sched)["builder"].is_string())
+      r.family = canonical_family((*sched)["builder"].get<std::string>()).value_or("");
+    r.pp = sched->value("ranks", 0);
+    r.stages_per_rank = sched->value("stages_per_rank", 0);
+    r.microbatches = sched->value("microbatches", 1);
+    if (sched->contains("base") && (*sched)["base"].is_array()) dirs = &(*sched)["base"];
+  } else if (sched && sched->is_array()) {
+    dirs = sched;
+  }
+  std::set<std::vector<int>> place_lists;
+  bool have_rep = false, have_tp = false;
+  if (dirs)
+    for (const auto& d : *dirs) {
+      if (!d.is_object() || !d.contains("op") || !d["op"].is_string()) continue;
+      const std::string op = d["op"];
+      try {
+        if (op == "place" && d.contains("devices")) {
+          auto devs = d["devices"].get<std::vector<int>>();
+          place_lists.insert(devs);
+          r.dp = static_cast<int>(devs.size());
+        } else if (op == "replicate" && !have_rep) {
+          have_rep = true;
+          r.zero = d.value("shard_params", false)      ? 3
+                   : d.value("shard_grads", false)     ? 2
+                   : d.value("shard_optimizer", false) ? 1
+                                                       : 0;
+          r.bucket_size_MB = d.value("bucket_size", 25.0);
+          if (d.contains("prefetch")) r.prefetch = d["prefetch"];
+        } else if (op == "shard") {
+          r.ep = -1;  // = dp, fixed below
+        } else if (op == "shard_tensor" && !have_tp && d.contains("devices") &&
+                   d["devices"].is_array() && !d["devices"].empty()) {
+          have_tp = true;
+          r.tp = static_cast<int>(d["devices"][0].size());
+          r.sequence_parallel = d.value("sequence_parallel", false);
+        } else if (op == "split") {
+          if (!(sched && sched->is_object())) r.microbatches = d.value("num_microbatches", 1);
+        } else if (op == "recompute") {
+          r.recompute = d.value("mode", std::string("full"));
+        }
+      } catch (const std::exception&) {
+        // A malformed base is reported by the plan parser when the point compiles.
+      }
+    }
+  if (r.pp <= 0) r.pp = std::max<int>(1, static_cast<int>(place_lists.size()));
+  if (base.contains("model") && base["model"].is_object())
+    r.microbatch_size = base["model"].value("microbatch_size", int64_t{1});
+  // The point's own values.
+  auto num = [&](const char* k, auto& dst) {
+    if (params.contains(k) && params[k].is_number())
+      dst = static_cast<std::decay_t<decltype(dst)>>(params[k].get<double>());
+  };
+  for (const auto& [k, v] : params.items())
+    if (schedule_axis(k)) r.schedule_axes = true;
+  num("tp", r.tp);
+  num("pp", r.pp);
+  num("dp", r.dp);
+  num("stages_per_rank", r.stages_per_rank);
+  num("microbatches", r.microbatches);
+  num("microbatch_size", r.microbatch_size);
+  num("zero", r.zero);
+  num("bucket_size_MB", r.bucket_size_MB);
+  if (params.contains("family") && params["family"].is_string()) {
+    const std::string f = params["family"];
+    r.family = canonical_family(f).value_or(f);
+  }
+  if (params.contains("recompute") && params["recompute"].is_string())
+    r.recompute = params["recompute"];
+  if (params.contains("streams") && params["streams"].is_string()) r.streams = params["streams"];
+  if (params.contains("prefetch")) r.prefetch = params["prefetch"];
+  if (params.contains("sequence_parallel") && params["sequence_parallel"].is_boolean())
+    r.sequence_parallel = params["sequence_parallel"];
+  if (params.contains("ep")) {
+    if (params["ep"] == "dp") r.ep = -1;
+    else if (params["ep"].is_number()) r.ep = static_cast<int>(params["ep"].get<double>());
+  }
+  if (r.ep == -1) r.ep = r.dp;
+  if (r.family.empty() && r.schedule_axes) r.family = "1f1b";
+  return r;
+}
+
+Expected<GeneratedSchedule> layout_schedule(const Resolved& r) {
+  auto bad = [](std::string m, std::string h = {}) { return fail(plain(std::move(m), std::move(h))); };
+  if (r.tp < 1 || r.pp < 1 || r.dp < 1) return bad("tp, pp and dp must be at least 1");
+  if (static_cast<int64_t>(r.tp) * r.pp * r.dp > (1 << 20)) return bad("more than 2^20 devices");
+  if (r.ep != 1 && r.ep != r.dp)
+    return bad(fmt::format("ep = {} with dp = {}: experts are sharded over the data-parallel "
+                           "group, so ep must be 1 or dp",
+                           r.ep, r.dp),
+               "use \"ep\": \"dp\" or 1");
+  if (r.zero < 0 || r.zero > 3) return bad(fmt::format("zero = {}: ZeRO levels are 0-3", r.zero));
+  if (r.recompute != "none" && r.recompute != "selective" && r.recompute != "full")
+    return bad(fmt::format("recompute = '{}'", r.recompute), "none, selective or full");
+  if (r.streams != "separate" && r.streams != "shared")
+    return bad(fmt::format("streams = '{}'", r.streams),
+               "separate (pp, dp, ep, tp streams) or shared (one 'comm' stream)");
+  if (r.microbatches < 1) return bad("microbatches must be at least 1");
+  auto sched = build_schedule(r.family, r.pp, r.stages_per_rank, r.microbatches);
+  if (!sched) return fail(std::move(sched).error());
+  const int stages = sched->stages;
+  const bool shared = r.streams == "shared";
+  auto dev = [&](int t, int d, int p) { return t + r.tp * (d + r.dp * p); };
+  auto rank_devices = [&](int rank) {
+    Json a = Json::array();
+    for (int d = 0; d < r.dp; ++d) a.push_back(dev(0, d, rank));
+    return a;
+  };
+  Json base = Json::array();
+  for (int s = 0; s < stages; ++s) {
+    const int rank = sched->bidirectional ? s : sched->stage_to_rank[s];
+    Json devs = rank_devices(rank);
+    Json place = {{"op", "place"}, {"filter", {{"PP", s}}}, {"devices", devs}};
+    place["stream"] = shared ? "comm" : "pp";
+    base.push_back(place);
+    if (r.dp > 1) {
+      Json rep = {{"op", "replicate"}, {"filter", {{"PP", s}}}, {"devices", devs}};
+      rep["reduce_stream"] = shared ? "comm" : "dp";
+      rep["gather_stream"] = shared ? "comm" : "dp";
+      rep["bucket_size"] = r.bucket_size_MB;
+      if (r.zero >= 1) rep["shard_optimizer"] = true;
+      if (r.zero >= 2) rep["shard_grads"] = true;
+      if (r.zero >= 3) rep["shard_params"] = true;
+      if (!r.prefetch.is_null()) rep["prefetch"] = r.prefetch;
+      base.push_back(rep);
+      if (r.ep > 1)
+        base.push_back({{"op", "shard"},
+                        {"filter", {{"PP", s}, {"EP", "*"}}},
+                        {"devices", devs},
+                        {"stream", shared ? "comm" : "ep"}});
+    }
+  }
+  if (r.tp > 1) {
+    Json groups = Json::array();
+    for (int p = 0; p < r.pp; ++p)
+      for (int d = 0; d < r.dp; ++d) {
+        Json g = Json::array();
+        for (int t = 0; t < r.tp; ++t) g.push_back(dev(t, d, p));
+        groups.push_back(g);
+      }
+    base.push_back({{"op", "shard_tensor"},
+                    {"filter", Json::object()},
+                    {"devices", groups},
+                    {"stream", shared ? "comm" : "tp"},
+                    {"sequence_parallel", r.sequence_parallel}});
+  }
+  if (r.recompute != "none")
+    base.push_back({{"op", "recompute"}, {"filter", Json::object()}, {"mode", r.recompute}});
+  GeneratedSchedule g;
+  g.schedule = {{"builder", r.family},
+                {"ranks", r.pp},
+                {"stages_per_rank", sched->stages_per_rank},
+                {"microbatches", r.microbatches},
+                {"base", base}};
+  g.pp_regions = stages;
+  return g;
+}
+
+Expected<Json> point_plan(const Json& base_plan, const Json& params) {
+  Json plan = base_plan;
+  if (!plan.is_object()) return fail(plain("the base plan is not a JSON object"));
+  // JSON-pointer axes first, so the layout sees an edited cluster.
+  for (const auto& [k, v] : params.items()) {
+    if (k.empty() || k[0] != '/') continue;
+    try {
+      Json::json_pointer ptr(k);
+      // The top-level section must exist (a typo there would silently add a new one); fields
+      // below it may be new (an override of a preset value).
+      const std::string top = "/" + k.substr(1, k.find('/', 1) == std::string::npos
+                                                    ? std::string::npos
+                                                    : k.find('/', 1) - 1);
+      if (!plan.contains(Json::json_pointer(top)))
+        return fail(plain(fmt::format("axis '{}': the base plan has no '{}'", k, top),
+                          "pointer axes start at model, cluster, costmodel or schedule"));
+      plan[ptr] = v;
+    } catch (const std::exception& e) {
+      return fail(plain(fmt::format("axis '{}': {}", k, e.what())));
+    }
+  }
+  const Resolved r = resolve(plan, params);
+  if (params.contains("microbatch_size")) {
+    if (!plan.contains("model") || !plan["model"].is_object())
+      return fail(plain("the base plan has no model"));
+    plan["model"]["microbatch_size"] = r.microbatch_size;
+  }
+  if (!r.schedule_axes) return plan;
+  auto g = layout_schedule(r);
+  if (!g) return fail(std::move(g).error());
+  plan["schedule"] = std::move(g->schedule);
+  if (plan.contains("model") && plan["model"].is_object())
+    plan["model"]["pp_regions"] = g->pp_regions;
+  // Size the cluster to the layout: whole nodes of devices_per_node (one partial node below).
+  if (plan.contains("cluster") && plan["cluster"].is_object()) {
+    Json& c = plan["cluster"];
+    const int n = r.devices();
+    const int dpn = c.value("devices_per_node", 0);
+    if (dpn <= 0 || n <= dpn) {
+      c["nodes"] = 1;
+      c["devices_per_node"] = n;
+    } else {
+      if (n % dpn != 0)
+        return fail(plain(fmt::format("the layout uses {} devices, not a whole number of "
+                                      "{}-device nodes",
+                                      n, dpn)));
+      c["nodes"] = n / dpn;
+    }
+  }
+  return plan;
+}
+
+}  // namespace stretto::explore

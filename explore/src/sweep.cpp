@@ -1,0 +1,264 @@
+// Point evaluation, the thread pool, Pareto fronts (sweep.h).
+#include "stretto/explore/sweep.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "stretto/explore/estimate.h"
+
+namespace stretto::explore {
+
+namespace {
+
+double ms(sim::SimTime ns) {
+  return static_cast<double>(ns) / 1e6;
+}
+using Clock = std::chrono::steady_clock;
+double since_ms(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+Json result_json(const sim::Result& r, double memory_cap_GiB) {
+  Json j;
+  j["step_time_ms"] = ms(r.step_time);
+  j["bubble_ratio"] = r.bubble_ratio;
+  j["exposed_comm_ms"] = ms(r.exposed_comm);
+  j["mfu"] = r.mfu;
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["model_flops"] = r.model_flops;
+  j["events"] = r.events;
+  j["sim_wall_ms"] = r.sim_wall_ms;
+  j["folded_replicas"] = r.folded;
+  const int64_t cap = static_cast<int64_t>(memory_cap_GiB * static_cast<double>(1LL << 30));
+  const sim::DeviceMetrics* worst = nullptr;
+  Json devs = Json::array();
+  for (const auto& d : r.devices) {
+    if (!worst || d.peak_memory > worst->peak_memory) worst = &d;
+    Json b = Json::object();
+    for (size_t k = 0; k < sim::kMemCategories; ++k)
+      b[std::string(sim::memory_category_name(k))] = d.breakdown[k];
+    devs.push_back({{"id", d.id},
+                    {"busy_ms", ms(d.busy)},
+                    {"bubble_ms", ms(d.bubble)},
+                    {"bubble_ratio", d.bubble_ratio},
+                    {"exposed_comm_ms", ms(d.exposed_comm)},
+                    {"comm_ms", ms(d.comm)},
+                    {"peak_memory_bytes", d.peak_memory},
+                    {"peak_memory_time_ms", ms(d.peak_time)},
+                    {"memory_breakdown", std::move(b)},
+                    {"over_capacity", d.peak_memory > cap}});
+  }
+  j["peak_memory_bytes"] = worst ? worst->peak_memory : 0;
+  j["peak_memory_time_ms"] = worst ? ms(worst->peak_time) : 0.0;
+  j["over_capacity"] = worst && worst->peak_memory > cap;
+  j["memory_cap_GiB"] = memory_cap_GiB;
+  j["devices"] = std::move(devs);
+  return j;
+}
+
+PointResult evaluate_point(const SweepSpec& spec, const Point& p) {
+  const auto t0 = Clock::now();
+  PointResult out;
+  out.hash = p.hash;
+  out.params = p.params;
+  auto invalid = [&](Diagnostics ds) {
+    for (auto& d : ds)
+      if (d.loc.file.empty()) d.loc.file = fmt::format("point {}", p.hash);
+    out.status = "invalid";
+    out.diagnostic = render_all(ds);
+    while (!out.diagnostic.empty() && out.diagnostic.back() == '\n') out.diagnostic.pop_back();
+    out.wall_ms = since_ms(t0);
+    return out;
+  };
+  try {
+    auto doc = point_plan(spec.base, p.params);
+    if (!doc) return invalid(doc.error());
+    JsonSource src = JsonSource::from_json(*doc, fmt::format("point {}", p.hash));
+    auto plan = parse_plan(src);
+    if (!plan) return invalid(plan.error());
+    const double cap = spec.memory_cap_GiB > 0 ? spec.memory_cap_GiB
+                                               : plan->cluster.device.memory_GiB;
+    out.memory_cap_GiB = cap;
+    if (auto est = estimate(*plan, resolve(*doc, p.params))) {
+      out.estimate_step_ms = est->step_ms;
+      out.estimate_memory_bytes = est->peak_memory_bytes;
+    }
+    auto session = sim::Session::from_plan(std::move(*plan), spec.base_dir);
+    if (!session) return invalid(session.error());
+    sim::SimOptions so;
+    so.fold_replicas = true;
+    so.memory_curves = false;
+    auto r = session->simulate(so);
+    if (!r) return invalid(r.error());
+    out.metrics = result_json(*r, cap);
+    out.step_time_ms = ms(r->step_time);
+    out.bubble_ratio = r->bubble_ratio;
+    out.exposed_comm_ms = ms(r->exposed_comm);
+    out.mfu = r->mfu;
+    out.tokens_per_s = r->tokens_per_s;
+    out.model_flops = r->model_flops;
+    out.events = static_cast<int64_t>(r->events);
+    out.sim_wall_ms = r->sim_wall_ms;
+    out.peak_memory_bytes = out.metrics["peak_memory_bytes"].get<int64_t>();
+    out.peak_memory_time_ms = out.metrics["peak_memory_time_ms"].get<double>();
+    out.devices = static_cast<int>(r->devices.size());
+    out.folded = r->folded;
+    if (out.metrics["over_capacity"].get<bool>()) {
+      out.status = "over_capacity";
+      int dev = 0;
+      for (const auto& d : r->devices)
+        if (d.peak_memory == out.peak_memory_bytes) {
+          dev = d.id;
+          break;
+        }
+      out.diagnostic = fmt::format("infeasible: device {} peaks at {:.2f} GiB, over the {:.2f} GiB cap",
+                                   dev, static_cast<double>(out.peak_memory_bytes) / (1 << 30), cap);
+    } else {
+      out.status = "ok";
+    }
+  } catch (const std::exception& e) {
+    Diagnostic d;
+    d.message = fmt::format("internal error while evaluating the point: {}", e.what());
+    return invalid({d});
+  }
+  out.wall_ms = since_ms(t0);
+  return out;
+}
+
+bool in_shard(const std::string& hash, int index, int count) {
+  if (count <= 1) return true;
+  uint64_t h = std::strtoull(hash.c_str(), nullptr, 16);
+  return static_cast<int>(h % static_cast<uint64_t>(count)) == index;
+}
+
+Expected<Progress> run_sweep(const SweepSpec& spec, const Grid& grid, Store& store,
+                             const SweepOptions& opt) {
+  const auto t0 = Clock::now();
+  Progress pr;
+  if (auto locked = store.lock_for_run(); !locked) return fail(std::move(locked).error());
+  const std::set<std::string> have = store.hashes();
+  std::vector<const Point*> todo;
+  for (const auto& p : grid.points) {
+    if (!in_shard(p.hash, opt.shard_index, opt.shard_count)) continue;
+    ++pr.total;
+    if (have.count(p.hash)) {
+      ++pr.resumed;
+      continue;
+    }
+    todo.push_back(&p);
+  }
+  // Count the statuses of what the store already has for this shard.
+  if (pr.resumed > 0)
+    for (const auto& r : store.rows()) {
+      if (!in_shard(r.hash, opt.shard_index, opt.shard_count)) continue;
+      if (r.status == "ok") ++pr.ok;
+      else if (r.status == "over_capacity") ++pr.over_capacity;
+      else ++pr.invalid;
+    }
+  pr.done = pr.resumed;
+  if (opt.limit > 0 && todo.size() > opt.limit) todo.resize(opt.limit);
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<PointResult> finished;
+  std::atomic<size_t> next{0};
+  const int jobs = std::max(1, std::min<int>(opt.jobs, static_cast<int>(todo.size())));
+  std::vector<std::thread> pool;
+  std::atomic<int> running{jobs};
+  for (int w = 0; w < jobs; ++w)
+    pool.emplace_back([&] {
+      for (;;) {
+        if (opt.stop && opt.stop->load()) break;
+        const size_t i = next.fetch_add(1);
+        if (i >= todo.size()) break;
+        PointResult r = evaluate_point(spec, *todo[i]);
+        std::lock_guard lk(mu);
+        finished.push_back(std::move(r));
+        cv.notify_one();
+      }
+      std::lock_guard lk(mu);
+      --running;
+      cv.notify_one();
+    });
+  // This thread owns the database connection: it commits each result as it arrives.
+  Diagnostics db_error;
+  size_t fresh = 0;
+  auto last_report = Clock::now() - std::chrono::seconds(1);
+  for (;;) {
+    std::deque<PointResult> batch;
+    bool all_done = false;
+    {
+      std::unique_lock lk(mu);
+      cv.wait_for(lk, std::chrono::milliseconds(200),
+                  [&] { return !finished.empty() || running.load() == 0; });
+      batch.swap(finished);
+      all_done = running.load() == 0 && batch.empty();
+    }
+    for (const auto& r : batch) {
+      if (db_error.empty()) {
+        auto ok = store.put(r);
+        if (!ok) {
+          db_error = ok.error();
+          if (opt.stop) opt.stop->store(true);
+          next.store(todo.size());
+        }
+      }
+      ++pr.done;
+      ++fresh;
+      if (r.status == "ok") ++pr.ok;
+      else if (r.status == "over_capacity") ++pr.over_capacity;
+      else ++pr.invalid;
+    }
+    pr.elapsed_s = since_ms(t0) / 1e3;
+    pr.rate = pr.elapsed_s > 0 ? static_cast<double>(fresh) / pr.elapsed_s : 0;
+    pr.eta_s = pr.rate > 0 ? static_cast<double>(pr.total - pr.done) / pr.rate : 0;
+    if (all_done) break;
+    if (opt.progress && Clock::now() - last_report >= std::chrono::milliseconds(200)) {
+      opt.progress(pr);
+      last_report = Clock::now();
+    }
+  }
+  for (auto& t : pool) t.join();
+  if (opt.progress) opt.progress(pr);
+  if (!db_error.empty()) return fail(std::move(db_error));
+  return pr;
+}
+
+std::vector<size_t> top_n(const std::vector<PointResult>& rows, size_t n) {
+  std::vector<size_t> idx;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].feasible()) idx.push_back(i);
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+    const auto &x = rows[a], &y = rows[b];
+    if (x.step_time_ms != y.step_time_ms) return x.step_time_ms < y.step_time_ms;
+    if (x.peak_memory_bytes != y.peak_memory_bytes) return x.peak_memory_bytes < y.peak_memory_bytes;
+    return x.hash < y.hash;
+  });
+  if (n > 0 && idx.size() > n) idx.resize(n);
+  return idx;
+}
+
+std::vector<size_t> pareto_front(const std::vector<PointResult>& rows) {
+  // Sorted by (time, memory): a point is on the front iff its memory is below every faster
+  // point's (ties in time: the smaller memory comes first and dominates the rest).
+  std::vector<size_t> front;
+  int64_t best_mem = INT64_MAX;
+  for (size_t i : top_n(rows, 0)) {
+    if (rows[i].peak_memory_bytes < best_mem) {
+      front.push_back(i);
+      best_mem = rows[i].peak_memory_bytes;
+    }
+  }
+  return front;
+}
+
+}  // namespace stretto::explore

@@ -1,0 +1,404 @@
+// stretto::explore as a library: constraint expressions, specs and grids, point plans,
+// the results store, shards, resume, Pareto fronts, the analytic estimate.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "stretto/explore/estimate.h"
+#include "stretto/explore/search.h"
+#include "stretto/explore/sweep.h"
+
+namespace fs = std::filesystem;
+using namespace stretto;
+using namespace stretto::explore;
+
+namespace {
+
+std::string data(const char* name) {
+  return std::string(STRETTO_TEST_DATA) + "/explore/" + name;
+}
+
+// A fresh directory per test under the build's temp area.
+fs::path scratch(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("stretto_explore_" + name + "_" +
+                                            std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+Expected<SweepSpec> spec_of(const Json& j) {
+  auto src = JsonSource::from_json(j, "spec.json");
+  return parse_spec(src, STRETTO_EXAMPLES);
+}
+
+double num(const Expected<Value>& v) {
+  return std::get<double>(*v);
+}
+
+}  // namespace
+
+TEST(Expr, PrecedenceStringsAndErrors) {
+  Bindings b = {{"tp", 2.0}, {"pp", 4.0}, {"dp", 8.0}, {"family", std::string("1f1b")}};
+  EXPECT_EQ(num(Expr::parse("tp * pp * dp")->eval(b)), 64);
+  EXPECT_EQ(num(Expr::parse("1 + 2 * 3 - 4 / 2")->eval(b)), 5);
+  EXPECT_EQ(num(Expr::parse("(1 + 2) * 3 % 4")->eval(b)), 1);
+  EXPECT_TRUE(*Expr::parse("tp * pp * dp == 64 && family == '1f1b'")->test(b));
+  EXPECT_FALSE(*Expr::parse("family != \"1f1b\" || -tp > 0")->test(b));
+  EXPECT_TRUE(*Expr::parse("not (tp > pp) and pp <= dp")->test(b));
+  EXPECT_TRUE(*Expr::parse("!(tp >= 3)")->test(b));
+  // Short-circuit: the unknown name on the right is never looked up.
+  EXPECT_TRUE(*Expr::parse("tp == 2 || nosuch == 1")->test(b));
+
+  auto unknown = Expr::parse("tpx == 2")->test(b);
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error()[0].message.find("unknown name 'tpx'"), std::string::npos);
+  EXPECT_EQ(unknown.error()[0].hint, "did you mean 'tp'?");
+  auto mixed = Expr::parse("family == 2")->test(b);
+  ASSERT_FALSE(mixed);
+  EXPECT_NE(mixed.error()[0].message.find("compares a string with a number"), std::string::npos);
+  auto div0 = Expr::parse("tp / (pp - 4)")->eval(b);
+  ASSERT_FALSE(div0);
+  EXPECT_NE(div0.error()[0].message.find("division by zero"), std::string::npos);
+  auto syntax = Expr::parse("tp * (pp + 1");
+  ASSERT_FALSE(syntax);
+  EXPECT_NE(syntax.error()[0].message.find("column 13: expected ')'"), std::string::npos)
+      << syntax.error()[0].message;
+  EXPECT_FALSE(Expr::parse("tp ** 2"));
+  EXPECT_FALSE(Expr::parse(std::string(100, '(') + "1" + std::string(100, ')')));  // too deep
+}
+
+TEST(Spec, RangesFactorisationAndConstraints) {
+  auto s = spec_of({{"base", "gpt_pp4_dp2_1f1b.json"},
+                    {"axes",
+                     {{"layout", {{"factorize", 16}, {"dims", {"tp", "pp", "dp"}}}},
+                      {"microbatches", {{"from", 4}, {"to", 16}, {"times", 2}}},
+                      {"/cluster/inter_node/bandwidth_GBps", {{"from", 25}, {"to", 100}, {"step", 25}}}}},
+                    {"constraints", {"tp <= 8", "microbatches >= pp"}}});
+  ASSERT_TRUE(s) << render_all(s.error());
+  auto g = enumerate(*s);
+  ASSERT_TRUE(g) << render_all(g.error());
+  // 16 = ordered triples of divisors: 15; microbatches 4, 8, 16; bandwidth 25, 50, 75, 100.
+  EXPECT_EQ(g->grid_size, 15u * 3 * 4);
+  size_t expect = 0;
+  for (int tp : {1, 2, 4, 8, 16})
+    for (int pp : {1, 2, 4, 8, 16})
+      for (int m : {4, 8, 16})
+        if (16 % (tp * pp) == 0 && tp <= 8 && m >= pp) expect += 4;
+  EXPECT_EQ(g->points.size(), expect);
+  EXPECT_EQ(g->pruned, g->grid_size - expect);
+  for (const auto& p : g->points) {
+    EXPECT_EQ(p.params["tp"].get<int>() * p.params["pp"].get<int>() * p.params["dp"].get<int>(), 16);
+    EXPECT_EQ(p.hash, point_hash(p.params));
+    EXPECT_EQ(p.hash.size(), 16u);
+  }
+  // The hash does not depend on key order or the spec.
+  EXPECT_EQ(point_hash(Json::parse(R"({"a":1,"b":"x"})")),
+            point_hash(Json::parse(R"({"b":"x","a":1})")));
+}
+
+TEST(Spec, BadSpecsAreLocatedDiagnostics) {
+  auto src = JsonSource::parse(R"({"base": "gpt_pp4_dp2_1f1b.json",
+  "axes": {"famliy": ["1f1b"], "microbatches": {"from": 8, "to": 4}},
+  "constraints": ["tp *"]})",
+                               "bad_spec.json");
+  ASSERT_TRUE(src);
+  auto s = parse_spec(*src, STRETTO_EXAMPLES);
+  ASSERT_FALSE(s);
+  const std::string all = render_all(s.error());
+  EXPECT_NE(all.find("bad_spec.json:2:12 (/axes/famliy): error: unknown axis 'famliy'"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("did you mean 'family'?"), std::string::npos);
+  EXPECT_NE(all.find("range is empty"), std::string::npos);
+  EXPECT_NE(all.find("(/constraints/0)"), std::string::npos);
+  EXPECT_NE(all.find("expected a number, a name"), std::string::npos);
+  // A constraint naming nothing known is refused before any point runs.
+  auto u = spec_of({{"base", "gpt_pp4_dp2_1f1b.json"},
+                    {"axes", {{"zero", {0, 1}}}},
+                    {"constraints", {"zeroo == 1"}}});
+  ASSERT_TRUE(u);
+  auto g = enumerate(*u);
+  ASSERT_FALSE(g);
+  EXPECT_EQ(g.error()[0].hint, "did you mean 'zero'?");
+}
+
+TEST(Spec, SampleIsASeededSubsetOfTheGrid) {
+  Json j = {{"base", "gpt_pp4_dp2_1f1b.json"},
+            {"axes", {{"microbatches", {{"from", 1}, {"to", 64}}}, {"zero", {0, 1, 2, 3}}}}};
+  auto full = enumerate(*spec_of(j));
+  j["sample"] = {{"n", 20}, {"seed", 7}};
+  auto a = enumerate(*spec_of(j));
+  auto b = enumerate(*spec_of(j));
+  j["sample"]["seed"] = 8;
+  auto c = enumerate(*spec_of(j));
+  ASSERT_TRUE(full && a && b && c);
+  ASSERT_EQ(a->points.size(), 20u);
+  std::set<std::string> all, sa, sc;
+  for (const auto& p : full->points) all.insert(p.hash);
+  for (size_t i = 0; i < 20; ++i) {
+    EXPECT_EQ(a->points[i].hash, b->points[i].hash);
+    EXPECT_TRUE(all.count(a->points[i].hash));
+    sa.insert(a->points[i].hash);
+    sc.insert(c->points[i].hash);
+  }
+  EXPECT_EQ(sa.size(), 20u);
+  EXPECT_NE(sa, sc);
+}
+
+TEST(Points, LayoutPointsCompileAndInvalidOnesAreRecorded) {
+  auto s = load_spec(data("small.json"));
+  ASSERT_TRUE(s) << render_all(s.error());
+  Point ok{{{"tp", 2}, {"pp", 2}, {"dp", 2}, {"family", "1f1b"}, {"microbatches", 8}, {"zero", 1}},
+           ""};
+  ok.hash = point_hash(ok.params);
+  PointResult r = evaluate_point(*s, ok);
+  ASSERT_EQ(r.status, "ok") << r.diagnostic;
+  EXPECT_EQ(r.devices, 8);
+  EXPECT_GT(r.step_time_ms, 0);
+  EXPECT_GT(r.peak_memory_bytes, 0);
+  EXPECT_GT(r.estimate_step_ms, 0);
+  EXPECT_EQ(r.metrics["devices"].size(), 8u);
+  for (const char* k : {"step_time_ms", "bubble_ratio", "exposed_comm_ms", "mfu", "tokens_per_s",
+                        "events", "sim_wall_ms", "folded_replicas", "peak_memory_bytes",
+                        "peak_memory_time_ms", "over_capacity"})
+    EXPECT_TRUE(r.metrics.contains(k)) << k;
+  auto plan = point_plan(s->base, ok.params);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ((*plan)["model"]["pp_regions"], 2);
+  EXPECT_EQ((*plan)["schedule"]["builder"], "1f1b");
+
+  Point bad{{{"tp", 1}, {"pp", 2}, {"dp", 4}, {"ep", 3}}, ""};
+  bad.hash = point_hash(bad.params);
+  PointResult b = evaluate_point(*s, bad);
+  EXPECT_EQ(b.status, "invalid");
+  EXPECT_NE(b.diagnostic.find("ep must be 1 or dp"), std::string::npos) << b.diagnostic;
+  Point nobuild{{{"family", "dualpipev"}, {"pp", 4}, {"dp", 2}, {"microbatches", 3}}, ""};
+  PointResult nb = evaluate_point(*s, nobuild);
+  EXPECT_EQ(nb.status, "invalid");
+  EXPECT_FALSE(nb.diagnostic.empty());
+  // A pointer into a section the plan does not have.
+  Point ptr{{{"/clustr/nodes", 2}}, ""};
+  PointResult pr = evaluate_point(*s, ptr);
+  EXPECT_EQ(pr.status, "invalid");
+  EXPECT_NE(pr.diagnostic.find("has no '/clustr'"), std::string::npos) << pr.diagnostic;
+}
+
+TEST(Points, EveryScheduleAxisReachesThePlan) {
+  auto s = load_spec(data("small.json"));
+  ASSERT_TRUE(s);
+  Json p = {{"family", "interleaved-1f1b"}, {"pp", 2}, {"dp", 2}, {"tp", 2},
+            {"stages_per_rank", 3}, {"microbatches", 4}, {"zero", 2}, {"bucket_size_MB", 50},
+            {"streams", "shared"}, {"sequence_parallel", true}, {"microbatch_size", 1},
+            {"/cluster/intra_node/bandwidth_GBps", 300}};
+  auto plan = point_plan(s->base, p);
+  ASSERT_TRUE(plan) << render_all(plan.error());
+  const Json& sched = (*plan)["schedule"];
+  EXPECT_EQ(sched["builder"], "interleaved-1f1b");
+  EXPECT_EQ(sched["ranks"], 2);
+  EXPECT_EQ(sched["stages_per_rank"], 3);
+  EXPECT_EQ((*plan)["model"]["pp_regions"], 6);
+  EXPECT_EQ((*plan)["model"]["microbatch_size"], 1);
+  EXPECT_EQ((*plan)["cluster"]["intra_node"]["bandwidth_GBps"], 300);
+  size_t replicates = 0, tp = 0;
+  for (const auto& d : sched["base"]) {
+    if (d.contains("stream")) {
+      EXPECT_EQ(d["stream"], "comm") << d.dump();
+    }
+    if (d["op"] == "replicate") {
+      ++replicates;
+      EXPECT_EQ(d["reduce_stream"], "comm");
+      EXPECT_EQ(d["bucket_size"], 50.0);
+      EXPECT_TRUE(d["shard_optimizer"].get<bool>() && d["shard_grads"].get<bool>());
+      EXPECT_FALSE(d.contains("shard_params"));
+    }
+    if (d["op"] == "shard_tensor") {
+      ++tp;
+      EXPECT_TRUE(d["sequence_parallel"].get<bool>());
+      EXPECT_EQ(d["devices"].size(), 4u);  // pp x dp groups of tp devices
+      EXPECT_EQ(d["devices"][1], Json({2, 3}));  // TP fastest, then DP, then PP
+    }
+  }
+  EXPECT_EQ(replicates, 6u);  // one per stage
+  EXPECT_EQ(tp, 1u);
+  PointResult r = evaluate_point(*s, {p, point_hash(p)});
+  EXPECT_EQ(r.status, "ok") << r.diagnostic;
+  // recompute and prefetch produce the fidelity issue's directive fields.
+  auto rc = point_plan(s->base, {{"recompute", "selective"}, {"zero", 3}, {"prefetch", 2}});
+  ASSERT_TRUE(rc);
+  bool saw_recompute = false, saw_prefetch = false;
+  for (const auto& d : (*rc)["schedule"]["base"]) {
+    saw_recompute = saw_recompute || (d["op"] == "recompute" && d["mode"] == "selective");
+    saw_prefetch = saw_prefetch || (d["op"] == "replicate" && d["prefetch"] == 2);
+  }
+  EXPECT_TRUE(saw_recompute);
+  EXPECT_TRUE(saw_prefetch);
+}
+
+TEST(Points, OverCapacityPointsAreInfeasibleAndSaySo) {
+  auto s = load_spec(data("small.json"));
+  ASSERT_TRUE(s);
+  s->memory_cap_GiB = 1;  // far below what any point needs
+  Point p{{{"tp", 1}, {"pp", 4}, {"dp", 2}, {"microbatches", 4}}, ""};
+  p.hash = point_hash(p.params);
+  PointResult r = evaluate_point(*s, p);
+  EXPECT_EQ(r.status, "over_capacity");
+  EXPECT_FALSE(r.feasible());
+  EXPECT_NE(r.diagnostic.find("over the 1.00 GiB cap"), std::string::npos) << r.diagnostic;
+  EXPECT_TRUE(r.metrics["over_capacity"].get<bool>());
+}
+
+TEST(Pareto, HandCheckedGrid) {
+  // (step ms, peak GiB):      front?
+  //  a (10, 8)  yes: fastest
+  //  b (10, 9)  no: same time as a, more memory
+  //  c (12, 6)  yes
+  //  d (12, 7)  no: dominated by c
+  //  e (15, 6)  no: dominated by c (slower, same memory)
+  //  f (20, 2)  yes: smallest
+  //  g ( 5, 1)  over capacity: never on the front, though it would dominate everything
+  //  h ( 1, 1)  invalid
+  auto row = [](const char* h, double t, int64_t gib, const char* status = "ok") {
+    PointResult r;
+    r.hash = h;
+    r.step_time_ms = t;
+    r.peak_memory_bytes = gib << 30;
+    r.status = status;
+    return r;
+  };
+  std::vector<PointResult> rows = {row("a", 10, 8), row("b", 10, 9), row("c", 12, 6),
+                                   row("d", 12, 7), row("e", 15, 6), row("f", 20, 2),
+                                   row("g", 5, 1, "over_capacity"), row("h", 1, 1, "invalid")};
+  std::vector<std::string> front;
+  for (size_t i : pareto_front(rows)) front.push_back(rows[i].hash);
+  EXPECT_EQ(front, (std::vector<std::string>{"a", "c", "f"}));
+  std::vector<std::string> top;
+  for (size_t i : top_n(rows, 3)) top.push_back(rows[i].hash);
+  EXPECT_EQ(top, (std::vector<std::string>{"a", "b", "c"}));
+}
+
+TEST(Sweep, ShardUnionEqualsTheWhole) {
+  auto s = load_spec(data("small.json"));
+  ASSERT_TRUE(s);
+  auto g = enumerate(*s);
+  ASSERT_TRUE(g);
+  ASSERT_GE(g->points.size(), 20u);
+  fs::path dir = scratch("shards");
+  SweepOptions so;
+  so.jobs = 2;
+  auto whole = Store::open((dir / "whole.db").string(), s->canonical, s->hash, "0/1");
+  ASSERT_TRUE(whole);
+  auto pw = run_sweep(*s, *g, *whole, so);
+  ASSERT_TRUE(pw);
+  EXPECT_EQ(pw->total, g->points.size());
+  EXPECT_GT(pw->invalid, 0u);  // the ep = 3 layout
+  EXPECT_GT(pw->ok, 0u);
+  std::vector<std::string> shard_paths;
+  size_t sum = 0;
+  for (int i = 0; i < 3; ++i) {
+    shard_paths.push_back((dir / fmt::format("s{}.db", i)).string());
+    auto st = Store::open(shard_paths.back(), s->canonical, s->hash, fmt::format("{}/3", i));
+    ASSERT_TRUE(st);
+    so.shard_index = i;
+    so.shard_count = 3;
+    auto p = run_sweep(*s, *g, *st, so);
+    ASSERT_TRUE(p);
+    sum += p->total;
+    for (const auto& r : st->rows()) EXPECT_TRUE(in_shard(r.hash, i, 3));
+  }
+  EXPECT_EQ(sum, g->points.size());  // disjoint and covering
+  auto merged = Store::open((dir / "merged.db").string(), s->canonical, s->hash, "0/1");
+  ASSERT_TRUE(merged);
+  for (const auto& p : shard_paths) ASSERT_TRUE(merged->merge_from(p));
+  auto a = whole->rows(), b = merged->rows();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].hash, b[i].hash);
+    EXPECT_EQ(a[i].params, b[i].params);
+    EXPECT_EQ(a[i].status, b[i].status);
+    EXPECT_EQ(a[i].diagnostic, b[i].diagnostic);
+    EXPECT_EQ(a[i].step_time_ms, b[i].step_time_ms);  // deterministic simulation
+    EXPECT_EQ(a[i].peak_memory_bytes, b[i].peak_memory_bytes);
+    EXPECT_EQ(a[i].metrics["devices"], b[i].metrics["devices"]);
+  }
+  // A database of another spec is refused, for runs and merges.
+  Json other = s->canonical;
+  other["axes"]["zero"] = {0};
+  auto wrong = Store::open((dir / "whole.db").string(), other, stable_hash(other), "0/1");
+  ASSERT_FALSE(wrong);
+  EXPECT_NE(wrong.error()[0].message.find("another spec"), std::string::npos);
+  auto o = Store::open((dir / "other.db").string(), other, stable_hash(other), "0/1");
+  ASSERT_TRUE(o);
+  EXPECT_FALSE(o->merge_from((dir / "whole.db").string()));
+  fs::remove_all(dir);
+}
+
+TEST(Sweep, ResumeRunsOnlyWhatIsMissing) {
+  auto s = load_spec(data("small.json"));
+  ASSERT_TRUE(s);
+  auto g = enumerate(*s);
+  ASSERT_TRUE(g);
+  fs::path dir = scratch("resume");
+  const std::string db = (dir / "r.db").string();
+  SweepOptions so;
+  so.jobs = 2;
+  so.limit = 5;
+  {
+    auto st = Store::open(db, s->canonical, s->hash, "0/1");
+    ASSERT_TRUE(st);
+    auto p = run_sweep(*s, *g, *st, so);
+    ASSERT_TRUE(p);
+    EXPECT_EQ(p->done, 5u);
+    EXPECT_EQ(st->count(), 5u);
+  }
+  auto st = Store::open(db, s->canonical, s->hash, "0/1");
+  ASSERT_TRUE(st);
+  const auto before = st->rows();
+  so.limit = 0;
+  auto p = run_sweep(*s, *g, *st, so);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->resumed, 5u);
+  EXPECT_EQ(p->done, g->points.size());
+  EXPECT_EQ(st->count(), g->points.size());
+  for (const auto& r : before) {  // untouched
+    auto again = st->row(r.hash);
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->wall_ms, r.wall_ms);
+  }
+  // Another shard's database is refused.
+  EXPECT_FALSE(Store::open(db, s->canonical, s->hash, "1/2"));
+  // Two runners on one database: the second is refused while the first holds it.
+  auto other = Store::open(db, s->canonical, s->hash, "0/1");
+  ASSERT_TRUE(other);
+  auto busy = run_sweep(*s, *g, *other, so);
+  ASSERT_FALSE(busy);
+  EXPECT_NE(busy.error()[0].message.find("another sweep is running"), std::string::npos);
+  st = Store::open(db, s->canonical, s->hash, "0/1");  // the first one lets go
+  EXPECT_TRUE(run_sweep(*s, *g, *other, so));
+  fs::remove_all(dir);
+}
+
+TEST(Estimate, TracksTheSimulatorOnPipelineDepth) {
+  // On the 8-device GPT the estimate must rank 1F1B layouts like the simulator does when the
+  // difference is large (PP8 x DP1 with 8 microbatches vs PP2 x DP4).
+  auto s = load_spec(data("small.json"));
+  ASSERT_TRUE(s);
+  std::vector<Json> ps = {{{"tp", 1}, {"pp", 8}, {"dp", 1}, {"microbatches", 8}},
+                          {{"tp", 1}, {"pp", 2}, {"dp", 4}, {"microbatches", 8}}};
+  std::vector<double> est, sim;
+  for (const auto& p : ps) {
+    PointResult r = evaluate_point(*s, {p, point_hash(p)});
+    ASSERT_EQ(r.status, "ok") << r.diagnostic;
+    est.push_back(r.estimate_step_ms);
+    sim.push_back(r.step_time_ms);
+  }
+  EXPECT_EQ(est[0] > est[1], sim[0] > sim[1]) << est[0] << " " << est[1] << " / " << sim[0] << " "
+                                              << sim[1];
+  // Within a factor of two of the simulator on both.
+  for (size_t i = 0; i < est.size(); ++i) {
+    EXPECT_GT(est[i], sim[i] / 2);
+    EXPECT_LT(est[i], sim[i] * 2);
+  }
+}

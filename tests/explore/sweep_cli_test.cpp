@@ -1,0 +1,209 @@
+// `stretto sweep`, `stretto sweep merge` and `stretto search` as a user runs them, including a
+// real `kill -9` in the middle of a sweep.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "stretto/explore/store.h"
+
+namespace fs = std::filesystem;
+using stretto::Json;
+using stretto::explore::Store;
+
+namespace {
+
+struct CliRun {
+  int code;
+  std::string out, err;
+};
+
+CliRun sh(const std::string& args, const fs::path& dir) {
+  const fs::path err = dir / "stderr.txt";
+  std::string cmd = "cd '" + dir.string() + "' && " + std::string(STRETTO_BINARY) + " " + args +
+                    " 2>'" + err.string() + "'";
+  FILE* f = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
+  int status = pclose(f);
+  std::ifstream e(err);
+  std::string etext((std::istreambuf_iterator<char>(e)), std::istreambuf_iterator<char>());
+  return {WEXITSTATUS(status), out, etext};
+}
+
+std::string data(const char* name) {
+  return std::string(STRETTO_TEST_DATA) + "/explore/" + name;
+}
+
+fs::path scratch(const std::string& name) {
+  fs::path p = fs::temp_directory_path() /
+               ("stretto_sweep_cli_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+size_t rows_in(const std::string& db) {
+  if (!fs::exists(db)) return 0;
+  auto s = Store::open_existing(db);
+  return s ? s->count() : 0;
+}
+
+}  // namespace
+
+TEST(SweepCli, KillNineThenResumeLosesNothingAndRunsNothingTwice) {
+  const fs::path dir = scratch("kill");
+  const std::string db = (dir / "r.db").string();
+  const std::string spec = data("resume.json");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    freopen("/dev/null", "w", stdout);
+    freopen("/dev/null", "w", stderr);
+    execl(STRETTO_BINARY, STRETTO_BINARY, "sweep", spec.c_str(), "--db", db.c_str(), "-j", "1",
+          "--format", "json", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Kill it once a few points are committed.
+  const auto t0 = std::chrono::steady_clock::now();
+  while (rows_in(db) < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the sweep finished before it could be killed";
+  std::map<std::string, double> before;
+  {
+    auto s = Store::open_existing(db);
+    ASSERT_TRUE(s);
+    for (const auto& r : s->rows()) before[r.hash] = r.wall_ms;
+  }
+  ASSERT_GE(before.size(), 2u);
+  // The same command again: resumes.
+  CliRun r = sh("sweep '" + spec + "' --db '" + db + "' -j 2 --format json", dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  Json j = Json::parse(r.out);
+  const size_t total = j["points"].get<size_t>();
+  EXPECT_EQ(total, 3u * 2 * 15);
+  EXPECT_NE(r.err.find(std::to_string(before.size()) + " resumed, " +
+                       std::to_string(total - before.size()) + " run"),
+            std::string::npos)
+      << r.err;
+  auto s = Store::open_existing(db);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->count(), total);
+  for (const auto& [h, wall] : before) {
+    auto row = s->row(h);
+    ASSERT_TRUE(row);
+    EXPECT_EQ(row->wall_ms, wall) << h;  // committed before the kill, never rerun
+  }
+  // A third run has nothing to do.
+  CliRun again = sh("sweep '" + spec + "' --db '" + db + "' --format json", dir);
+  EXPECT_EQ(again.code, 0);
+  EXPECT_NE(again.err.find(std::to_string(total) + " resumed, 0 run"), std::string::npos)
+      << again.err;
+  fs::remove_all(dir);
+}
+
+TEST(SweepCli, FormatsParetoTopEmitBestAndMerge) {
+  const fs::path dir = scratch("formats");
+  const std::string spec = data("small.json");
+  CliRun j = sh("sweep '" + spec + "' --format json -j 2", dir);
+  ASSERT_EQ(j.code, 0) << j.err;
+  EXPECT_TRUE(fs::exists(dir / "small.db"));  // default database name
+  Json all = Json::parse(j.out);
+  EXPECT_GT(all["invalid"].get<int>(), 0);
+  bool saw_diag = false;
+  for (const auto& r : all["results"])
+    if (r["status"] == "invalid") saw_diag = saw_diag || !r["diagnostic"].get<std::string>().empty();
+  EXPECT_TRUE(saw_diag);
+
+  CliRun top = sh("sweep '" + spec + "' --top 3 --format json --emit-best best.json", dir);
+  ASSERT_EQ(top.code, 0) << top.err;
+  Json t = Json::parse(top.out);
+  ASSERT_EQ(t["top"].size(), 3u);
+  const double best = t["top"][0]["metrics"]["step_time_ms"];
+  EXPECT_LE(best, t["top"][1]["metrics"]["step_time_ms"].get<double>());
+  // The emitted plan is runnable and predicts the same step time.
+  CliRun sim = sh("simulate best.json --format json", dir);
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  EXPECT_EQ(Json::parse(sim.out)["step_time_ms"].get<double>(), best);
+
+  CliRun p = sh("sweep '" + spec + "' --pareto --format json", dir);
+  ASSERT_EQ(p.code, 0);
+  Json front = Json::parse(p.out)["pareto"];
+  ASSERT_FALSE(front.empty());
+  for (size_t i = 1; i < front.size(); ++i) {  // faster first, memory strictly decreasing
+    EXPECT_GE(front[i]["metrics"]["step_time_ms"].get<double>(),
+              front[i - 1]["metrics"]["step_time_ms"].get<double>());
+    EXPECT_LT(front[i]["metrics"]["peak_memory_bytes"].get<int64_t>(),
+              front[i - 1]["metrics"]["peak_memory_bytes"].get<int64_t>());
+  }
+  CliRun csv = sh("sweep '" + spec + "' --format csv", dir);
+  ASSERT_EQ(csv.code, 0);
+  EXPECT_EQ(csv.out.rfind("hash,dp,ep,family,microbatches,pp,tp,zero,status,step_time_ms", 0), 0u)
+      << csv.out.substr(0, 200);
+  CliRun table = sh("sweep '" + spec + "' --pareto --format table", dir);
+  EXPECT_NE(table.out.find("Pareto front, step time vs peak memory"), std::string::npos);
+
+  // Two shards through the CLI, merged, equal the unsharded database.
+  for (int i = 0; i < 2; ++i) {
+    CliRun s = sh("sweep '" + spec + "' --shard " + std::to_string(i) + "/2 --format json", dir);
+    ASSERT_EQ(s.code, 0) << s.err;
+    EXPECT_TRUE(fs::exists(dir / ("small.shard" + std::to_string(i) + "of2.db")));
+  }
+  CliRun m = sh("sweep merge merged.db small.shard0of2.db small.shard1of2.db --format json", dir);
+  ASSERT_EQ(m.code, 0) << m.err;
+  Json mj = Json::parse(m.out);
+  EXPECT_EQ(mj["points"], all["points"]);
+  auto strip = [](Json rows) {
+    for (auto& r : rows) {
+      r.erase("wall_ms");
+      if (r.contains("metrics")) r["metrics"].erase("sim_wall_ms");
+    }
+    return rows;
+  };
+  EXPECT_EQ(strip(mj["results"]), strip(all["results"]));
+  // Bad input: exit 2 with a message.
+  CliRun bad = sh("sweep '" + spec + "' --shard 3/2", dir);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("expected I/N"), std::string::npos);
+  CliRun missing = sh("sweep merge out.db nosuch.db", dir);
+  EXPECT_EQ(missing.code, 2);
+  CliRun nospec = sh("sweep nosuch.json", dir);
+  EXPECT_EQ(nospec.code, 2);
+  EXPECT_NE(nospec.err.find("nosuch.json"), std::string::npos) << nospec.err;
+  std::ofstream(dir / "typo.json") << R"({"base": ")" << STRETTO_EXAMPLES
+                                   << R"(/gpt_pp4_dp2_1f1b.json", "axes": {"microbatchs": [4]}})";
+  CliRun typo = sh("sweep typo.json", dir);
+  EXPECT_EQ(typo.code, 2);
+  EXPECT_NE(typo.err.find("typo.json:1:"), std::string::npos) << typo.err;
+  EXPECT_NE(typo.err.find("did you mean 'microbatches'?"), std::string::npos) << typo.err;
+  fs::remove_all(dir);
+}
+
+TEST(SweepCli, SearchBeatsOrMatchesTheMegatronDefaultAndEmitsARunnablePlan) {
+  const fs::path dir = scratch("search");
+  CliRun r = sh(std::string("search '") + STRETTO_EXAMPLES +
+                 "/gpt_pp4_dp2_1f1b.json' --devices 8 --budget 60 -j 2 --format json --emit "
+                 "found.json",
+             dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  Json j = Json::parse(r.out);
+  ASSERT_FALSE(j["best"].is_null());
+  ASSERT_FALSE(j["megatron_default"].is_null());
+  EXPECT_GE(j["speedup_vs_megatron_default"].get<double>(), 1.0);
+  EXPECT_GT(j["space"].get<int>(), j["simulated"].get<int>());
+  CliRun sim = sh("simulate found.json --format json", dir);
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  EXPECT_EQ(Json::parse(sim.out)["step_time_ms"], j["best"]["metrics"]["step_time_ms"]);
+  fs::remove_all(dir);
+}
