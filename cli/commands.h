@@ -31,6 +31,8 @@ void add_sweep_commands(CLI::App& app, Commands& out);
 
 /// `describe`.
 void add_describe_command(CLI::App& app, Commands& out);
+/// `gui` (only when built with the GUI: STRETTO_HAVE_GUI).
+void add_gui_command(CLI::App& app, Commands& out);
 
 /// Prints diagnostics to stderr; returns 2.
 int report(const Diagnostics& ds);

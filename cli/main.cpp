@@ -51,6 +51,9 @@ int main(int argc, char** argv) {
   add_describe_command(app, cmds);
   add_usage_examples(app);
   add_sweep_commands(app, cmds);
+#ifdef STRETTO_HAVE_GUI
+  add_gui_command(app, cmds);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

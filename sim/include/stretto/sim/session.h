@@ -62,6 +62,10 @@ class Session {
  public:
   static Expected<Session> open(const std::string& path);
   static Expected<Session> from_plan(Plan plan, std::string base_dir = ".");
+  /// Parses, compiles and prepares a plan held in memory (an editor's buffer). `file` names it
+  /// in diagnostics (file:line:col); relative paths in it (a profile) resolve from `base_dir`.
+  static Expected<Session> from_text(std::string text, std::string file,
+                                     std::string base_dir = ".");
 
   const CompiledPlan& compiled() const { return *cp_; }
   const Plan& plan() const { return cp_->plan; }

@@ -1,0 +1,194 @@
+#pragma once
+// The explorer's state and its frame function. Everything here is backend-free: draw_app()
+// only calls ImGui, so tests drive it headless (ImGui without a window) with injected input,
+// and the GLFW window (window.h) is a thin loop around it.
+//
+// Panels: Plan (open/save, builder and parameters, directives, order grid, JSON text,
+// diagnostics), Timeline, Memory, Numbers (metrics, devices, selection statistics, compare),
+// Help. Every simulation goes through sim::Session on the worker thread.
+
+#include <array>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "stretto/gui/document.h"
+#include "stretto/gui/timeline.h"
+#include "stretto/gui/worker.h"
+#include "stretto/sim/inspect.h"
+
+struct ImGuiIO;
+
+namespace stretto::gui {
+
+struct Rect {
+  float x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  float cx() const { return (x0 + x1) * 0.5f; }
+  float cy() const { return (y0 + y1) * 0.5f; }
+};
+
+/// One scripted UI action (script.h parses them from text).
+struct Action {
+  std::string verb;               // open, set, click, type, zoom, fit, pin, wait, frames, ...
+  std::vector<std::string> args;  // verb's arguments
+  int line = 0;                   // in the script file, for messages
+};
+
+/// A measured (or exported) Chrome trace opened against the prediction.
+struct Measured {
+  std::string path;
+  Timeline timeline;  // lanes per (process = device, thread = stream); Op::task = slice index
+  /// (PP, MB, PASS) -> first start, last end of its compute slices (from args.tags).
+  std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> spans;
+  SimTime begin = 0, end = 0;  // first slice start in the file; last slice end (shown times)
+  size_t skipped = 0;
+};
+/// Builds lanes and logical spans from a trace file (traces::read_chrome_trace). Profilers'
+/// clocks start anywhere: the trace's first slice is placed at `first_start` (the prediction's
+/// first op start), so a trace `stretto export chrome` wrote keeps its times.
+Expected<Measured> load_measured(const std::string& path, SimTime first_start = 0);
+/// (PP, MB, PASS) -> first start, last end of a simulated step's compute ops.
+std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> logical_spans(const Snapshot& s);
+
+struct TimelineState {
+  double t0 = 0, ns_per_px = 0;  // ns_per_px 0: fit on the next frame
+  bool fitted = true;            // showing the whole step: a new result re-fits
+  float width = 0;
+  std::vector<char> collapsed;  // per device
+  double cursor = -1;           // time under the mouse (ns), -1 none; shared with Memory
+  double range_t0 = -1, range_t1 = -1;  // selected time range (drag with the right button)
+  bool dragging_range = false;
+  int lane = -1;  // selected lane (click its name): statistics of that lane only
+  bool show_bubbles = true, show_critical = false, show_flows = true, show_baseline = true;
+  int boxes_drawn = 0;  // last frame, for tests and the benchmark
+  int lanes_drawn = 0;
+  std::vector<std::string> labels;  // text labels drawn last frame (tests read them)
+};
+
+struct Selection {
+  uint32_t task = UINT32_MAX;
+  bool valid() const { return task != UINT32_MAX; }
+};
+
+struct App {
+  App();
+  ~App();
+
+  // ---- the document and its simulation
+  Document doc;
+  SimWorker worker;
+  uint64_t submitted = 0;                  // generation of the latest submission
+  uint64_t submitted_rev = UINT64_MAX;     // document revision it was made from
+  std::shared_ptr<const Snapshot> current;  // last good result
+  std::shared_ptr<const Snapshot> baseline;  // pinned for comparison
+  std::shared_ptr<const Measured> measured;   // a trace opened against the prediction
+  Diagnostics diags;        // of the latest finished simulation (errors when it failed)
+  bool last_failed = false;
+  uint64_t shown_generation = 0;
+  double last_edit_to_result_ms = 0;
+  std::string status;       // one line: saved, exported, cannot read ...
+
+  // ---- UI state
+  std::string path_field;
+  std::deque<std::string> recent;
+  TimelineState tl;
+  Selection sel;
+  int memory_device = 0;
+  bool memory_to_peak = false;  // scale the memory plot to the peak instead of the capacity
+  std::string json_edit;            // the JSON editor's buffer
+  uint64_t json_edit_rev = UINT64_MAX;
+  bool show_help = false, show_demo = false;
+  float font_scale = 1.0f;
+  int frame = 0;
+  std::map<std::string, Rect> hooks;  // widget name -> rect, recorded each frame
+  std::vector<std::string> dropped;   // paths dropped onto the window this frame
+  std::string screenshot_request;     // set by the UI or a script; the window writes it
+  std::string critical_for;           // text of the snapshot critical_ was computed for
+  std::vector<char> critical;         // per task: on the critical path
+  std::vector<sim::CriticalStep> critical_steps;
+  std::weak_ptr<const Snapshot> mem_cache_snap;
+  int mem_cache_dev = -1;
+  std::vector<sim::CategorySample> mem_cache;
+
+  /// Panel state and caches derived from a snapshot (panels_view.cpp).
+  struct PanelCache;
+  std::shared_ptr<PanelCache> panel_cache;
+
+  // ---- frame costs measured by the window (ms): UI build (NewFrame..Render) and GPU (draw +
+  // glFinish, only in --frames runs)
+  std::vector<float> frame_ui_ms, frame_gl_ms;
+
+  // ---- automation
+  std::deque<Action> script;
+  int script_wait_frames = 0;
+  int click_phase = 0;
+  std::string script_error;
+  bool quit = false;
+
+  /// Opens a plan file (recent list updated); a file that cannot be read leaves the current
+  /// one and sets `status`.
+  bool open(const std::string& path);
+  /// Starts an untitled plan from text.
+  void open_text(std::string text, std::string name = {});
+  /// Submits the document if it changed since the last submission; takes a finished result.
+  void pump();
+  /// True when the result shown is older than the document (an edit is being simulated or
+  /// failed).
+  bool stale() const;
+  /// Opens a Chrome trace (measured, or exported) to compare with the prediction; on error
+  /// `status` and `diags` say why and the previous one stays.
+  bool open_trace(const std::string& path);
+  /// Pins the current result as the comparison baseline (or clears it).
+  void pin_baseline(bool on = true);
+  /// Zooms the timeline to [t0, t1) ns.
+  void zoom(double t0, double t1);
+  void fit() {
+    tl.ns_per_px = 0;
+    tl.fitted = true;
+  }
+  /// Writes a Chrome trace of the current result.
+  bool export_trace(const std::string& path, std::string* error) const;
+  /// What the UI shows, as JSON (--dump-state).
+  std::string state_json() const;
+  /// Records the last item's rect under `name` (for scripts and tests).
+  void hook(const std::string& name);
+  /// Category curve of a device of the current result (cached).
+  const std::vector<sim::CategorySample>& memory_curve(int device);
+  /// Critical path flags of the current result (computed on first use).
+  void ensure_critical();
+};
+
+/// Builds one frame of the whole UI (between ImGui::NewFrame and ImGui::Render).
+void draw_app(App& app);
+/// Applies scripted actions due this frame, writing injected input into `io` (call after the
+/// platform backend's NewFrame and before ImGui::NewFrame). Returns false when the script
+/// failed (app.script_error says why).
+bool step_script(App& app, ImGuiIO& io);
+/// Keyboard shortcuts (Ctrl+O/S/Z/Y, F fit, +/- zoom, arrows pan, P pin, F1 help).
+void handle_shortcuts(App& app);
+
+// Panels (app.cpp, panels_*.cpp).
+void draw_plan_panel(App& app);
+void draw_timeline_panel(App& app);
+void draw_memory_panel(App& app);
+void draw_numbers_panel(App& app);
+void draw_help_window(App& app);
+
+/// Count, total and longest duration of the ops of each kind (OpClass) that overlap [a, b),
+/// over every lane or only lane `lane` (>= 0).
+struct KindStat {
+  size_t count = 0;
+  SimTime total = 0, max = 0;
+};
+std::array<KindStat, static_cast<size_t>(OpClass::kCount)> kind_stats(const Timeline& tl, double a,
+                                                                      double b, int lane = -1);
+
+/// Time with a unit that fits its size: "850 ns", "12.4 us", "3.21 ms", "1.502 s".
+std::string format_time(double ns);
+std::string format_bytes(double bytes);
+
+}  // namespace stretto::gui

@@ -1,0 +1,86 @@
+#pragma once
+// The timeline's data: one lane per (device, stream) of a simulated step, ops sorted by start,
+// and the level-of-detail layout that keeps a frame's cost independent of the number of ops
+// (ops narrower than a pixel merge into runs; off-screen ops are never visited).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stretto/schedules/dag.h"
+#include "stretto/sim/result.h"
+
+namespace stretto::gui {
+
+using sim::SimTime;
+
+/// What an op is, for its colour: the compute passes and the communication kinds.
+enum class OpClass : uint8_t {
+  kF,
+  kB,
+  kBI,
+  kBW,
+  kCompute,  // compute without a pass (optimizer step, ...)
+  kSendRecv,
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kAllToAll,
+  kBarrier,
+  kCount
+};
+std::string_view op_class_name(OpClass c);
+OpClass op_class(const CompiledPlan& cp, const sim::Result& r, uint32_t task);
+
+struct Op {
+  SimTime start = 0, end = 0;
+  uint32_t task = 0;
+  OpClass cls = OpClass::kCompute;
+};
+
+/// One (device, stream) FIFO. Ops never overlap, so both starts and ends are sorted.
+struct Lane {
+  int device = 0;
+  uint16_t stream = 0;  // Program::stream_names index
+  std::string name;     // "compute", "dp", "pp:1"
+  std::vector<Op> ops;
+};
+
+struct Timeline {
+  std::vector<Lane> lanes;                  // grouped by device, compute lane first
+  std::vector<std::vector<uint32_t>> by_device;  // lane indices of each device
+  SimTime end = 0;
+  size_t ops = 0;
+  /// (lane, index in lane) of every task's primary placement; lane UINT32_MAX = not drawn.
+  std::vector<std::pair<uint32_t, uint32_t>> where;
+};
+
+/// Lanes of every simulated (device, stream); barriers are left out (zero-time joins).
+Timeline build_timeline(const sim::Result& r, const CompiledPlan& cp);
+
+/// A box to draw: one op, or a run of `count` > 1 ops merged because they are narrower than
+/// a pixel and less than a pixel apart (its class: the one covering most of the run's time,
+/// estimated from up to 16 of its ops).
+struct Box {
+  float x0 = 0, x1 = 0;
+  uint32_t first = 0;  // index in the lane of the first op
+  uint32_t count = 1;
+  OpClass cls = OpClass::kCompute;
+};
+
+/// The view: time `t0` at pixel `x_origin`, `ns_per_px` nanoseconds per pixel, `width` pixels.
+struct View {
+  double t0 = 0, ns_per_px = 1;
+  float x_origin = 0, width = 0;
+  float x(double t) const { return x_origin + static_cast<float>((t - t0) / ns_per_px); }
+  double t(float x) const { return t0 + static_cast<double>(x - x_origin) * ns_per_px; }
+  double t1() const { return t0 + static_cast<double>(width) * ns_per_px; }
+};
+
+/// Appends the boxes of `lane` visible in `view` to `out`: O(visible boxes x log ops).
+void layout_lane(const Lane& lane, const View& view, std::vector<Box>& out);
+
+/// Index of the op of `lane` under time `t` (within `slack` ns), or -1.
+long op_at(const Lane& lane, double t, double slack);
+
+}  // namespace stretto::gui

@@ -1,0 +1,83 @@
+#pragma once
+// Live re-simulation: a worker thread that compiles and simulates the latest submitted plan
+// text through sim::Session. A newer submission supersedes an older one that has not started;
+// the UI thread never waits (it polls take() once per frame).
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "stretto/gui/timeline.h"
+#include "stretto/sim/session.h"
+
+namespace stretto::gui {
+
+/// One simulated plan, immutable once published.
+struct Snapshot {
+  std::string text, file;
+  std::shared_ptr<const sim::Session> session;
+  sim::Result result;
+  Timeline timeline;
+  double wall_ms = 0;  // compile + simulate + timeline
+  double prepare_ms = 0, lanes_ms = 0;  // parse + (re)compile + cost model; timeline lanes
+  bool recompiled = true;  // false: only the cost model changed (Session::set_costmodel)
+};
+
+struct Outcome {
+  uint64_t generation = 0;
+  std::shared_ptr<const Snapshot> snapshot;  // null on failure
+  Diagnostics diags;                          // errors (failure) or warnings (success)
+  double wall_ms = 0;
+};
+
+class SimWorker {
+ public:
+  SimWorker();
+  ~SimWorker();
+  SimWorker(const SimWorker&) = delete;
+  SimWorker& operator=(const SimWorker&) = delete;
+
+  /// Queues `text` (named `file` in diagnostics, relative paths from `base_dir`); returns its
+  /// generation. Replaces a queued request that has not started.
+  uint64_t submit(std::string text, std::string file, std::string base_dir);
+  /// The newest finished outcome not yet taken (older finished ones are dropped).
+  std::optional<Outcome> take();
+  /// True while a request is queued or running.
+  bool busy() const;
+  /// Blocks until idle (tests and scripts only; the UI never calls it).
+  void wait_idle();
+  /// Phase and fraction of the running simulation ("" when idle).
+  std::pair<std::string, double> progress() const;
+
+  /// Runs one request on the calling thread (what the worker does). With `prev` (the last
+  /// good snapshot) and a text that differs from it only in "costmodel", the compiled plan is
+  /// reused (Session::set_costmodel) instead of recompiled.
+  static Outcome run(const std::string& text, const std::string& file,
+                     const std::string& base_dir, uint64_t generation,
+                     const sim::SimOptions& opt = {}, const Snapshot* prev = nullptr);
+
+ private:
+  struct Request {
+    std::string text, file, base_dir;
+    uint64_t generation = 0;
+  };
+  void loop();
+  mutable std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::optional<Request> queued_;
+  std::optional<Outcome> done_;
+  bool running_ = false, stop_ = false;
+  uint64_t next_gen_ = 0;
+  std::shared_ptr<const Snapshot> last_good_;  // worker thread only
+  std::string phase_;
+  double fraction_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace stretto::gui

@@ -1,0 +1,424 @@
+// App state, layout, shortcuts and the --dump-state view (see app.h).
+#include "stretto/gui/app.h"
+
+#include <fmt/format.h>
+#include <imgui.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "stretto/traces/chrome_reader.h"
+#include "stretto/traces/chrome_trace.h"
+
+namespace stretto::gui {
+
+App::App() = default;
+App::~App() = default;
+
+std::string format_time(double ns) {
+  const double a = std::fabs(ns);
+  if (a < 1e3) return fmt::format("{:.0f} ns", ns);
+  if (a < 1e6) return fmt::format("{:.3g} us", ns / 1e3);
+  if (a < 1e9) return fmt::format("{:.4g} ms", ns / 1e6);
+  return fmt::format("{:.4g} s", ns / 1e9);
+}
+
+std::string format_bytes(double b) {
+  const double a = std::fabs(b);
+  if (a < 1024) return fmt::format("{:.0f} B", b);
+  if (a < 1024.0 * 1024) return fmt::format("{:.1f} KiB", b / 1024);
+  if (a < 1024.0 * 1024 * 1024) return fmt::format("{:.1f} MiB", b / 1024 / 1024);
+  return fmt::format("{:.2f} GiB", b / 1024 / 1024 / 1024);
+}
+
+bool App::open(const std::string& path) {
+  std::string err;
+  if (!doc.load(path, &err)) {
+    status = err;
+    return false;
+  }
+  path_field = path;
+  std::erase(recent, path);
+  recent.push_front(path);
+  if (recent.size() > 10) recent.pop_back();
+  sel = {};
+  tl.range_t0 = tl.range_t1 = -1;
+  fit();
+  status = "opened " + path;
+  pump();
+  return true;
+}
+
+void App::open_text(std::string text, std::string name) {
+  doc.reset(std::move(text), std::move(name));
+  sel = {};
+  fit();
+  pump();
+}
+
+void App::pump() {
+  if (submitted_rev != doc.revision()) {
+    submitted_rev = doc.revision();
+    submitted = worker.submit(doc.text(), doc.display_name(), doc.base_dir());
+  }
+  if (auto o = worker.take()) {
+    shown_generation = o->generation;
+    if (o->snapshot) {
+      const bool first = !current;
+      current = std::move(o->snapshot);
+      last_failed = false;
+      if (sel.valid() && sel.task >= current->result.program.tasks.size()) sel = {};
+      if (first || tl.fitted) fit();
+    } else {
+      last_failed = true;
+    }
+    diags = std::move(o->diags);
+    last_edit_to_result_ms = o->wall_ms;
+  }
+}
+
+bool App::stale() const {
+  return submitted_rev != doc.revision() || shown_generation != submitted || last_failed;
+}
+
+Expected<Measured> load_measured(const std::string& path, SimTime first_start) {
+  auto t = traces::read_chrome_trace(path);
+  if (!t) return fail(t.error());
+  Measured m;
+  m.path = path;
+  m.skipped = t->skipped;
+  std::map<std::pair<int64_t, int64_t>, uint32_t> lane_of;
+  std::map<int64_t, std::vector<uint32_t>> by_pid;
+  m.begin = t->slices.empty() ? 0 : t->slices.front().start_ns;
+  for (const auto& sl : t->slices) m.begin = std::min(m.begin, sl.start_ns);
+  auto classify = [](const traces::TraceSlice& sl, Pass pass) {
+    if (sl.cat != "comm") {
+      switch (pass) {
+        case Pass::kF: return OpClass::kF;
+        case Pass::kB: return OpClass::kB;
+        case Pass::kBI: return OpClass::kBI;
+        case Pass::kBW: return OpClass::kBW;
+        default: return OpClass::kCompute;
+      }
+    }
+    auto has = [&](const char* a, const char* b) {
+      return sl.name.find(a) != std::string::npos || sl.name.find(b) != std::string::npos;
+    };
+    if (has("reduce-scatter", "reduce_scatter")) return OpClass::kReduceScatter;
+    if (has("all-gather", "all_gather")) return OpClass::kAllGather;
+    if (has("all-to-all", "all_to_all")) return OpClass::kAllToAll;
+    if (has("all-reduce", "all_reduce")) return OpClass::kAllReduce;
+    return OpClass::kSendRecv;
+  };
+  for (uint32_t i = 0; i < t->slices.size(); ++i) {
+    const auto& sl = t->slices[i];
+    // Tags: "PP1 MB3 F".
+    int pp = kAbsent, mb = kAbsent;
+    Pass pass = Pass::kNone;
+    std::istringstream ts(sl.tags);
+    for (std::string tok; ts >> tok;) {
+      if (tok.rfind("PP", 0) == 0) pp = std::atoi(tok.c_str() + 2);
+      else if (tok.rfind("MB", 0) == 0) mb = std::atoi(tok.c_str() + 2);
+      else if (auto p = parse_pass(tok)) pass = *p;
+    }
+    auto [it, fresh] = lane_of.try_emplace({sl.pid, sl.tid}, 0);
+    if (fresh) {
+      it->second = static_cast<uint32_t>(m.timeline.lanes.size());
+      Lane l;
+      l.device = static_cast<int>(sl.pid);
+      l.stream = static_cast<uint16_t>(sl.tid);
+      auto tn = t->thread_names.find({sl.pid, sl.tid});
+      l.name = tn != t->thread_names.end() ? tn->second : "tid " + std::to_string(sl.tid);
+      m.timeline.lanes.push_back(std::move(l));
+      by_pid[sl.pid].push_back(it->second);
+    }
+    const SimTime s0 = sl.start_ns - m.begin + first_start, e0 = sl.end_ns - m.begin + first_start;
+    m.timeline.lanes[it->second].ops.push_back({s0, e0, i, classify(sl, pass)});
+    m.end = std::max(m.end, e0);
+    if (sl.cat != "comm" && pass != Pass::kNone) {
+      auto [sp, nw] = m.spans.try_emplace(std::make_tuple(pp, mb, static_cast<int>(pass)), s0, e0);
+      if (!nw) sp->second = {std::min(sp->second.first, s0), std::max(sp->second.second, e0)};
+    }
+  }
+  for (auto& l : m.timeline.lanes) {
+    std::stable_sort(l.ops.begin(), l.ops.end(), [](const Op& a, const Op& b) { return a.start < b.start; });
+    m.timeline.ops += l.ops.size();
+  }
+  m.timeline.end = m.end;
+  for (auto& [pid, lanes] : by_pid) m.timeline.by_device.push_back(lanes);
+  return m;
+}
+
+std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> logical_spans(const Snapshot& s) {
+  std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> m;
+  const auto& cp = s.session->compiled();
+  const auto& r = s.result;
+  for (uint32_t t = 0; t < r.program.tasks.size(); ++t) {
+    if (r.program.tasks[t].kind != sim::TaskKind::kCompute) continue;
+    const uint32_t n = r.node_of(t);
+    if (n >= cp.dag.nodes.size()) continue;
+    const Tags& tg = cp.dag.nodes[n].tags;
+    if (tg.pass == Pass::kNone) continue;
+    auto key = std::make_tuple(tg.pp(), tg.mb(), static_cast<int>(tg.pass));
+    auto [it, fresh] = m.try_emplace(key, r.timing[t].start, r.timing[t].end);
+    if (!fresh) {
+      it->second.first = std::min(it->second.first, r.timing[t].start);
+      it->second.second = std::max(it->second.second, r.timing[t].end);
+    }
+  }
+  return m;
+}
+
+bool App::open_trace(const std::string& path) {
+  SimTime first = 0;
+  if (current && !current->result.timing.empty()) {
+    first = INT64_MAX;
+    for (const auto& l : current->timeline.lanes)
+      if (!l.ops.empty()) first = std::min(first, l.ops.front().start);
+    if (first == INT64_MAX) first = 0;
+  }
+  auto m = load_measured(path, first);
+  if (!m) {
+    status = m.error().front().message;
+    return false;
+  }
+  measured = std::make_shared<const Measured>(std::move(*m));
+  status = fmt::format("opened trace {} ({} slices)", path, measured->timeline.ops);
+  return true;
+}
+
+void App::pin_baseline(bool on) {
+  baseline = on ? current : nullptr;
+}
+
+void App::zoom(double t0, double t1) {
+  if (t1 <= t0) return;
+  tl.fitted = false;
+  tl.t0 = t0;
+  const float w = tl.width > 0 ? tl.width : 800.0f;
+  tl.ns_per_px = (t1 - t0) / static_cast<double>(w);
+}
+
+bool App::export_trace(const std::string& path, std::string* error) const {
+  if (!current) {
+    if (error) *error = "nothing simulated yet";
+    return false;
+  }
+  std::ofstream f(path, std::ios::binary);
+  if (!f || !(f << traces::chrome_trace(current->session->compiled(), current->result))) {
+    if (error) *error = "cannot write '" + path + "'";
+    return false;
+  }
+  return true;
+}
+
+void App::hook(const std::string& name) {
+  const ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
+  hooks[name] = {a.x, a.y, b.x, b.y};
+}
+
+const std::vector<sim::CategorySample>& App::memory_curve(int device) {
+  if (mem_cache_snap.lock() != current || mem_cache_dev != device) {
+    mem_cache_snap = current;
+    mem_cache_dev = device;
+    mem_cache.clear();
+    if (current) {
+      const auto& r = current->result;
+      int d = device;
+      if (d >= 0 && static_cast<size_t>(d) < r.devices.size() && r.devices[d].folded)
+        d = r.devices[d].representative;
+      mem_cache = sim::memory_by_category(current->session->compiled(), r, d);
+    }
+  }
+  return mem_cache;
+}
+
+void App::ensure_critical() {
+  if (!current) return;
+  if (critical_for == current->text && critical.size() == current->result.program.tasks.size())
+    return;
+  critical_for = current->text;
+  critical.assign(current->result.program.tasks.size(), 0);
+  critical_steps = sim::critical_path(current->session->compiled(), current->result);
+  for (const auto& s : critical_steps)
+    if (s.task < critical.size()) critical[s.task] = 1;
+}
+
+std::string App::state_json() const {
+  nlohmann::ordered_json j;
+  j["plan_file"] = doc.path();
+  j["dirty"] = doc.dirty();
+  j["stale"] = stale();
+  j["simulating"] = worker.busy();
+  j["failed"] = last_failed;
+  nlohmann::ordered_json ds = nlohmann::ordered_json::array();
+  for (const auto& d : diags)
+    ds.push_back({{"severity", d.severity == Severity::kError ? "error" : "warning"},
+                  {"location", d.loc.str()},
+                  {"message", d.message},
+                  {"hint", d.hint}});
+  j["diagnostics"] = ds;
+  if (current) {
+    const auto& r = current->result;
+    j["step_time_ns"] = r.step_time;
+    j["step_time_ms"] = static_cast<double>(r.step_time) / 1e6;
+    j["step_time_shown"] = format_time(static_cast<double>(r.step_time));
+    j["bubble_ratio"] = r.bubble_ratio;
+    j["mfu"] = r.mfu;
+    j["devices"] = r.devices.size();
+    j["lanes"] = current->timeline.lanes.size();
+    j["ops"] = current->timeline.ops;
+    j["microbatches"] = current->session->compiled().num_microbatches;
+  }
+  if (baseline) j["baseline_step_time_ns"] = baseline->result.step_time;
+  if (measured) j["measured"] = {{"path", measured->path}, {"slices", measured->timeline.ops}, {"end_ns", measured->end}};
+  nlohmann::ordered_json v;
+  v["t0_ns"] = tl.t0;
+  v["t1_ns"] = tl.t0 + tl.ns_per_px * tl.width;
+  v["boxes_drawn"] = tl.boxes_drawn;
+  v["lanes_drawn"] = tl.lanes_drawn;
+  j["view"] = v;
+  if (sel.valid() && current && sel.task < current->result.program.tasks.size()) {
+    const auto& r = current->result;
+    j["selection"] = {{"task", sel.task},
+                      {"name", current->session->compiled().dag.node_name(
+                                   r.node_of(sel.task), current->session->compiled().model)},
+                      {"device", r.device_of(sel.task)},
+                      {"start_ns", r.timing[sel.task].start},
+                      {"end_ns", r.timing[sel.task].end}};
+  } else {
+    j["selection"] = nullptr;
+  }
+  j["frames"] = frame;
+  auto median = [](std::vector<float> v) {
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+    return static_cast<double>(v[v.size() / 2]);
+  };
+  if (!frame_ui_ms.empty())
+    j["frame_ms"] = {{"ui_median", median(frame_ui_ms)}, {"gl_median", median(frame_gl_ms)},
+                     {"frames", frame_ui_ms.size()}};
+  nlohmann::ordered_json w;
+  for (const char* name : {"timeline", "memory", "status", "microbatches"})
+    if (auto it = hooks.find(name); it != hooks.end())
+      w[name] = {it->second.x0, it->second.y0, it->second.x1, it->second.y1};
+  j["widgets"] = w;
+  if (!script_error.empty()) j["script_error"] = script_error;
+  return j.dump(2) + "\n";
+}
+
+void handle_shortcuts(App& app) {
+  ImGuiIO& io = ImGui::GetIO();
+  const bool ctrl = io.KeyCtrl;
+  auto pressed = [&](int key) { return key >= 0 && ImGui::IsKeyPressed(key, false); };
+  // Native key indices are GLFW's (letters are their upper-case ASCII codes); the headless
+  // test harness uses the same convention.
+  auto key_of = [](char c) { return static_cast<int>(c); };
+  constexpr int kKeyF1 = 290;  // GLFW_KEY_F1
+  if (ctrl && pressed(key_of('Z'))) {
+    if (io.KeyShift)
+      app.doc.redo();
+    else
+      app.doc.undo();
+  }
+  if (ctrl && pressed(key_of('Y'))) app.doc.redo();
+  if (ctrl && pressed(key_of('S'))) {
+    std::string err;
+    app.status = app.doc.save({}, &err) ? "saved " + app.doc.path() : err;
+  }
+  if (io.WantTextInput) return;  // plain keys belong to the text field being edited
+  if (!ctrl && pressed(key_of('F'))) app.fit();
+  if (!ctrl && pressed(key_of('P'))) app.pin_baseline(!app.baseline);
+  if (!ctrl && pressed(key_of('R')) && app.tl.range_t0 >= 0 && app.tl.range_t1 != app.tl.range_t0)
+    app.zoom(std::min(app.tl.range_t0, app.tl.range_t1), std::max(app.tl.range_t0, app.tl.range_t1));
+  if (!ctrl && pressed(key_of('C'))) app.tl.show_critical = !app.tl.show_critical;
+  if ((!ctrl && pressed(key_of('H'))) || pressed(kKeyF1)) app.show_help = !app.show_help;
+  const double w = app.tl.ns_per_px * app.tl.width;
+  if (!ctrl && pressed(key_of('W'))) app.zoom(app.tl.t0 + w * 0.25, app.tl.t0 + w * 0.75);
+  if (!ctrl && pressed(key_of('S'))) app.zoom(app.tl.t0 - w * 0.5, app.tl.t0 + w * 1.5);
+  if ((!ctrl && pressed(key_of('A'))) || pressed(io.KeyMap[ImGuiKey_LeftArrow]))
+    app.zoom(app.tl.t0 - w * 0.2, app.tl.t0 + w * 0.8);
+  if ((!ctrl && pressed(key_of('D'))) || pressed(io.KeyMap[ImGuiKey_RightArrow]))
+    app.zoom(app.tl.t0 + w * 0.2, app.tl.t0 + w * 1.2);
+  if (pressed(io.KeyMap[ImGuiKey_Escape])) app.sel = {};
+}
+
+void draw_app(App& app) {
+  ++app.frame;
+  app.hooks.clear();
+  app.tl.labels.clear();
+  for (const auto& p : app.dropped) app.open(p);
+  app.dropped.clear();
+  app.pump();
+  handle_shortcuts(app);
+
+  const ImVec2 vs = ImGui::GetIO().DisplaySize;
+  const float left = std::min(430.0f * app.font_scale, vs.x * 0.4f);
+  const float top_h = vs.y * 0.58f;
+  const ImGuiWindowFlags fixed =
+      ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoResize | ImGuiWindowFlags_NoCollapse;
+  ImGui::SetNextWindowPos(ImVec2(0, 0));
+  ImGui::SetNextWindowSize(ImVec2(left, vs.y));
+  if (ImGui::Begin("Plan", nullptr, fixed | ImGuiWindowFlags_MenuBar)) draw_plan_panel(app);
+  ImGui::End();
+  ImGui::SetNextWindowPos(ImVec2(left, 0));
+  ImGui::SetNextWindowSize(ImVec2(vs.x - left, top_h));
+  if (ImGui::Begin("Timeline", nullptr,
+                   fixed | ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse))
+    draw_timeline_panel(app);
+  ImGui::End();
+  const float mem_w = (vs.x - left) * 0.45f;
+  ImGui::SetNextWindowPos(ImVec2(left, top_h));
+  ImGui::SetNextWindowSize(ImVec2(mem_w, vs.y - top_h));
+  if (ImGui::Begin("Memory", nullptr, fixed)) draw_memory_panel(app);
+  ImGui::End();
+  ImGui::SetNextWindowPos(ImVec2(left + mem_w, top_h));
+  ImGui::SetNextWindowSize(ImVec2(vs.x - left - mem_w, vs.y - top_h));
+  if (ImGui::Begin("Numbers", nullptr, fixed)) draw_numbers_panel(app);
+  ImGui::End();
+  if (app.show_help) draw_help_window(app);
+}
+
+void draw_help_window(App& app) {
+  ImGui::SetNextWindowSize(ImVec2(520, 420), ImGuiCond_FirstUseEver);
+  ImGui::SetNextWindowPos(ImVec2(200, 120), ImGuiCond_FirstUseEver);
+  if (ImGui::Begin("Help", &app.show_help)) {
+    static constexpr const char* kKeys[][2] = {
+        {"Ctrl+O", "focus the path field (type a path, Enter opens)"},
+        {"Ctrl+S", "save the plan"},
+        {"Ctrl+Z / Ctrl+Y", "undo / redo (Ctrl+Shift+Z also redoes)"},
+        {"F", "fit the whole step in the timeline"},
+        {"W / S", "zoom in / out around the centre"},
+        {"A / D, Left / Right", "pan"},
+        {"mouse wheel", "zoom at the mouse; Shift+wheel pans"},
+        {"left drag", "pan the timeline"},
+        {"right drag", "select a time range (statistics in Numbers > Selection)"},
+        {"R", "zoom to the selected range"},
+        {"click", "select an op (details, flow arrows)"},
+        {"Esc", "clear the selection"},
+        {"P", "pin / unpin the current result as the baseline"},
+        {"C", "highlight the critical path"},
+        {"H / F1", "this window"},
+    };
+    if (ImGui::BeginTable("keys", 2, ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders)) {
+      for (const auto& k : kKeys) {
+        ImGui::TableNextRow();
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(k[0]);
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(k[1]);
+      }
+      ImGui::EndTable();
+    }
+    ImGui::TextWrapped(
+        "Every edit (a widget, a directive, the JSON text) re-simulates on a worker thread; "
+        "the newest edit wins. A result older than the plan is marked STALE; a failing edit "
+        "keeps the last good result and lists its errors under Diagnostics.");
+  }
+  ImGui::End();
+}
+
+}  // namespace stretto::gui

@@ -1,0 +1,670 @@
+// The Plan panel: open/save/export, builder and parameter widgets, the directive list, the
+// order grid, the JSON text with inline diagnostics, and the diagnostics list.
+#include <fmt/format.h>
+#include <imgui.h>
+#include <imgui_internal.h>
+#include <imgui_stdlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+
+#include "stretto/gui/app.h"
+#include "stretto/schedules/builders.h"
+
+namespace stretto::gui {
+namespace {
+
+namespace fs = std::filesystem;
+
+const ImVec4 kRed(1.0f, 0.42f, 0.38f, 1.0f), kYellow(1.0f, 0.85f, 0.3f, 1.0f),
+    kGreen(0.45f, 0.9f, 0.5f, 1.0f), kGrey(0.65f, 0.65f, 0.65f, 1.0f);
+
+void section(const char* title) {
+  ImGui::Spacing();
+  ImGui::TextColored(ImVec4(0.55f, 0.75f, 1.0f, 1.0f), "%s", title);
+  ImGui::Separator();
+}
+
+const OJson* at(const App& app, const std::string& pointer) {
+  const auto& j = app.doc.json();
+  if (!j) return nullptr;
+  OJson::json_pointer p(pointer);
+  if (!j->contains(p)) return nullptr;
+  return &(*j)[p];
+}
+
+// An integer field of the plan: the value at `pointer`, or `fallback` (the resolved value,
+// e.g. from a cluster preset) when the plan does not set it. Buttons "-" and "+" step it.
+void edit_int(App& app, const char* label, const std::string& pointer, int64_t fallback,
+              int64_t lo, int64_t hi, const std::string& hook_name = {}) {
+  const OJson* v = at(app, pointer);
+  int64_t x = v && v->is_number() ? v->get<int64_t>() : fallback;
+  ImGui::PushID(pointer.c_str());
+  const float bw = ImGui::GetFrameHeight();
+  ImGui::SetNextItemWidth(std::max(60.0f, ImGui::CalcItemWidth() - 2 * (bw + 4)));
+  int64_t nx = x;
+  ImGui::InputScalar("##v", ImGuiDataType_S64, &nx);
+  if (!hook_name.empty()) app.hook(hook_name);
+  if (ImGui::IsItemDeactivatedAfterEdit()) app.doc.seal();
+  bool stepped = false;  // a button press is an undo step of its own
+  ImGui::SameLine(0, 4);
+  if (ImGui::Button("-", ImVec2(bw, bw))) nx = x - 1, stepped = true;
+  if (!hook_name.empty()) app.hook(hook_name + "-");
+  ImGui::SameLine(0, 4);
+  if (ImGui::Button("+", ImVec2(bw, bw))) nx = x + 1, stepped = true;
+  if (!hook_name.empty()) app.hook(hook_name + "+");
+  ImGui::SameLine();
+  ImGui::TextUnformatted(label);
+  ImGui::PopID();
+  if (nx != x) nx = std::clamp(nx, lo, hi);  // only what the user changed is clamped
+  if (nx != x) {
+    if (stepped) app.doc.seal();
+    app.doc.set(pointer, nx, !stepped);
+  }
+}
+
+void edit_float(App& app, const char* label, const std::string& pointer, double fallback,
+                double lo, double hi, const char* fmt = "%.3g", bool log = false) {
+  const OJson* v = at(app, pointer);
+  float x = static_cast<float>(v && v->is_number() ? v->get<double>() : fallback);
+  const float old = x;
+  ImGui::PushID(pointer.c_str());
+  ImGui::SliderFloat(label, &x, static_cast<float>(lo), static_cast<float>(hi), fmt,
+                     log ? ImGuiSliderFlags_Logarithmic : 0);
+  if (ImGui::IsItemDeactivatedAfterEdit()) app.doc.seal();
+  if (ImGui::IsItemHovered() && !v)
+    ImGui::SetTooltip("not set in the plan: %s is the resolved value", fmt::format("{:g}", fallback).c_str());
+  ImGui::PopID();
+  if (x != old) {
+    // Keep round numbers round: 3 significant digits.
+    const double r = std::stod(fmt::format("{:.3g}", x));
+    app.doc.set(pointer, r, true);
+  }
+}
+
+void edit_bool(App& app, const char* label, const std::string& pointer, bool fallback) {
+  const OJson* v = at(app, pointer);
+  bool x = v && v->is_boolean() ? v->get<bool>() : fallback;
+  ImGui::PushID(pointer.c_str());
+  if (ImGui::Checkbox(label, &x)) app.doc.set(pointer, x);
+  ImGui::PopID();
+}
+
+void edit_string(App& app, const char* label, const std::string& pointer) {
+  const OJson* v = at(app, pointer);
+  std::string s = v && v->is_string() ? v->get<std::string>() : "";
+  ImGui::PushID(pointer.c_str());
+  if (ImGui::InputText(label, &s, ImGuiInputTextFlags_EnterReturnsTrue)) app.doc.set(pointer, s);
+  ImGui::PopID();
+}
+
+// A JSON-valued field (filter, devices): edited as compact JSON text, applied on Enter when
+// it parses.
+void edit_json_value(App& app, const char* label, const std::string& pointer) {
+  const OJson* v = at(app, pointer);
+  std::string s = v ? v->dump() : "";
+  ImGui::PushID(pointer.c_str());
+  if (ImGui::InputText(label, &s, ImGuiInputTextFlags_EnterReturnsTrue)) {
+    OJson j = OJson::parse(s, nullptr, false);
+    if (j.is_discarded())
+      app.status = fmt::format("{}: not valid JSON", pointer);
+    else
+      app.doc.set(pointer, j);
+  }
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("JSON; Enter applies");
+  ImGui::PopID();
+}
+
+std::string filter_label(const OJson& f) {
+  std::string s;
+  if (!f.is_object()) return f.dump();
+  for (auto it = f.begin(); it != f.end(); ++it) {
+    if (it.key() == "PASS") continue;
+    s += it.key() + (it->is_string() ? it->get<std::string>() : it->dump()) + " ";
+  }
+  if (f.contains("PASS") && f["PASS"].is_string()) s += f["PASS"].get<std::string>();
+  if (!s.empty() && s.back() == ' ') s.pop_back();
+  return s.empty() ? "{}" : s;
+}
+
+void menu_bar(App& app) {
+  if (!ImGui::BeginMenuBar()) return;
+  const bool file_menu = ImGui::BeginMenu("File");
+  app.hook("menu file");
+  if (file_menu) {
+    if (ImGui::BeginMenu("Open recent", !app.recent.empty())) {
+      for (const auto& r : std::vector<std::string>(app.recent.begin(), app.recent.end()))
+        if (ImGui::MenuItem(r.c_str())) app.open(r);
+      ImGui::EndMenu();
+    }
+    // A small file browser: the .json files and folders next to the path field's file.
+    const bool browse = ImGui::BeginMenu("Browse");
+    app.hook("menu browse");
+    if (browse) {
+      std::error_code ec;
+      fs::path dir = app.path_field.empty() ? fs::path(".") : fs::path(app.path_field);
+      if (!fs::is_directory(dir, ec)) dir = dir.parent_path();
+      if (dir.empty()) dir = ".";
+      ImGui::TextDisabled("%s", dir.string().c_str());
+      if (ImGui::MenuItem("..")) app.path_field = (dir / "..").lexically_normal().string() + "/";
+      std::vector<fs::directory_entry> entries;
+      for (const auto& e : fs::directory_iterator(dir, ec)) {
+        if (entries.size() >= 500) break;
+        if (e.is_directory(ec) || e.path().extension() == ".json") entries.push_back(e);
+      }
+      std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.path() < b.path(); });
+      for (const auto& e : entries) {
+        const bool is_dir = e.is_directory(ec);
+        const std::string label = e.path().filename().string() + (is_dir ? "/" : "");
+        const bool chosen = ImGui::MenuItem(label.c_str());
+        app.hook("browse " + label);
+        if (chosen) {
+          if (is_dir)
+            app.path_field = e.path().string() + "/";
+          else
+            app.open(e.path().string());
+        }
+      }
+      ImGui::EndMenu();
+    }
+    if (ImGui::MenuItem("Save", "Ctrl+S")) {
+      std::string err;
+      app.status = app.doc.save({}, &err) ? "saved " + app.doc.path() : err;
+    }
+    if (ImGui::MenuItem("Quit")) app.quit = true;
+    ImGui::EndMenu();
+  }
+  if (ImGui::BeginMenu("Edit")) {
+    if (ImGui::MenuItem("Undo", "Ctrl+Z", false, app.doc.can_undo())) app.doc.undo();
+    if (ImGui::MenuItem("Redo", "Ctrl+Y", false, app.doc.can_redo())) app.doc.redo();
+    ImGui::EndMenu();
+  }
+  if (ImGui::BeginMenu("View")) {
+    if (ImGui::MenuItem("Fit", "F")) app.fit();
+    ImGui::MenuItem("Bubbles with causes", nullptr, &app.tl.show_bubbles);
+    ImGui::MenuItem("Critical path", "C", &app.tl.show_critical);
+    ImGui::MenuItem("Flow arrows of the selection", nullptr, &app.tl.show_flows);
+    ImGui::MenuItem("Baseline lanes", nullptr, &app.tl.show_baseline);
+    ImGui::MenuItem("Help", "H", &app.show_help);
+    ImGui::EndMenu();
+  }
+  ImGui::EndMenuBar();
+}
+
+void file_row(App& app) {
+  ImGuiIO& io = ImGui::GetIO();
+  if (io.KeyCtrl && ImGui::IsKeyPressed('O', false)) ImGui::SetKeyboardFocusHere();
+  ImGui::SetNextItemWidth(-ImGui::CalcTextSize("Open Open trace Save as").x - 40);
+  const bool enter = ImGui::InputTextWithHint("##path", "plan.json path (Ctrl+O)", &app.path_field,
+                                              ImGuiInputTextFlags_EnterReturnsTrue);
+  app.hook("path");
+  ImGui::SameLine();
+  if (ImGui::Button("Open") || enter) app.open(app.path_field);
+  app.hook("open");
+  ImGui::SameLine();
+  if (ImGui::Button("Open trace")) app.open_trace(app.path_field);  // status says how it went
+  app.hook("open trace");
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Open the path as a Chrome trace to compare with the prediction");
+  ImGui::SameLine();
+  if (ImGui::Button("Save as")) {
+    std::string err;
+    app.status = app.doc.save(app.path_field, &err) ? "saved " + app.path_field : err;
+  }
+  app.hook("save as");
+  if (ImGui::Button("Undo")) app.doc.undo();
+  app.hook("undo");
+  ImGui::SameLine();
+  if (ImGui::Button("Redo")) app.doc.redo();
+  app.hook("redo");
+  ImGui::SameLine();
+  if (ImGui::Button("Save")) {
+    std::string err;
+    app.status = app.doc.save({}, &err) ? "saved " + app.doc.path() : err;
+  }
+  app.hook("save");
+  ImGui::SameLine();
+  if (ImGui::Button("Export trace")) {
+    const std::string p = (app.doc.path().empty() ? std::string("plan") : app.doc.path()) + ".trace.json";
+    std::string err;
+    app.status = app.export_trace(p, &err) ? "wrote " + p : err;
+  }
+  app.hook("export trace");
+  ImGui::SameLine();
+  if (ImGui::Button("PNG")) {
+    app.screenshot_request =
+        (app.doc.path().empty() ? std::string("plan") : app.doc.path()) + ".png";
+    app.status = "wrote " + app.screenshot_request;
+  }
+  app.hook("png");
+  ImGui::SameLine();
+  if (ImGui::Button(app.baseline ? "Unpin" : "Pin baseline")) app.pin_baseline(!app.baseline);
+  app.hook("pin");
+
+  // Status: what is shown and whether it is current.
+  const std::string name = app.doc.display_name() + (app.doc.dirty() ? " *" : "");
+  ImGui::TextColored(kGrey, "%s", name.c_str());
+  if (app.worker.busy()) {
+    auto [phase, f] = app.worker.progress();
+    ImGui::TextColored(kYellow, "STALE - simulating (%s %.0f%%)", phase.c_str(), f * 100);
+  } else if (app.last_failed) {
+    ImGui::TextColored(kRed, "ERROR - %zu diagnostic(s); showing the last good result",
+                       app.diags.size());
+  } else if (app.current) {
+    ImGui::TextColored(kGreen, "up to date - step %s, simulated in %.1f ms",
+                       format_time(static_cast<double>(app.current->result.step_time)).c_str(),
+                       app.last_edit_to_result_ms);
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("%s %.1f ms, simulation %.1f ms, lanes %.1f ms",
+                        app.current->recompiled ? "parse + compile" : "parse + cost model (no recompile)",
+                        app.current->prepare_ms, app.current->result.sim_wall_ms, app.current->lanes_ms);
+  }
+  app.hook("status");
+  if (!app.status.empty()) ImGui::TextColored(kGrey, "%s", app.status.c_str());
+}
+
+void parameters_tab(App& app) {
+  const auto& j = app.doc.json();
+  if (!j || !j->is_object()) {
+    ImGui::TextColored(kRed, "The plan is not valid JSON: fix it in the JSON tab.");
+    return;
+  }
+  const CompiledPlan* cp = app.current ? &app.current->session->compiled() : nullptr;
+  ImGui::PushItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+  // ---- schedule: a builder call, or the first split's microbatch count
+  const OJson* sched = at(app, "/schedule");
+  if (sched && sched->is_object() && sched->contains("builder")) {
+    section("Builder");
+    const auto& fams = schedule_family_names();
+    std::string cur = (*sched)["builder"].is_string() ? (*sched)["builder"].get<std::string>() : "";
+    const std::string canon = canonical_family(cur).value_or(cur);
+    if (ImGui::BeginCombo("family", canon.c_str())) {
+      for (const auto& f : fams)
+        if (ImGui::Selectable(f.c_str(), f == canon)) app.doc.set("/schedule/builder", f);
+      ImGui::EndCombo();
+    }
+    app.hook("family");
+    edit_int(app, "ranks", "/schedule/ranks", 0, 0, 4096, "ranks");
+    edit_int(app, "stages per rank", "/schedule/stages_per_rank", 1, 1, 64, "stages_per_rank");
+    edit_int(app, "microbatches", "/schedule/microbatches", cp ? cp->num_microbatches : 1, 1,
+             100000, "microbatches");
+  } else if (sched && sched->is_array()) {
+    for (size_t i = 0; i < sched->size(); ++i) {
+      const OJson& d = (*sched)[i];
+      if (d.is_object() && d.value("op", "") == "split") {
+        section("Schedule");
+        edit_int(app, "microbatches", fmt::format("/schedule/{}/num_microbatches", i),
+                 cp ? cp->num_microbatches : 1, 1, 100000, "microbatches");
+        break;
+      }
+    }
+    // One slider for every replicate directive's bucket size.
+    std::vector<size_t> reps;
+    for (size_t i = 0; i < sched->size(); ++i)
+      if ((*sched)[i].is_object() && (*sched)[i].value("op", "") == "replicate") reps.push_back(i);
+    if (!reps.empty()) {
+      const OJson& d0 = (*sched)[reps[0]];
+      float b = static_cast<float>(d0.contains("bucket_size") && d0["bucket_size"].is_number()
+                                       ? d0["bucket_size"].get<double>()
+                                       : 25.0);
+      if (ImGui::SliderFloat("bucket size (MB, all replicate)", &b, 1, 1000, "%.0f",
+                             ImGuiSliderFlags_Logarithmic)) {
+        OJson nj = *j;
+        for (size_t i : reps) nj["schedule"][i]["bucket_size"] = std::round(b);
+        app.doc.set_json(nj, true);
+      }
+      if (ImGui::IsItemDeactivatedAfterEdit()) app.doc.seal();
+      app.hook("bucket_size");
+    }
+  }
+  // ---- model
+  section("Model");
+  const ModelSpec* m = cp ? &cp->plan.model : nullptr;
+  edit_int(app, "layers", "/model/layers", m ? m->layers : 0, 1, 1000);
+  edit_int(app, "hidden", "/model/hidden", m ? m->hidden : 0, 1, 1 << 20);
+  edit_int(app, "seq_len", "/model/seq_len", m ? m->seq_len : 0, 1, 1 << 22);
+  edit_int(app, "microbatch_size", "/model/microbatch_size", m ? m->microbatch_size : 1, 1, 4096,
+           "microbatch_size");
+  edit_int(app, "pp_regions", "/model/pp_regions", m ? m->pp_regions : 1, 1, 1024);
+  // ---- cluster
+  section("Cluster");
+  const ClusterSpec* c = cp ? &cp->plan.cluster : nullptr;
+  edit_int(app, "nodes", "/cluster/nodes", c ? c->nodes : 1, 1, 100000);
+  edit_int(app, "devices_per_node", "/cluster/devices_per_node", c ? c->devices_per_node : 1, 1,
+           1024);
+  edit_float(app, "intra-node GB/s", "/cluster/intra_node/bandwidth_GBps",
+             c ? c->intra_node.bandwidth_GBps : 450, 1, 2000, "%.0f", true);
+  edit_float(app, "inter-node GB/s", "/cluster/inter_node/bandwidth_GBps",
+             c ? c->inter_node.bandwidth_GBps : 50, 1, 2000, "%.0f", true);
+  edit_float(app, "memory GiB", "/cluster/memory_GiB", c ? c->device.memory_GiB : 80, 1, 1024,
+             "%.0f");
+  // ---- cost model
+  section("Cost model");
+  const OJson* kind = at(app, "/costmodel/kind");
+  const std::string k = kind && kind->is_string() ? kind->get<std::string>() : "analytic";
+  if (k == "fixed") {
+    for (const char* key : {"F", "B", "BI", "BW", "comm"})
+      edit_float(app, key, std::string("/costmodel/") + key, 0, 0, 100, "%.3g");
+  } else {
+    edit_float(app, "dispatch_us", "/costmodel/dispatch_us", 5, 0, 100, "%.3g");
+    app.hook("dispatch_us");
+    const double sms = c && c->device.sms > 0 ? c->device.sms : 132;
+    edit_float(app, "comm_sm_share", "/costmodel/comm_sm_share", 20.0 / sms, 0, 0.9, "%.3f");
+    edit_float(app, "comm_hbm_share", "/costmodel/comm_hbm_share", 0.10, 0, 0.9, "%.3f");
+    edit_float(app, "gemm_efficiency", "/costmodel/gemm_efficiency", 0.80, 0.05, 1, "%.2f");
+    edit_float(app, "attention_efficiency", "/costmodel/attention_efficiency", 0.40, 0.05, 1,
+               "%.2f");
+  }
+  ImGui::PopItemWidth();
+}
+
+struct KeySpec {
+  const char* key;
+  enum Type { kJson, kString, kInt, kFloat, kBool } type;
+  double lo = 0, hi = 0, def = 0;
+};
+
+std::vector<KeySpec> keys_of(const std::string& op) {
+  using K = KeySpec;
+  if (op == "place" || op == "shard")
+    return {{"filter", K::kJson}, {"devices", K::kJson}, {"stream", K::kString}};
+  if (op == "replicate")
+    return {{"filter", K::kJson},         {"devices", K::kJson},
+            {"reduce_stream", K::kString}, {"gather_stream", K::kString},
+            {"bucket_size", K::kFloat, 1, 1000, 25}, {"shard_optimizer", K::kBool},
+            {"shard_grads", K::kBool},     {"shard_params", K::kBool}};
+  if (op == "shard_tensor")
+    return {{"filter", K::kJson},
+            {"devices", K::kJson},
+            {"stream", K::kString},
+            {"sequence_parallel", K::kBool}};
+  if (op == "split")
+    return {{"filter", K::kJson}, {"dim_name", K::kString}, {"num_microbatches", K::kInt, 1, 100000, 1}};
+  if (op == "order") return {{"filters", K::kJson}};
+  return {};
+}
+
+OJson directive_template(const std::string& op) {
+  if (op == "place") return {{"op", "place"}, {"filter", OJson::object()}, {"devices", {0}}};
+  if (op == "replicate")
+    return {{"op", "replicate"}, {"filter", OJson::object()}, {"devices", {0, 1}}, {"bucket_size", 25}};
+  if (op == "shard") return {{"op", "shard"}, {"filter", {{"EP", "*"}}}, {"devices", {0, 1}}};
+  if (op == "shard_tensor")
+    return {{"op", "shard_tensor"}, {"filter", OJson::object()}, {"devices", {{0, 1}}}};
+  if (op == "split")
+    return {{"op", "split"}, {"filter", OJson::object()}, {"dim_name", "MB"}, {"num_microbatches", 4}};
+  return {{"op", "order"}, {"filters", OJson::array()}};
+}
+
+void directives_tab(App& app) {
+  const auto& j = app.doc.json();
+  if (!j || !j->is_object() || !j->contains("schedule") || !(*j)["schedule"].is_array()) {
+    ImGui::TextColored(kGrey, "No directive list (a builder call, or the JSON is invalid).");
+    if (j && j->is_object() && j->contains("schedule") && (*j)["schedule"].is_object() &&
+        ImGui::Button("Expand the builder into directives") && app.current) {
+      OJson nj = *j;
+      nj["schedule"] = OJson::parse(directives_to_json(app.current->session->compiled().plan.schedule).dump());
+      app.doc.set_json(nj);
+    }
+    return;
+  }
+  const OJson& sched = (*j)["schedule"];
+  int move_from = -1, move_to = -1, remove = -1;
+  for (size_t i = 0; i < sched.size(); ++i) {
+    const OJson& d = sched[i];
+    const std::string op = d.is_object() ? d.value("op", "?") : "?";
+    std::string summary = op;
+    if (d.is_object() && d.contains("filter")) summary += " " + filter_label(d["filter"]);
+    if (op == "order" && d.contains("filters") && d["filters"].is_array())
+      summary += fmt::format(" ({} groups)", d["filters"].size());
+    bool has_error = false;
+    for (const auto& dg : app.diags)
+      if (dg.directive == static_cast<int>(i) && dg.severity == Severity::kError) has_error = true;
+    ImGui::PushID(static_cast<int>(i));
+    if (has_error) ImGui::PushStyleColor(ImGuiCol_Text, kRed);
+    const bool open = ImGui::TreeNode("d", "#%zu %s", i, summary.c_str());
+    if (has_error) ImGui::PopStyleColor();
+    ImGui::SameLine(ImGui::GetContentRegionAvail().x - 70 + ImGui::GetCursorPosX() -
+                    ImGui::GetCursorPosX());
+    if (ImGui::SmallButton("^") && i > 0) move_from = static_cast<int>(i), move_to = static_cast<int>(i) - 1;
+    ImGui::SameLine();
+    if (ImGui::SmallButton("v") && i + 1 < sched.size())
+      move_from = static_cast<int>(i), move_to = static_cast<int>(i) + 1;
+    ImGui::SameLine();
+    if (ImGui::SmallButton("x")) remove = static_cast<int>(i);
+    app.hook(fmt::format("directive {} remove", i));
+    if (open) {
+      for (const auto& ks : keys_of(op)) {
+        const std::string ptr = fmt::format("/schedule/{}/{}", i, ks.key);
+        switch (ks.type) {
+          case KeySpec::kJson:
+            edit_json_value(app, ks.key, ptr);
+            break;
+          case KeySpec::kString:
+            edit_string(app, ks.key, ptr);
+            break;
+          case KeySpec::kInt:
+            edit_int(app, ks.key, ptr, static_cast<int64_t>(ks.def), static_cast<int64_t>(ks.lo),
+                     static_cast<int64_t>(ks.hi), fmt::format("directive {} {}", i, ks.key));
+            break;
+          case KeySpec::kFloat:
+            edit_float(app, ks.key, ptr, ks.def, ks.lo, ks.hi, "%.3g", true);
+            break;
+          case KeySpec::kBool:
+            edit_bool(app, ks.key, ptr, false);
+            break;
+        }
+      }
+      for (const auto& dg : app.diags)
+        if (dg.directive == static_cast<int>(i))
+          ImGui::TextColored(dg.severity == Severity::kError ? kRed : kYellow, "%s",
+                             dg.message.c_str());
+      ImGui::TreePop();
+    }
+    ImGui::PopID();
+  }
+  static int add_op = 0;
+  static constexpr const char* kOps[] = {"place", "replicate", "shard", "shard_tensor", "split", "order"};
+  ImGui::SetNextItemWidth(140);
+  ImGui::Combo("##addop", &add_op, kOps, IM_ARRAYSIZE(kOps));
+  ImGui::SameLine();
+  if (ImGui::Button("Add directive")) {
+    OJson nj = *j;
+    nj["schedule"].push_back(directive_template(kOps[add_op]));
+    app.doc.set_json(nj);
+  }
+  app.hook("add directive");
+  if (remove >= 0) app.doc.erase(fmt::format("/schedule/{}", remove));
+  if (move_from >= 0) {
+    OJson nj = *j;
+    std::swap(nj["schedule"][static_cast<size_t>(move_from)], nj["schedule"][static_cast<size_t>(move_to)]);
+    app.doc.set_json(nj);
+  }
+}
+
+struct CellRef {
+  int directive, group;
+};
+
+void order_tab(App& app) {
+  const auto& j = app.doc.json();
+  if (!j || !j->is_object() || !j->contains("schedule") || !(*j)["schedule"].is_array()) {
+    ImGui::TextColored(kGrey, "No order directives (a builder call, or the JSON is invalid).");
+    return;
+  }
+  ImGui::TextWrapped("Drag a cell onto another to move it there; hold Shift when dropping to "
+                     "group them (run overlapped). Right-click a group to split it.");
+  const OJson& sched = (*j)["schedule"];
+  std::optional<std::pair<CellRef, CellRef>> move;
+  bool group = false;
+  std::optional<CellRef> split;
+  const float cell = ImGui::CalcTextSize("F00|B00").x + 8;
+  for (size_t i = 0; i < sched.size(); ++i) {
+    const OJson& d = sched[i];
+    if (!d.is_object() || d.value("op", "") != "order" || !d.contains("filters") ||
+        !d["filters"].is_array())
+      continue;
+    ImGui::PushID(static_cast<int>(i));
+    ImGui::TextColored(kGrey, "#%zu", i);
+    const OJson& gs = d["filters"];
+    for (size_t g = 0; g < gs.size(); ++g) {
+      std::string label;
+      OJson::json_pointer dummy;
+      const OJson& grp = gs[g];
+      if (grp.is_array())
+        for (size_t k = 0; k < grp.size(); ++k) {
+          const OJson& f = grp[k];
+          std::string pass = f.is_object() && f.contains("PASS") && f["PASS"].is_string()
+                                 ? f["PASS"].get<std::string>()
+                                 : "";
+          std::string mb = f.is_object() && f.contains("MB") ? f["MB"].dump() : "";
+          label += (k ? "|" : "") + pass + mb;
+        }
+      ImGui::SameLine();
+      if (ImGui::GetCursorPosX() + cell > ImGui::GetWindowContentRegionMax().x) ImGui::NewLine();
+      ImGui::PushID(static_cast<int>(g));
+      const bool is_f = !label.empty() && label[0] == 'F';
+      ImGui::PushStyleColor(ImGuiCol_Button, is_f ? ImVec4(0.2f, 0.45f, 0.8f, 1) : ImVec4(0.75f, 0.4f, 0.15f, 1));
+      ImGui::Button(label.c_str(), ImVec2(cell, 0));
+      ImGui::PopStyleColor();
+      app.hook(fmt::format("order {} {}", i, g));
+      if (ImGui::BeginDragDropSource()) {
+        CellRef r{static_cast<int>(i), static_cast<int>(g)};
+        ImGui::SetDragDropPayload("ORDER_CELL", &r, sizeof r);
+        ImGui::TextUnformatted(label.c_str());
+        ImGui::EndDragDropSource();
+      }
+      if (ImGui::BeginDragDropTarget()) {
+        if (const ImGuiPayload* p = ImGui::AcceptDragDropPayload("ORDER_CELL")) {
+          CellRef from;
+          std::memcpy(&from, p->Data, sizeof from);
+          move = {{from, CellRef{static_cast<int>(i), static_cast<int>(g)}}};
+          group = ImGui::GetIO().KeyShift;
+        }
+        ImGui::EndDragDropTarget();
+      }
+      if (ImGui::IsItemClicked(ImGuiMouseButton_Right) && grp.is_array() && grp.size() > 1)
+        split = CellRef{static_cast<int>(i), static_cast<int>(g)};
+      ImGui::PopID();
+    }
+    ImGui::PopID();
+  }
+  if (move && move->first.directive == move->second.directive &&
+      move->first.group != move->second.group) {
+    OJson nj = *j;
+    OJson& gs = nj["schedule"][static_cast<size_t>(move->first.directive)]["filters"];
+    OJson cellv = gs[static_cast<size_t>(move->first.group)];
+    int to = move->second.group;
+    gs.erase(static_cast<size_t>(move->first.group));
+    if (move->first.group < to && !group) {
+      // moving right: land after the target
+    } else if (move->first.group < to) {
+      --to;
+    }
+    if (group) {
+      for (auto& f : cellv) gs[static_cast<size_t>(to)].push_back(f);
+    } else {
+      gs.insert(gs.begin() + to, cellv);
+    }
+    app.doc.set_json(nj);
+  }
+  if (split) {
+    OJson nj = *j;
+    OJson& gs = nj["schedule"][static_cast<size_t>(split->directive)]["filters"];
+    OJson grp = gs[static_cast<size_t>(split->group)];
+    gs.erase(static_cast<size_t>(split->group));
+    for (size_t k = 0; k < grp.size(); ++k)
+      gs.insert(gs.begin() + split->group + static_cast<long>(k), OJson::array({grp[k]}));
+    app.doc.set_json(nj);
+  }
+}
+
+void json_tab(App& app) {
+  if (app.json_edit_rev != app.doc.revision()) {
+    app.json_edit = app.doc.text();
+    app.json_edit_rev = app.doc.revision();
+  }
+  // Diagnostics are listed under the editor (up to 4) and marked at their line in it.
+  std::vector<const Diagnostic*> located;
+  for (const auto& d : app.diags)
+    if (d.loc.line > 0) located.push_back(&d);
+  const size_t listed = std::min<size_t>(located.size(), 4);
+  const float lh = ImGui::GetTextLineHeightWithSpacing();
+  const ImVec2 size(-1, ImGui::GetContentRegionAvail().y - 4 - static_cast<float>(listed) * lh * 2);
+  if (ImGui::InputTextMultiline("##json", &app.json_edit, size, ImGuiInputTextFlags_AllowTabInput)) {
+    app.doc.set_text(app.json_edit, true);
+    app.json_edit_rev = app.doc.revision();
+  }
+  if (ImGui::IsItemDeactivated()) app.doc.seal();
+  app.hook("json");
+  // The marker: a bar in the left margin and an underline of the line; hovering the line
+  // shows the message (the editor's scroll is its child window's).
+  const ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
+  ImGuiWindow* parent = ImGui::GetCurrentWindow();
+  float scroll = 0;
+  if (!parent->DC.ChildWindows.empty()) scroll = parent->DC.ChildWindows.back()->Scroll.y;
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  dl->PushClipRect(a, b, true);
+  const float th = ImGui::GetTextLineHeight();
+  const float pad = ImGui::GetStyle().FramePadding.y;
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  for (const Diagnostic* d : located) {
+    const float y = a.y + pad + static_cast<float>(d->loc.line - 1) * th - scroll;
+    const ImU32 col = d->severity == Severity::kError ? IM_COL32(255, 90, 80, 255) : IM_COL32(255, 210, 60, 255);
+    dl->AddRectFilled(ImVec2(a.x, y), ImVec2(a.x + 4, y + th), col);
+    dl->AddLine(ImVec2(a.x, y + th), ImVec2(b.x, y + th), col, 1.5f);
+    if (mouse.x >= a.x && mouse.x < b.x && mouse.y >= y && mouse.y < y + th)
+      ImGui::SetTooltip("%s", d->render().c_str());
+  }
+  dl->PopClipRect();
+  for (size_t i = 0; i < listed; ++i) {
+    const Diagnostic& d = *located[i];
+    ImGui::PushTextWrapPos(0);
+    ImGui::TextColored(d.severity == Severity::kError ? kRed : kYellow, "line %u:%u: %s%s%s", d.loc.line,
+                       d.loc.col, d.message.c_str(), d.hint.empty() ? "" : " - ", d.hint.c_str());
+    ImGui::PopTextWrapPos();
+  }
+}
+
+void diagnostics_tab(App& app) {
+  if (app.diags.empty()) {
+    ImGui::TextColored(kGreen, "No problems.");
+    return;
+  }
+  for (const auto& d : app.diags) {
+    ImGui::PushTextWrapPos(0);
+    ImGui::TextColored(d.severity == Severity::kError ? kRed : kYellow, "%s", d.render().c_str());
+    ImGui::PopTextWrapPos();
+    ImGui::Separator();
+  }
+}
+
+}  // namespace
+
+void draw_plan_panel(App& app) {
+  menu_bar(app);
+  file_row(app);
+  ImGui::Separator();
+  if (ImGui::BeginTabBar("plan_tabs")) {
+    auto tab = [&](const char* label, const char* hook_name, auto&& body, bool child = true) {
+      const bool open = ImGui::BeginTabItem(label);
+      app.hook(hook_name);
+      if (!open) return;
+      if (child) ImGui::BeginChild(hook_name);
+      body();
+      if (child) ImGui::EndChild();
+      ImGui::EndTabItem();
+    };
+    tab("Parameters", "tab parameters", [&] { parameters_tab(app); });
+    tab("Directives", "tab directives", [&] { directives_tab(app); });
+    tab("Order", "tab order", [&] { order_tab(app); });
+    tab("JSON", "tab json", [&] { json_tab(app); }, false);
+    const std::string dl = fmt::format("Diagnostics ({})###diags", app.diags.size());
+    tab(dl.c_str(), "tab diagnostics", [&] { diagnostics_tab(app); });
+    ImGui::EndTabBar();
+  }
+}
+
+}  // namespace stretto::gui

@@ -1,0 +1,175 @@
+// Timeline lanes and level-of-detail layout (see timeline.h).
+#include "stretto/gui/timeline.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+namespace stretto::gui {
+
+std::string_view op_class_name(OpClass c) {
+  static constexpr std::string_view kN[] = {"F",         "B",         "BI",           "BW",
+                                            "compute",   "send/recv", "all-reduce",   "reduce-scatter",
+                                            "all-gather", "all-to-all", "barrier"};
+  const auto i = static_cast<size_t>(c);
+  return i < std::size(kN) ? kN[i] : "?";
+}
+
+OpClass op_class(const CompiledPlan& cp, const sim::Result& r, uint32_t task) {
+  const sim::Task& t = r.program.tasks[task];
+  if (t.kind == sim::TaskKind::kBarrier) return OpClass::kBarrier;
+  const uint32_t n = t.node;
+  if (n >= cp.dag.nodes.size())
+    return t.kind == sim::TaskKind::kComm ? OpClass::kSendRecv : OpClass::kCompute;
+  const Node& node = cp.dag.nodes[n];
+  if (t.kind == sim::TaskKind::kCompute) {
+    switch (node.tags.pass) {
+      case Pass::kF:
+        return OpClass::kF;
+      case Pass::kB:
+        return OpClass::kB;
+      case Pass::kBI:
+        return OpClass::kBI;
+      case Pass::kBW:
+        return OpClass::kBW;
+      case Pass::kNone:
+        return OpClass::kCompute;
+    }
+    return OpClass::kCompute;
+  }
+  switch (node.comm) {
+    case CommKind::kAllReduce:
+      return OpClass::kAllReduce;
+    case CommKind::kReduceScatter:
+      return OpClass::kReduceScatter;
+    case CommKind::kAllGather:
+      return OpClass::kAllGather;
+    case CommKind::kAllToAll:
+      return OpClass::kAllToAll;
+    default:
+      return OpClass::kSendRecv;
+  }
+}
+
+Timeline build_timeline(const sim::Result& r, const CompiledPlan& cp) {
+  Timeline tl;
+  const sim::Program& p = r.program;
+  tl.where.assign(p.tasks.size(), {UINT32_MAX, 0});
+  if (r.timing.size() != p.tasks.size()) return tl;
+  const size_t D = p.devices.size(), S = std::max<size_t>(1, p.stream_names.size());
+  tl.by_device.resize(D);
+  // One pass over the participants marks the (device, stream) lanes in use; lanes are then
+  // numbered by device, then stream (stream 0 is "compute"); a second pass fills them.
+  std::vector<uint32_t> lane_of(D * S, UINT32_MAX), count(D * S, 0);
+  auto each_participant = [&](auto&& f) {
+    for (uint32_t t = 0; t < p.tasks.size(); ++t) {
+      const sim::Task& tk = p.tasks[t];
+      if (tk.kind == sim::TaskKind::kBarrier) continue;
+      for (uint32_t k = 0; k < tk.part_count; ++k) {
+        const sim::Participant& pa = p.participants[tk.part_begin + k];
+        if (pa.device < D && pa.stream < S) f(t, static_cast<size_t>(pa.device) * S + pa.stream);
+      }
+    }
+  };
+  each_participant([&](uint32_t, size_t slot) {
+    lane_of[slot] = 0;
+    ++count[slot];
+  });
+  for (size_t slot = 0; slot < lane_of.size(); ++slot) {
+    if (lane_of[slot] == UINT32_MAX) continue;
+    lane_of[slot] = static_cast<uint32_t>(tl.lanes.size());
+    Lane l;
+    l.device = static_cast<int>(slot / S);
+    l.stream = static_cast<uint16_t>(slot % S);
+    l.name = l.stream < p.stream_names.size() ? p.stream_names[l.stream] : "?";
+    l.ops.reserve(count[slot]);
+    tl.by_device[slot / S].push_back(lane_of[slot]);
+    tl.lanes.push_back(std::move(l));
+  }
+  each_participant([&](uint32_t t, size_t slot) {
+    if (r.timing[t].start < 0) return;
+    auto& ops = tl.lanes[lane_of[slot]].ops;
+    if (!ops.empty() && ops.back().task == t) return;  // listed twice on one lane
+    ops.push_back({r.timing[t].start, r.timing[t].end, t, op_class(cp, r, t)});
+  });
+  for (uint32_t li = 0; li < tl.lanes.size(); ++li) {
+    Lane& l = tl.lanes[li];
+    // Task ids are a topological order, nearly time order: the sort is cheap.
+    auto by_start = [](const Op& a, const Op& b) { return a.start < b.start; };
+    if (!std::is_sorted(l.ops.begin(), l.ops.end(), by_start))
+      std::stable_sort(l.ops.begin(), l.ops.end(), by_start);
+    for (uint32_t i = 0; i < l.ops.size(); ++i) {
+      auto& w = tl.where[l.ops[i].task];
+      if (w.first == UINT32_MAX) w = {li, i};
+      tl.end = std::max(tl.end, l.ops[i].end);
+    }
+    tl.ops += l.ops.size();
+  }
+  return tl;
+}
+
+void layout_lane(const Lane& lane, const View& v, std::vector<Box>& out) {
+  const auto& ops = lane.ops;
+  const size_t n = ops.size();
+  if (n == 0 || v.width <= 0 || v.ns_per_px <= 0) return;
+  const double t0 = v.t0, t1 = v.t1();
+  // First op that ends after t0 (ends are non-decreasing in a FIFO lane).
+  size_t i = static_cast<size_t>(
+      std::partition_point(ops.begin(), ops.end(),
+                           [&](const Op& o) { return static_cast<double>(o.end) < t0; }) -
+      ops.begin());
+  auto first_start_at_or_after = [&](size_t from, double t) {
+    return static_cast<size_t>(std::partition_point(ops.begin() + static_cast<long>(from),
+                                                    ops.end(),
+                                                    [&](const Op& o) {
+                                                      return static_cast<double>(o.start) < t;
+                                                    }) -
+                               ops.begin());
+  };
+  while (i < n && static_cast<double>(ops[i].start) < t1) {
+    const float x0 = v.x(static_cast<double>(ops[i].start));
+    const float x1 = v.x(static_cast<double>(ops[i].end));
+    if (x1 - x0 >= 1.0f) {
+      out.push_back({x0, x1, static_cast<uint32_t>(i), 1, ops[i].cls});
+      ++i;
+      continue;
+    }
+    // A run: every op that starts before one pixel past the run's right edge joins, unless
+    // it is itself wide (then it is drawn on its own).
+    float rx1 = std::max(x1, x0 + 1.0f);
+    size_t j = i + 1;
+    for (;;) {
+      size_t k = first_start_at_or_after(j, v.t(rx1 + 1.0f));
+      if (k == j) break;
+      if (v.x(static_cast<double>(ops[k - 1].end)) - v.x(static_cast<double>(ops[k - 1].start)) >=
+          1.0f) {
+        if (k - 1 == j) break;  // the next op is wide: end the run before it
+        --k;
+      }
+      rx1 = std::max(rx1, v.x(static_cast<double>(ops[k - 1].end)));
+      j = k;
+    }
+    // The run's colour: the class that covers most of its time, from at most 16 evenly
+    // spaced ops (so a run's cost does not grow with the ops it merges).
+    std::array<SimTime, static_cast<size_t>(OpClass::kCount)> weight{};
+    // An odd stride, so that alternating patterns (F, B, F, B) are not aliased to one class.
+    const size_t len = j - i, stride = len <= 16 ? 1 : ((len / 16) | 1);
+    for (size_t k = i; k < j; k += stride)
+      weight[static_cast<size_t>(ops[k].cls)] += ops[k].end - ops[k].start + 1;
+    const auto best = static_cast<OpClass>(std::max_element(weight.begin(), weight.end()) - weight.begin());
+    out.push_back({x0, rx1, static_cast<uint32_t>(i), static_cast<uint32_t>(len), best});
+    i = j;
+  }
+}
+
+long op_at(const Lane& lane, double t, double slack) {
+  const auto& ops = lane.ops;
+  auto it = std::partition_point(ops.begin(), ops.end(), [&](const Op& o) {
+    return static_cast<double>(o.end) + slack < t;
+  });
+  for (; it != ops.end() && static_cast<double>(it->start) - slack <= t; ++it)
+    if (static_cast<double>(it->end) + slack >= t) return it - ops.begin();
+  return -1;
+}
+
+}  // namespace stretto::gui

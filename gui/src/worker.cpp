@@ -1,0 +1,147 @@
+// The re-simulation worker (see worker.h).
+#include "stretto/gui/worker.h"
+
+#include <chrono>
+
+namespace stretto::gui {
+
+SimWorker::SimWorker() : thread_([this] { loop(); }) {}
+
+SimWorker::~SimWorker() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+uint64_t SimWorker::submit(std::string text, std::string file, std::string base_dir) {
+  uint64_t g;
+  {
+    std::lock_guard lk(mu_);
+    g = ++next_gen_;
+    queued_ = Request{std::move(text), std::move(file), std::move(base_dir), g};
+  }
+  cv_.notify_all();
+  return g;
+}
+
+std::optional<Outcome> SimWorker::take() {
+  std::lock_guard lk(mu_);
+  std::optional<Outcome> o = std::move(done_);
+  done_.reset();
+  return o;
+}
+
+bool SimWorker::busy() const {
+  std::lock_guard lk(mu_);
+  return running_ || queued_.has_value();
+}
+
+void SimWorker::wait_idle() {
+  std::unique_lock lk(mu_);
+  idle_cv_.wait(lk, [&] { return !running_ && !queued_; });
+}
+
+std::pair<std::string, double> SimWorker::progress() const {
+  std::lock_guard lk(mu_);
+  return {phase_, fraction_};
+}
+
+Outcome SimWorker::run(const std::string& text, const std::string& file,
+                       const std::string& base_dir, uint64_t generation,
+                       const sim::SimOptions& opt, const Snapshot* prev) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Outcome o;
+  o.generation = generation;
+  bool recompiled = true;
+  auto s = [&]() -> Expected<sim::Session> {
+    if (prev && prev->file == file) {
+      auto a = nlohmann::json::parse(text, nullptr, false);
+      auto b = nlohmann::json::parse(prev->text, nullptr, false);
+      if (a.is_object() && b.is_object()) {
+        a.erase("costmodel");
+        b.erase("costmodel");
+        if (a == b) {
+          auto src = JsonSource::parse(text, file);
+          if (!src) return fail(src.error());
+          auto plan = parse_plan(*src);
+          if (!plan) return fail(plan.error());
+          sim::Session copy = *prev->session;
+          if (auto ok = copy.set_costmodel(plan->costmodel); !ok) return fail(ok.error());
+          recompiled = false;
+          return copy;
+        }
+      }
+    }
+    return sim::Session::from_text(text, file, base_dir);
+  }();
+  const auto t_prepared = std::chrono::steady_clock::now();
+  if (!s) {
+    o.diags = std::move(s.error());
+  } else {
+    auto r = s->simulate(opt);
+    if (!r) {
+      o.diags = std::move(r.error());
+    } else {
+      auto snap = std::make_shared<Snapshot>();
+      snap->text = text;
+      snap->file = file;
+      snap->recompiled = recompiled;
+      auto session = std::make_shared<sim::Session>(std::move(*s));
+      snap->result = std::move(*r);
+      const auto t_lanes = std::chrono::steady_clock::now();
+      snap->timeline = build_timeline(snap->result, session->compiled());
+      snap->prepare_ms = std::chrono::duration<double, std::milli>(t_prepared - t0).count();
+      snap->lanes_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_lanes).count();
+      o.diags = session->compiled().warnings;
+      snap->session = std::move(session);
+      snap->wall_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      o.snapshot = std::move(snap);
+    }
+  }
+  o.wall_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return o;
+}
+
+void SimWorker::loop() {
+  for (;;) {
+    Request req;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || queued_.has_value(); });
+      if (stop_) return;
+      req = std::move(*queued_);
+      queued_.reset();
+      running_ = true;
+      phase_ = "compiling";
+      fraction_ = 0;
+    }
+    sim::SimOptions opt;
+    // The memory panel derives its curves per category from the program and timings
+    // (sim::memory_by_category) for the device shown; the engine's total curves of every
+    // device are not needed.
+    opt.memory_curves = false;
+    opt.progress = [this](std::string_view phase, double f) {
+      std::lock_guard lk(mu_);
+      phase_ = std::string(phase);
+      fraction_ = f;
+    };
+    Outcome o = run(req.text, req.file, req.base_dir, req.generation, opt, last_good_.get());
+    if (o.snapshot) last_good_ = o.snapshot;
+    {
+      std::lock_guard lk(mu_);
+      // A newer outcome supersedes; an older finished one is never published over a newer.
+      if (!done_ || done_->generation < o.generation) done_ = std::move(o);
+      running_ = false;
+      phase_.clear();
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+}  // namespace stretto::gui

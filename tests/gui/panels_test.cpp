@@ -1,0 +1,366 @@
+// The explorer's panels, driven headless (ImGui without a window) with injected input through
+// the same script actions `stretto gui --script` replays.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "stretto/gui/app.h"
+#include "stretto/gui/script.h"
+#include "stretto/sim/session.h"
+
+namespace stretto::gui {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kEx = STRETTO_EXAMPLES;
+const std::string k1f1b = kEx + "/gpt_pp4_dp2_1f1b.json";
+const std::string kBuilder = kEx + "/gpt_pp4_dp2_1f1b_builder.json";
+
+class Panels : public ::testing::Test {
+ protected:
+  Headless h;
+  App app;
+  // Runs a script (lines) to its end; fails the test on a script error.
+  void run(const std::string& text) {
+    auto s = parse_script(text, "test");
+    ASSERT_TRUE(s) << render_all(s.error());
+    app.script.insert(app.script.end(), s->begin(), s->end());
+    ASSERT_TRUE(h.run_script(app, 5000)) << app.script_error;
+  }
+  sim::SimTime simulate_text(const std::string& text, const std::string& base = STRETTO_EXAMPLES) {
+    auto s = sim::Session::from_text(text, "x.json", base);
+    EXPECT_TRUE(s) << render_all(s.error());
+    auto r = s->simulate();
+    EXPECT_TRUE(r);
+    return r->step_time;
+  }
+  fs::path tmp(const std::string& name) {
+    fs::path d = fs::temp_directory_path() / ("stretto_gui_test_" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d / name;
+  }
+};
+
+TEST_F(Panels, OpeningAnExampleDrawsLanesBoxesAndTheMemoryCurve) {
+  run("open " + k1f1b + "\nwait\nframes 2\n");
+  ASSERT_TRUE(app.current);
+  EXPECT_FALSE(app.stale());
+  EXPECT_GT(app.tl.lanes_drawn, 8);
+  EXPECT_GT(app.tl.boxes_drawn, 16);
+  EXPECT_TRUE(app.hooks.count("timeline") && app.hooks.count("memory"));
+  auto st = nlohmann::json::parse(app.state_json());
+  auto s = sim::Session::open(k1f1b);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(st["step_time_ns"].get<int64_t>(), s->simulate()->step_time);
+  EXPECT_FALSE(st["stale"].get<bool>());
+  EXPECT_EQ(st["devices"].get<int>(), 8);
+}
+
+TEST_F(Panels, ZoomingInShowsLabelsZoomingOutMergesOps) {
+  run("open " + k1f1b + "\nwait\nframes 2\n");
+  const int boxes_fit = app.tl.boxes_drawn;
+  const auto& op = app.current->timeline.lanes[0].ops[0];
+  run("zoom 0 " + std::to_string(static_cast<double>(op.end) * 4 / 1e6) + "\nframes 2\n");
+  EXPECT_FALSE(app.tl.labels.empty());  // wide ops carry their names
+  EXPECT_NE(std::find(app.tl.labels.begin(), app.tl.labels.end(), "F mb0 PP0"), app.tl.labels.end())
+      << (app.tl.labels.empty() ? "" : app.tl.labels[0]);
+  EXPECT_LT(app.tl.boxes_drawn, boxes_fit);
+  // The mouse wheel zooms out around the mouse.
+  const double before = app.tl.ns_per_px;
+  run("wheel timeline -3\nframes 1\n");
+  EXPECT_GT(app.tl.ns_per_px, before);
+  run("fit\nframes 2\n");
+  EXPECT_EQ(app.tl.boxes_drawn, boxes_fit);
+}
+
+TEST_F(Panels, MicrobatchButtonAndTypingResimulateToTheLibrarysStepTime) {
+  run("open " + kBuilder + "\nwait\nframes 1\n");
+  ASSERT_TRUE(app.current);
+  const auto before = app.current->result.step_time;
+  EXPECT_EQ(app.current->session->compiled().num_microbatches, 8);
+  run("click microbatches+\nwait\nframes 1\n");
+  EXPECT_EQ(app.current->session->compiled().num_microbatches, 9);
+  EXPECT_EQ((*app.doc.json())["schedule"]["microbatches"].get<int>(), 9);
+  EXPECT_NE(app.current->result.step_time, before);
+  EXPECT_EQ(app.current->result.step_time, simulate_text(app.doc.text()));
+  run("type microbatches 12\nwait\nframes 1\n");
+  EXPECT_EQ(app.current->session->compiled().num_microbatches, 12);
+  EXPECT_EQ(app.current->result.step_time, simulate_text(app.doc.text()));
+  EXPECT_FALSE(app.stale());
+  // Undo and redo through the buttons.
+  run("click undo\nwait\nframes 1\n");
+  EXPECT_EQ(app.current->session->compiled().num_microbatches, 9);
+  run("click redo\nwait\nframes 1\n");
+  EXPECT_EQ(app.current->session->compiled().num_microbatches, 12);
+}
+
+TEST_F(Panels, ABadFileShowsItsDiagnosticsAndTheGuiKeepsRunning) {
+  const fs::path bad = tmp("bad.json");
+  std::ofstream(bad) << "{\n  \"model\": {\"family\": \"transformer\",\n  \"layers\": 2,,\n}\n";
+  run("open " + bad.string() + "\nwait\nframes 3\n");
+  EXPECT_FALSE(app.current);
+  EXPECT_TRUE(app.last_failed);
+  ASSERT_FALSE(app.diags.empty());
+  EXPECT_EQ(app.diags[0].loc.line, 3u) << app.diags[0].render();
+  EXPECT_NE(app.diags[0].loc.file.find("bad.json"), std::string::npos);
+  // Still responsive: open a good plan afterwards.
+  run("open " + k1f1b + "\nwait\nframes 1\n");
+  EXPECT_TRUE(app.current);
+  EXPECT_FALSE(app.last_failed);
+  EXPECT_TRUE(app.diags.empty() || app.diags[0].severity != Severity::kError);
+  // A file that cannot be read at all: a status line, the current plan stays.
+  EXPECT_FALSE(app.open(tmp("missing.json").string()));
+  EXPECT_NE(app.status.find("cannot read"), std::string::npos);
+  EXPECT_TRUE(app.current);
+}
+
+TEST_F(Panels, AFailingEditKeepsTheLastGoodResultMarkedStale) {
+  run("open " + kBuilder + "\nwait\nframes 1\n");
+  auto good = app.current;
+  run("set /schedule/microbatches 0\nwait\nframes 2\n");
+  EXPECT_TRUE(app.last_failed);
+  EXPECT_EQ(app.current, good);  // the last good result stays on screen
+  EXPECT_TRUE(app.stale());
+  ASSERT_FALSE(app.diags.empty());
+  EXPECT_NE(app.diags[0].loc.json_pointer.find("/schedule"), std::string::npos) << app.diags[0].render();
+  auto st = nlohmann::json::parse(app.state_json());
+  EXPECT_TRUE(st["stale"].get<bool>());
+  EXPECT_TRUE(st["failed"].get<bool>());
+  run("undo\nwait\nframes 1\n");
+  EXPECT_FALSE(app.last_failed);
+  EXPECT_FALSE(app.stale());
+}
+
+TEST_F(Panels, TheLatestEditWins) {
+  run("open " + kBuilder + "\nwait\nframes 1\n");
+  for (int i = 1; i <= 20; ++i) {
+    ASSERT_TRUE(app.doc.set("/costmodel/dispatch_us", i));
+    app.pump();  // submits each edit as a frame would
+  }
+  run("wait\nframes 1\n");
+  EXPECT_EQ(app.current->text, app.doc.text());
+  EXPECT_EQ(app.current->result.step_time, simulate_text(app.doc.text()));
+  EXPECT_FALSE(app.current->recompiled);  // a cost-model edit reuses the compiled plan
+  run("set /schedule/microbatches 5\nwait\n");
+  EXPECT_TRUE(app.current->recompiled);
+  EXPECT_EQ(app.current->result.step_time, simulate_text(app.doc.text()));
+}
+
+TEST_F(Panels, ClickingAnOpSelectsItAndShowsItsDetails) {
+  run("open " + k1f1b + "\nwait\nframes 1\n");
+  const Lane& lane = app.current->timeline.lanes[0];
+  const Op op = lane.ops[3];
+  // Show exactly that op across the timeline, then click the lane's middle.
+  run("zoom " + std::to_string(static_cast<double>(op.start) / 1e6) + " " +
+      std::to_string(static_cast<double>(op.end) / 1e6) + "\nframes 2\nclick lane 0\nframes 1\n");
+  ASSERT_TRUE(app.sel.valid());
+  EXPECT_EQ(app.sel.task, op.task);
+  auto st = nlohmann::json::parse(app.state_json());
+  EXPECT_EQ(st["selection"]["task"].get<uint32_t>(), op.task);
+  EXPECT_EQ(st["selection"]["start_ns"].get<int64_t>(), op.start);
+  run("click tab selection\nframes 2\n");
+}
+
+TEST_F(Panels, DeviceGroupsCollapse) {
+  run("open " + k1f1b + "\nwait\nframes 2\n");
+  const int lanes = app.tl.lanes_drawn;
+  run("click device 0\nframes 2\n");
+  ASSERT_EQ(app.tl.collapsed.size(), 8u);
+  EXPECT_TRUE(app.tl.collapsed[0]);
+  EXPECT_LT(app.tl.lanes_drawn, lanes);
+}
+
+TEST_F(Panels, PinnedBaselineComparesMetricsAndLogicalOps) {
+  run("open " + kBuilder + "\nwait\npin\nset /schedule/microbatches 4\nwait\nclick tab compare\nframes 2\n");
+  ASSERT_TRUE(app.baseline && app.current);
+  EXPECT_NE(app.baseline->result.step_time, app.current->result.step_time);
+  auto st = nlohmann::json::parse(app.state_json());
+  EXPECT_EQ(st["baseline_step_time_ns"].get<int64_t>(), app.baseline->result.step_time);
+  run("unpin\nframes 1\n");
+  EXPECT_FALSE(app.baseline);
+}
+
+TEST_F(Panels, DirectiveListRemovesADirective) {
+  run("open " + k1f1b + "\nwait\nclick tab directives\nframes 2\n");
+  const size_t n = (*app.doc.json())["schedule"].size();
+  run("click directive 12 remove\nframes 1\n");
+  EXPECT_EQ((*app.doc.json())["schedule"].size(), n - 1);
+  EXPECT_TRUE(app.doc.dirty());
+}
+
+TEST_F(Panels, JsonEditorTextEditsTheDocumentAndShowsItsErrors) {
+  run("open " + kBuilder + "\nwait\nclick tab json\nframes 2\n");
+  run("type json {\"model\": 3}\nwait\nframes 2\n");
+  EXPECT_NE(app.doc.text().find("\"model\": 3"), std::string::npos) << app.doc.text();
+  EXPECT_TRUE(app.last_failed);
+  EXPECT_FALSE(app.diags.empty());
+}
+
+TEST_F(Panels, CriticalPathAndExport) {
+  run("open " + k1f1b + "\nwait\nclick critical\nclick tab critical\nframes 2\n");
+  EXPECT_TRUE(app.tl.show_critical);
+  EXPECT_FALSE(app.critical_steps.empty());
+  EXPECT_EQ(app.critical_steps.back().end, app.current->result.step_time);
+  const fs::path trace = tmp("t.json"), plan = tmp("p.json");
+  run("export-trace " + trace.string() + "\nsave " + plan.string() + "\n");
+  auto tj = nlohmann::json::parse(std::ifstream(trace));
+  EXPECT_TRUE(tj.contains("traceEvents"));
+  std::ifstream pf(plan);
+  const std::string saved((std::istreambuf_iterator<char>(pf)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(simulate_text(saved), app.current->result.step_time);
+}
+
+TEST_F(Panels, OrderGridDragMovesAndShiftDropGroups) {
+  run("open " + k1f1b + "\nwait\nclick tab order\nframes 2\n");
+  auto groups = [&] { return (*app.doc.json())["schedule"][9]["filters"]; };
+  const auto g0 = groups();
+  ASSERT_EQ(g0.size(), 16u);
+  // Drag the first cell (F0) onto the fourth (F3): it lands there, the others shift left.
+  run("drag order 9 0 -> order 9 3\nframes 2\n");
+  auto g1 = groups();
+  ASSERT_EQ(g1.size(), 16u);
+  EXPECT_EQ(g1[3], g0[0]);
+  EXPECT_EQ(g1[0], g0[1]);
+  run("wait\n");
+  EXPECT_FALSE(app.last_failed) << (app.diags.empty() ? "" : app.diags[0].render());
+  // Shift-drop groups F1 (now cell 0) with cell 1: one group of two filters (overlapped).
+  run("drag order 9 0 -> order 9 1 -> shift\nframes 2\n");
+  auto g2 = groups();
+  ASSERT_EQ(g2.size(), 15u);
+  EXPECT_EQ(g2[0].size(), 2u);
+  // Right-click splits it again.
+  EXPECT_EQ(app.hooks.count("order 9 0"), 1u);
+}
+
+TEST_F(Panels, MemoryPanelShowsTheChosenDevicesCategories) {
+  run("open " + k1f1b + "\nwait\nframes 1\ntype memory_device 3\nframes 2\n");
+  EXPECT_EQ(app.memory_device, 3);
+  const auto& curve = app.memory_curve(3);
+  ASSERT_FALSE(curve.empty());
+  int64_t peak = 0;
+  for (const auto& c : curve) peak = std::max(peak, c.total());
+  EXPECT_EQ(peak, app.current->result.devices[3].peak_memory);
+}
+
+TEST_F(Panels, RangeAndLaneStatisticsCountTheOpsOfEachKind) {
+  run("open " + k1f1b + "\nwait\nclick tab selection\nframes 2\n");
+  const Timeline& T = app.current->timeline;
+  // The whole step, all lanes: every op once.
+  auto all = kind_stats(T, 0, static_cast<double>(app.current->result.step_time));
+  size_t n = 0;
+  for (const auto& k : all) n += k.count;
+  EXPECT_EQ(n, T.ops);
+  EXPECT_EQ(all[static_cast<size_t>(OpClass::kF)].count, 3136u);  // 8 devices x 392 forward ops
+  // Click lane 0's name: only its ops; the F total is that lane's forward time.
+  run("click lane 0 name\nframes 2\n");
+  EXPECT_EQ(app.tl.lane, 0);
+  auto lane0 = kind_stats(T, 0, 1e18, 0);
+  SimTime f = 0;
+  for (const Op& o : T.lanes[0].ops)
+    if (o.cls == OpClass::kF) f += o.end - o.start;
+  EXPECT_EQ(lane0[static_cast<size_t>(OpClass::kF)].total, f);
+  // A range: ops overlapping [10 ms, 20 ms).
+  run("range 10 20\nframes 1\n");
+  EXPECT_DOUBLE_EQ(app.tl.range_t0, 10e6);
+  auto r = kind_stats(T, 10e6, 20e6, 0);
+  size_t in = 0;
+  for (const Op& o : T.lanes[0].ops) in += o.end > 10e6 && o.start < 20e6;
+  size_t counted = 0;
+  for (const auto& k : r) counted += k.count;
+  EXPECT_EQ(counted, in);
+  run("click lane 0 name\nframes 1\n");
+  EXPECT_EQ(app.tl.lane, -1);
+  // Zoom to the range: the view starts at 10 ms and is 10 ms wide.
+  run("click zoom to range\nframes 1\n");
+  EXPECT_NEAR(app.tl.t0, 10e6, 1);
+  EXPECT_NEAR(app.tl.ns_per_px * app.tl.width, 10e6, 10);
+  EXPECT_FALSE(app.tl.fitted);
+}
+
+TEST_F(Panels, AnExportedTraceOpenedAsMeasuredMatchesThePrediction) {
+  const fs::path trace = tmp("measured.json");
+  run("open " + k1f1b + "\nwait\nexport-trace " + trace.string() + "\nopen-trace " + trace.string() +
+      "\nclick tab compare\nframes 2\n");
+  ASSERT_TRUE(app.measured);
+  const Measured& m = *app.measured;
+  EXPECT_EQ(m.end, app.current->result.step_time);
+  EXPECT_EQ(m.timeline.ops, app.current->timeline.ops);  // one slice per op and lane
+  EXPECT_EQ(m.timeline.lanes.size(), app.current->timeline.lanes.size());
+  const auto now = logical_spans(*app.current);
+  ASSERT_FALSE(now.empty());
+  EXPECT_EQ(m.spans, now);  // aligned by (PP, MB, PASS): no differences
+  // Per-kind totals agree (compute passes and communication kinds classified alike).
+  auto a = kind_stats(m.timeline, 0, 1e18), b = kind_stats(app.current->timeline, 0, 1e18);
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k].total, b[k].total) << op_class_name(static_cast<OpClass>(k));
+  EXPECT_TRUE(app.hooks.count("diff table"));
+  // A file that is not a trace: a status line, the measured trace stays.
+  EXPECT_FALSE(app.open_trace(k1f1b));
+  EXPECT_NE(app.status.find("traceEvents"), std::string::npos) << app.status;
+  EXPECT_TRUE(app.measured);
+}
+
+TEST_F(Panels, FileBrowseListsPlansNextToThePathAndOpensOne) {
+  app.path_field = kEx + "/";
+  run("frames 1\nclick menu file\nframes 2\n");
+  ASSERT_TRUE(app.hooks.count("menu browse")) << app.script_error;
+  run("hover menu browse\nframes 3\n");
+  ASSERT_TRUE(app.hooks.count("browse gpt_pp4_dp2_1f1b.json")) << app.script_error;
+  run("click browse gpt_pp4_dp2_1f1b.json\nwait\nframes 1\n");
+  EXPECT_EQ(app.doc.path(), kEx + "/gpt_pp4_dp2_1f1b.json");
+  ASSERT_TRUE(app.current);
+  EXPECT_EQ(app.recent.front(), kEx + "/gpt_pp4_dp2_1f1b.json");
+}
+
+TEST(Script, UnknownActionsAndMissingArgumentsAreDiagnosed) {
+  auto s = parse_script("open a.json\nzom 1 2\nclick\nframes x\n", "s.txt");
+  ASSERT_FALSE(s);
+  ASSERT_EQ(s.error().size(), 3u);
+  EXPECT_EQ(s.error()[0].loc.line, 2u);
+  EXPECT_NE(s.error()[0].hint.find("zoom"), std::string::npos);
+  EXPECT_EQ(s.error()[1].loc.line, 3u);
+  EXPECT_EQ(s.error()[2].loc.line, 4u);
+  auto ok = parse_script("# comment\nset /model/name my model # kept\ntype json {\"a\": 1}\ndrag order 9 0 -> order 9 1 -> shift\n", "s.txt");
+  ASSERT_TRUE(ok) << render_all(ok.error());
+  ASSERT_EQ(ok->size(), 3u);
+  EXPECT_EQ((*ok)[2].args, (std::vector<std::string>{"order 9 0", "order 9 1", "shift"}));
+  EXPECT_EQ((*ok)[0].args[1], "my model # kept");
+  EXPECT_EQ((*ok)[1].args[1], "{\"a\": 1}");
+}
+
+TEST(Document, UndoRedoCoalescingAndFormatting) {
+  Document d;
+  d.reset("{\"a\": 1, \"schedule\": [{\"op\": \"split\"}, {\"op\": \"order\"}]}");
+  ASSERT_TRUE(d.set("/a", 2, true));
+  ASSERT_TRUE(d.set("/a", 3, true));  // a drag: one undo step
+  d.seal();
+  ASSERT_TRUE(d.set("/b", "x"));
+  EXPECT_EQ((*d.json())["a"], 3);
+  EXPECT_NE(d.text().find("    {\"op\":\"order\"}\n"), std::string::npos) << d.text();
+  EXPECT_TRUE(d.dirty());
+  d.undo();
+  EXPECT_FALSE(d.json()->contains("b"));
+  d.undo();
+  EXPECT_EQ((*d.json())["a"], 1);
+  EXPECT_FALSE(d.can_undo());
+  EXPECT_FALSE(d.dirty());  // back to the loaded text
+  d.redo();
+  EXPECT_EQ((*d.json())["a"], 3);
+  EXPECT_TRUE(d.erase("/schedule/0"));
+  EXPECT_EQ((*d.json())["schedule"].size(), 1u);
+  d.set_text("not json");
+  EXPECT_FALSE(d.json());
+  EXPECT_FALSE(d.set("/a", 1));
+}
+
+TEST(Format, TimesAndBytesCarryUnits) {
+  EXPECT_EQ(format_time(850), "850 ns");
+  EXPECT_EQ(format_time(12400), "12.4 us");
+  EXPECT_EQ(format_time(3.21e6), "3.21 ms");
+  EXPECT_EQ(format_time(1.5e9), "1.5 s");
+  EXPECT_EQ(format_bytes(2.0 * 1024 * 1024 * 1024), "2.00 GiB");
+}
+
+}  // namespace
+}  // namespace stretto::gui

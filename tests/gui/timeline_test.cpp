@@ -1,0 +1,145 @@
+// gui/timeline.h: lanes from a simulated step, and the level-of-detail layout.
+#include <gtest/gtest.h>
+
+#include "stretto/gui/timeline.h"
+#include "stretto/sim/session.h"
+
+namespace stretto::gui {
+namespace {
+
+TEST(Timeline, OneLanePerDeviceStreamComputeFirstOpsSortedAndDisjoint) {
+  auto s = sim::Session::open(std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json");
+  ASSERT_TRUE(s);
+  auto r = s->simulate();
+  ASSERT_TRUE(r);
+  Timeline tl = build_timeline(*r, s->compiled());
+  ASSERT_EQ(tl.by_device.size(), 8u);
+  size_t ops = 0;
+  for (size_t d = 0; d < 8; ++d) {
+    ASSERT_GE(tl.by_device[d].size(), 2u) << "compute and at least one comm stream";
+    EXPECT_EQ(tl.lanes[tl.by_device[d][0]].name, "compute");
+    for (uint32_t li : tl.by_device[d]) {
+      const Lane& l = tl.lanes[li];
+      EXPECT_EQ(l.device, static_cast<int>(d));
+      for (size_t i = 1; i < l.ops.size(); ++i) {
+        EXPECT_LE(l.ops[i - 1].end, l.ops[i].start) << l.name;  // a FIFO never overlaps
+      }
+      ops += l.ops.size();
+    }
+  }
+  EXPECT_EQ(ops, tl.ops);
+  EXPECT_EQ(tl.end, r->step_time);
+  // Every non-barrier task is placed, and where[] points back at it.
+  for (uint32_t t = 0; t < r->program.tasks.size(); ++t) {
+    if (r->program.tasks[t].kind == sim::TaskKind::kBarrier) continue;
+    auto [li, oi] = tl.where[t];
+    ASSERT_NE(li, UINT32_MAX) << t;
+    EXPECT_EQ(tl.lanes[li].ops[oi].task, t);
+  }
+  // Forward and backward passes are coloured apart.
+  bool f = false, b = false;
+  for (const Op& o : tl.lanes[tl.by_device[0][0]].ops) {
+    f |= o.cls == OpClass::kF;
+    b |= o.cls == OpClass::kB;
+  }
+  EXPECT_TRUE(f && b);
+}
+
+Lane synthetic_lane(size_t n, SimTime dur, SimTime gap) {
+  Lane l;
+  for (size_t i = 0; i < n; ++i) {
+    const SimTime s = static_cast<SimTime>(i) * (dur + gap);
+    l.ops.push_back({s, s + dur, static_cast<uint32_t>(i), i % 2 ? OpClass::kB : OpClass::kF});
+  }
+  return l;
+}
+
+TEST(Lod, FullyZoomedOutBoxesAreBoundedByPixelsAndCoverEveryOp) {
+  const Lane l = synthetic_lane(500000, 100, 20);  // 60 ms of 100 ns ops
+  View v;
+  v.width = 1000;
+  v.t0 = 0;
+  v.ns_per_px = static_cast<double>(l.ops.back().end) / v.width;
+  std::vector<Box> boxes;
+  layout_lane(l, v, boxes);
+  EXPECT_LE(boxes.size(), 1000u);
+  EXPECT_GE(boxes.size(), 1u);
+  size_t covered = 0;
+  uint32_t next = 0;
+  for (const Box& b : boxes) {
+    EXPECT_EQ(b.first, next);  // runs are contiguous and in order
+    next = b.first + b.count;
+    covered += b.count;
+    EXPECT_LE(b.x0, b.x1);
+  }
+  EXPECT_EQ(covered, l.ops.size());
+}
+
+TEST(Lod, ZoomedInOpsAreSingleBoxesAndOffScreenOpsAreSkipped) {
+  const Lane l = synthetic_lane(500000, 100, 20);
+  View v;
+  v.width = 1200;
+  v.t0 = 120.0 * 1000;  // op 1000 starts here
+  v.ns_per_px = 1;      // 1200 ns: ops 1000..1009
+  std::vector<Box> boxes;
+  layout_lane(l, v, boxes);
+  ASSERT_EQ(boxes.size(), 10u);
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    EXPECT_EQ(boxes[i].count, 1u);
+    EXPECT_EQ(boxes[i].first, 1000 + i);
+    EXPECT_FLOAT_EQ(boxes[i].x1 - boxes[i].x0, 100.0f);
+  }
+  EXPECT_EQ(boxes[1].cls, OpClass::kB);
+}
+
+TEST(Lod, AWideOpAmongTinyOnesStaysItsOwnBox) {
+  Lane l = synthetic_lane(1000, 10, 0);  // 10 us of tiny ops
+  l.ops.push_back({10000, 50000, 1000, OpClass::kAllReduce});
+  for (uint32_t i = 0; i < 1000; ++i) l.ops.push_back({50000 + i * 10, 50010 + i * 10, 1001 + i, OpClass::kF});
+  View v;
+  v.width = 600;
+  v.ns_per_px = 100;
+  std::vector<Box> boxes;
+  layout_lane(l, v, boxes);
+  bool wide = false;
+  for (const Box& b : boxes)
+    if (b.count == 1 && b.first == 1000) {
+      wide = true;
+      EXPECT_EQ(b.cls, OpClass::kAllReduce);
+    }
+  EXPECT_TRUE(wide);
+  EXPECT_LE(boxes.size(), 10u);
+}
+
+TEST(Lod, AMergedRunTakesTheClassCoveringMostOfItsTime) {
+  Lane l;
+  SimTime t = 0;
+  for (uint32_t i = 0; i < 20000; ++i) {
+    const bool b = i % 2;
+    const SimTime d = b ? 30 : 10;  // backward passes take 3x the forward's time
+    l.ops.push_back({t, t + d, i, b ? OpClass::kB : OpClass::kF});
+    t += d;
+  }
+  View v;
+  v.width = 100;
+  v.ns_per_px = static_cast<double>(t) / 100;
+  std::vector<Box> boxes;
+  layout_lane(l, v, boxes);
+  ASSERT_FALSE(boxes.empty());
+  for (const Box& b : boxes) {
+    EXPECT_GT(b.count, 1u);
+    EXPECT_EQ(b.cls, OpClass::kB);
+  }
+}
+
+TEST(Lod, OpAtFindsTheOpUnderATime) {
+  const Lane l = synthetic_lane(100, 100, 20);
+  EXPECT_EQ(op_at(l, 50, 0), 0);
+  EXPECT_EQ(op_at(l, 130, 0), 1);
+  EXPECT_EQ(op_at(l, 110, 0), -1);  // in a gap
+  EXPECT_EQ(op_at(l, 110, 15), 0);  // within the slack of op 0's end
+  EXPECT_EQ(op_at(l, 1e9, 0), -1);
+}
+
+}  // namespace
+}  // namespace stretto::gui
