@@ -34,6 +34,9 @@ void add_describe_command(CLI::App& app, Commands& out);
 /// `gui` (only when built with the GUI: STRETTO_HAVE_GUI).
 void add_gui_command(CLI::App& app, Commands& out);
 
+/// `replay` (when the LibTorch backend is built: STRETTO_HAVE_BACKEND).
+void add_replay_command(CLI::App& app, Commands& out);
+
 /// Prints diagnostics to stderr; returns 2.
 int report(const Diagnostics& ds);
 /// Writes `text` to `path`, or stdout when path is "" or "-". Returns false (and prints) on error.

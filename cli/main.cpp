@@ -54,6 +54,9 @@ int main(int argc, char** argv) {
 #ifdef STRETTO_HAVE_GUI
   add_gui_command(app, cmds);
 #endif
+#ifdef STRETTO_HAVE_BACKEND
+  add_replay_command(app, cmds);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

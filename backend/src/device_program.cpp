@@ -1,0 +1,291 @@
+// Device programs and the support check (torch-free). See device_program.h and replay.h.
+#include "device_program.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "stretto/backend/replay.h"
+#include "stretto/traces/chrome_trace.h"
+
+namespace stretto::backend {
+namespace detail {
+
+int position_in(const DeviceSet& set, int device) {
+  const auto it = std::find(set.devices.begin(), set.devices.end(), device);
+  return it == set.devices.end() ? -1 : static_cast<int>(it - set.devices.begin());
+}
+
+std::vector<DeviceOp> device_ops(const CompiledPlan& cp, int device) {
+  std::vector<DeviceOp> out;
+  if (device < 0 || device >= cp.num_devices) return out;
+  const int c = cp.class_of_device[device];
+  if (c < 0) return out;
+  const TrainingDag& dag = cp.dag;
+  for (uint32_t n : cp.classes[c].program) {
+    const Node& nd = dag.nodes[n];
+    DeviceOp op;
+    op.node = n;
+    op.kind = nd.kind;
+    op.name = traces::slice_name(cp, n);
+    const DeviceSet& ds = dag.device_sets[nd.devs];
+    switch (nd.kind) {
+      case NodeKind::kCompute:
+        op.stream = dag.streams[nd.stream];
+        op.rank_in_group = position_in(ds, device);
+        out.push_back(op);
+        break;
+      case NodeKind::kTransfer: {
+        const DeviceSet& dst = dag.device_sets[nd.devs2];
+        for (size_t i = 0; i < ds.devices.size(); ++i) {
+          if (ds.devices[i] == device) {
+            DeviceOp s = op;
+            s.is_send = true;
+            s.peer = dst.devices[i];
+            s.stream = fmt::format("{}:{}", dag.streams[nd.stream], s.peer);
+            out.push_back(std::move(s));
+          }
+          if (dst.devices[i] == device) {
+            DeviceOp r = op;
+            r.is_send = false;
+            r.peer = ds.devices[i];
+            r.stream = fmt::format("{}:{}", dag.streams[nd.stream], r.peer);
+            out.push_back(std::move(r));
+          }
+        }
+        break;
+      }
+      case NodeKind::kCollective: {
+        const int pos = position_in(ds, device);
+        if (pos < 0) break;
+        const int g = std::max(1, ds.group_size);
+        op.group_index = pos / g;
+        op.rank_in_group = pos % g;
+        op.group.assign(ds.devices.begin() + static_cast<ptrdiff_t>(op.group_index) * g,
+                        ds.devices.begin() + static_cast<ptrdiff_t>(op.group_index + 1) * g);
+        op.stream = dag.streams[nd.stream];
+        out.push_back(std::move(op));
+        break;
+      }
+      default:  // barriers are joins; unknown kinds were refused by check_supported
+        break;
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<uint32_t>> local_preds(const CompiledPlan& cp,
+                                               const std::vector<DeviceOp>& ops) {
+  const TrainingDag& dag = cp.dag;
+  std::vector<char> mine(dag.nodes.size(), 0);
+  for (const auto& o : ops) mine[o.node] = 1;
+  std::vector<std::vector<uint32_t>> preds(dag.nodes.size());
+  std::vector<char> done(dag.nodes.size(), 0);
+  std::vector<uint32_t> stack;
+  for (const auto& o : ops) {
+    if (done[o.node]) continue;
+    done[o.node] = 1;
+    std::set<uint32_t> found;
+    std::set<uint32_t> seen_barriers;
+    stack.assign(1, o.node);
+    while (!stack.empty()) {
+      const uint32_t x = stack.back();
+      stack.pop_back();
+      for (uint32_t k = dag.pred_begin[x]; k < dag.pred_begin[x + 1]; ++k) {
+        const uint32_t p = dag.edges[dag.pred[k]].from;
+        if (dag.nodes[p].kind == NodeKind::kBarrier) {
+          if (seen_barriers.insert(p).second) stack.push_back(p);
+        } else if (mine[p]) {
+          found.insert(p);
+        }
+      }
+    }
+    preds[o.node].assign(found.begin(), found.end());
+  }
+  return preds;
+}
+
+}  // namespace detail
+
+std::vector<OpRecord> expected_ops(const CompiledPlan& cp, int device) {
+  std::vector<OpRecord> out;
+  for (const auto& o : detail::device_ops(cp, device)) {
+    OpRecord r;
+    r.device = device;
+    r.stream = o.stream;
+    r.name = o.name;
+    r.node = o.node;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
+  Diagnostics ds;
+  auto refuse = [&](std::string msg, std::string hint, const std::string& ptr = "") {
+    Diagnostic d;
+    d.message = std::move(msg);
+    d.hint = std::move(hint);
+    d.loc.file = cp.plan.file;
+    d.loc.json_pointer = ptr;
+    ds.push_back(std::move(d));
+  };
+  const ModelSpec& m = cp.plan.model;
+  const TrainingDag& dag = cp.dag;
+  if (cp.classes.empty()) {
+    refuse("the plan has no lowered program", "compile it with lowering (the default)");
+    return ds;
+  }
+  if (opt.max_procs > 0 && cp.num_devices > opt.max_procs)
+    refuse(fmt::format("the plan has {} devices, more processes than --max-procs {} allows",
+                       cp.num_devices, opt.max_procs),
+           "replay runs one process per device: use a plan with fewer devices (see "
+           "examples/cpu_*.json) or raise --max-procs",
+           "/cluster");
+  if (opt.iterations < 1) refuse("--iterations must be at least 1", "");
+  if (opt.warmup < 0) refuse("--warmup must not be negative", "");
+  // Every node and op kind must be one the executor knows (a newer compiler may add some).
+  std::set<std::string> unknown;
+  for (const Node& n : dag.nodes) {
+    switch (n.kind) {
+      case NodeKind::kCompute:
+      case NodeKind::kTransfer:
+      case NodeKind::kCollective:
+      case NodeKind::kBarrier:
+        break;
+      default:
+        unknown.insert(fmt::format("node kind {}", static_cast<int>(n.kind)));
+    }
+    if (n.kind == NodeKind::kCollective) {
+      const bool known = (n.purpose == CommPurpose::kGradReduce &&
+                          (n.comm == CommKind::kAllReduce || n.comm == CommKind::kReduceScatter)) ||
+                         (n.purpose == CommPurpose::kParamSync && n.comm == CommKind::kAllGather) ||
+                         (n.purpose == CommPurpose::kParamGather && n.comm == CommKind::kAllGather) ||
+                         ((n.purpose == CommPurpose::kDispatch || n.purpose == CommPurpose::kCombine) &&
+                          n.comm == CommKind::kAllToAll) ||
+                         (n.purpose == CommPurpose::kTensorPar && n.comm == CommKind::kAllReduce);
+      if (!known)
+        unknown.insert(fmt::format("{} {}", comm_kind_name(n.comm), comm_purpose_name(n.purpose)));
+    }
+    if (n.kind == NodeKind::kTransfer && n.comm != CommKind::kSendRecv)
+      unknown.insert(fmt::format("transfer {}", comm_kind_name(n.comm)));
+    if (n.kind == NodeKind::kCompute && n.tags.pass == Pass::kNone)
+      unknown.insert("a compute node without a pass");
+  }
+  for (const auto& u : unknown)
+    refuse(fmt::format("replay cannot execute {} (an op kind this backend does not know)", u),
+           "simulate the plan instead, or extend backend/src/executor.cpp");
+  for (const auto& d : cp.plan.schedule) {
+    if (d.op == DirectiveOp::kShardTensor && d.sequence_parallel)
+      refuse("replay does not support sequence parallelism yet", "drop \"sequence_parallel\"",
+             d.pointer);
+  }
+  if (m.family == ModelSpec::Family::kTransformer) {
+    const int kv = m.kv_heads > 0 ? m.kv_heads : m.heads;
+    if (m.heads <= 0 || m.hidden % m.heads != 0 || m.heads % kv != 0)
+      refuse("replay needs hidden divisible by heads and heads divisible by kv_heads", "",
+             "/model");
+    if (m.tie_embeddings)
+      refuse("replay does not support tie_embeddings yet (the tied-embedding all-reduce is not "
+             "in the compiled plan)",
+             "set \"tie_embeddings\": false", "/model/tie_embeddings");
+  }
+  // Tensor parallelism: degrees must divide heads, kv heads, ffn and vocab; no MoE layers.
+  std::set<int> tps;
+  for (const Node& n : dag.nodes)
+    if (n.kind == NodeKind::kCompute && n.tp > 1) {
+      tps.insert(n.tp);
+      const OpKind k = cp.model.ops[n.op].kind;
+      if (k == OpKind::kExperts || k == OpKind::kSharedExperts || k == OpKind::kRouter)
+        tps.insert(-1);
+      if (k == OpKind::kSynthetic) tps.insert(-2);
+    }
+  for (int t : tps) {
+    if (t == -1) {
+      refuse("replay does not support tensor parallelism of MoE layers yet", "shard_tensor only "
+             "dense layers");
+      continue;
+    }
+    if (t == -2) {
+      refuse("replay does not support tensor parallelism of synthetic regions", "");
+      continue;
+    }
+    const int kv = m.kv_heads > 0 ? m.kv_heads : m.heads;
+    if (m.heads % t || kv % t || m.ffn_hidden % t || m.vocab % t)
+      refuse(fmt::format("TP degree {} must divide heads ({}), kv_heads ({}), ffn_hidden ({}) and "
+                         "vocab ({})",
+                         t, m.heads, kv, m.ffn_hidden, m.vocab),
+             "", "/schedule");
+  }
+  // Expert parallelism: the experts must split evenly.
+  for (const Node& n : dag.nodes)
+    if (n.kind == NodeKind::kCollective && n.comm == CommKind::kAllToAll && m.moe) {
+      const int ep = dag.device_sets[n.devs].group_size;
+      if (ep > 0 && m.moe->experts % ep != 0) {
+        refuse(fmt::format("{} experts do not split evenly over {} devices", m.moe->experts, ep),
+               "", "/model/moe/experts");
+        break;
+      }
+    }
+  // A layer runs on one device set per microbatch (its residual stream stays local), and a
+  // consumer with several inputs gets them all from its own device or one transfer.
+  {
+    std::map<std::pair<int, int>, uint32_t> layer_set;  // (layer, mb) -> device set
+    std::vector<uint32_t> fwd_set(cp.model.ops.size() * std::max(1, cp.num_microbatches), kNone);
+    for (const Node& n : dag.nodes) {
+      if (n.kind != NodeKind::kCompute || n.tags.pass != Pass::kF) continue;
+      const int mb = std::max(0, n.tags.mb());
+      fwd_set[static_cast<size_t>(mb) * cp.model.ops.size() + n.op] = n.devs;
+      const int layer = n.tags.layer();
+      if (layer < 0) continue;
+      auto [it, added] = layer_set.emplace(std::make_pair(layer, mb), n.devs);
+      if (!added && it->second != n.devs) {
+        refuse(fmt::format("layer {} runs on more than one device set (its ops are placed apart)",
+                           layer),
+               "place whole layers (filter by PP or LAYER), so the residual stream stays on one "
+               "device");
+        break;
+      }
+    }
+    for (uint32_t o = 0; o < cp.model.ops.size(); ++o) {
+      const auto& in = cp.model.ops[o].inputs;
+      if (in.size() < 2) continue;
+      for (int mb = 0; mb < cp.num_microbatches; ++mb) {
+        const size_t base = static_cast<size_t>(mb) * cp.model.ops.size();
+        for (uint32_t i : in)
+          if (fwd_set[base + i] != fwd_set[base + o]) {
+            refuse(fmt::format("{} takes several inputs, not all from its own device",
+                               cp.model.ops[o].name),
+                   "place the shared experts with the routed experts");
+            mb = cp.num_microbatches;
+            break;
+          }
+      }
+    }
+  }
+  // Host memory: parameters, gradients and Adam state in fp32 per process, plus activations.
+  {
+    int64_t params = 0;
+    for (const auto& op : cp.model.ops) params += op.param_count;
+    const CompileSummary s = summarize(cp);
+    int64_t act = 0;
+    for (const auto& d : s.devices) act += d.activation_bytes_per_mb;
+    const int dt = dtype_bytes(cp.model.dtype);
+    const double need = static_cast<double>(params) * 16 +
+                        static_cast<double>(act) * 4.0 / dt * cp.num_microbatches;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    const double ram = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0;
+    if (ram > 0 && need > 0.5 * ram)
+      refuse(fmt::format("the model needs about {:.1f} GiB in fp32 (parameters, gradients, Adam "
+                         "state, activations), more than half of this host's {:.1f} GiB",
+                         need / (1 << 30), ram / (1 << 30)),
+             "replay a CPU-sized plan (examples/cpu_*.json): fewer layers, a smaller hidden size",
+             "/model");
+  }
+  return ds;
+}
+
+}  // namespace stretto::backend

@@ -1,0 +1,40 @@
+#pragma once
+// A device's ops, derived from the compiled plan (torch-free; shared by the executor, the
+// support check and expected_ops()).
+//
+// The device's class program (the simulator's dispatch order) expanded to the instances this
+// device takes part in: a compute node once; a transfer once per (sender, receiver) pair the
+// device belongs to (as sender or receiver; stream "pp:<peer>" as the simulator splits it); a
+// collective once, for the group the device belongs to. Barriers are joins, not ops.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stretto/schedules/dag.h"
+
+namespace stretto::backend::detail {
+
+struct DeviceOp {
+  uint32_t node = 0;
+  NodeKind kind = NodeKind::kCompute;
+  bool is_send = false;  // transfer: this device sends (else receives)
+  int peer = -1;         // transfer: the other end
+  int group_index = 0;   // collective: which group of the node's device set
+  int rank_in_group = 0; // collective: position in that group; compute: position in the set
+  std::vector<int32_t> group;  // collective: the group's devices (in the set's order)
+  std::string stream;    // "compute", "pp:3", "dp", ...
+  std::string name;      // the simulator's slice name
+};
+
+std::vector<DeviceOp> device_ops(const CompiledPlan& cp, int device);
+
+/// The same-device predecessors of every node that a device must wait for, looking through
+/// order barriers: by node id, for the nodes in `ops` (others empty).
+std::vector<std::vector<uint32_t>> local_preds(const CompiledPlan& cp,
+                                               const std::vector<DeviceOp>& ops);
+
+/// Position of `device` in device set `set` (-1 if absent).
+int position_in(const DeviceSet& set, int device);
+
+}  // namespace stretto::backend::detail

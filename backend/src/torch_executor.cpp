@@ -1,0 +1,1263 @@
+// One rank's replay (see replay.h): the device program executed with LibTorch and c10d.
+//
+// Threads: the host thread walks the program in order. A compute op runs on it (after waiting
+// for its same-device predecessors); a communication op is posted asynchronously (after its
+// inputs are ready) and handed to the waiter thread of its logical stream, which waits for
+// the c10d work in FIFO order and stamps its end. Results of communication (a received
+// activation, a reduced gradient) are applied on the host thread the first time something
+// needs them ("finalize"), so all tensor bookkeeping stays single-threaded.
+// Every p2p op is posted as soon as the program reaches it, before anything waits on it, so
+// Gloo's rendezvous send/recv cannot deadlock: the programs are cut from one global order.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "device_program.h"
+#include "torch_comm.h"
+#include "torch_executor.h"
+#include "torch_model.h"
+
+#ifdef STRETTO_BACKEND_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+namespace stretto::backend {
+
+namespace detail {
+namespace {
+
+int64_t cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+constexpr size_t kParams = 0, kGrads = 1, kOptim = 2, kActs = 3, kCommBuf = 4, kBuckets = 5,
+                 kGathered = 6;
+
+struct Memory {
+  std::array<int64_t, sim::kMemCategories> cur{}, at_peak{};
+  int64_t peak = 0;
+  void add(size_t cat, int64_t bytes) {
+    cur[cat] += bytes;
+    int64_t total = 0;
+    for (int64_t c : cur) total += c;
+    if (total > peak) {
+      peak = total;
+      at_peak = cur;
+    }
+  }
+};
+
+struct OpState {
+  bool done = false, finalized = false;
+  int64_t post_ns = 0, start_ns = 0, end_ns = 0;
+};
+
+struct WaitItem {
+  size_t op;
+  std::vector<WorkPtr> works;
+  int64_t post_ns;
+};
+
+// Status line for the launcher: the op this rank is in, in a small shared file.
+class Status {
+ public:
+  Status(int rank) {
+    const char* dir = std::getenv("STRETTO_REPLAY_STATUS_DIR");
+    if (!dir) return;
+    const std::string path = fmt::format("{}/rank{}", dir, rank);
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0600);
+    if (fd < 0) return;
+    if (::ftruncate(fd, kSize) == 0) {
+      void* p = ::mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p != MAP_FAILED) buf_ = static_cast<char*>(p);
+    }
+    ::close(fd);
+  }
+  ~Status() {
+    if (buf_) ::munmap(buf_, kSize);
+  }
+  void set(const std::string& s) {
+    if (!buf_) return;
+    const size_t n = std::min(s.size(), kSize - 1);
+    std::memcpy(buf_, s.data(), n);
+    buf_[n] = '\0';
+  }
+  static constexpr size_t kSize = 512;
+
+ private:
+  char* buf_ = nullptr;
+};
+
+class RankRun {
+ public:
+  RankRun(const CompiledPlan& cp, const RankSpec& spec, const ReplayOptions& opt)
+      : cp_(cp),
+        spec_(spec),
+        opt_(opt),
+        me_(spec.rank),
+        cuda_(opt.device == DeviceKind::kCuda),
+        model_(cp, opt.seed, tensor_options()),
+        status_(spec.rank) {}
+
+  ~RankRun() { stop_waiters(); }
+
+  RankResult run(std::vector<GradDump>* grads);
+  bool failed() const { return failed_; }
+  c10::intrusive_ptr<c10d::Store> store() const { return store_; }
+
+ private:
+  const CompiledPlan& cp_;
+  RankSpec spec_;
+  ReplayOptions opt_;
+  int me_;
+  bool cuda_;
+  TorchModel model_;
+  Status status_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::unique_ptr<Group> world_;
+  std::map<std::vector<int32_t>, std::unique_ptr<Group>> groups_;
+  std::vector<DeviceOp> ops_;
+  std::vector<std::vector<uint32_t>> preds_;
+  std::vector<std::vector<size_t>> node_ops_;
+  std::vector<OpState> st_;
+  std::vector<at::Tensor> buf_, buf2_;              // per op: posted buffers
+  std::vector<std::vector<at::Tensor>> gather_out_;  // per op: all-gather outputs
+  // per op index in the model
+  std::vector<std::vector<Param>> params_;
+  std::vector<OpPlacement> place_;
+  std::vector<std::pair<int64_t, int64_t>> owned_;  // op-flat range this rank updates
+  std::vector<std::vector<at::Tensor>> adam_m_, adam_v_;
+  std::vector<char> stepped_;
+  int adam_t_ = 0;
+  // per (op, mb)
+  std::vector<at::Tensor> val_, grad_acc_, pending_out_, ep_in_, ep_dy_;
+  std::vector<std::vector<at::Tensor>> pending_dx_;
+  std::vector<OpCtx> ctx_;
+  std::vector<std::vector<at::Tensor>> saved_inputs_;  // recompute: the forward's inputs
+  std::vector<char> fwd_post_, bwd_post_, bwd_pre_;
+  std::vector<std::vector<uint32_t>> bucket_of_node_;
+  double loss_scale_ = 1;
+  double loss_ = 0;
+  Memory mem_;
+  // waiters
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool failed_ = false;
+  std::string fail_msg_;
+  struct Waiter {
+    std::thread th;
+    std::mutex m;
+    std::condition_variable cv;
+    std::deque<WaitItem> q;
+    bool stop = false;
+    int64_t last_end = 0;
+  };
+  std::map<std::string, std::unique_ptr<Waiter>> waiters_;
+  int64_t op_counter_ = 0;
+  int iteration_ = 0;
+  int64_t t_compute_ = 0, t_wait_ = 0, cpu_compute_ = 0, cpu_pack_ = 0;
+  // CPU time of bucket and shard packing, measured around a post or finalize.
+  struct PackTimer {
+    int64_t& acc;
+    bool on;
+    int64_t c0;
+    PackTimer(int64_t& a, bool o) : acc(a), on(o), c0(o ? cpu_ns() : 0) {}
+    ~PackTimer() {
+      if (on) acc += cpu_ns() - c0;
+    }
+  };
+  static bool packs(const Node& n) {
+    return n.purpose == CommPurpose::kGradReduce || n.purpose == CommPurpose::kParamSync ||
+           n.purpose == CommPurpose::kParamGather;
+  }
+  std::vector<std::string> labels_;  // op_label() of every op, for the status line
+  int64_t drop_counter_ = 0;  // fault "drop": received data so far
+  std::atomic<size_t> waiting_for_{SIZE_MAX};  // op the host thread is blocked on
+  int cuda_index_ = 0;
+#ifdef STRETTO_BACKEND_CUDA
+  // CUDA: compute ops are timed with events on the compute stream (the current stream); the
+  // communication streams are c10d NCCL's, which order themselves against it with events.
+  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> ev_begin_, ev_end_;
+  std::unique_ptr<at::cuda::CUDAEvent> ev_step_;
+#endif
+
+  at::TensorOptions tensor_options() const {
+    at::TensorOptions o = at::TensorOptions().dtype(at::kFloat);
+#ifdef STRETTO_BACKEND_CUDA
+    if (cuda_) {
+      const DType dt = cp_.model.dtype;
+      o = o.device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(
+                                             spec_.rank % std::max(1, static_cast<int>(c10::cuda::device_count())))))
+              .dtype(dt == DType::kBF16   ? at::kBFloat16
+                     : dt == DType::kFP16 ? at::kHalf
+                                          : at::kFloat);
+    }
+#endif
+    return o;
+  }
+  size_t key(uint32_t op, int mb) const {
+    return static_cast<size_t>(std::max(0, mb)) * cp_.model.ops.size() + op;
+  }
+  static int mb_of(const Node& n) { return std::max(0, n.tags.mb()); }
+  std::string op_label(size_t i) const {
+    const DeviceOp& o = ops_[i];
+    std::string s = fmt::format("'{}' (node {}, stream {}", o.name, o.node, o.stream);
+    const Node& n = cp_.dag.nodes[o.node];
+    if (n.op != kNone) s += ", " + cp_.model.ops[n.op].name;
+    return s + ")";
+  }
+
+  void setup();
+  void step(bool measured, RankResult& rr);
+  void execute(size_t i);
+  void run_compute(size_t i);
+  void post_comm(size_t i);
+  void finalize(size_t i);
+  void wait_op(size_t i);
+  void wait_node(uint32_t n);
+  void finish_forward(uint32_t o, int mb, const at::Tensor& t);
+  void add_input_grads(uint32_t o, int mb, const std::vector<at::Tensor>& dx);
+  void add_grad(uint32_t o, int mb, const at::Tensor& g);
+  at::Tensor flat_params(uint32_t o) const;
+  at::Tensor flat_grads(uint32_t o) const;
+  void write_params(uint32_t o, const at::Tensor& flat);
+  void write_grads(uint32_t o, const at::Tensor& flat, int64_t keep_begin, int64_t keep_end);
+  int64_t op_numel(uint32_t o) const;
+  void optimizer_step(uint32_t o);
+  void enqueue(size_t i, std::vector<WorkPtr> works);
+  void stop_waiters();
+  Group& group(const std::vector<int32_t>& devices);
+  void fault_check();
+};
+
+Group& RankRun::group(const std::vector<int32_t>& devices) {
+  std::vector<int32_t> s = devices;
+  std::sort(s.begin(), s.end());
+  auto it = groups_.find(s);
+  if (it == groups_.end())
+    throw std::runtime_error(fmt::format("internal: no process group for {} devices", s.size()));
+  return *it->second;
+}
+
+void RankRun::setup() {
+  const TrainingDag& dag = cp_.dag;
+  const size_t nops = cp_.model.ops.size();
+  const size_t M = static_cast<size_t>(std::max(1, cp_.num_microbatches));
+  const auto timeout = std::chrono::milliseconds(opt_.timeout_ms);
+  // Store and the world group.
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(spec_.master_port);
+  so.isServer = !spec_.store_is_external && me_ == 0;
+  so.numWorkers = spec_.world_size;
+  so.waitWorkers = false;
+  so.timeout = timeout;
+  store_ = c10::make_intrusive<c10d::TCPStore>(spec_.master_addr, so);
+  world_ = std::make_unique<Group>(store_, "world", me_, spec_.world_size, cuda_, timeout);
+  // Every group any collective (or tensor-parallel loss) uses, created in one global order.
+  std::set<std::vector<int32_t>> all;
+  for (const Node& n : dag.nodes) {
+    int gs = 0;
+    if (n.kind == NodeKind::kCollective) gs = dag.device_sets[n.devs].group_size;
+    if (n.kind == NodeKind::kCompute && n.tp > 1) gs = n.tp;
+    if (gs <= 0) continue;
+    const auto& d = dag.device_sets[n.devs].devices;
+    for (size_t b = 0; b + gs <= d.size(); b += gs) {
+      std::vector<int32_t> g(d.begin() + static_cast<ptrdiff_t>(b),
+                             d.begin() + static_cast<ptrdiff_t>(b + gs));
+      std::sort(g.begin(), g.end());
+      all.insert(std::move(g));
+    }
+  }
+  for (const auto& g : all) {
+    auto pos = std::find(g.begin(), g.end(), me_);
+    if (pos == g.end()) continue;
+    std::string name = "g";
+    for (int32_t d : g) name += fmt::format(".{}", d);
+    groups_[g] = std::make_unique<Group>(store_, name, static_cast<int>(pos - g.begin()),
+                                         static_cast<int>(g.size()), cuda_, timeout);
+  }
+  // The program.
+  ops_ = device_ops(cp_, me_);
+  preds_ = local_preds(cp_, ops_);
+  node_ops_.assign(dag.nodes.size(), {});
+  for (size_t i = 0; i < ops_.size(); ++i) node_ops_[ops_[i].node].push_back(i);
+  st_.assign(ops_.size(), OpState{});
+  labels_.clear();
+  for (size_t i = 0; i < ops_.size(); ++i) labels_.push_back(op_label(i));
+#ifdef STRETTO_BACKEND_CUDA
+  if (cuda_) {
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(model_.options().device().index()));
+    ev_step_ = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      ev_begin_.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
+      ev_end_.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
+    }
+  }
+#endif
+  buf_.assign(ops_.size(), {});
+  buf2_.assign(ops_.size(), {});
+  gather_out_.assign(ops_.size(), {});
+  // Placements and parameters of the ops this device computes.
+  place_.assign(nops, OpPlacement{});
+  params_.assign(nops, {});
+  std::vector<char> holds(nops, 0);
+  for (const auto& o : ops_) {
+    const Node& n = dag.nodes[o.node];
+    if (n.kind == NodeKind::kCompute && !holds[n.op]) {
+      holds[n.op] = 1;
+      place_[n.op].tp = n.tp;
+      place_[n.op].tp_rank = o.rank_in_group % std::max<int>(1, n.tp);
+    }
+    if (n.kind == NodeKind::kCollective && n.comm == CommKind::kAllToAll) {
+      std::vector<int32_t> g = o.group;
+      std::sort(g.begin(), g.end());
+      place_[n.op].ep = static_cast<int>(g.size());
+      place_[n.op].ep_rank = static_cast<int>(std::find(g.begin(), g.end(), me_) - g.begin());
+    }
+  }
+  for (uint32_t o = 0; o < nops; ++o)
+    if (holds[o]) {
+      params_[o] = model_.make_params(o, place_[o]);
+      for (const auto& p : params_[o]) {
+        mem_.add(kParams, tensor_bytes(p.value));
+        mem_.add(kGrads, tensor_bytes(p.grad));
+      }
+    }
+  owned_.assign(nops, {0, 0});
+  for (uint32_t o = 0; o < nops; ++o) owned_[o] = {0, op_numel(o)};
+  adam_m_.assign(nops, {});
+  adam_v_.assign(nops, {});
+  // Roles of collectives around compute, gradient buckets, ZeRO ownership.
+  fwd_post_.assign(nops * M, 0);
+  bwd_post_.assign(nops * M, 0);
+  bwd_pre_.assign(nops * M, 0);
+  bucket_of_node_.assign(dag.nodes.size(), {});
+  for (const auto& o : ops_) {
+    const Node& n = dag.nodes[o.node];
+    if (n.kind != NodeKind::kCollective) continue;
+    const bool fwd = n.tags.pass == Pass::kF;
+    const bool bwd = n.tags.pass == Pass::kB || n.tags.pass == Pass::kBI;
+    if (n.purpose == CommPurpose::kTensorPar || n.purpose == CommPurpose::kCombine) {
+      if (fwd) fwd_post_[key(n.op, mb_of(n))] = 1;
+    }
+    if (n.purpose == CommPurpose::kTensorPar || n.purpose == CommPurpose::kDispatch) {
+      if (bwd) bwd_post_[key(n.op, mb_of(n))] = 1;
+    }
+    if (n.purpose == CommPurpose::kCombine && bwd) bwd_pre_[key(n.op, mb_of(n))] = 1;
+    if (n.purpose == CommPurpose::kGradReduce) {
+      std::set<uint32_t> bucket;
+      for (uint32_t k = dag.pred_begin[o.node]; k < dag.pred_begin[o.node + 1]; ++k) {
+        const Node& p = dag.nodes[dag.edges[dag.pred[k]].from];
+        if (p.kind == NodeKind::kCompute) bucket.insert(p.op);
+      }
+      bucket_of_node_[o.node].assign(bucket.begin(), bucket.end());
+      if (n.comm == CommKind::kReduceScatter) {
+        std::vector<int32_t> g = o.group;
+        std::sort(g.begin(), g.end());
+        const int64_t R = static_cast<int64_t>(g.size());
+        const int64_t r = std::find(g.begin(), g.end(), me_) - g.begin();
+        for (uint32_t b : bucket) {
+          const int64_t n_o = op_numel(b), c = (n_o + R - 1) / R;
+          owned_[b] = {std::min(n_o, r * c), std::min(n_o, (r + 1) * c)};
+        }
+      }
+    }
+    if (n.purpose == CommPurpose::kParamSync) {
+      for (uint32_t k = dag.pred_begin[o.node]; k < dag.pred_begin[o.node + 1]; ++k) {
+        const uint32_t p = dag.edges[dag.pred[k]].from;
+        if (dag.nodes[p].purpose == CommPurpose::kGradReduce)
+          bucket_of_node_[o.node] = bucket_of_node_[p];
+      }
+    }
+  }
+  // Loss scale: the global batch is every replica's microbatches.
+  for (const Node& n : dag.nodes)
+    if (n.kind == NodeKind::kCompute && n.tags.pass == Pass::kF && model_.is_last(n.op)) {
+      const double R = static_cast<double>(dag.device_sets[n.devs].devices.size()) /
+                       std::max<int>(1, n.tp);
+      loss_scale_ = 1.0 / (R * static_cast<double>(M));
+      break;
+    }
+  const size_t keys = nops * M;
+  val_.assign(keys, {});
+  grad_acc_.assign(keys, {});
+  pending_out_.assign(keys, {});
+  ep_in_.assign(keys, {});
+  ep_dy_.assign(keys, {});
+  pending_dx_.assign(keys, {});
+  ctx_.assign(keys, {});
+  saved_inputs_.assign(keys, {});
+  stepped_.assign(nops, 0);
+}
+
+int64_t RankRun::op_numel(uint32_t o) const {
+  int64_t n = 0;
+  for (const auto& p : params_[o]) n += p.value.numel();
+  return n;
+}
+
+at::Tensor RankRun::flat_params(uint32_t o) const {
+  std::vector<at::Tensor> v;
+  for (const auto& p : params_[o]) v.push_back(p.value.detach().reshape({-1}));
+  return v.empty() ? at::zeros({0}, model_.options()) : at::cat(v);
+}
+
+at::Tensor RankRun::flat_grads(uint32_t o) const {
+  std::vector<at::Tensor> v;
+  for (const auto& p : params_[o]) v.push_back(p.grad.reshape({-1}));
+  return v.empty() ? at::zeros({0}, model_.options()) : at::cat(v);
+}
+
+void RankRun::write_params(uint32_t o, const at::Tensor& flat) {
+  // Fresh leaves, as ZeRO-3 materialises gathered parameters: forwards of other microbatches
+  // still hold the previous tensors in their graphs (an in-place write would invalidate them).
+  int64_t off = 0;
+  for (auto& p : params_[o]) {
+    const int64_t n = p.value.numel();
+    at::Tensor v = flat.narrow(0, off, n).reshape(p.value.sizes()).clone();
+    v.set_requires_grad(true);
+    p.value = v;
+    off += n;
+  }
+}
+
+void RankRun::write_grads(uint32_t o, const at::Tensor& flat, int64_t keep_begin,
+                          int64_t keep_end) {
+  int64_t off = 0;
+  for (auto& p : params_[o]) {
+    const int64_t n = p.grad.numel();
+    at::Tensor g = p.grad.view({-1});
+    g.copy_(flat.narrow(0, off, n));
+    // Outside the owned shard the reduced values are not this rank's (ZeRO): drop them.
+    const int64_t a = std::clamp<int64_t>(keep_begin - off, 0, n);
+    const int64_t b = std::clamp<int64_t>(keep_end - off, 0, n);
+    if (a > 0) g.narrow(0, 0, a).zero_();
+    if (b < n) g.narrow(0, b, n - b).zero_();
+    off += n;
+  }
+}
+
+void RankRun::optimizer_step(uint32_t o) {
+  if (stepped_[o] || params_[o].empty() || opt_.optimizer == Optimizer::kNone) return;
+  stepped_[o] = 1;
+  at::NoGradGuard ng;
+  const auto [ob, oe] = owned_[o];
+  int64_t off = 0;
+  if (opt_.optimizer == Optimizer::kAdam && adam_m_[o].empty())
+    for (const auto& p : params_[o]) {
+      adam_m_[o].push_back(at::zeros_like(p.grad));
+      adam_v_[o].push_back(at::zeros_like(p.grad));
+      mem_.add(kOptim, 2 * tensor_bytes(p.grad));
+    }
+  for (size_t k = 0; k < params_[o].size(); ++k) {
+    auto& p = params_[o][k];
+    const int64_t n = p.value.numel();
+    const int64_t a = std::clamp<int64_t>(ob - off, 0, n), b = std::clamp<int64_t>(oe - off, 0, n);
+    off += n;
+    if (b <= a) continue;
+    at::Tensor w = p.value.detach().view({-1}).narrow(0, a, b - a);
+    at::Tensor g = p.grad.view({-1}).narrow(0, a, b - a);
+    if (opt_.optimizer == Optimizer::kSgd) {
+      w.add_(g, -opt_.lr);
+    } else {
+      const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+      at::Tensor m = adam_m_[o][k].view({-1}).narrow(0, a, b - a);
+      at::Tensor v = adam_v_[o][k].view({-1}).narrow(0, a, b - a);
+      m.mul_(b1).add_(g, 1 - b1);
+      v.mul_(b2).addcmul_(g, g, 1 - b2);
+      const double c1 = 1 - std::pow(b1, adam_t_), c2 = 1 - std::pow(b2, adam_t_);
+      w.addcdiv_(m / c1, (v / c2).sqrt_().add_(eps), -opt_.lr);
+    }
+  }
+}
+
+void RankRun::enqueue(size_t i, std::vector<WorkPtr> works) {
+  const std::string& s = ops_[i].stream;
+  auto& w = waiters_[s];
+  if (!w) {
+    w = std::make_unique<Waiter>();
+    Waiter* wp = w.get();
+    wp->th = std::thread([this, wp] {
+      for (;;) {
+        WaitItem item;
+        {
+          std::unique_lock lk(wp->m);
+          wp->cv.wait(lk, [&] { return wp->stop || !wp->q.empty(); });
+          if (wp->q.empty()) return;
+          item = std::move(wp->q.front());
+          wp->q.pop_front();
+        }
+        std::string err;
+        try {
+          for (auto& wk : item.works) {
+            if (cuda_) {
+              // NCCL's wait() only orders streams: poll for completion to stamp its end.
+              const auto dl = std::chrono::steady_clock::now() +
+                              std::chrono::milliseconds(opt_.timeout_ms);
+              while (!wk->isCompleted() && std::chrono::steady_clock::now() < dl)
+                std::this_thread::sleep_for(std::chrono::microseconds(20));
+              if (!wk->isCompleted()) err = fmt::format("timed out after {} ms", opt_.timeout_ms);
+              if (auto ex = wk->exception()) std::rethrow_exception(ex);
+            } else if (!wk->wait(std::chrono::milliseconds(opt_.timeout_ms))) {
+              err = fmt::format("timed out after {} ms", opt_.timeout_ms);
+            }
+          }
+        } catch (const std::exception& e) {
+          err = e.what();
+        }
+        const int64_t end = now_ns();
+        {
+          std::lock_guard lk(m_);
+          OpState& s2 = st_[item.op];
+          s2.start_ns = std::max(item.post_ns, wp->last_end);
+          s2.end_ns = end;
+          s2.done = true;
+          if (!err.empty() && !failed_) {
+            failed_ = true;
+            const std::string first = err.substr(0, err.find('\n'));
+            fail_msg_ = fmt::format("rank {} failed in op {} at step {}: {}", me_, op_label(item.op),
+                                    iteration_, first);
+          }
+        }
+        wp->last_end = end;
+        if (waiting_for_.load(std::memory_order_relaxed) == item.op || !err.empty())
+          cv_.notify_all();
+      }
+    });
+  }
+  {
+    std::lock_guard lk(w->m);
+    w->q.push_back(WaitItem{i, std::move(works), st_[i].post_ns});
+  }
+  w->cv.notify_one();
+}
+
+void RankRun::stop_waiters() {
+  for (auto& [name, w] : waiters_) {
+    {
+      std::lock_guard lk(w->m);
+      w->stop = true;
+    }
+    w->cv.notify_all();
+    if (w->th.joinable()) {
+      // After a failure a waiter may sit in a c10d wait until its own timeout: leave it.
+      if (failed_)
+        w->th.detach();
+      else
+        w->th.join();
+    }
+  }
+  if (failed_)
+    for (auto& [name, w] : waiters_) (void)w.release();  // detached threads still use it
+  waiters_.clear();
+}
+
+void RankRun::wait_op(size_t i) {
+  const int64_t t0 = now_ns();
+  std::unique_lock lk(m_);
+  if (st_[i].done && !failed_) return;
+  waiting_for_.store(i, std::memory_order_relaxed);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.timeout_ms);
+  while (!st_[i].done && !failed_) {
+    if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && !st_[i].done && !failed_) {
+      failed_ = true;
+      fail_msg_ = fmt::format("rank {} timed out after {} ms waiting for op {} at step {}", me_,
+                              opt_.timeout_ms, op_label(i), iteration_);
+    }
+  }
+  waiting_for_.store(SIZE_MAX, std::memory_order_relaxed);
+  t_wait_ += now_ns() - t0;
+  if (failed_) throw std::runtime_error(fail_msg_);
+}
+
+void RankRun::wait_node(uint32_t n) {
+  for (size_t j : node_ops_[n]) {
+    if (st_[j].finalized) continue;
+    wait_op(j);
+    finalize(j);
+  }
+}
+
+void RankRun::add_grad(uint32_t o, int mb, const at::Tensor& g) {
+  if (!g.defined()) return;
+  at::Tensor& acc = grad_acc_[key(o, mb)];
+  if (!acc.defined())
+    acc = g.detach().clone();
+  else
+    acc.add_(g);
+}
+
+void RankRun::add_input_grads(uint32_t o, int mb, const std::vector<at::Tensor>& dx) {
+  const ModelOp& op = cp_.model.ops[o];
+  for (size_t k = 0; k < dx.size() && k < op.inputs.size(); ++k) {
+    if (!dx[k].defined()) continue;
+    // The experts' leaf is [S, T, ...]; without expert parallelism S = 1.
+    add_grad(op.inputs[k], mb, dx[k].dim() == 3 ? dx[k].sum(0) : dx[k]);
+  }
+}
+
+void RankRun::finish_forward(uint32_t o, int mb, const at::Tensor& t) {
+  at::Tensor v = t.detach();
+  if (v.dim() == 3) v = v.sum(0);
+  const uint32_t r = model_.residual_source(o);
+  if (r != kNone) {
+    const at::Tensor& res = val_[key(r, mb)];
+    if (!res.defined())
+      throw std::runtime_error(
+          fmt::format("internal: residual of {} not available", cp_.model.ops[o].name));
+    v = v + res;
+  }
+  val_[key(o, mb)] = v;
+  if (model_.is_last(o) && place_[o].tp_rank == 0 && iteration_ == 0)
+    loss_ += v.to(at::kDouble).item<double>();
+}
+
+void RankRun::fault_check() {
+  if (me_ != opt_.fault_rank || op_counter_ != opt_.fault_op) return;
+  if (opt_.fault_kind == "drop") return;  // applied in finalize()
+  if (opt_.fault_kind == "hang") {
+    for (;;) ::pause();
+  }
+  if (opt_.fault_kind == "exit") ::_exit(7);
+  struct rlimit no_core {0, 0};
+  ::setrlimit(RLIMIT_CORE, &no_core);
+  std::raise(opt_.fault_kind == "kill" ? SIGKILL : SIGABRT);
+}
+
+void RankRun::execute(size_t i) {
+  const DeviceOp& op = ops_[i];
+  char line[Status::kSize];
+  std::snprintf(line, sizeof line, "step %d op %zu/%zu: %s", iteration_, i, ops_.size(),
+                labels_[i].c_str());
+  status_.set(line);
+  fault_check();
+  ++op_counter_;
+  for (uint32_t p : preds_[op.node]) wait_node(p);
+  if (op.kind == NodeKind::kCompute)
+    run_compute(i);
+  else
+    post_comm(i);
+}
+
+void RankRun::run_compute(size_t i) {
+  const DeviceOp& dop = ops_[i];
+  const Node& n = cp_.dag.nodes[dop.node];
+  const uint32_t o = n.op;
+  const int mb = mb_of(n);
+  const size_t k = key(o, mb);
+  const ModelOp& op = cp_.model.ops[o];
+  const int replica = dop.rank_in_group / std::max<int>(1, n.tp);
+  TpAllReduce tpar;
+  if (n.tp > 1) {
+    const auto& d = cp_.dag.device_sets[n.devs].devices;
+    const size_t b = static_cast<size_t>(dop.rank_in_group / n.tp) * n.tp;
+    std::vector<int32_t> g(d.begin() + static_cast<ptrdiff_t>(b),
+                           d.begin() + static_cast<ptrdiff_t>(b + n.tp));
+    Group* grp = &group(g);
+    tpar = [grp, this](at::Tensor& t, bool max) {
+      auto w = grp->allreduce(t, max);
+      if (!w->wait(std::chrono::milliseconds(opt_.timeout_ms)))
+        throw std::runtime_error("tensor-parallel loss all-reduce timed out");
+    };
+  }
+  auto run_forward = [&](bool grad) {
+    std::vector<at::Tensor> in = saved_inputs_[k];
+    for (auto& t : in)
+      if (t.defined()) t.set_requires_grad(grad);
+    std::unique_ptr<at::NoGradGuard> ng;
+    if (!grad) ng = std::make_unique<at::NoGradGuard>();
+    return model_.forward(o, in, params_[o], place_[o], replica, mb, loss_scale_, tpar);
+  };
+  const int64_t t0 = now_ns(), c0 = cpu_ns();
+  st_[i].start_ns = t0;
+#ifdef STRETTO_BACKEND_CUDA
+  if (cuda_) ev_begin_[i]->record();
+#endif
+  switch (n.tags.pass) {
+    case Pass::kF: {
+      std::vector<at::Tensor> in;
+      if (n.op != kNone && op.kind == OpKind::kExperts) {
+        at::Tensor x = fwd_post_[k] && ep_in_[k].defined() ? ep_in_[k] : val_[key(op.inputs.at(0), mb)];
+        if (!x.defined()) throw std::runtime_error("internal: experts input missing");
+        if (x.dim() == 2) x = x.unsqueeze(0);
+        in.push_back(x.detach());
+      } else {
+        for (uint32_t p : op.inputs) {
+          const at::Tensor& v = val_[key(p, mb)];
+          if (!v.defined())
+            throw std::runtime_error(fmt::format("internal: input {} of {} (mb {}) missing",
+                                                 cp_.model.ops[p].name, op.name, mb));
+          in.push_back(v.detach());
+        }
+      }
+      saved_inputs_[k] = in;
+      OpCtx c = run_forward(!opt_.recompute_full);
+      const at::Tensor out = c.out;
+      if (opt_.recompute_full) {
+        c = OpCtx{};
+        c.bytes = 0;
+        for (const auto& t : in) c.bytes += tensor_bytes(t);
+      }
+      mem_.add(kActs, c.bytes);
+      ctx_[k] = std::move(c);
+      if (fwd_post_[k])
+        pending_out_[k] = out.detach();
+      else
+        finish_forward(o, mb, out);
+      break;
+    }
+    case Pass::kB:
+    case Pass::kBI: {
+      OpCtx& c = ctx_[k];
+      if (!c.live) {  // recompute the forward, with autograd this time
+        mem_.add(kActs, -c.bytes);
+        c = run_forward(true);
+        mem_.add(kActs, c.bytes);
+      }
+      at::Tensor dy;
+      if (bwd_pre_[k]) {
+        dy = ep_dy_[k];
+      } else if (model_.is_last(o)) {
+        dy = at::ones_like(c.out);
+      } else {
+        dy = grad_acc_[k];
+        if (dy.defined() && c.out.dim() == 3) dy = dy.unsqueeze(0);
+      }
+      if (!dy.defined())
+        throw std::runtime_error(fmt::format("internal: output gradient of {} (mb {}) missing",
+                                             op.name, mb));
+      const uint32_t r = model_.residual_source(o);
+      if (r != kNone) add_grad(r, mb, grad_acc_[k]);
+      std::vector<at::Tensor> dx = backward_inputs(c, dy, n.tags.pass == Pass::kB, params_[o]);
+      if (bwd_post_[k])
+        pending_dx_[k] = std::move(dx);
+      else
+        add_input_grads(o, mb, dx);
+      grad_acc_[k] = at::Tensor();
+      if (n.tags.pass == Pass::kB) {
+        mem_.add(kActs, -c.bytes);
+        c = OpCtx{};
+      }
+      break;
+    }
+    case Pass::kBW: {
+      OpCtx& c = ctx_[k];
+      backward_weights(c, params_[o]);
+      mem_.add(kActs, -c.bytes);
+      c = OpCtx{};
+      saved_inputs_[k].clear();
+      break;
+    }
+    default:
+      throw std::runtime_error("internal: compute node without a pass");
+  }
+#ifdef STRETTO_BACKEND_CUDA
+  if (cuda_) ev_end_[i]->record();
+#endif
+  const int64_t t1 = now_ns();
+  t_compute_ += t1 - t0;
+  cpu_compute_ += cpu_ns() - c0;
+  st_[i].end_ns = t1;
+  st_[i].done = st_[i].finalized = true;
+}
+
+void RankRun::post_comm(size_t i) {
+  const DeviceOp& dop = ops_[i];
+  const Node& n = cp_.dag.nodes[dop.node];
+  const int mb = mb_of(n);
+  const size_t k = n.op != kNone ? key(n.op, mb) : 0;
+  std::vector<WorkPtr> works;
+  auto post = [&] { st_[i].post_ns = now_ns(); };
+  if (n.kind == NodeKind::kTransfer) {
+    const int tag = static_cast<int>(dop.node);
+    if (dop.is_send) {
+      at::Tensor t = n.purpose == CommPurpose::kGradient ? grad_acc_[k] : val_[k];
+      if (!t.defined())
+        throw std::runtime_error(fmt::format("internal: nothing to send for {}", op_label(i)));
+      buf_[i] = t.contiguous();
+      post();
+      works.push_back(world_->send(buf_[i], dop.peer, tag));
+    } else {
+      buf_[i] = at::empty(model_.output_shape(n.op), model_.options());
+      post();
+      works.push_back(world_->recv(buf_[i], dop.peer, tag));
+    }
+    mem_.add(kCommBuf, tensor_bytes(buf_[i]));
+    enqueue(i, std::move(works));
+    return;
+  }
+  Group& g = group(dop.group);
+  const bool zero_bucket = n.comm == CommKind::kReduceScatter;
+  PackTimer pack_timer(cpu_pack_, packs(n));
+  switch (n.purpose) {
+    case CommPurpose::kGradReduce: {
+      const auto& bucket = bucket_of_node_[dop.node];
+      if (!zero_bucket) {
+        std::vector<at::Tensor> v;
+        for (uint32_t o : bucket) v.push_back(flat_grads(o));
+        buf_[i] = at::cat(v);
+        mem_.add(kCommBuf, tensor_bytes(buf_[i]));
+      } else {
+        // ZeRO: [rank][op][chunk] layout, so that rank r's shard is contiguous. Gloo has no
+        // reduce-scatter: all-reduce, then each rank keeps its shard.
+        const int64_t R = g.size();
+        std::vector<at::Tensor> rows;
+        for (uint32_t o : bucket) {
+          const int64_t n_o = op_numel(o), c = (n_o + R - 1) / R;
+          at::Tensor f = flat_grads(o);
+          if (c * R > n_o) f = at::cat({f, at::zeros({c * R - n_o}, f.options())});
+          rows.push_back(f.view({R, c}));
+        }
+        buf_[i] = at::cat(rows, 1).reshape({-1}).contiguous();
+        mem_.add(kBuckets, tensor_bytes(buf_[i]));
+      }
+      post();
+      works.push_back(g.allreduce(buf_[i]));
+      break;
+    }
+    case CommPurpose::kParamSync:
+    case CommPurpose::kParamGather: {
+      std::vector<uint32_t> list =
+          n.purpose == CommPurpose::kParamSync ? bucket_of_node_[dop.node] : std::vector<uint32_t>{n.op};
+      const int64_t R = g.size(), r = g.rank();
+      if (n.purpose == CommPurpose::kParamSync) {
+        ++adam_t_;
+        for (uint32_t o : list) optimizer_step(o);  // ZeRO-1/2: step this bucket's shard now
+        --adam_t_;
+      }
+      std::vector<at::Tensor> mine;
+      for (uint32_t o : list) {
+        const int64_t n_o = op_numel(o), c = (n_o + R - 1) / R;
+        at::Tensor f = flat_params(o);
+        if (c * R > n_o) f = at::cat({f, at::zeros({c * R - n_o}, f.options())});
+        mine.push_back(f.narrow(0, r * c, c));
+      }
+      buf_[i] = at::cat(mine).contiguous();
+      gather_out_[i].clear();
+      for (int64_t q = 0; q < R; ++q) gather_out_[i].push_back(at::empty_like(buf_[i]));
+      mem_.add(n.purpose == CommPurpose::kParamGather ? kGathered : kCommBuf,
+               tensor_bytes(buf_[i]) * R);
+      post();
+      works.push_back(g.allgather(gather_out_[i], buf_[i]));
+      break;
+    }
+    case CommPurpose::kTensorPar: {
+      if (n.tags.pass == Pass::kF)
+        buf_[i] = pending_out_[k].contiguous();
+      else
+        buf_[i] = pending_dx_[k].at(0).contiguous();
+      if (!buf_[i].defined())
+        throw std::runtime_error(fmt::format("internal: nothing to reduce for {}", op_label(i)));
+      mem_.add(kCommBuf, tensor_bytes(buf_[i]));
+      post();
+      works.push_back(g.allreduce(buf_[i]));
+      break;
+    }
+    case CommPurpose::kDispatch:
+    case CommPurpose::kCombine: {
+      const ModelOp& op = cp_.model.ops[n.op];
+      const int64_t S = g.size();
+      at::Tensor src;
+      const bool fwd = n.tags.pass == Pass::kF;
+      if (n.purpose == CommPurpose::kDispatch && fwd)
+        src = val_[key(op.inputs.at(0), mb)];
+      else if (n.purpose == CommPurpose::kCombine && fwd)
+        src = pending_out_[k];
+      else if (n.purpose == CommPurpose::kCombine)
+        src = grad_acc_[k];
+      else
+        src = pending_dx_[k].at(0);
+      if (!src.defined())
+        throw std::runtime_error(fmt::format("internal: nothing to exchange for {}", op_label(i)));
+      // Per-source rows: replicate a [T, ...] tensor to every peer; a [S, T, ...] one is
+      // already per peer.
+      buf_[i] = (src.dim() == 2 ? src.unsqueeze(0).expand({S, src.size(0), src.size(1)}) : src)
+                    .contiguous();
+      buf2_[i] = at::empty_like(buf_[i]);
+      mem_.add(kCommBuf, 2 * tensor_bytes(buf_[i]));
+      post();
+      works.push_back(g.alltoall(buf2_[i], buf_[i]));
+      break;
+    }
+    default:
+      throw std::runtime_error(fmt::format("replay cannot execute {}", op_label(i)));
+  }
+  enqueue(i, std::move(works));
+}
+
+void RankRun::finalize(size_t i) {
+  OpState& s = st_[i];
+  if (s.finalized) return;
+  s.finalized = true;
+  // Fault "drop" (tests): the fault_op-th data this rank receives is lost, which --check
+  // must notice.
+  if (opt_.fault_kind == "drop" && me_ == opt_.fault_rank && !ops_[i].is_send &&
+      ops_[i].kind != NodeKind::kCompute && drop_counter_++ == opt_.fault_op) {
+    if (buf_[i].defined()) buf_[i].zero_();
+    if (buf2_[i].defined()) buf2_[i].zero_();
+    for (auto& t : gather_out_[i]) t.zero_();
+  }
+  const DeviceOp& dop = ops_[i];
+  const Node& n = cp_.dag.nodes[dop.node];
+  const int mb = mb_of(n);
+  const size_t k = n.op != kNone ? key(n.op, mb) : 0;
+  if (n.kind == NodeKind::kTransfer) {
+    mem_.add(kCommBuf, -tensor_bytes(buf_[i]));
+    if (!dop.is_send) {
+      if (n.purpose == CommPurpose::kGradient) {
+        at::Tensor& acc = grad_acc_[k];
+        if (!acc.defined())
+          acc = buf_[i];
+        else
+          acc.add_(buf_[i]);
+      }
+      else
+        val_[k] = buf_[i];
+    }
+    buf_[i] = at::Tensor();
+    return;
+  }
+  PackTimer pack_timer(cpu_pack_, packs(n));
+  switch (n.purpose) {
+    case CommPurpose::kGradReduce: {
+      const auto& bucket = bucket_of_node_[dop.node];
+      if (n.comm != CommKind::kReduceScatter) {
+        int64_t off = 0;
+        for (uint32_t o : bucket) {
+          const int64_t n_o = op_numel(o);
+          write_grads(o, buf_[i].narrow(0, off, n_o), 0, n_o);
+          off += n_o;
+        }
+        mem_.add(kCommBuf, -tensor_bytes(buf_[i]));
+      } else {
+        std::vector<int32_t> g = dop.group;
+        const int64_t R = static_cast<int64_t>(g.size());
+        int64_t width = 0;
+        std::vector<int64_t> cs;
+        for (uint32_t o : bucket) {
+          cs.push_back((op_numel(o) + R - 1) / R);
+          width += cs.back();
+        }
+        const at::Tensor all = buf_[i].view({R, width});
+        int64_t col = 0;
+        for (size_t b = 0; b < bucket.size(); ++b) {
+          const uint32_t o = bucket[b];
+          const int64_t n_o = op_numel(o);
+          at::Tensor f = all.narrow(1, col, cs[b]).reshape({-1}).narrow(0, 0, n_o);
+          write_grads(o, f, owned_[o].first, owned_[o].second);
+          col += cs[b];
+        }
+        mem_.add(kBuckets, -tensor_bytes(buf_[i]));
+      }
+      break;
+    }
+    case CommPurpose::kParamSync:
+    case CommPurpose::kParamGather: {
+      std::vector<uint32_t> list =
+          n.purpose == CommPurpose::kParamSync ? bucket_of_node_[dop.node] : std::vector<uint32_t>{n.op};
+      const int64_t R = static_cast<int64_t>(gather_out_[i].size());
+      int64_t off = 0;
+      for (uint32_t o : list) {
+        const int64_t n_o = op_numel(o), c = (n_o + R - 1) / R;
+        std::vector<at::Tensor> chunks;
+        for (int64_t q = 0; q < R; ++q) chunks.push_back(gather_out_[i][q].narrow(0, off, c));
+        write_params(o, at::cat(chunks).narrow(0, 0, n_o));
+        off += c;
+      }
+      mem_.add(n.purpose == CommPurpose::kParamGather ? kGathered : kCommBuf,
+               -tensor_bytes(buf_[i]) * R);
+      gather_out_[i].clear();
+      break;
+    }
+    case CommPurpose::kTensorPar:
+      mem_.add(kCommBuf, -tensor_bytes(buf_[i]));
+      if (n.tags.pass == Pass::kF) {
+        pending_out_[k] = at::Tensor();
+        finish_forward(n.op, mb, buf_[i]);
+      } else {
+        std::vector<at::Tensor> dx = std::move(pending_dx_[k]);
+        dx.at(0) = buf_[i];
+        add_input_grads(n.op, mb, dx);
+      }
+      break;
+    case CommPurpose::kDispatch:
+    case CommPurpose::kCombine: {
+      mem_.add(kCommBuf, -2 * tensor_bytes(buf_[i]));
+      const bool fwd = n.tags.pass == Pass::kF;
+      const ModelOp& op = cp_.model.ops[n.op];
+      if (n.purpose == CommPurpose::kDispatch && fwd) {
+        ep_in_[k] = buf2_[i];
+      } else if (n.purpose == CommPurpose::kCombine && fwd) {
+        pending_out_[k] = at::Tensor();
+        finish_forward(n.op, mb, buf2_[i].sum(0));
+      } else if (n.purpose == CommPurpose::kCombine) {
+        ep_dy_[k] = buf2_[i];
+      } else {
+        pending_dx_[k].clear();
+        add_grad(op.inputs.at(0), mb, buf2_[i].sum(0));
+      }
+      buf2_[i] = at::Tensor();
+      break;
+    }
+    default:
+      break;
+  }
+  buf_[i] = at::Tensor();
+}
+
+void RankRun::step(bool measured, RankResult& rr) {
+  // Fresh per-step state; gradients start at zero.
+  for (auto& ps : params_)
+    for (auto& p : ps) p.grad.zero_();
+  for (auto& s : st_) s = OpState{};
+  std::fill(stepped_.begin(), stepped_.end(), 0);
+  for (auto* v : {&val_, &grad_acc_, &pending_out_, &ep_in_, &ep_dy_})
+    for (auto& t : *v) t = at::Tensor();
+  for (auto& d : pending_dx_) d.clear();
+  for (auto& s : saved_inputs_) s.clear();
+  auto b = world_->barrier();
+  if (!b->wait(std::chrono::milliseconds(opt_.timeout_ms)))
+    throw std::runtime_error(fmt::format("rank {} timed out at the start barrier of step {}", me_,
+                                         iteration_));
+  for (auto& [name, w] : waiters_) w->last_end = 0;
+  t_compute_ = t_wait_ = cpu_compute_ = cpu_pack_ = 0;
+#ifdef STRETTO_BACKEND_CUDA
+  if (cuda_) {
+    c10::cuda::device_synchronize();
+    ev_step_->record();
+  }
+#endif
+  const int64_t t0 = now_ns(), cpu0 = cpu_ns();
+  for (auto& [name, w] : waiters_) w->last_end = t0;
+  for (size_t i = 0; i < ops_.size(); ++i) execute(i);
+  for (size_t i = 0; i < ops_.size(); ++i)
+    if (!st_[i].finalized) {
+      wait_op(i);
+      finalize(i);
+    }
+  status_.set(fmt::format("step {}: optimizer step", iteration_));
+  const int64_t t_opt = now_ns(), cpu_opt = cpu_ns();
+  ++adam_t_;
+  for (uint32_t o = 0; o < params_.size(); ++o) optimizer_step(o);
+#ifdef STRETTO_BACKEND_CUDA
+  if (cuda_) {
+    // Kernels run asynchronously: compute times come from the events, on the step's clock.
+    c10::cuda::device_synchronize();
+    for (size_t i = 0; i < ops_.size(); ++i)
+      if (ops_[i].kind == NodeKind::kCompute) {
+        st_[i].start_ns = t0 + static_cast<int64_t>(ev_step_->elapsed_time(*ev_begin_[i]) * 1e6);
+        st_[i].end_ns = t0 + static_cast<int64_t>(ev_step_->elapsed_time(*ev_end_[i]) * 1e6);
+      }
+  }
+#endif
+  const int64_t t1 = now_ns(), cpu1 = cpu_ns();
+  t_compute_ += t1 - t_opt;
+  cpu_compute_ += cpu1 - cpu_opt;
+  if (!measured) return;
+  const int it = static_cast<int>(rr.step_ns.size());
+  rr.step_ns.push_back(t1 - t0);
+  rr.t0_ns.push_back(t0);
+  // Metrics: busy = union of compute, comm = union of comm, exposed = comm outside compute.
+  std::vector<std::pair<int64_t, int64_t>> comp, comm;
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    const auto& s = st_[i];
+    const std::pair<int64_t, int64_t> iv{s.start_ns - t0, s.end_ns - t0};
+    (ops_[i].kind == NodeKind::kCompute ? comp : comm).push_back(iv);
+    if (opt_.record_ops) {
+      OpRecord r;
+      r.device = me_;
+      r.stream = ops_[i].stream;
+      r.name = ops_[i].name;
+      r.node = ops_[i].node;
+      r.iteration = it;
+      r.start_ns = iv.first;
+      r.end_ns = iv.second;
+      rr.ops.push_back(std::move(r));
+    }
+  }
+  comp.emplace_back(t_opt - t0, t1 - t0);
+  auto merge = [](std::vector<std::pair<int64_t, int64_t>> v) {
+    std::sort(v.begin(), v.end());
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (auto iv : v) {
+      if (!out.empty() && iv.first <= out.back().second)
+        out.back().second = std::max(out.back().second, iv.second);
+      else
+        out.push_back(iv);
+    }
+    return out;
+  };
+  const auto cu = merge(comp), mu = merge(comm);
+  int64_t busy = 0, commt = 0, overlap = 0;
+  for (auto [a, b2] : cu) busy += b2 - a;
+  for (auto [a, b2] : mu) commt += b2 - a;
+  for (auto [a, b2] : mu)
+    for (auto [c, d] : cu) overlap += std::max<int64_t>(0, std::min(b2, d) - std::max(a, c));
+  DeviceReport& r = rr.report;
+  r.busy_ns += busy;
+  r.comm_ns += commt;
+  r.exposed_comm_ns += commt - overlap;
+  r.step_ns += t1 - t0;
+  r.overhead_ns += std::max<int64_t>(0, (t1 - t0) - t_compute_ - t_wait_);
+  r.overhead_cpu_ns += std::max<int64_t>(0, (cpu1 - cpu0) - cpu_compute_ - cpu_pack_);
+  r.pack_cpu_ns += cpu_pack_;
+  r.compute_cpu_ns += cpu_compute_;
+}
+
+RankResult RankRun::run(std::vector<GradDump>* grads) {
+  at::set_num_threads(std::max(1, opt_.threads));
+  setup();
+  RankResult rr;
+  rr.rank = me_;
+  rr.report.id = me_;
+  rr.device = cuda_ ? fmt::format("cuda:{}", static_cast<int>(model_.options().device().index())) : "cpu";
+  char host[256] = {0};
+  if (::gethostname(host, sizeof host - 1) == 0) rr.host = host;
+  const int total = opt_.warmup + opt_.iterations;
+  for (iteration_ = 0; iteration_ < total; ++iteration_) step(iteration_ >= opt_.warmup, rr);
+  status_.set("finished");
+  const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(rr.step_ns.size()));
+  DeviceReport& r = rr.report;
+  r.busy_ns /= n;
+  r.comm_ns /= n;
+  r.exposed_comm_ns /= n;
+  r.step_ns /= n;
+  r.overhead_ns /= n;
+  r.overhead_cpu_ns /= n;
+  r.compute_cpu_ns /= n;
+  r.pack_cpu_ns /= n;
+  r.bubble_ns = std::max<int64_t>(0, r.step_ns - r.busy_ns);
+  r.bubble_ratio = r.step_ns > 0 ? static_cast<double>(r.bubble_ns) / r.step_ns : 0;
+  r.peak_memory = mem_.peak;
+  r.breakdown = mem_.at_peak;
+#ifdef STRETTO_BACKEND_CUDA
+  if (cuda_) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+        static_cast<int>(model_.options().device().index()));
+    r.peak_memory = stats.allocated_bytes[0].peak;
+  }
+#endif
+  rr.loss = loss_;
+  if (grads) {
+    for (uint32_t o = 0; o < params_.size(); ++o) {
+      int64_t off = 0;
+      for (const auto& p : params_[o]) {
+        GradDump g;
+        g.name = p.slice.name;
+        g.full_shape = p.slice.full_shape;
+        g.dim = p.slice.dim;
+        g.start = p.slice.start;
+        g.length = p.slice.length;
+        const int64_t n_p = p.grad.numel();
+        g.owned_begin = std::clamp<int64_t>(owned_[o].first - off, 0, n_p);
+        g.owned_end = std::clamp<int64_t>(owned_[o].second - off, 0, n_p);
+        off += n_p;
+        const at::Tensor f = p.grad.detach().to(at::kCPU).to(at::kFloat).contiguous().view({-1});
+        g.values.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+        grads->push_back(std::move(g));
+      }
+    }
+  }
+  stop_waiters();
+  return rr;
+}
+
+}  // namespace
+}  // namespace detail
+
+Expected<ReplayResult> run_rank(const CompiledPlan& cp, const RankSpec& spec,
+                                const ReplayOptions& opt_in) {
+  ReplayOptions opt = opt_in;
+  if (opt.check) {
+    opt.iterations = 1;
+    opt.warmup = 0;
+  }
+  if (opt.device == DeviceKind::kAuto) opt.device = cuda_available() ? DeviceKind::kCuda : DeviceKind::kCpu;
+  if (auto d = check_supported(cp, opt); !d.empty()) return fail(std::move(d));
+  auto failure = [&](const std::string& msg) {
+    Diagnostic d;
+    d.message = msg;
+    d.loc.file = cp.plan.file;
+    return fail(std::move(d));
+  };
+  // Leaked on failure on purpose: a failed group's c10d objects may block in their
+  // destructors (waiting for peers that are gone); the process exits right after.
+  auto* run = new detail::RankRun(cp, spec, opt);
+  RankResult rr;
+  std::vector<detail::GradDump> grads;
+  try {
+    rr = run->run(opt.check ? &grads : nullptr);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    msg = msg.substr(0, msg.find("\nException raised from"));
+    if (msg.rfind("rank ", 0) != 0) msg = fmt::format("rank {}: {}", spec.rank, msg);
+    return failure(msg);
+  }
+  // Rank 0 of a multi-host group hosts the store: keep it while the others publish.
+  c10::intrusive_ptr<c10d::Store> store = run->store();
+  delete run;
+  // Publish this rank's result; rank 0 of a multi-host group gathers everyone's.
+  ReplayResult out;
+  try {
+    const std::string js = to_json(rr).dump();
+    store->set(fmt::format("stretto/result/{}", spec.rank), std::vector<uint8_t>(js.begin(), js.end()));
+    if (opt.check)
+      store->set(fmt::format("stretto/grads/{}", spec.rank), detail::encode_grads(grads));
+    store->add("stretto/done", 1);
+    if (spec.store_is_external || spec.rank != 0) {
+      out = merge_results(cp, opt, {rr});
+      return out;
+    }
+    std::vector<RankResult> all;
+    std::vector<std::vector<detail::GradDump>> all_grads;
+    for (int r = 0; r < spec.world_size; ++r) {
+      auto b = store->get(fmt::format("stretto/result/{}", r));
+      auto parsed = rank_result_from_json(Json::parse(std::string(b.begin(), b.end())));
+      if (!parsed) return fail(parsed.error());
+      all.push_back(std::move(*parsed));
+      if (opt.check)
+        all_grads.push_back(detail::decode_grads(store->get(fmt::format("stretto/grads/{}", r))));
+    }
+    out = merge_results(cp, opt, std::move(all));
+    if (opt.check) out.check = detail::check_against_reference(cp, opt, all_grads, out.loss);
+    // Keep the store up until every rank has published.
+    while (store->add("stretto/done", 0) < spec.world_size)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  } catch (const std::exception& e) {
+    return failure(fmt::format("rank {}: publishing the result failed: {}", spec.rank, e.what()));
+  }
+  return out;
+}
+
+}  // namespace stretto::backend

@@ -1,0 +1,431 @@
+// The plan's model in LibTorch (see torch_model.h).
+#include "torch_model.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+
+namespace stretto::backend::detail {
+
+namespace {
+
+uint64_t fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+bool same_tensor(const at::Tensor& a, const at::Tensor& b) {
+  return a.defined() && b.defined() && a.unsafeGetTensorImpl() == b.unsafeGetTensorImpl();
+}
+
+}  // namespace
+
+int64_t tensor_bytes(const at::Tensor& t) {
+  return t.defined() ? static_cast<int64_t>(t.numel() * t.element_size()) : 0;
+}
+
+TorchModel::TorchModel(const CompiledPlan& cp, uint64_t seed, at::TensorOptions opts)
+    : cp_(cp), seed_(seed), opts_(opts) {
+  const auto& ops = cp.model.ops;
+  const ModelSpec& m = cp.plan.model;
+  residual_.assign(ops.size(), kNone);
+  consumers_.assign(ops.size(), 0);
+  for (const auto& op : ops)
+    for (uint32_t i : op.inputs) ++consumers_[i];
+  if (m.family == ModelSpec::Family::kSynthetic) {
+    const int dt = dtype_bytes(cp.model.dtype);
+    const double P = std::max<double>(1, static_cast<double>(m.param_bytes) / dt);
+    const double F = std::max<double>(1, m.flops);
+    const double B = std::max<double>(1, static_cast<double>(m.boundary_bytes) / dt);
+    rows_ = std::clamp<int64_t>(std::llround(F / (2 * P)), 1, 1 << 16);
+    width_ = std::clamp<int64_t>(std::llround(B / static_cast<double>(rows_)), 1, 4096);
+    gemms_ = std::clamp<int64_t>(
+        std::llround(P / static_cast<double>(width_ * width_)), 1, 64);
+    return;
+  }
+  T_ = static_cast<int64_t>(m.microbatch_size) * m.seq_len;
+  h_ = m.hidden;
+  heads_ = m.heads;
+  kv_ = m.kv_heads > 0 ? m.kv_heads : m.heads;
+  d_ = h_ / heads_;
+  f_ = m.ffn_hidden;
+  V_ = m.vocab;
+  if (m.moe) {
+    E_ = m.moe->experts;
+    k_ = m.moe->top_k;
+    ef_ = m.moe->expert_ffn_hidden;
+  }
+  // Residual stream: out_proj adds the attention block's input, the MLP's (or MoE block's)
+  // last op adds the MLP block's input.
+  std::map<int, uint32_t> attn_norm, mlp_norm, last_mlp;
+  for (uint32_t o = 0; o < ops.size(); ++o) {
+    const int l = ops[o].tags.layer();
+    if (l < 0) continue;
+    const std::string& n = ops[o].name;
+    if (n.ends_with(".attn_norm")) attn_norm[l] = o;
+    if (n.ends_with(".mlp_norm")) mlp_norm[l] = o;
+    switch (ops[o].kind) {
+      case OpKind::kMlpDown:
+      case OpKind::kExperts:
+      case OpKind::kSharedExperts:
+        last_mlp[l] = o;  // shared experts come after the routed ones
+        break;
+      default:
+        break;
+    }
+  }
+  for (uint32_t o = 0; o < ops.size(); ++o) {
+    const int l = ops[o].tags.layer();
+    if (ops[o].kind == OpKind::kOutProj && attn_norm.count(l))
+      residual_[o] = ops[attn_norm[l]].inputs.at(0);
+  }
+  for (auto [l, o] : last_mlp)
+    if (mlp_norm.count(l)) residual_[o] = ops[mlp_norm[l]].inputs.at(0);
+}
+
+at::Tensor TorchModel::full_weight(const std::string& name, std::vector<int64_t> shape,
+                                   int64_t fan_in, bool ones) const {
+  auto gen = at::detail::createCPUGenerator(fnv1a(name, seed_ * 0x9E3779B97F4A7C15ull + 1));
+  at::Tensor w = at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat));
+  if (ones)
+    w = w.mul_(0.1).add_(1.0);
+  else
+    w = w.mul_(1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(1, fan_in))));
+  return w;
+}
+
+std::vector<Param> TorchModel::make_params(uint32_t o, const OpPlacement& pl) const {
+  const ModelOp& op = cp_.model.ops[o];
+  const bool gated = cp_.plan.model.gated_mlp;
+  std::vector<Param> out;
+  auto add = [&](const std::string& suffix, std::vector<int64_t> shape, int64_t fan_in, int dim,
+                 int64_t parts, int64_t part, bool ones = false) {
+    Param p;
+    p.slice.name = op.name + "." + suffix;
+    p.slice.full_shape = shape;
+    at::Tensor full = full_weight(p.slice.name, shape, fan_in, ones);
+    if (dim >= 0 && parts > 1) {
+      const int64_t len = shape[dim] / parts;
+      p.slice.dim = dim;
+      p.slice.start = part * len;
+      p.slice.length = len;
+      full = full.narrow(dim, part * len, len);
+    }
+    p.value = full.contiguous().to(opts_).detach().clone();
+    p.value.set_requires_grad(true);
+    p.grad = at::zeros_like(p.value).detach();
+    out.push_back(std::move(p));
+  };
+  const int64_t tp = pl.tp, r = pl.tp_rank;
+  switch (op.kind) {
+    case OpKind::kEmbedding:
+      add("weight", {V_, h_}, 1, 0, tp, r);
+      break;
+    case OpKind::kNorm:
+      add("weight", {h_}, 1, -1, 1, 0, true);
+      break;
+    case OpKind::kQKV:
+      add("q.weight", {heads_ * d_, h_}, h_, 0, tp, r);
+      add("k.weight", {kv_ * d_, h_}, h_, 0, tp, r);
+      add("v.weight", {kv_ * d_, h_}, h_, 0, tp, r);
+      break;
+    case OpKind::kOutProj:
+      add("weight", {h_, heads_ * d_}, heads_ * d_, 1, tp, r);
+      break;
+    case OpKind::kMlpUp:
+      if (gated) add("gate.weight", {f_, h_}, h_, 0, tp, r);
+      add("up.weight", {f_, h_}, h_, 0, tp, r);
+      break;
+    case OpKind::kMlpDown:
+      add("weight", {h_, f_}, f_, 1, tp, r);
+      break;
+    case OpKind::kRouter:
+      add("weight", {E_, h_}, h_, -1, 1, 0);
+      break;
+    case OpKind::kExperts: {
+      const int64_t local = E_ / std::max(1, pl.ep);
+      for (int64_t j = 0; j < local; ++j) {
+        const int64_t e = pl.ep_rank * local + j;
+        if (gated) add(fmt::format("{}.gate.weight", e), {ef_, h_}, h_, -1, 1, 0);
+        add(fmt::format("{}.up.weight", e), {ef_, h_}, h_, -1, 1, 0);
+        add(fmt::format("{}.down.weight", e), {h_, ef_}, ef_, -1, 1, 0);
+      }
+      break;
+    }
+    case OpKind::kSharedExperts: {
+      const int64_t sf = ef_ * cp_.plan.model.moe->shared_experts;
+      if (gated) add("gate.weight", {sf, h_}, h_, -1, 1, 0);
+      add("up.weight", {sf, h_}, h_, -1, 1, 0);
+      add("down.weight", {h_, sf}, sf, -1, 1, 0);
+      break;
+    }
+    case OpKind::kHead:
+      add("weight", {V_, h_}, h_, 0, tp, r);
+      break;
+    case OpKind::kSynthetic:
+      for (int64_t i = 0; i < gemms_; ++i) add(fmt::format("w{}", i), {width_, width_}, width_, -1, 1, 0);
+      break;
+    default:
+      break;
+  }
+  return out;
+}
+
+at::Tensor TorchModel::input_data(int replica, int mb) const {
+  auto gen = at::detail::createCPUGenerator(
+      fnv1a(fmt::format("data/{}/{}", replica, mb), seed_ * 0x9E3779B97F4A7C15ull + 7));
+  if (cp_.plan.model.family == ModelSpec::Family::kSynthetic)
+    return at::randn({rows_, width_}, gen, at::TensorOptions().dtype(at::kFloat)).to(opts_);
+  const ModelSpec& m = cp_.plan.model;
+  return at::randint(V_, {m.microbatch_size, m.seq_len}, gen, at::TensorOptions().dtype(at::kLong))
+      .to(opts_.device());
+}
+
+at::Tensor TorchModel::labels(int replica, int mb) const {
+  return at::roll(input_data(replica, mb), {-1}, {1}).reshape({-1});
+}
+
+std::vector<int64_t> TorchModel::output_shape(uint32_t o) const {
+  const ModelOp& op = cp_.model.ops[o];
+  switch (op.kind) {
+    case OpKind::kSynthetic:
+      return is_last(o) ? std::vector<int64_t>{} : std::vector<int64_t>{rows_, width_};
+    case OpKind::kQKV:
+      return {T_, (heads_ + 2 * kv_) * d_};
+    case OpKind::kAttention:
+      return {T_, heads_ * d_};
+    case OpKind::kMlpUp:
+      return {T_, cp_.plan.model.gated_mlp ? 2 * f_ : f_};
+    case OpKind::kMlpAct:
+      return {T_, f_};
+    case OpKind::kRouter:
+      return {T_, h_ + E_};
+    case OpKind::kHead:
+      return {T_, V_};
+    case OpKind::kLoss:
+      return {};
+    default:
+      return {T_, h_};
+  }
+}
+
+OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
+                          const std::vector<Param>& params, const OpPlacement& pl, int replica,
+                          int mb, double loss_scale, const TpAllReduce& tp_allreduce) const {
+  const ModelOp& op = cp_.model.ops[o];
+  const bool gated = cp_.plan.model.gated_mlp;
+  OpCtx c;
+  c.leaves = inputs;
+  auto lin = [&](const at::Tensor& x, size_t pi) {
+    at::Tensor z = at::matmul(x, params.at(pi).value.t());
+    c.sites.push_back(Site{z, {params[pi].value}, {pi}});
+    return z;
+  };
+  auto mlp = [&](const at::Tensor& x, size_t first) {
+    at::Tensor a = gated ? at::silu(lin(x, first)) * lin(x, first + 1) : at::gelu(lin(x, first));
+    return lin(a, first + (gated ? 2 : 1));
+  };
+  at::Tensor out;
+  switch (op.kind) {
+    case OpKind::kEmbedding: {
+      const at::Tensor ids = input_data(replica, mb).reshape({-1});
+      const at::Tensor& w = params.at(0).value;
+      if (pl.tp > 1) {
+        const int64_t vl = w.size(0), v0 = pl.tp_rank * vl;
+        const at::Tensor in_range = ids.ge(v0).logical_and(ids.lt(v0 + vl));
+        out = at::embedding(w, (ids - v0).clamp(0, vl - 1)) *
+              in_range.unsqueeze(1).to(w.scalar_type());
+      } else {
+        out = at::embedding(w, ids);
+      }
+      c.sites.push_back(Site{out, {w}, {0}});
+      break;
+    }
+    case OpKind::kNorm: {
+      const at::Tensor& x = inputs.at(0);
+      const at::Tensor xn = x * at::rsqrt(x.pow(2).mean({-1}, true) + 1e-5);
+      out = xn * params.at(0).value;
+      c.sites.push_back(Site{out, {params[0].value}, {0}});
+      break;
+    }
+    case OpKind::kQKV:
+      out = at::cat({lin(inputs.at(0), 0), lin(inputs.at(0), 1), lin(inputs.at(0), 2)}, 1);
+      break;
+    case OpKind::kAttention: {
+      const at::Tensor& in = inputs.at(0);
+      const int64_t al = heads_ / pl.tp, kvl = kv_ / pl.tp;
+      const int64_t bs = cp_.plan.model.microbatch_size, s = cp_.plan.model.seq_len;
+      auto heads = [&](int64_t off, int64_t n) {
+        return in.narrow(1, off * d_, n * d_).reshape({bs, s, n, d_}).transpose(1, 2);
+      };
+      at::Tensor q = heads(0, al), k = heads(al, kvl), v = heads(al + kvl, kvl);
+      if (al != kvl) {
+        k = k.repeat_interleave(al / kvl, 1);
+        v = v.repeat_interleave(al / kvl, 1);
+      }
+      at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d_));
+      const at::Tensor mask =
+          at::ones({s, s}, at::TensorOptions().dtype(at::kBool).device(in.device())).triu(1);
+      scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+      out = at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({bs * s, al * d_});
+      break;
+    }
+    case OpKind::kOutProj:
+    case OpKind::kMlpDown:
+    case OpKind::kHead:
+      out = lin(inputs.at(0), 0);
+      break;
+    case OpKind::kMlpUp:
+      out = gated ? at::cat({lin(inputs.at(0), 0), lin(inputs.at(0), 1)}, 1) : lin(inputs.at(0), 0);
+      break;
+    case OpKind::kMlpAct: {
+      const at::Tensor& in = inputs.at(0);
+      if (gated) {
+        const int64_t fl = in.size(1) / 2;
+        out = at::silu(in.narrow(1, 0, fl)) * in.narrow(1, fl, fl);
+      } else {
+        out = at::gelu(in);
+      }
+      break;
+    }
+    case OpKind::kRouter: {
+      const at::Tensor& x = inputs.at(0);
+      const at::Tensor probs = at::softmax(lin(x, 0).to(at::kFloat), -1);
+      auto [topv, topi] = at::topk(probs, k_, -1);
+      const at::Tensor gates = at::zeros_like(probs).scatter(1, topi, topv);
+      out = at::cat({x, gates.to(x.scalar_type())}, 1);
+      break;
+    }
+    case OpKind::kExperts: {
+      at::Tensor in = inputs.at(0);
+      if (in.dim() == 2) in = in.unsqueeze(0);
+      const int64_t S = in.size(0), T = in.size(1);
+      const at::Tensor x = in.narrow(2, 0, h_).reshape({S * T, h_});
+      const at::Tensor g = in.narrow(2, h_, E_).reshape({S * T, E_});
+      at::Tensor acc = at::zeros({S * T, h_}, x.options());
+      const int64_t local = E_ / std::max(1, pl.ep), per = gated ? 3 : 2;
+      for (int64_t j = 0; j < local; ++j) {
+        const int64_t e = pl.ep_rank * local + j;
+        const at::Tensor col = g.select(1, e);
+        const at::Tensor idx = col.detach().gt(0).nonzero().reshape({-1});
+        if (idx.numel() == 0) continue;
+        const at::Tensor y = mlp(x.index_select(0, idx), static_cast<size_t>(j * per));
+        acc = acc.index_add(0, idx, y * col.index_select(0, idx).unsqueeze(1));
+      }
+      out = acc.reshape({S, T, h_});
+      break;
+    }
+    case OpKind::kSharedExperts:
+      out = mlp(inputs.at(0), 0) + inputs.at(1);
+      break;
+    case OpKind::kLoss: {
+      const at::Tensor lf = inputs.at(0).to(at::kFloat);
+      const at::Tensor lab = labels(replica, mb);
+      at::Tensor loss;
+      if (pl.tp <= 1) {
+        loss = at::cross_entropy_loss(lf, lab);
+      } else {
+        // Vocab-parallel cross-entropy (Megatron): max, sum of exponentials and the target
+        // logit are all-reduced over the TP group; each rank's gradient is for its slice.
+        at::Tensor m = lf.detach().amax({1}, true);
+        tp_allreduce(m, true);
+        const at::Tensor se = at::exp(lf - m).sum({1});
+        at::Tensor total = se.detach().clone();
+        tp_allreduce(total, false);
+        const int64_t vl = lf.size(1), v0 = pl.tp_rank * vl;
+        const at::Tensor in_range = lab.ge(v0).logical_and(lab.lt(v0 + vl));
+        const at::Tensor tl =
+            lf.gather(1, (lab - v0).clamp(0, vl - 1).unsqueeze(1)).squeeze(1) *
+            in_range.to(at::kFloat);
+        at::Tensor tl_all = tl.detach().clone();
+        tp_allreduce(tl_all, false);
+        loss = (at::log(se + (total - se.detach())) + m.squeeze(1) - (tl + (tl_all - tl.detach())))
+                   .mean();
+      }
+      out = loss * loss_scale;
+      break;
+    }
+    case OpKind::kSynthetic: {
+      at::Tensor x = inputs.empty() ? input_data(replica, mb) : inputs.at(0);
+      for (int64_t i = 0; i < gemms_; ++i) {
+        at::Tensor z = lin(x, static_cast<size_t>(i));
+        x = i + 1 < gemms_ ? at::tanh(z) : z;
+      }
+      out = is_last(o) ? x.pow(2).mean() * loss_scale : x;
+      break;
+    }
+    default:
+      throw std::runtime_error(fmt::format("replay: no implementation of op {}", op.name));
+  }
+  c.out = out;
+  c.live = true;
+  c.bytes = tensor_bytes(out);
+  for (const auto& l : c.leaves) c.bytes += tensor_bytes(l);
+  for (const auto& s : c.sites)
+    if (!same_tensor(s.z, out)) c.bytes += tensor_bytes(s.z);
+  return c;
+}
+
+std::vector<at::Tensor> backward_inputs(OpCtx& ctx, const at::Tensor& dy, bool full,
+                                        std::vector<Param>& params) {
+  std::vector<at::Tensor> targets;
+  std::vector<int> leaf_at(ctx.leaves.size(), -1), site_at(ctx.sites.size(), -1);
+  for (size_t i = 0; i < ctx.leaves.size(); ++i)
+    if (ctx.leaves[i].defined() && ctx.leaves[i].requires_grad()) {
+      leaf_at[i] = static_cast<int>(targets.size());
+      targets.push_back(ctx.leaves[i]);
+    }
+  std::vector<std::pair<size_t, int>> param_at;  // (param index, target)
+  if (full) {
+    std::vector<char> seen(params.size(), 0);
+    for (const auto& s : ctx.sites)
+      for (size_t k = 0; k < s.params.size(); ++k)
+        if (!seen[s.param_index[k]]) {
+          seen[s.param_index[k]] = 1;
+          param_at.emplace_back(s.param_index[k], static_cast<int>(targets.size()));
+          targets.push_back(s.params[k]);
+        }
+  } else {
+    for (size_t i = 0; i < ctx.sites.size(); ++i)
+      if (!same_tensor(ctx.sites[i].z, ctx.out)) {
+        site_at[i] = static_cast<int>(targets.size());
+        targets.push_back(ctx.sites[i].z);
+      }
+  }
+  std::vector<at::Tensor> grads;
+  if (!targets.empty())
+    grads = torch::autograd::grad({ctx.out}, targets, {dy}, /*retain_graph=*/!full,
+                                  /*create_graph=*/false, /*allow_unused=*/true);
+  std::vector<at::Tensor> dx(ctx.leaves.size());
+  for (size_t i = 0; i < ctx.leaves.size(); ++i)
+    if (leaf_at[i] >= 0) dx[i] = grads[leaf_at[i]];
+  if (full) {
+    for (auto [pi, t] : param_at)
+      if (grads[t].defined()) params[pi].grad.add_(grads[t]);
+  } else {
+    ctx.dz.assign(ctx.sites.size(), at::Tensor());
+    for (size_t i = 0; i < ctx.sites.size(); ++i)
+      ctx.dz[i] = site_at[i] >= 0 ? grads[site_at[i]] : dy;
+  }
+  return dx;
+}
+
+void backward_weights(OpCtx& ctx, std::vector<Param>& params) {
+  for (size_t i = 0; i < ctx.sites.size(); ++i) {
+    if (i >= ctx.dz.size() || !ctx.dz[i].defined()) continue;
+    const Site& s = ctx.sites[i];
+    auto g = torch::autograd::grad({s.z}, s.params, {ctx.dz[i]}, /*retain_graph=*/true,
+                                   /*create_graph=*/false, /*allow_unused=*/true);
+    for (size_t k = 0; k < g.size(); ++k)
+      if (g[k].defined()) params[s.param_index[k]].grad.add_(g[k]);
+  }
+}
+
+}  // namespace stretto::backend::detail

@@ -1,0 +1,118 @@
+#pragma once
+// The plan's model as LibTorch code, one function per model op (private to the backend).
+//
+// Every ModelOp of the compiled plan (schedules/model.h) becomes real tensors: parameters
+// (initialised from the seed and the parameter's name, then sliced for tensor or expert
+// parallelism, so every layout starts from the same full weights) and a forward function from
+// its inputs to its (possibly partial) output. The executor makes the inputs autograd leaves,
+// so one op's backward is autograd over that op alone:
+//   BI: grad(out -> input leaves and every weight site's output z), keeping the graph;
+//   BW: grad(z -> that site's weights) per site, so BW never redoes BI's input-gradient work.
+// Layout conventions: activations are [tokens, features] (tokens = microbatch_size·seq_len);
+// the router's output carries the tokens and the dense top-k gates, [T, hidden + experts]; the
+// experts take [S, T, hidden + experts] (S = expert-parallel sources) and return [S, T, hidden]
+// partial sums. Residual adds are done by the executor (residual_source()), after any TP or EP
+// reduction of the op's output.
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "stretto/schedules/compiler.h"
+
+namespace stretto::backend::detail {
+
+/// How a local parameter tensor maps onto the full parameter (for --check).
+struct ParamSlice {
+  std::string name;
+  std::vector<int64_t> full_shape;
+  int dim = -1;  // sliced dimension; -1: the whole parameter
+  int64_t start = 0, length = 0;
+};
+
+struct Param {
+  ParamSlice slice;
+  at::Tensor value;  // leaf, requires grad
+  at::Tensor grad;   // accumulated gradient (same shape)
+};
+
+/// Where an op instance runs in its parallel groups.
+struct OpPlacement {
+  int tp = 1, tp_rank = 0;
+  int ep = 1, ep_rank = 0;
+};
+
+/// A weight site: z = f(x, params), the last primitive that touches `params`.
+struct Site {
+  at::Tensor z;
+  std::vector<at::Tensor> params;  // leaves
+  std::vector<size_t> param_index;  // into the op's Param list
+};
+
+/// A forward pass of one op on one microbatch, kept until its backward.
+struct OpCtx {
+  std::vector<at::Tensor> leaves;  // inputs as autograd leaves (undefined: no gradient)
+  at::Tensor out;                  // output (possibly partial)
+  std::vector<Site> sites;
+  std::vector<at::Tensor> dz;      // after BI: gradient of each site's z
+  int64_t bytes = 0;               // activation bytes this context keeps alive
+  bool live = false;
+};
+
+/// All-reduce (sum or max) over the op's tensor-parallel group, in place (vocab-parallel loss).
+using TpAllReduce = std::function<void(at::Tensor&, bool max)>;
+
+class TorchModel {
+ public:
+  TorchModel(const CompiledPlan& cp, uint64_t seed, at::TensorOptions opts);
+
+  const CompiledPlan& plan() const { return cp_; }
+  at::TensorOptions options() const { return opts_; }
+
+  /// The op's parameters for a placement (full weights, sliced).
+  std::vector<Param> make_params(uint32_t op, const OpPlacement& pl) const;
+  /// Op whose output is added to this op's output as the residual stream (kNone: none).
+  uint32_t residual_source(uint32_t op) const { return residual_[op]; }
+  /// Whether an op is the model's last (no consumers): its output is the scaled loss.
+  bool is_last(uint32_t op) const { return consumers_[op] == 0; }
+
+  /// Synthetic input of the first op (token ids, or a synthetic activation) and labels.
+  at::Tensor input_data(int replica, int mb) const;
+  at::Tensor labels(int replica, int mb) const;
+
+  /// Forward of `op`. `inputs` are the values of op.inputs (leaves or graph tensors); the
+  /// first op gets input_data(). `loss_scale` scales the last op's loss.
+  OpCtx forward(uint32_t op, const std::vector<at::Tensor>& inputs, const std::vector<Param>& params,
+                const OpPlacement& pl, int replica, int mb, double loss_scale,
+                const TpAllReduce& tp_allreduce) const;
+
+  /// Shape of an op's full output value for one microbatch (what transfers carry).
+  std::vector<int64_t> output_shape(uint32_t op) const;
+
+ private:
+  const CompiledPlan& cp_;
+  uint64_t seed_;
+  at::TensorOptions opts_;
+  std::vector<uint32_t> residual_;
+  std::vector<int> consumers_;
+  int64_t T_ = 0, h_ = 0, heads_ = 0, kv_ = 0, d_ = 0, f_ = 0, V_ = 0, E_ = 0, k_ = 0, ef_ = 0;
+  // synthetic
+  int64_t rows_ = 1, width_ = 1, gemms_ = 1;
+
+  at::Tensor full_weight(const std::string& name, std::vector<int64_t> shape, int64_t fan_in,
+                         bool ones = false) const;
+};
+
+/// Backward of one op: BI (inputs and sites, keeps the graph) or the full B. Returns the
+/// gradients of ctx.leaves (undefined where no gradient); accumulates parameter gradients for
+/// a full B.
+std::vector<at::Tensor> backward_inputs(OpCtx& ctx, const at::Tensor& dy, bool full,
+                                        std::vector<Param>& params);
+/// BW after BI: parameter gradients from the sites' saved dz.
+void backward_weights(OpCtx& ctx, std::vector<Param>& params);
+
+int64_t tensor_bytes(const at::Tensor& t);
+
+}  // namespace stretto::backend::detail

@@ -1,0 +1,214 @@
+// `stretto replay PLAN [--iterations N] [--warmup K] [--check] [--trace FILE] [--format table|json]
+//   [--timeout S] [--max-procs N] [--device auto|cpu|cuda] [--optimizer sgd|adam|none] ...`
+// Launches one process per device on this host (fork + exec of this binary), or -- with
+// --rank/--world-size/--master, or torchrun/srun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT --
+// runs one rank of a multi-host group (rank 0 prints the merged result).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+
+#include "commands.h"
+#include "stretto/backend/replay.h"
+#include "stretto/sim/session.h"
+
+namespace stretto::cli {
+
+namespace {
+
+struct ReplayOpts {
+  std::string plan, trace, format, device = "auto", optimizer = "sgd", master, fault_kind = "crash";
+  int iterations = 5, warmup = 1, max_procs = 64, threads = 1, rank = -1, world_size = -1;
+  int fault_rank = -1;
+  int64_t fault_op = -1;
+  double timeout_s = 60, lr = 1e-3;
+  uint64_t seed = 1234;
+  bool check = false, compare = true, recompute = false;
+};
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "stretto";
+  buf[n] = '\0';
+  return buf;
+}
+
+int diag_exit(const std::string& msg, const std::string& hint = "") {
+  Diagnostic d;
+  d.message = msg;
+  d.hint = hint;
+  return report({d});
+}
+
+int run_replay(const ReplayOpts& o) {
+  auto s = sim::Session::open(o.plan);
+  if (!s) return report(s.error());
+  const CompiledPlan& cp = s->compiled();
+  backend::ReplayOptions ro;
+  ro.iterations = o.iterations;
+  ro.warmup = o.warmup;
+  ro.timeout_ms = static_cast<int64_t>(o.timeout_s * 1000);
+  ro.device = o.device == "cpu" ? backend::DeviceKind::kCpu
+              : o.device == "cuda" ? backend::DeviceKind::kCuda
+                                   : backend::DeviceKind::kAuto;
+  if (ro.device == backend::DeviceKind::kCuda && !backend::has_cuda_build())
+    return diag_exit("--device cuda: this build of stretto has no CUDA/NCCL backend",
+                     "Debian's LibTorch is CPU-only; build against a CUDA LibTorch (scripts/gpu_check.sh)");
+  if (ro.device == backend::DeviceKind::kCuda && !backend::cuda_available())
+    return diag_exit("--device cuda: no CUDA device is available", "use --device cpu");
+  const bool on_gpu = ro.device == backend::DeviceKind::kCuda ||
+                      (ro.device == backend::DeviceKind::kAuto && backend::cuda_available());
+  if (on_gpu && o.rank < 0 && !std::getenv("RANK") && cp.num_devices > backend::cuda_device_count())
+    return diag_exit(fmt::format("the plan has {} devices but this host has {} GPUs (NCCL needs one "
+                                 "GPU per rank)",
+                                 cp.num_devices, backend::cuda_device_count()),
+                     "use --device cpu, or a plan with at most that many devices");
+  ro.optimizer = o.optimizer == "adam"   ? backend::Optimizer::kAdam
+                 : o.optimizer == "none" ? backend::Optimizer::kNone
+                                         : backend::Optimizer::kSgd;
+  ro.lr = o.lr;
+  ro.seed = o.seed;
+  ro.check = o.check;
+  ro.max_procs = o.max_procs;
+  ro.threads = o.threads;
+  ro.recompute_full = o.recompute;
+  ro.fault_rank = o.fault_rank;
+  ro.fault_op = o.fault_op;
+  ro.fault_kind = o.fault_kind;
+  if (auto d = backend::check_supported(cp, ro); !d.empty()) return report(d);
+
+  // Rank mode: explicit flags, or the variables torchrun and srun set.
+  backend::RankSpec spec;
+  int rank = o.rank, world = o.world_size;
+  std::string master = o.master;
+  if (rank < 0 && std::getenv("RANK")) rank = std::atoi(std::getenv("RANK"));
+  if (world < 0 && std::getenv("WORLD_SIZE")) world = std::atoi(std::getenv("WORLD_SIZE"));
+  if (master.empty() && std::getenv("MASTER_ADDR"))
+    master = fmt::format("{}:{}", std::getenv("MASTER_ADDR"),
+                         std::getenv("MASTER_PORT") ? std::getenv("MASTER_PORT") : "29500");
+  const bool child = std::getenv("STRETTO_REPLAY_STORE_EXTERNAL") != nullptr;
+  backend::ReplayResult result;
+  if (rank >= 0) {
+    if (world != cp.num_devices)
+      return diag_exit(fmt::format("the plan has {} devices but the world size is {}",
+                                   cp.num_devices, world),
+                       "run one process per device of the plan");
+    if (rank >= world) return diag_exit(fmt::format("rank {} is out of range (world size {})", rank, world));
+    spec.rank = rank;
+    spec.world_size = world;
+    const auto colon = master.rfind(':');
+    spec.master_addr = master.empty() ? "127.0.0.1" : master.substr(0, colon);
+    spec.master_port = colon == std::string::npos ? 29500 : std::atoi(master.c_str() + colon + 1);
+    spec.store_is_external = child;
+    auto r = backend::run_rank(cp, spec, ro);
+    if (!r) {
+      std::fputs(render_all(r.error()).c_str(), stderr);
+      std::fflush(stderr);
+      // A failed group's c10d objects can block in their destructors: leave at once.
+      ::_exit(1);
+    }
+    if (child || rank != 0) {
+      std::fflush(stdout);
+      ::_exit(0);
+    }
+    result = std::move(*r);
+  } else {
+    backend::LaunchOptions lo;
+    lo.exe = self_exe();
+    lo.quiet = !isatty(STDERR_FILENO);
+    lo.args = {"replay",
+               o.plan,
+               "--iterations",
+               std::to_string(o.iterations),
+               "--warmup",
+               std::to_string(o.warmup),
+               "--timeout",
+               fmt::format("{}", o.timeout_s),
+               "--device",
+               o.device,
+               "--optimizer",
+               o.optimizer,
+               "--lr",
+               fmt::format("{}", o.lr),
+               "--seed",
+               std::to_string(o.seed),
+               "--threads",
+               std::to_string(o.threads),
+               "--max-procs",
+               std::to_string(o.max_procs)};
+    if (o.check) lo.args.push_back("--check");
+    if (o.recompute) lo.args.push_back("--recompute");
+    if (o.fault_rank >= 0)
+      for (std::string a : {std::string("--fault-rank"), std::to_string(o.fault_rank),
+                            std::string("--fault-op"), std::to_string(o.fault_op),
+                            std::string("--fault-kind"), o.fault_kind})
+        lo.args.push_back(a);
+    auto r = backend::launch_local(cp, ro, lo);
+    if (!r) {
+      std::fputs(render_all(r.error()).c_str(), stderr);
+      return 1;
+    }
+    result = std::move(*r);
+  }
+  std::optional<sim::Result> pred;
+  if (o.compare) {
+    auto p = s->simulate();
+    if (p) pred = std::move(*p);
+  }
+  const sim::Result* pp = pred ? &*pred : nullptr;
+  if (!o.trace.empty() && !write_output(o.trace, backend::chrome_trace(cp, result))) return 2;
+  const std::string f = o.format.empty() ? (stdout_is_tty() ? "table" : "json") : o.format;
+  std::string text = f == "json" ? backend::result_json(cp, result, pp).dump(2) + "\n"
+                                 : backend::result_table(cp, result, pp);
+  if (f != "json" && !o.trace.empty())
+    text += fmt::format("\ntrace written to {} (open it in https://ui.perfetto.dev)\n", o.trace);
+  if (!write_output("", text)) return 1;
+  return result.check && !result.check->passed ? 1 : 0;
+}
+
+}  // namespace
+
+void add_replay_command(CLI::App& app, Commands& out) {
+  auto o = std::make_shared<ReplayOpts>();
+  auto* cmd = app.add_subcommand(
+      "replay", "Run the plan for real on LibTorch (one process per device) and measure it");
+  cmd->add_option("PLAN", o->plan, "Plan file (JSON)")->required();
+  cmd->add_option("--iterations", o->iterations, "Measured steps (default 5)")->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", o->warmup, "Steps run first and not measured (default 1)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace of the last measured step");
+  cmd->add_option("--format", o->format, "table (default on a terminal) or json")
+      ->check(CLI::IsMember({"table", "json"}));
+  cmd->add_flag("--check", o->check,
+                "Compare every gradient after one step with a single-process reference");
+  cmd->add_option("--timeout", o->timeout_s,
+                  "Seconds a rank waits for a peer before the group is stopped (default 60)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-procs", o->max_procs,
+                  "Refuse plans needing more processes on this host (default 64; 0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--device", o->device, "auto (CUDA when available), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--optimizer", o->optimizer, "sgd (default), adam or none")
+      ->check(CLI::IsMember({"sgd", "adam", "none"}));
+  cmd->add_option("--lr", o->lr, "Learning rate (default 1e-3)");
+  cmd->add_option("--seed", o->seed, "Seed of parameters and synthetic data (default 1234)");
+  cmd->add_option("--threads", o->threads, "Intra-op (and BLAS) threads per rank (default 1)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--recompute", o->recompute,
+                "Full activation recomputation: every backward reruns its forward first");
+  cmd->add_flag("--compare-with-simulation,!--no-compare", o->compare,
+                "Print the simulator's prediction next to the measurement (default on)");
+  cmd->add_option("--rank", o->rank, "Run as this rank of a multi-host group (default: $RANK)");
+  cmd->add_option("--world-size", o->world_size, "Group size (default: $WORLD_SIZE)");
+  cmd->add_option("--master", o->master,
+                  "Rendezvous ADDR:PORT, hosted by rank 0 (default: $MASTER_ADDR:$MASTER_PORT)");
+  cmd->add_option("--fault-rank", o->fault_rank)->group("");
+  cmd->add_option("--fault-op", o->fault_op)->group("");
+  cmd->add_option("--fault-kind", o->fault_kind)->group("");
+  out.push_back({cmd, [o] { return run_replay(*o); }});
+}
+
+}  // namespace stretto::cli

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Builds and checks the CUDA/NCCL replay path on a GPU machine with a PyTorch wheel (no
+# internet, no apt needed). Writes everything it measures to $OUT (default ./gpu-out).
+#
+#   PATH=/opt/torch/.venv/bin:$PATH bash scripts/gpu_check.sh
+#
+# Needs: python3 with torch (CUDA), cmake, ninja, a C++23 compiler, nvcc under /usr/local/cuda,
+# and the system headers of nlohmann-json, fmt, CLI11, Boost and GoogleTest. Configures a
+# separate build directory (build-gpu) without the GUI, sweeps and benchmarks.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu_check.log") 2>&1
+step() { echo; echo "=== $*"; }
+status=0
+
+step "environment"
+date -u
+nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 && head -15 "$OUT/nvidia-smi.txt"
+python3 - <<'PY' | tee "$OUT/torch.txt"
+import torch, os
+print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(),
+      "devices", torch.cuda.device_count(), "cxx11 abi", torch.compiled_with_cxx11_abi())
+inc = os.path.join(os.path.dirname(torch.__file__), "include")
+print("gloo headers in the wheel:", os.path.isdir(os.path.join(inc, "gloo")))
+PY
+TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+# ProcessGroupNCCL.hpp includes <nccl.h>: take the wheel's NCCL (nvidia-nccl) headers, which
+# match the library torch loads; fall back to the system's.
+NCCL_INC=$(python3 -c 'import nvidia.nccl, os; d = os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0]; print(os.path.join(d, "include"))' 2>/dev/null || true)
+[ -f "$NCCL_INC/nccl.h" ] || NCCL_INC=""
+echo "torch cmake prefix: $TORCH_PREFIX"
+echo "nccl.h from: ${NCCL_INC:-system}"
+
+step "configure (build-gpu)"
+export CUDACXX=/usr/local/cuda/bin/nvcc CUDA_HOME=/usr/local/cuda
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DSTRETTO_WITH_GUI=OFF -DSTRETTO_WITH_EXPLORE=OFF -DSTRETTO_BUILD_BENCH=OFF \
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DCUDAToolkit_ROOT=/usr/local/cuda \
+  -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DTORCH_CUDA_ARCH_LIST=9.0 ${NCCL_INC:+-DCMAKE_CXX_FLAGS=-isystem$NCCL_INC} \
+  2>&1 | tee "$OUT/configure.log" | tail -25
+grep -q "STRETTO_BACKEND_CUDA" build-gpu/build.ninja && echo "CUDA/NCCL path: compiled in" \
+  || { echo "CUDA/NCCL path: NOT compiled in (no torch_cuda target)"; status=1; }
+
+step "build stretto and backend_test"
+cmake --build build-gpu -j16 --target stretto backend_test 2>&1 | tee "$OUT/build.log" | tail -30
+[ -x build-gpu/stretto ] || { echo "build failed"; exit 1; }
+
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+step "GPU tests (backend_test: CUDA one-GPU check; the Gloo tests too when the wheel has Gloo)"
+build-gpu/tests/backend_test --gtest_filter='Replay.CudaOneGpu:Replay.Refuses*:Replay.Expected*' \
+  2>&1 | tee "$OUT/backend_test_gpu.txt" | tail -15 || status=1
+build-gpu/tests/backend_test --gtest_filter='Schedules/GradientCheck.*' --gtest_brief=1 \
+  > "$OUT/backend_test_gloo.txt" 2>&1 && echo "Gloo tests: passed" \
+  || echo "Gloo tests: did not pass here (see backend_test_gloo.txt; expected when the wheel has no Gloo headers)"
+
+step "replay on one GPU: gradient check (fp32, small)"
+build-gpu/stretto replay tests/data/backend/gpu_1dev.json --device cuda --check --format table \
+  2>&1 | tee "$OUT/replay_gpu_check.txt" || status=1
+
+step "replay on one GPU: measured vs predicted (examples/gpu_gpt_1dev.json, bf16)"
+build-gpu/stretto replay examples/gpu_gpt_1dev.json --device cuda --iterations 10 --warmup 3 \
+  --trace "$OUT/replay_gpu.trace.json" --format table 2>&1 | tee "$OUT/replay_gpu.txt" || status=1
+build-gpu/stretto replay examples/gpu_gpt_1dev.json --device cuda --iterations 10 --warmup 3 \
+  --format json > "$OUT/replay_gpu.json" 2> "$OUT/replay_gpu.err" || status=1
+build-gpu/stretto simulate examples/gpu_gpt_1dev.json --format json > "$OUT/simulate_gpu.json" || status=1
+
+step "done (status $status); outputs in $OUT"
+ls -la "$OUT"
+exit $status

@@ -1,0 +1,294 @@
+// stretto replay on real processes: gradients equal a single-process reference for every
+// parallelism the backend runs, the executed op order is the compiled program's, failures stop
+// the whole group, and what it cannot run is refused up front.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "stretto/backend/replay.h"
+#include "stretto/schedules/compiler.h"
+
+namespace stretto::backend {
+namespace {
+
+const std::string kData = std::string(STRETTO_TEST_DATA) + "/backend/";
+
+class Env : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    ::setenv("OMP_NUM_THREADS", "1", 1);
+  }
+};
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new Env);
+
+CompiledPlan load(const std::string& name) {
+  auto cp = compile_file(kData + name);
+  EXPECT_TRUE(cp.has_value()) << (cp ? "" : render_all(cp.error()));
+  return std::move(*cp);
+}
+
+struct ReplayRun {
+  ReplayOptions opt;
+  LaunchOptions launch;
+};
+
+// The options and the child command line that carries them (as `stretto replay` builds it).
+ReplayRun make_run(const std::string& plan, bool check, int iterations, int warmup,
+             std::vector<std::string> extra = {}) {
+  ReplayRun r;
+  r.opt.check = check;
+  r.opt.iterations = iterations;
+  r.opt.warmup = warmup;
+  r.opt.timeout_ms = 20000;
+  r.opt.device = DeviceKind::kCpu;
+  r.launch.exe = STRETTO_BINARY;
+  r.launch.quiet = true;
+  r.launch.args = {"replay", kData + plan, "--iterations", std::to_string(iterations),
+                   "--warmup", std::to_string(warmup), "--timeout", "20", "--device", "cpu"};
+  if (check) r.launch.args.push_back("--check");
+  for (auto& e : extra) r.launch.args.push_back(e);
+  return r;
+}
+
+int count_children() {
+  // Children of this process that still exist (zombies included).
+  int n = 0;
+  const std::string me = std::to_string(::getpid());
+  if (DIR* d = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(d)) {
+      if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+      std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
+      std::string pid, comm, state, ppid;
+      f >> pid >> comm >> state >> ppid;
+      if (ppid == me) ++n;
+    }
+    ::closedir(d);
+  }
+  return n;
+}
+
+// Entries of a directory (other than . and ..).
+int count_entries(const std::string& dir) {
+  int n = 0;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d))
+      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+class GradientCheck : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GradientCheck, EqualsSingleProcessReference) {
+  const CompiledPlan cp = load(GetParam());
+  ReplayRun run = make_run(GetParam(), /*check=*/true, 1, 0);
+  auto r = launch_local(cp, run.opt, run.launch);
+  ASSERT_TRUE(r.has_value()) << render_all(r.error());
+  ASSERT_TRUE(r->check.has_value());
+  const CheckReport& c = *r->check;
+  EXPECT_TRUE(c.passed) << "max rel diff " << c.max_rel_diff << " at " << c.worst_param;
+  EXPECT_LE(c.max_rel_diff, 1e-4);
+  EXPECT_GT(c.params.size(), 0u);
+  EXPECT_NEAR(c.loss, c.reference_loss, 1e-4);
+  // Every parameter of the model was compared somewhere.
+  std::set<std::string> seen;
+  for (const auto& p : c.params) seen.insert(p.param);
+  for (const auto& op : cp.model.ops)
+    if (op.param_count > 0) {
+      bool found = false;
+      for (const auto& s : seen) found = found || s.rfind(op.name + ".", 0) == 0;
+      EXPECT_TRUE(found) << op.name << " was not compared";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, GradientCheck,
+                         ::testing::Values("pp2_1f1b.json", "pp2_interleaved_v2.json",
+                                           "pp2_zbh1.json", "pp2_dualpipev.json",
+                                           "pp2_dp2_zero1.json", "dp2_zero3.json", "ep2_moe.json",
+                                           "tp2.json"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           s = s.substr(0, s.find('.'));
+                           return s;
+                         });
+
+TEST(Replay, FullRecomputationGivesTheSameGradients) {
+  // Forwards keep only their inputs; every backward reruns its forward first (split BI/BW too).
+  const CompiledPlan cp = load("pp2_zbh1.json");
+  ReplayRun run = make_run("pp2_zbh1.json", true, 1, 0, {"--recompute"});
+  run.opt.recompute_full = true;
+  auto r = launch_local(cp, run.opt, run.launch);
+  ASSERT_TRUE(r.has_value()) << render_all(r.error());
+  ASSERT_TRUE(r->check.has_value());
+  EXPECT_TRUE(r->check->passed) << r->check->max_rel_diff << " at " << r->check->worst_param;
+}
+
+TEST(Replay, CheckNoticesLostData) {
+  // Rank 1 loses the 3rd piece of data it receives: the gradients must no longer match.
+  const CompiledPlan cp = load("pp2_dp2_zero1.json");
+  ReplayRun run = make_run("pp2_dp2_zero1.json", true, 1, 0,
+                     {"--fault-rank", "1", "--fault-op", "2", "--fault-kind", "drop"});
+  auto r = launch_local(cp, run.opt, run.launch);
+  ASSERT_TRUE(r.has_value()) << render_all(r.error());
+  ASSERT_TRUE(r->check.has_value());
+  EXPECT_FALSE(r->check->passed);
+  EXPECT_GT(r->check->max_rel_diff, 1e-3);
+}
+
+TEST(Replay, ExecutedOrderIsTheCompiledProgram) {
+  const CompiledPlan cp = load("pp2_zbh1.json");
+  ReplayRun run = make_run("pp2_zbh1.json", false, 2, 1);
+  auto r = launch_local(cp, run.opt, run.launch);
+  ASSERT_TRUE(r.has_value()) << render_all(r.error());
+  ASSERT_EQ(r->step_ns.size(), 2u);
+  for (int d = 0; d < cp.num_devices; ++d) {
+    const auto expected = expected_ops(cp, d);
+    const auto& cls = cp.classes[cp.class_of_device[d]];
+    for (int it = 0; it < 2; ++it) {
+      std::vector<OpRecord> got;
+      for (const auto& o : r->ops)
+        if (o.device == d && o.iteration == it) got.push_back(o);
+      ASSERT_EQ(got.size(), expected.size()) << "device " << d;
+      // Each op ran once, on the stream the simulator gives it.
+      std::multiset<std::pair<uint32_t, std::string>> a, b;
+      for (const auto& o : got) a.insert({o.node, o.stream});
+      for (const auto& o : expected) b.insert({o.node, o.stream});
+      EXPECT_EQ(a, b) << "device " << d;
+      // Per stream, ops completed in the compiled stream order (the class program's queue).
+      std::map<std::string, std::vector<const OpRecord*>> per_stream;
+      for (const auto& o : got) per_stream[o.stream].push_back(&o);
+      for (auto& [stream, v] : per_stream) {
+        std::stable_sort(v.begin(), v.end(), [](const OpRecord* x, const OpRecord* y) {
+          return x->end_ns < y->end_ns;
+        });
+        const std::string logical = stream.substr(0, stream.find(':'));
+        const auto sid = std::find(cp.dag.streams.begin(), cp.dag.streams.end(), logical) -
+                         cp.dag.streams.begin();
+        ASSERT_LT(static_cast<size_t>(sid), cp.dag.streams.size());
+        const auto& queue = cls.streams[sid];
+        size_t pos = 0;
+        for (const OpRecord* o : v) {
+          while (pos < queue.size() && queue[pos] != o->node) ++pos;
+          ASSERT_LT(pos, queue.size()) << "device " << d << " stream " << stream << ": node "
+                                       << o->node << " ran out of the compiled order";
+          ++pos;
+        }
+        for (size_t k = 1; k < v.size(); ++k) {
+          EXPECT_LE(v[k - 1]->end_ns, v[k]->start_ns)
+              << "ops of one stream overlap on device " << d << " stream " << stream;
+        }
+      }
+    }
+  }
+  // Measured metrics are consistent: busy within the step, bubble = step - busy.
+  for (const auto& dev : r->devices) {
+    EXPECT_GT(dev.busy_ns, 0);
+    EXPECT_LE(dev.busy_ns, static_cast<int64_t>(r->step_mean_ms * 1e6) + 1);
+    EXPECT_EQ(dev.bubble_ns + dev.busy_ns, static_cast<int64_t>(r->step_mean_ms * 1e6));
+  }
+}
+
+TEST(Replay, KilledRankStopsTheGroup) {
+  const CompiledPlan cp = load("pp2_dp2_zero1.json");
+  ReplayRun run = make_run("pp2_dp2_zero1.json", false, 2, 0,
+                           {"--fault-rank", "2", "--fault-op", "25", "--fault-kind", "kill"});
+  run.opt.timeout_ms = 20000;
+  char tmp[] = "/tmp/stretto-replay-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmp), nullptr);
+  run.launch.tmp_dir = tmp;
+  auto r = launch_local(cp, run.opt, run.launch);
+  ASSERT_FALSE(r.has_value());
+  const std::string msg = render_all(r.error());
+  EXPECT_NE(msg.find("rank 2 was killed by signal 9"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("op 25/"), std::string::npos) << msg;  // the op it was in
+  EXPECT_EQ(count_children(), 0);
+  EXPECT_EQ(count_entries(tmp), 0);  // the run's status directory is gone
+  ::rmdir(tmp);
+}
+
+TEST(Replay, HungRankStopsTheGroupWithinTheTimeout) {
+  const CompiledPlan cp = load("pp2_1f1b.json");
+  ReplayRun run = make_run("pp2_1f1b.json", false, 1, 0,
+                           {"--fault-rank", "0", "--fault-op", "10", "--fault-kind", "hang"});
+  *std::find(run.launch.args.begin(), run.launch.args.end(), "20") = "2";
+  run.opt.timeout_ms = 2000;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = launch_local(cp, run.opt, run.launch);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(r.has_value());
+  const std::string msg = render_all(r.error());
+  // Rank 1 times out waiting for rank 0 and names its op; the launcher stops the hung rank.
+  EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rank 0 was stopped by the launcher"), std::string::npos) << msg;
+  EXPECT_LT(s, 60.0);
+  EXPECT_EQ(count_children(), 0);
+}
+
+TEST(Replay, RefusesWhatItCannotRun) {
+  const CompiledPlan cp = load("pp2_dp2_zero1.json");
+  ReplayOptions opt;
+  opt.max_procs = 2;
+  Diagnostics d = check_supported(cp, opt);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_NE(d[0].message.find("more processes than --max-procs 2"), std::string::npos);
+  opt.max_procs = 0;
+  EXPECT_TRUE(check_supported(cp, opt).empty());
+  // A big model does not fit in host memory: refused, not attempted.
+  auto big = compile_file(std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json");
+  ASSERT_TRUE(big.has_value());
+  bool mem = false;
+  for (const auto& x : check_supported(*big, opt)) mem = mem || x.message.find("GiB") != std::string::npos;
+  EXPECT_TRUE(mem);
+}
+
+TEST(Replay, CliRefusesWithExitCode2) {
+  const std::string cmd = std::string(STRETTO_BINARY) + " replay " + kData +
+                          "pp2_dp2_zero1.json --max-procs 2 > /dev/null 2>&1";
+  const int rc = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(rc));
+  EXPECT_EQ(WEXITSTATUS(rc), 2);
+}
+
+TEST(Replay, ExpectedOpsFollowTheSimulatorsStreams) {
+  const CompiledPlan cp = load("pp2_dp2_zero1.json");
+  for (int d = 0; d < cp.num_devices; ++d) {
+    const auto ops = expected_ops(cp, d);
+    ASSERT_FALSE(ops.empty());
+    for (const auto& o : ops) {
+      const Node& n = cp.dag.nodes[o.node];
+      if (n.kind == NodeKind::kTransfer) {
+        EXPECT_NE(o.stream.find(':'), std::string::npos) << o.name;  // per-peer stream
+        EXPECT_EQ(o.name.rfind("send ", 0), 0u) << o.name;
+      }
+      if (n.kind == NodeKind::kCompute) {
+        EXPECT_EQ(o.stream, "compute");
+      }
+    }
+  }
+}
+
+TEST(Replay, CudaOneGpu) {
+  if (!has_cuda_build() || !cuda_available()) GTEST_SKIP() << "no CUDA build or no GPU";
+  const CompiledPlan cp = load("gpu_1dev.json");
+  ReplayRun run = make_run("gpu_1dev.json", true, 1, 0);
+  run.opt.device = DeviceKind::kCuda;
+  for (auto& a : run.launch.args)
+    if (a == "cpu") a = "cuda";
+  auto r = launch_local(cp, run.opt, run.launch);
+  ASSERT_TRUE(r.has_value()) << render_all(r.error());
+  EXPECT_EQ(r->backend, "nccl (cuda)");
+  ASSERT_TRUE(r->check.has_value());
+  EXPECT_TRUE(r->check->passed) << r->check->max_rel_diff;
+}
+
+}  // namespace
+}  // namespace stretto::backend
