@@ -3,6 +3,7 @@
 
 #include <torch/version.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace stretto::backend::detail {
@@ -93,6 +94,33 @@ void Group::end_batch(std::vector<WorkPtr>& works) {
   }
 #endif
   (void)works;
+}
+
+namespace {
+constexpr size_t kStoreChunk = size_t{4} << 20;
+}  // namespace
+
+void store_put(c10d::Store& s, const std::string& key, const std::vector<uint8_t>& bytes) {
+  const size_t n = (bytes.size() + kStoreChunk - 1) / kStoreChunk;
+  for (size_t i = 0; i < n; ++i) {
+    const auto b = bytes.begin() + static_cast<std::ptrdiff_t>(i * kStoreChunk);
+    const auto e = bytes.begin() + static_cast<std::ptrdiff_t>(std::min(bytes.size(), (i + 1) * kStoreChunk));
+    s.set(key + "/" + std::to_string(i), std::vector<uint8_t>(b, e));
+  }
+  // The count last: a reader that sees it finds every chunk.
+  const std::string count = std::to_string(n);
+  s.set(key, std::vector<uint8_t>(count.begin(), count.end()));
+}
+
+std::vector<uint8_t> store_take(c10d::Store& s, const std::string& key) {
+  const auto c = s.get(key);
+  const size_t n = std::stoull(std::string(c.begin(), c.end()));
+  std::vector<uint8_t> out;
+  for (size_t i = 0; i < n; ++i) {
+    const auto part = s.get(key + "/" + std::to_string(i));
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
 }
 
 }  // namespace stretto::backend::detail

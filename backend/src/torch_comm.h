@@ -21,6 +21,12 @@ namespace stretto::backend::detail {
 
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 
+/// Store values are bounded (torch 2.x's libuv TCPStore server refuses a payload over 8 MiB):
+/// a value goes as numbered chunks of at most 4 MiB under `key/0..n-1`, its chunk count under
+/// `key`. `store_take` waits for the key like `Store::get`.
+void store_put(c10d::Store& s, const std::string& key, const std::vector<uint8_t>& bytes);
+std::vector<uint8_t> store_take(c10d::Store& s, const std::string& key);
+
 /// One process group over `members` (sorted device ids); this device's rank is its position.
 class Group {
  public:

@@ -1231,9 +1231,10 @@ Expected<ReplayResult> run_rank(const CompiledPlan& cp, const RankSpec& spec,
   ReplayResult out;
   try {
     const std::string js = to_json(rr).dump();
-    store->set(fmt::format("stretto/result/{}", spec.rank), std::vector<uint8_t>(js.begin(), js.end()));
+    detail::store_put(*store, fmt::format("stretto/result/{}", spec.rank),
+                      std::vector<uint8_t>(js.begin(), js.end()));
     if (opt.check)
-      store->set(fmt::format("stretto/grads/{}", spec.rank), detail::encode_grads(grads));
+      detail::store_put(*store, fmt::format("stretto/grads/{}", spec.rank), detail::encode_grads(grads));
     store->add("stretto/done", 1);
     if (spec.store_is_external || spec.rank != 0) {
       out = merge_results(cp, opt, {rr});
@@ -1242,12 +1243,12 @@ Expected<ReplayResult> run_rank(const CompiledPlan& cp, const RankSpec& spec,
     std::vector<RankResult> all;
     std::vector<std::vector<detail::GradDump>> all_grads;
     for (int r = 0; r < spec.world_size; ++r) {
-      auto b = store->get(fmt::format("stretto/result/{}", r));
+      auto b = detail::store_take(*store, fmt::format("stretto/result/{}", r));
       auto parsed = rank_result_from_json(Json::parse(std::string(b.begin(), b.end())));
       if (!parsed) return fail(parsed.error());
       all.push_back(std::move(*parsed));
       if (opt.check)
-        all_grads.push_back(detail::decode_grads(store->get(fmt::format("stretto/grads/{}", r))));
+        all_grads.push_back(detail::decode_grads(detail::store_take(*store, fmt::format("stretto/grads/{}", r))));
     }
     out = merge_results(cp, opt, std::move(all));
     if (opt.check) out.check = detail::check_against_reference(cp, opt, all_grads, out.loss);

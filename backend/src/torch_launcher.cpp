@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "stretto/backend/replay.h"
+#include "torch_comm.h"
 #include "torch_executor.h"
 #include "torch_model.h"
 
@@ -400,14 +401,14 @@ Expected<ReplayResult> launch_local(const CompiledPlan& cp, const ReplayOptions&
   if (first_failed < 0 && !interrupted) {
     try {
       for (int r = 0; r < N; ++r) {
-        auto b = store->get(fmt::format("stretto/result/{}", r));
+        auto b = detail::store_take(*store, fmt::format("stretto/result/{}", r));
         auto parsed = rank_result_from_json(Json::parse(std::string(b.begin(), b.end())));
         if (!parsed) {
           err = parsed.error().front().message;
           break;
         }
         results.push_back(std::move(*parsed));
-        if (opt.check) grads.push_back(detail::decode_grads(store->get(fmt::format("stretto/grads/{}", r))));
+        if (opt.check) grads.push_back(detail::decode_grads(detail::store_take(*store, fmt::format("stretto/grads/{}", r))));
       }
     } catch (const std::exception& e) {
       err = fmt::format("collecting the ranks' results failed: {}", e.what());

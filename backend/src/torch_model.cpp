@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <limits>
@@ -270,11 +271,21 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
         k = k.repeat_interleave(al / kvl, 1);
         v = v.repeat_interleave(al / kvl, 1);
       }
+#if TORCH_VERSION_MAJOR >= 2
+      // Fused causal attention (flash / memory-efficient kernels where the device has them),
+      // what the analytic model prices by default.
+      out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                             /*is_causal=*/true)
+                .transpose(1, 2)
+                .reshape({bs * s, al * d_});
+#else
+      // LibTorch 1.x has no fused attention: dense s x s scores, causal mask, softmax.
       at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d_));
       const at::Tensor mask =
           at::ones({s, s}, at::TensorOptions().dtype(at::kBool).device(in.device())).triu(1);
       scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
       out = at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({bs * s, al * d_});
+#endif
       break;
     }
     case OpKind::kOutProj:
