@@ -33,9 +33,14 @@ void add_sweep_commands(CLI::App& app, Commands& out);
 void add_describe_command(CLI::App& app, Commands& out);
 /// `gui` (only when built with the GUI: STRETTO_HAVE_GUI).
 void add_gui_command(CLI::App& app, Commands& out);
+/// `import kineto`, `compare`.
+void add_loop_commands(CLI::App& app, CLI::App& import_app, Commands& out);
 
 /// `replay` (when the LibTorch backend is built: STRETTO_HAVE_BACKEND).
 void add_replay_command(CLI::App& app, Commands& out);
+
+/// `profile`, `validate` (with the backend: STRETTO_HAVE_VALIDATE).
+void add_validate_commands(CLI::App& app, Commands& out);
 
 /// Prints diagnostics to stderr; returns 2.
 int report(const Diagnostics& ds);

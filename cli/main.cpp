@@ -54,8 +54,12 @@ int main(int argc, char** argv) {
 #ifdef STRETTO_HAVE_GUI
   add_gui_command(app, cmds);
 #endif
+  add_loop_commands(app, *import_app, cmds);
 #ifdef STRETTO_HAVE_BACKEND
   add_replay_command(app, cmds);
+#endif
+#ifdef STRETTO_HAVE_VALIDATE
+  add_validate_commands(app, cmds);
 #endif
   try {
     app.parse(argc, argv);

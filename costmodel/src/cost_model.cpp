@@ -110,6 +110,13 @@ Expected<std::unique_ptr<CostModel>> build(const CostModelSpec& spec, const Clus
       }
       auto table = load_profile_table(path.string());
       if (!table) ds.insert(ds.end(), table.error().begin(), table.error().end());
+      if (table && !table->options.empty() && ds.empty()) {
+        // Options measured with the table (interference), under the plan's own.
+        Json merged = table->options;
+        for (const auto& [k, v] : spec.options.items()) merged[k] = v;
+        params = parse_analytic_params(merged, cluster, spec.pointer, file);
+        if (!params) ds.insert(ds.end(), params.error().begin(), params.error().end());
+      }
       if (!ds.empty()) return fail(std::move(ds));
       return detail::make_profiled_model(std::move(*params), cluster, std::move(*table));
     }

@@ -345,7 +345,8 @@ Expected<ProfileTable> parse_profile_table(const std::string& text, const std::s
   if (!root.is_object())
     return fail(detail::diag_at(file, "", "a cost table must be a JSON object"));
 
-  static const std::vector<std::string> kTop = {"version", "device", "kernels", "collectives"};
+  static const std::vector<std::string> kTop = {"version", "device", "kernels", "collectives",
+                                                "options"};
   for (const auto& [key, v] : root.items()) {
     (void)v;
     if (std::find(kTop.begin(), kTop.end(), key) == kTop.end())
@@ -366,6 +367,12 @@ Expected<ProfileTable> parse_profile_table(const std::string& text, const std::s
       ds.push_back(detail::diag_at(file, "/device", "field 'device' must be a string"));
   }
 
+  if (root.contains("options")) {
+    if (root["options"].is_object())
+      t.options = root["options"];
+    else
+      ds.push_back(detail::diag_at(file, "/options", "field 'options' must be an object"));
+  }
   SeriesBuilder<ProfileTable::ShapeKey> shapes;
   SeriesBuilder<ProfileTable::BytesKey> bytes;
   SeriesBuilder<ProfileTable::CommKey> colls;

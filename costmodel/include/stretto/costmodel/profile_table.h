@@ -16,8 +16,9 @@
 //     ],
 //     "collectives": [                            // optional
 //       {"kind": "all_reduce", "group_size": 8, "nodes": 1, "bytes": 16777216, "ns": 95000}
-//     ]
-//   }
+//     ],
+//     "options": {"comm_sm_share": 0.12}          // optional: analytic options measured with
+//   }                                             // the table; the plan's own options win
 //
 //   op     embedding norm qkv attention out_proj mlp_up mlp_act mlp_down router experts
 //          shared_experts head loss synthetic
@@ -76,6 +77,9 @@ struct ProfileTable {
   std::map<ShapeKey, ProfileSeries> shape_kernels;
   std::map<BytesKey, ProfileSeries> bytes_kernels;
   std::map<CommKey, ProfileSeries> collectives;
+  /// Optional analytic options measured with the table ("options": {"comm_sm_share": 0.1}),
+  /// applied under the plan's own `costmodel` options.
+  Json options = Json::object();
 
   /// Measured or interpolated ns for a compute query; nullopt if its series is absent.
   std::optional<double> kernel_ns(const ComputeQuery& q) const;

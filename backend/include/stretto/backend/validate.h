@@ -1,0 +1,95 @@
+#pragma once
+// Closing the loop with the replay backend: `stretto profile` and `stretto validate`
+// (docs/validation.md). Torch-free: it drives replay.h's launch_local and reads its op records.
+//
+// profile: replays plans on this host and turns every measured op into an entry of the profiled
+//   cost-model table, keyed exactly as the simulator will look it up. The keys come from the
+//   cost queries the simulator itself builds for each DAG node (recorded by wrapping the cost
+//   model while sim::build_program runs), so a compute op is filed under its op kind, pass,
+//   dtype and forward GEMM shape after TP split (or its bytes when it has no GEMM shape), and a
+//   communication under (kind, group size, nodes) at its bytes. A compute op's time is its
+//   measured duration; a collective's or transfer's runs from its last participant's start to
+//   its last participant's end (the simulator starts it when every member has reached it; the
+//   wait for late peers is not its cost). Each entry is the median over instances, iterations
+//   and plans; the spread is kept.
+//   An α-β line (t = α + bytes/β, least squares) is fitted per collective series and reported.
+//
+// validate: simulates a plan with a profiled table, replays it, and compares step, per device
+//   metrics and every op (compare.h, with the measurement as the reference: error = (predicted
+//   - measured) / measured).
+
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "stretto/backend/replay.h"
+#include "stretto/costmodel/cost_model.h"
+#include "stretto/traces/compare.h"
+
+namespace stretto::backend {
+
+/// Measured samples, pooled over plans, that become a profiled table.
+class ProfileSamples {
+ public:
+  /// Adds the measured ops of one replay of `cp` (simulated with `cm` to learn the queries).
+  /// Returns the number of op instances filed.
+  Expected<size_t> add(const CompiledPlan& cp, const cost::CostModel& cm, const ReplayResult& r);
+
+  /// The table (version 1, docs/costmodel.md): medians.
+  Json table(const std::string& device) const;
+  /// Per-series statistics for people: count, median, min, max; α-β fits of collectives.
+  Json stats() const;
+  std::string stats_table() const;
+
+  /// Interference: compute ops of the same key timed while a communication op of their device
+  /// ran (over half their duration) and while none ran; comm_sm_share = 1 - alone/overlapped
+  /// (processor sharing: a compute op keeps 1 - share of the device), the median over keys with
+  /// both, clamped to [0, 0.9]; nullopt without such keys.
+  std::optional<double> comm_share() const;
+
+  size_t kernel_series() const { return shapes_.size() + bytes_.size(); }
+  size_t comm_series() const { return comms_.size(); }
+
+ private:
+  // (op, pass, dtype, n, k, batch) -> m -> ns samples
+  std::map<std::tuple<std::string, std::string, std::string, int64_t, int64_t, int64_t>,
+           std::map<int64_t, std::vector<int64_t>>>
+      shapes_;
+  // (op, pass, dtype) -> bytes -> ns samples
+  std::map<std::tuple<std::string, std::string, std::string>, std::map<int64_t, std::vector<int64_t>>>
+      bytes_;
+  // (kind, group, nodes) -> bytes -> ns samples
+  std::map<std::tuple<std::string, int, int>, std::map<int64_t, std::vector<int64_t>>> comms_;
+  // compute key -> (alone, overlapped) durations
+  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<int64_t>>> overlap_;
+};
+
+/// The measured timeline of a replay: per op, the median start and end over the measured
+/// iterations, aligned like the simulator's (compare.h).
+traces::Timeline timeline_from_replay(const CompiledPlan& cp, const ReplayResult& r,
+                                      const std::string& source);
+
+/// One plan validated.
+struct PlanValidation {
+  std::string plan;
+  int64_t predicted_ns = 0;
+  double measured_mean_ms = 0, measured_std_ms = 0, measured_min_ms = 0;
+  double step_err = 0;  ///< (predicted - measured mean) / measured mean
+  /// Measured step time after the last recorded op ends (the optimizer step and the step-end
+  /// synchronisation, which the simulator does not model), ms.
+  double measured_tail_ms = 0;
+  traces::Comparison ops;  ///< a = measured, b = predicted
+};
+
+PlanValidation validate_plan(const CompiledPlan& cp, const sim::Result& predicted,
+                             const ReplayResult& measured, const traces::CompareOptions& opt = {});
+
+Json validation_json(const std::vector<PlanValidation>& v);
+std::string validation_table(const std::vector<PlanValidation>& v);
+
+/// A Chrome trace with each device's predicted and measured timelines one above the other.
+std::string validation_trace(const std::vector<PlanValidation>& v);
+
+}  // namespace stretto::backend

@@ -1,0 +1,489 @@
+// profile and validate over the replay backend (validate.h). Torch-free.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "stretto/backend/validate.h"
+#include "stretto/costmodel/profile_table.h"
+#include "stretto/sim/session.h"
+
+namespace stretto::backend {
+
+namespace {
+
+double ms(int64_t ns) {
+  return static_cast<double>(ns) / 1e6;
+}
+
+int64_t median(std::vector<int64_t> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[(v.size() - 1) / 2];
+}
+
+// Records the queries sim::build_program makes, in order, answering with the wrapped model.
+class RecordingModel final : public cost::CostModel {
+ public:
+  explicit RecordingModel(const cost::CostModel& inner) : inner_(inner) {}
+  cost::ComputeCost compute(const cost::ComputeQuery& q) const override {
+    compute_.push_back(q);
+    return inner_.compute(q);
+  }
+  cost::CommCost comm(const cost::CommQuery& q) const override {
+    comm_.push_back(q);
+    return inner_.comm(q);
+  }
+  cost::Interference interference() const override { return inner_.interference(); }
+  int64_t dispatch_ns() const override { return inner_.dispatch_ns(); }
+  std::string_view name() const override { return inner_.name(); }
+
+  mutable std::vector<cost::ComputeQuery> compute_;
+  mutable std::vector<cost::CommQuery> comm_;
+
+ private:
+  const cost::CostModel& inner_;
+};
+
+// The cost query of every DAG node (compute or comm), as the simulator builds it.
+struct NodeQueries {
+  std::vector<int32_t> compute_of, comm_of;  // by node: index into the lists, -1 none
+  std::vector<cost::ComputeQuery> compute;
+  std::vector<cost::CommQuery> comm;
+};
+
+Expected<NodeQueries> node_queries(const CompiledPlan& cp, const cost::CostModel& cm) {
+  RecordingModel rec(cm);
+  (void)sim::build_program(cp, rec);
+  NodeQueries nq;
+  nq.compute_of.assign(cp.dag.nodes.size(), -1);
+  nq.comm_of.assign(cp.dag.nodes.size(), -1);
+  size_t ci = 0, mi = 0;
+  for (uint32_t n : cp.topo_order) {
+    const Node& nd = cp.dag.nodes[n];
+    if (nd.kind == NodeKind::kCompute) {
+      if (ci >= rec.compute_.size() || rec.compute_[ci].pass != nd.tags.pass ||
+          rec.compute_[ci].kind != cp.model.ops[nd.op].kind)
+        break;
+      nq.compute_of[n] = static_cast<int32_t>(ci++);
+    } else if (nd.kind == NodeKind::kTransfer || nd.kind == NodeKind::kCollective) {
+      if (mi >= rec.comm_.size() || rec.comm_[mi].kind != nd.comm) break;
+      nq.comm_of[n] = static_cast<int32_t>(mi++);
+    }
+  }
+  if (ci != rec.compute_.size() || mi != rec.comm_.size()) {
+    Diagnostic d;
+    d.message = "internal: the simulator's cost queries do not follow the plan's node order";
+    d.loc = {cp.plan.file, 0, 0, ""};
+    return fail(std::move(d));
+  }
+  nq.compute = std::move(rec.compute_);
+  nq.comm = std::move(rec.comm_);
+  return nq;
+}
+
+Json series_stats(const std::map<int64_t, std::vector<int64_t>>& pts) {
+  Json a = Json::array();
+  for (const auto& [size, v] : pts) {
+    auto s = v;
+    std::sort(s.begin(), s.end());
+    a.push_back({{"size", size},
+                 {"count", s.size()},
+                 {"median_ns", s[(s.size() - 1) / 2]},
+                 {"min_ns", s.front()},
+                 {"max_ns", s.back()}});
+  }
+  return a;
+}
+
+// Least-squares t = alpha + bytes / beta over the medians; beta in bytes/ns (= GB/s). Only
+// when the sizes span at least 4x (else {NaN, NaN}: no fit).
+std::pair<double, double> alpha_beta(const std::map<int64_t, std::vector<int64_t>>& pts) {
+  if (pts.size() < 2 || pts.rbegin()->first < 4 * pts.begin()->first) return {NAN, NAN};
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [b, v] : pts) {
+    const double x = static_cast<double>(b), y = static_cast<double>(median(v));
+    n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+  }
+  if (n < 2 || n * sxx - sx * sx <= 0) {
+    const double y = n > 0 ? sy / n : 0;
+    return {y, 0};
+  }
+  const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+  const double alpha = (sy - slope * sx) / n;
+  if (!(slope > 0)) return {NAN, NAN};
+  return {alpha, 1.0 / slope};
+}
+
+}  // namespace
+
+Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostModel& cm,
+                                     const ReplayResult& r) {
+  auto nq = node_queries(cp, cm);
+  if (!nq) return fail(std::move(nq.error()));
+  // comm per (node, iteration) instance: from the last participant's arrival (the latest
+  // start) to the last participant's completion (the latest end): what the simulator times
+  // (a collective or transfer starts when every member has reached it)
+  struct Span {
+    int64_t last_start = INT64_MIN, last_end = INT64_MIN;
+  };
+  std::map<std::pair<uint32_t, int>, Span> comm_span;
+  // comm intervals per (device, iteration), for the interference estimate
+  std::map<std::pair<int, int>, std::vector<std::pair<int64_t, int64_t>>> comm_busy;
+  for (const OpRecord& o : r.ops)
+    if (o.iteration >= 0 && o.node < cp.dag.nodes.size() && nq->comm_of[o.node] >= 0)
+      comm_busy[{o.device, o.iteration}].push_back({o.start_ns, o.end_ns});
+  auto overlap = [&](const OpRecord& o) {
+    auto it = comm_busy.find({o.device, o.iteration});
+    if (it == comm_busy.end()) return int64_t{0};
+    // overlap with the union of the comm intervals
+    auto v = it->second;
+    std::sort(v.begin(), v.end());
+    int64_t total = 0, cs = INT64_MIN, ce = INT64_MIN;
+    for (auto [a, b] : v) {
+      if (a > ce) {
+        if (ce > cs) total += std::max<int64_t>(0, std::min(ce, o.end_ns) - std::max(cs, o.start_ns));
+        cs = a, ce = b;
+      } else {
+        ce = std::max(ce, b);
+      }
+    }
+    if (ce > cs) total += std::max<int64_t>(0, std::min(ce, o.end_ns) - std::max(cs, o.start_ns));
+    return total;
+  };
+  size_t filed = 0;
+  for (const OpRecord& o : r.ops) {
+    if (o.iteration < 0 || o.node >= cp.dag.nodes.size()) continue;
+    const int64_t d = o.end_ns - o.start_ns;
+    if (d <= 0) continue;
+    if (int32_t ci = nq->compute_of[o.node]; ci >= 0) {
+      const cost::ComputeQuery& q = nq->compute[static_cast<size_t>(ci)];
+      const std::string op(cost::profile_op_name(q.kind)), pass(pass_name(q.pass)),
+          dt(cost::profile_dtype_name(q.dtype));
+      {
+        auto& [alone, over] = overlap_[fmt::format("{} {} {} {} {} {} {}", op, pass, dt, q.gemm.m,
+                                                   q.gemm.n, q.gemm.k, q.bytes)];
+        (2 * overlap(o) > d ? over : alone).push_back(d);
+      }
+      if (q.gemm.m > 0 && q.gemm.n > 0 && q.gemm.k > 0) {
+        shapes_[{op, pass, dt, q.gemm.n, q.gemm.k, std::max<int64_t>(1, q.gemm.batch)}][q.gemm.m]
+            .push_back(d);
+      } else if (q.bytes > 0) {
+        bytes_[{op, pass, dt}][q.bytes].push_back(d);
+      } else {
+        continue;
+      }
+      ++filed;
+    } else if (nq->comm_of[o.node] >= 0) {
+      Span& sp = comm_span[{o.node, o.iteration}];
+      sp.last_start = std::max(sp.last_start, o.start_ns);
+      sp.last_end = std::max(sp.last_end, o.end_ns);
+    }
+  }
+  for (const auto& [key, sp] : comm_span) {
+    const cost::CommQuery& q = nq->comm[static_cast<size_t>(nq->comm_of[key.first])];
+    const int64_t d = sp.last_end - sp.last_start;
+    if (q.bytes <= 0 || d <= 0) continue;
+    comms_[{std::string(cost::profile_comm_name(q.kind)), q.group_size, q.nodes_spanned}][q.bytes]
+        .push_back(d);
+    ++filed;
+  }
+  return filed;
+}
+
+std::optional<double> ProfileSamples::comm_share() const {
+  std::vector<double> shares;
+  for (const auto& [key, v] : overlap_) {
+    const auto& [alone, over] = v;
+    if (alone.size() < 3 || over.size() < 3) continue;
+    const double a = static_cast<double>(median(alone)), o = static_cast<double>(median(over));
+    if (a > 0 && o > 0) shares.push_back(1.0 - a / o);
+  }
+  if (shares.empty()) return std::nullopt;
+  std::sort(shares.begin(), shares.end());
+  const double m = shares[(shares.size() - 1) / 2];
+  return std::clamp(m, 0.0, 0.9);
+}
+
+Json ProfileSamples::table(const std::string& device) const {
+  Json t;
+  t["version"] = 1;
+  t["device"] = device;
+  // Measured interference for the cost model (docs/costmodel.md): a compute op's share of the
+  // device lost while communication runs; absent when not measured (the analytic default holds).
+  if (auto share = comm_share()) t["options"] = {{"comm_sm_share", *share}, {"comm_hbm_share", *share}};
+  Json kernels = Json::array(), colls = Json::array();
+  for (const auto& [key, pts] : shapes_) {
+    const auto& [op, pass, dt, n, k, b] = key;
+    for (const auto& [m, v] : pts) {
+      Json e = {{"op", op}, {"pass", pass}, {"dtype", dt}, {"m", m}, {"n", n}, {"k", k},
+                {"ns", median(v)}};
+      if (b > 1) e["batch"] = b;
+      kernels.push_back(std::move(e));
+    }
+  }
+  for (const auto& [key, pts] : bytes_) {
+    const auto& [op, pass, dt] = key;
+    for (const auto& [bytes, v] : pts)
+      kernels.push_back({{"op", op}, {"pass", pass}, {"dtype", dt}, {"bytes", bytes}, {"ns", median(v)}});
+  }
+  for (const auto& [key, pts] : comms_) {
+    const auto& [kind, g, nodes] = key;
+    for (const auto& [bytes, v] : pts)
+      colls.push_back({{"kind", kind}, {"group_size", g}, {"nodes", nodes}, {"bytes", bytes},
+                       {"ns", median(v)}});
+  }
+  t["kernels"] = std::move(kernels);
+  t["collectives"] = std::move(colls);
+  return t;
+}
+
+Json ProfileSamples::stats() const {
+  Json j;
+  Json k = Json::array(), c = Json::array();
+  for (const auto& [key, pts] : shapes_) {
+    const auto& [op, pass, dt, n, kk, b] = key;
+    k.push_back({{"op", op}, {"pass", pass}, {"dtype", dt}, {"n", n}, {"k", kk}, {"batch", b},
+                 {"by_m", series_stats(pts)}});
+  }
+  for (const auto& [key, pts] : bytes_) {
+    const auto& [op, pass, dt] = key;
+    k.push_back({{"op", op}, {"pass", pass}, {"dtype", dt}, {"by_bytes", series_stats(pts)}});
+  }
+  for (const auto& [key, pts] : comms_) {
+    const auto& [kind, g, nodes] = key;
+    auto [alpha, beta] = alpha_beta(pts);
+    Json e = {{"kind", kind}, {"group_size", g}, {"nodes", nodes}, {"by_bytes", series_stats(pts)}};
+    if (std::isfinite(alpha) && std::isfinite(beta)) {
+      e["alpha_us"] = alpha / 1e3;
+      e["beta_GBps"] = beta;
+    }
+    c.push_back(std::move(e));
+  }
+  j["kernels"] = std::move(k);
+  j["collectives"] = std::move(c);
+  if (auto sh = comm_share()) j["comm_sm_share"] = *sh;
+  return j;
+}
+
+std::string ProfileSamples::stats_table() const {
+  std::string o;
+  auto row = [&](const std::string& what, int64_t size, const std::vector<int64_t>& v) {
+    auto s = v;
+    std::sort(s.begin(), s.end());
+    const int64_t med = s[(s.size() - 1) / 2];
+    const double spread = med > 0 ? 100.0 * static_cast<double>(s.back() - s.front()) /
+                                        static_cast<double>(med)
+                                  : 0;
+    o += fmt::format("{:<44} {:>12} {:>6} {:>11.3f} {:>8.1f}%\n", what, size, s.size(), ms(med),
+                     spread);
+  };
+  o += fmt::format("{:<44} {:>12} {:>6} {:>11} {:>9}\n", "measured op (kind pass dtype [n k])",
+                   "size", "count", "median ms", "spread");
+  for (const auto& [key, pts] : shapes_) {
+    const auto& [op, pass, dt, n, k, b] = key;
+    for (const auto& [m, v] : pts) row(fmt::format("{} {} {} n={} k={}", op, pass, dt, n, k), m, v);
+  }
+  for (const auto& [key, pts] : bytes_) {
+    const auto& [op, pass, dt] = key;
+    for (const auto& [b, v] : pts) row(fmt::format("{} {} {} (bytes)", op, pass, dt), b, v);
+  }
+  for (const auto& [key, pts] : comms_) {
+    const auto& [kind, g, nodes] = key;
+    for (const auto& [b, v] : pts) row(fmt::format("{} group {} (bytes)", kind, g), b, v);
+    auto [alpha, beta] = alpha_beta(pts);
+    if (std::isfinite(alpha) && std::isfinite(beta))
+      o += fmt::format("  alpha-beta fit: {:.1f} us + bytes / {:.3f} GB/s\n", alpha / 1e3, beta);
+    else
+      o += "  alpha-beta fit: none (sizes span less than 4x, or time does not grow with size)\n";
+  }
+  o += "(spread = (max - min) / median over instances, iterations and plans)\n";
+  if (auto sh = comm_share())
+    o += fmt::format("interference: compute keeps {:.0f}% of the device while communication runs "
+                     "(comm_sm_share {:.3f})\n",
+                     100 * (1 - *sh), *sh);
+  else
+    o += "interference: not measured (no op timed both alone and during communication); the "
+         "analytic default stays\n";
+  return o;
+}
+
+traces::Timeline timeline_from_replay(const CompiledPlan& cp, const ReplayResult& r,
+                                      const std::string& source) {
+  // per (device, node, stream) instance: median start and end over measured iterations
+  struct Acc {
+    std::vector<int64_t> start, end;
+    const OpRecord* rec = nullptr;
+  };
+  std::map<std::tuple<int, uint32_t, std::string>, Acc> acc;
+  for (const OpRecord& o : r.ops) {
+    if (o.iteration < 0) continue;
+    Acc& a = acc[{o.device, o.node, o.stream}];
+    a.start.push_back(o.start_ns);
+    a.end.push_back(o.end_ns);
+    a.rec = &o;
+  }
+  std::vector<traces::TimelineSlice> slices;
+  for (auto& [key, a] : acc) {
+    const OpRecord& o = *a.rec;
+    traces::TimelineSlice s;
+    s.name = o.name;
+    s.device = o.device;
+    s.start = median(a.start);
+    s.end = std::max(s.start, median(a.end));
+    if (o.node < cp.dag.nodes.size()) {
+      const Node& nd = cp.dag.nodes[o.node];
+      s.tags = nd.tags.str();
+      s.comm = nd.kind != NodeKind::kCompute;
+      if (nd.kind == NodeKind::kTransfer) {
+        const auto& snd = cp.dag.device_sets[nd.devs].devices;
+        s.participant =
+            std::find(snd.begin(), snd.end(), o.device) != snd.end() ? 0 : 1;
+      }
+    }
+    slices.push_back(std::move(s));
+  }
+  traces::Timeline t = traces::timeline_from_slices(slices, 0, source, "replay");
+  // the backend's own per-device metrics (means over iterations)
+  t.devices.clear();
+  for (const auto& d : r.devices)
+    t.devices.push_back({d.id, d.busy_ns, d.bubble_ns, d.exposed_comm_ns, d.peak_memory});
+  t.step = static_cast<int64_t>(std::llround(r.step_mean_ms * 1e6));
+  t.note = fmt::format("median over {} measured steps", r.iterations);
+  return t;
+}
+
+PlanValidation validate_plan(const CompiledPlan& cp, const sim::Result& predicted,
+                             const ReplayResult& measured, const traces::CompareOptions& opt) {
+  PlanValidation v;
+  v.plan = cp.plan.file;
+  v.predicted_ns = predicted.step_time;
+  v.measured_mean_ms = measured.step_mean_ms;
+  v.measured_std_ms = measured.step_std_ms;
+  v.measured_min_ms = measured.step_min_ms;
+  v.step_err = measured.step_mean_ms > 0
+                   ? (ms(predicted.step_time) - measured.step_mean_ms) / measured.step_mean_ms
+                   : 0;
+  v.ops = traces::compare(timeline_from_replay(cp, measured, cp.plan.file + " (measured)"),
+                          traces::timeline_from_result(cp, predicted, cp.plan.file + " (predicted)"),
+                          opt);
+  int64_t last = 0;
+  for (const auto& o : v.ops.a.ops) last = std::max(last, o.end);
+  v.measured_tail_ms = std::max(0.0, measured.step_mean_ms - ms(last));
+  return v;
+}
+
+Json validation_json(const std::vector<PlanValidation>& v) {
+  Json j;
+  Json plans = Json::array();
+  std::vector<double> pred, meas;
+  double sum = 0, worst = 0;
+  for (const auto& p : v) {
+    Json e = traces::comparison_json(p.ops);
+    e["plan"] = p.plan;
+    e["predicted_step_ms"] = ms(p.predicted_ns);
+    e["measured_step_ms"] = p.measured_mean_ms;
+    e["measured_step_std_ms"] = p.measured_std_ms;
+    e["measured_step_min_ms"] = p.measured_min_ms;
+    e["step_err_pct"] = 100 * p.step_err;
+    e["measured_tail_ms"] = p.measured_tail_ms;
+    plans.push_back(std::move(e));
+    pred.push_back(ms(p.predicted_ns));
+    meas.push_back(p.measured_mean_ms);
+    sum += std::fabs(p.step_err);
+    worst = std::max(worst, std::fabs(p.step_err));
+  }
+  j["plans"] = std::move(plans);
+  if (!v.empty()) {
+    j["mean_abs_step_err_pct"] = 100 * sum / static_cast<double>(v.size());
+    j["worst_abs_step_err_pct"] = 100 * worst;
+  }
+  if (v.size() >= 2) {
+    j["kendall_tau"] = traces::kendall_tau(pred, meas);
+    const size_t bp = static_cast<size_t>(std::min_element(pred.begin(), pred.end()) - pred.begin());
+    const size_t bm = static_cast<size_t>(std::min_element(meas.begin(), meas.end()) - meas.begin());
+    j["predicted_best"] = v[bp].plan;
+    j["measured_best"] = v[bm].plan;
+  }
+  return j;
+}
+
+std::string validation_table(const std::vector<PlanValidation>& v) {
+  std::string o;
+  for (const auto& p : v) {
+    o += fmt::format("== {}\n", p.plan);
+    o += fmt::format("step time: predicted {:.3f} ms, measured {:.3f} ms (std {:.3f}, min {:.3f}): "
+                     "error {:+.1f}%\n\n",
+                     ms(p.predicted_ns), p.measured_mean_ms, p.measured_std_ms, p.measured_min_ms,
+                     100 * p.step_err);
+    o += fmt::format("the measured step runs {:.3f} ms past its last op (optimizer step, step-end "
+                     "sync: not simulated)\n\n",
+                     p.measured_tail_ms);
+    o += traces::comparison_table(p.ops);
+    o += "\n";
+  }
+  if (v.size() >= 2) {
+    std::vector<double> pred, meas;
+    double sum = 0, worst = 0;
+    o += fmt::format("{:<50} {:>12} {:>12} {:>9} {:>9}\n", "plan", "predicted ms", "measured ms",
+                     "std ms", "error");
+    for (const auto& p : v) {
+      o += fmt::format("{:<50} {:>12.3f} {:>12.3f} {:>9.3f} {:>+8.1f}%\n", p.plan, ms(p.predicted_ns),
+                       p.measured_mean_ms, p.measured_std_ms, 100 * p.step_err);
+      pred.push_back(ms(p.predicted_ns));
+      meas.push_back(p.measured_mean_ms);
+      sum += std::fabs(p.step_err);
+      worst = std::max(worst, std::fabs(p.step_err));
+    }
+    o += fmt::format("\nstep-time error: mean |err| {:.1f}%, worst {:.1f}%; ranking Kendall tau {:.3f}\n",
+                     100 * sum / static_cast<double>(v.size()), 100 * worst,
+                     traces::kendall_tau(pred, meas));
+  }
+  return o;
+}
+
+std::string validation_trace(const std::vector<PlanValidation>& v) {
+  // one process per (plan, device, side): predicted above measured
+  Json events = Json::array();
+  int pid = 0;
+  auto us = [](int64_t ns) { return static_cast<double>(ns) / 1e3; };
+  for (size_t pi = 0; pi < v.size(); ++pi) {
+    const auto& p = v[pi];
+    std::set<int> devs;
+    for (const auto& o : p.ops.a.ops) devs.insert(o.device);
+    for (const auto& o : p.ops.b.ops) devs.insert(o.device);
+    for (int d : devs) {
+      for (int side = 0; side < 2; ++side) {
+        const traces::Timeline& t = side == 0 ? p.ops.b : p.ops.a;  // predicted first
+        const std::string label = fmt::format("{}device {} {}", v.size() > 1 ? p.plan + " · " : "",
+                                              d, side == 0 ? "predicted" : "measured");
+        events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", label}}}});
+        events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid},
+                          {"args", {{"sort_index", pid}}}});
+        for (int lane = 0; lane < 2; ++lane)
+          events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", lane},
+                            {"args", {{"name", lane == 0 ? "compute" : "communication"}}}});
+        for (const auto& o : t.ops) {
+          if (o.device != d) continue;
+          events.push_back({{"ph", "X"},
+                            {"name", o.key},
+                            {"cat", o.comm ? "comm" : "compute"},
+                            {"pid", pid},
+                            {"tid", o.comm ? 1 : 0},
+                            {"ts", us(o.start)},
+                            {"dur", us(o.end - o.start)},
+                            {"args", {{"class", o.cls}, {"busy_us", us(o.busy)}}}});
+        }
+        ++pid;
+      }
+    }
+  }
+  Json j = {{"displayTimeUnit", "ns"},
+            {"otherData", {{"generator", "stretto validate"}}},
+            {"traceEvents", std::move(events)}};
+  return j.dump() + "\n";
+}
+
+}  // namespace stretto::backend

@@ -1,0 +1,98 @@
+// `stretto profile` and `stretto validate` end to end: real two-process replays over Gloo.
+// No timing assertions: these check what is measured, filed and aligned, not how fast.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "stretto/costmodel/profile_table.h"
+#include "stretto/schedules/json_source.h"
+#include "../traces/run_cli.h"
+
+using namespace stretto;
+
+namespace {
+
+const std::string kData = std::string(STRETTO_TEST_DATA) + "/loop/";
+
+std::pair<int, std::string> cli(const std::string& args) {
+  return run_stretto(args, "/tmp/stretto_loop_test_err");
+}
+
+std::string stderr_text() {
+  std::ifstream f("/tmp/stretto_loop_test_err");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST(Loop, ProfileThenValidate) {
+  const std::string table = ::testing::TempDir() + "stretto_loop_profile.json";
+  auto [rc, out] = cli("profile " + kData + "pp2_1f1b_tiny.json --iterations 2 --format json -o " +
+                       table);
+  ASSERT_EQ(rc, 0) << stderr_text();
+  Json stats = Json::parse(out);
+  EXPECT_GT(stats["op_instances"].get<int>(), 0);
+  // every compute op kind of the model was measured, and the pipeline's send/recv
+  std::set<std::string> ops;
+  for (const auto& k : stats["profile"]["kernels"]) ops.insert(k["op"].get<std::string>());
+  for (const char* op : {"embedding", "norm", "qkv", "attention", "out_proj", "mlp_up", "mlp_act",
+                         "mlp_down", "head", "loss"})
+    EXPECT_TRUE(ops.count(op)) << op;
+  bool p2p = false;
+  for (const auto& c : stats["profile"]["collectives"]) p2p |= c["kind"] == "send_recv";
+  EXPECT_TRUE(p2p);
+  // the table reads back as a profiled cost table
+  auto t = cost::load_profile_table(table);
+  ASSERT_TRUE(t) << render_all(t.error());
+
+  // validate two plans with it: every op aligned, errors finite, a ranking
+  auto [rc2, out2] = cli("validate " + kData + "pp2_1f1b_tiny.json " + kData +
+                         "pp2_gpipe_tiny.json --iterations 2 --format json --profile " + table);
+  ASSERT_EQ(rc2, 0) << stderr_text();
+  Json v = Json::parse(out2);
+  ASSERT_EQ(v["plans"].size(), 2u);
+  for (const auto& p : v["plans"]) {
+    EXPECT_GT(p["matched_ops"].get<int>(), 0);
+    EXPECT_EQ(p["only_in_a"]["count"], 0) << p["only_in_a"].dump();
+    EXPECT_EQ(p["only_in_b"]["count"], 0) << p["only_in_b"].dump();
+    EXPECT_TRUE(std::isfinite(p["step_err_pct"].get<double>()));
+    EXPECT_GT(p["measured_step_ms"].get<double>(), 0);
+    std::set<std::string> classes;
+    for (const auto& c : p["op_classes"]) classes.insert(c["class"].get<std::string>());
+    for (const char* c : {"F", "B", "send", "recv"}) EXPECT_TRUE(classes.count(c)) << c;
+  }
+  EXPECT_TRUE(v.contains("kendall_tau"));
+  std::remove(table.c_str());
+}
+
+TEST(Loop, ValidateGoesOnPastAPlanThatFails) {
+  auto [rc, out] = cli("validate " + kData + "pp2_gpipe_tiny.json " + kData +
+                       "missing.json --iterations 1 --format json");
+  EXPECT_EQ(rc, 2);
+  Json v = Json::parse(out);
+  EXPECT_EQ(v["plans"].size(), 1u);
+  EXPECT_NE(stderr_text().find("missing.json"), std::string::npos);
+}
+
+TEST(Loop, ValidateTraceHasBothTimelines) {
+  const std::string trace = ::testing::TempDir() + "stretto_loop_validate.trace.json";
+  auto [rc, out] = cli("validate " + kData + "pp2_gpipe_tiny.json --iterations 1 --format json --trace " +
+                       trace);
+  ASSERT_EQ(rc, 0) << stderr_text();
+  std::ifstream f(trace);
+  Json t = Json::parse(f);
+  std::set<std::string> procs;
+  for (const auto& e : t["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "process_name") procs.insert(e["args"]["name"].get<std::string>());
+  EXPECT_TRUE(procs.count("device 0 predicted"));
+  EXPECT_TRUE(procs.count("device 0 measured"));
+  EXPECT_TRUE(procs.count("device 1 measured"));
+  std::remove(trace.c_str());
+}

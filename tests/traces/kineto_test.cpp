@@ -1,0 +1,249 @@
+// The streaming trace reader and `import kineto` on hand-made traces (exact numbers from
+// tests/data/traces/make_synthetic.py), on real PyTorch profiler output, and on bad files.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "stretto/costmodel/profile_table.h"
+#include "stretto/traces/kineto.h"
+#include "stretto/traces/op_label.h"
+#include "stretto/traces/trace_reader.h"
+
+using namespace stretto;
+using namespace stretto::traces;
+
+namespace {
+
+const std::string kData = std::string(STRETTO_TEST_DATA) + "/traces/";
+
+std::string first_error(const Diagnostics& ds) {
+  return ds.empty() ? "" : ds.front().render();
+}
+
+const KinetoCollective* find_coll(const KinetoImport& k, const std::string& kind) {
+  for (const auto& c : k.collectives)
+    if (c.kind == kind) return &c;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST(TraceReader, MicrosecondTextToExactNanoseconds) {
+  EXPECT_EQ(us_text_to_ns("12.345"), 12345);
+  EXPECT_EQ(us_text_to_ns("7"), 7000);
+  EXPECT_EQ(us_text_to_ns("4515846864233.137"), 4515846864233137);
+  EXPECT_EQ(us_text_to_ns("0.0005"), 1);  // half up below a nanosecond
+  EXPECT_EQ(us_text_to_ns("-1.5"), -1500);
+  EXPECT_EQ(us_text_to_ns("1e3"), 1000000);
+  EXPECT_FALSE(us_text_to_ns("abc"));
+  EXPECT_FALSE(us_text_to_ns(""));
+}
+
+TEST(TraceReader, StreamsEventsAndKeepsOnlyMetadata) {
+  size_t n = 0, kernels = 0;
+  int64_t first_kernel_ts = -1;
+  auto h = read_trace(kData + "kineto_rank1.json.gz", [&](const RawEvent& e) {
+    ++n;
+    if (e.cat == "kernel" && first_kernel_ts < 0) first_kernel_ts = e.ts_ns;
+    kernels += e.cat == "kernel" || e.cat == "Kernel";
+    return std::optional<EventError>();
+  });
+  ASSERT_TRUE(h) << first_error(h.error());
+  EXPECT_TRUE(h->gzip);
+  EXPECT_EQ(h->events, n);
+  EXPECT_EQ(kernels, 15u);  // 5 kernels x 3 steps
+  EXPECT_EQ(first_kernel_ts, 10200000);
+  EXPECT_EQ(h->metadata["distributedInfo"]["rank"], 1);
+  EXPECT_FALSE(h->metadata.contains("traceEvents"));
+}
+
+TEST(OpLabel, ParsesScheduleCoordinatesInEverySpelling) {
+  OpLabel a = parse_op_label("F mb3 PP1");
+  EXPECT_TRUE(a.logical);
+  EXPECT_EQ(a.key(), "F PP1 MB3");
+  OpLabel b = parse_op_label("PP=2 MB=0 PASS=BW layer4.mlp.up");
+  EXPECT_EQ(b.tags.pass, Pass::kBW);
+  EXPECT_EQ(b.tags.layer(), 4);
+  ASSERT_TRUE(b.op);
+  EXPECT_EQ(*b.op, OpKind::kMlpUp);
+  OpLabel c = parse_op_label("send act mb3 PP0\u2192PP1");
+  EXPECT_EQ(c.comm, "send");
+  EXPECT_EQ(c.key(), "send PP0->PP1 MB3");
+  EXPECT_TRUE(parse_op_label("F_PP0_MB1:uid12").logical);
+  EXPECT_TRUE(parse_op_label("stage3_fwd:uid7").piper);
+  EXPECT_FALSE(parse_op_label("aten::mm").logical);
+  EXPECT_FALSE(parse_op_label("ProfilerStep#3").logical);
+  EXPECT_EQ(parse_op_label("all-reduce grad-reduce PP0").comm, "all_reduce");
+}
+
+TEST(KinetoImport, SyntheticTwoRankTraceGivesExactNumbers) {
+  auto k = import_kineto({kData + "kineto_rank0.json", kData + "kineto_rank1.json.gz"});
+  ASSERT_TRUE(k) << first_error(k.error());
+  ASSERT_EQ(k->ranks.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    const KinetoRank& rk = k->ranks[static_cast<size_t>(r)];
+    EXPECT_EQ(rk.rank, r);
+    EXPECT_FALSE(rk.rank_from_file_order);
+    EXPECT_EQ(rk.world_size, 2);
+    EXPECT_EQ(rk.backend, "nccl");
+    EXPECT_EQ(rk.device, "NVIDIA H100 80GB HBM3");
+    EXPECT_EQ(rk.steps_seen, 3u);
+    EXPECT_EQ(rk.steps_used, 2u);
+    EXPECT_EQ(rk.step.median, 1000000);
+    EXPECT_EQ(rk.kernels, 10u);
+    // 100 + 150 + (80 + 10 r) + 40 + 20 us per step, two steps
+    EXPECT_EQ(rk.kernel_ns, 2 * (390000 + 10000 * r));
+    EXPECT_EQ(rk.peak_memory.at("cuda:" + std::to_string(r)), 1000000 + 20 + r);
+  }
+  EXPECT_TRUE(k->ranks[1].gzip);
+  // all-reduce: 1 Mi bf16 elements, group 2, kernel-timed (args copied onto the kernel)
+  const KinetoCollective* ar = find_coll(*k, "all_reduce");
+  ASSERT_NE(ar, nullptr);
+  EXPECT_EQ(ar->group_size, 2);
+  EXPECT_EQ(ar->bytes, 2 << 20);
+  EXPECT_EQ(ar->ns.count, 4u);
+  EXPECT_EQ(ar->ns.median, 80000);
+  EXPECT_EQ(ar->ns.max, 90000);
+  EXPECT_FALSE(ar->host_timed);
+  EXPECT_NEAR(ar->algbw_GBps, 2097152.0 / 80000.0, 1e-9);
+  EXPECT_NEAR(ar->busbw_GBps, ar->algbw_GBps * 1.0, 1e-9);  // 2(n-1)/n = 1 at n = 2
+  // all-gather: output 512 Ki floats; group from the ranks list; its kernel has no args
+  const KinetoCollective* ag = find_coll(*k, "all_gather");
+  ASSERT_NE(ag, nullptr);
+  EXPECT_EQ(ag->group_size, 2);
+  EXPECT_EQ(ag->bytes, 524288 * 4);
+  EXPECT_EQ(ag->ns.median, 40000);
+  EXPECT_FALSE(ag->host_timed);
+  EXPECT_NEAR(ag->busbw_GBps, 2097152.0 / 40000.0 * 0.5, 1e-9);
+  EXPECT_EQ(k->unattributed.at("kernels in no labelled op range"), 4u);
+  EXPECT_EQ(k->unattributed.at("kernels in warm-up steps (dropped)"), 10u);
+  // the table: F and BW of mlp_up at the forward shape, and both collectives
+  const Json& t = k->table;
+  ASSERT_EQ(t["kernels"].size(), 2u);
+  Json bw = t["kernels"][0], f = t["kernels"][1];
+  if (bw["pass"] != "BW") std::swap(bw, f);
+  EXPECT_EQ(f, (Json{{"op", "mlp_up"}, {"pass", "F"}, {"dtype", "bf16"}, {"m", 2048}, {"n", 4096},
+                     {"k", 1024}, {"ns", 100000}}));
+  EXPECT_EQ(bw["ns"], 150000);
+  EXPECT_EQ(bw["m"], 2048);
+  ASSERT_EQ(t["collectives"].size(), 2u);
+  auto table = cost::parse_profile_table(t.dump(), "imported");
+  ASSERT_TRUE(table) << first_error(table.error());
+  cost::CommQuery q;
+  q.kind = CommKind::kAllReduce;
+  q.bytes = 2 << 20;
+  q.group_size = 2;
+  EXPECT_EQ(table->comm_ns(q), 80000.0);
+}
+
+TEST(KinetoImport, SkipStepsAndRankFromFileOrder) {
+  KinetoImportOptions o;
+  o.skip_steps = 0;
+  auto k = import_kineto({kData + "kineto_rank0.json"}, o);
+  ASSERT_TRUE(k);
+  EXPECT_EQ(k->ranks[0].steps_used, 3u);
+  EXPECT_EQ(k->ranks[0].kernels, 15u);
+}
+
+TEST(KinetoImport, DuplicateRankIsAnError) {
+  auto k = import_kineto({kData + "kineto_rank0.json", kData + "kineto_rank0.json"});
+  ASSERT_FALSE(k);
+  EXPECT_NE(first_error(k.error()).find("rank 0 appears twice"), std::string::npos);
+}
+
+// Written by PyTorch 2.11's profiler (two Gloo ranks, CUDA kernels on an H100):
+// scripts/kineto_sample.py.
+TEST(KinetoImport, RealProfilerOutput) {
+  auto k = import_kineto({kData + "real/rank0.pt.trace.json.gz", kData + "real/rank1.pt.trace.json.gz"});
+  ASSERT_TRUE(k) << first_error(k.error());
+  ASSERT_EQ(k->ranks.size(), 2u);
+  EXPECT_EQ(k->ranks[0].backend, "gloo");
+  EXPECT_EQ(k->ranks[1].rank, 1);
+  EXPECT_EQ(k->ranks[0].steps_seen, 4u);
+  EXPECT_EQ(k->ranks[0].steps_used, 3u);
+  EXPECT_GT(k->ranks[0].kernels, 50u);
+  // gloo:all_reduce of the 4096 x 1024 fp32 gradient, group = world size
+  const KinetoCollective* ar = find_coll(*k, "all_reduce");
+  ASSERT_NE(ar, nullptr);
+  EXPECT_EQ(ar->bytes, 4096 * 1024 * 4);
+  EXPECT_EQ(ar->group_size, 2);
+  EXPECT_TRUE(ar->host_timed);
+  EXPECT_EQ(ar->ns.count, 6u);
+  const KinetoCollective* ag = find_coll(*k, "all_gather");
+  ASSERT_NE(ag, nullptr);
+  EXPECT_EQ(ag->bytes, 2 * 65536 * 4);  // the gathered output
+  // the forward GEMMs, keyed by their forward shapes
+  bool up = false;
+  for (const auto& e : k->table["kernels"])
+    if (e["op"] == "mlp_up" && e["pass"] == "F") {
+      up = true;
+      EXPECT_EQ(e["m"], 2048);
+      EXPECT_EQ(e["n"], 4096);
+      EXPECT_EQ(e["k"], 1024);
+      EXPECT_EQ(e["dtype"], "fp32");
+    }
+  EXPECT_TRUE(up);
+  EXPECT_TRUE(cost::parse_profile_table(k->table.dump(), "imported"));
+}
+
+struct BadCase {
+  const char* file;
+  const char* where;  // expected location prefix
+  const char* what;   // expected message part
+};
+
+class KinetoBad : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(KinetoBad, LocatedError) {
+  const BadCase& c = GetParam();
+  auto k = import_kineto({kData + "bad/" + c.file});
+  ASSERT_FALSE(k);
+  const std::string msg = first_error(k.error());
+  EXPECT_NE(msg.find(c.where), std::string::npos) << msg;
+  EXPECT_NE(msg.find(c.what), std::string::npos) << msg;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Files, KinetoBad,
+    ::testing::Values(
+        BadCase{"truncated.json", "truncated.json:30:188 (/traceEvents/28)", "the trace ends early"},
+        BadCase{"truncated.json.gz", "truncated.json.gz:11:243 (/traceEvents/9)",
+                "corrupt or truncated gzip data"},
+        BadCase{"bad_dur.json", "bad_dur.json:6:115 (/traceEvents/4/dur)", "has no numeric 'dur'"},
+        BadCase{"bad_nelems.json", "bad_nelems.json:11:168 (/traceEvents/9/args/In msg nelems)",
+                "must be a non-negative integer (got \"lots\")"},
+        BadCase{"not_a_trace.json", "not_a_trace.json:1:1", "no 'traceEvents' array"},
+        BadCase{"syntax.json", "syntax.json:2:46 (/traceEvents/0)", "invalid JSON in trace"},
+        BadCase{"missing.json", "missing.json", "cannot read trace"}));
+
+// A large trace streams: memory does not grow with the text (the events are dropped as read).
+TEST(TraceReader, LargeGeneratedTraceStreams) {
+  const std::string path = ::testing::TempDir() + "stretto_large_trace.json.gz";
+  gzFile f = gzopen(path.c_str(), "wb1");
+  ASSERT_NE(f, nullptr);
+  gzputs(f, "{\"traceEvents\": [\n");
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    std::string ev = "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k" + std::to_string(i % 7) +
+                     "\", \"pid\": 0, \"tid\": 7, \"ts\": " + std::to_string(i) +
+                     ".5, \"dur\": 0.25, \"args\": {\"correlation\": " + std::to_string(i) + "}}";
+    ev += i + 1 < n ? ",\n" : "\n";
+    gzputs(f, ev.c_str());
+  }
+  gzputs(f, "]}\n");
+  gzclose(f);
+  size_t seen = 0;
+  int64_t sum = 0;
+  auto h = read_trace(path, [&](const RawEvent& e) {
+    ++seen;
+    sum += e.dur_ns;
+    return std::optional<EventError>();
+  });
+  std::remove(path.c_str());
+  ASSERT_TRUE(h);
+  EXPECT_EQ(seen, static_cast<size_t>(n));
+  EXPECT_EQ(sum, 250LL * n);
+}
