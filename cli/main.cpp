@@ -50,7 +50,9 @@ int main(int argc, char** argv) {
   add_schedule_commands(app, *import_app, *export_app, cmds);
   add_describe_command(app, cmds);
   add_usage_examples(app);
+#ifdef STRETTO_HAVE_EXPLORE
   add_sweep_commands(app, cmds);
+#endif
 #ifdef STRETTO_HAVE_GUI
   add_gui_command(app, cmds);
 #endif
