@@ -166,14 +166,25 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
                          (n.purpose == CommPurpose::kParamGather && n.comm == CommKind::kAllGather) ||
                          ((n.purpose == CommPurpose::kDispatch || n.purpose == CommPurpose::kCombine) &&
                           n.comm == CommKind::kAllToAll) ||
-                         (n.purpose == CommPurpose::kTensorPar && n.comm == CommKind::kAllReduce);
+                         (n.purpose == CommPurpose::kTensorPar && n.comm == CommKind::kAllReduce) ||
+                         (n.purpose == CommPurpose::kGradNorm && n.comm == CommKind::kAllReduce);
       if (!known)
         unknown.insert(fmt::format("{} {}", comm_kind_name(n.comm), comm_purpose_name(n.purpose)));
     }
     if (n.kind == NodeKind::kTransfer && n.comm != CommKind::kSendRecv)
       unknown.insert(fmt::format("transfer {}", comm_kind_name(n.comm)));
-    if (n.kind == NodeKind::kCompute && n.tags.pass == Pass::kNone)
+    const bool step = n.kind == NodeKind::kCompute && n.op < cp.model.ops.size() &&
+                      cp.model.ops[n.op].kind == OpKind::kOptimizer;
+    if (n.kind == NodeKind::kCompute && n.tags.pass == Pass::kNone && !step)
       unknown.insert("a compute node without a pass");
+    // A recomputed forward's own TP/EP collectives would need the forward's collective
+    // bookkeeping replayed inside the backward: not done yet.
+    if (n.kind == NodeKind::kCollective && n.recompute &&
+        (n.purpose == CommPurpose::kTensorPar || n.purpose == CommPurpose::kDispatch ||
+         n.purpose == CommPurpose::kCombine))
+      unknown.insert(fmt::format("the {} {} of a recomputed forward (recompute of tensor- or "
+                                 "expert-parallel ops)",
+                                 comm_kind_name(n.comm), comm_purpose_name(n.purpose)));
   }
   for (const auto& u : unknown)
     refuse(fmt::format("replay cannot execute {} (an op kind this backend does not know)", u),
@@ -189,8 +200,8 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
       refuse("replay needs hidden divisible by heads and heads divisible by kv_heads", "",
              "/model");
     if (m.tie_embeddings)
-      refuse("replay does not support tie_embeddings yet (the tied-embedding all-reduce is not "
-             "in the compiled plan)",
+      refuse("replay does not support tie_embeddings yet (the head would share the embedding's "
+             "weight and the tied-embedding gradient all-reduce sum the two copies)",
              "set \"tie_embeddings\": false", "/model/tie_embeddings");
   }
   // Tensor parallelism: degrees must divide heads, kv heads, ffn and vocab; no MoE layers.
@@ -250,19 +261,23 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
         break;
       }
     }
+    // The compiler sends one transfer per remote device set (the largest producer's output):
+    // two inputs from the same remote set would leave one of them missing.
     for (uint32_t o = 0; o < cp.model.ops.size(); ++o) {
       const auto& in = cp.model.ops[o].inputs;
       if (in.size() < 2) continue;
       for (int mb = 0; mb < cp.num_microbatches; ++mb) {
         const size_t base = static_cast<size_t>(mb) * cp.model.ops.size();
+        std::map<uint32_t, int> remote;  // device set -> inputs from it
+        bool bad = false;
         for (uint32_t i : in)
-          if (fwd_set[base + i] != fwd_set[base + o]) {
-            refuse(fmt::format("{} takes several inputs, not all from its own device",
-                               cp.model.ops[o].name),
-                   "place the shared experts with the routed experts");
-            mb = cp.num_microbatches;
-            break;
-          }
+          if (fwd_set[base + i] != fwd_set[base + o]) bad |= ++remote[fwd_set[base + i]] > 1;
+        if (bad) {
+          refuse(fmt::format("{} takes several inputs from one other device set",
+                             cp.model.ops[o].name),
+                 "place the shared experts with the routed experts and the residual stream");
+          break;
+        }
       }
     }
   }

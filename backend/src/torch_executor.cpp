@@ -159,6 +159,13 @@ class RankRun {
   std::vector<std::vector<at::Tensor>> adam_m_, adam_v_;
   std::vector<char> stepped_;
   int adam_t_ = 0;
+  // Plan ops of the merged compiler: forwards recomputed on this device (per (op, mb) key),
+  // and gradient clipping (the global norm from the kGradNorm all-reduce scales the step).
+  std::vector<char> recomputed_;
+  std::vector<int64_t> copies_of_op_;  // devices computing each op (for the global norm)
+  std::vector<int64_t> zero_shards_;   // ZeRO reduce-scatter group of each op (1: none)
+  double clip_scale_ = 1;
+  static constexpr double kMaxGradNorm = 1.0;  // Megatron-LM's --clip-grad default
   // per (op, mb)
   std::vector<at::Tensor> val_, grad_acc_, pending_out_, ep_in_, ep_dy_;
   std::vector<std::vector<at::Tensor>> pending_dx_;
@@ -238,6 +245,7 @@ class RankRun {
   }
 
   void setup();
+  void setup_plan_ops();
   void step(bool measured, RankResult& rr);
   void execute(size_t i);
   void run_compute(size_t i);
@@ -254,6 +262,8 @@ class RankRun {
   void write_grads(uint32_t o, const at::Tensor& flat, int64_t keep_begin, int64_t keep_end);
   int64_t op_numel(uint32_t o) const;
   void optimizer_step(uint32_t o);
+  void plan_optimizer_step();
+  at::Tensor local_grad_sq_norm() const;
   void enqueue(size_t i, std::vector<WorkPtr> works);
   void stop_waiters();
   Group& group(const std::vector<int32_t>& devices);
@@ -418,6 +428,64 @@ void RankRun::setup() {
   ctx_.assign(keys, {});
   saved_inputs_.assign(keys, {});
   stepped_.assign(nops, 0);
+  setup_plan_ops();
+}
+
+void RankRun::setup_plan_ops() {
+  const TrainingDag& dag = cp_.dag;
+  const size_t nops = cp_.model.ops.size();
+  recomputed_.assign(val_.size(), 0);
+  for (const auto& o : ops_) {
+    const Node& n = dag.nodes[o.node];
+    if (n.kind == NodeKind::kCompute && n.recompute) recomputed_[key(n.op, mb_of(n))] = 1;
+  }
+  copies_of_op_.assign(nops, 1);
+  for (const Node& n : dag.nodes)
+    if (n.kind == NodeKind::kCompute && n.tags.pass == Pass::kF && mb_of(n) == 0)
+      copies_of_op_[n.op] = static_cast<int64_t>(dag.device_sets[n.devs].devices.size());
+  zero_shards_.assign(nops, 1);
+  for (const auto& o : ops_) {
+    const Node& n = dag.nodes[o.node];
+    if (n.kind == NodeKind::kCollective && n.purpose == CommPurpose::kGradReduce &&
+        n.comm == CommKind::kReduceScatter)
+      for (uint32_t b : bucket_of_node_[o.node]) zero_shards_[b] = static_cast<int64_t>(o.group.size());
+  }
+  // A plan with an `optimizer` names the step the compiler scheduled: Adam or SGD.
+  if (cp_.plan.optimizer.given)
+    opt_.optimizer = cp_.plan.optimizer.kind == OptimizerSpec::Kind::kSgd    ? Optimizer::kSgd
+                     : cp_.plan.optimizer.kind == OptimizerSpec::Kind::kAdam ? Optimizer::kAdam
+                                                                              : Optimizer::kNone;
+}
+
+at::Tensor RankRun::local_grad_sq_norm() const {
+  // This rank's share of the squared global norm: each gradient element counted once over
+  // the devices holding a copy of it (DP replicas, TP-replicated parameters), after the
+  // gradient reductions (ZeRO: only the owned shard is final here).
+  double sum = 0;
+  for (uint32_t o = 0; o < params_.size(); ++o) {
+    int64_t off = 0;
+    for (const auto& p : params_[o]) {
+      const int64_t n = p.grad.numel();
+      const int64_t a = std::clamp<int64_t>(owned_[o].first - off, 0, n);
+      const int64_t b = std::clamp<int64_t>(owned_[o].second - off, 0, n);
+      off += n;
+      if (b <= a) continue;
+      const int64_t slices = p.slice.dim >= 0 ? std::max(1, place_[o].tp) : 1;
+      const double copies = std::max<double>(
+          1, static_cast<double>(copies_of_op_[o]) /
+                 static_cast<double>(slices * std::max(1, place_[o].ep) * zero_shards_[o]));
+      const at::Tensor g = p.grad.view({-1}).narrow(0, a, b - a).to(at::kDouble);
+      sum += g.pow(2).sum().item<double>() / copies;
+    }
+  }
+  return at::full({1}, sum, model_.options().dtype(at::kFloat));
+}
+
+void RankRun::plan_optimizer_step() {
+  // The compiler's optimizer step (OpKind::kOptimizer): this rank's shard of every op it holds.
+  ++adam_t_;
+  for (uint32_t o = 0; o < params_.size(); ++o) optimizer_step(o);
+  --adam_t_;
 }
 
 int64_t RankRun::op_numel(uint32_t o) const {
@@ -487,6 +555,7 @@ void RankRun::optimizer_step(uint32_t o) {
     if (b <= a) continue;
     at::Tensor w = p.value.detach().view({-1}).narrow(0, a, b - a);
     at::Tensor g = p.grad.view({-1}).narrow(0, a, b - a);
+    if (clip_scale_ < 1) g = g * clip_scale_;  // clipped to kMaxGradNorm (grads stay as reduced)
     if (opt_.optimizer == Optimizer::kSgd) {
       w.add_(g, -opt_.lr);
     } else {
@@ -704,7 +773,16 @@ void RankRun::run_compute(size_t i) {
 #ifdef STRETTO_BACKEND_CUDA
   if (cuda_) ev_begin_[i]->record();
 #endif
-  switch (n.tags.pass) {
+  if (op.kind == OpKind::kOptimizer) {
+    plan_optimizer_step();
+  } else if (n.recompute) {
+    // A recomputed forward, right before its backward: rerun from the checkpointed inputs
+    // with autograd; the backward finds the live context.
+    OpCtx& c = ctx_[k];
+    mem_.add(kActs, -c.bytes);
+    c = run_forward(true);
+    mem_.add(kActs, c.bytes);
+  } else switch (n.tags.pass) {
     case Pass::kF: {
       std::vector<at::Tensor> in;
       if (n.op != kNone && op.kind == OpKind::kExperts) {
@@ -722,9 +800,10 @@ void RankRun::run_compute(size_t i) {
         }
       }
       saved_inputs_[k] = in;
-      OpCtx c = run_forward(!opt_.recompute_full);
+      const bool keep_only_inputs = opt_.recompute_full || recomputed_[k];
+      OpCtx c = run_forward(!keep_only_inputs);
       const at::Tensor out = c.out;
-      if (opt_.recompute_full) {
+      if (keep_only_inputs) {
         c = OpCtx{};
         c.bytes = 0;
         for (const auto& t : in) c.bytes += tensor_bytes(t);
@@ -872,6 +951,11 @@ void RankRun::post_comm(size_t i) {
       works.push_back(g.allgather(gather_out_[i], buf_[i]));
       break;
     }
+    case CommPurpose::kGradNorm:  // gradient clipping: the squared global norm, summed
+      buf_[i] = local_grad_sq_norm();
+      post();
+      works.push_back(g.allreduce(buf_[i]));
+      break;
     case CommPurpose::kTensorPar: {
       if (n.tags.pass == Pass::kF)
         buf_[i] = pending_out_[k].contiguous();
@@ -1000,6 +1084,11 @@ void RankRun::finalize(size_t i) {
       gather_out_[i].clear();
       break;
     }
+    case CommPurpose::kGradNorm: {
+      const double norm = std::sqrt(buf_[i].to(at::kDouble).item<double>());
+      clip_scale_ = std::min(1.0, kMaxGradNorm / (norm + 1e-6));
+      break;
+    }
     case CommPurpose::kTensorPar:
       mem_.add(kCommBuf, -tensor_bytes(buf_[i]));
       if (n.tags.pass == Pass::kF) {
@@ -1042,6 +1131,7 @@ void RankRun::step(bool measured, RankResult& rr) {
     for (auto& p : ps) p.grad.zero_();
   for (auto& s : st_) s = OpState{};
   std::fill(stepped_.begin(), stepped_.end(), 0);
+  clip_scale_ = 1;
   for (auto* v : {&val_, &grad_acc_, &pending_out_, &ep_in_, &ep_dy_})
     for (auto& t : *v) t = at::Tensor();
   for (auto& d : pending_dx_) d.clear();

@@ -38,8 +38,10 @@ TorchModel::TorchModel(const CompiledPlan& cp, uint64_t seed, at::TensorOptions 
   const ModelSpec& m = cp.plan.model;
   residual_.assign(ops.size(), kNone);
   consumers_.assign(ops.size(), 0);
-  for (const auto& op : ops)
-    for (uint32_t i : op.inputs) ++consumers_[i];
+  for (uint32_t o = 0; o < ops.size(); ++o) {
+    for (uint32_t i : ops[o].inputs) ++consumers_[i];
+    if (ops[o].kind == OpKind::kOptimizer) consumers_[o] = -1;  // not a model op: never "last"
+  }
   if (m.family == ModelSpec::Family::kSynthetic) {
     const int dt = dtype_bytes(cp.model.dtype);
     const double P = std::max<double>(1, static_cast<double>(m.param_bytes) / dt);
@@ -63,32 +65,8 @@ TorchModel::TorchModel(const CompiledPlan& cp, uint64_t seed, at::TensorOptions 
     k_ = m.moe->top_k;
     ef_ = m.moe->expert_ffn_hidden;
   }
-  // Residual stream: out_proj adds the attention block's input, the MLP's (or MoE block's)
-  // last op adds the MLP block's input.
-  std::map<int, uint32_t> attn_norm, mlp_norm, last_mlp;
-  for (uint32_t o = 0; o < ops.size(); ++o) {
-    const int l = ops[o].tags.layer();
-    if (l < 0) continue;
-    const std::string& n = ops[o].name;
-    if (n.ends_with(".attn_norm")) attn_norm[l] = o;
-    if (n.ends_with(".mlp_norm")) mlp_norm[l] = o;
-    switch (ops[o].kind) {
-      case OpKind::kMlpDown:
-      case OpKind::kExperts:
-      case OpKind::kSharedExperts:
-        last_mlp[l] = o;  // shared experts come after the routed ones
-        break;
-      default:
-        break;
-    }
-  }
-  for (uint32_t o = 0; o < ops.size(); ++o) {
-    const int l = ops[o].tags.layer();
-    if (ops[o].kind == OpKind::kOutProj && attn_norm.count(l))
-      residual_[o] = ops[attn_norm[l]].inputs.at(0);
-  }
-  for (auto [l, o] : last_mlp)
-    if (mlp_norm.count(l)) residual_[o] = ops[mlp_norm[l]].inputs.at(0);
+  // The residual stream is explicit: every sub-block ends in an OpKind::kResidual op (the
+  // bias-dropout-add), so no op adds a residual behind the compiler's back.
 }
 
 at::Tensor TorchModel::full_weight(const std::string& name, std::vector<int64_t> shape,
@@ -105,6 +83,7 @@ at::Tensor TorchModel::full_weight(const std::string& name, std::vector<int64_t>
 std::vector<Param> TorchModel::make_params(uint32_t o, const OpPlacement& pl) const {
   const ModelOp& op = cp_.model.ops[o];
   const bool gated = cp_.plan.model.gated_mlp;
+  const bool bias = cp_.plan.model.bias;
   std::vector<Param> out;
   auto add = [&](const std::string& suffix, std::vector<int64_t> shape, int64_t fan_in, int dim,
                  int64_t parts, int64_t part, bool ones = false) {
@@ -131,11 +110,17 @@ std::vector<Param> TorchModel::make_params(uint32_t o, const OpPlacement& pl) co
       break;
     case OpKind::kNorm:
       add("weight", {h_}, 1, -1, 1, 0, true);
+      if (bias) add("bias", {h_}, h_, -1, 1, 0);  // LayerNorm
       break;
     case OpKind::kQKV:
       add("q.weight", {heads_ * d_, h_}, h_, 0, tp, r);
       add("k.weight", {kv_ * d_, h_}, h_, 0, tp, r);
       add("v.weight", {kv_ * d_, h_}, h_, 0, tp, r);
+      if (bias) {
+        add("q.bias", {heads_ * d_}, h_, 0, tp, r);
+        add("k.bias", {kv_ * d_}, h_, 0, tp, r);
+        add("v.bias", {kv_ * d_}, h_, 0, tp, r);
+      }
       break;
     case OpKind::kOutProj:
       add("weight", {h_, heads_ * d_}, heads_ * d_, 1, tp, r);
@@ -143,6 +128,13 @@ std::vector<Param> TorchModel::make_params(uint32_t o, const OpPlacement& pl) co
     case OpKind::kMlpUp:
       if (gated) add("gate.weight", {f_, h_}, h_, 0, tp, r);
       add("up.weight", {f_, h_}, h_, 0, tp, r);
+      if (bias) {
+        if (gated) add("gate.bias", {f_}, h_, 0, tp, r);
+        add("up.bias", {f_}, h_, 0, tp, r);
+      }
+      break;
+    case OpKind::kResidual:  // the bias of the preceding row-parallel GEMM (replicated)
+      if (bias) add("bias", {h_}, h_, -1, 1, 0);
       break;
     case OpKind::kMlpDown:
       add("weight", {h_, f_}, f_, 1, tp, r);
@@ -201,7 +193,11 @@ std::vector<int64_t> TorchModel::output_shape(uint32_t o) const {
     case OpKind::kQKV:
       return {T_, (heads_ + 2 * kv_) * d_};
     case OpKind::kAttention:
+    case OpKind::kAttnContext:
       return {T_, heads_ * d_};
+    case OpKind::kAttnScores:
+    case OpKind::kSoftmax:
+      return {cp_.plan.model.microbatch_size, heads_, cp_.plan.model.seq_len, cp_.plan.model.seq_len};
     case OpKind::kMlpUp:
       return {T_, cp_.plan.model.gated_mlp ? 2 * f_ : f_};
     case OpKind::kMlpAct:
@@ -224,11 +220,21 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
   const bool gated = cp_.plan.model.gated_mlp;
   OpCtx c;
   c.leaves = inputs;
-  auto lin = [&](const at::Tensor& x, size_t pi) {
+  auto lin = [&](const at::Tensor& x, size_t pi, int bi = -1) {
     at::Tensor z = at::matmul(x, params.at(pi).value.t());
-    c.sites.push_back(Site{z, {params[pi].value}, {pi}});
+    if (bi < 0) {
+      c.sites.push_back(Site{z, {params[pi].value}, {pi}});
+    } else {
+      const size_t b = static_cast<size_t>(bi);
+      z = z + params.at(b).value;
+      c.sites.push_back(Site{z, {params[pi].value, params[b].value}, {pi, b}});
+    }
     return z;
   };
+  const bool bias = cp_.plan.model.bias;
+  // Biases follow the weights in make_params(): QKV q,k,v.weight then q,k,v.bias; the MLP's
+  // up projection [gate.weight] up.weight then [gate.bias] up.bias.
+  auto bias_at = [&](int i) { return bias ? i : -1; };
   auto mlp = [&](const at::Tensor& x, size_t first) {
     at::Tensor a = gated ? at::silu(lin(x, first)) * lin(x, first + 1) : at::gelu(lin(x, first));
     return lin(a, first + (gated ? 2 : 1));
@@ -251,13 +257,22 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
     }
     case OpKind::kNorm: {
       const at::Tensor& x = inputs.at(0);
-      const at::Tensor xn = x * at::rsqrt(x.pow(2).mean({-1}, true) + 1e-5);
-      out = xn * params.at(0).value;
-      c.sites.push_back(Site{out, {params[0].value}, {0}});
+      if (bias) {  // LayerNorm (GPT-2/3 models with biases)
+        const at::Tensor xc = x - x.mean({-1}, true);
+        const at::Tensor xn = xc * at::rsqrt(xc.pow(2).mean({-1}, true) + 1e-5);
+        out = xn * params.at(0).value + params.at(1).value;
+        c.sites.push_back(Site{out, {params[0].value, params[1].value}, {0, 1}});
+      } else {  // RMSNorm
+        const at::Tensor xn = x * at::rsqrt(x.pow(2).mean({-1}, true) + 1e-5);
+        out = xn * params.at(0).value;
+        c.sites.push_back(Site{out, {params[0].value}, {0}});
+      }
       break;
     }
     case OpKind::kQKV:
-      out = at::cat({lin(inputs.at(0), 0), lin(inputs.at(0), 1), lin(inputs.at(0), 2)}, 1);
+      out = at::cat({lin(inputs.at(0), 0, bias_at(3)), lin(inputs.at(0), 1, bias_at(4)),
+                     lin(inputs.at(0), 2, bias_at(5))},
+                    1);
       break;
     case OpKind::kAttention: {
       const at::Tensor& in = inputs.at(0);
@@ -294,7 +309,16 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
       out = lin(inputs.at(0), 0);
       break;
     case OpKind::kMlpUp:
-      out = gated ? at::cat({lin(inputs.at(0), 0), lin(inputs.at(0), 1)}, 1) : lin(inputs.at(0), 0);
+      out = gated ? at::cat({lin(inputs.at(0), 0, bias_at(2)), lin(inputs.at(0), 1, bias_at(3))}, 1)
+                  : lin(inputs.at(0), 0, bias_at(1));
+      break;
+    case OpKind::kResidual:
+      out = residual_forward(o, inputs, params, replica, mb, c);
+      break;
+    case OpKind::kAttnScores:
+    case OpKind::kSoftmax:
+    case OpKind::kAttnContext:
+      out = unfused_attention(o, inputs, pl, replica, mb);
       break;
     case OpKind::kMlpAct: {
       const at::Tensor& in = inputs.at(0);
@@ -333,8 +357,8 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
       out = acc.reshape({S, T, h_});
       break;
     }
-    case OpKind::kSharedExperts:
-      out = mlp(inputs.at(0), 0) + inputs.at(1);
+    case OpKind::kSharedExperts:  // summed into the stream by the MoE block's residual op
+      out = mlp(inputs.at(0), 0);
       break;
     case OpKind::kLoss: {
       const at::Tensor lf = inputs.at(0).to(at::kFloat);

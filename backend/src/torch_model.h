@@ -101,6 +101,17 @@ class TorchModel {
   // synthetic
   int64_t rows_ = 1, width_ = 1, gemms_ = 1;
 
+  // Bias-dropout-add (OpKind::kResidual) and unfused attention (scores, softmax + dropout,
+  // context): torch_model_ops.cpp.
+  at::Tensor residual_forward(uint32_t op, const std::vector<at::Tensor>& inputs,
+                              const std::vector<Param>& params, int replica, int mb,
+                              OpCtx& c) const;
+  at::Tensor unfused_attention(uint32_t op, const std::vector<at::Tensor>& inputs,
+                               const OpPlacement& pl, int replica, int mb) const;
+  /// Dropout keep-mask scaled by 1/(1-p), from a generator seeded by the op, replica and
+  /// microbatch (the same on every TP rank, in a recomputed forward and in --check's reference).
+  at::Tensor dropout_mask(uint32_t op, int replica, int mb, std::vector<int64_t> shape) const;
+
   at::Tensor full_weight(const std::string& name, std::vector<int64_t> shape, int64_t fan_in,
                          bool ones = false) const;
 };

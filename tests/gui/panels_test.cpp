@@ -263,7 +263,7 @@ TEST_F(Panels, RangeAndLaneStatisticsCountTheOpsOfEachKind) {
   size_t n = 0;
   for (const auto& k : all) n += k.count;
   EXPECT_EQ(n, T.ops);
-  EXPECT_EQ(all[static_cast<size_t>(OpClass::kF)].count, 3136u);  // 8 devices x 392 forward ops
+  EXPECT_EQ(all[static_cast<size_t>(OpClass::kF)].count, 3904u);  // 8 devices x 488 forward ops
   // Click lane 0's name: only its ops; the F total is that lane's forward time.
   run("click lane 0 name\nframes 2\n");
   EXPECT_EQ(app.tl.lane, 0);
