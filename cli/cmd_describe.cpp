@@ -125,10 +125,11 @@ std::string describe(const CompiledPlan& cp, const std::string& path) {
       }
     }
   }
-  o += "\nnot modelled\n"
-       "  the optimizer step's compute time; the caching allocator (peaks are allocated bytes);\n"
-       "  host work other than per-op dispatch (data loading, Python); DualPipe with data\n"
-       "  parallelism (refused). Details: docs/semantics.md\n";
+  // The same list `simulate` prints, plus what no plan models.
+  o += "\nnot modelled\n";
+  for (const auto& e : unmodelled_effects(cp)) o += fmt::format("  {}\n", e);
+  o += "  the caching allocator (peaks are allocated bytes); DualPipe with data parallelism\n"
+       "  (refused). Details: docs/semantics.md\n";
   return o;
 }
 

@@ -2,6 +2,8 @@
 // No timing assertions: these check what is measured, filed and aligned, not how fast.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -19,12 +21,16 @@ namespace {
 
 const std::string kData = std::string(STRETTO_TEST_DATA) + "/loop/";
 
-std::pair<int, std::string> cli(const std::string& args) {
-  return run_stretto(args, "/tmp/stretto_loop_test_err");
+// One stderr file per test process: ctest runs these tests in parallel processes, and a shared
+// path let one test read another's stderr.
+std::string err_path() {
+  return ::testing::TempDir() + "stretto_loop_test_err." + std::to_string(::getpid());
 }
 
+std::pair<int, std::string> cli(const std::string& args) { return run_stretto(args, err_path()); }
+
 std::string stderr_text() {
-  std::ifstream f("/tmp/stretto_loop_test_err");
+  std::ifstream f(err_path());
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
