@@ -11,6 +11,7 @@
 #include "timeline.h"
 #include "usage.h"
 #include "warnings.h"
+#include "stretto/sim/metrics_json.h"
 #include "stretto/sim/pipeline_metrics.h"
 #include "stretto/sim/session.h"
 #include "stretto/traces/chrome_trace.h"
@@ -28,47 +29,7 @@ std::string gib(int64_t b) {
 
 Json result_json(const CompiledPlan& cp, const sim::Result& r,
                  const std::vector<sim::CriticalStep>* path, const sim::PipelineMetrics& pm) {
-  Json j;
-  j["plan"] = cp.plan.file;
-  j["step_time_ms"] = ms(r.step_time);
-  j["bubble_ratio"] = r.bubble_ratio;
-  j["pipeline_bubble_ratio"] = pm.pipeline_bubble_ratio;
-  j["exposed_comm_ms"] = ms(r.exposed_comm);
-  j["exposed_comm_ms_per_device"] = pm.exposed_comm_ms_per_device;
-  j["mfu"] = r.mfu;
-  j["tokens_per_s"] = r.tokens_per_s;
-  j["model_flops"] = r.model_flops;
-  j["events"] = r.events;
-  j["sim_wall_ms"] = r.sim_wall_ms;
-  j["folded_replicas"] = r.folded;
-  j["not_modelled"] = unmodelled_effects(cp);
-  j["costmodel"] =
-      std::string(cp.plan.costmodel.kind == CostModelSpec::Kind::kFixed      ? "fixed"
-                  : cp.plan.costmodel.kind == CostModelSpec::Kind::kProfiled ? "profiled"
-                                                                             : "analytic");
-  Json devs = Json::array();
-  for (const auto& d : r.devices) {
-    Json e;
-    e["id"] = d.id;
-    e["busy_ms"] = ms(d.busy);
-    e["bubble_ms"] = ms(d.bubble);
-    e["bubble_ratio"] = d.bubble_ratio;
-    {
-      const auto& dp = pm.devices[static_cast<size_t>(&d - r.devices.data())];
-      e["pipeline_bubble_ms"] = dp.computes ? ms(dp.idle()) : 0.0;
-    }
-    e["exposed_comm_ms"] = ms(d.exposed_comm);
-    e["comm_ms"] = ms(d.comm);
-    e["peak_memory_bytes"] = d.peak_memory;
-    e["peak_memory_time_ms"] = ms(d.peak_time);
-    Json b = Json::object();
-    for (size_t k = 0; k < sim::kMemCategories; ++k)
-      b[std::string(sim::memory_category_name(k))] = d.breakdown[k];
-    e["memory_breakdown"] = b;
-    e["over_capacity"] = d.over_capacity;
-    devs.push_back(std::move(e));
-  }
-  j["devices"] = std::move(devs);
+  Json j = sim::metrics_json(cp, r, pm);
   if (path) {
     Json cpj = Json::array();
     for (const auto& s : *path)

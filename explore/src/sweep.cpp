@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "stretto/explore/estimate.h"
+#include "stretto/sim/metrics_json.h"
+#include "stretto/sim/pipeline_metrics.h"
 
 namespace stretto::explore {
 
@@ -27,41 +29,19 @@ double since_ms(Clock::time_point t0) {
 
 }  // namespace
 
-Json result_json(const sim::Result& r, double memory_cap_GiB) {
-  Json j;
-  j["step_time_ms"] = ms(r.step_time);
-  j["bubble_ratio"] = r.bubble_ratio;
-  j["exposed_comm_ms"] = ms(r.exposed_comm);
-  j["mfu"] = r.mfu;
-  j["tokens_per_s"] = r.tokens_per_s;
-  j["model_flops"] = r.model_flops;
-  j["events"] = r.events;
-  j["sim_wall_ms"] = r.sim_wall_ms;
-  j["folded_replicas"] = r.folded;
+// simulate's JSON fields (sim::metrics_json), with capacity judged against the sweep's memory
+// cap instead of each device's memory.
+Json result_json(const CompiledPlan& cp, const sim::Result& r, double memory_cap_GiB) {
+  Json j = sim::metrics_json(cp, r, sim::pipeline_metrics(cp, r));
   const int64_t cap = static_cast<int64_t>(memory_cap_GiB * static_cast<double>(1LL << 30));
-  const sim::DeviceMetrics* worst = nullptr;
-  Json devs = Json::array();
-  for (const auto& d : r.devices) {
-    if (!worst || d.peak_memory > worst->peak_memory) worst = &d;
-    Json b = Json::object();
-    for (size_t k = 0; k < sim::kMemCategories; ++k)
-      b[std::string(sim::memory_category_name(k))] = d.breakdown[k];
-    devs.push_back({{"id", d.id},
-                    {"busy_ms", ms(d.busy)},
-                    {"bubble_ms", ms(d.bubble)},
-                    {"bubble_ratio", d.bubble_ratio},
-                    {"exposed_comm_ms", ms(d.exposed_comm)},
-                    {"comm_ms", ms(d.comm)},
-                    {"peak_memory_bytes", d.peak_memory},
-                    {"peak_memory_time_ms", ms(d.peak_time)},
-                    {"memory_breakdown", std::move(b)},
-                    {"over_capacity", d.peak_memory > cap}});
+  bool over = false;
+  for (auto& d : j["devices"]) {
+    const bool o = d["peak_memory_bytes"].get<int64_t>() > cap;
+    d["over_capacity"] = o;
+    over = over || o;
   }
-  j["peak_memory_bytes"] = worst ? worst->peak_memory : 0;
-  j["peak_memory_time_ms"] = worst ? ms(worst->peak_time) : 0.0;
-  j["over_capacity"] = worst && worst->peak_memory > cap;
+  j["over_capacity"] = over;
   j["memory_cap_GiB"] = memory_cap_GiB;
-  j["devices"] = std::move(devs);
   return j;
 }
 
@@ -99,7 +79,7 @@ PointResult evaluate_point(const SweepSpec& spec, const Point& p) {
     so.memory_curves = false;
     auto r = session->simulate(so);
     if (!r) return invalid(r.error());
-    out.metrics = result_json(*r, cap);
+    out.metrics = result_json(session->compiled(), *r, cap);
     out.step_time_ms = ms(r->step_time);
     out.bubble_ratio = r->bubble_ratio;
     out.exposed_comm_ms = ms(r->exposed_comm);

@@ -161,9 +161,11 @@ TEST(Points, LayoutPointsCompileAndInvalidOnesAreRecorded) {
   EXPECT_GT(r.peak_memory_bytes, 0);
   EXPECT_GT(r.estimate_step_ms, 0);
   EXPECT_EQ(r.metrics["devices"].size(), 8u);
+  // Every field of `simulate --format json` (sim::metrics_json), the newer ones included.
   for (const char* k : {"step_time_ms", "bubble_ratio", "exposed_comm_ms", "mfu", "tokens_per_s",
                         "events", "sim_wall_ms", "folded_replicas", "peak_memory_bytes",
-                        "peak_memory_time_ms", "over_capacity"})
+                        "peak_memory_time_ms", "over_capacity", "pipeline_bubble_ratio",
+                        "exposed_comm_ms_per_device", "not_modelled", "model_flops", "costmodel"})
     EXPECT_TRUE(r.metrics.contains(k)) << k;
   auto plan = point_plan(s->base, ok.params);
   ASSERT_TRUE(plan);

@@ -17,9 +17,9 @@
 
 namespace stretto::explore {
 
-/// The fields of `stretto simulate --format json` (DESIGN.md §4) for one result, plus the
-/// top-level peak_memory_bytes / peak_memory_time_ms / over_capacity of the worst device.
-Json result_json(const sim::Result& r, double memory_cap_GiB);
+/// The fields of `stretto simulate --format json` for one result (sim::metrics_json), with
+/// `over_capacity` (per device and overall) judged against `memory_cap_GiB`, and the cap.
+Json result_json(const CompiledPlan& cp, const sim::Result& r, double memory_cap_GiB);
 
 /// Compiles and simulates one point (folded replicas, no memory curves). Never throws; an
 /// invalid point comes back with status "invalid" and its rendered diagnostics.
