@@ -108,6 +108,18 @@ std::vector<std::vector<uint32_t>> local_preds(const CompiledPlan& cp,
   return preds;
 }
 
+std::vector<std::pair<int64_t, int64_t>> merge_intervals(std::vector<std::pair<int64_t, int64_t>> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (auto iv : v) {
+    if (!out.empty() && iv.first <= out.back().second)
+      out.back().second = std::max(out.back().second, iv.second);
+    else
+      out.push_back(iv);
+  }
+  return out;
+}
+
 }  // namespace detail
 
 std::vector<OpRecord> expected_ops(const CompiledPlan& cp, int device) {

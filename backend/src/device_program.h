@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "stretto/schedules/dag.h"
@@ -36,5 +37,9 @@ std::vector<std::vector<uint32_t>> local_preds(const CompiledPlan& cp,
 
 /// Position of `device` in device set `set` (-1 if absent).
 int position_in(const DeviceSet& set, int device);
+
+/// The union of time intervals [start, end) as sorted, disjoint intervals (busy and
+/// communication time of the measured ops).
+std::vector<std::pair<int64_t, int64_t>> merge_intervals(std::vector<std::pair<int64_t, int64_t>> v);
 
 }  // namespace stretto::backend::detail

@@ -13,6 +13,8 @@
 
 #include "stretto/backend/replay.h"
 
+#include "device_program.h"
+
 namespace stretto::backend {
 
 namespace {
@@ -180,19 +182,8 @@ ReplayResult merge_results(const CompiledPlan& cp, const ReplayOptions& opt,
           if (o.iteration != static_cast<int>(i) || o.node >= cp.dag.nodes.size()) continue;
           (cp.dag.nodes[o.node].kind == NodeKind::kCompute ? cu : mu).emplace_back(o.start_ns, o.end_ns);
         }
-        auto merge = [](std::vector<std::pair<int64_t, int64_t>> v) {
-          std::sort(v.begin(), v.end());
-          std::vector<std::pair<int64_t, int64_t>> out;
-          for (auto iv : v) {
-            if (!out.empty() && iv.first <= out.back().second)
-              out.back().second = std::max(out.back().second, iv.second);
-            else
-              out.push_back(iv);
-          }
-          return out;
-        };
-        cu = merge(cu);
-        mu = merge(mu);
+        cu = detail::merge_intervals(std::move(cu));
+        mu = detail::merge_intervals(std::move(mu));
         for (auto [a, b] : mu) {
           comm += b - a;
           int64_t covered = 0;

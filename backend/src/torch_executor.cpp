@@ -1197,18 +1197,7 @@ void RankRun::step(bool measured, RankResult& rr) {
     }
   }
   comp.emplace_back(t_opt - t0, t1 - t0);
-  auto merge = [](std::vector<std::pair<int64_t, int64_t>> v) {
-    std::sort(v.begin(), v.end());
-    std::vector<std::pair<int64_t, int64_t>> out;
-    for (auto iv : v) {
-      if (!out.empty() && iv.first <= out.back().second)
-        out.back().second = std::max(out.back().second, iv.second);
-      else
-        out.push_back(iv);
-    }
-    return out;
-  };
-  const auto cu = merge(comp), mu = merge(comm);
+  const auto cu = merge_intervals(std::move(comp)), mu = merge_intervals(std::move(comm));
   int64_t busy = 0, commt = 0, overlap = 0;
   for (auto [a, b2] : cu) busy += b2 - a;
   for (auto [a, b2] : mu) commt += b2 - a;

@@ -231,6 +231,27 @@ class Compiler {
         if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
     return out;
   }
+  // Op o's parameters as each holder keeps them: `count` after tensor and expert sharding
+  // (before ZeRO), the data-parallel degree R that ZeRO divides by, and the replicate
+  // directive (null when none). Shared by the static memory and the optimizer step.
+  struct LocalParams {
+    std::vector<int32_t> holders;
+    int64_t count = 0;
+    int64_t R = 1;
+    const Directive* repl = nullptr;
+  };
+  LocalParams local_params(uint32_t o) {
+    const ModelOp& op = cp_.model.ops[o];
+    LocalParams lp;
+    lp.holders = holders_of(o);
+    const UnitInfo& u = unit(o, 0);
+    const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
+    lp.count = split ? op.param_count / u.tp : op.param_count;
+    if (u.shard >= 0) lp.count /= static_cast<int64_t>(u.replicas.size());
+    lp.repl = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+    lp.R = u.shard >= 0 ? 1 : static_cast<int64_t>(lp.holders.size()) / u.tp;
+    return lp;
+  }
 };
 
 bool Compiler::check_devices(const Directive& d) {
@@ -1143,17 +1164,11 @@ void Compiler::add_optimizer(const std::vector<uint32_t>& reduce_of_op,
   const int dt = dtype_bytes(cp_.model.dtype);
   std::vector<int64_t> params(static_cast<size_t>(cp_.num_devices), 0);
   for (uint32_t o = 0; o < nops(); ++o) {
-    const ModelOp& op = ops[o];
-    if (op.param_count == 0) continue;
-    const std::vector<int32_t> holders = holders_of(o);
-    const UnitInfo& u = unit(o, 0);
-    const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
-    int64_t count = split ? op.param_count / u.tp : op.param_count;
-    if (u.shard >= 0) count /= static_cast<int64_t>(u.replicas.size());
-    const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
-    const int64_t R = u.shard >= 0 ? 1 : static_cast<int64_t>(holders.size()) / u.tp;
-    if (rd && rd->shard_optimizer) count /= std::max<int64_t>(1, R);
-    for (int32_t d : holders) params[static_cast<size_t>(d)] += count;
+    if (ops[o].param_count == 0) continue;
+    const LocalParams lp = local_params(o);
+    const int64_t count =
+        lp.repl && lp.repl->shard_optimizer ? lp.count / std::max<int64_t>(1, lp.R) : lp.count;
+    for (int32_t d : lp.holders) params[static_cast<size_t>(d)] += count;
   }
   // Devices with the same parameter count and the same final gradient nodes share one step node.
   std::vector<std::vector<uint32_t>> sets_of_dev(static_cast<size_t>(cp_.num_devices));
@@ -1227,15 +1242,11 @@ void Compiler::compute_static_memory() {
   const int dt = dtype_bytes(cp_.model.dtype);
   cp_.static_mem.assign(cp_.num_devices, StaticMemory{});
   for (uint32_t o = 0; o < nops(); ++o) {
-    const ModelOp& op = cp_.model.ops[o];
-    if (op.param_count == 0) continue;
-    const std::vector<int32_t> holders = holders_of(o);
-    const UnitInfo& u = unit(o, 0);
-    const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
-    int64_t count = split ? op.param_count / u.tp : op.param_count;
-    if (u.shard >= 0) count /= static_cast<int64_t>(u.replicas.size());
-    const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
-    const int64_t R = u.shard >= 0 ? 1 : static_cast<int64_t>(holders.size()) / u.tp;
+    if (cp_.model.ops[o].param_count == 0) continue;
+    const LocalParams lp = local_params(o);
+    const std::vector<int32_t>& holders = lp.holders;
+    const int64_t count = lp.count, R = lp.R;
+    const Directive* rd = lp.repl;
     // Optimizer state per parameter: the plan's optimizer (OptimizerSpec), else the ZeRO
     // paper's mixed-precision Adam (K = 12).
     const OptimizerSpec& os = plan_.optimizer;
