@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <thread>
 
 #include "commands.h"
 #include "stretto/backend/validate.h"
@@ -87,6 +88,8 @@ void add_validate_commands(CLI::App& app, Commands& out) {
   add_run_options(prof, p->run);
   out.push_back({prof, [p] {
                    backend::ProfileSamples samples;
+                   if (p->run.device == "cpu")
+                     samples.set_host_cores(static_cast<int>(std::thread::hardware_concurrency()));
                    size_t filed = 0, done = 0;
                    Diagnostics failed;  // plans that fail are reported and skipped (exit 2)
                    for (size_t i = 0; i < p->plans.size(); ++i) {
@@ -119,12 +122,18 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                      Json j = samples.stats();
                      j["profile"] = table;
                      j["op_instances"] = filed;
+                     j["plans_not_filed_oversubscribed"] = samples.skipped();
                      text = j.dump(2) + "\n";
                    } else {
                      text = fmt::format("{} plan(s), {} measured op instances, {} kernel and {} "
                                         "collective series\n\n",
                                         p->plans.size(), filed, samples.kernel_series(),
                                         samples.comm_series());
+                     if (samples.skipped() > 0)
+                       text += fmt::format(
+                           "{} plan(s) not filed: more processes than this host's {} cores (their "
+                           "ops took turns on the cores)\n\n",
+                           samples.skipped(), std::thread::hardware_concurrency());
                      text += samples.stats_table();
                      if (!p->output.empty())
                        text += fmt::format("\nprofiled table written to {}\n", p->output);

@@ -121,6 +121,10 @@ std::pair<double, double> alpha_beta(const std::map<int64_t, std::vector<int64_t
 
 Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostModel& cm,
                                      const ReplayResult& r) {
+  if (host_cores_ > 0 && r.world_size > host_cores_) {
+    ++skipped_;
+    return size_t{0};
+  }
   auto nq = node_queries(cp, cm);
   if (!nq) return fail(std::move(nq.error()));
   // comm per (node, iteration) instance: from the last participant's arrival (the latest
@@ -160,7 +164,7 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
     if (d <= 0) continue;
     if (int32_t ci = nq->compute_of[o.node]; ci >= 0) {
       const cost::ComputeQuery& q = nq->compute[static_cast<size_t>(ci)];
-      const std::string op(cost::profile_op_name(q.kind)), pass(pass_name(q.pass)),
+      const std::string op(cost::profile_op_name(q.kind)), pass(cost::profile_pass_name(q.pass)),
           dt(cost::profile_dtype_name(q.dtype));
       {
         auto& [alone, over] = overlap_[fmt::format("{} {} {} {} {} {} {}", op, pass, dt, q.gemm.m,
@@ -214,6 +218,8 @@ Json ProfileSamples::table(const std::string& device) const {
   // Measured interference for the cost model (docs/costmodel.md): a compute op's share of the
   // device lost while communication runs; absent when not measured (the analytic default holds).
   if (auto share = comm_share()) t["options"] = {{"comm_sm_share", *share}, {"comm_hbm_share", *share}};
+  // The processes of a CPU replay share this host's cores (docs/costmodel.md, host_cores).
+  if (host_cores_ > 0) t["options"]["host_cores"] = host_cores_;
   Json kernels = Json::array(), colls = Json::array();
   for (const auto& [key, pts] : shapes_) {
     const auto& [op, pass, dt, n, k, b] = key;

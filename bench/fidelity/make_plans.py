@@ -17,8 +17,10 @@ def plan(model, devices, schedule, pp_regions=None, costmodel=None):
     m = dict(model)
     if pp_regions:
         m["pp_regions"] = pp_regions
+    # The optimizer the replay runs (SGD), declared so that the simulation models its step too.
     return {"model": m, "cluster": {"preset": "cpu", "nodes": 1, "devices_per_node": devices},
-            "costmodel": costmodel or {"kind": "analytic"}, "schedule": schedule}
+            "costmodel": costmodel or {"kind": "analytic"}, "optimizer": {"kind": "sgd"},
+            "schedule": schedule}
 
 
 def builder(name, mb, v=1, ranks=2):

@@ -210,7 +210,7 @@ const std::vector<std::string>& analytic_option_names() {
       "nccl_algo",        "nccl_proto",           "nccl_arch",
       "nccl_intra_link",  "nccl_net_overhead_us", "nccl_net_latency_us",
       "nccl_cpu",         "p2p_latency_us",       "nccl_intra_GBps",
-      "sustained_clock_ratio",
+      "sustained_clock_ratio", "host_cores",           "host_compute",
   };
   return names;
 }
@@ -308,6 +308,11 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
         r.number(key, v, 0, inf, false, p.p2p_latency_us);
       } else if (key == "sustained_clock_ratio") {
         r.number(key, v, 0, 1, true, p.sustained_clock_ratio);
+      } else if (key == "host_compute") {
+        bool b = false;
+        if (r.boolean(key, v, b)) p.host_compute = b ? 1 : 0;
+      } else if (key == "host_cores") {
+        r.number(key, v, 0, 4096, false, p.host_cores);
       } else if (key == "nccl_intra_GBps") {
         r.number(key, v, 0, inf, true, p.nccl_intra_GBps);
       } else {
@@ -327,6 +332,7 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
     p.sustained_clock_ratio = detail::lower(cluster.device.kind).rfind("a100", 0) == 0
                                   ? kA100SustainedMHz / kA100BoostMHz
                                   : 1.0;
+  if (p.host_compute < 0) p.host_compute = detail::lower(cluster.device.kind) == "cpu" ? 1 : 0;
   if (p.nccl_intra_GBps < 0)
     p.nccl_intra_GBps = cluster.intra_node.bandwidth_GBps *
                         (p.nccl.nvlink ? nccl_nvlink_ratio(p.nccl.arch) : 1.0);
@@ -567,7 +573,8 @@ class AnalyticModel final : public CostModel {
   }
   CommCost comm(const CommQuery& q) const override { return analytic_comm(params_, cluster_, q); }
   Interference interference() const override {
-    return {params_.comm_sm_share, params_.comm_hbm_share};
+    return {params_.comm_sm_share, params_.comm_hbm_share, params_.host_cores,
+            params_.host_compute > 0};
   }
   int64_t dispatch_ns() const override { return detail::ceil_ns(params_.dispatch_us * 1000.0); }
   std::string_view name() const override { return "analytic"; }

@@ -21,6 +21,9 @@ namespace stretto::cost {
 std::string_view profile_op_name(OpKind k) {
   return detail::op_name(k);
 }
+std::string_view profile_pass_name(Pass p) {
+  return detail::pass_key(p);
+}
 std::string_view profile_comm_name(CommKind k) {
   return detail::comm_name(k);
 }
@@ -443,7 +446,8 @@ class ProfiledModel final : public CostModel {
   }
 
   Interference interference() const override {
-    return {params_.comm_sm_share, params_.comm_hbm_share};
+    return {params_.comm_sm_share, params_.comm_hbm_share, params_.host_cores,
+            params_.host_compute > 0};
   }
   int64_t dispatch_ns() const override { return detail::ceil_ns(params_.dispatch_us * 1000.0); }
   std::string_view name() const override { return "profiled"; }

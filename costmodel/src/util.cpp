@@ -124,11 +124,12 @@ constexpr std::array<std::pair<OpKind, std::string_view>, 19> kOps = {{
     {OpKind::kOptimizer, "optimizer"},
 }};
 
-constexpr std::array<std::pair<Pass, std::string_view>, 4> kPasses = {{
+constexpr std::array<std::pair<Pass, std::string_view>, 5> kPasses = {{
     {Pass::kF, "F"},
     {Pass::kB, "B"},
     {Pass::kBI, "BI"},
     {Pass::kBW, "BW"},
+    {Pass::kNone, "none"},  // an op outside the passes: the optimizer step
 }};
 
 constexpr std::array<std::pair<DType, std::string_view>, 4> kDtypes = {{

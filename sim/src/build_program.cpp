@@ -159,6 +159,7 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       if (kept_inst[k] == i) return k;
     return UINT32_MAX;
   };
+  const cost::Interference itf = cm.interference();
   // Sizes up front, so that the big arrays are written once and never regrow (a regrowth
   // copies gigabytes at the reference scale). Participants and links are exact; dependencies
   // get an upper bound, whose untouched tail costs address space only.
@@ -175,7 +176,8 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
                              : 0;
       parts += ninst * per;
       links += ninst * per * 2;
-      deps += ninst * std::max<size_t>(per, 1) * (dag.pred_begin[n + 1] - dag.pred_begin[n]);
+      deps += ninst * std::max<size_t>(per, 1) *
+              (dag.pred_begin[n + 1] - dag.pred_begin[n] + (itf.host_compute ? 1 : 0));
     }
     p.tasks.reserve(num_tasks);
     p.comms.reserve(comms);
@@ -197,7 +199,6 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       p.effects[fill[m.node]++] = {static_cast<uint8_t>(m.cat), m.at_end, m.bytes};
   }
 
-  const cost::Interference itf = cm.interference();
   // ---- per-device dispatch lists ----
   // A device's list is its class program (a subsequence of the global topological order),
   // restricted to the instances that involve it. Tasks are created in that same order, so each
@@ -210,6 +211,16 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
     dp.comm_hbm_share = itf.comm_hbm_share;
     const int c = cp.class_of_device[d];
     if (c >= 0 && wanted(d)) dp.dispatch.reserve(cp.classes[c].program.size());
+  }
+  // Host cores: where a node holds more host-CPU devices than it has cores, its devices
+  // time-share them (program.h); one host per such node.
+  if (const int per_node = cp.plan.cluster.devices_per_node;
+      itf.host_cores > 0 && per_node > itf.host_cores) {
+    for (int d = 0; d < D; ++d) {
+      const auto h = static_cast<uint32_t>(d / per_node);
+      if (h >= p.host_cores.size()) p.host_cores.resize(h + 1, itf.host_cores);
+      p.devices[d].host = h;
+    }
   }
   auto dispatch = [&](int d, uint32_t tid) {
     if (wanted(d) && cp.class_of_device[d] >= 0) p.devices[d].dispatch.push_back(tid);
@@ -233,6 +244,9 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
   constexpr size_t kRecent = 4;
   const size_t num_streams = dag.streams.size();
   std::vector<uint32_t> recent(static_cast<size_t>(D) * num_streams * kRecent, UINT32_MAX);
+  // Host-thread compute (cost::Interference::host_compute): per device, its last compute task
+  // so far in dispatch order; every later task of the device depends on it.
+  std::vector<uint32_t> last_compute(itf.host_compute ? static_cast<size_t>(D) : 0, UINT32_MAX);
   for (uint32_t n : cp.topo_order) {
     const Node& nd = dag.nodes[n];
     // Costs are the same for every instance of a node: query once.
@@ -455,7 +469,14 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
           lane_best[st] = UINT32_MAX;
         }
         lanes_touched.clear();
+        // The device's host thread issues this task only once it has run its previous compute
+        // task (and waited for that task's inputs): a compute op blocks the thread.
+        if (!last_compute.empty() && kind != TaskKind::kBarrier &&
+            last_compute[static_cast<size_t>(d)] != UINT32_MAX)
+          keep(last_compute[static_cast<size_t>(d)]);
       }
+      if (!last_compute.empty() && kind == TaskKind::kCompute && wanted(devs[0]))
+        last_compute[static_cast<size_t>(devs[0])] = tid;
       // Each task once. The engine does not need them sorted: short lists keep their order (a
       // pairwise check, cheaper than sorting millions of short lists), long ones (wide
       // collectives) are sorted.

@@ -139,8 +139,14 @@ struct Engine::State {
     uint32_t first_job = kNone;
     bool dirty = false;
     double sm_factor = 1, hbm_factor = 1;  // capacity multipliers while comm_active > 0
+    uint32_t host = kNone;                 // DeviceProgram::host
     SimTime t_acc = 0;                     // occupancy accounted up to here
     DeviceOccupancy occ;
+  };
+  struct Host {              // cores shared by the processes of several devices (program.h)
+    double cores = 0;
+    uint32_t active = 0;     // its devices with a compute task running
+    uint32_t dev_begin = 0;  // its devices are host_devs[dev_begin, next host's dev_begin)
   };
 
   // ---- the program and its derived, static structure (built by prepare) ----
@@ -182,6 +188,8 @@ struct Engine::State {
   std::vector<uint32_t> free_jobs;
   std::vector<Device> devs;
   std::vector<uint32_t> dirty_devs;
+  std::vector<Host> hosts;
+  std::vector<uint32_t> host_devs;
   std::vector<uint32_t> ready;
   std::vector<uint32_t> flow_job;
   // counters (program.h): levels by device * num_counters; devices changed in this instant
@@ -239,6 +247,16 @@ struct Engine::State {
       dirty_devs.push_back(d);
     }
   }
+  /// A device of host h started (+1) or stopped (-1) computing: every computing device of
+  /// the host gets a new share of its cores.
+  void host_activity(uint32_t h, int delta) {
+    Host& host = hosts[h];
+    host.active = static_cast<uint32_t>(static_cast<int64_t>(host.active) + delta);
+    const uint32_t end = h + 1 < hosts.size() ? hosts[h + 1].dev_begin
+                                              : static_cast<uint32_t>(host_devs.size());
+    for (uint32_t i = host.dev_begin; i < end; ++i)
+      if (devs[host_devs[i]].num_compute > 0) mark_dirty(host_devs[i]);
+  }
   uint32_t slot_of(const Participant& pa) const { return pa.device << slot_shift | pa.stream; }
   uint32_t next_on_stream(uint32_t t, uint32_t slot) const {
     const TaskRec& rec = recs[t];
@@ -293,6 +311,15 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
     }
     if (!(dp.comm_hbm_share >= 0 && dp.comm_hbm_share <= 1)) {
       err.add([&] { return device_str(d) + ": comm_hbm_share outside [0, 1]"; });
+    }
+    if (dp.host != kNoHost && dp.host >= prog.host_cores.size()) {
+      err.add([&] { return device_str(d) + ": unknown host " + std::to_string(dp.host); });
+    }
+  }
+  for (size_t h = 0; h < prog.host_cores.size(); ++h) {
+    const double c = prog.host_cores[h];
+    if (!(c > 0) || !std::isfinite(c)) {
+      err.add([&] { return "host " + std::to_string(h) + ": cores must be finite and > 0"; });
     }
   }
   for (size_t l = 0; l < nl; ++l) {
@@ -778,7 +805,7 @@ void Engine::State::start_task(uint32_t t) {
       job.next = dev.first_job;
       if (dev.first_job != kNone) jobs[dev.first_job].prev = j;
       dev.first_job = j;
-      ++dev.num_compute;
+      if (++dev.num_compute == 1 && dev.host != kNone) host_activity(dev.host, +1);
       mark_dirty(d);
       return;
     }
@@ -867,7 +894,11 @@ void Engine::State::finish_job(uint32_t j) {
     }
     if (job.next != kNone) jobs[job.next].prev = job.prev;
     account(dev);
-    if (--dev.num_compute > 0) mark_dirty(job.device);
+    if (--dev.num_compute > 0) {
+      mark_dirty(job.device);
+    } else if (dev.host != kNone) {
+      host_activity(dev.host, -1);
+    }
     const uint32_t node = job.node;
     free_job(j);
     end_task(t, start, false, node);
@@ -962,7 +993,11 @@ void Engine::State::flush() {
     Device& dev = devs[d];
     dev.dirty = false;
     if (dev.num_compute == 0) continue;
-    const double n = static_cast<double>(dev.num_compute);
+    double n = static_cast<double>(dev.num_compute);
+    if (dev.host != kNone) {  // time-shared host cores
+      const Host& h = hosts[dev.host];
+      if (static_cast<double>(h.active) > h.cores) n *= static_cast<double>(h.active) / h.cores;
+    }
     const bool comm = dev.comm_active > 0;
     const double r_sm = (comm ? dev.sm_factor : 1.0) / n;
     const double r_hbm = (comm ? dev.hbm_factor : 1.0) / n;
@@ -989,9 +1024,30 @@ void Engine::State::simulate(RunResult& out) {
   timing = out.timing.data();
   const size_t num_slots = head_task.size();
   devs.assign(nd, Device{});
+  hosts.assign(prog.host_cores.size(), Host{});
+  host_devs.clear();
   for (size_t d = 0; d < nd; ++d) {
     devs[d].sm_factor = 1.0 - prog.devices[d].comm_sm_share;
     devs[d].hbm_factor = 1.0 - prog.devices[d].comm_hbm_share;
+    const uint32_t h = prog.devices[d].host;
+    if (h != kNoHost) {
+      devs[d].host = h;
+      ++hosts[h].dev_begin;  // counts first, offsets below
+    }
+  }
+  if (!hosts.empty()) {
+    uint32_t off = 0;
+    for (size_t h = 0; h < hosts.size(); ++h) {
+      hosts[h].cores = prog.host_cores[h];
+      const uint32_t count = hosts[h].dev_begin;
+      hosts[h].dev_begin = off;
+      off += count;
+    }
+    host_devs.resize(off);
+    std::vector<uint32_t> fill(hosts.size());
+    for (size_t h = 0; h < hosts.size(); ++h) fill[h] = hosts[h].dev_begin;
+    for (size_t d = 0; d < nd; ++d)
+      if (devs[d].host != kNone) host_devs[fill[devs[d].host]++] = static_cast<uint32_t>(d);
   }
   dirty_devs.clear();
   dirty_devs.reserve(nd);

@@ -36,7 +36,12 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
   std::vector<int> rep_of(D, -1);
   for (const auto& c : cp.classes)
     for (int d : c.devices) rep_of[d] = c.devices[0];
-  if (opt.fold_replicas) {
+  // Devices that time-share host cores (cost model host_cores) slow each other down by how
+  // many of them compute at once, replicas included: such programs are not folded.
+  const cost::Interference itf = cm.interference();
+  const bool shared_host =
+      itf.host_cores > 0 && cp.plan.cluster.devices_per_node > itf.host_cores;
+  if (opt.fold_replicas && !shared_host) {
     keep.assign(D, 0);
     for (const auto& c : cp.classes) keep[c.devices[0]] = 1;
     // Exact only if every transfer pair is kept on both sides or on neither.

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "plans.h"
+#include "stretto/sim/engine.h"
 
 using namespace stretto;
 using namespace stretto::testing;
@@ -313,4 +314,94 @@ TEST(Simulate, ExamplesGiveBelievablePredictions) {
       EXPECT_GT(d.peak_memory, 0);
     }
   }
+}
+
+namespace {
+// A small dense transformer on the `cpu` preset (one Gloo process per device): `devices`
+// data-parallel replicas with ZeRO-3, or (pp2) two pipeline stages on devices {0,2} and {1,3}
+// replicated twice with ZeRO-1. The fidelity report's plans (bench/fidelity/make_plans.py).
+json cpu_plan(bool pp2, json options = json::object()) {
+  json model = {{"family", "transformer"}, {"hidden", 256},  {"heads", 4},
+                {"ffn_hidden", 1024},      {"vocab", 1024},  {"seq_len", 64},
+                {"microbatch_size", 2},    {"dtype", "fp32"}, {"layers", 4}};
+  json schedule;
+  if (pp2) {
+    model["pp_regions"] = 2;
+    auto rep = [](int pp, int a, int b) {
+      return json{{"op", "replicate"},  {"filter", {{"PP", pp}}},  {"devices", {a, b}},
+                  {"bucket_size", 1.0}, {"shard_optimizer", true}};
+    };
+    auto place = [](int pp, int a, int b) {
+      return json{{"op", "place"}, {"filter", {{"PP", pp}}}, {"devices", {a, b}}};
+    };
+    schedule = {{"builder", "1f1b"},
+                {"microbatches", 4},
+                {"base", {place(0, 0, 2), place(1, 1, 3), rep(0, 0, 2), rep(1, 1, 3)}}};
+  } else {
+    schedule = json::array(
+        {{{"op", "place"}, {"filter", json::object()}, {"devices", {0, 1}}},
+         {{"op", "replicate"}, {"filter", json::object()}, {"devices", {0, 1}}, {"bucket_size", 1.0},
+          {"shard_params", true}, {"shard_grads", true}, {"shard_optimizer", true}},
+         {{"op", "split"}, {"filter", json::object()}, {"dim_name", "MB"}, {"num_microbatches", 2}}});
+  }
+  options["kind"] = "analytic";
+  return {{"model", model},
+          {"cluster", {{"preset", "cpu"}, {"nodes", 1}, {"devices_per_node", pp2 ? 4 : 2}}},
+          {"costmodel", options},
+          {"optimizer", {{"kind", "sgd"}}},
+          {"schedule", schedule}};
+}
+
+// Tasks of device d's dispatch list that started before the compute task before them in that
+// list had ended (what a host thread that runs its compute cannot do).
+int issued_past_running_compute(const sim::Result& r) {
+  int n = 0;
+  for (const auto& dp : r.program.devices) {
+    int64_t compute_end = -1;
+    for (uint32_t t : dp.dispatch) {
+      if (r.timing[t].start < compute_end) ++n;
+      if (r.program.tasks[t].kind == sim::TaskKind::kCompute)
+        compute_end = std::max(compute_end, r.timing[t].end);
+    }
+  }
+  return n;
+}
+}  // namespace
+
+TEST(Simulate, HostComputeIssuesNothingPastARunningComputeOp) {
+  // On the cpu preset compute runs on the issuing thread (host_compute defaults to true), so
+  // no ZeRO-3 gather, send or collective starts before the compute op before it in its
+  // device's program has ended. Queued compute (false, as on a GPU) prefetches the gathers
+  // while compute runs, which makes the step shorter.
+  const sim::Result host = run(cpu_plan(false));
+  const sim::Result queued = run(cpu_plan(false, {{"host_compute", false}}));
+  ASSERT_GT(host.step_time, 0);
+  ASSERT_GT(queued.step_time, 0);
+  EXPECT_EQ(issued_past_running_compute(host), 0);
+  EXPECT_GT(issued_past_running_compute(queued), 0);
+  EXPECT_GT(host.step_time, queued.step_time);
+}
+
+TEST(Simulate, DevicesBeyondTheHostCoresTakeTurns) {
+  // Four CPU processes on a host of 2 cores (host_cores): while more than two compute at once
+  // each runs slower, so the step is longer than with unlimited cores, and no compute op runs
+  // faster than alone; with 4 cores nothing changes. Such plans are not replica-folded.
+  sim::SimOptions fold;
+  fold.fold_replicas = true;
+  const sim::Result free = run(cpu_plan(true), fold);
+  const sim::Result four = run(cpu_plan(true, {{"host_cores", 4}}), fold);
+  const sim::Result two = run(cpu_plan(true, {{"host_cores", 2}}), fold);
+  ASSERT_GT(free.step_time, 0);
+  EXPECT_TRUE(free.folded);
+  EXPECT_EQ(four.step_time, free.step_time);
+  EXPECT_FALSE(two.folded);
+  EXPECT_GT(two.step_time, free.step_time * 5 / 4);
+  int slowed = 0;
+  for (uint32_t t = 0; t < two.program.tasks.size(); ++t) {
+    if (two.program.tasks[t].kind != sim::TaskKind::kCompute) continue;
+    const float s = sim::slowdown(two.program, t, two.timing[t]);
+    EXPECT_GE(s, 1.0f - 1e-6f);
+    if (s > 1.5f) ++slowed;
+  }
+  EXPECT_GT(slowed, 0);
 }

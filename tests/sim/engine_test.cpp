@@ -112,6 +112,57 @@ TEST(Engine, FullSmShareStallsComputeUntilTheCommEnds) {
   EXPECT_EQ(r.timing[k].end, 150);
 }
 
+TEST(Engine, DevicesTimeShareTheirHostCores) {
+  // Four devices on a host of 2 cores; device 3's kernel waits for device 2's. [0, 900):
+  // devices 0-2 compute, 3 on 2 cores: each at 2/3; device 2's kernel (600) ends at 900,
+  // devices 0 and 1 have 400 left. [900, 1500): device 3 starts, 3 active again: each at 2/3,
+  // so devices 0 and 1 end at 900 + 400 * 3/2 = 1500 and device 3 has done 400. Then it is
+  // alone at full speed: 600 more, ends at 2100. Without the host: 1000, 1000, 600, 1600.
+  ProgramBuilder b(4, {"compute"});
+  b.p.host_cores = {2.0};
+  for (auto& d : b.p.devices) d.host = 0;
+  const auto k0 = b.compute(0, 0, 1000);
+  const auto k1 = b.compute(1, 0, 1000);
+  const auto k2 = b.compute(2, 0, 600);
+  const auto k3 = b.compute(3, 0, 1000, {k2});
+  const RunResult r = run_ok(b.p);
+  EXPECT_EQ(r.timing[k2].end, 900);
+  EXPECT_EQ(r.timing[k0].end, 1500);
+  EXPECT_EQ(r.timing[k1].end, 1500);
+  EXPECT_EQ(r.timing[k3].start, 900);
+  EXPECT_EQ(r.timing[k3].end, 2100);
+}
+
+TEST(Engine, HostCoresLimitOnlyTheirHostsDevices) {
+  // Host 0 (1 core) holds devices 0 and 1; device 2 has no host. All three compute 1000 at
+  // once: devices 0 and 1 at 1/2 -> 2000; device 2 alone -> 1000. With enough cores (2) the
+  // host changes nothing.
+  for (double cores : {1.0, 2.0}) {
+    ProgramBuilder b(3, {"compute"});
+    b.p.host_cores = {cores};
+    b.p.devices[0].host = b.p.devices[1].host = 0;
+    const auto k0 = b.compute(0, 0, 1000);
+    const auto k1 = b.compute(1, 0, 1000);
+    const auto k2 = b.compute(2, 0, 1000);
+    const RunResult r = run_ok(b.p);
+    const SimTime shared = cores < 2 ? 2000 : 1000;
+    EXPECT_EQ(r.timing[k0].end, shared) << cores;
+    EXPECT_EQ(r.timing[k1].end, shared) << cores;
+    EXPECT_EQ(r.timing[k2].end, 1000) << cores;
+  }
+}
+
+TEST(Validate, ReportsBadHosts) {
+  ProgramBuilder b(2, {"compute"});
+  b.p.host_cores = {0.0};
+  b.p.devices[1].host = 3;
+  b.compute(0, 0, 10);
+  const auto errors = validate(b.p);
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_NE(errors[0].find("unknown host 3"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("cores must be finite and > 0"), std::string::npos) << errors[1];
+}
+
 // ---- links and max-min sharing ----
 
 TEST(Engine, TwoFlowsOnOneLinkEachGetHalf) {

@@ -37,6 +37,13 @@ class ProfileSamples {
   /// Returns the number of op instances filed.
   Expected<size_t> add(const CompiledPlan& cp, const cost::CostModel& cm, const ReplayResult& r);
 
+  /// CPU replays: the cores of this host, written into the table as the cost model's
+  /// `host_cores` (the cores the `cpu` preset's processes share). A replay with more
+  /// processes than cores is not filed (add returns 0): its ops took turns on the cores, so
+  /// their times are not what one op takes alone; skipped() counts such replays.
+  void set_host_cores(int cores) { host_cores_ = cores; }
+  size_t skipped() const { return skipped_; }
+
   /// The table (version 1, docs/costmodel.md): medians.
   Json table(const std::string& device) const;
   /// Per-series statistics for people: count, median, min, max; α-β fits of collectives.
@@ -60,6 +67,8 @@ class ProfileSamples {
   // (op, pass, dtype) -> bytes -> ns samples
   std::map<std::tuple<std::string, std::string, std::string>, std::map<int64_t, std::vector<int64_t>>>
       bytes_;
+  int host_cores_ = 0;
+  size_t skipped_ = 0;
   // (kind, group, nodes) -> bytes -> ns samples
   std::map<std::tuple<std::string, int, int>, std::map<int64_t, std::vector<int64_t>>> comms_;
   // compute key -> (alone, overlapped) durations

@@ -93,6 +93,18 @@ struct AnalyticParams {
   /// Fraction of HBM bandwidth taken while a comm kernel runs. A documented guess (0.10): a
   /// collective at inter-node rates moves a few % of HBM bandwidth, at NVLink rates ~25%.
   double comm_hbm_share = 0.10;
+  /// Cores that the devices of one node share when each device is a process computing on the
+  /// host CPU (the `cpu` preset: one replay process per device). Where a node holds more such
+  /// devices than cores, the operating system time-shares the cores: a devices computing at
+  /// once each get min(1, host_cores / a) of a core. 0 = not limited (GPUs). `stretto profile
+  /// --device cpu` records the profiling host's core count here.
+  double host_cores = 0;
+  /// Whether compute runs on the host thread that issues the device's ops (1) or is queued to
+  /// an accelerator (0). On a CPU device (the replay backend's Gloo processes) the thread runs
+  /// each op to its end before it posts the next communication, so a prefetch or a send
+  /// waits for the compute before it in program order. Negative = derive: 1 for device kind
+  /// "cpu", else 0.
+  int host_compute = -1;
 
   // --- communication --------------------------------------------------------------------------
   /// NCCL's view of the machine (arch from the device kind, NVLink if the intra-node link is

@@ -91,6 +91,10 @@ inline int64_t transfer_ns(int64_t wire_bytes, double rate_cap) {
 struct Interference {
   double comm_sm_share = 0;   // fraction of compute capacity taken by active comm kernels
   double comm_hbm_share = 0;  // fraction of HBM bandwidth taken (slows memory-bound ops)
+  double host_cores = 0;      // cores one node's host-CPU devices share (0: not limited)
+  /// Compute runs on the thread that issues the device's ops (a CPU process): the next op is
+  /// issued only after the previous compute op ended; false for GPUs (kernels are queued).
+  bool host_compute = false;
 };
 
 /// A cost model. Implementations are immutable after construction: every method is const and

@@ -94,6 +94,7 @@ Expected<ProfileTable> load_profile_table(const std::string& path);
 
 /// Names used in tables (and accepted when parsing them).
 std::string_view profile_op_name(OpKind k);
+std::string_view profile_pass_name(Pass p);  // F, B, BI, BW, none (the optimizer step)
 std::string_view profile_comm_name(CommKind k);
 std::string_view profile_dtype_name(DType d);
 

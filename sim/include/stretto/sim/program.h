@@ -13,6 +13,11 @@
 //                stream) has it at the head of its stream (rendezvous), all dependencies are
 //                done, and every participant has issued it.
 //  - kBarrier:   zero-time join (temporal-edge junction); no participants, no stream.
+// Host cores (optional): devices whose compute runs on a host CPU (one process per device)
+// and that share `Program::host_cores[h]` cores with the other devices of host h
+// (DeviceProgram::host) get, while a of that host's devices compute at once, at most
+// min(1, cores / a) of their capacity: the operating system time-shares the cores between
+// the processes (processor sharing). Devices with no host (kNoHost) are not limited.
 // Each device has a host thread that issues its `dispatch` list in order, `dispatch_ns`
 // apart (the k-th entry, 0-based, is issued at (k+1) * dispatch_ns). Each (device, stream)
 // is a FIFO: a task starts only after the previous task of that stream ended.
@@ -82,11 +87,14 @@ struct Link {
   std::string name;     // "node0.nvlink.dev3.out", for reports
 };
 
+inline constexpr uint32_t kNoHost = UINT32_MAX;
+
 struct DeviceProgram {
   std::vector<uint32_t> dispatch;  // task ids in issue order (each task this device takes part in)
   int64_t dispatch_ns = 0;
   double comm_sm_share = 0;
   double comm_hbm_share = 0;
+  uint32_t host = kNoHost;  // into Program::host_cores; kNoHost: no shared host cores
 };
 
 struct Program {
@@ -98,6 +106,7 @@ struct Program {
   std::vector<uint32_t> task_links;
   std::vector<Link> links;
   std::vector<DeviceProgram> devices;
+  std::vector<double> host_cores;  // by host: cores its devices share (> 0)
   // counters (empty effect_begin: none)
   uint32_t num_counters = 0;           // <= kMaxCounters
   std::vector<uint32_t> effect_begin;  // by Task::node, plus one end entry
