@@ -1353,6 +1353,8 @@ bool Compiler::run() {
   // Fixed-cost bookkeeping: k-th of n compute nodes of each (PP, MB, PASS) region pass, k in
   // creation (id) order. Recomputed forwards form their own region pass (timed as F by the
   // fixed model). Counted per key in a dense table (PP and MB are -1 or below their counts).
+  // Its size is bounded by the DAG's: pp_regions <= layers, and every layer has at least one
+  // op with an F and a B node per microbatch.
   {
     auto& nodes = cp_.dag.nodes;
     int32_t max_pp = -1;
