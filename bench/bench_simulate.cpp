@@ -1,10 +1,16 @@
 // Simulator benchmarks (DESIGN.md §7, simulator issue):
 //  - Reference: 1,024 devices = PP16 x DP64, DualPipeV, MoE with experts sharded over the DP
 //    group, 256 microbatches, ZeRO-1 — full per-device simulation and with replica folding.
+//  - Compile + folded simulation end to end (what a sweep point costs): PP16 x DP64 (1,024
+//    devices) and PP16 x DP4 (64 devices), DualPipeV, 8 MoE layers per rank (4 per stage, 2
+//    stages per rank: 128 layers, the compile benchmark's model), EP over DP, 256 microbatches,
+//    side by side; the time should not depend on the DP degree.
 //  - Re-simulation after one directive edit of a 64-device plan (PP8 x DP8, 1F1B).
 // Counters: events, events/s (engine events over whole simulate() wall time), tasks, peak RSS.
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
+
+#include <chrono>
 
 #include "plans.h"
 #include "stretto/sim/session.h"
@@ -79,6 +85,69 @@ BENCHMARK(BM_Reference)
     ->Args({16, 64, 256, 0, 1})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
+
+// Plan (parsed) -> compiled session -> folded simulation without memory curves, as a sweep
+// point runs it. Counters are per iteration: compile_ms (Session::from_plan: compile + cost
+// model), then the simulation's phases.
+void BM_CompileSimulateFolded(benchmark::State& state) {
+  const int pp = static_cast<int>(state.range(0)), dp = static_cast<int>(state.range(1));
+  const int mbs = static_cast<int>(state.range(2));
+  const int layers = static_cast<int>(state.range(3));
+  auto src = stretto::JsonSource::parse(stretto::bench::reference_plan(pp, dp, mbs, layers).dump(),
+                                        "bench.json");
+  auto plan = stretto::parse_plan(*src);
+  if (!plan) {
+    state.SkipWithError(stretto::render_all(plan.error()).c_str());
+    return;
+  }
+  using Clock = std::chrono::steady_clock;
+  double compile_ms = 0, build_ms = 0, prepare_ms = 0, run_ms = 0, metrics_ms = 0;
+  size_t nodes = 0, tasks = 0;
+  double step_ms = 0;
+  bool folded = false;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    auto s = stretto::sim::Session::from_plan(*plan);
+    if (!s) {
+      state.SkipWithError(stretto::render_all(s.error()).c_str());
+      return;
+    }
+    compile_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    stretto::sim::SimOptions opt;
+    opt.fold_replicas = true;
+    opt.memory_curves = false;
+    auto r = s->simulate(opt);
+    if (!r) {
+      state.SkipWithError(stretto::render_all(r.error()).c_str());
+      return;
+    }
+    build_ms += r->phases.build_ms;
+    prepare_ms += r->phases.prepare_ms;
+    run_ms += r->phases.run_ms;
+    metrics_ms += r->phases.metrics_ms;
+    nodes = s->compiled().dag.nodes.size();
+    tasks = r->program.tasks.size();
+    step_ms = static_cast<double>(r->step_time) / 1e6;
+    folded = r->folded;
+  }
+  if (!folded) state.SkipWithError("the plan did not fold");
+  using C = benchmark::Counter;
+  state.counters["compile_ms"] = C(compile_ms, C::kAvgIterations);
+  state.counters["build_ms"] = C(build_ms, C::kAvgIterations);
+  state.counters["prepare_ms"] = C(prepare_ms, C::kAvgIterations);
+  state.counters["run_ms"] = C(run_ms, C::kAvgIterations);
+  state.counters["metrics_ms"] = C(metrics_ms, C::kAvgIterations);
+  state.counters["nodes"] = static_cast<double>(nodes);
+  state.counters["tasks"] = static_cast<double>(tasks);
+  state.counters["step_ms"] = step_ms;
+  state.counters["peak_rss_MiB"] = peak_rss_mib();
+}
+// pp, dp, microbatches, MoE layers per stage (2 stages per rank)
+BENCHMARK(BM_CompileSimulateFolded)
+    ->Args({16, 64, 256, 4})
+    ->Args({16, 4, 256, 4})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 
 void BM_ResimulateAfterEdit(benchmark::State& state) {
   auto s = open(stretto::bench::moe_plan(8, 8, 4, 32, true), state);

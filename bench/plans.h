@@ -66,11 +66,12 @@ inline json moe_plan(int pp, int dp, int layers_per_stage, int mbs, bool zero1,
 }
 
 /// The simulator's reference configuration (DESIGN.md §7): pp ranks x dp replicas, DualPipeV
-/// with 2 stages per rank in a V (stage s on rank s < pp ? s : 2pp-1-s), 2 MoE layers per
-/// stage, experts sharded over each stage's dp devices, ZeRO-1, `mbs` microbatches.
-inline json reference_plan(int pp, int dp, int mbs) {
+/// with 2 stages per rank in a V (stage s on rank s < pp ? s : 2pp-1-s), `layers_per_stage`
+/// MoE layers per stage (2 in the reference configuration), experts sharded over each stage's
+/// dp devices, ZeRO-1, `mbs` microbatches.
+inline json reference_plan(int pp, int dp, int mbs, int layers_per_stage = 2) {
   const int stages = 2 * pp;
-  json model = moe_model(stages * 2, stages);
+  json model = moe_model(stages * layers_per_stage, stages);
   json base = json::array();
   for (int s = 0; s < stages; ++s) {
     int r = s < pp ? s : stages - 1 - s;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <set>
+#include <span>
 
 #include "internal.h"
 #include "stretto/schedules/builders.h"
@@ -56,8 +57,15 @@ void TrainingDag::finalize() {
     succ[sf[edges[i].from]++] = i;
     pred[pf[edges[i].to]++] = i;
   }
-  std::stable_sort(mem.begin(), mem.end(),
-                   [](const MemEffect& a, const MemEffect& b) { return a.node < b.node; });
+  // Memory effects by node, stably (a counting sort: node ids are dense).
+  auto by_node = [](const MemEffect& a, const MemEffect& b) { return a.node < b.node; };
+  if (std::is_sorted(mem.begin(), mem.end(), by_node)) return;
+  std::vector<uint32_t> at(n + 1, 0);
+  for (const MemEffect& m : mem) ++at[m.node + 1];
+  for (size_t i = 0; i < n; ++i) at[i + 1] += at[i];
+  std::vector<MemEffect> sorted(mem.size());
+  for (const MemEffect& m : mem) sorted[at[m.node]++] = m;
+  mem = std::move(sorted);
 }
 
 namespace {
@@ -122,7 +130,9 @@ constexpr int64_t kMB = 1 << 20;
 
 struct UnitInfo {
   int32_t place = -1, repl = -1, shard = -1, tp_dir = -1;
-  std::vector<int32_t> replicas;  // placed devices (one per replica)
+  // placed devices (one per replica): the place directive's list, which the plan owns (not a
+  // copy per unit: at 64 replicas x 256 microbatches the copies dominated allocation)
+  std::span<const int> replicas;
   uint32_t devs = kNone;          // all devices running the unit (replica-major, TP inner)
   int tp = 1;
   bool split_bwd = false;
@@ -166,6 +176,24 @@ class Compiler {
     if (has_split_) t.set(TagKey::kMB, mb);
     return t;
   }
+  // Filter matching of units without building each unit's tags: a unit's tags are its op's
+  // with MB set to the microbatch (after a split), so `f.matches(unit_tags(o, mb))` is
+  // "o in matching_ops(f) and mb_matches(f, mb)" (at 1,024 devices x 256 microbatches the
+  // per-unit matches dominated the directive passes).
+  std::vector<uint32_t> matching_ops(const Filter& f) const {
+    std::vector<uint32_t> out;
+    for (uint32_t o = 0; o < nops(); ++o) {
+      const Tags& t = cp_.model.ops[o].tags;
+      bool ok = !f.pass || *f.pass == t.pass;
+      for (size_t i = 0; i < f.cond.size() && ok; ++i)
+        if (i != static_cast<size_t>(TagKey::kMB) || !has_split_) ok = f.cond[i].matches(t.v[i]);
+      if (ok) out.push_back(o);
+    }
+    return out;
+  }
+  bool mb_matches(const Filter& f, int mb) const {
+    return !has_split_ || f.cond[static_cast<size_t>(TagKey::kMB)].matches(mb);
+  }
   void error(const std::string& ptr, std::string msg, std::string hint, int directive,
              std::vector<DiagNote> notes = {}) {
     Diagnostic d = diag_at(src_, plan_.file, ptr, std::move(msg), std::move(hint), directive);
@@ -203,17 +231,34 @@ class Compiler {
   void mem(uint32_t node, bool at_end, MemCategory c, int64_t bytes) {
     if (bytes) cp_.dag.mem.push_back({node, at_end, c, bytes});
   }
-  // DP groups (same TP rank across replicas) and TP groups of a unit's device set.
+  // DP groups (same TP rank across replicas) and TP groups of a unit's device set. Both depend
+  // on the set alone (it holds replicas x tp devices, group size tp), so each set's are
+  // interned once and remembered by set id.
+  std::vector<uint32_t> dp_groups_of_, tp_groups_of_;
+  static uint32_t& memo_of(std::vector<uint32_t>& v, uint32_t set) {
+    if (v.size() <= set) v.resize(set + 1, kNone);
+    return v[set];
+  }
   uint32_t dp_groups(const UnitInfo& u) {
-    std::vector<int32_t> d;
     const auto& all = cp_.dag.device_sets[u.devs].devices;
     const size_t R = u.replicas.size();
+    // (a set that is not exactly replicas x tp, which TP groups sharing a leader can give, is
+    // not remembered: R is not a function of it)
+    const bool exact = all.size() == R * static_cast<size_t>(u.tp);
+    if (exact && memo_of(dp_groups_of_, u.devs) != kNone) return dp_groups_of_[u.devs];
+    std::vector<int32_t> d;
     for (int t = 0; t < u.tp; ++t)
       for (size_t r = 0; r < R; ++r) d.push_back(all[r * u.tp + t]);
-    return sets_.intern(std::move(d), static_cast<int32_t>(R));
+    const uint32_t id = sets_.intern(std::move(d), static_cast<int32_t>(R));
+    if (exact) memo_of(dp_groups_of_, u.devs) = id;
+    return id;
   }
   uint32_t tp_groups(const UnitInfo& u) {
-    return sets_.intern(cp_.dag.device_sets[u.devs].devices, u.tp);
+    // (the set's group size is u.tp: apply_tensor_parallel interned it so)
+    if (memo_of(tp_groups_of_, u.devs) != kNone) return tp_groups_of_[u.devs];
+    const uint32_t id = sets_.intern(cp_.dag.device_sets[u.devs].devices, u.tp);
+    memo_of(tp_groups_of_, u.devs) = id;
+    return id;
   }
   uint32_t cross(uint32_t prod, uint32_t cons, int mb, Pass pass, CommPurpose purpose,
                  int64_t bytes);
@@ -309,9 +354,10 @@ bool Compiler::apply_place() {
             "forward and backward of a region run where the region is placed", d.index);
       continue;
     }
-    for (int mb = 0; mb < M_; ++mb)
-      for (uint32_t o = 0; o < nops(); ++o) {
-        if (!d.filter.matches(unit_tags(o, mb))) continue;
+    const std::vector<uint32_t> fops = matching_ops(d.filter);
+    for (int mb = 0; mb < M_; ++mb) {
+      if (!mb_matches(d.filter, mb)) continue;
+      for (uint32_t o : fops) {
         ++matched[d.index];
         UnitInfo& u = unit(o, mb);
         if (u.place >= 0) {
@@ -327,8 +373,9 @@ bool Compiler::apply_place() {
           continue;
         }
         u.place = d.index;
-        u.replicas.assign(d.devices.begin(), d.devices.end());
+        u.replicas = d.devices;
       }
+    }
   }
   bool ok = true;
   for (const auto& d : plan_.schedule)
@@ -379,9 +426,10 @@ bool Compiler::apply_tensor_parallel() {
     for (size_t g = 0; g < d.device_groups.size(); ++g)
       for (int dev : d.device_groups[g]) group_of[dev] = g;
     size_t matched = 0;
+    const std::vector<uint32_t> fops = matching_ops(d.filter);
     for (int mb = 0; mb < M_ && ok; ++mb)
-      for (uint32_t o = 0; o < nops() && ok; ++o) {
-        if (!d.filter.matches(unit_tags(o, mb))) continue;
+      for (size_t fi = 0; fi < fops.size() && ok && mb_matches(d.filter, mb); ++fi) {
+        const uint32_t o = fops[fi];
         ++matched;
         UnitInfo& u = unit(o, mb);
         if (u.tp_dir >= 0) {
@@ -417,11 +465,19 @@ bool Compiler::apply_tensor_parallel() {
   // search over every group for every replica of every unit dominated compilation).
   std::map<std::pair<int32_t, std::vector<int32_t>>, uint32_t> memo;
   std::map<int32_t, std::vector<std::vector<uint32_t>>> groups_of;  // directive -> dev -> groups
+  // Units of one (TP directive, place directive) have the same replicas (the place
+  // directive's devices): looked up by the two indices first, without copying the replicas.
+  std::map<std::pair<int32_t, int32_t>, uint32_t> by_directives;
   for (int mb = 0; mb < M_; ++mb)
     for (uint32_t o = 0; o < nops(); ++o) {
       UnitInfo& u = unit(o, mb);
-      auto key = std::make_pair(u.tp_dir, u.replicas);
+      if (auto it = by_directives.find({u.tp_dir, u.place}); it != by_directives.end()) {
+        u.devs = it->second;
+        continue;
+      }
+      auto key = std::make_pair(u.tp_dir, std::vector<int32_t>(u.replicas.begin(), u.replicas.end()));
       if (auto it = memo.find(key); it != memo.end()) {
+        by_directives.emplace(std::make_pair(u.tp_dir, u.place), it->second);
         u.devs = it->second;
         continue;
       }
@@ -451,6 +507,7 @@ bool Compiler::apply_tensor_parallel() {
       }
       u.devs = sets_.intern(std::move(devs), u.tp);
       memo.emplace(std::move(key), u.devs);
+      by_directives.emplace(std::make_pair(u.tp_dir, u.place), u.devs);
     }
   return true;
 }
@@ -467,13 +524,14 @@ bool Compiler::check_replication() {
       ok = false;
       continue;
     }
-    for (int mb = 0; mb < M_; ++mb)
-      for (uint32_t o = 0; o < nops(); ++o) {
-        if (!d.filter.matches(unit_tags(o, mb))) continue;
+    const std::vector<uint32_t> fops = matching_ops(d.filter);
+    const std::vector<int32_t> want(d.devices.begin(), d.devices.end());
+    for (int mb = 0; mb < M_; ++mb) {
+      if (!mb_matches(d.filter, mb)) continue;
+      for (uint32_t o : fops) {
         UnitInfo& u = unit(o, mb);
         ++matched[d.index];
-        std::vector<int32_t> want(d.devices.begin(), d.devices.end());
-        if (want != u.replicas) {
+        if (!std::ranges::equal(want, u.replicas)) {
           if (reported.insert({d.index, u.place}).second)
             error(d.pointer + "/devices",
                   fmt::format("{} lists devices that differ from where {} ({}) is placed",
@@ -491,6 +549,7 @@ bool Compiler::check_replication() {
           u.shard = d.index;
         }
       }
+    }
   }
   for (const auto& d : plan_.schedule)
     if ((d.op == DirectiveOp::kReplicate || d.op == DirectiveOp::kShard) && !d.filter.pass &&
@@ -549,9 +608,10 @@ bool Compiler::apply_recompute() {
       continue;
     }
     size_t matched = 0;
+    const std::vector<uint32_t> fops = matching_ops(d.filter);
     for (int mb = 0; mb < M_; ++mb)
-      for (uint32_t o = 0; o < nops(); ++o) {
-        if (!d.filter.matches(unit_tags(o, mb))) continue;
+      for (size_t fi = 0; fi < fops.size() && mb_matches(d.filter, mb); ++fi) {
+        const uint32_t o = fops[fi];
         const OpKind k = cp_.model.ops[o].kind;
         const bool core = k == OpKind::kAttention || k == OpKind::kAttnScores ||
                           k == OpKind::kSoftmax || k == OpKind::kAttnContext;
@@ -644,10 +704,10 @@ void Compiler::mark_split_backward() {
         if (!f.pass || (*f.pass != Pass::kBI && *f.pass != Pass::kBW)) continue;
         Filter nf = f;
         nf.pass.reset();
+        const std::vector<uint32_t> fops = matching_ops(nf);
         for (int mb = 0; mb < M_; ++mb) {
-          if (f.cond[3].kind == TagCond::kEquals && f.cond[3].value != mb) continue;
-          for (uint32_t o = 0; o < nops(); ++o)
-            if (nf.matches(unit_tags(o, mb))) unit(o, mb).split_bwd = true;
+          if (!mb_matches(nf, mb)) continue;
+          for (uint32_t o : fops) unit(o, mb).split_bwd = true;
         }
       }
   }
@@ -806,6 +866,9 @@ void Compiler::build_nodes() {
   };
 
   std::map<std::tuple<uint32_t, int, uint32_t>, uint32_t> sent;  // forward activation transfers
+  // Dependency lists of the forward and backward being emitted, reused (not one allocation per
+  // unit and pass).
+  std::vector<uint32_t> fwd_deps, bwd_deps;
   // Emits the forward of unit (o, mb) and returns the node after which its output is complete.
   // A recomputed forward (`rc`) takes its inputs from the recomputed outputs of producers in the
   // same checkpoint segment and from the checkpoint otherwise (no transfers are redone), waits
@@ -818,7 +881,8 @@ void Compiler::build_nodes() {
     const Pass bp = u.split_bwd ? Pass::kBI : Pass::kB;
     const Pass pass = rc ? bp : Pass::kF;
     const size_t first_node = dag.nodes.size();
-    std::vector<uint32_t> deps = trigger;
+    std::vector<uint32_t>& deps = fwd_deps;
+    deps.assign(trigger.begin(), trigger.end());
     if (rc) {
       for (uint32_t i : op.inputs) {
         const UnitInfo& ui = unit(i, mb);
@@ -933,7 +997,8 @@ void Compiler::build_nodes() {
       UnitInfo& u = unit(o, mb);
       const ModelOp& op = ops[o];
       const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
-      std::vector<uint32_t> deps;
+      std::vector<uint32_t>& deps = bwd_deps;
+      deps.clear();
       // The forward must have run (saved activations): u.f is the op's output node (with
       // recompute, the recomputed output, added below).
       if (u.rc < 0) deps.push_back(u.f);
@@ -1285,26 +1350,32 @@ bool Compiler::run() {
   tie_embeddings();
   build_nodes();
   if (!diags_.empty()) return false;
-  // Fixed-cost bookkeeping: k-th of n compute nodes of each (PP, MB, PASS) region pass.
-  // (Sorting node ids by region key keeps node order within a region: k follows creation.)
-  std::vector<uint32_t> ids;
-  for (uint32_t i = 0; i < cp_.dag.nodes.size(); ++i)
-    if (cp_.dag.nodes[i].kind == NodeKind::kCompute) ids.push_back(i);
-  // Recomputed forwards form their own region pass (timed as F by the fixed model).
-  auto rkey = [&](uint32_t i) {
-    const Tags& t = cp_.dag.nodes[i].tags;
-    return std::make_tuple(t.pp(), t.mb(), t.pass, cp_.dag.nodes[i].recompute);
-  };
-  std::stable_sort(ids.begin(), ids.end(),
-                   [&](uint32_t a, uint32_t b) { return rkey(a) < rkey(b); });
-  for (size_t i = 0; i < ids.size();) {
-    size_t j = i;
-    while (j < ids.size() && rkey(ids[j]) == rkey(ids[i])) ++j;
-    for (size_t k = i; k < j; ++k) {
-      cp_.dag.nodes[ids[k]].region_k = static_cast<uint16_t>(k - i);
-      cp_.dag.nodes[ids[k]].region_n = static_cast<uint16_t>(j - i);
-    }
-    i = j;
+  // Fixed-cost bookkeeping: k-th of n compute nodes of each (PP, MB, PASS) region pass, k in
+  // creation (id) order. Recomputed forwards form their own region pass (timed as F by the
+  // fixed model). Counted per key in a dense table (PP and MB are -1 or below their counts).
+  // Its size is bounded by the DAG's: pp_regions <= layers, and every layer has at least one
+  // op with an F and a B node per microbatch.
+  {
+    auto& nodes = cp_.dag.nodes;
+    int32_t max_pp = -1;
+    for (const Node& n : nodes)
+      if (n.kind == NodeKind::kCompute) max_pp = std::max(max_pp, n.tags.pp());
+    const size_t mbs = static_cast<size_t>(M_) + 1;
+    constexpr size_t kPasses = 5;  // Pass values
+    auto rkey = [&](const Node& n) {
+      const Tags& t = n.tags;
+      STRETTO_ASSERT(t.pp() >= -1 && t.mb() >= -1 && t.mb() < M_, "region tags in range");
+      return ((static_cast<size_t>(t.pp() + 1) * mbs + static_cast<size_t>(t.mb() + 1)) *
+                  kPasses +
+              static_cast<size_t>(t.pass)) *
+                 2 +
+             (n.recompute ? 1 : 0);
+    };
+    std::vector<uint32_t> count(static_cast<size_t>(max_pp + 2) * mbs * kPasses * 2, 0);
+    for (Node& n : nodes)
+      if (n.kind == NodeKind::kCompute) n.region_k = static_cast<uint16_t>(count[rkey(n)]++);
+    for (Node& n : nodes)
+      if (n.kind == NodeKind::kCompute) n.region_n = static_cast<uint16_t>(count[rkey(n)]);
   }
   compute_static_memory();
   return true;
@@ -1351,7 +1422,7 @@ Expected<CompiledPlan> compile(const Plan& plan_in, const JsonSource* src,
   };
   Compiler c(cp, src, diags);
   if (!c.run()) return located(std::move(diags));
-  cp.dag.finalize();
+  // (order_and_lower finalizes the DAG once its temporal edges are in)
   if (!detail::order_and_lower(cp, src, opt.lower, diags)) return located(std::move(diags));
   return cp;
 }

@@ -209,20 +209,25 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
   for (size_t i = 0; i < n; ++i) indeg[i] = dag.pred_begin[i + 1] - dag.pred_begin[i];
   std::vector<int32_t> eff(rank);
   for (auto& r : eff) r = std::max(r, 0);
+  // Priority (rank, tie, pass, mb, id), smallest first: tie, pass and mb packed per node into
+  // one word up front (mb's sign bit flipped so that unsigned order is signed order), so the
+  // sort reads 8 bytes per node instead of the node.
+  std::vector<uint64_t> tie_pass_mb(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Node& nd = dag.nodes[i];
+    const uint64_t tie = nd.kind == NodeKind::kBarrier ? 0 : nd.kind == NodeKind::kTransfer ? 1 : 2;
+    tie_pass_mb[i] = tie << 40 | static_cast<uint64_t>(pass_order(nd.tags.pass)) << 32 |
+                     (static_cast<uint32_t>(nd.tags.mb()) ^ 0x80000000u);
+  }
   struct Item {
     int32_t rank;
-    uint8_t tie, pass;
-    int32_t mb;
     uint32_t id;
+    uint64_t key;
     bool operator>(const Item& o) const {
-      return std::tie(rank, tie, pass, mb, id) > std::tie(o.rank, o.tie, o.pass, o.mb, o.id);
+      return std::tie(rank, key, id) > std::tie(o.rank, o.key, o.id);
     }
   };
-  auto item = [&](uint32_t i) {
-    const Node& nd = dag.nodes[i];
-    uint8_t tie = nd.kind == NodeKind::kBarrier ? 0 : nd.kind == NodeKind::kTransfer ? 1 : 2;
-    return Item{eff[i], tie, pass_order(nd.tags.pass), nd.tags.mb(), i};
-  };
+  auto item = [&](uint32_t i) { return Item{eff[i], i, tie_pass_mb[i]}; };
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> ready;
   for (uint32_t i = 0; i < n; ++i)
     if (indeg[i] == 0) ready.push(item(i));

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <map>
 #include <span>
+#include <unordered_map>
 
 #include "stretto/sim/session.h"
 
@@ -138,21 +139,63 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
   if (only) {
     kept_first.assign(N, 0);
     kept_count.assign(N, 0);
+    // A node's kept instances depend only on its device sets and whether it is a collective:
+    // found once per distinct (devs, devs2, collective), not once per node.
+    std::unordered_map<uint64_t, std::vector<uint32_t>> kept_of[2];
     for (uint32_t n : cp.topo_order) {
-      const size_t first = kept_inst.size();
-      kept_first[n] = static_cast<uint32_t>(first);
-      for (int d : kept_devices) {
-        const uint32_t i = instance_on(n, d);
-        if (i != UINT32_MAX) kept_inst.push_back(i);
+      const Node& nd = dag.nodes[n];
+      const bool coll = nd.kind == NodeKind::kCollective;
+      const uint64_t key = (static_cast<uint64_t>(nd.devs) << 32) | nd.devs2;
+      auto [it, added] = kept_of[coll ? 1 : 0].try_emplace(key);
+      std::vector<uint32_t>& insts = it->second;
+      if (added) {
+        for (int d : kept_devices) {
+          const uint32_t i = instance_on(n, d);
+          if (i != UINT32_MAX) insts.push_back(i);
+        }
+        std::sort(insts.begin(), insts.end());
+        insts.erase(std::unique(insts.begin(), insts.end()), insts.end());
       }
-      std::sort(kept_inst.begin() + static_cast<ptrdiff_t>(first), kept_inst.end());
-      kept_inst.erase(
-          std::unique(kept_inst.begin() + static_cast<ptrdiff_t>(first), kept_inst.end()),
-          kept_inst.end());
-      kept_count[n] = static_cast<uint32_t>(kept_inst.size() - first);
+      kept_first[n] = static_cast<uint32_t>(kept_inst.size());
+      kept_inst.insert(kept_inst.end(), insts.begin(), insts.end());
+      kept_count[n] = static_cast<uint32_t>(insts.size());
     }
     num_tasks = kept_inst.size();
   }
+  // The devices of an instance that are simulated (all without folding), in the instance's
+  // order: for collectives, per device set and group, computed once (a 64-wide all-to-all has
+  // one kept member per class when folded).
+  std::vector<std::vector<uint32_t>> wanted_begin(only ? dag.device_sets.size() : 0);
+  std::vector<std::vector<int>> wanted_devs(only ? dag.device_sets.size() : 0);
+  std::vector<int> wanted_scratch;
+  auto wanted_of = [&](const Node& nd, uint32_t inst,
+                       std::span<const int> devs) -> std::span<const int> {
+    if (!only) return devs;
+    if (nd.kind != NodeKind::kCollective) {
+      wanted_scratch.clear();
+      for (int d : devs)
+        if (wanted(d)) wanted_scratch.push_back(d);
+      return wanted_scratch;
+    }
+    auto& begin = wanted_begin[nd.devs];
+    auto& list = wanted_devs[nd.devs];
+    if (begin.empty()) {
+      const auto& ds = dag.device_sets[nd.devs];
+      const size_t groups = ds.devices.size() / static_cast<size_t>(ds.group_size);
+      begin.push_back(0);
+      for (size_t g = 0; g < groups; ++g) {
+        for (int32_t k = 0; k < ds.group_size; ++k) {
+          const int d = ds.devices[g * static_cast<size_t>(ds.group_size) + static_cast<size_t>(k)];
+          if (wanted(d)) list.push_back(d);
+        }
+        begin.push_back(static_cast<uint32_t>(list.size()));
+      }
+    }
+    return {list.data() + begin[inst], begin[inst + 1] - begin[inst]};
+  };
+  // Comm cost inputs that depend only on a collective's device set (its first group).
+  std::vector<int> set_nodes_spanned(dag.device_sets.size(), 0);
+  std::vector<char> set_crosses_island(dag.device_sets.size(), 0);
   auto task_of = [&](uint32_t n, uint32_t i) -> uint32_t {
     if (!only) return base[n] + i;
     for (uint32_t k = kept_first[n]; k < kept_first[n] + kept_count[n]; ++k)
@@ -327,17 +370,22 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
         q.crosses_island = topo.island_of(a) != topo.island_of(b);
       } else {
         q.group_size = ds.group_size;
-        std::vector<int> nodes_seen, islands_seen;
-        for (int32_t k = 0; k < ds.group_size; ++k) {
-          int d = ds.devices[k];
-          if (std::find(nodes_seen.begin(), nodes_seen.end(), topo.node_of(d)) == nodes_seen.end())
-            nodes_seen.push_back(topo.node_of(d));
-          if (std::find(islands_seen.begin(), islands_seen.end(), topo.island_of(d)) ==
-              islands_seen.end())
-            islands_seen.push_back(topo.island_of(d));
+        if (set_nodes_spanned[nd.devs] == 0) {
+          std::vector<int> nodes_seen, islands_seen;
+          for (int32_t k = 0; k < ds.group_size; ++k) {
+            int d = ds.devices[k];
+            if (std::find(nodes_seen.begin(), nodes_seen.end(), topo.node_of(d)) ==
+                nodes_seen.end())
+              nodes_seen.push_back(topo.node_of(d));
+            if (std::find(islands_seen.begin(), islands_seen.end(), topo.island_of(d)) ==
+                islands_seen.end())
+              islands_seen.push_back(topo.island_of(d));
+          }
+          set_nodes_spanned[nd.devs] = static_cast<int>(nodes_seen.size());
+          set_crosses_island[nd.devs] = islands_seen.size() > 1;
         }
-        q.nodes_spanned = static_cast<int>(nodes_seen.size());
-        q.crosses_island = islands_seen.size() > 1;
+        q.nodes_spanned = set_nodes_spanned[nd.devs];
+        q.crosses_island = set_crosses_island[nd.devs] != 0;
       }
       cc = cm.comm(q);
       work = cc.wire_bytes;
@@ -389,6 +437,8 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       t.mem_bound = mem_bound;
       t.kind = kind;
       const std::span<const int> devs = involved(nd, i);
+      // the simulated ones among them (all of them without folding)
+      const std::span<const int> kept = wanted_of(nd, i, devs);
       // participants
       t.part_begin = static_cast<uint32_t>(p.participants.size());
       // With replica folding, only simulated devices take part.
@@ -402,14 +452,13 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
           p.participants.push_back(
               {static_cast<uint32_t>(devs[1]), peer_stream_id(nd.stream, devs[0])});
       } else if (nd.kind == NodeKind::kCollective) {
-        for (int d : devs)
-          if (wanted(d)) p.participants.push_back({static_cast<uint32_t>(d), nd.stream});
+        for (int d : kept) p.participants.push_back({static_cast<uint32_t>(d), nd.stream});
       }
       t.part_count = static_cast<uint32_t>(p.participants.size()) - t.part_begin;
       if (kind != TaskKind::kBarrier) {
-        dispatch(devs[0], tid);
-        for (size_t k = 1; k < devs.size(); ++k)
-          if (devs[k] != devs[0]) dispatch(devs[k], tid);
+        // each kept device once (devs[0], if kept, is kept[0]; its repeats are skipped)
+        for (size_t k = 0; k < kept.size(); ++k)
+          if (k == 0 || kept[k] != devs[0]) dispatch(kept[k], tid);
       }
       // links (comm only): the bottleneck class of each member
       const auto link_begin = static_cast<uint32_t>(p.task_links.size());
@@ -419,8 +468,7 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
         p.task_links.push_back(link_id(devs[1], inter ? 3 : 1));
       } else if (nd.kind == NodeKind::kCollective && t.work > 0) {
         int lk = cc.inter_node ? 2 : 0;
-        for (int d : devs) {
-          if (!wanted(d)) continue;
+        for (int d : kept) {
           p.task_links.push_back(link_id(d, lk));
           p.task_links.push_back(link_id(d, lk + 1));
         }
@@ -434,8 +482,7 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       // predecessor's stream on this device) only the highest id (b); then each task once.
       // Written straight into p.deps (reserved for the worst case, so it never regrows).
       const size_t dep_begin = p.deps.size();
-      for (int d : devs) {
-        if (!wanted(d)) continue;
+      for (int d : kept) {
         // (c): what earlier tasks of this lane depended on; this task's kept dependencies join
         uint32_t* const mem =
             own_lane ? &recent[(static_cast<size_t>(d) * num_streams + nd.stream) * kRecent]
