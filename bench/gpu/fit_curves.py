@@ -348,15 +348,19 @@ def write_table(path, dev, D, timed, attention):
     kernels = [{"op": names[op], "pass": ps, "dtype": "bf16", "m": m, "n": n, "k": k, "ns": ns}
                for (op, ps, m, n, k), ns in sorted(seen.items())]
     for r in attention:
-        if r["causal"]:
-            kernels.append({"op": "attention", "pass": "F" if r["pass"] == "F" else "BI",
-                            "dtype": "bf16", "m": r["seq"], "n": r["seq"], "k": r["head_dim"],
-                            "batch": r["heads"] * r["batch"],
+        if not r["causal"]:
+            continue
+        # The backward is B in a plan without split backward and BI with it (no weights).
+        for ps in (("F",) if r["pass"] == "F" else ("B", "BI")):
+            kernels.append({"op": "attention", "pass": ps, "dtype": "bf16", "m": r["seq"],
+                            "n": r["seq"], "k": r["head_dim"], "batch": r["heads"] * r["batch"],
                             "ns": int(round(r["ms"] * 1e6))})
     table = {"version": 1, "device": "h200" if dev == "h200" else "h100-sxm",
              "kernels": kernels}
-    with open(path, "w") as f:
-        json.dump(table, f, indent=0)
+    with open(path, "w") as f:  # one kernel per line
+        f.write('{"version": 1, "device": "%s", "kernels": [\n' % table["device"])
+        f.write(",\n".join("  " + json.dumps(k) for k in kernels))
+        f.write("\n]}\n")
     print(f"wrote {path}: {len(kernels)} kernels ({D['device']})")
 
 
