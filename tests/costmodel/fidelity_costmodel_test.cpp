@@ -98,8 +98,12 @@ TEST(MeasuredGemms, AnalyticCurveAgainstH100Measurements) {
   // h100_gemm_measured.json: 36 bf16 GEMMs (forward, input gradient, weight gradient of the
   // QKV, output, MLP-up and MLP-down projections of GPT 7B (TP 1), 13B (TP 8) and 175B (TP 8)
   // layers) measured with torch.matmul on an H100 SXM (h100_gemm_bench.py). Loaded as a
-  // profiled table, each is returned exactly; the analytic curve stays within 30 % of every
-  // one (at the time of writing it was 0.4-27 % fast, 9 % on average, and 17 % slow on one).
+  // profiled table, each is returned exactly. The h100-sxm preset's calibrated curve (fitted
+  // to another H100's sweep, h100_kernels_measured_raw.json) is off by 8.5 % on average over
+  // these 36 (the generic 0.80 curve: 10.6 %) and by at most 38.5 %: the 13B output
+  // projection's weight gradient at TP 8 (rows k = 640, depth 4096) measures 413 TFLOPS where
+  // the smooth curve gives 672 (thin TP-split GEMMs are the curve's known weak spot; see
+  // docs/fidelity.md).
   const std::string dir = std::string(STRETTO_TEST_DATA) + "/costmodel";
   CostModelSpec spec;
   spec.kind = CostModelSpec::Kind::kProfiled;
@@ -112,24 +116,18 @@ TEST(MeasuredGemms, AnalyticCurveAgainstH100Measurements) {
   std::ifstream in(spec.profile);
   const Json table = Json::parse(in);
   size_t n = 0;
+  double sum_abs = 0;
   for (const auto& k : table["kernels"]) {
-    ComputeQuery q;
-    q.kind = k["op"] == "qkv" ? OpKind::kQKV
-             : k["op"] == "out_proj" ? OpKind::kOutProj
-             : k["op"] == "mlp_up" ? OpKind::kMlpUp
-                                   : OpKind::kMlpDown;
-    q.pass = k["pass"] == "F" ? Pass::kF : k["pass"] == "BI" ? Pass::kBI : Pass::kBW;
-    q.gemm = {k["m"].get<int64_t>(), k["n"].get<int64_t>(), k["k"].get<int64_t>(), 1};
-    q.flops = 2.0 * static_cast<double>(q.gemm.m) * static_cast<double>(q.gemm.n) *
-              static_cast<double>(q.gemm.k);
-    q.bytes = 2 * (q.gemm.m * q.gemm.k + q.gemm.k * q.gemm.n + q.gemm.m * q.gemm.n);
+    const ComputeQuery q = testing::measured_gemm(k["op"], k["pass"], k["m"], k["k"], k["n"]);
     const int64_t measured = k["ns"].get<int64_t>();
     EXPECT_EQ(profiled->compute(q).ns, measured) << k.dump();
     const double ratio = static_cast<double>(analytic->compute(q).ns) / measured;
-    EXPECT_NEAR(ratio, 1.0, 0.30) << k.dump();
+    EXPECT_NEAR(ratio, 1.0, 0.40) << k.dump();
+    sum_abs += std::abs(ratio - 1.0);
     ++n;
   }
   EXPECT_EQ(n, 36u);
+  EXPECT_LE(sum_abs / static_cast<double>(n), 0.09);
 }
 
 }  // namespace

@@ -49,6 +49,28 @@ inline std::unique_ptr<CostModel> make_or_die(const CostModelSpec& spec, const C
   return std::move(*m);
 }
 
+/// The op of a measured table's row: "attention", "qkv", "out_proj", "mlp_up" or "mlp_down".
+inline OpKind measured_op(const std::string& op) {
+  return op == "attention"  ? OpKind::kAttention
+         : op == "qkv"      ? OpKind::kQKV
+         : op == "out_proj" ? OpKind::kOutProj
+         : op == "mlp_up"   ? OpKind::kMlpUp
+                            : OpKind::kMlpDown;
+}
+
+/// The query of one measured GEMM: op and pass ("F", "BI", "BW") by name, the forward shape
+/// [m,k] x [k,n], its flops and the bytes of its three matrices in bf16.
+inline ComputeQuery measured_gemm(const std::string& op, const std::string& pass, int64_t m,
+                                  int64_t k, int64_t n) {
+  ComputeQuery q;
+  q.kind = measured_op(op);
+  q.pass = pass == "F" ? Pass::kF : pass == "BI" ? Pass::kBI : Pass::kBW;
+  q.gemm = {m, n, k, 1};
+  q.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  q.bytes = 2 * (m * k + k * n + m * n);
+  return q;
+}
+
 /// time_ns must equal latency + transfer, as the engine computes it.
 inline void expect_consistent(const CommCost& c) {
   EXPECT_EQ(c.time_ns, c.latency_ns + transfer_ns(c.wire_bytes, c.rate_cap));

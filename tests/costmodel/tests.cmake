@@ -8,4 +8,5 @@ stretto_test(costmodel_test
     ${CMAKE_CURRENT_LIST_DIR}/profiled_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/options_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/fidelity_costmodel_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/calibration_test.cpp
   LIBS stretto::costmodel)

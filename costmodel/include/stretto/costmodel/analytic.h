@@ -13,8 +13,13 @@
 //             reduction depth per split (prologue/epilogue amortisation).
 //   Backward: the caller passes the pass's total flops/bytes and the *forward* shape [m,k]x[k,n];
 //   BI is the GEMM [m,n]x[n,k] (depth n), BW is [k,m]x[m,n] (depth m), B = BI + BW, each half
-//   of the flops. Attention uses attention_efficiency with a fill over (m / 128) x batch
-//   blocks. Memory-bound ops (Norm, MlpAct, Loss, Embedding) take bytes / (hbm * efficiency).
+//   of the flops. Flash attention (query rows m = s, batch = heads x microbatch) runs
+//   blocks = ceil(s / 128) x batch query blocks: t = flops / (peak * eff * fill) with
+//   fill = min(1, blocks / sms), waves = blocks / sms and
+//       eff = attention_efficiency * s / (s + attention_seq_half)
+//             * waves / (waves + attention_waves_half)  [* attention_bwd_ratio in backward];
+//   a zero half-point drops its term. Memory-bound ops (Norm, MlpAct, Loss, Embedding) take
+//   bytes / (hbm * efficiency).
 //   Every pass that does any work lasts at least launch_floor_us per kernel (B = 2 kernels).
 //
 // Communication:
@@ -33,6 +38,9 @@
 //
 // Every constant has a default documented in AnalyticParams, with its source; every one can be
 // overridden in the plan's "costmodel" object. Unknown keys are errors with a "did you mean".
+// The h100-sxm and h200 device kinds start from GEMM and attention curves fitted to kernels
+// measured on those GPUs (calibrated_defaults(); bench/gpu/fit_curves.py); every other kind
+// starts from the AnalyticParams defaults.
 
 #include <string>
 #include <vector>
@@ -47,12 +55,28 @@ struct AnalyticParams {
   // --- compute -------------------------------------------------------------------------------
   /// Asymptotic fraction of dense peak reached by large GEMMs. Published cuBLAS BF16 figures on
   /// H100 SXM are ~700-800 TFLOPS of 989 (0.7-0.8); with fill and depth terms at ~0.95 for an
-  /// 8192^3 GEMM, 0.80 lands at ~755 TFLOPS.
+  /// 8192^3 GEMM, 0.80 lands at ~755 TFLOPS. The h100-sxm and h200 kinds use their measured
+  /// curves instead (0.711 / 0.704 with gemm_k_half 188 / 191, gemm_split_k_min 157 / 321,
+  /// no wave quantization; calibrated_defaults()).
   double gemm_efficiency = 0.80;
-  /// Fraction of peak reached by fused attention. FlashAttention-3 paper (Shah et al., 2024):
+  /// Fraction of peak reached by fused attention (the asymptote when attention_seq_half and
+  /// attention_waves_half are set). FlashAttention-3 paper (Shah et al., 2024):
   /// FlashAttention-2 reaches ~35-40% of H100 BF16 peak, FlashAttention-3 up to 75% (fwd). We
-  /// default to FA2-class kernels, which is what eager PyTorch SDPA runs on most stacks.
+  /// default to FA2-class kernels. The h100-sxm and h200 kinds use the curve fitted to torch
+  /// 2.11 SDPA measured on them (0.711 / 0.701 asymptote; calibrated_defaults()).
   double attention_efficiency = 0.40;
+  /// Sequence length at which the flash-attention efficiency is half of attention_efficiency:
+  /// the per-block depth term s / (s + attention_seq_half) (a causal query block at row i runs
+  /// i key blocks, so short sequences spend more of their time in prologue and epilogue).
+  /// 0 (default): no such term.
+  double attention_seq_half = 0;
+  /// Waves of query blocks (blocks / sms) at which the flash-attention efficiency is half: the
+  /// term waves / (waves + attention_waves_half), the tail of unequal causal blocks over the
+  /// SMs. 0 (default): no such term.
+  double attention_waves_half = 0;
+  /// Efficiency of the attention backward over the forward's at the same shape (the backward
+  /// is priced at 2.5x the forward's flops). 1 (default): the same efficiency.
+  double attention_bwd_ratio = 1;
   /// Achieved fraction of nominal HBM bandwidth for streaming kernels. A guess informed by
   /// STREAM-like results on HBM GPUs (typically 85-92% of the data-sheet number).
   double memory_efficiency = 0.90;
@@ -73,8 +97,9 @@ struct AnalyticParams {
   /// power limit a GEMM-bound load holds about 1305 MHz, the clock NVIDIA uses for A100 Rpeak in
   /// its HPL submissions (G. Lockwood, "Peak FLOPS", glennklockwood.com/garden/peak-FLOPS):
   /// 1305/1410 = 0.926. H100 and later: 1 (their data-sheet peaks, e.g. 989 TFLOPS at 1830 MHz,
-  /// are already below the maximum boost, and the default gemm_efficiency was set from measured
-  /// H100 GEMMs). Negative = derive from the device kind.
+  /// are already below the maximum boost, and their GEMM curves are fitted to GEMMs measured
+  /// at 700 W, so the sustained clock is inside gemm_efficiency). Negative = derive from the
+  /// device kind.
   double sustained_clock_ratio = -1;
   /// Minimum duration of one kernel (launch + ramp): "a few microseconds" is the commonly
   /// quoted CUDA launch cost; 3 us.
@@ -132,8 +157,15 @@ double nccl_nvlink_ratio(NcclArch arch);
 /// The option keys the analytic and profiled models accept (for hints and docs).
 const std::vector<std::string>& analytic_option_names();
 
+/// The defaults for a device kind before any option: AnalyticParams{} with, for the h100-sxm
+/// and h200 presets, the GEMM and flash-attention curves fitted to kernels measured on those
+/// GPUs (tests/data/costmodel/{h100,h200}_kernels_measured_raw.json, bench/gpu/fit_curves.py).
+/// Case-insensitive; other kinds (a100-sxm, cpu, custom names) get AnalyticParams{}.
+AnalyticParams calibrated_defaults(const std::string& device_kind);
+
 /// Reads `options` (the plan's costmodel object minus what the plan parser consumed) over the
-/// defaults for `cluster`. Diagnostics point at `pointer` + "/key" in `file`.
+/// defaults for `cluster` (calibrated_defaults of its device kind). Diagnostics point at `pointer`
+/// + "/key" in `file`.
 Expected<AnalyticParams> parse_analytic_params(const Json& options, const ClusterSpec& cluster,
                                                const std::string& pointer, const std::string& file);
 

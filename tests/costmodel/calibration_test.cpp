@@ -1,0 +1,292 @@
+// The h100-sxm and h200 presets' calibrated GEMM and flash-attention curves against the kernels
+// measured on those GPUs (tests/data/costmodel/{h100,h200}_kernels_measured_raw.json, made by
+// bench/gpu/kernel_sweep.py; the constants by bench/gpu/fit_curves.py, which prints the same
+// numbers). Issue 11's GPU target: per-kernel error <= 5 % on shapes not profiled.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "helpers.h"
+#include "stretto/costmodel/analytic.h"
+#include "stretto/schedules/tags.h"
+
+namespace stretto::cost {
+namespace {
+
+// The presets of schedules/src/plan.cpp.
+ClusterSpec preset(const std::string& kind) {
+  ClusterSpec c = testing::h100_cluster(1, 8, 450);
+  c.preset = kind;
+  if (kind == "h200") c.device = {"h200", 989.4, 4800, 141e9 / (1u << 30), 132};
+  return c;
+}
+
+Json load_raw(const std::string& device) {
+  std::ifstream in(std::string(STRETTO_TEST_DATA) + "/costmodel/" + device +
+                   "_kernels_measured_raw.json");
+  EXPECT_TRUE(in.good()) << device;
+  return Json::parse(in);
+}
+
+struct Errors {
+  double mean_abs = 0;  // mean |model / measured - 1|
+  double worst = 0;
+  size_t n = 0;
+};
+
+// The timed GEMMs of the held-out Llama widths (h4096_llama FFN 11008, h5120_llama 13824,
+// h8192_llama 28672: fit_curves.py fits on the other widths), of one pass or all. Kernels under
+// 50 us are left out: the sweep times torch.matmul between CUDA events from Python, and the
+// host needs ~20-25 us per call, so below ~50 us the events time the dispatch.
+// With `unseen`, only those whose shape is in no fitted row (the Llama widths' QKV and output
+// projections at h4096 and h5120 have the GPT widths' shapes).
+Errors held_out_gemms(const CostModel& model, const Json& raw, const std::string& pass = "",
+                      bool unseen = false) {
+  auto llama = [](const Json& r) {
+    return r["model"].get<std::string>().find("llama") != std::string::npos;
+  };
+  auto shape = [](const Json& r) {
+    return r["pass"].dump() + r["m"].dump() + "x" + r["k"].dump() + "x" + r["n"].dump();
+  };
+  std::set<std::string> fitted;
+  for (const auto& r : raw["rows"])
+    if (r["kind"] == "gemm" && !llama(r)) fitted.insert(shape(r));
+  Errors e;
+  for (const auto& r : raw["rows"]) {
+    if (r["kind"] != "gemm" || r["ms"].get<double>() < 0.05 || !llama(r)) continue;
+    if (!pass.empty() && r["pass"] != pass) continue;
+    if (unseen && fitted.contains(shape(r))) continue;
+    const ComputeQuery q = testing::measured_gemm(r["op"], r["pass"], r["m"], r["k"], r["n"]);
+    const double err = static_cast<double>(model.compute(q).ns) / (r["ms"].get<double>() * 1e6) - 1;
+    e.mean_abs += std::abs(err);
+    e.worst = std::max(e.worst, std::abs(err));
+    ++e.n;
+  }
+  if (e.n > 0) e.mean_abs /= static_cast<double>(e.n);
+  return e;
+}
+
+// Causal flash attention (SDPA, head dim 128, batch 1): the forward and the backward (FB - F;
+// the sweep times forward + backward together). Left out where the host sets the time: a
+// forward under 75 us or a forward + backward under 300 us (8 and 16 heads at s = 2048 take the
+// same time for twice the work).
+Errors causal_attention(const CostModel& model, const Json& raw) {
+  Errors e;
+  for (const auto& f : raw["rows"]) {
+    if (f["kind"] != "attention" || f["pass"] != "F" || !f["causal"].get<bool>()) continue;
+    double fb_ms = 0;
+    for (const auto& r : raw["rows"])
+      if (r["kind"] == "attention" && r["pass"] == "FB" && r["causal"] == f["causal"] &&
+          r["heads"] == f["heads"] && r["seq"] == f["seq"])
+        fb_ms = r["ms"];
+    const int64_t s = f["seq"], heads = f["heads"], d = f["head_dim"], h = heads * d;
+    const double f_ms = f["ms"];
+    for (const bool backward : {false, true}) {
+      const double ms = backward ? fb_ms - f_ms : f_ms;
+      if (backward ? fb_ms < 0.30 : f_ms < 0.075) continue;
+      ComputeQuery q;
+      q.kind = OpKind::kAttention;
+      q.pass = backward ? Pass::kB : Pass::kF;
+      q.gemm = {s, s, d, heads};  // as schedules/src/model.cpp: per head [s,d]x[d,s]
+      const double fwd = 2.0 * static_cast<double>(s) * static_cast<double>(s * h);
+      q.flops = backward ? 2.5 * fwd : fwd;
+      q.bytes = 2 * (s * 3 * h + s * h);
+      const double err = static_cast<double>(model.compute(q).ns) / (ms * 1e6) - 1;
+      e.mean_abs += std::abs(err);
+      e.worst = std::max(e.worst, std::abs(err));
+      ++e.n;
+    }
+  }
+  if (e.n > 0) e.mean_abs /= static_cast<double>(e.n);
+  return e;
+}
+
+// The options that restore the generic defaults (AnalyticParams{}) on a calibrated preset.
+Json generic_options() {
+  const AnalyticParams g;
+  return {{"gemm_efficiency", g.gemm_efficiency},
+          {"gemm_k_half", g.gemm_k_half},
+          {"gemm_split_k_min", g.gemm_split_k_min},
+          {"wave_quantization", g.wave_quantization},
+          {"attention_efficiency", g.attention_efficiency},
+          {"attention_seq_half", g.attention_seq_half},
+          {"attention_waves_half", g.attention_waves_half},
+          {"attention_bwd_ratio", g.attention_bwd_ratio}};
+}
+
+struct Case {
+  const char* kind;  // preset
+  const char* raw;   // measurement file
+  // Held-out GEMM mean |error| as fit_curves.py and this test measure it, and the bounds
+  // asserted (the measured value plus ~0.2 points: the constants are rounded to 3 digits).
+  double gemm_mean_bound, gemm_pass_bound, gemm_unseen_bound;
+  double attention_mean_bound, attention_worst_bound;
+};
+
+// fit_curves.py, held out (552 GEMMs >= 50 us each):
+//   H100: mean 4.20 % (F 4.22, BI 3.60, BW 4.78), worst 27.9 %; old defaults 7.23 %;
+//         of them in no fitted shape (354): 3.52 %.
+//   H200: mean 3.37 % (F 3.32, BI 2.85, BW 3.94), worst 26.9 %; old defaults 8.38 %;
+//         of them in no fitted shape (354): 2.98 %.
+// Causal attention (in-sample, 20 rows each): H100 mean 3.2 %, worst 9.2 %; H200 mean 2.5 %,
+// worst 10.9 %; old defaults 0.40: mean 23.7 % and 23.3 %.
+constexpr Case kCases[] = {
+    {"h100-sxm", "h100", 0.044, 0.050, 0.037, 0.035, 0.11},
+    {"h200", "h200", 0.036, 0.042, 0.032, 0.028, 0.12},
+};
+
+// A preset's calibrated model and the same with the generic curve, and its measurements.
+struct Models {
+  Json raw;
+  std::unique_ptr<CostModel> calibrated, generic;
+};
+
+Models models_of(const Case& c) {
+  return {load_raw(c.raw), testing::make_or_die(testing::analytic_spec(), preset(c.kind)),
+          testing::make_or_die(testing::analytic_spec(generic_options()), preset(c.kind))};
+}
+
+TEST(Calibration, HeldOutGemmsWithinFivePercent) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.kind);
+    const auto [raw, model, generic] = models_of(c);
+    ASSERT_TRUE(model && generic);
+    const Errors all = held_out_gemms(*model, raw);
+    EXPECT_EQ(all.n, 552u);
+    std::printf("%s: held-out GEMMs mean |error| %.2f %%, worst %.1f %% (n %zu)\n", c.kind,
+                100 * all.mean_abs, 100 * all.worst, all.n);
+    EXPECT_LE(all.mean_abs, c.gemm_mean_bound);
+    EXPECT_LE(all.mean_abs, 0.05);  // issue 11's target
+    for (const char* pass : {"F", "BI", "BW"}) {
+      const Errors e = held_out_gemms(*model, raw, pass);
+      EXPECT_LE(e.mean_abs, c.gemm_pass_bound) << pass;
+      std::printf("  %s: %.2f %%\n", pass, 100 * e.mean_abs);
+    }
+    // The 354 whose shape is in no fitted row: H100 3.52 %, H200 2.98 % (old 7.12, 8.45 %).
+    const Errors unseen = held_out_gemms(*model, raw, "", true);
+    EXPECT_EQ(unseen.n, 354u);
+    EXPECT_LE(unseen.mean_abs, c.gemm_unseen_bound);
+    std::printf("  shapes in no fitted row: %.2f %% (n %zu)\n", 100 * unseen.mean_abs, unseen.n);
+    // Thin TP-split weight gradients (Llama 13B out_proj BW at TP 4/8, k = 1280 or 640) are
+    // the worst: ~25 % fast. No held-out GEMM is off by more than 30 %.
+    EXPECT_LE(all.worst, 0.30);
+    // The same test fails with the generic curve: the old defaults are 6-9 % optimistic.
+    EXPECT_GT(held_out_gemms(*generic, raw).mean_abs, 0.07);
+  }
+}
+
+TEST(Calibration, CausalFlashAttention) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.kind);
+    const auto [raw, model, generic] = models_of(c);
+    ASSERT_TRUE(model && generic);
+    const Errors e = causal_attention(*model, raw);
+    EXPECT_EQ(e.n, 20u);
+    std::printf("%s: causal attention mean |error| %.2f %%, worst %.1f %%\n", c.kind,
+                100 * e.mean_abs, 100 * e.worst);
+    EXPECT_LE(e.mean_abs, c.attention_mean_bound);
+    EXPECT_LE(e.worst, c.attention_worst_bound);
+    EXPECT_GT(causal_attention(*generic, raw).mean_abs, 0.15);
+  }
+}
+
+TEST(Calibration, OnlyTheMeasuredPresetsMove) {
+  const AnalyticParams generic;
+  for (const char* kind : {"a100-sxm", "cpu", "h100-pcie", "b200", ""}) {
+    const AnalyticParams p = calibrated_defaults(kind);
+    EXPECT_EQ(p.gemm_efficiency, generic.gemm_efficiency) << kind;
+    EXPECT_EQ(p.gemm_k_half, generic.gemm_k_half) << kind;
+    EXPECT_EQ(p.gemm_split_k_min, generic.gemm_split_k_min) << kind;
+    EXPECT_EQ(p.wave_quantization, generic.wave_quantization) << kind;
+    EXPECT_EQ(p.attention_efficiency, generic.attention_efficiency) << kind;
+    EXPECT_EQ(p.attention_seq_half, 0.0) << kind;
+    EXPECT_EQ(p.attention_waves_half, 0.0) << kind;
+    EXPECT_EQ(p.attention_bwd_ratio, 1.0) << kind;
+  }
+  const AnalyticParams h100 = calibrated_defaults("H100-SXM");
+  EXPECT_EQ(h100.gemm_efficiency, 0.711);
+  EXPECT_FALSE(h100.wave_quantization);
+  EXPECT_EQ(calibrated_defaults("h200").attention_seq_half, 546.0);
+  // Options still override the calibration.
+  auto p = parse_analytic_params({{"gemm_efficiency", 0.8}, {"wave_quantization", true}},
+                                 preset("h100-sxm"), "/costmodel", "plan.json");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->gemm_efficiency, 0.8);
+  EXPECT_TRUE(p->wave_quantization);
+  EXPECT_EQ(p->gemm_k_half, 188.0);
+}
+
+TEST(Calibration, SweepsAsProfiledTables) {
+  // fit_curves.py --tables writes the sweeps' timed GEMMs and causal attention rows as
+  // profiled tables; each kernel comes back exactly.
+  const std::string dir = std::string(STRETTO_TEST_DATA) + "/costmodel";
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.kind);
+    CostModelSpec spec;
+    spec.kind = CostModelSpec::Kind::kProfiled;
+    spec.profile = dir + "/" + c.raw + "_kernels_profiled.json";
+    spec.options = Json::object();
+    auto model = testing::make_or_die(spec, preset(c.kind), dir);
+    ASSERT_TRUE(model);
+    std::ifstream in(spec.profile);
+    const Json table = Json::parse(in);
+    size_t n = 0;
+    for (const auto& k : table["kernels"]) {
+      ComputeQuery q;
+      q.kind = testing::measured_op(k["op"]);
+      q.pass = parse_pass(k["pass"].get<std::string>()).value();
+      q.gemm = {k["m"].get<int64_t>(), k["n"].get<int64_t>(), k["k"].get<int64_t>(),
+                k.value("batch", int64_t{1})};
+      q.flops = 1.0;
+      EXPECT_EQ(model->compute(q).ns, k["ns"].get<int64_t>()) << k.dump();
+      ++n;
+    }
+    EXPECT_GT(n, 1000u);
+  }
+}
+
+TEST(Calibration, AttentionTermsAndTheirOptions) {
+  // On a generic kind the new terms are off: attention_efficiency alone, as before.
+  ClusterSpec cl = preset("h100-sxm");
+  cl.device.kind = "custom";
+  ComputeQuery q;
+  q.kind = OpKind::kAttention;
+  q.gemm = {4096, 4096, 128, 32};  // 32 x 32 = 1024 blocks: fill 1
+  q.flops = 2.0 * 4096 * 4096 * 4096;
+  const double peak = 989.4e3;  // flops per ns
+  auto plain = parse_analytic_params(Json::object(), cl, "/costmodel", "plan.json");
+  ASSERT_TRUE(plain);
+  EXPECT_NEAR(static_cast<double>(analytic_compute(*plain, cl.device, q).ns),
+              q.flops / (peak * 0.40), 1.0);
+  q.pass = Pass::kB;
+  EXPECT_NEAR(static_cast<double>(analytic_compute(*plain, cl.device, q).ns),
+              q.flops / (peak * 0.40), 1.0);
+  // With the terms: 0.7 * s/(s + 1024) * waves/(waves + 1) * 0.8 in the backward.
+  auto p = parse_analytic_params({{"attention_efficiency", 0.7},
+                                  {"attention_seq_half", 1024},
+                                  {"attention_waves_half", 1},
+                                  {"attention_bwd_ratio", 0.8}},
+                                 cl, "/costmodel", "plan.json");
+  ASSERT_TRUE(p);
+  const double waves = 1024.0 / 132;
+  const double eff = 0.7 * 4096.0 / (4096 + 1024) * waves / (waves + 1);
+  EXPECT_NEAR(static_cast<double>(analytic_compute(*p, cl.device, q).ns),
+              q.flops / (peak * eff * 0.8), 1.0);
+  q.pass = Pass::kF;
+  EXPECT_NEAR(static_cast<double>(analytic_compute(*p, cl.device, q).ns), q.flops / (peak * eff),
+              1.0);
+  // Out of range values are errors at the option.
+  auto bad = parse_analytic_params({{"attention_bwd_ratio", 0}, {"attention_seq_half", -1}}, cl,
+                                   "/costmodel", "plan.json");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().size(), 2u);
+}
+
+}  // namespace
+}  // namespace stretto::cost
