@@ -877,7 +877,12 @@ void RankRun::post_comm(size_t i) {
   const int mb = mb_of(n);
   const size_t k = n.op != kNone ? key(n.op, mb) : 0;
   std::vector<WorkPtr> works;
-  auto post = [&] { st_[i].post_ns = now_ns(); };
+  // The op's span starts here, before the host prepares its buffers: packing a bucket or a
+  // ZeRO shard, the ZeRO-1/2 optimizer step of a parameter-sync bucket, the routing of an
+  // all-to-all, the local squared norm of the clipping all-reduce. That host work delays the
+  // collective as much as its transfer does, and the simulator has it in the collective's time
+  // only (a profiled table entry spans from the last member's start to the last member's end).
+  st_[i].post_ns = now_ns();
   if (n.kind == NodeKind::kTransfer) {
     const int tag = static_cast<int>(dop.node);
     if (dop.is_send) {
@@ -885,11 +890,9 @@ void RankRun::post_comm(size_t i) {
       if (!t.defined())
         throw std::runtime_error(fmt::format("internal: nothing to send for {}", op_label(i)));
       buf_[i] = t.contiguous();
-      post();
       works.push_back(world_->send(buf_[i], dop.peer, tag));
     } else {
       buf_[i] = at::empty(model_.output_shape(n.op), model_.options());
-      post();
       works.push_back(world_->recv(buf_[i], dop.peer, tag));
     }
     mem_.add(kCommBuf, tensor_bytes(buf_[i]));
@@ -921,7 +924,6 @@ void RankRun::post_comm(size_t i) {
         buf_[i] = at::cat(rows, 1).reshape({-1}).contiguous();
         mem_.add(kBuckets, tensor_bytes(buf_[i]));
       }
-      post();
       works.push_back(g.allreduce(buf_[i]));
       break;
     }
@@ -947,15 +949,10 @@ void RankRun::post_comm(size_t i) {
       for (int64_t q = 0; q < R; ++q) gather_out_[i].push_back(at::empty_like(buf_[i]));
       mem_.add(n.purpose == CommPurpose::kParamGather ? kGathered : kCommBuf,
                tensor_bytes(buf_[i]) * R);
-      post();
       works.push_back(g.allgather(gather_out_[i], buf_[i]));
       break;
     }
     case CommPurpose::kGradNorm:  // gradient clipping: the squared global norm, summed
-      // Stamped before the local squared norm, which reads every gradient on this host thread
-      // (2-16 ms on the CPU fidelity plans): the op's measured time covers the clipping's norm
-      // and its all-reduce, which the simulator has as this one collective.
-      post();
       buf_[i] = local_grad_sq_norm();
       works.push_back(g.allreduce(buf_[i]));
       break;
@@ -967,7 +964,6 @@ void RankRun::post_comm(size_t i) {
       if (!buf_[i].defined())
         throw std::runtime_error(fmt::format("internal: nothing to reduce for {}", op_label(i)));
       mem_.add(kCommBuf, tensor_bytes(buf_[i]));
-      post();
       works.push_back(g.allreduce(buf_[i]));
       break;
     }
@@ -993,7 +989,6 @@ void RankRun::post_comm(size_t i) {
                     .contiguous();
       buf2_[i] = at::empty_like(buf_[i]);
       mem_.add(kCommBuf, 2 * tensor_bytes(buf_[i]));
-      post();
       works.push_back(g.alltoall(buf2_[i], buf_[i]));
       break;
     }
@@ -1007,6 +1002,18 @@ void RankRun::finalize(size_t i) {
   OpState& s = st_[i];
   if (s.finalized) return;
   s.finalized = true;
+  // A communication's span ends once its result is unpacked on the host (a received
+  // activation put in place, gathered parameters written back, a reduced bucket scattered into
+  // the gradients): that host work delays the op's consumer like the transfer does, and the
+  // simulator has it in the collective's time only. The waiter stamped the transfer's end.
+  struct Unpacked {
+    OpState& s;
+    int64_t t0;
+    bool comm;
+    ~Unpacked() {
+      if (comm && s.done) s.end_ns += now_ns() - t0;
+    }
+  } unpacked{s, now_ns(), ops_[i].kind != NodeKind::kCompute};
   // Fault "drop" (tests): the fault_op-th data this rank receives is lost, which --check
   // must notice.
   if (opt_.fault_kind == "drop" && me_ == opt_.fault_rank && !ops_[i].is_send &&
