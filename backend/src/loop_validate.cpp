@@ -18,6 +18,17 @@ double ms(int64_t ns) {
   return static_cast<double>(ns) / 1e6;
 }
 
+// The table's entry for a series: the mean of its samples. A step's expected time is the sum of
+// its ops' expected times, and on CPU the communication times are heavy-tailed (Gloo transfers
+// and collectives between busy processes: the mean is 1.4-2.6x the median), so a median
+// under-predicts every plan that communicates.
+int64_t mean(const std::vector<int64_t>& v) {
+  if (v.empty()) return 0;
+  long double sum = 0;
+  for (int64_t x : v) sum += static_cast<long double>(x);
+  return static_cast<int64_t>(std::llround(sum / static_cast<long double>(v.size())));
+}
+
 int64_t median(std::vector<int64_t> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -91,6 +102,7 @@ Json series_stats(const std::map<int64_t, std::vector<int64_t>>& pts) {
     std::sort(s.begin(), s.end());
     a.push_back({{"size", size},
                  {"count", s.size()},
+                 {"mean_ns", mean(s)},
                  {"median_ns", s[(s.size() - 1) / 2]},
                  {"min_ns", s.front()},
                  {"max_ns", s.back()}});
@@ -98,13 +110,13 @@ Json series_stats(const std::map<int64_t, std::vector<int64_t>>& pts) {
   return a;
 }
 
-// Least-squares t = alpha + bytes / beta over the medians; beta in bytes/ns (= GB/s). Only
+// Least-squares t = alpha + bytes / beta over the means; beta in bytes/ns (= GB/s). Only
 // when the sizes span at least 4x (else {NaN, NaN}: no fit).
 std::pair<double, double> alpha_beta(const std::map<int64_t, std::vector<int64_t>>& pts) {
   if (pts.size() < 2 || pts.rbegin()->first < 4 * pts.begin()->first) return {NAN, NAN};
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const auto& [b, v] : pts) {
-    const double x = static_cast<double>(b), y = static_cast<double>(median(v));
+    const double x = static_cast<double>(b), y = static_cast<double>(mean(v));
     n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
   }
   if (n < 2 || n * sxx - sx * sx <= 0) {
@@ -225,7 +237,7 @@ Json ProfileSamples::table(const std::string& device) const {
     const auto& [op, pass, dt, n, k, b] = key;
     for (const auto& [m, v] : pts) {
       Json e = {{"op", op}, {"pass", pass}, {"dtype", dt}, {"m", m}, {"n", n}, {"k", k},
-                {"ns", median(v)}};
+                {"ns", mean(v)}};
       if (b > 1) e["batch"] = b;
       kernels.push_back(std::move(e));
     }
@@ -233,13 +245,13 @@ Json ProfileSamples::table(const std::string& device) const {
   for (const auto& [key, pts] : bytes_) {
     const auto& [op, pass, dt] = key;
     for (const auto& [bytes, v] : pts)
-      kernels.push_back({{"op", op}, {"pass", pass}, {"dtype", dt}, {"bytes", bytes}, {"ns", median(v)}});
+      kernels.push_back({{"op", op}, {"pass", pass}, {"dtype", dt}, {"bytes", bytes}, {"ns", mean(v)}});
   }
   for (const auto& [key, pts] : comms_) {
     const auto& [kind, g, nodes] = key;
     for (const auto& [bytes, v] : pts)
       colls.push_back({{"kind", kind}, {"group_size", g}, {"nodes", nodes}, {"bytes", bytes},
-                       {"ns", median(v)}});
+                       {"ns", mean(v)}});
   }
   t["kernels"] = std::move(kernels);
   t["collectives"] = std::move(colls);
@@ -283,11 +295,12 @@ std::string ProfileSamples::stats_table() const {
     const double spread = med > 0 ? 100.0 * static_cast<double>(s.back() - s.front()) /
                                         static_cast<double>(med)
                                   : 0;
-    o += fmt::format("{:<44} {:>12} {:>6} {:>11.3f} {:>8.1f}%\n", what, size, s.size(), ms(med),
-                     spread);
+    o += fmt::format("{:<44} {:>12} {:>6} {:>9.3f} {:>11.3f} {:>8.1f}%\n", what, size, s.size(),
+                     ms(mean(s)), ms(med), spread);
   };
-  o += fmt::format("{:<44} {:>12} {:>6} {:>11} {:>9}\n", "measured op (kind pass dtype [n k])",
-                   "size", "count", "median ms", "spread");
+  o += fmt::format("{:<44} {:>12} {:>6} {:>9} {:>11} {:>9}\n",
+                   "measured op (kind pass dtype [n k])", "size", "count", "mean ms", "median ms",
+                   "spread");
   for (const auto& [key, pts] : shapes_) {
     const auto& [op, pass, dt, n, k, b] = key;
     for (const auto& [m, v] : pts) row(fmt::format("{} {} {} n={} k={}", op, pass, dt, n, k), m, v);

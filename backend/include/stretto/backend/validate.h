@@ -44,7 +44,7 @@ class ProfileSamples {
   void set_host_cores(int cores) { host_cores_ = cores; }
   size_t skipped() const { return skipped_; }
 
-  /// The table (version 1, docs/costmodel.md): medians.
+  /// The table (version 1, docs/costmodel.md): means of the samples (loop_validate.cpp: mean()).
   Json table(const std::string& device) const;
   /// Per-series statistics for people: count, median, min, max; α-β fits of collectives.
   Json stats() const;
