@@ -882,6 +882,8 @@ void RankRun::post_comm(size_t i) {
   // all-to-all, the local squared norm of the clipping all-reduce. That host work delays the
   // collective as much as its transfer does, and the simulator has it in the collective's time
   // only (a profiled table entry spans from the last member's start to the last member's end).
+  // Unpacking a result (finalize) stays between ops: the op's stream is a FIFO whose next op
+  // starts when this one's transfer ends.
   st_[i].post_ns = now_ns();
   if (n.kind == NodeKind::kTransfer) {
     const int tag = static_cast<int>(dop.node);
@@ -1002,18 +1004,6 @@ void RankRun::finalize(size_t i) {
   OpState& s = st_[i];
   if (s.finalized) return;
   s.finalized = true;
-  // A communication's span ends once its result is unpacked on the host (a received
-  // activation put in place, gathered parameters written back, a reduced bucket scattered into
-  // the gradients): that host work delays the op's consumer like the transfer does, and the
-  // simulator has it in the collective's time only. The waiter stamped the transfer's end.
-  struct Unpacked {
-    OpState& s;
-    int64_t t0;
-    bool comm;
-    ~Unpacked() {
-      if (comm && s.done) s.end_ns += now_ns() - t0;
-    }
-  } unpacked{s, now_ns(), ops_[i].kind != NodeKind::kCompute};
   // Fault "drop" (tests): the fault_op-th data this rank receives is lost, which --check
   // must notice.
   if (opt_.fault_kind == "drop" && me_ == opt_.fault_rank && !ops_[i].is_send &&

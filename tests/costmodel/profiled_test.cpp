@@ -150,6 +150,26 @@ TEST_F(Profiled, MissingKeysFallBackToAnalytic) {
   EXPECT_EQ(model->interference().comm_sm_share, analytic->interference().comm_sm_share);
 }
 
+TEST(ProfileTable, OptimizerStepKeysAsPassNone) {
+  // The optimizer step has no pass (Pass::kNone): `stretto profile` writes it as "none", and
+  // the table files it apart from the passes of the same op.
+  auto t = parse_profile_table(
+      R"({"version": 1, "kernels": [
+           {"op": "optimizer", "pass": "none", "dtype": "fp32", "bytes": 1000000, "ns": 40000},
+           {"op": "optimizer", "pass": "F", "dtype": "fp32", "bytes": 1000000, "ns": 7}]})",
+      "table.json");
+  ASSERT_TRUE(t) << render_all(t.error());
+  ComputeQuery q;
+  q.kind = OpKind::kOptimizer;
+  q.pass = Pass::kNone;
+  q.dtype = DType::kFP32;
+  q.bytes = 1000000;
+  ASSERT_TRUE(t->kernel_ns(q).has_value());
+  EXPECT_EQ(*t->kernel_ns(q), 40000);
+  EXPECT_EQ(profile_pass_name(Pass::kNone), "none");
+  EXPECT_EQ(profile_pass_name(Pass::kBW), "BW");
+}
+
 // --- table errors --------------------------------------------------------------------------
 
 Diagnostics errors_of(const std::string& text) {

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "stretto/costmodel/profile_table.h"
 #include "stretto/schedules/json_source.h"
@@ -54,6 +55,24 @@ TEST(Loop, ProfileThenValidate) {
   bool p2p = false;
   for (const auto& c : stats["profile"]["collectives"]) p2p |= c["kind"] == "send_recv";
   EXPECT_TRUE(p2p);
+  // the host's cores go into the table as the simulator's host_cores (the two processes fit
+  // unless the host has one core, when the plan is replayed but not filed)
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  EXPECT_EQ(stats["profile"]["options"]["host_cores"].get<int>(), cores);
+  EXPECT_EQ(stats["plans_not_filed_oversubscribed"].get<int>(), cores < 2 ? 1 : 0);
+  // each entry is its series' mean, which lies between the series' min and max
+  for (const auto& c : stats["collectives"]) {
+    if (c["kind"] != "send_recv") continue;
+    for (const auto& e : stats["profile"]["collectives"]) {
+      if (e["kind"] != "send_recv") continue;
+      for (const auto& b : c["by_bytes"]) {
+        if (b["size"] != e["bytes"]) continue;
+        EXPECT_EQ(e["ns"], b["mean_ns"]);
+        EXPECT_GE(b["mean_ns"].get<int64_t>(), b["min_ns"].get<int64_t>());
+        EXPECT_LE(b["mean_ns"].get<int64_t>(), b["max_ns"].get<int64_t>());
+      }
+    }
+  }
   // the table reads back as a profiled cost table
   auto t = cost::load_profile_table(table);
   ASSERT_TRUE(t) << render_all(t.error());
