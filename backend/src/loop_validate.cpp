@@ -193,9 +193,11 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
       }
       ++filed;
     } else if (nq->comm_of[o.node] >= 0) {
+      // ... to the last member's result unpacked: the host work before its consumer can run,
+      // which the simulator has in the collective's time only
       Span& sp = comm_span[{o.node, o.iteration}];
       sp.last_start = std::max(sp.last_start, o.start_ns);
-      sp.last_end = std::max(sp.last_end, o.end_ns);
+      sp.last_end = std::max(sp.last_end, o.end_ns + o.unpack_ns);
     }
   }
   for (const auto& [key, sp] : comm_span) {

@@ -61,7 +61,8 @@ Json to_json(const RankResult& r) {
   };
   Json ops = Json::array();
   for (const auto& o : r.ops)
-    ops.push_back({id(o.stream), id(o.name), o.node, o.iteration, o.start_ns, o.end_ns});
+    ops.push_back(
+        {id(o.stream), id(o.name), o.node, o.iteration, o.start_ns, o.end_ns, o.unpack_ns});
   j["strings"] = table;
   j["ops"] = std::move(ops);
   return j;
@@ -100,6 +101,7 @@ Expected<RankResult> rank_result_from_json(const Json& j) {
       rec.iteration = o.at(3).get<int>();
       rec.start_ns = o.at(4).get<int64_t>();
       rec.end_ns = o.at(5).get<int64_t>();
+      rec.unpack_ns = o.size() > 6 ? o.at(6).get<int64_t>() : 0;
       r.ops.push_back(std::move(rec));
     }
     return r;

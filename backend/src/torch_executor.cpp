@@ -79,7 +79,7 @@ struct Memory {
 
 struct OpState {
   bool done = false, finalized = false;
-  int64_t post_ns = 0, start_ns = 0, end_ns = 0;
+  int64_t post_ns = 0, start_ns = 0, end_ns = 0, unpack_ns = 0;
 };
 
 struct WaitItem {
@@ -1004,6 +1004,11 @@ void RankRun::finalize(size_t i) {
   OpState& s = st_[i];
   if (s.finalized) return;
   s.finalized = true;
+  struct Unpack {  // OpRecord::unpack_ns: the host time of what follows
+    OpState& s;
+    int64_t t0;
+    ~Unpack() { s.unpack_ns = now_ns() - t0; }
+  } unpack{s, now_ns()};
   // Fault "drop" (tests): the fault_op-th data this rank receives is lost, which --check
   // must notice.
   if (opt_.fault_kind == "drop" && me_ == opt_.fault_rank && !ops_[i].is_send &&
@@ -1193,6 +1198,7 @@ void RankRun::step(bool measured, RankResult& rr) {
       r.iteration = it;
       r.start_ns = iv.first;
       r.end_ns = iv.second;
+      r.unpack_ns = ops_[i].kind == NodeKind::kCompute ? 0 : s.unpack_ns;
       rr.ops.push_back(std::move(r));
     }
   }

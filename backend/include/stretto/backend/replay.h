@@ -82,6 +82,10 @@ struct OpRecord {
   uint32_t node = 0;   ///< DAG node id
   int iteration = 0;   ///< 0-based over measured steps (-1: warm-up, not kept)
   int64_t start_ns = 0, end_ns = 0;  ///< from the step's start
+  /// Communication: host time spent unpacking its result (a received activation put in place,
+  /// gathered parameters written back, a reduced bucket scattered into the gradients) when its
+  /// consumer first needed it. Not part of [start, end): the op's stream is a FIFO.
+  int64_t unpack_ns = 0;
 };
 
 /// What one device measured, averaged over the measured steps (field meanings as
