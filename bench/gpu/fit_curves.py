@@ -7,7 +7,8 @@
 #   python3 bench/gpu/fit_curves.py                 # both devices, tables on stdout
 #   python3 bench/gpu/fit_curves.py --tables DIR    # also write profiled tables (see below)
 #
-# Needs python3 with numpy and scipy. Deterministic (Nelder-Mead from fixed starts).
+# Needs python3 with numpy and scipy (Debian: apt-get install python3-numpy python3-scipy; run
+# with /usr/bin/python3). Deterministic (Nelder-Mead from fixed starts).
 #
 # Data: tests/data/costmodel/{h200,h100}_kernels_measured_raw.json, 1,452 kernels each (CUDA
 # events, median of 20 after 5 warm-ups, random bf16 data, torch 2.11.0+cu130; the H200 and the

@@ -374,7 +374,7 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
     p.sustained_clock_ratio = detail::lower(cluster.device.kind).rfind("a100", 0) == 0
                                   ? kA100SustainedMHz / kA100BoostMHz
                                   : 1.0;
-  if (p.host_compute < 0) p.host_compute = detail::lower(cluster.device.kind) == "cpu" ? 1 : 0;
+  if (p.host_compute < 0) p.host_compute = detail::iequals(cluster.device.kind, "cpu") ? 1 : 0;
   if (p.nccl_intra_GBps < 0)
     p.nccl_intra_GBps = cluster.intra_node.bandwidth_GBps *
                         (p.nccl.nvlink ? nccl_nvlink_ratio(p.nccl.arch) : 1.0);

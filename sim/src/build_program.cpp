@@ -39,6 +39,10 @@ uint32_t link_id(int device, int kind) {
 
 }  // namespace
 
+bool shares_host_cores(const CompiledPlan& cp, const cost::Interference& itf) {
+  return itf.host_cores > 0 && cp.plan.cluster.devices_per_node > itf.host_cores;
+}
+
 Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
                       const std::vector<char>* only) {
   const TrainingDag& dag = cp.dag;
@@ -257,8 +261,8 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
   }
   // Host cores: where a node holds more host-CPU devices than it has cores, its devices
   // time-share them (program.h); one host per such node.
-  if (const int per_node = cp.plan.cluster.devices_per_node;
-      itf.host_cores > 0 && per_node > itf.host_cores) {
+  if (shares_host_cores(cp, itf)) {
+    const int per_node = cp.plan.cluster.devices_per_node;
     for (int d = 0; d < D; ++d) {
       const auto h = static_cast<uint32_t>(d / per_node);
       if (h >= p.host_cores.size()) p.host_cores.resize(h + 1, itf.host_cores);

@@ -38,10 +38,7 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
     for (int d : c.devices) rep_of[d] = c.devices[0];
   // Devices that time-share host cores (cost model host_cores) slow each other down by how
   // many of them compute at once, replicas included: such programs are not folded.
-  const cost::Interference itf = cm.interference();
-  const bool shared_host =
-      itf.host_cores > 0 && cp.plan.cluster.devices_per_node > itf.host_cores;
-  if (opt.fold_replicas && !shared_host) {
+  if (opt.fold_replicas && !shares_host_cores(cp, cm.interference())) {
     keep.assign(D, 0);
     for (const auto& c : cp.classes) keep[c.devices[0]] = 1;
     // Exact only if every transfer pair is kept on both sides or on neither.

@@ -46,7 +46,7 @@ class ProfileSamples {
 
   /// The table (version 1, docs/costmodel.md): means of the samples (loop_validate.cpp: mean()).
   Json table(const std::string& device) const;
-  /// Per-series statistics for people: count, median, min, max; α-β fits of collectives.
+  /// Per-series statistics for people: count, mean, median, min, max; α-β fits of collectives.
   Json stats() const;
   std::string stats_table() const;
 

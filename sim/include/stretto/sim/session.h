@@ -42,6 +42,10 @@ struct SimOptions {
 Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
                       const std::vector<char>* only_devices = nullptr);
 
+/// Whether the plan's nodes hold more host-CPU devices than the cost model's `host_cores`, so
+/// that build_program gives them shared hosts (program.h) and simulate does not fold replicas.
+bool shares_host_cores(const CompiledPlan& cp, const cost::Interference& itf);
+
 /// Runs the engine and computes every metric of `Result`.
 Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
                           const SimOptions& opt = {});
