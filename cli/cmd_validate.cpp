@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include "commands.h"
@@ -16,7 +18,7 @@ namespace stretto::cli {
 namespace {
 
 struct RunOpts {
-  int iterations = 5, warmup = 1, threads = 1;
+  int iterations = 5, warmup = 1, threads = 1, rounds = 1;
   double timeout_s = 120;
   std::string device = "cpu";
 };
@@ -66,6 +68,40 @@ void add_run_options(CLI::App* cmd, RunOpts& o) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--timeout", o.timeout_s, "Seconds a rank waits for a peer (default 120)")
       ->check(CLI::Range(1.0, 86400.0));
+  cmd->add_option("--rounds", o.rounds,
+                  "Replay every plan this many times, round-robin over the plans (the order reversed "
+                  "every other round), and pool the measured steps (default 1): a drift of the "
+                  "host's speed then touches every plan alike")
+      ->check(CLI::Range(1, 1000));
+}
+
+// ", round 2/4" in progress lines when there are several rounds.
+std::string round_note(const RunOpts& o, int round) {
+  return o.rounds > 1 ? fmt::format(", round {}/{}", round + 1, o.rounds) : std::string();
+}
+
+// The order of round `r` (0-based) over `n` plans: forward, then backward, ... (ABBA), so a
+// steady drift of the host's speed during the rounds averages out over every plan.
+std::vector<size_t> round_order(size_t n, int r) {
+  std::vector<size_t> o(n);
+  for (size_t i = 0; i < n; ++i) o[i] = r % 2 == 0 ? i : n - 1 - i;
+  return o;
+}
+
+// Opens every plan; a plan that does not open is reported in `failed` and left as nullopt.
+std::vector<std::optional<sim::Session>> open_all(const std::vector<std::string>& plans,
+                                                  Diagnostics& failed) {
+  std::vector<std::optional<sim::Session>> out;
+  for (const auto& plan : plans) {
+    auto s = sim::Session::open(plan);
+    if (!s) {
+      failed.insert(failed.end(), s.error().begin(), s.error().end());
+      out.emplace_back();
+    } else {
+      out.emplace_back(std::move(*s));
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -90,29 +126,34 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                    backend::ProfileSamples samples;
                    if (p->run.device == "cpu")
                      samples.set_host_cores(static_cast<int>(std::thread::hardware_concurrency()));
-                   size_t filed = 0, done = 0;
+                   size_t filed = 0;
                    Diagnostics failed;  // plans that fail are reported and skipped (exit 2)
-                   for (size_t i = 0; i < p->plans.size(); ++i) {
-                     const std::string& plan = p->plans[i];
-                     auto s = sim::Session::open(plan);
-                     if (!s) {
-                       failed.insert(failed.end(), s.error().begin(), s.error().end());
-                       continue;
+                   auto sessions = open_all(p->plans, failed);
+                   std::set<size_t> oversubscribed;  // replayed, not filed (ProfileSamples::add)
+                   for (int round = 0; round < p->run.rounds; ++round)
+                     for (size_t i : round_order(p->plans.size(), round)) {
+                       auto& s = sessions[i];
+                       if (!s) continue;
+                       const std::string& plan = p->plans[i];
+                       progress(fmt::format("profile {}/{}{}: replaying {} ({} processes) ...", i + 1,
+                                            p->plans.size(), round_note(p->run, round), plan,
+                                            s->compiled().num_devices));
+                       auto r = replay(plan, s->compiled(), p->run);
+                       progress_done();
+                       if (!r) {
+                         failed.insert(failed.end(), r.error().begin(), r.error().end());
+                         s.reset();  // not replayed again
+                         continue;
+                       }
+                       const size_t skipped_before = samples.skipped();
+                       auto n = samples.add(s->compiled(), s->cost_model(), *r);
+                       if (!n) return report(n.error());
+                       filed += *n;
+                       if (samples.skipped() > skipped_before) oversubscribed.insert(i);
                      }
-                     progress(fmt::format("profile {}/{}: replaying {} ({} processes) ...", i + 1,
-                                          p->plans.size(), plan, s->compiled().num_devices));
-                     auto r = replay(plan, s->compiled(), p->run);
-                     progress_done();
-                     if (!r) {
-                       failed.insert(failed.end(), r.error().begin(), r.error().end());
-                       continue;
-                     }
-                     auto n = samples.add(s->compiled(), s->cost_model(), *r);
-                     if (!n) return report(n.error());
-                     filed += *n;
-                     ++done;
-                   }
-                   if (done == 0) return report(failed);
+                   const size_t plans_done = static_cast<size_t>(
+                       std::count_if(sessions.begin(), sessions.end(), [](const auto& s) { return s.has_value(); }));
+                   if (plans_done == 0) return report(failed);
                    const Json table = samples.table(p->run.device);
                    if (!p->output.empty() && !write_output(p->output, table.dump(2) + "\n")) return 2;
                    const std::string f =
@@ -122,18 +163,20 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                      Json j = samples.stats();
                      j["profile"] = table;
                      j["op_instances"] = filed;
-                     j["plans_not_filed_oversubscribed"] = samples.skipped();
+                     j["rounds"] = p->run.rounds;
+                     j["plans_not_filed_oversubscribed"] = oversubscribed.size();
                      text = j.dump(2) + "\n";
                    } else {
-                     text = fmt::format("{} plan(s), {} measured op instances, {} kernel and {} "
+                     text = fmt::format("{} plan(s), {} measured op instances{}, {} kernel and {} "
                                         "collective series\n\n",
-                                        p->plans.size(), filed, samples.kernel_series(),
-                                        samples.comm_series());
-                     if (samples.skipped() > 0)
+                                        p->plans.size(), filed,
+                                        p->run.rounds > 1 ? fmt::format(" ({} rounds)", p->run.rounds) : "",
+                                        samples.kernel_series(), samples.comm_series());
+                     if (!oversubscribed.empty())
                        text += fmt::format(
                            "{} plan(s) not filed: more processes than this host's {} cores (their "
                            "ops took turns on the cores)\n\n",
-                           samples.skipped(), std::thread::hardware_concurrency());
+                           oversubscribed.size(), std::thread::hardware_concurrency());
                      text += samples.stats_table();
                      if (!p->output.empty())
                        text += fmt::format("\nprofiled table written to {}\n", p->output);
@@ -142,15 +185,15 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                    if (!failed.empty()) {
                      std::fputs(render_all(failed).c_str(), stderr);
                      std::fprintf(stderr, "profile: %zu of %zu plan(s) could not be replayed\n",
-                                  p->plans.size() - done, p->plans.size());
+                                  p->plans.size() - plans_done, p->plans.size());
                      return 2;
                    }
                    return 0;
                  }});
 
   struct VOpts {
-    std::vector<std::string> plans;
-    std::string profile, format, trace;
+    std::vector<std::string> plans, profile_from;
+    std::string profile, format, trace, save_profile;
     int top = 10;
     RunOpts run;
   };
@@ -160,8 +203,16 @@ void add_validate_commands(CLI::App& app, Commands& out) {
       "Simulate plans (with a profiled table), replay them, and report predicted vs measured "
       "per step, device and op; several plans also get the ranking's Kendall tau");
   val->add_option("PLAN", v->plans, "Plan files (JSON)")->required();
-  val->add_option("--profile", v->profile,
-                  "Profiled cost table (from `stretto profile` or `import kineto`) to simulate with");
+  auto* prof_opt = val->add_option(
+      "--profile", v->profile,
+      "Profiled cost table (from `stretto profile` or `import kineto`) to simulate with");
+  val->add_option("--profile-from", v->profile_from,
+                  "Profile these plans in the same session, interleaved with the validated plans "
+                  "round by round, and simulate with the table they give (`stretto profile` "
+                  "inline: measurement and validation see the same host)")
+      ->excludes(prof_opt);
+  val->add_option("--save-profile", v->save_profile,
+                  "With --profile-from: write the table measured from those plans to FILE");
   val->add_option("--format", v->format, "table (default on a terminal) or json")
       ->check(CLI::IsMember({"table", "json"}));
   val->add_option("--trace", v->trace,
@@ -170,38 +221,89 @@ void add_validate_commands(CLI::App& app, Commands& out) {
       ->check(CLI::Range(0, 100000));
   add_run_options(val, v->run);
   out.push_back({val, [v] {
-                   std::vector<backend::PlanValidation> results;
+                   if (!v->save_profile.empty() && v->profile_from.empty()) {
+                     std::fprintf(stderr, "validate: --save-profile needs --profile-from\n");
+                     return 2;
+                   }
                    // A plan that fails (bad file, replay failure) is reported and skipped; the
                    // others are still validated and ranked; the exit code is then 2.
                    Diagnostics failed;
-                   for (size_t i = 0; i < v->plans.size(); ++i) {
-                     const std::string& plan = v->plans[i];
-                     auto s = sim::Session::open(plan);
-                     if (!s) {
-                       failed.insert(failed.end(), s.error().begin(), s.error().end());
-                       continue;
+                   auto sessions = open_all(v->plans, failed);
+                   auto calib = open_all(v->profile_from, failed);
+                   const size_t nv = v->plans.size(), np = v->profile_from.size();
+                   std::vector<std::vector<backend::ReplayResult>> measured(nv);
+                   backend::ProfileSamples samples;
+                   if (v->run.device == "cpu")
+                     samples.set_host_cores(static_cast<int>(std::thread::hardware_concurrency()));
+                   size_t profiled = 0;
+                   // each round: the --profile-from plans, then the validated ones (reversed in
+                   // odd rounds, round_order)
+                   for (int round = 0; round < v->run.rounds; ++round)
+                     for (size_t k : round_order(np + nv, round)) {
+                       const bool is_profile = k < np;
+                       const size_t i = is_profile ? k : k - np;
+                       auto& s = is_profile ? calib[i] : sessions[i];
+                       if (!s) continue;
+                       const std::string& plan = is_profile ? v->profile_from[i] : v->plans[i];
+                       progress(fmt::format("{} {}/{}{}: replaying {} ({} processes) ...",
+                                            is_profile ? "profile" : "validate", i + 1,
+                                            is_profile ? np : nv, round_note(v->run, round), plan,
+                                            s->compiled().num_devices));
+                       auto meas = replay(plan, s->compiled(), v->run);
+                       progress_done();
+                       if (!meas) {
+                         failed.insert(failed.end(), meas.error().begin(), meas.error().end());
+                         s.reset();  // not replayed again, not validated
+                         if (!is_profile) measured[i].clear();
+                         continue;
+                       }
+                       if (is_profile) {
+                         auto n = samples.add(s->compiled(), s->cost_model(), *meas);
+                         if (!n) return report(n.error());
+                         profiled += *n;
+                       } else {
+                         measured[i].push_back(std::move(*meas));
+                       }
                      }
-                     if (!v->profile.empty()) {
+                   std::string table_path = v->profile;
+                   std::string temp_table;
+                   if (!v->profile_from.empty()) {
+                     if (profiled == 0) {
+                       if (!failed.empty()) std::fputs(render_all(failed).c_str(), stderr);
+                       std::fprintf(stderr, "validate: the --profile-from plans gave no measurement\n");
+                       return 2;
+                     }
+                     const std::string text = samples.table(v->run.device).dump(2) + "\n";
+                     if (!v->save_profile.empty()) {
+                       if (!write_output(v->save_profile, text)) return 2;
+                       table_path = v->save_profile;
+                     } else {
+                       temp_table = (std::filesystem::temp_directory_path() /
+                                     fmt::format("stretto-validate-{}.profile.json", ::getpid()))
+                                        .string();
+                       if (!write_output(temp_table, text)) return 2;
+                       table_path = temp_table;
+                     }
+                   }
+                   std::vector<backend::PlanValidation> results;
+                   for (size_t i = 0; i < nv; ++i) {
+                     auto& s = sessions[i];
+                     if (!s || measured[i].empty()) continue;
+                     if (!table_path.empty()) {
                        CostModelSpec spec = s->plan().costmodel;
                        if (spec.kind == CostModelSpec::Kind::kFixed) spec.options = Json::object();
                        spec.kind = CostModelSpec::Kind::kProfiled;
-                       spec.profile = std::filesystem::absolute(v->profile).string();
+                       spec.profile = std::filesystem::absolute(table_path).string();
                        if (auto e = s->set_costmodel(spec); !e) return report(e.error());
                      }
                      auto pred = s->simulate();
                      if (!pred) return report(pred.error());
-                     progress(fmt::format("validate {}/{}: replaying {} ({} processes) ...", i + 1,
-                                          v->plans.size(), plan, s->compiled().num_devices));
-                     auto meas = replay(plan, s->compiled(), v->run);
-                     progress_done();
-                     if (!meas) {
-                       failed.insert(failed.end(), meas.error().begin(), meas.error().end());
-                       continue;
-                     }
                      traces::CompareOptions co;
                      co.top = static_cast<size_t>(v->top);
-                     results.push_back(backend::validate_plan(s->compiled(), *pred, *meas, co));
+                     results.push_back(backend::validate_plan(
+                         s->compiled(), *pred, backend::pool_results(std::move(measured[i])), co));
                    }
+                   if (!temp_table.empty()) std::filesystem::remove(temp_table);
                    if (!v->trace.empty() &&
                        !write_output(v->trace, backend::validation_trace(results)))
                      return 2;
@@ -215,7 +317,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                    if (!failed.empty()) {
                      std::fputs(render_all(failed).c_str(), stderr);
                      std::fprintf(stderr, "validate: %zu of %zu plan(s) could not be validated\n",
-                                  v->plans.size() - results.size(), v->plans.size());
+                                  nv - results.size(), nv);
                      return 2;
                    }
                    return 0;

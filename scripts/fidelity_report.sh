@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# CPU fidelity report: `stretto profile` on the profile_* plans of bench/fidelity/plans, then
-# `stretto validate` of every validate_* plan with that table (other schedules, microbatch
-# counts and placements of the same models). Prints the step-time table (predicted vs measured,
-# error, measured spread), the mean and worst |error| and the ranking's Kendall tau, and keeps
-# everything under OUT_DIR (profile.json, profile_stats.json, validate.json, validate.txt,
-# report.md).
+# CPU fidelity report: the profile_* plans of bench/fidelity/plans are measured into a profiled
+# cost table, and every validate_* plan (other schedules, microbatch counts and placements of
+# the same models) is predicted with that table only and replayed. Both happen in one
+# `stretto validate --profile-from` session, interleaved over ROUNDS rounds (order reversed
+# every other round), so a drift of the host's speed touches the table and the validated plans
+# alike. Prints the step-time table (predicted vs measured, error, measured spread), the mean
+# and worst |error| and the ranking's Kendall tau, and keeps everything under OUT_DIR
+# (profile.json, validate.json, validate.err, report.md).
 #
 # Usage: scripts/fidelity_report.sh [BUILD_DIR=build] [OUT_DIR=out/fidelity]
-# Environment: ITERATIONS (measured steps per replay, default 5), WARMUP (default 1),
+# Environment: ITERATIONS (measured steps per replay, default 6), ROUNDS (replays of every plan,
+#   default 4: each plan's measurement pools ROUNDS x ITERATIONS steps), WARMUP (default 1),
 #   NICE (niceness of the runs, default 0; a negative value, as root, shields the timings from
 #   other work on a shared machine: the script then runs in its own session and sets that
 #   session's autogroup niceness too, since with sched_autogroup plain nice only orders
@@ -23,7 +26,8 @@ fi
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-build}
 out=${2:-out/fidelity}
-iters=${ITERATIONS:-5}
+iters=${ITERATIONS:-6}
+rounds=${ROUNDS:-4}
 warm=${WARMUP:-1}
 nice_level=${NICE:-0}
 stretto="$build/stretto"
@@ -32,17 +36,18 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 plans="$here/bench/fidelity/plans"
 run() { nice -n "$nice_level" "$stretto" "$@"; }
 
-echo "fidelity: profiling $(ls "$plans"/profile_*.json | wc -l) plans ..." >&2
-# a plan the backend cannot replay is reported (profile.err) and left out
-run profile "$plans"/profile_*.json --iterations "$iters" --warmup "$warm" \
-  -o "$out/profile.json" --format json > "$out/profile_stats.json" 2> "$out/profile.err" || true
-test -s "$out/profile.json" || { cat "$out/profile.err" >&2; exit 1; }
-echo "fidelity: validating $(ls "$plans"/validate_*.json | wc -l) plans ..." >&2
+echo "fidelity: profiling $(ls "$plans"/profile_*.json | wc -l) plans and validating $(ls "$plans"/validate_*.json | wc -l), interleaved over $rounds rounds ..." >&2
+# One session: every round replays the profile_* plans (their ops make the table) and the
+# validate_* plans (predicted with that table only), the order reversed every other round, so
+# the host's speed drifts touch the table and the validated plans alike. A plan the backend
+# cannot replay is reported (validate.err) and left out.
 set +e
-run validate "$plans"/validate_*.json --profile "$out/profile.json" --iterations "$iters" \
-  --warmup "$warm" --format json > "$out/validate.json" 2> "$out/validate.err"
+run validate "$plans"/validate_*.json --profile-from "$plans"/profile_*.json \
+  --save-profile "$out/profile.json" --rounds "$rounds" --iterations "$iters" --warmup "$warm" \
+  --format json > "$out/validate.json" 2> "$out/validate.err"
 rc=$?
 set -e
+test -s "$out/profile.json" || { cat "$out/validate.err" >&2; exit 1; }
 python3 - "$out" "$rc" <<'PY'
 import json, os, sys
 out, rc = sys.argv[1], int(sys.argv[2])
@@ -59,11 +64,11 @@ summary = (f"{len(d['plans'])} plans validated: mean |error| {d.get('mean_abs_st
            f"{d.get('kendall_tau', float('nan')):.3f} (predicted best: "
            f"{os.path.basename(d.get('predicted_best', '-'))}, measured best: "
            f"{os.path.basename(d.get('measured_best', '-'))})")
-err = open(os.path.join(out, "validate.err")).read() + open(os.path.join(out, "profile.err")).read()
+err = open(os.path.join(out, "validate.err")).read()
 failed = sorted({l.split(": error:")[0] for l in err.splitlines() if ": error: replay failed" in l})
 text = "\n".join(lines) + "\n\n" + summary + "\n"
 if failed:
-    text += ("\nnot replayed (the backend failed; its messages are in profile.err, validate.err):\n"
+    text += ("\nnot replayed (the backend failed; its messages are in validate.err):\n"
              + "\n".join("  " + os.path.basename(l) for l in failed) + "\n")
 open(os.path.join(out, "report.md"), "w").write(text)
 print(text)

@@ -384,6 +384,7 @@ PlanValidation validate_plan(const CompiledPlan& cp, const sim::Result& predicte
   v.measured_mean_ms = measured.step_mean_ms;
   v.measured_std_ms = measured.step_std_ms;
   v.measured_min_ms = measured.step_min_ms;
+  v.measured_steps = static_cast<int>(measured.step_ns.size());
   v.step_err = measured.step_mean_ms > 0
                    ? (ms(predicted.step_time) - measured.step_mean_ms) / measured.step_mean_ms
                    : 0;
@@ -408,6 +409,7 @@ Json validation_json(const std::vector<PlanValidation>& v) {
     e["measured_step_ms"] = p.measured_mean_ms;
     e["measured_step_std_ms"] = p.measured_std_ms;
     e["measured_step_min_ms"] = p.measured_min_ms;
+    e["measured_steps"] = p.measured_steps;
     e["step_err_pct"] = 100 * p.step_err;
     e["measured_tail_ms"] = p.measured_tail_ms;
     plans.push_back(std::move(e));
@@ -435,10 +437,10 @@ std::string validation_table(const std::vector<PlanValidation>& v) {
   std::string o;
   for (const auto& p : v) {
     o += fmt::format("== {}\n", p.plan);
-    o += fmt::format("step time: predicted {:.3f} ms, measured {:.3f} ms (std {:.3f}, min {:.3f}): "
-                     "error {:+.1f}%\n\n",
+    o += fmt::format("step time: predicted {:.3f} ms, measured {:.3f} ms (std {:.3f}, min {:.3f}, "
+                     "{} steps): error {:+.1f}%\n\n",
                      ms(p.predicted_ns), p.measured_mean_ms, p.measured_std_ms, p.measured_min_ms,
-                     100 * p.step_err);
+                     p.measured_steps, 100 * p.step_err);
     o += fmt::format("the measured step runs {:.3f} ms past its last op (optimizer step, step-end "
                      "sync: not simulated)\n\n",
                      p.measured_tail_ms);

@@ -23,6 +23,20 @@ double ms(int64_t ns) {
   return static_cast<double>(ns) / 1e6;
 }
 
+void set_step_stats(ReplayResult& r) {
+  const size_t n = r.step_ns.size();
+  r.step_mean_ms = r.step_std_ms = r.step_min_ms = 0;
+  if (n == 0) return;
+  double sum = 0, sq = 0;
+  int64_t mn = r.step_ns[0];
+  for (int64_t s : r.step_ns) sum += static_cast<double>(s), mn = std::min(mn, s);
+  const double mean = sum / static_cast<double>(n);
+  for (int64_t s : r.step_ns) sq += (static_cast<double>(s) - mean) * (static_cast<double>(s) - mean);
+  r.step_mean_ms = mean / 1e6;
+  r.step_std_ms = n > 1 ? std::sqrt(sq / static_cast<double>(n - 1)) / 1e6 : 0.0;
+  r.step_min_ms = static_cast<double>(mn) / 1e6;
+}
+
 std::string json_escape(const std::string& s) {
   return Json(s).dump().substr(1, Json(s).dump().size() - 2);
 }
@@ -197,16 +211,7 @@ ReplayResult merge_results(const CompiledPlan& cp, const ReplayOptions& opt,
       k.report.exposed_comm_ns = exposed / static_cast<int64_t>(n);
     }
   }
-  if (n > 0) {
-    double sum = 0, sq = 0;
-    int64_t mn = r.step_ns[0];
-    for (int64_t s : r.step_ns) sum += static_cast<double>(s), mn = std::min(mn, s);
-    const double mean = sum / static_cast<double>(n);
-    for (int64_t s : r.step_ns) sq += (static_cast<double>(s) - mean) * (static_cast<double>(s) - mean);
-    r.step_mean_ms = mean / 1e6;
-    r.step_std_ms = n > 1 ? std::sqrt(sq / static_cast<double>(n - 1)) / 1e6 : 0.0;
-    r.step_min_ms = static_cast<double>(mn) / 1e6;
-  }
+  set_step_stats(r);
   const int64_t mean_step = static_cast<int64_t>(r.step_mean_ms * 1e6);
   double bubble_sum = 0;
   for (auto& k : ranks) {
@@ -235,6 +240,80 @@ ReplayResult merge_results(const CompiledPlan& cp, const ReplayOptions& opt,
     r.dtype_note = plan_dt == "fp32" ? "fp32" : fmt::format("fp32 (the plan says {}; CPU runs fp32)", plan_dt);
   else
     r.dtype_note = plan_dt == "fp8" ? "fp32 (the plan says fp8; replay has no fp8 kernels)" : plan_dt;
+  return r;
+}
+
+ReplayResult pool_results(std::vector<ReplayResult> runs) {
+  if (runs.empty()) return {};
+  if (runs.size() == 1) return std::move(runs.front());
+  ReplayResult r;
+  const ReplayResult& first = runs.front();
+  r.plan = first.plan;
+  r.backend = first.backend;
+  r.dtype_note = first.dtype_note;
+  r.world_size = first.world_size;
+  r.warmup = first.warmup;
+  r.loss = first.loss;
+  r.check = first.check;
+  // per device id: weighted sums of the per-step means
+  struct Acc {
+    double w = 0, busy = 0, comm = 0, exposed = 0, step = 0, over = 0, over_cpu = 0, comp_cpu = 0,
+           pack = 0;
+    DeviceReport peak;
+  };
+  std::map<int, Acc> acc;
+  int offset = 0;
+  for (ReplayResult& run : runs) {
+    const double w = static_cast<double>(run.step_ns.size());
+    r.step_ns.insert(r.step_ns.end(), run.step_ns.begin(), run.step_ns.end());
+    for (OpRecord& o : run.ops) {
+      if (o.iteration >= 0) o.iteration += offset;
+      r.ops.push_back(std::move(o));
+    }
+    for (const DeviceReport& d : run.devices) {
+      Acc& a = acc[d.id];
+      a.w += w;
+      a.busy += w * static_cast<double>(d.busy_ns);
+      a.comm += w * static_cast<double>(d.comm_ns);
+      a.exposed += w * static_cast<double>(d.exposed_comm_ns);
+      a.step += w * static_cast<double>(d.step_ns);
+      a.over += w * static_cast<double>(d.overhead_ns);
+      a.over_cpu += w * static_cast<double>(d.overhead_cpu_ns);
+      a.comp_cpu += w * static_cast<double>(d.compute_cpu_ns);
+      a.pack += w * static_cast<double>(d.pack_cpu_ns);
+      if (d.peak_memory >= a.peak.peak_memory) a.peak = d;
+    }
+    offset += static_cast<int>(run.step_ns.size());
+    r.iterations += run.iterations;
+    r.wall_ms += run.wall_ms;
+  }
+  set_step_stats(r);
+  const int64_t mean_step = static_cast<int64_t>(r.step_mean_ms * 1e6);
+  auto avg = [](double sum, double w) { return w > 0 ? static_cast<int64_t>(std::llround(sum / w)) : 0; };
+  double bubble_sum = 0;
+  for (const auto& [id, a] : acc) {
+    DeviceReport d;
+    d.id = id;
+    d.busy_ns = avg(a.busy, a.w);
+    d.comm_ns = avg(a.comm, a.w);
+    d.exposed_comm_ns = avg(a.exposed, a.w);
+    d.step_ns = avg(a.step, a.w);
+    d.overhead_ns = avg(a.over, a.w);
+    d.overhead_cpu_ns = avg(a.over_cpu, a.w);
+    d.compute_cpu_ns = avg(a.comp_cpu, a.w);
+    d.pack_cpu_ns = avg(a.pack, a.w);
+    d.peak_memory = a.peak.peak_memory;
+    d.breakdown = a.peak.breakdown;
+    // as merge_results: bubbles against the group's (pooled) step
+    d.bubble_ns = std::max<int64_t>(0, mean_step - d.busy_ns);
+    d.bubble_ratio = mean_step > 0 ? static_cast<double>(d.bubble_ns) / static_cast<double>(mean_step) : 0.0;
+    bubble_sum += static_cast<double>(d.bubble_ns);
+    r.exposed_comm_ns += d.exposed_comm_ns;
+    r.devices.push_back(d);
+  }
+  r.bubble_ratio = mean_step > 0 && !r.devices.empty()
+                       ? bubble_sum / (static_cast<double>(mean_step) * static_cast<double>(r.devices.size()))
+                       : 0.0;
   return r;
 }
 

@@ -474,8 +474,15 @@ at::Tensor RankRun::local_grad_sq_norm() const {
       const double copies = std::max<double>(
           1, static_cast<double>(copies_of_op_[o]) /
                  static_cast<double>(slices * std::max(1, place_[o].ep) * zero_shards_[o]));
-      const at::Tensor g = p.grad.view({-1}).narrow(0, a, b - a).to(at::kDouble);
-      sum += g.pow(2).sum().item<double>() / copies;
+      // fp32: one BLAS dot over the gradient in place (what a fused multi-tensor L2 norm does
+      // on a GPU: one read of the gradients). A double copy of every gradient would make the
+      // norm a page-faulting pass over fresh memory, several ms per step that a training run
+      // does not spend and the simulator does not model.
+      const at::Tensor g = p.grad.view({-1}).narrow(0, a, b - a);
+      const double sq = g.scalar_type() == at::kFloat
+                            ? static_cast<double>(at::dot(g, g).item<float>())
+                            : g.to(at::kDouble).pow(2).sum().item<double>();
+      sum += sq / copies;
     }
   }
   return at::full({1}, sum, model_.options().dtype(at::kFloat));

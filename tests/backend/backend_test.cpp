@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -335,6 +336,50 @@ TEST(Replay, ExpectedOpsFollowTheSimulatorsStreams) {
       }
     }
   }
+}
+
+TEST(Replay, PooledRoundsAreOneMeasurement) {
+  // two replays of one plan (--rounds 2): 2 and 1 measured steps
+  ReplayResult a, b;
+  a.plan = b.plan = "p.json";
+  a.world_size = b.world_size = 1;
+  a.iterations = 2;
+  b.iterations = 1;
+  a.step_ns = {1'000'000, 2'000'000};
+  b.step_ns = {6'000'000};
+  a.wall_ms = 10;
+  b.wall_ms = 5;
+  OpRecord o;
+  o.name = "F mb0 PP0";
+  o.iteration = 1;
+  a.ops = {o};
+  o.iteration = 0;
+  b.ops = {o};
+  DeviceReport da, db;
+  da.busy_ns = 1'000'000;  // weight 2
+  db.busy_ns = 4'000'000;  // weight 1
+  da.peak_memory = 100;
+  db.peak_memory = 300;
+  db.breakdown[0] = 7;
+  a.devices = {da};
+  b.devices = {db};
+  const ReplayResult p = pool_results({a, b});
+  EXPECT_EQ(p.step_ns, (std::vector<int64_t>{1'000'000, 2'000'000, 6'000'000}));
+  EXPECT_EQ(p.iterations, 3);
+  EXPECT_DOUBLE_EQ(p.step_mean_ms, 3.0);
+  EXPECT_DOUBLE_EQ(p.step_min_ms, 1.0);
+  EXPECT_NEAR(p.step_std_ms, std::sqrt(7.0), 1e-12);  // ((-2)^2 + (-1)^2 + 3^2) / 2
+  EXPECT_DOUBLE_EQ(p.wall_ms, 15);
+  ASSERT_EQ(p.ops.size(), 2u);
+  EXPECT_EQ(p.ops[0].iteration, 1);
+  EXPECT_EQ(p.ops[1].iteration, 2);  // b's first step follows a's two
+  ASSERT_EQ(p.devices.size(), 1u);
+  EXPECT_EQ(p.devices[0].busy_ns, 2'000'000);  // (2 x 1 + 1 x 4) / 3 ms
+  EXPECT_EQ(p.devices[0].bubble_ns, 1'000'000);  // against the pooled mean step
+  EXPECT_EQ(p.devices[0].peak_memory, 300);
+  EXPECT_EQ(p.devices[0].breakdown[0], 7);
+  // one replay is returned as it is
+  EXPECT_EQ(pool_results({a}).step_ns, a.step_ns);
 }
 
 TEST(Replay, CudaOneGpu) {

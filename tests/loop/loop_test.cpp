@@ -100,6 +100,53 @@ TEST(Loop, ProfileThenValidate) {
   std::remove(table.c_str());
 }
 
+TEST(Loop, ValidateProfilesInlineOverRounds) {
+  // the table measured from one plan, interleaved with the validated plan over two rounds
+  const std::string table = ::testing::TempDir() + "stretto_loop_inline_profile.json";
+  auto [rc, out] = cli("validate " + kData + "pp2_gpipe_tiny.json --profile-from " + kData +
+                       "pp2_1f1b_tiny.json --save-profile " + table +
+                       " --rounds 2 --iterations 1 --warmup 0 --format json");
+  ASSERT_EQ(rc, 0) << stderr_text();
+  Json v = Json::parse(out);
+  ASSERT_EQ(v["plans"].size(), 1u);
+  const Json& p = v["plans"][0];
+  EXPECT_EQ(p["measured_steps"], 2);  // one step from each round, pooled
+  EXPECT_GT(p["matched_ops"].get<int>(), 0);
+  EXPECT_EQ(p["only_in_a"]["count"], 0) << p["only_in_a"].dump();
+  EXPECT_TRUE(std::isfinite(p["step_err_pct"].get<double>()));
+  // the saved table reads back, with the profiled plan's ops (every op kind of the model)
+  auto t = cost::load_profile_table(table);
+  ASSERT_TRUE(t) << render_all(t.error());
+  EXPECT_FALSE(t->shape_kernels.empty());
+  EXPECT_FALSE(t->collectives.empty());
+  std::remove(table.c_str());
+
+  // --save-profile needs --profile-from; --profile and --profile-from exclude each other
+  EXPECT_EQ(cli("validate " + kData + "pp2_gpipe_tiny.json --save-profile " + table).first, 2);
+  EXPECT_EQ(cli("validate " + kData + "pp2_gpipe_tiny.json --profile x.json --profile-from " + kData +
+                "pp2_1f1b_tiny.json")
+                .first,
+            2);
+}
+
+TEST(Loop, ProfileRoundsPoolTheirSamples) {
+  auto [rc, out] = cli("profile " + kData + "pp2_gpipe_tiny.json --rounds 2 --iterations 1 --warmup 0 "
+                       "--format json");
+  ASSERT_EQ(rc, 0) << stderr_text();
+  Json stats = Json::parse(out);
+  EXPECT_EQ(stats["rounds"], 2);
+  // each compute op key was measured once per microbatch and round: an even count in every
+  // series, and at least two samples
+  int series = 0;
+  for (const auto& k : stats["kernels"])
+    for (const auto& b : k.contains("by_m") ? k["by_m"] : k["by_bytes"]) {
+      EXPECT_EQ(b["count"].get<int>() % 2, 0) << k.dump();
+      EXPECT_GE(b["count"].get<int>(), 2);
+      ++series;
+    }
+  EXPECT_GT(series, 0);
+}
+
 TEST(Loop, ValidateGoesOnPastAPlanThatFails) {
   auto [rc, out] = cli("validate " + kData + "pp2_gpipe_tiny.json " + kData +
                        "missing.json --iterations 1 --format json");

@@ -206,6 +206,11 @@ Expected<ReplayResult> launch_local(const CompiledPlan& cp, const ReplayOptions&
 ReplayResult merge_results(const CompiledPlan& cp, const ReplayOptions& opt,
                            std::vector<RankResult> ranks);
 
+/// Several replays of one plan as one measurement (`--rounds`): their measured steps and ops in
+/// sequence (iterations renumbered), step statistics over all of them, per-device metrics
+/// averaged with the replays' step counts as weights, peak memory the highest.
+ReplayResult pool_results(std::vector<ReplayResult> runs);
+
 /// Output, with the field names of `simulate --format json` where the meaning is the same
 /// (step_time_ms, bubble_ratio, exposed_comm_ms, devices[{id, busy_ms, bubble_ms, ...}]) plus
 /// step_time_std_ms, step_time_min_ms, ops[], check{}; `predicted` (optional) adds the

@@ -10,7 +10,7 @@
 //   communication under (kind, group size, nodes) at its bytes. A compute op's time is its
 //   measured duration; a collective's or transfer's runs from its last participant's start to
 //   its last participant's end (the simulator starts it when every member has reached it; the
-//   wait for late peers is not its cost). Each entry is the median over instances, iterations
+//   wait for late peers is not its cost). Each entry is the mean over instances, iterations
 //   and plans; the spread is kept.
 //   An α-β line (t = α + bytes/β, least squares) is fitted per collective series and reported.
 //
@@ -85,6 +85,7 @@ struct PlanValidation {
   std::string plan;
   int64_t predicted_ns = 0;
   double measured_mean_ms = 0, measured_std_ms = 0, measured_min_ms = 0;
+  int measured_steps = 0;  ///< measured steps behind the mean (all rounds pooled)
   double step_err = 0;  ///< (predicted - measured mean) / measured mean
   /// Measured step time after the last recorded op ends (the optimizer step and the step-end
   /// synchronisation, which the simulator does not model), ms.
