@@ -139,6 +139,12 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
   }
   auto nq = node_queries(cp, cm);
   if (!nq) return fail(std::move(nq.error()));
+  if (host_cores_ > 0)
+    for (const DeviceReport& d : r.devices)
+      if (d.ops_per_step > 0)
+        host_op_ns_.push_back(
+            static_cast<double>(std::max<int64_t>(0, d.overhead_ns - d.post_ns - d.unpack_ns)) /
+            d.ops_per_step);
   // comm per (node, iteration) instance: from the last participant's arrival (the latest
   // start) to the last participant's completion (the latest end): what the simulator times
   // (a collective or transfer starts when every member has reached it)
@@ -211,6 +217,13 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
   return filed;
 }
 
+std::optional<double> ProfileSamples::host_op_us() const {
+  if (host_op_ns_.empty()) return std::nullopt;
+  double sum = 0;
+  for (double x : host_op_ns_) sum += x;
+  return sum / static_cast<double>(host_op_ns_.size()) / 1e3;
+}
+
 std::optional<double> ProfileSamples::comm_share() const {
   std::vector<double> shares;
   for (const auto& [key, v] : overlap_) {
@@ -234,6 +247,8 @@ Json ProfileSamples::table(const std::string& device) const {
   if (auto share = comm_share()) t["options"] = {{"comm_sm_share", *share}, {"comm_hbm_share", *share}};
   // The processes of a CPU replay share this host's cores (docs/costmodel.md, host_cores).
   if (host_cores_ > 0) t["options"]["host_cores"] = host_cores_;
+  // ... and its host thread's bookkeeping per op (docs/costmodel.md, host_op_us)
+  if (auto h = host_op_us()) t["options"]["host_op_us"] = std::round(*h * 1000) / 1000;
   Json kernels = Json::array(), colls = Json::array();
   for (const auto& [key, pts] : shapes_) {
     const auto& [op, pass, dt, n, k, b] = key;
@@ -285,6 +300,7 @@ Json ProfileSamples::stats() const {
   j["kernels"] = std::move(k);
   j["collectives"] = std::move(c);
   if (auto sh = comm_share()) j["comm_sm_share"] = *sh;
+  if (auto h = host_op_us()) j["host_op_us"] = *h;
   return j;
 }
 
@@ -321,6 +337,10 @@ std::string ProfileSamples::stats_table() const {
       o += "  alpha-beta fit: none (sizes span less than 4x, or time does not grow with size)\n";
   }
   o += "(spread = (max - min) / median over instances, iterations and plans)\n";
+  if (auto h = host_op_us())
+    o += fmt::format("host thread: {:.1f} us per op outside the ops' own times (host_op_us, over {} "
+                     "device replays)\n",
+                     *h, host_op_ns_.size());
   if (auto sh = comm_share())
     o += fmt::format("interference: compute keeps {:.0f}% of the device while communication runs "
                      "(comm_sm_share {:.3f})\n",

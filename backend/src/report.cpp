@@ -62,6 +62,9 @@ Json to_json(const RankResult& r) {
                  {"breakdown", d.breakdown},
                  {"step_ns", d.step_ns},
                  {"overhead_ns", d.overhead_ns},
+                 {"post_ns", d.post_ns},
+                 {"unpack_ns", d.unpack_ns},
+                 {"ops_per_step", d.ops_per_step},
                  {"overhead_cpu_ns", d.overhead_cpu_ns},
                  {"compute_cpu_ns", d.compute_cpu_ns},
                  {"pack_cpu_ns", d.pack_cpu_ns}};
@@ -102,6 +105,9 @@ Expected<RankResult> rank_result_from_json(const Json& j) {
     r.report.breakdown = d.at("breakdown").get<std::array<int64_t, sim::kMemCategories>>();
     r.report.step_ns = d.at("step_ns").get<int64_t>();
     r.report.overhead_ns = d.value("overhead_ns", int64_t{0});
+    r.report.post_ns = d.value("post_ns", int64_t{0});
+    r.report.unpack_ns = d.value("unpack_ns", int64_t{0});
+    r.report.ops_per_step = d.value("ops_per_step", 0);
     r.report.overhead_cpu_ns = d.value("overhead_cpu_ns", int64_t{0});
     r.report.compute_cpu_ns = d.value("compute_cpu_ns", int64_t{0});
     r.report.pack_cpu_ns = d.value("pack_cpu_ns", int64_t{0});
@@ -258,7 +264,8 @@ ReplayResult pool_results(std::vector<ReplayResult> runs) {
   // per device id: weighted sums of the per-step means
   struct Acc {
     double w = 0, busy = 0, comm = 0, exposed = 0, step = 0, over = 0, over_cpu = 0, comp_cpu = 0,
-           pack = 0;
+           pack = 0, post = 0, unpack = 0;
+    int ops = 0;
     DeviceReport peak;
   };
   std::map<int, Acc> acc;
@@ -281,6 +288,9 @@ ReplayResult pool_results(std::vector<ReplayResult> runs) {
       a.over_cpu += w * static_cast<double>(d.overhead_cpu_ns);
       a.comp_cpu += w * static_cast<double>(d.compute_cpu_ns);
       a.pack += w * static_cast<double>(d.pack_cpu_ns);
+      a.post += w * static_cast<double>(d.post_ns);
+      a.unpack += w * static_cast<double>(d.unpack_ns);
+      a.ops = d.ops_per_step;
       if (d.peak_memory >= a.peak.peak_memory) a.peak = d;
     }
     offset += static_cast<int>(run.step_ns.size());
@@ -302,6 +312,9 @@ ReplayResult pool_results(std::vector<ReplayResult> runs) {
     d.overhead_cpu_ns = avg(a.over_cpu, a.w);
     d.compute_cpu_ns = avg(a.comp_cpu, a.w);
     d.pack_cpu_ns = avg(a.pack, a.w);
+    d.post_ns = avg(a.post, a.w);
+    d.unpack_ns = avg(a.unpack, a.w);
+    d.ops_per_step = a.ops;
     d.peak_memory = a.peak.peak_memory;
     d.breakdown = a.peak.breakdown;
     // as merge_results: bubbles against the group's (pooled) step
@@ -363,6 +376,9 @@ Json result_json(const CompiledPlan& cp, const ReplayResult& r, const sim::Resul
     e["memory_breakdown"] = b;
     e["own_step_ms"] = ms(d.step_ns);
     e["overhead_ms"] = ms(d.overhead_ns);
+    e["post_ms"] = ms(d.post_ns);
+    e["unpack_ms"] = ms(d.unpack_ns);
+    e["ops_per_step"] = d.ops_per_step;
     e["overhead_cpu_ms"] = ms(d.overhead_cpu_ns);
     e["compute_cpu_ms"] = ms(d.compute_cpu_ns);
     e["pack_cpu_ms"] = ms(d.pack_cpu_ns);

@@ -193,6 +193,7 @@ class RankRun {
   int64_t op_counter_ = 0;
   int iteration_ = 0;
   int64_t t_compute_ = 0, t_wait_ = 0, cpu_compute_ = 0, cpu_pack_ = 0;
+  int64_t t_post_ = 0, t_unpack_ = 0;  // host thread in post_comm / in finalize (wall)
   // CPU time of bucket and shard packing, measured around a post or finalize.
   struct PackTimer {
     int64_t& acc;
@@ -740,10 +741,13 @@ void RankRun::execute(size_t i) {
   fault_check();
   ++op_counter_;
   for (uint32_t p : preds_[op.node]) wait_node(p);
-  if (op.kind == NodeKind::kCompute)
+  if (op.kind == NodeKind::kCompute) {
     run_compute(i);
-  else
+  } else {
+    const int64_t t0 = now_ns();
     post_comm(i);
+    t_post_ += now_ns() - t0;
+  }
 }
 
 void RankRun::run_compute(size_t i) {
@@ -1013,9 +1017,13 @@ void RankRun::finalize(size_t i) {
   s.finalized = true;
   struct Unpack {  // OpRecord::unpack_ns: the host time of what follows
     OpState& s;
+    int64_t& total;
     int64_t t0;
-    ~Unpack() { s.unpack_ns = now_ns() - t0; }
-  } unpack{s, now_ns()};
+    ~Unpack() {
+      s.unpack_ns = now_ns() - t0;
+      total += s.unpack_ns;
+    }
+  } unpack{s, t_unpack_, now_ns()};
   // Fault "drop" (tests): the fault_op-th data this rank receives is lost, which --check
   // must notice.
   if (opt_.fault_kind == "drop" && me_ == opt_.fault_rank && !ops_[i].is_send &&
@@ -1153,7 +1161,7 @@ void RankRun::step(bool measured, RankResult& rr) {
     throw std::runtime_error(fmt::format("rank {} timed out at the start barrier of step {}", me_,
                                          iteration_));
   for (auto& [name, w] : waiters_) w->last_end = 0;
-  t_compute_ = t_wait_ = cpu_compute_ = cpu_pack_ = 0;
+  t_compute_ = t_wait_ = cpu_compute_ = cpu_pack_ = t_post_ = t_unpack_ = 0;
 #ifdef STRETTO_BACKEND_CUDA
   if (cuda_) {
     c10::cuda::device_synchronize();
@@ -1222,6 +1230,9 @@ void RankRun::step(bool measured, RankResult& rr) {
   r.exposed_comm_ns += commt - overlap;
   r.step_ns += t1 - t0;
   r.overhead_ns += std::max<int64_t>(0, (t1 - t0) - t_compute_ - t_wait_);
+  r.post_ns += t_post_;
+  r.unpack_ns += t_unpack_;
+  r.ops_per_step = static_cast<int>(ops_.size());
   r.overhead_cpu_ns += std::max<int64_t>(0, (cpu1 - cpu0) - cpu_compute_ - cpu_pack_);
   r.pack_cpu_ns += cpu_pack_;
   r.compute_cpu_ns += cpu_compute_;
@@ -1246,6 +1257,8 @@ RankResult RankRun::run(std::vector<GradDump>* grads) {
   r.exposed_comm_ns /= n;
   r.step_ns /= n;
   r.overhead_ns /= n;
+  r.post_ns /= n;
+  r.unpack_ns /= n;
   r.overhead_cpu_ns /= n;
   r.compute_cpu_ns /= n;
   r.pack_cpu_ns /= n;

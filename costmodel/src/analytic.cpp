@@ -229,6 +229,7 @@ const std::vector<std::string>& analytic_option_names() {
       "nccl_intra_link",      "nccl_net_overhead_us", "nccl_net_latency_us",
       "nccl_cpu",             "p2p_latency_us",       "nccl_intra_GBps",
       "sustained_clock_ratio", "host_cores",          "host_compute",
+      "host_op_us",
   };
   return names;
 }
@@ -355,6 +356,8 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
         if (r.boolean(key, v, b)) p.host_compute = b ? 1 : 0;
       } else if (key == "host_cores") {
         r.number(key, v, 0, 4096, false, p.host_cores);
+      } else if (key == "host_op_us") {
+        r.number(key, v, 0, 1e6, false, p.host_op_us);
       } else if (key == "nccl_intra_GBps") {
         r.number(key, v, 0, inf, true, p.nccl_intra_GBps);
       } else {
@@ -623,7 +626,7 @@ class AnalyticModel final : public CostModel {
   CommCost comm(const CommQuery& q) const override { return analytic_comm(params_, cluster_, q); }
   Interference interference() const override {
     return {params_.comm_sm_share, params_.comm_hbm_share, params_.host_cores,
-            params_.host_compute > 0};
+            params_.host_compute > 0, detail::ceil_ns(params_.host_op_us * 1000.0)};
   }
   int64_t dispatch_ns() const override { return detail::ceil_ns(params_.dispatch_us * 1000.0); }
   std::string_view name() const override { return "analytic"; }

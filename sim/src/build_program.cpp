@@ -294,6 +294,9 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
   // Host-thread compute (cost::Interference::host_compute): per device, its last compute task
   // so far in dispatch order; every later task of the device depends on it.
   std::vector<uint32_t> last_compute(itf.host_compute ? static_cast<size_t>(D) : 0, UINT32_MAX);
+  // ... and its host thread's bookkeeping (cost::Interference::host_op_ns): per device, the ops
+  // issued since its last compute op; the next compute op pays for them and for itself.
+  std::vector<int64_t> issued_since(itf.host_compute && itf.host_op_ns > 0 ? static_cast<size_t>(D) : 0, 0);
   for (uint32_t n : cp.topo_order) {
     const Node& nd = dag.nodes[n];
     // Costs are the same for every instance of a node: query once.
@@ -528,6 +531,13 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       }
       if (!last_compute.empty() && kind == TaskKind::kCompute && wanted(devs[0]))
         last_compute[static_cast<size_t>(devs[0])] = tid;
+      if (!issued_since.empty() && kind == TaskKind::kCompute && wanted(devs[0])) {
+        int64_t& since = issued_since[static_cast<size_t>(devs[0])];
+        t.work += itf.host_op_ns * (1 + since);
+        since = 0;
+      } else if (!issued_since.empty() && kind == TaskKind::kComm) {
+        for (int d : kept) ++issued_since[static_cast<size_t>(d)];
+      }
       // Each task once. The engine does not need them sorted: short lists keep their order (a
       // pairwise check, cheaper than sorting millions of short lists), long ones (wide
       // collectives) are sorted.

@@ -382,6 +382,36 @@ TEST(Simulate, HostComputeIssuesNothingPastARunningComputeOp) {
   EXPECT_GT(host.step_time, queued.step_time);
 }
 
+TEST(Simulate, HostOpTimeDelaysTheNextComputeOp) {
+  // host_op_us: each op a CPU device issues costs its host thread that long before the
+  // device's next compute op: a compute task's work grows by host_op_ns times (1 + the
+  // communication tasks the device issued since its previous compute task).
+  const sim::Result base = run(cpu_plan(false));
+  const sim::Result slow = run(cpu_plan(false, {{"host_op_us", 100}}));
+  ASSERT_EQ(base.program.tasks.size(), slow.program.tasks.size());
+  int64_t expected_total = 0, total = 0;
+  for (const auto& dp : slow.program.devices) {
+    int64_t since = 0;
+    for (uint32_t t : dp.dispatch) {
+      const sim::Task& task = slow.program.tasks[t];
+      if (task.kind == sim::TaskKind::kComm) ++since;
+      if (task.kind != sim::TaskKind::kCompute) continue;
+      const int64_t diff = task.work - base.program.tasks[t].work;
+      EXPECT_EQ(diff, 100'000 * (1 + since)) << "task " << t;
+      expected_total += 100'000 * (1 + since);
+      total += diff;
+      since = 0;
+    }
+  }
+  EXPECT_GT(expected_total, 0);
+  EXPECT_EQ(total, expected_total);
+  EXPECT_GT(slow.step_time, base.step_time);
+  // a GPU (host_compute false) ignores it
+  const sim::Result queued = run(cpu_plan(false, {{"host_compute", false}}));
+  const sim::Result queued_op = run(cpu_plan(false, {{"host_compute", false}, {"host_op_us", 100}}));
+  EXPECT_EQ(queued_op.step_time, queued.step_time);
+}
+
 TEST(Simulate, DevicesBeyondTheHostCoresTakeTurns) {
   // Four CPU processes on a host of 2 cores (host_cores): while more than two compute at once
   // each runs slower, so the step is longer than with unlimited cores, and no compute op runs

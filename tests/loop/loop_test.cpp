@@ -60,6 +60,10 @@ TEST(Loop, ProfileThenValidate) {
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   EXPECT_EQ(stats["profile"]["options"]["host_cores"].get<int>(), cores);
   EXPECT_EQ(stats["plans_not_filed_oversubscribed"].get<int>(), cores < 2 ? 1 : 0);
+  // the host thread's per-op bookkeeping, measured (the simulator's host_op_us)
+  if (cores >= 2) {
+    EXPECT_GT(stats["profile"]["options"]["host_op_us"].get<double>(), 0.0);
+  }
   // each entry is its series' mean, which lies between the series' min and max
   int means_checked = 0;
   for (const auto& c : stats["collectives"]) {

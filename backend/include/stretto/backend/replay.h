@@ -103,6 +103,11 @@ struct DeviceReport {
   /// Host time outside the model's kernels and outside waiting for communication: posting
   /// ops, applying received data, recording times (the replay's own overhead), mean.
   int64_t overhead_ns = 0;
+  /// Parts of overhead_ns: posting communication (packing its buffers included) and
+  /// unpacking received results (OpRecord::unpack_ns), mean per step. The rest of overhead_ns
+  /// is the replay's per-op bookkeeping, which `profile` files as the host_op_us option.
+  int64_t post_ns = 0, unpack_ns = 0;
+  int ops_per_step = 0;  ///< ops this device executes in a step
   /// The same on the host thread's CPU clock (immune to the process being descheduled):
   /// CPU time of the replay machinery, and CPU time inside the model's kernels, mean.
   int64_t overhead_cpu_ns = 0, compute_cpu_ns = 0;

@@ -56,6 +56,12 @@ class ProfileSamples {
   /// both, clamped to [0, 0.9]; nullopt without such keys.
   std::optional<double> comm_share() const;
 
+  /// CPU replays (set_host_cores): the host thread's time per op outside every op's filed time
+  /// (DeviceReport: overhead - post - unpack, over ops_per_step), the mean over devices and
+  /// replays, microseconds; nullopt when none was measured. The table carries it as the
+  /// `host_op_us` option.
+  std::optional<double> host_op_us() const;
+
   size_t kernel_series() const { return shapes_.size() + bytes_.size(); }
   size_t comm_series() const { return comms_.size(); }
 
@@ -69,6 +75,7 @@ class ProfileSamples {
       bytes_;
   int host_cores_ = 0;
   size_t skipped_ = 0;
+  std::vector<double> host_op_ns_;  // per (replay, device)
   // (kind, group, nodes) -> bytes -> ns samples
   std::map<std::tuple<std::string, int, int>, std::map<int64_t, std::vector<int64_t>>> comms_;
   // compute key -> (alone, overlapped) durations

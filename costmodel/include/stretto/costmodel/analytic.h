@@ -130,6 +130,12 @@ struct AnalyticParams {
   /// waits for the compute before it in program order. Negative = derive: 1 for device kind
   /// "cpu", else 0.
   int host_compute = -1;
+  /// Host-thread time per op of a host-compute device outside the ops' own measured times (the
+  /// replay's bookkeeping: issuing an op, recording it, releasing its tensors), microseconds.
+  /// The ops a device issues between two compute ops delay the second by this much each (its
+  /// own issue included): the thread does that work before it computes. 0 = none (GPUs, and
+  /// the analytic `cpu` preset); `stretto profile --device cpu` measures it (docs/validation.md).
+  double host_op_us = 0;
 
   // --- communication --------------------------------------------------------------------------
   /// NCCL's view of the machine (arch from the device kind, NVLink if the intra-node link is

@@ -95,6 +95,9 @@ struct Interference {
   /// Compute runs on the thread that issues the device's ops (a CPU process): the next op is
   /// issued only after the previous compute op ended; false for GPUs (kernels are queued).
   bool host_compute = false;
+  /// With host_compute: host-thread ns per op issued, paid before the device's next compute op
+  /// (AnalyticParams::host_op_us).
+  int64_t host_op_ns = 0;
 };
 
 /// A cost model. Implementations are immutable after construction: every method is const and
