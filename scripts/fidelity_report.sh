@@ -10,7 +10,7 @@
 #
 # Usage: scripts/fidelity_report.sh [BUILD_DIR=build] [OUT_DIR=out/fidelity]
 # Environment: ITERATIONS (measured steps per replay, default 6), ROUNDS (replays of every plan,
-#   default 4: each plan's measurement pools ROUNDS x ITERATIONS steps), WARMUP (default 1),
+#   default 8: each plan's measurement pools ROUNDS x ITERATIONS steps), WARMUP (default 1),
 #   NICE (niceness of the runs, default 0; a negative value, as root, shields the timings from
 #   other work on a shared machine: the script then runs in its own session and sets that
 #   session's autogroup niceness too, since with sched_autogroup plain nice only orders
@@ -27,7 +27,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-build}
 out=${2:-out/fidelity}
 iters=${ITERATIONS:-6}
-rounds=${ROUNDS:-4}
+rounds=${ROUNDS:-8}
 warm=${WARMUP:-1}
 nice_level=${NICE:-0}
 stretto="$build/stretto"
