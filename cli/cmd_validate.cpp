@@ -75,6 +75,19 @@ void add_run_options(CLI::App* cmd, RunOpts& o) {
       ->check(CLI::Range(1, 1000));
 }
 
+// Every measured step's ops are kept until the rounds are pooled: refuse more steps per plan
+// than one replay may measure (--iterations' own limit) before replaying anything.
+constexpr int64_t kMaxPooledSteps = 100000;
+bool steps_fit(const RunOpts& o, const char* cmd) {
+  if (static_cast<int64_t>(o.rounds) * o.iterations <= kMaxPooledSteps) return true;
+  std::fprintf(stderr,
+               "%s: --rounds %d x --iterations %d is %lld measured steps per plan, more than %lld\n"
+               "hint: fewer rounds or fewer iterations per round\n",
+               cmd, o.rounds, o.iterations, static_cast<long long>(o.rounds) * o.iterations,
+               static_cast<long long>(kMaxPooledSteps));
+  return false;
+}
+
 // ", round 2/4" in progress lines when there are several rounds.
 std::string round_note(const RunOpts& o, int round) {
   return o.rounds > 1 ? fmt::format(", round {}/{}", round + 1, o.rounds) : std::string();
@@ -123,6 +136,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
       ->check(CLI::IsMember({"table", "json"}));
   add_run_options(prof, p->run);
   out.push_back({prof, [p] {
+                   if (!steps_fit(p->run, "profile")) return 2;
                    backend::ProfileSamples samples;
                    if (p->run.device == "cpu")
                      samples.set_host_cores(static_cast<int>(std::thread::hardware_concurrency()));
@@ -221,6 +235,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
       ->check(CLI::Range(0, 100000));
   add_run_options(val, v->run);
   out.push_back({val, [v] {
+                   if (!steps_fit(v->run, "validate")) return 2;
                    if (!v->save_profile.empty() && v->profile_from.empty()) {
                      std::fprintf(stderr, "validate: --save-profile needs --profile-from\n");
                      return 2;
@@ -266,7 +281,14 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                        }
                      }
                    std::string table_path = v->profile;
-                   std::string temp_table;
+                   // the measured table when not kept (--save-profile): removed on every return
+                   struct TempFile {
+                     std::string path;
+                     ~TempFile() {
+                       std::error_code ec;
+                       if (!path.empty()) std::filesystem::remove(path, ec);
+                     }
+                   } temp;
                    if (!v->profile_from.empty()) {
                      if (profiled == 0) {
                        if (!failed.empty()) std::fputs(render_all(failed).c_str(), stderr);
@@ -278,11 +300,11 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                        if (!write_output(v->save_profile, text)) return 2;
                        table_path = v->save_profile;
                      } else {
-                       temp_table = (std::filesystem::temp_directory_path() /
-                                     fmt::format("stretto-validate-{}.profile.json", ::getpid()))
-                                        .string();
-                       if (!write_output(temp_table, text)) return 2;
-                       table_path = temp_table;
+                       temp.path = (std::filesystem::temp_directory_path() /
+                                    fmt::format("stretto-validate-{}.profile.json", ::getpid()))
+                                       .string();
+                       if (!write_output(temp.path, text)) return 2;
+                       table_path = temp.path;
                      }
                    }
                    std::vector<backend::PlanValidation> results;
@@ -303,7 +325,6 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                      results.push_back(backend::validate_plan(
                          s->compiled(), *pred, backend::pool_results(std::move(measured[i])), co));
                    }
-                   if (!temp_table.empty()) std::filesystem::remove(temp_table);
                    if (!v->trace.empty() &&
                        !write_output(v->trace, backend::validation_trace(results)))
                      return 2;

@@ -125,7 +125,12 @@ TEST(Loop, ValidateProfilesInlineOverRounds) {
   EXPECT_FALSE(t->collectives.empty());
   std::remove(table.c_str());
 
-  // --save-profile needs --profile-from; --profile and --profile-from exclude each other
+  // --save-profile needs --profile-from; --profile and --profile-from exclude each other; more
+  // pooled steps than one replay may measure are refused before anything runs
+  const auto over = cli("validate " + kData + "pp2_gpipe_tiny.json --rounds 1000 --iterations 1000");
+  EXPECT_EQ(over.first, 2);
+  EXPECT_NE(stderr_text().find("measured steps per plan"), std::string::npos);
+  EXPECT_EQ(cli("profile " + kData + "pp2_gpipe_tiny.json --rounds 2 --iterations 60000").first, 2);
   EXPECT_EQ(cli("validate " + kData + "pp2_gpipe_tiny.json --save-profile " + table).first, 2);
   EXPECT_EQ(cli("validate " + kData + "pp2_gpipe_tiny.json --profile x.json --profile-from " + kData +
                 "pp2_1f1b_tiny.json")
