@@ -63,10 +63,21 @@ summary = (f"{len(d['plans'])} plans validated: mean |error| {d.get('mean_abs_st
            f"worst {d.get('worst_abs_step_err_pct', 0):.1f}%, ranking Kendall tau "
            f"{d.get('kendall_tau', float('nan')):.3f} (predicted best: "
            f"{os.path.basename(d.get('predicted_best', '-'))}, measured best: "
-           f"{os.path.basename(d.get('measured_best', '-'))})")
+           f"{os.path.basename(d.get('measured_best', '-'))})\n")
+rev = d.get("ranking_reversals", [])
+if rev:
+    summary += (f"{len(rev)} pair(s) ranked the other way round, "
+                f"{d.get('ranking_reversals_resolved', 0)} of them measured apart by more than twice "
+                "the standard error of their difference:\n")
+    for r in rev:
+        summary += (f"  {os.path.basename(r['faster'])} measured faster than "
+                    f"{os.path.basename(r['slower'])} by {r['measured_diff_ms']:.1f} ms "
+                    f"(se {r['measured_diff_se_ms']:.1f} ms{'' if r['resolved'] else ', within the noise'})\n")
+opts = json.load(open(os.path.join(out, "profile.json"))).get("options", {})
+summary += "profiled options: " + json.dumps(opts, sort_keys=True) + "\n"
 err = open(os.path.join(out, "validate.err")).read()
 failed = sorted({l.split(": error:")[0] for l in err.splitlines() if ": error: replay failed" in l})
-text = "\n".join(lines) + "\n\n" + summary + "\n"
+text = "\n".join(lines) + "\n\n" + summary
 if failed:
     text += ("\nnot replayed (the backend failed; its messages are in validate.err):\n"
              + "\n".join("  " + os.path.basename(l) for l in failed) + "\n")

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "stretto/backend/validate.h"
 #include "stretto/costmodel/profile_table.h"
@@ -33,6 +34,13 @@ int64_t median(std::vector<int64_t> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[(v.size() - 1) / 2];
+}
+
+// One kernel series of the table: its shape (n, k, batch: 0 when by bytes) and size (m, or
+// bytes).
+std::string series_key(const std::string& op, const std::string& pass, const std::string& dt,
+                       int64_t n, int64_t k, int64_t batch, int64_t size) {
+  return fmt::format("{} {} {} {} {} {} {}", op, pass, dt, n, k, batch, size);
 }
 
 // Records the queries sim::build_program makes, in order, answering with the wrapped model.
@@ -176,8 +184,21 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
     return total;
   };
   size_t filed = 0;
+  // CPU: per (device, iteration), the kind of the last communication op issued since the
+  // device's previous compute op, in program order (the records' order), as the simulator
+  // counts them (sim/src/build_program.cpp, host_cold_factor)
+  std::map<std::pair<int, int>, CommKind> since;
   for (const OpRecord& o : r.ops) {
     if (o.iteration < 0 || o.node >= cp.dag.nodes.size()) continue;
+    CommKind ctx = CommKind::kNone;
+    if (host_cores_ > 0) {
+      if (int32_t mi = nq->comm_of[o.node]; mi >= 0) {
+        since[{o.device, o.iteration}] = nq->comm[static_cast<size_t>(mi)].kind;
+      } else if (nq->compute_of[o.node] >= 0) {
+        auto it = since.find({o.device, o.iteration});
+        if (it != since.end()) ctx = std::exchange(it->second, CommKind::kNone);
+      }
+    }
     const int64_t d = o.end_ns - o.start_ns;
     if (d <= 0) continue;
     if (int32_t ci = nq->compute_of[o.node]; ci >= 0) {
@@ -189,11 +210,16 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
                                                    q.gemm.n, q.gemm.k, q.bytes)];
         (2 * overlap(o) > d ? over : alone).push_back(d);
       }
+      const int64_t batch = std::max<int64_t>(1, q.gemm.batch);
       if (q.gemm.m > 0 && q.gemm.n > 0 && q.gemm.k > 0) {
-        shapes_[{op, pass, dt, q.gemm.n, q.gemm.k, std::max<int64_t>(1, q.gemm.batch)}][q.gemm.m]
-            .push_back(d);
+        shapes_[{op, pass, dt, q.gemm.n, q.gemm.k, batch}][q.gemm.m].push_back(d);
+        if (host_cores_ > 0)
+          ctx_[series_key(op, pass, dt, q.gemm.n, q.gemm.k, batch, q.gemm.m)]
+              [static_cast<size_t>(ctx)].push_back(d);
       } else if (q.bytes > 0) {
         bytes_[{op, pass, dt}][q.bytes].push_back(d);
+        if (host_cores_ > 0)
+          ctx_[series_key(op, pass, dt, 0, 0, 0, q.bytes)][static_cast<size_t>(ctx)].push_back(d);
       } else {
         continue;
       }
@@ -224,6 +250,38 @@ std::optional<double> ProfileSamples::host_op_us() const {
   return sum / static_cast<double>(host_op_ns_.size()) / 1e3;
 }
 
+std::array<double, cost::kCommKinds> ProfileSamples::cold_factors() const {
+  std::array<double, cost::kCommKinds> f;
+  f.fill(NAN);
+  constexpr size_t kMinSamples = 3, kMinSeries = 3;
+  for (size_t k = 1; k < cost::kCommKinds; ++k) {
+    // time-weighted over the series: what the step's compute after such ops costs more
+    double warm = 0, cold = 0;
+    size_t series = 0;
+    for (const auto& [key, by] : ctx_) {
+      if (by[0].size() < kMinSamples || by[k].size() < kMinSamples) continue;
+      const double w = static_cast<double>(mean(by[0])), c = static_cast<double>(mean(by[k]));
+      if (w > 0 && c > 0) warm += w, cold += c, ++series;
+    }
+    if (series < kMinSeries) continue;
+    f[k] = std::clamp(cold / warm, 0.25, 4.0);
+  }
+  return f;
+}
+
+int64_t ProfileSamples::warm_mean(const std::string& series, const std::vector<int64_t>& raw,
+                                  const std::array<double, cost::kCommKinds>& f) const {
+  auto it = ctx_.find(series);
+  if (it == ctx_.end()) return mean(raw);
+  long double sum = 0;
+  size_t n = 0;
+  for (size_t k = 0; k < cost::kCommKinds; ++k) {
+    const double div = k > 0 && std::isfinite(f[k]) ? f[k] : 1.0;
+    for (int64_t x : it->second[k]) sum += static_cast<long double>(x) / div, ++n;
+  }
+  return n ? static_cast<int64_t>(std::llround(sum / static_cast<long double>(n))) : mean(raw);
+}
+
 std::optional<double> ProfileSamples::comm_share() const {
   std::vector<double> shares;
   for (const auto& [key, v] : overlap_) {
@@ -249,12 +307,19 @@ Json ProfileSamples::table(const std::string& device) const {
   if (host_cores_ > 0) t["options"]["host_cores"] = host_cores_;
   // ... and its host thread's bookkeeping per op (docs/costmodel.md, host_op_us)
   if (auto h = host_op_us()) t["options"]["host_op_us"] = std::round(*h * 1000) / 1000;
+  // ... and how much slower compute runs right after the host's communication work, by kind
+  // (docs/costmodel.md, host_cold_factor); the kernel times below are the warm ones
+  const auto cold = cold_factors();
+  for (size_t k = 1; k < cost::kCommKinds; ++k)
+    if (std::isfinite(cold[k]))
+      t["options"]["host_cold_factor"][std::string(cost::profile_comm_name(static_cast<CommKind>(k)))] =
+          std::round(cold[k] * 1000) / 1000;
   Json kernels = Json::array(), colls = Json::array();
   for (const auto& [key, pts] : shapes_) {
     const auto& [op, pass, dt, n, k, b] = key;
     for (const auto& [m, v] : pts) {
       Json e = {{"op", op}, {"pass", pass}, {"dtype", dt}, {"m", m}, {"n", n}, {"k", k},
-                {"ns", mean(v)}};
+                {"ns", warm_mean(series_key(op, pass, dt, n, k, b, m), v, cold)}};
       if (b > 1) e["batch"] = b;
       kernels.push_back(std::move(e));
     }
@@ -262,7 +327,8 @@ Json ProfileSamples::table(const std::string& device) const {
   for (const auto& [key, pts] : bytes_) {
     const auto& [op, pass, dt] = key;
     for (const auto& [bytes, v] : pts)
-      kernels.push_back({{"op", op}, {"pass", pass}, {"dtype", dt}, {"bytes", bytes}, {"ns", mean(v)}});
+      kernels.push_back({{"op", op}, {"pass", pass}, {"dtype", dt}, {"bytes", bytes},
+                         {"ns", warm_mean(series_key(op, pass, dt, 0, 0, 0, bytes), v, cold)}});
   }
   for (const auto& [key, pts] : comms_) {
     const auto& [kind, g, nodes] = key;
@@ -301,6 +367,10 @@ Json ProfileSamples::stats() const {
   j["collectives"] = std::move(c);
   if (auto sh = comm_share()) j["comm_sm_share"] = *sh;
   if (auto h = host_op_us()) j["host_op_us"] = *h;
+  const auto cold = cold_factors();
+  for (size_t k = 1; k < cost::kCommKinds; ++k)
+    if (std::isfinite(cold[k]))
+      j["host_cold_factor"][std::string(cost::profile_comm_name(static_cast<CommKind>(k)))] = cold[k];
   return j;
 }
 
@@ -341,6 +411,12 @@ std::string ProfileSamples::stats_table() const {
     o += fmt::format("host thread: {:.1f} us per op outside the ops' own times (host_op_us, over {} "
                      "device replays)\n",
                      *h, host_op_ns_.size());
+  const auto cold = cold_factors();
+  for (size_t k = 1; k < cost::kCommKinds; ++k)
+    if (std::isfinite(cold[k]))
+      o += fmt::format("host thread: compute right after {} takes {:.3f}x its time after compute "
+                       "(host_cold_factor)\n",
+                       cost::profile_comm_name(static_cast<CommKind>(k)), cold[k]);
   if (auto sh = comm_share())
     o += fmt::format("interference: compute keeps {:.0f}% of the device while communication runs "
                      "(comm_sm_share {:.3f})\n",
@@ -417,6 +493,42 @@ PlanValidation validate_plan(const CompiledPlan& cp, const sim::Result& predicte
   return v;
 }
 
+namespace {
+
+// Pairs of plans whose predicted order is the reverse of their measured order. A pair is
+// resolved when the measured means differ by more than twice the standard error of their
+// difference (sqrt(std_a^2 / n_a + std_b^2 / n_b), steps taken as independent: consecutive
+// steps share the host's speed drifts, so this error is a lower bound and "resolved" errs
+// towards reporting a reversal); an unresolved reversal is within the measurement's noise.
+struct Reversal {
+  size_t a = 0, b = 0;  // measured faster, measured slower
+  double diff_ms = 0, se_ms = 0;
+  bool resolved = false;
+};
+
+std::vector<Reversal> ranking_reversals(const std::vector<PlanValidation>& v) {
+  std::vector<Reversal> out;
+  for (size_t i = 0; i < v.size(); ++i)
+    for (size_t j = i + 1; j < v.size(); ++j) {
+      const double dm = v[i].measured_mean_ms - v[j].measured_mean_ms;
+      const double dp = ms(v[i].predicted_ns) - ms(v[j].predicted_ns);
+      if (dm == 0 || dp == 0 || (dm > 0) == (dp > 0)) continue;
+      Reversal r;
+      r.a = dm < 0 ? i : j;
+      r.b = dm < 0 ? j : i;
+      r.diff_ms = std::fabs(dm);
+      auto var = [](const PlanValidation& p) {
+        return p.measured_steps > 0 ? p.measured_std_ms * p.measured_std_ms / p.measured_steps : 0.0;
+      };
+      r.se_ms = std::sqrt(var(v[i]) + var(v[j]));
+      r.resolved = r.diff_ms > 2 * r.se_ms;
+      out.push_back(r);
+    }
+  return out;
+}
+
+}  // namespace
+
 Json validation_json(const std::vector<PlanValidation>& v) {
   Json j;
   Json plans = Json::array();
@@ -449,6 +561,18 @@ Json validation_json(const std::vector<PlanValidation>& v) {
     const size_t bm = static_cast<size_t>(std::min_element(meas.begin(), meas.end()) - meas.begin());
     j["predicted_best"] = v[bp].plan;
     j["measured_best"] = v[bm].plan;
+    Json rev = Json::array();
+    int resolved = 0;
+    for (const Reversal& r : ranking_reversals(v)) {
+      rev.push_back({{"faster", v[r.a].plan},
+                     {"slower", v[r.b].plan},
+                     {"measured_diff_ms", r.diff_ms},
+                     {"measured_diff_se_ms", r.se_ms},
+                     {"resolved", r.resolved}});
+      resolved += r.resolved;
+    }
+    j["ranking_reversals"] = std::move(rev);
+    j["ranking_reversals_resolved"] = resolved;
   }
   return j;
 }
@@ -483,6 +607,16 @@ std::string validation_table(const std::vector<PlanValidation>& v) {
     o += fmt::format("\nstep-time error: mean |err| {:.1f}%, worst {:.1f}%; ranking Kendall tau {:.3f}\n",
                      100 * sum / static_cast<double>(v.size()), 100 * worst,
                      traces::kendall_tau(pred, meas));
+    const auto rev = ranking_reversals(v);
+    int resolved = 0;
+    for (const Reversal& r : rev) resolved += r.resolved;
+    o += fmt::format("{} pair(s) ranked the other way round; {} of them measured apart by more than "
+                     "twice the standard error of their difference\n",
+                     rev.size(), resolved);
+    for (const Reversal& r : rev)
+      o += fmt::format("  {} measured faster than {} by {:.3f} ms (standard error {:.3f} ms){}\n",
+                       v[r.a].plan, v[r.b].plan, r.diff_ms, r.se_ms,
+                       r.resolved ? "" : ": within the noise");
   }
   return o;
 }

@@ -229,7 +229,7 @@ const std::vector<std::string>& analytic_option_names() {
       "nccl_intra_link",      "nccl_net_overhead_us", "nccl_net_latency_us",
       "nccl_cpu",             "p2p_latency_us",       "nccl_intra_GBps",
       "sustained_clock_ratio", "host_cores",          "host_compute",
-      "host_op_us",
+      "host_op_us",           "host_cold_factor",
   };
   return names;
 }
@@ -358,6 +358,29 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
         r.number(key, v, 0, 4096, false, p.host_cores);
       } else if (key == "host_op_us") {
         r.number(key, v, 0, 1e6, false, p.host_op_us);
+      } else if (key == "host_cold_factor") {
+        // a number (every kind) or {"all_gather": 1.2, ...} by communication kind
+        constexpr double kLo = 0.25, kHi = 4;
+        if (v.is_number()) {
+          double f = 1;
+          if (r.number(key, v, kLo, kHi, false, f)) p.host_cold_factor.fill(f);
+        } else if (v.is_object()) {
+          for (const auto& [kind, f] : v.items()) {
+            auto k = detail::parse_comm(kind);
+            if (!k || *k == CommKind::kNone) {
+              ds.push_back(detail::diag_at(file, detail::child_pointer(r.ptr(key), kind),
+                                           "unknown communication kind '" + kind + "'",
+                                           detail::did_you_mean(kind, detail::comm_names())));
+              continue;
+            }
+            OptionReader sub{r.ptr(key), file, ds};
+            sub.number(kind, f, kLo, kHi, false, p.host_cold_factor[static_cast<size_t>(*k)]);
+          }
+        } else {
+          ds.push_back(detail::diag_at(
+              file, r.ptr(key), "option 'host_cold_factor' must be a number or an object",
+              "e.g. {\"all_gather\": 1.25}: a factor per communication kind"));
+        }
       } else if (key == "nccl_intra_GBps") {
         r.number(key, v, 0, inf, true, p.nccl_intra_GBps);
       } else {
@@ -626,7 +649,8 @@ class AnalyticModel final : public CostModel {
   CommCost comm(const CommQuery& q) const override { return analytic_comm(params_, cluster_, q); }
   Interference interference() const override {
     return {params_.comm_sm_share, params_.comm_hbm_share, params_.host_cores,
-            params_.host_compute > 0, detail::ceil_ns(params_.host_op_us * 1000.0)};
+            params_.host_compute > 0, detail::ceil_ns(params_.host_op_us * 1000.0),
+            params_.host_cold_factor};
   }
   int64_t dispatch_ns() const override { return detail::ceil_ns(params_.dispatch_us * 1000.0); }
   std::string_view name() const override { return "analytic"; }

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <span>
 #include <unordered_map>
@@ -296,7 +297,15 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
   std::vector<uint32_t> last_compute(itf.host_compute ? static_cast<size_t>(D) : 0, UINT32_MAX);
   // ... and its host thread's bookkeeping (cost::Interference::host_op_ns): per device, the ops
   // issued since its last compute op; the next compute op pays for them and for itself.
-  std::vector<int64_t> issued_since(itf.host_compute && itf.host_op_ns > 0 ? static_cast<size_t>(D) : 0, 0);
+  // ... and the kind of the last of them (cost::Interference::host_cold_factor): the next
+  // compute op runs that much slower, its operands displaced by the host's communication work.
+  const bool cold_model =
+      itf.host_compute &&
+      std::any_of(itf.host_cold_factor.begin(), itf.host_cold_factor.end(),
+                  [](double f) { return f != 1.0; });
+  const bool host_model = itf.host_compute && (itf.host_op_ns > 0 || cold_model);
+  std::vector<int64_t> issued_since(host_model ? static_cast<size_t>(D) : 0, 0);
+  std::vector<CommKind> last_comm(cold_model ? static_cast<size_t>(D) : 0, CommKind::kNone);
   for (uint32_t n : cp.topo_order) {
     const Node& nd = dag.nodes[n];
     // Costs are the same for every instance of a node: query once.
@@ -532,11 +541,19 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       if (!last_compute.empty() && kind == TaskKind::kCompute && wanted(devs[0]))
         last_compute[static_cast<size_t>(devs[0])] = tid;
       if (!issued_since.empty() && kind == TaskKind::kCompute && wanted(devs[0])) {
-        int64_t& since = issued_since[static_cast<size_t>(devs[0])];
+        const auto d0 = static_cast<size_t>(devs[0]);
+        int64_t& since = issued_since[d0];
+        if (cold_model && since > 0) {
+          const double f = itf.host_cold_factor[static_cast<size_t>(last_comm[d0])];
+          if (f != 1.0) t.work = static_cast<int64_t>(std::ceil(static_cast<double>(t.work) * f));
+        }
         t.work += itf.host_op_ns * (1 + since);
         since = 0;
       } else if (!issued_since.empty() && kind == TaskKind::kComm) {
-        for (int d : kept) ++issued_since[static_cast<size_t>(d)];
+        for (int d : kept) {
+          ++issued_since[static_cast<size_t>(d)];
+          if (cold_model) last_comm[static_cast<size_t>(d)] = nd.comm;
+        }
       }
       // Each task once. The engine does not need them sorted: short lists keep their order (a
       // pairwise check, cheaper than sorting millions of short lists), long ones (wide

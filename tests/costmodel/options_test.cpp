@@ -58,6 +58,32 @@ TEST(CostModelOptions, BadValues) {
   EXPECT_EQ(ds[5].loc.json_pointer, "/costmodel/wave_quantization");
 }
 
+TEST(CostModelOptions, HostColdFactorByKind) {
+  // a number for every kind, or an object by communication kind; each located
+  Diagnostics ds = errors_of({{"host_cold_factor", {{"all_gathr", 1.2}, {"all_to_all", 9}}}});
+  ASSERT_EQ(ds.size(), 2u);
+  EXPECT_EQ(ds[0].loc.json_pointer, "/costmodel/host_cold_factor/all_gathr");
+  EXPECT_EQ(ds[0].message, "unknown communication kind 'all_gathr'");
+  EXPECT_EQ(ds[0].hint, "did you mean 'all_gather'?");
+  EXPECT_EQ(ds[1].loc.json_pointer, "/costmodel/host_cold_factor/all_to_all");
+  EXPECT_EQ(ds[1].message, "option 'all_to_all' = 9 is out of range [0.25, 4.0]");
+  ds = errors_of({{"host_cold_factor", "fast"}});
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].loc.json_pointer, "/costmodel/host_cold_factor");
+  ds = errors_of({{"host_cold_factor", 0.1}});
+  ASSERT_EQ(ds.size(), 1u);
+  auto cl = testing::h100_cluster(1, 8);
+  auto m = testing::make_or_die(
+      testing::analytic_spec({{"host_cold_factor", {{"all_gather", 1.25}}}}), cl);
+  ASSERT_TRUE(m);
+  const Interference itf = m->interference();
+  EXPECT_EQ(itf.host_cold_factor[static_cast<size_t>(CommKind::kAllGather)], 1.25);
+  EXPECT_EQ(itf.host_cold_factor[static_cast<size_t>(CommKind::kAllToAll)], 1.0);
+  auto all = testing::make_or_die(testing::analytic_spec({{"host_cold_factor", 2}}), cl);
+  ASSERT_TRUE(all);
+  for (size_t k = 0; k < kCommKinds; ++k) EXPECT_EQ(all->interference().host_cold_factor[k], 2.0);
+}
+
 TEST(CostModelOptions, NcclMaskTypos) {
   Diagnostics ds = errors_of({{"nccl_algo", "ring,rign"}});
   ASSERT_EQ(ds.size(), 1u);

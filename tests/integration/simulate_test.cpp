@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 
@@ -410,6 +411,50 @@ TEST(Simulate, HostOpTimeDelaysTheNextComputeOp) {
   const sim::Result queued = run(cpu_plan(false, {{"host_compute", false}}));
   const sim::Result queued_op = run(cpu_plan(false, {{"host_compute", false}, {"host_op_us", 100}}));
   EXPECT_EQ(queued_op.step_time, queued.step_time);
+}
+
+TEST(Simulate, ComputeAfterHostCommunicationRunsCold) {
+  // host_cold_factor: a compute task of a CPU device whose device issued communication since
+  // its previous compute task takes the factor of the last such task's kind times its time;
+  // the others keep theirs. The ZeRO-3 plan gathers each op's parameters (all_gather) right
+  // before its compute.
+  const sim::Result base = run(cpu_plan(false));
+  const json factors = {{"all_gather", 1.5}, {"reduce_scatter", 2.0}};
+  const json plan = cpu_plan(false, {{"host_cold_factor", factors}});
+  auto s = session_of(plan);
+  ASSERT_TRUE(s) << render_all(s.error());
+  auto cold = s->simulate({});
+  ASSERT_TRUE(cold) << render_all(cold.error());
+  const auto& dag = s->compiled().dag;
+  ASSERT_EQ(base.program.tasks.size(), cold->program.tasks.size());
+  int after_gather = 0, warm = 0;
+  for (const auto& dp : cold->program.devices) {
+    CommKind last = CommKind::kNone;
+    for (uint32_t t : dp.dispatch) {
+      const sim::Task& task = cold->program.tasks[t];
+      if (task.kind == sim::TaskKind::kComm) last = dag.nodes[task.node].comm;
+      if (task.kind != sim::TaskKind::kCompute) continue;
+      const double f = last == CommKind::kAllGather       ? 1.5
+                       : last == CommKind::kReduceScatter ? 2.0
+                                                          : 1.0;
+      const int64_t w = base.program.tasks[t].work;
+      EXPECT_EQ(task.work, static_cast<int64_t>(std::ceil(static_cast<double>(w) * f)))
+          << "task " << t;
+      if (last == CommKind::kAllGather) ++after_gather;
+      if (last == CommKind::kNone) ++warm;
+      last = CommKind::kNone;
+    }
+  }
+  EXPECT_GT(after_gather, 0);
+  EXPECT_GT(warm, 0);
+  EXPECT_GT(cold->step_time, base.step_time);
+  // one number applies to every kind; a GPU (host_compute false) ignores it
+  const sim::Result all = run(cpu_plan(false, {{"host_cold_factor", 1.5}}));
+  EXPECT_GT(all.step_time, base.step_time);
+  const sim::Result queued = run(cpu_plan(false, {{"host_compute", false}}));
+  const sim::Result queued_cold =
+      run(cpu_plan(false, {{"host_compute", false}, {"host_cold_factor", factors}}));
+  EXPECT_EQ(queued_cold.step_time, queued.step_time);
 }
 
 TEST(Simulate, DevicesBeyondTheHostCoresTakeTurns) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "stretto/backend/validate.h"
 #include "stretto/costmodel/profile_table.h"
 #include "stretto/schedules/json_source.h"
 #include "../traces/run_cli.h"
@@ -38,6 +39,39 @@ std::string stderr_text() {
 }
 
 }  // namespace
+
+TEST(Loop, RankingReversalsAreWeighedAgainstTheMeasuredNoise) {
+  // Three plans: b and c are predicted in the wrong order. a-vs-c is measured far apart
+  // (resolved); b-vs-c lies within twice the standard error of the difference (not resolved).
+  auto plan = [](const char* name, double pred_ms, double mean, double std, int n) {
+    backend::PlanValidation p;
+    p.plan = name;
+    p.predicted_ns = static_cast<int64_t>(pred_ms * 1e6);
+    p.measured_mean_ms = mean;
+    p.measured_std_ms = std;
+    p.measured_steps = n;
+    return p;
+  };
+  // a: predicted 100 vs measured 100; b: 200 vs 150; c: 140 vs 152 (std 10, 25 steps: se 2.83)
+  std::vector<backend::PlanValidation> v = {plan("a", 100, 100, 10, 25), plan("b", 200, 150, 10, 25),
+                                            plan("c", 140, 152, 10, 25)};
+  Json j = backend::validation_json(v);
+  ASSERT_EQ(j["ranking_reversals"].size(), 1u) << j["ranking_reversals"].dump();
+  EXPECT_EQ(j["ranking_reversals"][0]["faster"], "b");
+  EXPECT_EQ(j["ranking_reversals"][0]["slower"], "c");
+  EXPECT_NEAR(j["ranking_reversals"][0]["measured_diff_ms"].get<double>(), 2.0, 1e-9);
+  EXPECT_NEAR(j["ranking_reversals"][0]["measured_diff_se_ms"].get<double>(), std::sqrt(8.0), 1e-9);
+  EXPECT_FALSE(j["ranking_reversals"][0]["resolved"].get<bool>());
+  EXPECT_EQ(j["ranking_reversals_resolved"], 0);
+  // measured 20 ms apart instead: the same reversal is now resolved
+  v[2].measured_mean_ms = 170;
+  j = backend::validation_json(v);
+  ASSERT_EQ(j["ranking_reversals"].size(), 1u);
+  EXPECT_TRUE(j["ranking_reversals"][0]["resolved"].get<bool>());
+  EXPECT_EQ(j["ranking_reversals_resolved"], 1);
+  const std::string t = backend::validation_table(v);
+  EXPECT_NE(t.find("1 pair(s) ranked the other way round; 1 of them"), std::string::npos) << t;
+}
 
 TEST(Loop, ProfileThenValidate) {
   const std::string table = ::testing::TempDir() + "stretto_loop_profile.json";
@@ -101,6 +135,28 @@ TEST(Loop, ProfileThenValidate) {
     for (const char* c : {"F", "B", "send", "recv"}) EXPECT_TRUE(classes.count(c)) << c;
   }
   EXPECT_TRUE(v.contains("kendall_tau"));
+  std::remove(table.c_str());
+}
+
+TEST(Loop, ProfileMeasuresComputeAfterCommunicationCold) {
+  // The same model replicated over two processes, with and without ZeRO-3: under ZeRO-3 each
+  // op computes right after its parameters' all-gather, without it after the previous compute
+  // op, so the two plans time the same series in both contexts and the table carries the
+  // measured all_gather factor (host_cold_factor), which the profiled model reads back.
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs 2 cores (2 processes)";
+  const std::string table = ::testing::TempDir() + "stretto_loop_cold_profile.json";
+  auto [rc, out] = cli("profile " + kData + "dp2_tiny.json " + kData +
+                       "dp2_zero3_tiny.json --iterations 2 --format json -o " + table);
+  ASSERT_EQ(rc, 0) << stderr_text();
+  Json stats = Json::parse(out);
+  ASSERT_TRUE(stats["profile"]["options"].contains("host_cold_factor")) << stats["profile"]["options"].dump();
+  const Json& f = stats["profile"]["options"]["host_cold_factor"];
+  ASSERT_TRUE(f.contains("all_gather")) << f.dump();
+  EXPECT_GE(f["all_gather"].get<double>(), 0.25);
+  EXPECT_LE(f["all_gather"].get<double>(), 4.0);
+  auto t = cost::load_profile_table(table);
+  ASSERT_TRUE(t) << render_all(t.error());
+  EXPECT_EQ(t->options["host_cold_factor"], f);
   std::remove(table.c_str());
 }
 

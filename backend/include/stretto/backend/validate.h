@@ -18,6 +18,7 @@
 //   metrics and every op (compare.h, with the measurement as the reference: error = (predicted
 //   - measured) / measured).
 
+#include <array>
 #include <map>
 #include <optional>
 #include <string>
@@ -62,6 +63,16 @@ class ProfileSamples {
   /// `host_op_us` option.
   std::optional<double> host_op_us() const;
 
+  /// CPU replays (set_host_cores): per communication kind (indexed by CommKind), how much
+  /// slower a compute op runs when the last op its device issued before it (since its previous
+  /// compute op) was such a communication op rather than a compute op: over the series
+  /// measured at least 3 times in both contexts (at least 3 series), the sum of their mean
+  /// times in that context over the sum of their mean times after compute (time-weighted),
+  /// clamped to [0.25, 4]; NaN where not measured. The table carries the
+  /// measured kinds as the `host_cold_factor` option and files its kernel times warm (each
+  /// sample divided by the factor of its context).
+  std::array<double, cost::kCommKinds> cold_factors() const;
+
   size_t kernel_series() const { return shapes_.size() + bytes_.size(); }
   size_t comm_series() const { return comms_.size(); }
 
@@ -78,6 +89,12 @@ class ProfileSamples {
   std::vector<double> host_op_ns_;  // per (replay, device)
   // (kind, group, nodes) -> bytes -> ns samples
   std::map<std::tuple<std::string, int, int>, std::map<int64_t, std::vector<int64_t>>> comms_;
+  // series key (series_key()) -> samples by context: [0] after a compute op (or first), [k]
+  // right after a communication op of CommKind k (CPU replays only)
+  std::map<std::string, std::array<std::vector<int64_t>, cost::kCommKinds>> ctx_;
+  // a series' table time: the mean of its samples, cold ones divided by their context's factor
+  int64_t warm_mean(const std::string& series, const std::vector<int64_t>& raw,
+                    const std::array<double, cost::kCommKinds>& f) const;
   // compute key -> (alone, overlapped) durations
   std::map<std::string, std::pair<std::vector<int64_t>, std::vector<int64_t>>> overlap_;
 };

@@ -136,6 +136,14 @@ struct AnalyticParams {
   /// own issue included): the thread does that work before it computes. 0 = none (GPUs, and
   /// the analytic `cpu` preset); `stretto profile --device cpu` measures it (docs/validation.md).
   double host_op_us = 0;
+  /// Slowdown of a host-compute device's compute op that runs right after the host thread's
+  /// communication work, by the kind of the last communication op issued since the device's
+  /// previous compute op (indexed by CommKind): packing and unpacking buffers and the transport's
+  /// copies displace the op's operands from the caches, so it runs cold. 1 = none (GPUs, the
+  /// analytic `cpu` preset); `stretto profile --device cpu` measures it per kind as the median,
+  /// over op shapes measured both ways, of the ratio of the mean times after such an op and
+  /// after a compute op (docs/validation.md).
+  std::array<double, kCommKinds> host_cold_factor = unit_cold_factors();
 
   // --- communication --------------------------------------------------------------------------
   /// NCCL's view of the machine (arch from the device kind, NVLink if the intra-node link is

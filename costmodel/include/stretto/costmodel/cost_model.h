@@ -28,6 +28,7 @@
 // More detail per model: analytic.h (compute + point-to-point), nccl.h (collectives),
 // profile_table.h (measured tables); docs/costmodel.md for the whole picture.
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -87,6 +88,15 @@ inline int64_t transfer_ns(int64_t wire_bytes, double rate_cap) {
   return static_cast<int64_t>(std::ceil(static_cast<double>(wire_bytes) / rate_cap));
 }
 
+/// Number of CommKind values (an array indexed by CommKind has this size).
+inline constexpr size_t kCommKinds = static_cast<size_t>(CommKind::kAllToAll) + 1;
+/// host_cold_factor without effect: 1 for every kind.
+constexpr std::array<double, kCommKinds> unit_cold_factors() {
+  std::array<double, kCommKinds> a{};
+  for (double& x : a) x = 1.0;
+  return a;
+}
+
 /// Resource interference while communication kernels run on a device.
 struct Interference {
   double comm_sm_share = 0;   // fraction of compute capacity taken by active comm kernels
@@ -98,6 +108,11 @@ struct Interference {
   /// With host_compute: host-thread ns per op issued, paid before the device's next compute op
   /// (AnalyticParams::host_op_us).
   int64_t host_op_ns = 0;
+  /// With host_compute: a compute op that the device's host thread runs right after
+  /// communication work (a post or an unpack of a collective or transfer issued since its
+  /// previous compute op) takes host_cold_factor[kind of the last such op] times its table
+  /// time; 1 = no effect (AnalyticParams::host_cold_factor).
+  std::array<double, kCommKinds> host_cold_factor = unit_cold_factors();
 };
 
 /// A cost model. Implementations are immutable after construction: every method is const and
