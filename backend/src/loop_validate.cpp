@@ -103,6 +103,36 @@ Expected<NodeQueries> node_queries(const CompiledPlan& cp, const cost::CostModel
   return nq;
 }
 
+// Per record of `r`: for a compute op, the kind of the last communication op its device issued
+// since its previous compute op, in program order (the records' order), as the simulator counts
+// them (sim/src/build_program.cpp, host_cold_factor); kNone otherwise.
+std::vector<CommKind> cold_contexts(const CompiledPlan& cp, const NodeQueries& nq,
+                                    const ReplayResult& r) {
+  std::vector<CommKind> ctx(r.ops.size(), CommKind::kNone);
+  std::map<std::pair<int, int>, CommKind> since;  // (device, iteration) -> last comm kind
+  for (size_t i = 0; i < r.ops.size(); ++i) {
+    const OpRecord& o = r.ops[i];
+    if (o.iteration < 0 || o.node >= cp.dag.nodes.size()) continue;
+    if (int32_t mi = nq.comm_of[o.node]; mi >= 0) {
+      since[{o.device, o.iteration}] = nq.comm[static_cast<size_t>(mi)].kind;
+    } else if (nq.compute_of[o.node] >= 0) {
+      auto it = since.find({o.device, o.iteration});
+      if (it != since.end()) ctx[i] = std::exchange(it->second, CommKind::kNone);
+    }
+  }
+  return ctx;
+}
+
+// A compute op's table series (series_key), or "" when the table has none for it.
+std::string compute_series(const cost::ComputeQuery& q) {
+  const std::string op(cost::profile_op_name(q.kind)), pass(cost::profile_pass_name(q.pass)),
+      dt(cost::profile_dtype_name(q.dtype));
+  if (q.gemm.m > 0 && q.gemm.n > 0 && q.gemm.k > 0)
+    return series_key(op, pass, dt, q.gemm.n, q.gemm.k, std::max<int64_t>(1, q.gemm.batch), q.gemm.m);
+  if (q.bytes > 0) return series_key(op, pass, dt, 0, 0, 0, q.bytes);
+  return {};
+}
+
 Json series_stats(const std::map<int64_t, std::vector<int64_t>>& pts) {
   Json a = Json::array();
   for (const auto& [size, v] : pts) {
@@ -141,12 +171,54 @@ std::pair<double, double> alpha_beta(const std::map<int64_t, std::vector<int64_t
 
 Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostModel& cm,
                                      const ReplayResult& r) {
-  if (host_cores_ > 0 && r.world_size > host_cores_) {
-    ++skipped_;
-    return size_t{0};
-  }
   auto nq = node_queries(cp, cm);
   if (!nq) return fail(std::move(nq.error()));
+  const std::vector<CommKind> ctx_of =
+      host_cores_ > 0 ? cold_contexts(cp, *nq, r) : std::vector<CommKind>(r.ops.size());
+  if (host_cores_ > 0 && r.world_size > host_cores_) {
+    ++skipped_;
+    // Not filed; its compute ops measure how the processes shared the cores (share_efficiency).
+    // The ranks of one host share one timeline per step (report.cpp): a(t) = the compute ops
+    // running at t, from the sorted boundaries of every iteration's compute intervals.
+    const double cores = host_cores_;
+    std::map<int, std::vector<std::pair<int64_t, int>>> edges;  // iteration -> (t, +1 / -1)
+    for (const OpRecord& o : r.ops)
+      if (o.iteration >= 0 && o.node < cp.dag.nodes.size() && nq->compute_of[o.node] >= 0 &&
+          o.end_ns > o.start_ns) {
+        edges[o.iteration].push_back({o.start_ns, +1});
+        edges[o.iteration].push_back({o.end_ns, -1});
+      }
+    for (auto& [it, e] : edges) std::sort(e.begin(), e.end());
+    for (size_t i = 0; i < r.ops.size(); ++i) {
+      const OpRecord& o = r.ops[i];
+      if (o.iteration < 0 || o.node >= cp.dag.nodes.size() || o.end_ns <= o.start_ns) continue;
+      const int32_t ci = nq->compute_of[o.node];
+      if (ci < 0) continue;
+      std::string series = compute_series(nq->compute[static_cast<size_t>(ci)]);
+      if (series.empty()) continue;
+      const auto& e = edges[o.iteration];
+      OversubOp op{std::move(series), ctx_of[i], 0, 0};
+      int a = 0;
+      int64_t prev = INT64_MIN;
+      for (const auto& [t, delta] : e) {
+        if (t >= o.end_ns) break;
+        if (prev != INT64_MIN && t > o.start_ns && a > 0) {
+          const double span = static_cast<double>(t - std::max(prev, o.start_ns));
+          if (a <= cores) op.under_ns += span;
+          else op.over_share_ns += span * cores / a;
+        }
+        a += delta;
+        prev = t;
+      }
+      if (prev != INT64_MIN && a > 0) {  // the last segment, up to the op's end
+        const double span = static_cast<double>(o.end_ns - std::max(prev, o.start_ns));
+        if (a <= cores) op.under_ns += span;
+        else op.over_share_ns += span * cores / a;
+      }
+      if (op.over_share_ns > 0) oversub_.push_back(std::move(op));
+    }
+    return size_t{0};
+  }
   if (host_cores_ > 0)
     for (const DeviceReport& d : r.devices)
       if (d.ops_per_step > 0)
@@ -184,21 +256,10 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
     return total;
   };
   size_t filed = 0;
-  // CPU: per (device, iteration), the kind of the last communication op issued since the
-  // device's previous compute op, in program order (the records' order), as the simulator
-  // counts them (sim/src/build_program.cpp, host_cold_factor)
-  std::map<std::pair<int, int>, CommKind> since;
-  for (const OpRecord& o : r.ops) {
+  for (size_t ri = 0; ri < r.ops.size(); ++ri) {
+    const OpRecord& o = r.ops[ri];
     if (o.iteration < 0 || o.node >= cp.dag.nodes.size()) continue;
-    CommKind ctx = CommKind::kNone;
-    if (host_cores_ > 0) {
-      if (int32_t mi = nq->comm_of[o.node]; mi >= 0) {
-        since[{o.device, o.iteration}] = nq->comm[static_cast<size_t>(mi)].kind;
-      } else if (nq->compute_of[o.node] >= 0) {
-        auto it = since.find({o.device, o.iteration});
-        if (it != since.end()) ctx = std::exchange(it->second, CommKind::kNone);
-      }
-    }
+    const CommKind ctx = ctx_of[ri];
     const int64_t d = o.end_ns - o.start_ns;
     if (d <= 0) continue;
     if (int32_t ci = nq->compute_of[o.node]; ci >= 0) {
@@ -269,6 +330,26 @@ std::array<double, cost::kCommKinds> ProfileSamples::cold_factors() const {
   return f;
 }
 
+std::optional<double> ProfileSamples::share_efficiency() const {
+  const auto cold = cold_factors();
+  double table = 0, under = 0, over = 0;
+  size_t n = 0;
+  for (const OversubOp& op : oversub_) {
+    auto it = ctx_.find(op.series);
+    if (it == ctx_.end()) continue;  // no unshared time for this series
+    size_t samples = 0;
+    for (const auto& v : it->second) samples += v.size();
+    if (samples == 0) continue;
+    std::vector<int64_t> none;
+    double w = static_cast<double>(warm_mean(op.series, none, cold));
+    if (op.ctx != CommKind::kNone && std::isfinite(cold[static_cast<size_t>(op.ctx)]))
+      w *= cold[static_cast<size_t>(op.ctx)];
+    table += w, under += op.under_ns, over += op.over_share_ns, ++n;
+  }
+  if (n < 20 || !(over > 0)) return std::nullopt;
+  return std::clamp((table - under) / over, 0.05, 1.0);
+}
+
 int64_t ProfileSamples::warm_mean(const std::string& series, const std::vector<int64_t>& raw,
                                   const std::array<double, cost::kCommKinds>& f) const {
   auto it = ctx_.find(series);
@@ -314,6 +395,8 @@ Json ProfileSamples::table(const std::string& device) const {
     if (std::isfinite(cold[k]))
       t["options"]["host_cold_factor"][std::string(cost::profile_comm_name(static_cast<CommKind>(k)))] =
           std::round(cold[k] * 1000) / 1000;
+  // ... and the share of the cores that processes outnumbering them got (host_share_efficiency)
+  if (auto e = share_efficiency()) t["options"]["host_share_efficiency"] = std::round(*e * 1000) / 1000;
   Json kernels = Json::array(), colls = Json::array();
   for (const auto& [key, pts] : shapes_) {
     const auto& [op, pass, dt, n, k, b] = key;
@@ -371,6 +454,7 @@ Json ProfileSamples::stats() const {
   for (size_t k = 1; k < cost::kCommKinds; ++k)
     if (std::isfinite(cold[k]))
       j["host_cold_factor"][std::string(cost::profile_comm_name(static_cast<CommKind>(k)))] = cold[k];
+  if (auto e = share_efficiency()) j["host_share_efficiency"] = *e;
   return j;
 }
 
@@ -417,6 +501,10 @@ std::string ProfileSamples::stats_table() const {
       o += fmt::format("host thread: compute right after {} takes {:.3f}x its time after compute "
                        "(host_cold_factor)\n",
                        cost::profile_comm_name(static_cast<CommKind>(k)), cold[k]);
+  if (auto e = share_efficiency())
+    o += fmt::format("host cores: processes that outnumber the cores get {:.3f} of them "
+                     "(host_share_efficiency, over {} compute ops of oversubscribed replays)\n",
+                     *e, oversub_.size());
   if (auto sh = comm_share())
     o += fmt::format("interference: compute keeps {:.0f}% of the device while communication runs "
                      "(comm_sm_share {:.3f})\n",

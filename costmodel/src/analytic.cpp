@@ -229,7 +229,7 @@ const std::vector<std::string>& analytic_option_names() {
       "nccl_intra_link",      "nccl_net_overhead_us", "nccl_net_latency_us",
       "nccl_cpu",             "p2p_latency_us",       "nccl_intra_GBps",
       "sustained_clock_ratio", "host_cores",          "host_compute",
-      "host_op_us",           "host_cold_factor",
+      "host_op_us",           "host_cold_factor",     "host_share_efficiency",
   };
   return names;
 }
@@ -358,6 +358,8 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
         r.number(key, v, 0, 4096, false, p.host_cores);
       } else if (key == "host_op_us") {
         r.number(key, v, 0, 1e6, false, p.host_op_us);
+      } else if (key == "host_share_efficiency") {
+        r.number(key, v, 0, 1, true, p.host_share_efficiency);
       } else if (key == "host_cold_factor") {
         // a number (every kind) or {"all_gather": 1.2, ...} by communication kind
         constexpr double kLo = 0.25, kHi = 4;
@@ -650,7 +652,7 @@ class AnalyticModel final : public CostModel {
   Interference interference() const override {
     return {params_.comm_sm_share, params_.comm_hbm_share, params_.host_cores,
             params_.host_compute > 0, detail::ceil_ns(params_.host_op_us * 1000.0),
-            params_.host_cold_factor};
+            params_.host_cold_factor, params_.host_share_efficiency};
   }
   int64_t dispatch_ns() const override { return detail::ceil_ns(params_.dispatch_us * 1000.0); }
   std::string_view name() const override { return "analytic"; }

@@ -263,6 +263,7 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
   // Host cores: where a node holds more host-CPU devices than it has cores, its devices
   // time-share them (program.h); one host per such node.
   if (shares_host_cores(cp, itf)) {
+    p.host_share_efficiency = itf.host_share_efficiency;
     const int per_node = cp.plan.cluster.devices_per_node;
     for (int d = 0; d < D; ++d) {
       const auto h = static_cast<uint32_t>(d / per_node);

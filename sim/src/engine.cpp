@@ -145,6 +145,7 @@ struct Engine::State {
   };
   struct Host {              // cores shared by the processes of several devices (program.h)
     double cores = 0;
+    double efficiency = 1;   // Program::host_share_efficiency
     uint32_t active = 0;     // its devices with a compute task running
     uint32_t dev_begin = 0;  // its devices are host_devs[dev_begin, next host's dev_begin)
   };
@@ -315,6 +316,9 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
     if (dp.host != kNoHost && dp.host >= prog.host_cores.size()) {
       err.add([&] { return device_str(d) + ": unknown host " + std::to_string(dp.host); });
     }
+  }
+  if (!(prog.host_share_efficiency > 0 && prog.host_share_efficiency <= 1)) {
+    err.add([&] { return std::string("host_share_efficiency outside (0, 1]"); });
   }
   for (size_t h = 0; h < prog.host_cores.size(); ++h) {
     const double c = prog.host_cores[h];
@@ -996,7 +1000,8 @@ void Engine::State::flush() {
     double n = static_cast<double>(dev.num_compute);
     if (dev.host != kNone) {  // time-shared host cores
       const Host& h = hosts[dev.host];
-      if (static_cast<double>(h.active) > h.cores) n *= static_cast<double>(h.active) / h.cores;
+      if (static_cast<double>(h.active) > h.cores)
+        n *= static_cast<double>(h.active) / (h.cores * h.efficiency);
     }
     const bool comm = dev.comm_active > 0;
     const double r_sm = (comm ? dev.sm_factor : 1.0) / n;
@@ -1039,6 +1044,7 @@ void Engine::State::simulate(RunResult& out) {
     uint32_t off = 0;
     for (size_t h = 0; h < hosts.size(); ++h) {
       hosts[h].cores = prog.host_cores[h];
+      hosts[h].efficiency = prog.host_share_efficiency;
       const uint32_t count = hosts[h].dev_begin;
       hosts[h].dev_begin = off;
       off += count;

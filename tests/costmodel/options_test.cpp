@@ -79,6 +79,9 @@ TEST(CostModelOptions, HostColdFactorByKind) {
   const Interference itf = m->interference();
   EXPECT_EQ(itf.host_cold_factor[static_cast<size_t>(CommKind::kAllGather)], 1.25);
   EXPECT_EQ(itf.host_cold_factor[static_cast<size_t>(CommKind::kAllToAll)], 1.0);
+  ds = errors_of({{"host_share_efficiency", 0}});
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].loc.json_pointer, "/costmodel/host_share_efficiency");
   auto all = testing::make_or_die(testing::analytic_spec({{"host_cold_factor", 2}}), cl);
   ASSERT_TRUE(all);
   for (size_t k = 0; k < kCommKinds; ++k) EXPECT_EQ(all->interference().host_cold_factor[k], 2.0);

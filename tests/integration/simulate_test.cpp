@@ -471,6 +471,13 @@ TEST(Simulate, DevicesBeyondTheHostCoresTakeTurns) {
   EXPECT_EQ(four.step_time, free.step_time);
   EXPECT_FALSE(two.folded);
   EXPECT_GT(two.step_time, free.step_time * 5 / 4);
+  // processes that outnumber the cores lose part of them (host_share_efficiency): slower yet
+  const sim::Result lossy =
+      run(cpu_plan(true, {{"host_cores", 2}, {"host_share_efficiency", 0.8}}), fold);
+  EXPECT_GT(lossy.step_time, two.step_time);
+  const sim::Result lossy_four =
+      run(cpu_plan(true, {{"host_cores", 4}, {"host_share_efficiency", 0.8}}), fold);
+  EXPECT_EQ(lossy_four.step_time, free.step_time);  // never oversubscribed: no effect
   int slowed = 0;
   for (uint32_t t = 0; t < two.program.tasks.size(); ++t) {
     if (two.program.tasks[t].kind != sim::TaskKind::kCompute) continue;

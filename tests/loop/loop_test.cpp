@@ -160,6 +160,31 @@ TEST(Loop, ProfileMeasuresComputeAfterCommunicationCold) {
   std::remove(table.c_str());
 }
 
+TEST(Loop, ProfileMeasuresTheShareOfOversubscribedCores) {
+  // Four processes (PP2 x DP2) on a host with fewer than four cores are replayed but not filed;
+  // their compute ops, against the same model's table times from the two-process plan, give
+  // the share of the cores the processes got while they outnumbered them.
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (cores < 2 || cores >= 4)
+    GTEST_SKIP() << "needs a host of 2 or 3 cores (4 processes oversubscribe it; the 2-process "
+                    "plan fits); this one has "
+                 << cores;
+  const std::string table = ::testing::TempDir() + "stretto_loop_share_profile.json";
+  auto [rc, out] = cli("profile " + kData + "dp2_tiny.json " + kData +
+                       "pp2_dp2_tiny.json --iterations 2 --format json -o " + table);
+  ASSERT_EQ(rc, 0) << stderr_text();
+  Json stats = Json::parse(out);
+  EXPECT_EQ(stats["plans_not_filed_oversubscribed"].get<int>(), 1);
+  ASSERT_TRUE(stats["profile"]["options"].contains("host_share_efficiency"))
+      << stats["profile"]["options"].dump();
+  const double e = stats["profile"]["options"]["host_share_efficiency"].get<double>();
+  EXPECT_GE(e, 0.05);
+  EXPECT_LE(e, 1.0);
+  auto t = cost::load_profile_table(table);
+  ASSERT_TRUE(t) << render_all(t.error());
+  std::remove(table.c_str());
+}
+
 TEST(Loop, ValidateProfilesInlineOverRounds) {
   // the table measured from one plan, interleaved with the validated plan over two rounds
   const std::string table = ::testing::TempDir() + "stretto_loop_inline_profile.json";

@@ -133,6 +133,26 @@ TEST(Engine, DevicesTimeShareTheirHostCores) {
   EXPECT_EQ(r.timing[k3].end, 2100);
 }
 
+TEST(Engine, OversubscribedHostCoresLoseTheirShareEfficiency) {
+  // Host of 1 core, efficiency 0.5: while both devices compute (2 > 1 core) each runs at
+  // 0.5 * 1 / 2 = 1/4: device 1's 250 ends at 1000, device 0 has done 250 of 1000; then it is
+  // alone (1 <= 1 core: full speed, the efficiency no longer applies): 750 more, ends at 1750.
+  ProgramBuilder b(2, {"compute"});
+  b.p.host_cores = {1.0};
+  b.p.host_share_efficiency = 0.5;
+  b.p.devices[0].host = b.p.devices[1].host = 0;
+  const auto k0 = b.compute(0, 0, 1000);
+  const auto k1 = b.compute(1, 0, 250);
+  const RunResult r = run_ok(b.p);
+  EXPECT_EQ(r.timing[k1].end, 1000);
+  EXPECT_EQ(r.timing[k0].end, 1750);
+  // outside (0, 1]: refused
+  b.p.host_share_efficiency = 0;
+  const auto errors = validate(b.p);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("host_share_efficiency"), std::string::npos) << errors[0];
+}
+
 TEST(Engine, HostCoresLimitOnlyTheirHostsDevices) {
   // Host 0 (1 core) holds devices 0 and 1; device 2 has no host. All three compute 1000 at
   // once: devices 0 and 1 at 1/2 -> 2000; device 2 alone -> 1000. With enough cores (2) the

@@ -73,6 +73,17 @@ class ProfileSamples {
   /// sample divided by the factor of its context).
   std::array<double, cost::kCommKinds> cold_factors() const;
 
+  /// CPU replays with more processes than cores (not filed, see set_host_cores): from their
+  /// compute ops, the share of the cores that the processes got while they outnumbered them.
+  /// Per op, the measured number a(t) of the host's compute ops running at each instant splits
+  /// its duration into time with a <= cores and the integral of cores / a where a > cores; the
+  /// simulator's op, of warm table time W (times its context's cold factor), takes as long when
+  /// W = under + efficiency * that integral. Solved over every op with both a table time and
+  /// oversubscribed time (at least 20 ops): efficiency = (sum W - sum under) / sum integral,
+  /// clamped to [0.05, 1]; nullopt without such ops. The table carries it as the
+  /// `host_share_efficiency` option.
+  std::optional<double> share_efficiency() const;
+
   size_t kernel_series() const { return shapes_.size() + bytes_.size(); }
   size_t comm_series() const { return comms_.size(); }
 
@@ -95,6 +106,13 @@ class ProfileSamples {
   // a series' table time: the mean of its samples, cold ones divided by their context's factor
   int64_t warm_mean(const std::string& series, const std::vector<int64_t>& raw,
                     const std::array<double, cost::kCommKinds>& f) const;
+  // compute ops of oversubscribed replays (share_efficiency)
+  struct OversubOp {
+    std::string series;
+    CommKind ctx = CommKind::kNone;
+    double under_ns = 0, over_share_ns = 0;  // time with a <= cores; integral of cores / a
+  };
+  std::vector<OversubOp> oversub_;
   // compute key -> (alone, overlapped) durations
   std::map<std::string, std::pair<std::vector<int64_t>, std::vector<int64_t>>> overlap_;
 };

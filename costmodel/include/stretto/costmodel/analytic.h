@@ -144,6 +144,12 @@ struct AnalyticParams {
   /// over op shapes measured both ways, of the ratio of the mean times after such an op and
   /// after a compute op (docs/validation.md).
   std::array<double, kCommKinds> host_cold_factor = unit_cold_factors();
+  /// With host_cores: while a node's computing devices outnumber its cores, the share of the
+  /// cores they get, (0, 1]: each of `a` computing devices runs at host_share_efficiency *
+  /// host_cores / a (context switches, and processes that share a core refill its caches for
+  /// each other). 1 = pure processor sharing; `stretto profile --device cpu` measures it from
+  /// the oversubscribed plans it replays (docs/validation.md).
+  double host_share_efficiency = 1.0;
 
   // --- communication --------------------------------------------------------------------------
   /// NCCL's view of the machine (arch from the device kind, NVLink if the intra-node link is

@@ -113,6 +113,9 @@ struct Interference {
   /// previous compute op) takes host_cold_factor[kind of the last such op] times its table
   /// time; 1 = no effect (AnalyticParams::host_cold_factor).
   std::array<double, kCommKinds> host_cold_factor = unit_cold_factors();
+  /// With host_cores: the share of the cores that a node's computing devices get while they
+  /// outnumber the cores, (0, 1] (AnalyticParams::host_share_efficiency).
+  double host_share_efficiency = 1.0;
 };
 
 /// A cost model. Implementations are immutable after construction: every method is const and

@@ -107,6 +107,10 @@ struct Program {
   std::vector<Link> links;
   std::vector<DeviceProgram> devices;
   std::vector<double> host_cores;  // by host: cores its devices share (> 0)
+  // (0, 1]: the share of a host's cores that its computing devices get while they outnumber
+  // the cores (context switches, caches refilled by each other): each of `a` > cores computing
+  // devices runs at host_share_efficiency * cores / a (cost::Interference::host_share_efficiency)
+  double host_share_efficiency = 1.0;
   // counters (empty effect_begin: none)
   uint32_t num_counters = 0;           // <= kMaxCounters
   std::vector<uint32_t> effect_begin;  // by Task::node, plus one end entry
