@@ -330,24 +330,32 @@ std::array<double, cost::kCommKinds> ProfileSamples::cold_factors() const {
   return f;
 }
 
-std::optional<double> ProfileSamples::share_efficiency() const {
+ProfileSamples::ShareSums ProfileSamples::share_sums() const {
   const auto cold = cold_factors();
-  double table = 0, under = 0, over = 0;
-  size_t n = 0;
+  ShareSums s;
   for (const OversubOp& op : oversub_) {
     auto it = ctx_.find(op.series);
     if (it == ctx_.end()) continue;  // no unshared time for this series
     size_t samples = 0;
     for (const auto& v : it->second) samples += v.size();
     if (samples == 0) continue;
-    std::vector<int64_t> none;
+    const std::vector<int64_t> none;
     double w = static_cast<double>(warm_mean(op.series, none, cold));
     if (op.ctx != CommKind::kNone && std::isfinite(cold[static_cast<size_t>(op.ctx)]))
       w *= cold[static_cast<size_t>(op.ctx)];
-    table += w, under += op.under_ns, over += op.over_share_ns, ++n;
+    s.table += w, s.under += op.under_ns, s.over += op.over_share_ns, ++s.ops;
   }
-  if (n < 20 || !(over > 0)) return std::nullopt;
-  return std::clamp((table - under) / over, 0.05, 1.0);
+  return s;
+}
+
+size_t ProfileSamples::share_ops() const {
+  return share_sums().ops;
+}
+
+std::optional<double> ProfileSamples::share_efficiency() const {
+  const ShareSums s = share_sums();
+  if (s.ops < 20 || !(s.over > 0)) return std::nullopt;
+  return std::clamp((s.table - s.under) / s.over, 0.05, 1.0);
 }
 
 int64_t ProfileSamples::warm_mean(const std::string& series, const std::vector<int64_t>& raw,
@@ -455,6 +463,7 @@ Json ProfileSamples::stats() const {
     if (std::isfinite(cold[k]))
       j["host_cold_factor"][std::string(cost::profile_comm_name(static_cast<CommKind>(k)))] = cold[k];
   if (auto e = share_efficiency()) j["host_share_efficiency"] = *e;
+  if (!oversub_.empty()) j["host_share_ops"] = share_ops();
   return j;
 }
 
@@ -504,7 +513,7 @@ std::string ProfileSamples::stats_table() const {
   if (auto e = share_efficiency())
     o += fmt::format("host cores: processes that outnumber the cores get {:.3f} of them "
                      "(host_share_efficiency, over {} compute ops of oversubscribed replays)\n",
-                     *e, oversub_.size());
+                     *e, share_ops());
   if (auto sh = comm_share())
     o += fmt::format("interference: compute keeps {:.0f}% of the device while communication runs "
                      "(comm_sm_share {:.3f})\n",

@@ -83,6 +83,9 @@ class ProfileSamples {
   /// clamped to [0.05, 1]; nullopt without such ops. The table carries it as the
   /// `host_share_efficiency` option.
   std::optional<double> share_efficiency() const;
+  /// The compute ops of oversubscribed replays with a table time and oversubscribed time (what
+  /// share_efficiency solves over; it needs at least 20).
+  size_t share_ops() const;
 
   size_t kernel_series() const { return shapes_.size() + bytes_.size(); }
   size_t comm_series() const { return comms_.size(); }
@@ -113,6 +116,11 @@ class ProfileSamples {
     double under_ns = 0, over_share_ns = 0;  // time with a <= cores; integral of cores / a
   };
   std::vector<OversubOp> oversub_;
+  struct ShareSums {
+    double table = 0, under = 0, over = 0;
+    size_t ops = 0;
+  };
+  ShareSums share_sums() const;
   // compute key -> (alone, overlapped) durations
   std::map<std::string, std::pair<std::vector<int64_t>, std::vector<int64_t>>> overlap_;
 };
