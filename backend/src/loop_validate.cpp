@@ -179,16 +179,33 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
     ++skipped_;
     // Not filed; its compute ops measure how the processes shared the cores (share_efficiency).
     // The ranks of one host share one timeline per step (report.cpp): a(t) = the compute ops
-    // running at t, from the sorted boundaries of every iteration's compute intervals.
+    // running at t, a step function over the sorted boundaries of each iteration's compute
+    // intervals (ends before starts at one instant).
     const double cores = host_cores_;
-    std::map<int, std::vector<std::pair<int64_t, int>>> edges;  // iteration -> (t, +1 / -1)
-    for (const OpRecord& o : r.ops)
-      if (o.iteration >= 0 && o.node < cp.dag.nodes.size() && nq->compute_of[o.node] >= 0 &&
-          o.end_ns > o.start_ns) {
-        edges[o.iteration].push_back({o.start_ns, +1});
-        edges[o.iteration].push_back({o.end_ns, -1});
+    struct Steps {
+      std::vector<int64_t> t;  // boundaries, ascending
+      std::vector<int> a;      // a(t) from t[k] up to t[k + 1]
+    };
+    std::map<int, Steps> steps;  // by iteration
+    {
+      std::map<int, std::vector<std::pair<int64_t, int>>> edges;  // iteration -> (t, +1 / -1)
+      for (const OpRecord& o : r.ops)
+        if (o.iteration >= 0 && o.node < cp.dag.nodes.size() && nq->compute_of[o.node] >= 0 &&
+            o.end_ns > o.start_ns) {
+          edges[o.iteration].push_back({o.start_ns, +1});
+          edges[o.iteration].push_back({o.end_ns, -1});
+        }
+      for (auto& [it, e] : edges) {
+        std::sort(e.begin(), e.end());
+        Steps& s = steps[it];
+        int a = 0;
+        for (const auto& [t, delta] : e) {
+          a += delta;
+          s.t.push_back(t);
+          s.a.push_back(a);
+        }
       }
-    for (auto& [it, e] : edges) std::sort(e.begin(), e.end());
+    }
     for (size_t i = 0; i < r.ops.size(); ++i) {
       const OpRecord& o = r.ops[i];
       if (o.iteration < 0 || o.node >= cp.dag.nodes.size() || o.end_ns <= o.start_ns) continue;
@@ -196,24 +213,19 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
       if (ci < 0) continue;
       std::string series = compute_series(nq->compute[static_cast<size_t>(ci)]);
       if (series.empty()) continue;
-      const auto& e = edges[o.iteration];
+      const Steps& s = steps.at(o.iteration);
       OversubOp op{std::move(series), ctx_of[i], 0, 0};
-      int a = 0;
-      int64_t prev = INT64_MIN;
-      for (const auto& [t, delta] : e) {
-        if (t >= o.end_ns) break;
-        if (prev != INT64_MIN && t > o.start_ns && a > 0) {
-          const double span = static_cast<double>(t - std::max(prev, o.start_ns));
-          if (a <= cores) op.under_ns += span;
-          else op.over_share_ns += span * cores / a;
-        }
-        a += delta;
-        prev = t;
-      }
-      if (prev != INT64_MIN && a > 0) {  // the last segment, up to the op's end
-        const double span = static_cast<double>(o.end_ns - std::max(prev, o.start_ns));
-        if (a <= cores) op.under_ns += span;
-        else op.over_share_ns += span * cores / a;
+      // from the last boundary at or before the op's start (its own start is one) to its end
+      size_t k = static_cast<size_t>(std::upper_bound(s.t.begin(), s.t.end(), o.start_ns) -
+                                     s.t.begin()) - 1;
+      for (; k < s.t.size() && s.t[k] < o.end_ns; ++k) {
+        const int64_t from = std::max(s.t[k], o.start_ns);
+        const int64_t to = k + 1 < s.t.size() ? std::min(s.t[k + 1], o.end_ns) : o.end_ns;
+        const double span = static_cast<double>(to - from);
+        if (s.a[k] <= cores)
+          op.under_ns += span;
+        else
+          op.over_share_ns += span * cores / s.a[k];
       }
       if (op.over_share_ns > 0) oversub_.push_back(std::move(op));
     }
@@ -334,11 +346,7 @@ ProfileSamples::ShareSums ProfileSamples::share_sums() const {
   const auto cold = cold_factors();
   ShareSums s;
   for (const OversubOp& op : oversub_) {
-    auto it = ctx_.find(op.series);
-    if (it == ctx_.end()) continue;  // no unshared time for this series
-    size_t samples = 0;
-    for (const auto& v : it->second) samples += v.size();
-    if (samples == 0) continue;
+    if (!ctx_.contains(op.series)) continue;  // no unshared time for this series
     const std::vector<int64_t> none;
     double w = static_cast<double>(warm_mean(op.series, none, cold));
     if (op.ctx != CommKind::kNone && std::isfinite(cold[static_cast<size_t>(op.ctx)]))

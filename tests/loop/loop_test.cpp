@@ -14,6 +14,7 @@
 
 #include "stretto/backend/validate.h"
 #include "stretto/costmodel/profile_table.h"
+#include "stretto/sim/session.h"
 #include "stretto/schedules/json_source.h"
 #include "../traces/run_cli.h"
 
@@ -158,6 +159,93 @@ TEST(Loop, ProfileMeasuresComputeAfterCommunicationCold) {
   ASSERT_TRUE(t) << render_all(t.error());
   EXPECT_EQ(t->options["host_cold_factor"], f);
   std::remove(table.c_str());
+}
+
+// Files every compute op of dp2_tiny.json at 1000 ns, after compute, over 3 steps, into
+// `samples` (host of 2 cores): warm table times for the arithmetic tests below.
+static void file_warm_dp2(backend::ProfileSamples& samples) {
+  auto dp2 = sim::Session::open(kData + "dp2_tiny.json");
+  ASSERT_TRUE(dp2) << render_all(dp2.error());
+  samples.set_host_cores(2);
+  backend::ReplayResult warm;
+  warm.world_size = 2;
+  for (int it = 0; it < 3; ++it)
+    for (uint32_t n = 0; n < dp2->compiled().dag.nodes.size(); ++n)
+      if (dp2->compiled().dag.nodes[n].kind == NodeKind::kCompute)
+        warm.ops.push_back({0, "compute", "", n, it, 0, 1000, 0});
+  auto filed = samples.add(dp2->compiled(), dp2->cost_model(), warm);
+  ASSERT_TRUE(filed) << render_all(filed.error());
+  EXPECT_GT(*filed, 0u);
+}
+
+TEST(Loop, ColdFactorIsTheTimeWeightedRatioAndTheTableIsWarm) {
+  // The arithmetic of cold_factors on records with known times (no replay): one plan files
+  // every compute op at 1000 ns after compute; the ZeRO-3 plan files each right after an
+  // all-gather at 1250 ns. The all_gather factor is 1.25 and the table's kernel times are the
+  // warm 1000 ns (cold samples divided by the factor).
+  backend::ProfileSamples samples;
+  ASSERT_NO_FATAL_FAILURE(file_warm_dp2(samples));
+  auto z3 = sim::Session::open(kData + "dp2_zero3_tiny.json");
+  ASSERT_TRUE(z3) << render_all(z3.error());
+  backend::ReplayResult cold;
+  cold.world_size = 2;
+  const auto& zn = z3->compiled().dag.nodes;
+  uint32_t gather = UINT32_MAX;
+  for (uint32_t n = 0; n < zn.size() && gather == UINT32_MAX; ++n)
+    if (zn[n].kind == NodeKind::kCollective && zn[n].comm == CommKind::kAllGather) gather = n;
+  ASSERT_NE(gather, UINT32_MAX);
+  for (int it = 0; it < 3; ++it)
+    for (uint32_t n = 0; n < zn.size(); ++n)
+      if (zn[n].kind == NodeKind::kCompute) {
+        cold.ops.push_back({0, "dp", "", gather, it, 0, 500, 0});
+        cold.ops.push_back({0, "compute", "", n, it, 500, 1750, 0});
+      }
+  ASSERT_TRUE(samples.add(z3->compiled(), z3->cost_model(), cold));
+  const auto f = samples.cold_factors();
+  EXPECT_NEAR(f[static_cast<size_t>(CommKind::kAllGather)], 1.25, 1e-12);
+  EXPECT_TRUE(std::isnan(f[static_cast<size_t>(CommKind::kAllToAll)]));  // never measured
+  const Json t = samples.table("cpu");
+  EXPECT_EQ(t["options"]["host_cold_factor"], Json({{"all_gather", 1.25}}));
+  int checked = 0;
+  for (const auto& k : t["kernels"]) {
+    EXPECT_EQ(k["ns"].get<int64_t>(), 1000) << k.dump();
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST(Loop, ShareEfficiencySolvesTheMeasuredConcurrency) {
+  // The arithmetic of share_efficiency on records with known times (no replay): the
+  // two-process plan files every compute op at 1000 ns (warm table times); the four-process
+  // plan, on a host of 2 cores, runs four forward ops per step: three over [0, 4000) and one
+  // over [0, 6000). While all four run (a = 4 > 2 cores) each gets 2/4 of a core: 2000 ns of
+  // share each; the long op then runs alone for 2000 ns (a = 1 <= 2). Per step: W = 4 x 1000,
+  // under = 2000, shared = 4 x 2000, so efficiency = (4000 - 2000) / 8000 = 0.25.
+  backend::ProfileSamples samples;
+  ASSERT_NO_FATAL_FAILURE(file_warm_dp2(samples));
+  auto pp2dp2 = sim::Session::open(kData + "pp2_dp2_tiny.json");
+  ASSERT_TRUE(pp2dp2) << render_all(pp2dp2.error());
+  EXPECT_FALSE(samples.share_efficiency());  // nothing oversubscribed yet
+  std::vector<uint32_t> fwd;  // four forward ops of the model's layers
+  const auto& nodes = pp2dp2->compiled().dag.nodes;
+  for (uint32_t n = 0; n < nodes.size() && fwd.size() < 4; ++n)
+    if (nodes[n].kind == NodeKind::kCompute && nodes[n].tags.pass == Pass::kF &&
+        pp2dp2->compiled().model.ops[nodes[n].op].kind != OpKind::kOptimizer)
+      fwd.push_back(n);
+  ASSERT_EQ(fwd.size(), 4u);
+  backend::ReplayResult shared;
+  shared.world_size = 4;
+  for (int it = 0; it < 5; ++it)
+    for (int d = 0; d < 4; ++d)
+      shared.ops.push_back({d, "compute", "", fwd[static_cast<size_t>(d)], it, 0, d == 0 ? 6000 : 4000, 0});
+  auto filed = samples.add(pp2dp2->compiled(), pp2dp2->cost_model(), shared);
+  ASSERT_TRUE(filed) << render_all(filed.error());
+  EXPECT_EQ(*filed, 0u);  // oversubscribed: not filed
+  EXPECT_EQ(samples.skipped(), 1u);
+  EXPECT_EQ(samples.share_ops(), 20u);
+  ASSERT_TRUE(samples.share_efficiency());
+  EXPECT_NEAR(*samples.share_efficiency(), 0.25, 1e-9);
+  EXPECT_EQ(samples.table("cpu")["options"]["host_share_efficiency"].get<double>(), 0.25);
 }
 
 TEST(Loop, ProfileMeasuresTheShareOfOversubscribedCores) {
