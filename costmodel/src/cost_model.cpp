@@ -111,6 +111,10 @@ Expected<std::unique_ptr<CostModel>> build(const CostModelSpec& spec, const Clus
       auto table = load_profile_table(path.string());
       if (!table) ds.insert(ds.end(), table.error().begin(), table.error().end());
       if (table && !table->options.empty() && ds.empty()) {
+        // The table's own options first, so that a bad one is reported in the table (file and
+        // /options pointer), not as the plan's.
+        auto own = parse_analytic_params(table->options, cluster, "/options", path.string());
+        if (!own) return fail(std::move(own.error()));
         // Options measured with the table (interference), under the plan's own.
         Json merged = table->options;
         for (const auto& [k, v] : spec.options.items()) merged[k] = v;

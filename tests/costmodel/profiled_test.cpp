@@ -204,6 +204,21 @@ TEST(ProfileTableErrors, MissingFieldHasFileAndPointer) {
   EXPECT_EQ(d.source_line, "    {\"op\": \"norm\", \"pass\": \"F\", \"bytes\": 67108864}");
 }
 
+TEST(ProfileTableErrors, BadOptionIsLocatedInTheTable) {
+  // an option measured with the table is checked as the table's (file, /options pointer), not
+  // reported as one of the plan's cost model options
+  CostModelSpec s = profiled_spec("bad_options.json");
+  s.pointer = "/costmodel";
+  auto m = make_cost_model(s, testing::h100_cluster(), kData);
+  ASSERT_FALSE(m);
+  ASSERT_EQ(m.error().size(), 1u);
+  const Diagnostic& d = m.error()[0];
+  EXPECT_EQ(d.loc.file, kData + "/bad_options.json");
+  EXPECT_EQ(d.loc.json_pointer, "/options/host_cold_factor/all_gathr");
+  EXPECT_EQ(d.message, "unknown communication kind 'all_gathr'");
+  EXPECT_EQ(d.hint, "did you mean 'all_gather'?");
+}
+
 TEST(ProfileTableErrors, AllProblemsAreReportedWithPointersAndHints) {
   Diagnostics ds = errors_of(R"({
     "version": 1,
