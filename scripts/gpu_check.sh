@@ -7,6 +7,7 @@
 # Needs: python3 with torch (CUDA), cmake, ninja, a C++23 compiler, nvcc under /usr/local/cuda,
 # and the system headers of nlohmann-json, fmt, CLI11, Boost and GoogleTest. Configures a
 # separate build directory (build-gpu) without the GUI, sweeps and benchmarks.
+# GPU_CHECK_ONLY_LOOP=1 builds stretto alone and runs only the last step (profile + validate).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -45,10 +46,11 @@ grep -q "STRETTO_BACKEND_CUDA" build-gpu/build.ninja && echo "CUDA/NCCL path: co
   || { echo "CUDA/NCCL path: NOT compiled in (no torch_cuda target)"; status=1; }
 
 step "build stretto and backend_test"
-cmake --build build-gpu -j16 --target stretto backend_test 2>&1 | tee "$OUT/build.log" | tail -30
+cmake --build build-gpu -j16 --target stretto $([ "${GPU_CHECK_ONLY_LOOP:-0}" = 1 ] || echo backend_test) 2>&1 | tee "$OUT/build.log" | tail -30
 [ -x build-gpu/stretto ] || { echo "build failed"; exit 1; }
 
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+if [ "${GPU_CHECK_ONLY_LOOP:-0}" != 1 ]; then
 step "GPU tests (backend_test: CUDA one-GPU check; the Gloo tests too when the wheel has Gloo)"
 build-gpu/tests/backend_test --gtest_filter='Replay.CudaOneGpu:Replay.Refuses*:Replay.Expected*' \
   2>&1 | tee "$OUT/backend_test_gpu.txt" | tail -15 || status=1
@@ -66,6 +68,27 @@ build-gpu/stretto replay examples/gpu_gpt_1dev.json --device cuda --iterations 1
 build-gpu/stretto replay examples/gpu_gpt_1dev.json --device cuda --iterations 10 --warmup 3 \
   --format json > "$OUT/replay_gpu.json" 2> "$OUT/replay_gpu.err" || status=1
 build-gpu/stretto simulate examples/gpu_gpt_1dev.json --format json > "$OUT/simulate_gpu.json" || status=1
+
+fi  # GPU_CHECK_ONLY_LOOP
+
+step "close the loop on one GPU: profile one plan, validate five others with its table"
+# bench/gpu/plans: the same layer shapes as the profiled plan, other microbatch counts, depth
+# and recompute modes; none of them was profiled. --profile-from measures the table in the same
+# session, interleaved round by round with the validated plans, so a drift of the machine's
+# speed between a profile and a later validation does not count as model error.
+build-gpu/stretto validate bench/gpu/plans/*.json --profile-from examples/gpu_gpt_1dev.json \
+  --save-profile "$OUT/gpu_profile.json" --device cuda --iterations ${GPU_ITERATIONS:-15} \
+  --warmup 3 --rounds 2 --format json > "$OUT/gpu_validate.json" 2> "$OUT/gpu_validate.err" \
+  || status=1
+python3 - "$OUT/gpu_validate.json" <<'PY' || status=1
+import json, sys
+v = json.load(open(sys.argv[1]))
+for p in v["plans"]:
+    print(f"{p['plan']:<50} predicted {p['predicted_step_ms']:9.3f}  measured {p['measured_step_ms']:9.3f}"
+          f" (std {p['measured_step_std_ms']:7.3f}, {p['measured_steps']} steps, tail"
+          f" {p['measured_tail_ms']:6.3f})  error {p['step_err_pct']:+6.1f}%")
+print({k: v[k] for k in v if k != "plans"})
+PY
 
 step "done (status $status); outputs in $OUT"
 ls -la "$OUT"

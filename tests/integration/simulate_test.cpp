@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <optional>
 
@@ -314,6 +315,27 @@ TEST(Simulate, ExamplesGiveBelievablePredictions) {
       EXPECT_LE(d.busy, r->step_time);
       EXPECT_GT(d.peak_memory, 0);
     }
+  }
+}
+
+TEST(Simulate, ReportScriptPlansCompileAndSimulate) {
+  // The plans scripts/fidelity_report.sh and scripts/gpu_check.sh replay live in bench/, where
+  // no other test reads them; a contract change that breaks one shows here, not on the next
+  // lent GPU.
+  namespace fs = std::filesystem;
+  const fs::path bench = fs::path(STRETTO_EXAMPLES).parent_path() / "bench";
+  for (const char* dir : {"fidelity/plans", "gpu/plans"}) {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(bench / dir)) {
+      if (e.path().extension() != ".json") continue;
+      auto s = sim::Session::open(e.path().string());
+      ASSERT_TRUE(s) << e.path() << (s ? "" : render_all(s.error()));
+      auto r = s->simulate();
+      ASSERT_TRUE(r) << e.path() << (r ? "" : render_all(r.error()));
+      EXPECT_GT(r->step_time, 0) << e.path();
+      ++n;
+    }
+    EXPECT_GE(n, 5) << dir;
   }
 }
 
