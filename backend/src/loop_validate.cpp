@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "stretto/backend/validate.h"
+#include "stretto/costmodel/host_reuse.h"
 #include "stretto/costmodel/profile_table.h"
 #include "stretto/sim/session.h"
 
@@ -123,6 +124,38 @@ std::vector<CommKind> cold_contexts(const CompiledPlan& cp, const NodeQueries& n
   return ctx;
 }
 
+// Per op record of a CPU replay: the reuse distance bucket of a backward compute op
+// (cost::StaleActivations, the rule the simulator applies host_reuse_factor by), 0 for every
+// other op, walking each device's ops of each iteration in the order they started.
+std::vector<uint8_t> reuse_contexts(const CompiledPlan& cp, const NodeQueries& nq,
+                                    const ReplayResult& r) {
+  std::vector<uint8_t> dist(r.ops.size(), 0);
+  std::vector<size_t> order;
+  for (size_t i = 0; i < r.ops.size(); ++i) {
+    const OpRecord& o = r.ops[i];
+    if (o.iteration >= 0 && o.node < cp.dag.nodes.size() && nq.compute_of[o.node] >= 0)
+      order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const OpRecord &x = r.ops[a], &y = r.ops[b];
+    return std::tie(x.iteration, x.device, x.start_ns) < std::tie(y.iteration, y.device, y.start_ns);
+  });
+  std::map<int, cost::StaleActivations> by_iteration;
+  for (size_t i : order) {
+    const OpRecord& o = r.ops[i];
+    const Node& nd = cp.dag.nodes[o.node];
+    if (cp.model.ops[nd.op].kind == OpKind::kOptimizer) continue;
+    cost::StaleActivations& s = by_iteration[o.iteration];
+    const Pass ps = nd.tags.pass;
+    if (nd.recompute || ps == Pass::kF)
+      s.forward(o.device, nd.op, nd.tags.mb());
+    else if (ps == Pass::kB || ps == Pass::kBI || ps == Pass::kBW)
+      dist[i] = static_cast<uint8_t>(
+          cost::StaleActivations::bucket(s.distance(o.device, nd.op, nd.tags.mb())));
+  }
+  return dist;
+}
+
 // A compute op's table series (series_key), or "" when the table has none for it.
 std::string compute_series(const cost::ComputeQuery& q) {
   const std::string op(cost::profile_op_name(q.kind)), pass(cost::profile_pass_name(q.pass)),
@@ -175,6 +208,8 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
   if (!nq) return fail(std::move(nq.error()));
   const std::vector<CommKind> ctx_of =
       host_cores_ > 0 ? cold_contexts(cp, *nq, r) : std::vector<CommKind>(r.ops.size());
+  const std::vector<uint8_t> dist_of =
+      host_cores_ > 0 ? reuse_contexts(cp, *nq, r) : std::vector<uint8_t>(r.ops.size(), 0);
   if (host_cores_ > 0 && r.world_size > host_cores_) {
     ++skipped_;
     // Not filed; its compute ops measure how the processes shared the cores (share_efficiency).
@@ -214,7 +249,7 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
       std::string series = compute_series(nq->compute[static_cast<size_t>(ci)]);
       if (series.empty()) continue;
       const Steps& s = steps.at(o.iteration);
-      OversubOp op{std::move(series), ctx_of[i], 0, 0};
+      OversubOp op{std::move(series), ctx_of[i], dist_of[i], 0, 0};
       // from the last boundary at or before the op's start (its own start is one) to its end
       size_t k = static_cast<size_t>(std::upper_bound(s.t.begin(), s.t.end(), o.start_ns) -
                                      s.t.begin()) - 1;
@@ -271,7 +306,7 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
   for (size_t ri = 0; ri < r.ops.size(); ++ri) {
     const OpRecord& o = r.ops[ri];
     if (o.iteration < 0 || o.node >= cp.dag.nodes.size()) continue;
-    const CommKind ctx = ctx_of[ri];
+    const size_t ctx = static_cast<size_t>(ctx_of[ri]) + cost::kCommKinds * dist_of[ri];
     const int64_t d = o.end_ns - o.start_ns;
     if (d <= 0) continue;
     if (int32_t ci = nq->compute_of[o.node]; ci >= 0) {
@@ -287,12 +322,11 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
       if (q.gemm.m > 0 && q.gemm.n > 0 && q.gemm.k > 0) {
         shapes_[{op, pass, dt, q.gemm.n, q.gemm.k, batch}][q.gemm.m].push_back(d);
         if (host_cores_ > 0)
-          ctx_[series_key(op, pass, dt, q.gemm.n, q.gemm.k, batch, q.gemm.m)]
-              [static_cast<size_t>(ctx)].push_back(d);
+          ctx_[series_key(op, pass, dt, q.gemm.n, q.gemm.k, batch, q.gemm.m)][ctx].push_back(d);
       } else if (q.bytes > 0) {
         bytes_[{op, pass, dt}][q.bytes].push_back(d);
         if (host_cores_ > 0)
-          ctx_[series_key(op, pass, dt, 0, 0, 0, q.bytes)][static_cast<size_t>(ctx)].push_back(d);
+          ctx_[series_key(op, pass, dt, 0, 0, 0, q.bytes)][ctx].push_back(d);
       } else {
         continue;
       }
@@ -342,15 +376,46 @@ std::array<double, cost::kCommKinds> ProfileSamples::cold_factors() const {
   return f;
 }
 
+std::array<double, cost::kReuseDistances> ProfileSamples::reuse_factors() const {
+  // each distance against fresh, both right after a compute op ([kCommKinds x d] and [0]): the
+  // cold contexts stay out, so a stale backward that also follows a transfer is not counted
+  // twice
+  std::array<double, cost::kReuseDistances> f;
+  f.fill(NAN);
+  f[0] = 1;
+  constexpr size_t kMinSamples = 3, kMinSeries = 3;
+  for (size_t d = 1; d < cost::kReuseDistances; ++d) {
+    double fresh = 0, stale = 0;
+    size_t series = 0;
+    for (const auto& [key, by] : ctx_) {
+      const auto &a = by[0], &b = by[cost::kCommKinds * d];
+      if (a.size() < kMinSamples || b.size() < kMinSamples) continue;
+      const double ma = static_cast<double>(mean(a)), mb = static_cast<double>(mean(b));
+      if (ma > 0 && mb > 0) fresh += ma, stale += mb, ++series;
+    }
+    if (series >= kMinSeries) f[d] = std::clamp(stale / fresh, 0.25, 4.0);
+  }
+  return f;
+}
+
+std::array<double, cost::kReuseDistances> ProfileSamples::reuse_filled() const {
+  auto f = reuse_factors();
+  for (size_t d = 1; d < cost::kReuseDistances; ++d)
+    if (!std::isfinite(f[d])) f[d] = f[d - 1];
+  return f;
+}
+
 ProfileSamples::ShareSums ProfileSamples::share_sums() const {
   const auto cold = cold_factors();
+  const auto reuse = reuse_filled();
   ShareSums s;
   for (const OversubOp& op : oversub_) {
     if (!ctx_.contains(op.series)) continue;  // no unshared time for this series
     const std::vector<int64_t> none;
-    double w = static_cast<double>(warm_mean(op.series, none, cold));
+    double w = static_cast<double>(warm_mean(op.series, none, cold, reuse));
     if (op.ctx != CommKind::kNone && std::isfinite(cold[static_cast<size_t>(op.ctx)]))
       w *= cold[static_cast<size_t>(op.ctx)];
+    w *= reuse[op.distance];
     s.table += w, s.under += op.under_ns, s.over += op.over_share_ns, ++s.ops;
   }
   return s;
@@ -367,14 +432,16 @@ std::optional<double> ProfileSamples::share_efficiency() const {
 }
 
 int64_t ProfileSamples::warm_mean(const std::string& series, const std::vector<int64_t>& raw,
-                                  const std::array<double, cost::kCommKinds>& f) const {
+                                  const std::array<double, cost::kCommKinds>& f,
+                                  const std::array<double, cost::kReuseDistances>& r) const {
   auto it = ctx_.find(series);
   if (it == ctx_.end()) return mean(raw);
   long double sum = 0;
   size_t n = 0;
-  for (size_t k = 0; k < cost::kCommKinds; ++k) {
-    const double div = k > 0 && std::isfinite(f[k]) ? f[k] : 1.0;
-    for (int64_t x : it->second[k]) sum += static_cast<long double>(x) / div, ++n;
+  for (size_t i = 0; i < cost::kCommKinds * cost::kReuseDistances; ++i) {
+    const size_t k = i % cost::kCommKinds;
+    const double div = (k > 0 && std::isfinite(f[k]) ? f[k] : 1.0) * r[i / cost::kCommKinds];
+    for (int64_t x : it->second[i]) sum += static_cast<long double>(x) / div, ++n;
   }
   return n ? static_cast<int64_t>(std::llround(sum / static_cast<long double>(n))) : mean(raw);
 }
@@ -413,12 +480,23 @@ Json ProfileSamples::table(const std::string& device) const {
           std::round(cold[k] * 1000) / 1000;
   // ... and the share of the cores that processes outnumbering them got (host_share_efficiency)
   if (auto e = share_efficiency()) t["options"]["host_share_efficiency"] = std::round(*e * 1000) / 1000;
+  // ... and how much slower a backward op runs on stale activations (host_reuse_factor); the
+  // kernel times below are the fresh ones
+  const auto reuse = reuse_filled();
+  {
+    const auto measured = reuse_factors();
+    size_t last = 0;  // the longest distance measured
+    for (size_t d = 1; d < cost::kReuseDistances; ++d)
+      if (std::isfinite(measured[d])) last = d;
+    for (size_t d = 1; d <= last; ++d)
+      t["options"]["host_reuse_factor"].push_back(std::round(reuse[d] * 1000) / 1000);
+  }
   Json kernels = Json::array(), colls = Json::array();
   for (const auto& [key, pts] : shapes_) {
     const auto& [op, pass, dt, n, k, b] = key;
     for (const auto& [m, v] : pts) {
       Json e = {{"op", op}, {"pass", pass}, {"dtype", dt}, {"m", m}, {"n", n}, {"k", k},
-                {"ns", warm_mean(series_key(op, pass, dt, n, k, b, m), v, cold)}};
+                {"ns", warm_mean(series_key(op, pass, dt, n, k, b, m), v, cold, reuse)}};
       if (b > 1) e["batch"] = b;
       kernels.push_back(std::move(e));
     }
@@ -427,7 +505,7 @@ Json ProfileSamples::table(const std::string& device) const {
     const auto& [op, pass, dt] = key;
     for (const auto& [bytes, v] : pts)
       kernels.push_back({{"op", op}, {"pass", pass}, {"dtype", dt}, {"bytes", bytes},
-                         {"ns", warm_mean(series_key(op, pass, dt, 0, 0, 0, bytes), v, cold)}});
+                         {"ns", warm_mean(series_key(op, pass, dt, 0, 0, 0, bytes), v, cold, reuse)}});
   }
   for (const auto& [key, pts] : comms_) {
     const auto& [kind, g, nodes] = key;
@@ -471,6 +549,11 @@ Json ProfileSamples::stats() const {
     if (std::isfinite(cold[k]))
       j["host_cold_factor"][std::string(cost::profile_comm_name(static_cast<CommKind>(k)))] = cold[k];
   if (auto e = share_efficiency()) j["host_share_efficiency"] = *e;
+  {
+    const auto r = reuse_factors();
+    for (size_t d = 1; d < cost::kReuseDistances; ++d)
+      if (std::isfinite(r[d])) j["host_reuse_factor"][std::to_string(d)] = r[d];
+  }
   if (!oversub_.empty()) j["host_share_ops"] = share_ops();
   return j;
 }
@@ -518,6 +601,14 @@ std::string ProfileSamples::stats_table() const {
       o += fmt::format("host thread: compute right after {} takes {:.3f}x its time after compute "
                        "(host_cold_factor)\n",
                        cost::profile_comm_name(static_cast<CommKind>(k)), cold[k]);
+  {
+    const auto r = reuse_factors();
+    for (size_t d = 1; d < cost::kReuseDistances; ++d)
+      if (std::isfinite(r[d]))
+        o += fmt::format("host thread: a backward op whose forward was followed by {}{} other "
+                         "microbatches' forwards takes {:.3f}x its fresh time (host_reuse_factor)\n",
+                         d, d + 1 == cost::kReuseDistances ? " or more" : "", r[d]);
+  }
   if (auto e = share_efficiency())
     o += fmt::format("host cores: processes that outnumber the cores get {:.3f} of them "
                      "(host_share_efficiency, over {} compute ops of oversubscribed replays)\n",

@@ -64,6 +64,9 @@ plans = {
     # measured by `stretto profile`
     "profile_1f1b_mb4": builder("1f1b", 4),
     "profile_zbh1_mb4": builder("zb-h1", 4),
+    # every forward before every backward: backwards at reuse distances 0 to 5
+    # (host_reuse_factor; the other profiled plans reach 1 at most)
+    "profile_gpipe_mb6": builder("gpipe", 6),
     "profile_dp2_zero1_mb2": dp2(2, 1),
     "profile_dp2_zero3_mb2": dp2(2, 3),
     "profile_pp2_dp2_zero1_mb2": pp2_dp2(2, 1),

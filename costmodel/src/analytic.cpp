@@ -230,6 +230,7 @@ const std::vector<std::string>& analytic_option_names() {
       "nccl_cpu",             "p2p_latency_us",       "nccl_intra_GBps",
       "sustained_clock_ratio", "host_cores",          "host_compute",
       "host_op_us",           "host_cold_factor",     "host_share_efficiency",
+      "host_reuse_factor",
   };
   return names;
 }
@@ -360,6 +361,28 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
         r.number(key, v, 0, 1e6, false, p.host_op_us);
       } else if (key == "host_share_efficiency") {
         r.number(key, v, 0, 1, true, p.host_share_efficiency);
+      } else if (key == "host_reuse_factor") {
+        // a number (every distance from 1) or [f1, f2, f3]: by distance, the last one for
+        // every larger distance
+        constexpr double kLo = 0.25, kHi = 4;
+        if (v.is_number()) {
+          double f = 1;
+          if (r.number(key, v, kLo, kHi, false, f))
+            std::fill(p.host_reuse_factor.begin() + 1, p.host_reuse_factor.end(), f);
+        } else if (v.is_array() && !v.empty() && v.size() < kReuseDistances) {
+          OptionReader sub{r.ptr(key), file, ds};
+          for (size_t j = 0; j < v.size(); ++j) {
+            double f = 1;
+            if (!sub.number(std::to_string(j), v[j], kLo, kHi, false, f)) continue;
+            // distance j + 1, and every larger one until a later entry says otherwise
+            std::fill(p.host_reuse_factor.begin() + static_cast<std::ptrdiff_t>(j + 1),
+                      p.host_reuse_factor.end(), f);
+          }
+        } else {
+          ds.push_back(detail::diag_at(
+              file, r.ptr(key), "option 'host_reuse_factor' must be a number or a list of 1 to 3 numbers",
+              "e.g. [1.02, 1.1, 1.2]: the factor at reuse distance 1, 2, and 3 or more"));
+        }
       } else if (key == "host_cold_factor") {
         // a number (every kind) or {"all_gather": 1.2, ...} by communication kind
         constexpr double kLo = 0.25, kHi = 4;
@@ -652,7 +675,7 @@ class AnalyticModel final : public CostModel {
   Interference interference() const override {
     return {params_.comm_sm_share, params_.comm_hbm_share, params_.host_cores,
             params_.host_compute > 0, detail::ceil_ns(params_.host_op_us * 1000.0),
-            params_.host_cold_factor, params_.host_share_efficiency};
+            params_.host_cold_factor, params_.host_share_efficiency, params_.host_reuse_factor};
   }
   int64_t dispatch_ns() const override { return detail::ceil_ns(params_.dispatch_us * 1000.0); }
   std::string_view name() const override { return "analytic"; }

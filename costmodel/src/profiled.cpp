@@ -448,7 +448,7 @@ class ProfiledModel final : public CostModel {
   Interference interference() const override {
     return {params_.comm_sm_share, params_.comm_hbm_share, params_.host_cores,
             params_.host_compute > 0, detail::ceil_ns(params_.host_op_us * 1000.0),
-            params_.host_cold_factor, params_.host_share_efficiency};
+            params_.host_cold_factor, params_.host_share_efficiency, params_.host_reuse_factor};
   }
   int64_t dispatch_ns() const override { return detail::ceil_ns(params_.dispatch_us * 1000.0); }
   std::string_view name() const override { return "profiled"; }

@@ -17,6 +17,7 @@
 #include <span>
 #include <unordered_map>
 
+#include "stretto/costmodel/host_reuse.h"
 #include "stretto/sim/session.h"
 
 namespace stretto::sim {
@@ -304,7 +305,14 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       itf.host_compute &&
       std::any_of(itf.host_cold_factor.begin(), itf.host_cold_factor.end(),
                   [](double f) { return f != 1.0; });
-  const bool host_model = itf.host_compute && (itf.host_op_ns > 0 || cold_model);
+  // ... and whether its backward ops reuse stale activations (cost::Interference::
+  // host_reuse_factor; the rule is cost::StaleActivations, shared with `stretto profile`).
+  const bool reuse_model =
+      itf.host_compute &&
+      std::any_of(itf.host_reuse_factor.begin(), itf.host_reuse_factor.end(),
+                  [](double f) { return f != 1.0; });
+  cost::StaleActivations stale;
+  const bool host_model = itf.host_compute && (itf.host_op_ns > 0 || cold_model || reuse_model);
   std::vector<int64_t> issued_since(host_model ? static_cast<size_t>(D) : 0, 0);
   std::vector<CommKind> last_comm(cold_model ? static_cast<size_t>(D) : 0, CommKind::kNone);
   for (uint32_t n : cp.topo_order) {
@@ -547,6 +555,16 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
         if (cold_model && since > 0) {
           const double f = itf.host_cold_factor[static_cast<size_t>(last_comm[d0])];
           if (f != 1.0) t.work = static_cast<int64_t>(std::ceil(static_cast<double>(t.work) * f));
+        }
+        if (reuse_model && model.ops[nd.op].kind != OpKind::kOptimizer) {
+          const Pass ps = nd.tags.pass;
+          if (nd.recompute || ps == Pass::kF) {
+            stale.forward(devs[0], nd.op, nd.tags.mb());
+          } else if (ps == Pass::kB || ps == Pass::kBI || ps == Pass::kBW) {
+            const double f = itf.host_reuse_factor[cost::StaleActivations::bucket(
+                stale.distance(devs[0], nd.op, nd.tags.mb()))];
+            if (f != 1.0) t.work = static_cast<int64_t>(std::ceil(static_cast<double>(t.work) * f));
+          }
         }
         t.work += itf.host_op_ns * (1 + since);
         since = 0;

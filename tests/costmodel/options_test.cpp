@@ -87,6 +87,37 @@ TEST(CostModelOptions, HostColdFactorByKind) {
   for (size_t k = 0; k < kCommKinds; ++k) EXPECT_EQ(all->interference().host_cold_factor[k], 2.0);
 }
 
+TEST(CostModelOptions, HostReuseFactor) {
+  // a number (every distance from 1) or a list by distance (the last for every larger one),
+  // each in [0.25, 4]; 1 (no effect) unless given
+  Diagnostics ds = errors_of({{"host_reuse_factor", 5}});
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].loc.json_pointer, "/costmodel/host_reuse_factor");
+  EXPECT_EQ(ds[0].message, "option 'host_reuse_factor' = 5 is out of range [0.25, 4.0]");
+  ds = errors_of({{"host_reuse_factor", {1.1, 9}}});
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].loc.json_pointer, "/costmodel/host_reuse_factor/1");
+  ds = errors_of({{"host_reuse_factor", {1.1, 1.2, 1.3, 1.4}}});
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].message,
+            "option 'host_reuse_factor' must be a number or a list of 1 to 3 numbers");
+  ds = errors_of({{"host_reuse_factor", {{"B", 1.2}}}});
+  ASSERT_EQ(ds.size(), 1u);
+  ds = errors_of({{"host_reuse_facter", 1.2}});
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].hint, "did you mean 'host_reuse_factor'?");
+  auto cl = testing::h100_cluster(1, 8);
+  auto one = testing::make_or_die(testing::analytic_spec({{"host_reuse_factor", 1.2}}), cl);
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->interference().host_reuse_factor, (std::array<double, 4>{1.0, 1.2, 1.2, 1.2}));
+  auto two = testing::make_or_die(testing::analytic_spec({{"host_reuse_factor", {1.1, 1.3}}}), cl);
+  ASSERT_TRUE(two);
+  EXPECT_EQ(two->interference().host_reuse_factor, (std::array<double, 4>{1.0, 1.1, 1.3, 1.3}));
+  auto plain = testing::make_or_die(testing::analytic_spec({}), cl);
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->interference().host_reuse_factor, unit_reuse_factors());
+}
+
 TEST(CostModelOptions, NcclMaskTypos) {
   Diagnostics ds = errors_of({{"nccl_algo", "ring,rign"}});
   ASSERT_EQ(ds.size(), 1u);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 
@@ -477,6 +478,48 @@ TEST(Simulate, ComputeAfterHostCommunicationRunsCold) {
   const sim::Result queued_cold =
       run(cpu_plan(false, {{"host_compute", false}, {"host_cold_factor", factors}}));
   EXPECT_EQ(queued_cold.step_time, queued.step_time);
+}
+
+TEST(Simulate, BackwardOnStaleActivationsRunsSlower) {
+  // host_reuse_factor: on a CPU device, a backward task whose microbatch's forward was
+  // followed by k other microbatches' forwards takes the factor at distance k times its time.
+  // GPipe runs every forward before every backward on each stage: with M microbatches,
+  // microbatch i's backward ops are at distance M - 1 - i. Forwards and the optimizer keep
+  // their time. [1.5, 3] gives distance 1 the factor 1.5 and distance 2 and more 3.
+  const std::string gpipe = std::string(STRETTO_TEST_DATA) + "/loop/pp2_gpipe_tiny.json";
+  for (int m : {2, 4}) {
+    SCOPED_TRACE(m);
+    auto plan = json::parse(std::ifstream(gpipe));
+    plan["schedule"]["microbatches"] = m;
+    const sim::Result base = run(plan);
+    plan["costmodel"]["host_reuse_factor"] = {1.5, 3.0};
+    auto s = session_of(plan);
+    ASSERT_TRUE(s) << render_all(s.error());
+    auto slow = s->simulate({});
+    ASSERT_TRUE(slow) << render_all(slow.error());
+    const auto& cp = s->compiled();
+    ASSERT_EQ(base.program.tasks.size(), slow->program.tasks.size());
+    std::map<int, int> at_distance;
+    for (size_t t = 0; t < slow->program.tasks.size(); ++t) {
+      const sim::Task& task = slow->program.tasks[t];
+      if (task.kind != sim::TaskKind::kCompute) continue;
+      const Node& nd = cp.dag.nodes[task.node];
+      const bool backward =
+          nd.tags.pass == Pass::kB && cp.model.ops[nd.op].kind != OpKind::kOptimizer;
+      const int k = backward ? m - 1 - nd.tags.mb() : 0;
+      const double f = k == 0 ? 1.0 : k == 1 ? 1.5 : 3.0;
+      const int64_t w = base.program.tasks[t].work;
+      EXPECT_EQ(task.work, static_cast<int64_t>(std::ceil(static_cast<double>(w) * f))) << t;
+      if (backward) ++at_distance[k];
+    }
+    EXPECT_EQ(static_cast<int>(at_distance.size()), m);  // every distance 0 .. m - 1 seen
+    EXPECT_GT(slow->step_time, base.step_time);
+    // a GPU (host_compute false) ignores it
+    plan["costmodel"]["host_compute"] = false;
+    const sim::Result queued_slow = run(plan);
+    plan["costmodel"].erase("host_reuse_factor");
+    EXPECT_EQ(queued_slow.step_time, run(plan).step_time);
+  }
 }
 
 TEST(Simulate, DevicesBeyondTheHostCoresTakeTurns) {

@@ -214,6 +214,56 @@ TEST(Loop, ColdFactorIsTheTimeWeightedRatioAndTheTableIsWarm) {
   EXPECT_GT(checked, 0);
 }
 
+TEST(Loop, ReuseFactorIsTheStaleOverFreshRatioAndTheTableIsFresh) {
+  // The arithmetic of reuse_factor on records with known times (no replay): a GPipe step of 2
+  // microbatches on 2 stages runs both forwards before both backwards on each device, so the
+  // backward ops of microbatch 0 reuse activations at distance 1 (microbatch 1's forward ran
+  // since theirs) and those of microbatch 1 fresh ones. Filed at 1500 ns and 1000 ns (every
+  // other op 1000 ns, each device's ops back to back in dispatch order), the distance-1 factor
+  // is 1.5, longer distances are not measured, and the table's kernel times are the fresh
+  // 1000 ns.
+  backend::ProfileSamples samples;
+  samples.set_host_cores(2);
+  auto gp = sim::Session::open(kData + "pp2_gpipe_tiny.json");
+  ASSERT_TRUE(gp) << render_all(gp.error());
+  const CompiledPlan& cp = gp->compiled();
+  backend::ReplayResult r;
+  r.world_size = 2;
+  int stale = 0, fresh = 0;
+  for (int it = 0; it < 3; ++it)
+    for (int d = 0; d < 2; ++d) {
+      int64_t t = 0;
+      for (uint32_t n : cp.topo_order) {
+        const Node& nd = cp.dag.nodes[n];
+        if (nd.kind != NodeKind::kCompute || cp.dag.device_sets[nd.devs].devices[0] != d) continue;
+        const bool backward = nd.tags.pass == Pass::kB && !nd.recompute &&
+                              cp.model.ops[nd.op].kind != OpKind::kOptimizer;
+        const int64_t dur = backward && nd.tags.mb() == 0 ? 1500 : 1000;
+        if (backward) ++(nd.tags.mb() == 0 ? stale : fresh);
+        r.ops.push_back({d, "compute", "", n, it, t, t + dur, 0});
+        t += dur;
+      }
+    }
+  ASSERT_GT(stale, 0);
+  ASSERT_GT(fresh, 0);
+  EXPECT_TRUE(std::isnan(samples.reuse_factors()[1]));  // nothing filed yet
+  auto filed = samples.add(cp, gp->cost_model(), r);
+  ASSERT_TRUE(filed) << render_all(filed.error());
+  const auto f = samples.reuse_factors();
+  EXPECT_EQ(f[0], 1.0);
+  EXPECT_NEAR(f[1], 1.5, 1e-12);
+  EXPECT_TRUE(std::isnan(f[2]));
+  EXPECT_TRUE(std::isnan(f[3]));
+  const Json t = samples.table("cpu");
+  EXPECT_EQ(t["options"]["host_reuse_factor"], Json::array({1.5}));
+  int checked = 0;
+  for (const auto& k : t["kernels"]) {
+    EXPECT_EQ(k["ns"].get<int64_t>(), 1000) << k.dump();
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+
 TEST(Loop, ShareEfficiencySolvesTheMeasuredConcurrency) {
   // The arithmetic of share_efficiency on records with known times (no replay): the
   // two-process plan files every compute op at 1000 ns (warm table times); the four-process

@@ -73,6 +73,17 @@ class ProfileSamples {
   /// sample divided by the factor of its context).
   std::array<double, cost::kCommKinds> cold_factors() const;
 
+  /// CPU replays (set_host_cores): per reuse distance k (1, 2, 3 or more: the other
+  /// microbatches whose forward ran on a backward op's device since its own,
+  /// cost::StaleActivations), how much slower a backward op (B, BI, BW) runs at that distance
+  /// than fresh (k = 0), both right after a compute op: over the series measured at least 3
+  /// times both ways (at least 3 series), the sum of their mean times at k over the sum of
+  /// their fresh mean times (time-weighted), clamped to [0.25, 4]; NaN where not measured, [0]
+  /// is 1. The table carries the measured distances as the `host_reuse_factor` option (a
+  /// distance not measured takes the nearest shorter one's factor, or 1) and files its kernel
+  /// times fresh (each sample divided by its distance's factor).
+  std::array<double, cost::kReuseDistances> reuse_factors() const;
+
   /// CPU replays with more processes than cores (not filed, see set_host_cores): from their
   /// compute ops, the share of the cores that the processes got while they outnumbered them.
   /// Per op, the measured number a(t) of the host's compute ops running at each instant splits
@@ -104,15 +115,22 @@ class ProfileSamples {
   // (kind, group, nodes) -> bytes -> ns samples
   std::map<std::tuple<std::string, int, int>, std::map<int64_t, std::vector<int64_t>>> comms_;
   // series key (series_key()) -> samples by context: [0] after a compute op (or first), [k]
-  // right after a communication op of CommKind k (CPU replays only)
-  std::map<std::string, std::array<std::vector<int64_t>, cost::kCommKinds>> ctx_;
+  // right after a communication op of CommKind k; plus kCommKinds x d for a backward op at
+  // reuse distance bucket d (cost::StaleActivations::bucket; CPU replays only)
+  std::map<std::string, std::array<std::vector<int64_t>, cost::kCommKinds * cost::kReuseDistances>>
+      ctx_;
+  // reuse_factors() with the distances not measured filled (the nearest shorter one's, or 1)
+  std::array<double, cost::kReuseDistances> reuse_filled() const;
   // a series' table time: the mean of its samples, cold ones divided by their context's factor
+  // and stale ones by their distance's factor r
   int64_t warm_mean(const std::string& series, const std::vector<int64_t>& raw,
-                    const std::array<double, cost::kCommKinds>& f) const;
+                    const std::array<double, cost::kCommKinds>& f,
+                    const std::array<double, cost::kReuseDistances>& r) const;
   // compute ops of oversubscribed replays (share_efficiency)
   struct OversubOp {
     std::string series;
     CommKind ctx = CommKind::kNone;
+    size_t distance = 0;  // reuse distance bucket
     double under_ns = 0, over_share_ns = 0;  // time with a <= cores; integral of cores / a
   };
   std::vector<OversubOp> oversub_;

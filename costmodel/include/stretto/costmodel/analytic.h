@@ -150,6 +150,14 @@ struct AnalyticParams {
   /// each other). 1 = pure processor sharing; `stretto profile --device cpu` measures it from
   /// the oversubscribed plans it replays (docs/validation.md).
   double host_share_efficiency = 1.0;
+  /// Slowdown of a host-compute device's backward op (B, BI, BW) whose activations are stale,
+  /// by reuse distance k (other microbatches whose forward ran on the device since its own,
+  /// saving activations that displace its own from the caches: a GPipe backward, say, against
+  /// 1F1B's last stage): [min(k, 3)], [0] = 1. 1 = none (GPUs, the analytic `cpu` preset);
+  /// `stretto profile --device cpu` measures each distance as the time-weighted ratio, over op
+  /// shapes measured both ways, of the mean times at that distance and fresh
+  /// (docs/validation.md).
+  std::array<double, kReuseDistances> host_reuse_factor = unit_reuse_factors();
 
   // --- communication --------------------------------------------------------------------------
   /// NCCL's view of the machine (arch from the device kind, NVLink if the intra-node link is

@@ -97,6 +97,15 @@ constexpr std::array<double, kCommKinds> unit_cold_factors() {
   return a;
 }
 
+/// Reuse distances host_reuse_factor tells apart: 0 (fresh), 1, 2, 3 or more (host_reuse.h).
+inline constexpr size_t kReuseDistances = 4;
+/// host_reuse_factor without effect: 1 at every distance.
+constexpr std::array<double, kReuseDistances> unit_reuse_factors() {
+  std::array<double, kReuseDistances> a{};
+  for (double& x : a) x = 1.0;
+  return a;
+}
+
 /// Resource interference while communication kernels run on a device.
 struct Interference {
   double comm_sm_share = 0;   // fraction of compute capacity taken by active comm kernels
@@ -116,6 +125,11 @@ struct Interference {
   /// With host_cores: the share of the cores that a node's computing devices get while they
   /// outnumber the cores, (0, 1] (AnalyticParams::host_share_efficiency).
   double host_share_efficiency = 1.0;
+  /// With host_compute: a backward op (B, BI or BW) whose activations are stale (k other
+  /// microbatches ran a forward on its device since the forward of its op and microbatch:
+  /// StaleActivations, host_reuse.h) takes host_reuse_factor[min(k, 3)] times its table time;
+  /// [0] is 1, and 1 everywhere = no effect (AnalyticParams::host_reuse_factor).
+  std::array<double, kReuseDistances> host_reuse_factor = unit_reuse_factors();
 };
 
 /// A cost model. Implementations are immutable after construction: every method is const and
