@@ -143,15 +143,8 @@ std::vector<uint8_t> reuse_contexts(const CompiledPlan& cp, const NodeQueries& n
   std::map<int, cost::StaleActivations> by_iteration;
   for (size_t i : order) {
     const OpRecord& o = r.ops[i];
-    const Node& nd = cp.dag.nodes[o.node];
-    if (cp.model.ops[nd.op].kind == OpKind::kOptimizer) continue;
-    cost::StaleActivations& s = by_iteration[o.iteration];
-    const Pass ps = nd.tags.pass;
-    if (nd.recompute || ps == Pass::kF)
-      s.forward(o.device, nd.op, nd.tags.mb());
-    else if (ps == Pass::kB || ps == Pass::kBI || ps == Pass::kBW)
-      dist[i] = static_cast<uint8_t>(
-          cost::StaleActivations::bucket(s.distance(o.device, nd.op, nd.tags.mb())));
+    dist[i] = static_cast<uint8_t>(
+        by_iteration[o.iteration].visit(o.device, cp.dag.nodes[o.node], cp.model));
   }
   return dist;
 }

@@ -556,15 +556,9 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
           const double f = itf.host_cold_factor[static_cast<size_t>(last_comm[d0])];
           if (f != 1.0) t.work = static_cast<int64_t>(std::ceil(static_cast<double>(t.work) * f));
         }
-        if (reuse_model && model.ops[nd.op].kind != OpKind::kOptimizer) {
-          const Pass ps = nd.tags.pass;
-          if (nd.recompute || ps == Pass::kF) {
-            stale.forward(devs[0], nd.op, nd.tags.mb());
-          } else if (ps == Pass::kB || ps == Pass::kBI || ps == Pass::kBW) {
-            const double f = itf.host_reuse_factor[cost::StaleActivations::bucket(
-                stale.distance(devs[0], nd.op, nd.tags.mb()))];
-            if (f != 1.0) t.work = static_cast<int64_t>(std::ceil(static_cast<double>(t.work) * f));
-          }
+        if (reuse_model) {
+          const double f = itf.host_reuse_factor[stale.visit(devs[0], nd, model)];
+          if (f != 1.0) t.work = static_cast<int64_t>(std::ceil(static_cast<double>(t.work) * f));
         }
         t.work += itf.host_op_ns * (1 + since);
         since = 0;

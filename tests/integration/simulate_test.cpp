@@ -485,9 +485,10 @@ TEST(Simulate, BackwardOnStaleActivationsRunsSlower) {
   // followed by k other microbatches' forwards takes the factor at distance k times its time.
   // GPipe runs every forward before every backward on each stage: with M microbatches,
   // microbatch i's backward ops are at distance M - 1 - i. Forwards and the optimizer keep
-  // their time. [1.5, 3] gives distance 1 the factor 1.5 and distance 2 and more 3.
+  // their time. [1.5, 3] gives distance 1 the factor 1.5 and distance 2 and more 3 (6
+  // microbatches: distances up to 5, beyond the 3 the rule tells apart).
   const std::string gpipe = std::string(STRETTO_TEST_DATA) + "/loop/pp2_gpipe_tiny.json";
-  for (int m : {2, 4}) {
+  for (int m : {2, 4, 6}) {
     SCOPED_TRACE(m);
     auto plan = json::parse(std::ifstream(gpipe));
     plan["schedule"]["microbatches"] = m;
