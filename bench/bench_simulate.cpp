@@ -10,6 +10,7 @@
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "plans.h"
@@ -102,7 +103,7 @@ void BM_CompileSimulateFolded(benchmark::State& state) {
   }
   using Clock = std::chrono::steady_clock;
   double compile_ms = 0, build_ms = 0, prepare_ms = 0, run_ms = 0, metrics_ms = 0;
-  size_t nodes = 0, tasks = 0;
+  size_t nodes = 0, tasks = 0, edges = 0, temporal = 0;
   double step_ms = 0;
   bool folded = false;
   for (auto _ : state) {
@@ -126,6 +127,10 @@ void BM_CompileSimulateFolded(benchmark::State& state) {
     run_ms += r->phases.run_ms;
     metrics_ms += r->phases.metrics_ms;
     nodes = s->compiled().dag.nodes.size();
+    edges = s->compiled().dag.edges.size();
+    temporal = static_cast<size_t>(
+        std::count_if(s->compiled().dag.edges.begin(), s->compiled().dag.edges.end(),
+                      [](const stretto::Edge& e) { return e.kind == stretto::EdgeKind::kTemporal; }));
     tasks = r->program.tasks.size();
     step_ms = static_cast<double>(r->step_time) / 1e6;
     folded = r->folded;
@@ -138,6 +143,8 @@ void BM_CompileSimulateFolded(benchmark::State& state) {
   state.counters["run_ms"] = C(run_ms, C::kAvgIterations);
   state.counters["metrics_ms"] = C(metrics_ms, C::kAvgIterations);
   state.counters["nodes"] = static_cast<double>(nodes);
+  state.counters["edges"] = static_cast<double>(edges);
+  state.counters["temporal_edges"] = static_cast<double>(temporal);
   state.counters["tasks"] = static_cast<double>(tasks);
   state.counters["step_ms"] = step_ms;
   state.counters["peak_rss_MiB"] = peak_rss_mib();

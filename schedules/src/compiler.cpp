@@ -54,7 +54,7 @@ void TrainingDag::finalize() {
   std::vector<uint32_t> sf(succ_begin.begin(), succ_begin.end() - 1);
   std::vector<uint32_t> pf(pred_begin.begin(), pred_begin.end() - 1);
   for (uint32_t i = 0; i < edges.size(); ++i) {
-    succ[sf[edges[i].from]++] = i;
+    succ[sf[edges[i].from]++] = edges[i].to;
     pred[pf[edges[i].to]++] = i;
   }
   // Memory effects by node, stably (a counting sort: node ids are dense).
@@ -93,7 +93,7 @@ std::string TrainingDag::node_name(uint32_t id, const ModelGraph& m) const {
       return fmt::format("{} ({}) on {}", n.tags.str(), op, devs(n.devs));
     case NodeKind::kTransfer:
       return fmt::format("send {} {} -> {} ({}, from {} to {})", comm_purpose_name(n.purpose),
-                         n.tags.str(), n.consumer_tags.str(), op, devs(n.devs), devs(n.devs2));
+                         n.tags.str(), consumer_tags_of(n).str(), op, devs(n.devs), devs(n.devs2));
     case NodeKind::kCollective:
       return fmt::format("{} {} {}{} ({}) on {}", comm_kind_name(n.comm),
                          comm_purpose_name(n.purpose), n.tags.str(),
@@ -729,8 +729,10 @@ uint32_t Compiler::cross(uint32_t prod, uint32_t cons, int mb, Pass pass, CommPu
   const uint32_t to_op = purpose == CommPurpose::kGradient ? prod : cons;
   n.tags = unit_tags(from_op, mb);
   n.tags.pass = pass;
-  n.consumer_tags = unit_tags(to_op, mb);
-  n.consumer_tags.pass = pass;
+  Tags ct = unit_tags(to_op, mb);
+  ct.pass = pass;
+  n.consumer = static_cast<uint32_t>(cp_.dag.consumer_tags.size());
+  cp_.dag.consumer_tags.push_back(ct);
   n.op = prod;
   n.devs = src;
   n.devs2 = dst;
@@ -988,7 +990,20 @@ void Compiler::build_nodes() {
     return out;
   };
 
+  const size_t nodes0 = dag.nodes.size(), edges0 = dag.edges.size(), mem0 = dag.mem.size();
   for (int mb = 0; mb < M_; ++mb) {
+    // Every microbatch emits about as much as the first: reserve once, not by doubling (the
+    // copies and page faults of the growth were a tenth of a big plan's compile).
+    if (mb == 1) {
+      const size_t m = static_cast<size_t>(M_);
+      // (plus a barrier per order group, as order_and_lower adds on one class of devices)
+      size_t groups = 0;
+      for (const auto& d : plan_.schedule)
+        if (d.op == DirectiveOp::kOrder) groups += d.groups.size();
+      dag.nodes.reserve(nodes0 + (dag.nodes.size() - nodes0) * m + m + groups + 1024);
+      dag.edges.reserve(edges0 + (dag.edges.size() - edges0) * m + 2 * m + 1024);
+      dag.mem.reserve(mem0 + (dag.mem.size() - mem0) * m + m + 1024);
+    }
     // ---- forward ----
     for (uint32_t o = 0; o < nops(); ++o) unit(o, mb).f = emit_forward(o, mb, false, {});
     // ---- backward, in reverse ----

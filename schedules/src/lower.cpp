@@ -80,21 +80,49 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
     return (static_cast<uint64_t>(static_cast<uint32_t>(pp + 1)) << 32) |
            (static_cast<uint64_t>(static_cast<uint32_t>(mb + 1)) << 4) | static_cast<uint64_t>(p);
   };
-  std::unordered_map<uint64_t, std::vector<uint32_t>> by_key;
-  std::vector<uint32_t> orderable;
-  for (uint32_t i = 0; i < dag.nodes.size(); ++i) {
-    const Node& n = dag.nodes[i];
-    if (n.kind != NodeKind::kCompute && n.kind != NodeKind::kCollective) continue;
-    by_key[key(n.tags.pp(), n.tags.mb(), n.tags.pass)].push_back(i);
-    orderable.push_back(i);
+  // Orderable nodes by (PP, MB, PASS) key, as one CSR: key_of maps a key to its slot (nodes of
+  // one region pass are made one after another, so the map is asked once per run of a key).
+  std::unordered_map<uint64_t, uint32_t> key_of;
+  std::vector<uint32_t> orderable, slot_of_node, key_begin;
+  orderable.reserve(dag.nodes.size());
+  slot_of_node.reserve(dag.nodes.size());
+  {
+    uint64_t last = UINT64_MAX;
+    uint32_t slot = 0;
+    for (uint32_t i = 0; i < dag.nodes.size(); ++i) {
+      const Node& n = dag.nodes[i];
+      if (n.kind != NodeKind::kCompute && n.kind != NodeKind::kCollective) continue;
+      const uint64_t k = key(n.tags.pp(), n.tags.mb(), n.tags.pass);
+      if (k != last) {
+        slot = key_of.try_emplace(k, static_cast<uint32_t>(key_of.size())).first->second;
+        last = k;
+        if (slot + 2 > key_begin.size()) key_begin.resize(slot + 2, 0);
+      }
+      ++key_begin[slot + 1];
+      orderable.push_back(i);
+      slot_of_node.push_back(slot);
+    }
+  }
+  for (size_t k = 1; k < key_begin.size(); ++k) key_begin[k] += key_begin[k - 1];
+  std::vector<uint32_t> by_key(orderable.size());  // node ids ascending within a key
+  {
+    std::vector<uint32_t> fill(key_begin.begin(), key_begin.empty() ? key_begin.end()
+                                                                     : key_begin.end() - 1);
+    for (size_t j = 0; j < orderable.size(); ++j) by_key[fill[slot_of_node[j]]++] = orderable[j];
   }
   auto match = [&](const Filter& f, std::vector<uint32_t>& out) {
     const auto& c = f.cond;
     const size_t before = out.size();
     if (c[0].kind == TagCond::kEquals && c[3].kind == TagCond::kEquals && f.pass) {
-      if (auto it = by_key.find(key(c[0].value, c[3].value, *f.pass)); it != by_key.end())
-        for (uint32_t i : it->second)
-          if (f.matches(dag.nodes[i].tags)) out.push_back(i);
+      if (auto it = key_of.find(key(c[0].value, c[3].value, *f.pass)); it != key_of.end()) {
+        const uint32_t* first = by_key.data() + key_begin[it->second];
+        const uint32_t* last = by_key.data() + key_begin[it->second + 1];
+        if (c[1].kind == TagCond::kAny && c[2].kind == TagCond::kAny)  // the key is the filter
+          out.insert(out.end(), first, last);
+        else
+          for (const uint32_t* i = first; i != last; ++i)
+            if (f.matches(dag.nodes[*i].tags)) out.push_back(*i);
+      }
     } else {
       for (uint32_t i : orderable)
         if (f.matches(dag.nodes[i].tags)) out.push_back(i);
@@ -118,13 +146,64 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
   }
   std::vector<int32_t> rank(dag.nodes.size(), -1);
   bool ok = true;
-  std::vector<uint32_t> members, cls;
+  std::vector<uint32_t> members, cls, feeds;
+  // Temporal edges (about two per ordered node, through barriers) and barriers (at most one
+  // per group and class, each joining at least two nodes), reserved once: growing the node
+  // array by doubling copied it whole.
+  {
+    size_t groups = 0;
+    for (const auto& d : cp.plan.schedule)
+      if (d.op == DirectiveOp::kOrder) groups += d.groups.size();
+    dag.edges.reserve(dag.edges.size() + 2 * orderable.size() + 1024);
+    const size_t barriers = std::min(groups * ncls, orderable.size() / 2 + 1);
+    dag.nodes.reserve(dag.nodes.size() + barriers);
+    rank.reserve(dag.nodes.size() + barriers);
+  }
   std::vector<std::vector<uint32_t>> prev_group(ncls);  // per class: last non-empty projection
+  std::vector<std::vector<uint32_t>> prev_sinks(ncls);  // ... its members no member depends on
+  std::vector<uint32_t> sources, sinks;
+  // Group g of a class waits for group g - 1 through the ends of the groups' own dataflow: a
+  // member that depends on another member (data edge) already waits through it, and a member
+  // on which another depends is already waited for. So only the sinks of g - 1 and the sources
+  // of g need temporal edges; the rest follows transitively, for every instance on every
+  // device (a data edge's instance on a device depends on its producer's instance there).
+  // The order is the same, since a node becomes ready when its last predecessor is done
+  // either way; only the edge count drops (on a DualPipeV plan, from two per ordered node to
+  // a few per group).
+  std::vector<uint32_t> stamp(dag.nodes.size(), 0), has_succ(dag.nodes.size(), 0);
+  uint32_t serial = 0;
+  auto ends_of = [&](const std::vector<uint32_t>& b) {
+    ++serial;
+    for (uint32_t m : b) stamp[m] = serial;
+    sources.clear();
+    sinks.clear();
+    for (uint32_t m : b) {
+      bool source = true;
+      for (uint32_t k = in_begin[m]; k < in_begin[m + 1]; ++k)
+        if (stamp[in_src[k]] == serial && in_src[k] != m) {
+          source = false;
+          has_succ[in_src[k]] = serial;
+        }
+      if (source) sources.push_back(m);
+    }
+    for (uint32_t m : b)
+      if (has_succ[m] != serial) sinks.push_back(m);
+  };
+  // Whether two sorted projections share a member (then every pair is kept: a node ordered
+  // after itself is a contradiction the deadlock check must see whole).
+  auto share = [](const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+    for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
+      if (a[i] == b[j]) return true;
+      a[i] < b[j] ? ++i : ++j;
+    }
+    return false;
+  };
   std::vector<int32_t> group_pos(ncls);
   std::vector<std::vector<uint32_t>> proj(ncls);
   for (const auto& d : cp.plan.schedule) {
     if (d.op != DirectiveOp::kOrder) continue;
     for (auto& p : prev_group) p.clear();
+    for (auto& p : prev_sinks) p.clear();
     std::fill(group_pos.begin(), group_pos.end(), 0);
     for (size_t g = 0; g < d.groups.size(); ++g) {
       members.clear();
@@ -151,35 +230,41 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
       const bool overlap = d.groups[g].size() > 1;
       for (uint32_t c = 0; c < ncls; ++c) {
         if (proj[c].empty()) continue;
+        auto& a = prev_group[c];
+        auto& b = proj[c];  // sorted (members are)
+        ends_of(b);
+        const bool whole = !a.empty() && share(a, b);
+        const std::vector<uint32_t>& from = whole ? a : prev_sinks[c];
+        const std::vector<uint32_t>& to = whole ? b : sources;
+        const bool barrier = a.size() > 1 && b.size() > 1;
+        feeds.clear();
         if (overlap) {
           // An overlap group starts as a unit (DualPipe's runtime receives the inputs of both
           // chunks before running the overlapped F&B): each member waits for every transfer
-          // that feeds any member of the group on this device.
-          std::vector<uint32_t> feeds;
-          std::sort(proj[c].begin(), proj[c].end());
-          for (uint32_t m : proj[c])
+          // that feeds any member of the group on this device. Through the group's barrier
+          // when it has one, else directly (to its sources, as above).
+          for (uint32_t m : b)
             for (uint32_t k = in_begin[m]; k < in_begin[m + 1]; ++k) {
               uint32_t t = in_src[k];
               if (dag.nodes[t].kind == NodeKind::kTransfer) feeds.push_back(t);
             }
           std::sort(feeds.begin(), feeds.end());
           feeds.erase(std::unique(feeds.begin(), feeds.end()), feeds.end());
+        }
+        if (!barrier || a.empty())
           for (uint32_t t : feeds)
-            for (uint32_t m : proj[c]) {
+            for (uint32_t m : to) {
               bool direct = false;
               for (uint32_t k = in_begin[m]; k < in_begin[m + 1] && !direct; ++k)
                 direct = in_src[k] == t;
               if (!direct) dag.edges.push_back({t, m, EdgeKind::kTemporal, d.index});
             }
-        }
-        for (uint32_t m : proj[c])
+        for (uint32_t m : b)
           rank[m] = rank[m] < 0 ? group_pos[c] : std::min(rank[m], group_pos[c]);
-        auto& a = prev_group[c];
-        auto& b = proj[c];
         if (!a.empty()) {
-          if (a.size() == 1 || b.size() == 1) {
-            for (uint32_t x : a)
-              for (uint32_t y : b)
+          if (!barrier) {
+            for (uint32_t x : from)
+              for (uint32_t y : to)
                 if (x != y) dag.edges.push_back({x, y, EdgeKind::kTemporal, d.index});
           } else {
             Node bar;
@@ -191,10 +276,12 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
             dag.nodes.push_back(bar);
             rank.push_back(group_pos[c]);
             uint32_t bid = static_cast<uint32_t>(dag.nodes.size() - 1);
-            for (uint32_t x : a) dag.edges.push_back({x, bid, EdgeKind::kTemporal, d.index});
-            for (uint32_t y : b) dag.edges.push_back({bid, y, EdgeKind::kTemporal, d.index});
+            for (uint32_t x : from) dag.edges.push_back({x, bid, EdgeKind::kTemporal, d.index});
+            for (uint32_t t : feeds) dag.edges.push_back({t, bid, EdgeKind::kTemporal, d.index});
+            for (uint32_t y : to) dag.edges.push_back({bid, y, EdgeKind::kTemporal, d.index});
           }
         }
+        prev_sinks[c].assign(sinks.begin(), sinks.end());
         a.swap(b);
         ++group_pos[c];
       }
@@ -238,7 +325,7 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
     ready.pop();
     order.push_back(i);
     for (uint32_t k = dag.succ_begin[i]; k < dag.succ_begin[i + 1]; ++k) {
-      uint32_t j = dag.edges[dag.succ[k]].to;
+      const uint32_t j = dag.succ[k];
       if (rank[j] < 0) eff[j] = std::max(eff[j], eff[i]);
       if (--indeg[j] == 0) ready.push(item(j));
     }

@@ -145,15 +145,28 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
   if (only) {
     kept_first.assign(N, 0);
     kept_count.assign(N, 0);
+    kept_inst.reserve(N);
     // A node's kept instances depend only on its device sets and whether it is a collective:
     // found once per distinct (devs, devs2, collective), not once per node.
+    // (One map lookup per run of nodes with the same key, not one per node.)
     std::unordered_map<uint64_t, std::vector<uint32_t>> kept_of[2];
+    uint64_t last_key = UINT64_MAX;
+    const std::vector<uint32_t>* last = nullptr;
     for (uint32_t n : cp.topo_order) {
       const Node& nd = dag.nodes[n];
       const bool coll = nd.kind == NodeKind::kCollective;
       const uint64_t key = (static_cast<uint64_t>(nd.devs) << 32) | nd.devs2;
+      const uint64_t full_key = key ^ (coll ? uint64_t{1} << 63 : 0);  // devs < 2^31
+      if (full_key == last_key) {
+        kept_first[n] = static_cast<uint32_t>(kept_inst.size());
+        kept_inst.insert(kept_inst.end(), last->begin(), last->end());
+        kept_count[n] = static_cast<uint32_t>(last->size());
+        continue;
+      }
       auto [it, added] = kept_of[coll ? 1 : 0].try_emplace(key);
       std::vector<uint32_t>& insts = it->second;
+      last_key = full_key;
+      last = &insts;
       if (added) {
         for (int d : kept_devices) {
           const uint32_t i = instance_on(n, d);

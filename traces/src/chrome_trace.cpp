@@ -52,7 +52,7 @@ std::string slice_name(const CompiledPlan& cp, uint32_t node) {
       const char* what = n.purpose == CommPurpose::kGradient ? "grad" : "act";
       std::string s = fmt::format("send {}", what);
       if (n.tags.mb() != kAbsent) s += fmt::format(" mb{}", n.tags.mb());
-      return s + fmt::format(" PP{}\u2192PP{}", n.tags.pp(), n.consumer_tags.pp());
+      return s + fmt::format(" PP{}\u2192PP{}", n.tags.pp(), cp.dag.consumer_tags_of(n).pp());
     }
     case NodeKind::kCollective: {
       std::string s = fmt::format("{} {}", comm_kind_name(n.comm), comm_purpose_name(n.purpose));

@@ -95,12 +95,13 @@ struct Node {
   int32_t directive = -1;  // directive that created it (place/replicate/shard/...), -1 = model
   uint16_t region_k = 0;   // fixed cost model: k-th of region_n compute nodes of this
   uint16_t region_n = 1;   //   (PP, MB, PASS) region pass
-  Tags consumer_tags;      // transfer: tags of the receiving side
+  uint32_t consumer = kNone;  // transfer: its receiving side's tags, TrainingDag::consumer_tags
   bool recompute = false;  // a recomputed forward (compute) or one of its collectives
   /// Compute under TP with sequence parallelism: ops that TP replicates (norms, residual adds,
   /// the router) run on this rank's 1/tp of the sequence.
   bool sequence_parallel = false;
 };
+static_assert(sizeof(Node) <= 64, "a node is one cache line (big plans have millions)");
 
 enum class EdgeKind : uint8_t { kData, kTemporal };
 struct Edge {
@@ -144,8 +145,14 @@ struct TrainingDag {
   std::vector<DeviceSet> device_sets;
   std::vector<std::string> streams;  // stream names; 0 = "compute"
   std::vector<MemEffect> mem;        // sorted by node
-  // CSR over edges (both kinds), built by finalize().
-  std::vector<uint32_t> succ_begin, succ;  // successors of node i: succ[succ_begin[i]..[i+1])
+  // Tags of the receiving side of each transfer (Node::consumer): only transfers have them, so
+  // they live here rather than in every node (a node is 64 bytes, and big plans have millions).
+  std::vector<Tags> consumer_tags;
+  const Tags& consumer_tags_of(const Node& n) const { return consumer_tags[n.consumer]; }
+  // CSR over edges (both kinds), built by finalize(): the successor nodes of node i are
+  // succ[succ_begin[i] .. succ_begin[i + 1]) (node ids), its incoming edges are
+  // pred[pred_begin[i] .. pred_begin[i + 1]) (edge ids, for their kind and directive).
+  std::vector<uint32_t> succ_begin, succ;
   std::vector<uint32_t> pred_begin, pred;
 
   void finalize();  // builds the CSR arrays
