@@ -17,6 +17,7 @@
 #include <map>
 #include <queue>
 #include <set>
+#include <span>
 #include <unordered_map>
 
 #include "internal.h"
@@ -66,13 +67,14 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
   std::vector<std::vector<uint32_t>> classes_of_set(nsets);
   for (uint32_t c = 0; c < ncls; ++c)
     for (uint32_t s : sig[cp.classes[c].devices[0]]) classes_of_set[s].push_back(c);
-  auto node_classes = [&](const Node& n, std::vector<uint32_t>& out) {
-    out.clear();
-    if (n.kind == NodeKind::kBarrier) return;
+  // The classes a node runs on (a transfer: both ends'); `out` is scratch for transfers.
+  auto node_classes = [&](const Node& n, std::vector<uint32_t>& out) -> std::span<const uint32_t> {
+    if (n.kind == NodeKind::kBarrier) return {};
+    if (n.devs2 == kNone) return classes_of_set[n.devs];
     out = classes_of_set[n.devs];
-    if (n.devs2 != kNone)
-      for (uint32_t c : classes_of_set[n.devs2])
-        if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+    for (uint32_t c : classes_of_set[n.devs2])
+      if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+    return out;
   };
 
   // ---- order directives ----
@@ -224,8 +226,7 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
       members.erase(std::unique(members.begin(), members.end()), members.end());
       for (auto& p : proj) p.clear();
       for (uint32_t m : members) {
-        node_classes(dag.nodes[m], cls);
-        for (uint32_t c : cls) proj[c].push_back(m);
+        for (uint32_t c : node_classes(dag.nodes[m], cls)) proj[c].push_back(m);
       }
       const bool overlap = d.groups[g].size() > 1;
       for (uint32_t c = 0; c < ncls; ++c) {
@@ -433,8 +434,7 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
   for (uint32_t i : order) {
     const Node& nd = dag.nodes[i];
     if (nd.kind == NodeKind::kBarrier) continue;
-    node_classes(nd, cls);
-    for (uint32_t c : cls) {
+    for (uint32_t c : node_classes(nd, cls)) {
       cp.classes[c].program.push_back(i);
       cp.classes[c].streams[nd.stream].push_back(i);
     }

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
+#include <span>
 
 #include "plans.h"
 #include "stretto/sim/engine.h"
@@ -552,4 +554,86 @@ TEST(Simulate, DevicesBeyondTheHostCoresTakeTurns) {
     if (s > 1.5f) ++slowed;
   }
   EXPECT_GT(slowed, 0);
+}
+
+// `order` semantics, checked on the simulated timings rather than on the DAG (the compiler joins
+// consecutive groups through their dataflow ends only, and relies on transitivity for the rest):
+// on every device, every compute op of a group starts after every compute op of the previous
+// non-empty group of the same directive has ended, and every op of an overlap group starts after
+// every transfer feeding any compute op of that group on that device has ended.
+TEST(Simulate, OrderGroupsFollowOneAnotherOnEveryDevice) {
+  std::vector<std::string> plans;
+  for (const char* e : kExamples) plans.push_back(std::string(STRETTO_EXAMPLES) + "/" + e + ".json");
+  for (const char* b : {"1f1b", "dualpipe", "dualpipev", "interleaved-1f1b", "zb-h1", "zb-v"})
+    plans.push_back(std::string(STRETTO_EXAMPLES) + "/builders/" + b + ".json");
+  for (const auto& path : plans) {
+    SCOPED_TRACE(path);
+    auto s = sim::Session::open(path);
+    ASSERT_TRUE(s) << render_all(s.error());
+    auto r = s->simulate();
+    ASSERT_TRUE(r) << render_all(r.error());
+    const auto& cp = s->compiled();
+    const auto& dag = cp.dag;
+    const sim::Program& p = r->program;
+    // compute tasks by device, and the transfers feeding each compute node
+    std::vector<std::vector<uint32_t>> on_device(p.devices.size());
+    std::vector<std::vector<uint32_t>> tasks_of_node(dag.nodes.size());
+    for (uint32_t t = 0; t < p.tasks.size(); ++t) {
+      tasks_of_node[p.tasks[t].node].push_back(t);
+      if (p.tasks[t].kind == sim::TaskKind::kCompute)
+        on_device[static_cast<size_t>(r->device_of(t))].push_back(t);
+    }
+    size_t pairs = 0, feeds = 0;
+    for (const Directive& d : cp.plan.schedule) {
+      if (d.op != DirectiveOp::kOrder) continue;
+      for (size_t dev = 0; dev < on_device.size(); ++dev) {
+        sim::SimTime prev_end = -1;  // latest end in the previous non-empty group on this device
+        for (const auto& group : d.groups) {
+          std::vector<uint32_t> members;
+          for (uint32_t t : on_device[dev])
+            for (const Filter& f : group)
+              if (f.matches(dag.nodes[p.tasks[t].node].tags)) {
+                members.push_back(t);
+                break;
+              }
+          if (members.empty()) continue;
+          sim::SimTime first_start = std::numeric_limits<sim::SimTime>::max(), last_end = -1;
+          for (uint32_t t : members) {
+            first_start = std::min(first_start, r->timing[t].start);
+            last_end = std::max(last_end, r->timing[t].end);
+          }
+          if (prev_end >= 0) {
+            EXPECT_LE(prev_end, first_start) << "directive " << d.index << " device " << dev;
+            ++pairs;
+          }
+          if (group.size() > 1) {  // overlap group: its feeds arrive first
+            sim::SimTime fed = -1;
+            for (uint32_t t : members) {
+              const uint32_t n = p.tasks[t].node;
+              for (uint32_t q = dag.pred_begin[n]; q < dag.pred_begin[n + 1]; ++q) {
+                const uint32_t from = dag.edges[dag.pred[q]].from;
+                if (dag.nodes[from].kind != NodeKind::kTransfer) continue;
+                for (uint32_t x : tasks_of_node[from]) {
+                  const auto parts = std::span(p.participants).subspan(p.tasks[x].part_begin,
+                                                                       p.tasks[x].part_count);
+                  if (std::any_of(parts.begin(), parts.end(),
+                                  [&](const sim::Participant& pa) { return pa.device == dev; })) {
+                    fed = std::max(fed, r->timing[x].end);
+                    ++feeds;
+                  }
+                }
+              }
+            }
+            EXPECT_LE(fed, first_start) << "overlap group of directive " << d.index << " device "
+                                        << dev;
+          }
+          prev_end = last_end;
+        }
+      }
+    }
+    EXPECT_GT(pairs, 0u);
+    if (path.find("dualpipe") != std::string::npos) {
+      EXPECT_GT(feeds, 0u);
+    }
+  }
 }
