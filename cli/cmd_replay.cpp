@@ -172,8 +172,7 @@ int run_replay(const ReplayOpts& o) {
 
 void add_replay_command(CLI::App& app, Commands& out) {
   auto o = std::make_shared<ReplayOpts>();
-  auto* cmd = app.add_subcommand(
-      "replay", "Run the plan for real on LibTorch (one process per device) and measure it");
+  auto* cmd = app.add_subcommand("replay", kReplaySummary);
   cmd->add_option("PLAN", o->plan, "Plan file (JSON)")->required();
   cmd->add_option("--iterations", o->iterations, "Measured steps (default 5)")->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", o->warmup, "Steps run first and not measured (default 1)")

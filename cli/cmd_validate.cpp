@@ -126,10 +126,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
     RunOpts run;
   };
   auto p = std::make_shared<POpts>();
-  auto* prof = app.add_subcommand(
-      "profile",
-      "Replay plans on this host and measure every distinct compute op and collective into a "
-      "profiled cost table");
+  auto* prof = app.add_subcommand("profile", kProfileSummary);
   prof->add_option("PLAN", p->plans, "Plan files (JSON); their measurements are pooled")->required();
   prof->add_option("-o,--output", p->output, "Write the profiled table to FILE");
   prof->add_option("--format", p->format, "table (default on a terminal) or json")
@@ -212,10 +209,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
     RunOpts run;
   };
   auto v = std::make_shared<VOpts>();
-  auto* val = app.add_subcommand(
-      "validate",
-      "Simulate plans (with a profiled table), replay them, and report predicted vs measured "
-      "per step, device and op; several plans also get the ranking's Kendall tau");
+  auto* val = app.add_subcommand("validate", kValidateSummary);
   val->add_option("PLAN", v->plans, "Plan files (JSON)")->required();
   auto* prof_opt = val->add_option(
       "--profile", v->profile,

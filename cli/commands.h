@@ -33,15 +33,38 @@ void add_gui_command(CLI::App& app, Commands& out);
 /// `import kineto`, `compare`.
 void add_loop_commands(CLI::App& app, CLI::App& import_app, Commands& out);
 
-/// `replay` (when the LibTorch backend is built: STRETTO_HAVE_BACKEND).
+/// The commands that run LibTorch live in a second binary, `stretto-backend`, next to `stretto`
+/// (so that `stretto` itself starts without loading LibTorch, about 0.8 s here); `stretto`
+/// forwards them to it (backend_forward.cpp) and lists them in its help with these summaries.
+inline constexpr const char* kReplaySummary =
+    "Run the plan for real on LibTorch (one process per device) and measure it";
+inline constexpr const char* kProfileSummary =
+    "Replay plans on this host and measure every distinct compute op and collective into a "
+    "profiled cost table";
+inline constexpr const char* kValidateSummary =
+    "Simulate plans (with a profiled table), replay them, and report predicted vs measured per "
+    "step, device and op; several plans also get the ranking's Kendall tau";
+/// Whether `name` is one of the commands above.
+bool is_backend_command(const char* name);
+/// Replaces this process with `stretto-backend` from this binary's directory, same arguments;
+/// returns (exit code 2, with a message) only if that fails.
+int exec_backend(int argc, char** argv);
+/// `replay`, `profile`, `validate` as entries of `stretto`'s help (their options are parsed by
+/// `stretto-backend`).
+void add_backend_placeholders(CLI::App& app, Commands& out, int argc, char** argv);
+
+/// `replay` (in `stretto-backend`, when the LibTorch backend is built).
 void add_replay_command(CLI::App& app, Commands& out);
 
-/// `profile`, `validate` (with the backend: STRETTO_HAVE_VALIDATE).
+/// `profile`, `validate` (in `stretto-backend`).
 void add_validate_commands(CLI::App& app, Commands& out);
 
 /// `describe`.
 void add_describe_command(CLI::App& app, Commands& out);
 
+/// Parses the command line and runs the chosen command; returns its exit code (2 for usage
+/// errors, with suggestions for a mistyped command; 1 for internal errors).
+int parse_and_run(CLI::App& app, Commands& cmds, int argc, char** argv);
 /// Prints diagnostics to stderr; returns 2.
 int report(const Diagnostics& ds);
 /// Writes `text` to `path`, or stdout when path is "" or "-". Returns false (and prints) on error.

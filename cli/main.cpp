@@ -1,6 +1,4 @@
 // The `stretto` binary: a thin layer over the library (DESIGN.md §4).
-#include <unistd.h>
-
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -10,30 +8,6 @@
 #include "commands.h"
 #include "output.h"
 #include "usage.h"
-
-namespace stretto::cli {
-
-int report(const Diagnostics& ds) {
-  std::fputs(render_all(ds).c_str(), stderr);
-  return 2;
-}
-
-bool write_output(const std::string& path, const std::string& text) {
-  // A temporary file renamed on success; a failed write (full disk, closed stdout) is an error.
-  auto out = OutputFile::open(path);
-  if (!out) {
-    report(out.error());
-    return false;
-  }
-  out->write(text);
-  return out->commit();
-}
-
-bool stdout_is_tty() {
-  return isatty(STDOUT_FILENO) != 0;
-}
-
-}  // namespace stretto::cli
 
 int main(int argc, char** argv) {
   using namespace stretto::cli;
@@ -56,30 +30,11 @@ int main(int argc, char** argv) {
 #endif
   add_loop_commands(app, *import_app, cmds);
 #ifdef STRETTO_HAVE_BACKEND
-  add_replay_command(app, cmds);
-#endif
-#ifdef STRETTO_HAVE_VALIDATE
-  add_validate_commands(app, cmds);
+  // replay, profile, validate run in stretto-backend (LibTorch), not in this binary.
+  if (argc > 1 && is_backend_command(argv[1])) return exec_backend(argc, argv);
+  add_backend_placeholders(app, cmds, argc, argv);
 #endif
   add_describe_command(app, cmds);
   add_usage_examples(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (int rc = unknown_subcommand(app, argc, argv); rc >= 0) return rc;
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
-  try {
-    for (auto& c : cmds)
-      if (c.app->parsed()) return c.run();
-  } catch (const std::bad_alloc&) {
-    // Not an internal error: the plan needs more memory than this machine could give.
-    std::fputs(out_of_memory_message().c_str(), stderr);
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "internal error: %s\n", e.what());
-    return 1;
-  }
-  return 2;
+  return parse_and_run(app, cmds, argc, argv);
 }

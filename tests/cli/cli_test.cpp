@@ -4,6 +4,9 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -88,4 +91,28 @@ TEST(Cli, CompileDotAndTraceFiles) {
   auto t =
       sh("export chrome " + example("gpt_pp4_dp2_1f1b.json") + " -o /tmp/stretto_cli_trace.json");
   EXPECT_EQ(t.code, 0);
+}
+
+// replay, profile and validate run in build/stretto-backend (it links LibTorch); `stretto` lists
+// them, hands them over with their arguments and exit codes, and does not link LibTorch itself
+// (whose load took ~0.8 s of every command).
+TEST(Cli, BackendCommandsRunInStrettoBackend) {
+  const std::filesystem::path self = STRETTO_BINARY;
+  if (!std::filesystem::exists(self.parent_path() / "stretto-backend"))
+    GTEST_SKIP() << "built without the LibTorch backend";
+  auto h = sh("--help");
+  for (const char* c : {"replay", "profile", "validate"})
+    EXPECT_NE(h.out.find(c), std::string::npos) << c;
+  auto r = sh("replay --help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("--iterations"), std::string::npos) << r.out;  // the backend's options
+  EXPECT_NE(sh("validate --help").out.find("--profile-from"), std::string::npos);
+  EXPECT_EQ(sh("replay /nonexistent/plan.json").code, 2);
+  EXPECT_EQ(sh("profile").code, 2);  // missing PLAN, reported by the backend's parser
+  std::ifstream bin(self, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(bin)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes.find("libtorch_cpu.so"), std::string::npos) << "stretto links LibTorch";
+  std::ifstream backend(self.parent_path() / "stretto-backend", std::ios::binary);
+  const std::string bb((std::istreambuf_iterator<char>(backend)), std::istreambuf_iterator<char>());
+  EXPECT_NE(bb.find("libtorch_cpu.so"), std::string::npos) << "the check above cannot fail";
 }

@@ -1,0 +1,57 @@
+// Helpers every `stretto` binary shares (commands.h).
+#include <unistd.h>
+
+#include <cstdio>
+
+#include <exception>
+#include <new>
+
+#include "commands.h"
+#include "output.h"
+#include "usage.h"
+
+namespace stretto::cli {
+
+int report(const Diagnostics& ds) {
+  std::fputs(render_all(ds).c_str(), stderr);
+  return 2;
+}
+
+bool write_output(const std::string& path, const std::string& text) {
+  // A temporary file renamed on success; a failed write (full disk, closed stdout) is an error.
+  auto out = OutputFile::open(path);
+  if (!out) {
+    report(out.error());
+    return false;
+  }
+  out->write(text);
+  return out->commit();
+}
+
+bool stdout_is_tty() {
+  return isatty(STDOUT_FILENO) != 0;
+}
+
+int parse_and_run(CLI::App& app, Commands& cmds, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (int rc = unknown_subcommand(app, argc, argv); rc >= 0) return rc;
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    for (auto& c : cmds)
+      if (c.app->parsed()) return c.run();
+  } catch (const std::bad_alloc&) {
+    // Not an internal error: the plan needs more memory than this machine could give.
+    std::fputs(out_of_memory_message().c_str(), stderr);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "internal error: %s\n", e.what());
+    return 1;
+  }
+  return 2;
+}
+
+}  // namespace stretto::cli
