@@ -28,7 +28,9 @@ case "$target" in
   *) echo "unknown target $target"; exit 2 ;;
 esac
 log=fuzz/last-run-$target.log
+# Findings (crash-*, leak-*, timeout-*, slow-unit-*) go to fuzz/, not the current directory.
 ./build-fuzz/fuzz/"$target" "$work" -max_total_time="$secs" -max_len="$max_len" -timeout=60 \
+  -artifact_prefix=fuzz/ \
   -rss_limit_mb=4096 -print_final_stats=1 > "$log" 2>&1 || true
 grep -E "^(stat::|Done|SUMMARY)|crash-|deadly|ERROR" "$log" || true
 echo "full log: $log; merge new inputs with: build-fuzz/fuzz/$target -merge=1 $corpus $work"
