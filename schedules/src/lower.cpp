@@ -149,14 +149,14 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
   std::vector<int32_t> rank(dag.nodes.size(), -1);
   bool ok = true;
   std::vector<uint32_t> members, cls, feeds;
-  // Temporal edges (about two per ordered node, through barriers) and barriers (at most one
-  // per group and class, each joining at least two nodes), reserved once: growing the node
-  // array by doubling copied it whole.
+  // Temporal edges (a few per group: its ends and feeds, below) and barriers (at most one per
+  // group and class, each joining at least two nodes), reserved once: growing the node array
+  // by doubling copied it whole. (Underestimates only cost a regrowth.)
   {
     size_t groups = 0;
     for (const auto& d : cp.plan.schedule)
       if (d.op == DirectiveOp::kOrder) groups += d.groups.size();
-    dag.edges.reserve(dag.edges.size() + 2 * orderable.size() + 1024);
+    dag.edges.reserve(dag.edges.size() + std::min(8 * groups * ncls, 2 * orderable.size()) + 1024);
     const size_t barriers = std::min(groups * ncls, orderable.size() / 2 + 1);
     dag.nodes.reserve(dag.nodes.size() + barriers);
     rank.reserve(dag.nodes.size() + barriers);
