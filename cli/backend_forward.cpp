@@ -8,14 +8,21 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include "commands.h"
 
 namespace stretto::cli {
 
+namespace {
+constexpr std::pair<const char*, const char*> kBackendCommands[] = {
+    {"replay", kReplaySummary}, {"profile", kProfileSummary}, {"validate", kValidateSummary}};
+}  // namespace
+
 bool is_backend_command(const char* name) {
-  return std::strcmp(name, "replay") == 0 || std::strcmp(name, "profile") == 0 ||
-         std::strcmp(name, "validate") == 0;
+  for (const auto& [cmd, summary] : kBackendCommands)
+    if (std::strcmp(name, cmd) == 0) return true;
+  return false;
 }
 
 int exec_backend(int argc, char** argv) {
@@ -36,15 +43,8 @@ int exec_backend(int argc, char** argv) {
   return report({d});
 }
 
-void add_backend_placeholders(CLI::App& app, Commands& out, int argc, char** argv) {
-  for (auto [name, summary] : {std::pair{"replay", kReplaySummary},
-                               std::pair{"profile", kProfileSummary},
-                               std::pair{"validate", kValidateSummary}}) {
-    CLI::App* cmd = app.add_subcommand(name, summary);
-    cmd->allow_extras();
-    cmd->prefix_command();
-    out.push_back({cmd, [argc, argv] { return exec_backend(argc, argv); }});
-  }
+void add_backend_placeholders(CLI::App& app) {
+  for (const auto& [name, summary] : kBackendCommands) app.add_subcommand(name, summary);
 }
 
 }  // namespace stretto::cli

@@ -49,9 +49,9 @@ bool is_backend_command(const char* name);
 /// Replaces this process with `stretto-backend` from this binary's directory, same arguments;
 /// returns (exit code 2, with a message) only if that fails.
 int exec_backend(int argc, char** argv);
-/// `replay`, `profile`, `validate` as entries of `stretto`'s help (their options are parsed by
-/// `stretto-backend`).
-void add_backend_placeholders(CLI::App& app, Commands& out, int argc, char** argv);
+/// `replay`, `profile`, `validate` as entries of `stretto`'s help only: main() hands them to
+/// `stretto-backend` before parsing, which parses their options.
+void add_backend_placeholders(CLI::App& app);
 
 /// `replay` (in `stretto-backend`, when the LibTorch backend is built).
 void add_replay_command(CLI::App& app, Commands& out);

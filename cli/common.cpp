@@ -2,7 +2,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-
 #include <exception>
 #include <new>
 

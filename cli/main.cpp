@@ -1,12 +1,7 @@
 // The `stretto` binary: a thin layer over the library (DESIGN.md §4).
-#include <cstdio>
-#include <exception>
-#include <fstream>
-#include <iostream>
-#include <new>
+#include <string>
 
 #include "commands.h"
-#include "output.h"
 #include "usage.h"
 
 int main(int argc, char** argv) {
@@ -32,7 +27,7 @@ int main(int argc, char** argv) {
 #ifdef STRETTO_HAVE_BACKEND
   // replay, profile, validate run in stretto-backend (LibTorch), not in this binary.
   if (argc > 1 && is_backend_command(argv[1])) return exec_backend(argc, argv);
-  add_backend_placeholders(app, cmds, argc, argv);
+  add_backend_placeholders(app);
 #endif
   add_describe_command(app, cmds);
   add_usage_examples(app);

@@ -997,10 +997,8 @@ void Compiler::build_nodes() {
     if (mb == 1) {
       const size_t m = static_cast<size_t>(M_);
       // (plus a barrier per order group, as order_and_lower adds on one class of devices)
-      size_t groups = 0;
-      for (const auto& d : plan_.schedule)
-        if (d.op == DirectiveOp::kOrder) groups += d.groups.size();
-      dag.nodes.reserve(nodes0 + (dag.nodes.size() - nodes0) * m + m + groups + 1024);
+      dag.nodes.reserve(nodes0 + (dag.nodes.size() - nodes0) * m + m +
+                        detail::order_groups(plan_) + 1024);
       dag.edges.reserve(edges0 + (dag.edges.size() - edges0) * m + 2 * m + 1024);
       dag.mem.reserve(mem0 + (dag.mem.size() - mem0) * m + m + 1024);
     }

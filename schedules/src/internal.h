@@ -25,6 +25,14 @@ class DeviceSetTable {
   std::map<std::pair<std::vector<int32_t>, int32_t>, uint32_t> index_;
 };
 
+/// Groups over all `order` directives (each adds at most one barrier per class of devices).
+inline size_t order_groups(const Plan& plan) {
+  size_t n = 0;
+  for (const auto& d : plan.schedule)
+    if (d.op == DirectiveOp::kOrder) n += d.groups.size();
+  return n;
+}
+
 /// Adds temporal edges for `order` directives, lowers to per-class programs and checks for
 /// deadlocks. Appends diagnostics on failure.
 bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagnostics& diags);

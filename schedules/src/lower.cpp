@@ -153,9 +153,7 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
   // group and class, each joining at least two nodes), reserved once: growing the node array
   // by doubling copied it whole. (Underestimates only cost a regrowth.)
   {
-    size_t groups = 0;
-    for (const auto& d : cp.plan.schedule)
-      if (d.op == DirectiveOp::kOrder) groups += d.groups.size();
+    const size_t groups = order_groups(cp.plan);
     dag.edges.reserve(dag.edges.size() + std::min(8 * groups * ncls, 2 * orderable.size()) + 1024);
     const size_t barriers = std::min(groups * ncls, orderable.size() / 2 + 1);
     dag.nodes.reserve(dag.nodes.size() + barriers);
