@@ -4,6 +4,8 @@
 #   plan_fuzz     plan JSON -> parse -> compile -> simulate; seeds: examples/, tests/data/schedules/
 #   csv_fuzz      torch action CSV importer; seeds: tests/data/builders/*.csv, fuzz/corpus-csv/
 #   profile_fuzz  measured cost table reader; seeds: tests/data/costmodel/, fuzz/corpus-profile/
+#   sweep_fuzz    sweep spec (inline base plan) -> grid -> point plans -> compile, estimate,
+#                 folded simulation; seeds: fuzz/corpus-sweep/ (the example specs, base inlined)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
@@ -25,6 +27,10 @@ case "$target" in
     work=fuzz/corpus-profile-work; corpus=fuzz/corpus-profile; max_len=16384
     mkdir -p "$work"
     cp -n tests/data/costmodel/*.json "$corpus"/* "$work"/ 2>/dev/null || true ;;
+  sweep_fuzz)
+    work=fuzz/corpus-sweep-work; corpus=fuzz/corpus-sweep; max_len=16384
+    mkdir -p "$work"
+    cp -n "$corpus"/* "$work"/ 2>/dev/null || true ;;
   *) echo "unknown target $target"; exit 2 ;;
 esac
 log=fuzz/last-run-$target.log

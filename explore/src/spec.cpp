@@ -17,7 +17,11 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr size_t kMaxAxisValues = 100000;
-constexpr size_t kMaxGrid = 50'000'000;
+// Grid bounds, so that no spec exhausts the machine or runs for hours before its first point:
+// at most kMaxGrid combinations are evaluated against the constraints (~7 us each), and at most
+// kMaxPoints points are kept in memory (~0.5 KB each) or asked of a sample.
+constexpr size_t kMaxGrid = 10'000'000;
+constexpr size_t kMaxPoints = 1'000'000;
 
 const std::vector<std::string>& known_axes() {
   static const std::vector<std::string> k = {
@@ -114,6 +118,11 @@ class SpecReader {
           error(fmt::format("{}/dims/{}", ptr, i), "a factorisation dimension is tp, pp or dp");
           return out;
         }
+        if (std::find(dims.begin(), dims.end(), d.get<std::string>()) != dims.end()) {
+          error(fmt::format("{}/dims/{}", ptr, i), fmt::format("'{}' is listed twice", d.get<std::string>()),
+                "each of tp, pp and dp at most once");
+          return out;
+        }
         dims.push_back(d.get<std::string>());
       }
     }
@@ -132,13 +141,17 @@ class SpecReader {
         out.push_back(o);
         return;
       }
-      for (int64_t d = 1; d <= rest; ++d)
+      for (int64_t d = 1; d <= rest && out.size() <= kMaxAxisValues; ++d)
         if (rest % d == 0) {
           cur[i] = d;
           self(self, i + 1, rest / d);
         }
     };
     rec(rec, 0, n);
+    if (out.size() > kMaxAxisValues) {
+      error(ptr, fmt::format("the factorisation has more than {} layouts", kMaxAxisValues));
+      out.clear();
+    }
     return out;
   }
 
@@ -266,6 +279,9 @@ Expected<SweepSpec> finish(SweepSpec spec, const JsonSource& src, const Json& ba
       rd.error("/sample", "'sample' is {\"n\": POINTS, \"seed\": S} with n >= 1");
     } else {
       spec.sample_n = s["n"].get<size_t>();
+      if (*spec.sample_n > kMaxPoints)
+        rd.error("/sample/n", fmt::format("a sample has at most {} points", kMaxPoints),
+                 "shard a larger sweep into several specs (or several seeds)");
       if (s.contains("seed")) {
         if (!s["seed"].is_number_integer() || s["seed"] < 0)
           rd.error("/sample/seed", "'seed' must be a non-negative integer");
@@ -383,25 +399,40 @@ Bindings bindings_of(const Json& base_plan, const Json& params) {
 
 Expected<Grid> enumerate(const SweepSpec& spec) {
   Grid g;
+  // The cartesian size, exact up to SIZE_MAX (beyond it only sampling draws from the grid,
+  // axis by axis).
   g.grid_size = 1;
-  for (const auto& a : spec.axes) {
-    if (g.grid_size > kMaxGrid / std::max<size_t>(1, a.values.size())) {
-      g.grid_size = kMaxGrid + 1;
-      break;
+  bool overflow = false;
+  for (const auto& a : spec.axes)
+    if (!overflow && __builtin_mul_overflow(g.grid_size, a.values.size(), &g.grid_size)) {
+      overflow = true;
+      g.grid_size = SIZE_MAX;
     }
-    g.grid_size *= a.values.size();
-  }
   const bool sampled = spec.sample_n.has_value();
+  // Grid-wide errors point at the spec's axes.
+  auto at_axes = [&](Diagnostic d) {
+    d.loc.file = spec.file;
+    d.loc.json_pointer = "/axes";
+    return fail(std::move(d));
+  };
   if (g.grid_size > kMaxGrid && !sampled)
-    return fail(plain(fmt::format("the grid has more than {} points", kMaxGrid),
-                      "add \"sample\": {\"n\": N, \"seed\": S} to draw a random sample"));
-  auto point_at = [&](uint64_t idx) {
+    return at_axes(plain(fmt::format("the grid has {} points, more than the {} a sweep evaluates",
+                                  overflow ? std::string("over 2^64")
+                                           : fmt::format("{}", g.grid_size),
+                                  kMaxGrid),
+                      "add \"sample\": {\"n\": N, \"seed\": S} to draw a random sample, or fewer "
+                      "axis values (a 'layout' axis with 'factorize' lists only the layouts of "
+                      "one device count)"));
+  // Point idx of the grid: the last axis varies fastest. Without `idx`, each axis's value is
+  // drawn at random (a uniform draw from the grid, however large).
+  auto point_at = [&](uint64_t idx, uint64_t* rng) {
     Json p = Json::object();
     for (auto it = spec.axes.rbegin(); it != spec.axes.rend(); ++it) {
-      const Json& v = it->values[idx % it->values.size()];
+      const size_t k = rng ? splitmix(*rng) % it->values.size() : idx % it->values.size();
+      const Json& v = it->values[k];
       idx /= it->values.size();
       if (it->name == "layout")
-        for (const auto& [k, x] : v.items()) p[k] = x;
+        for (const auto& [key, x] : v.items()) p[key] = x;
       else
         p[it->name] = v;
     }
@@ -409,7 +440,8 @@ Expected<Grid> enumerate(const SweepSpec& spec) {
   };
   std::set<std::string> seen;
   Diagnostics errs;
-  auto admit = [&](Json p) -> int {  // 1 kept, 0 pruned, -1 error
+  // 1 kept (its hash in `hash`), 0 pruned or a duplicate, -1 error.
+  auto admit = [&](const Json& p, std::string& hash) -> int {
     Bindings b = bindings_of(spec.base, p);
     for (const auto& c : spec.constraints) {
       auto ok = c.test(b);
@@ -419,39 +451,66 @@ Expected<Grid> enumerate(const SweepSpec& spec) {
       }
       if (!*ok) return 0;
     }
-    std::string h = point_hash(p);
-    if (!seen.insert(h).second) return 0;  // a duplicate value in an axis list
-    g.points.push_back({std::move(p), std::move(h)});
+    hash = point_hash(p);
+    if (!seen.insert(hash).second) return 0;  // a duplicate value in an axis list
     return 1;
   };
-  const size_t full = std::min(g.grid_size, kMaxGrid);
-  if (!sampled || g.grid_size <= 4 * *spec.sample_n || g.grid_size <= 1'000'000) {
-    for (uint64_t i = 0; i < full; ++i) {
-      int r = admit(point_at(i));
+  auto too_many = [&] {
+    return at_axes(plain(
+        fmt::format("the grid keeps more than {} points after its constraints", kMaxPoints),
+        "add \"sample\": {\"n\": N, \"seed\": S}, tighter constraints or fewer axis values"));
+  };
+  std::string hash;
+  if (!sampled) {
+    for (uint64_t i = 0; i < g.grid_size; ++i) {
+      Json p = point_at(i, nullptr);
+      const int r = admit(p, hash);
+      if (r < 0) return fail(std::move(errs));
+      if (r == 0) {
+        ++g.pruned;
+        continue;
+      }
+      if (g.points.size() == kMaxPoints) return too_many();
+      g.points.push_back({std::move(p), std::move(hash)});
+    }
+  } else if (g.grid_size <= 4 * *spec.sample_n || g.grid_size <= 1'000'000) {
+    // Every kept point's grid index, then a seeded partial Fisher-Yates over them, back to grid
+    // order for readable output (indices only: a sample of a few million points holds 8 bytes
+    // per candidate, not the point).
+    std::vector<uint64_t> kept;
+    for (uint64_t i = 0; i < g.grid_size; ++i) {
+      const int r = admit(point_at(i, nullptr), hash);
       if (r < 0) return fail(std::move(errs));
       if (r == 0) ++g.pruned;
+      else kept.push_back(i);
     }
-    if (sampled && g.points.size() > *spec.sample_n) {
-      // Seeded partial Fisher-Yates, then back to grid order for readable output.
+    if (kept.size() > *spec.sample_n) {
       uint64_t s = spec.seed;
-      std::vector<size_t> idx(g.points.size());
+      std::vector<size_t> idx(kept.size());
       for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
       for (size_t i = 0; i < *spec.sample_n; ++i)
         std::swap(idx[i], idx[i + splitmix(s) % (idx.size() - i)]);
       idx.resize(*spec.sample_n);
       std::sort(idx.begin(), idx.end());
-      std::vector<Point> pts;
-      for (size_t i : idx) pts.push_back(std::move(g.points[i]));
-      g.points = std::move(pts);
+      std::vector<uint64_t> chosen;
+      for (size_t i : idx) chosen.push_back(kept[i]);
+      kept = std::move(chosen);
+    }
+    for (uint64_t i : kept) {
+      Json p = point_at(i, nullptr);
+      g.points.push_back({p, point_hash(p)});
     }
   } else {
-    // Huge grid: rejection-sample indices.
+    // Huge grid: rejection-sample points, at most kMaxGrid tries (as many evaluations as a
+    // full grid may take).
     uint64_t s = spec.seed;
-    const size_t tries = 100 * *spec.sample_n;
+    const size_t tries = std::min(kMaxGrid, 100 * *spec.sample_n);
     for (size_t t = 0; t < tries && g.points.size() < *spec.sample_n; ++t) {
-      int r = admit(point_at(splitmix(s) % g.grid_size));
+      Json p = overflow ? point_at(0, &s) : point_at(splitmix(s) % g.grid_size, nullptr);
+      const int r = admit(p, hash);
       if (r < 0) return fail(std::move(errs));
       if (r == 0) ++g.pruned;
+      else g.points.push_back({std::move(p), std::move(hash)});
     }
   }
   return g;

@@ -291,3 +291,36 @@ TEST(Hostile, OutputsAreCheckedFirstAndWrittenAtomically) {
   expect_refusal(sh("simulate " + ex + " --trace " + trace.string() + " --trace-devices 0-99"),
                  "outside devices 0-7");
 }
+
+// Sweep specs whose grid was materialised whole: 7,000 x 7,000 ranges (49 M points, ~25 GB of
+// points held before the first ran), a factorisation over 30 copies of "tp" (~10^17 layouts)
+// and a sample of 10^12 points. Each is now refused at once, at the spec's field.
+TEST(Hostile, SweepSpecsThatWouldExhaustTheMachineAreRefused) {
+  const fs::path dir = tmpdir();
+  const std::string base = example("gpt_pp4_dp2_1f1b.json");
+  auto spec = [&](const std::string& name, nlohmann::json axes, nlohmann::json extra = {}) {
+    nlohmann::json j = {{"base", base}, {"axes", std::move(axes)}};
+    if (!extra.is_null()) j.update(extra);
+    return write_plan(name, j).string();
+  };
+  auto range = [](int to) { return nlohmann::json{{"from", 1}, {"to", to}}; };
+  const Result grid = sh("sweep " +
+                         spec("grid.json", {{"microbatches", range(7000)},
+                                            {"/cluster/inter_node/bandwidth_GBps", range(7000)}}) +
+                         " --db " + (dir / "grid.db").string());
+  expect_refusal(grid, "the grid has 49000000 points");
+  EXPECT_NE(grid.err.find("(/axes)"), std::string::npos) << grid.err;
+  nlohmann::json dims = nlohmann::json::array();
+  for (int i = 0; i < 30; ++i) dims.push_back("tp");
+  const Result fact =
+      sh("sweep " + spec("fact.json", {{"layout", {{"factorize", 1 << 20}, {"dims", dims}}}}) +
+         " --db " + (dir / "fact.db").string());
+  expect_refusal(fact, "'tp' is listed twice");
+  const Result sample =
+      sh("sweep " +
+         spec("sample.json",
+              {{"microbatches", range(100000)}, {"/cluster/inter_node/bandwidth_GBps", range(100000)}},
+              {{"sample", {{"n", 1000000000000LL}, {"seed", 1}}}}) +
+         " --db " + (dir / "sample.db").string());
+  expect_refusal(sample, "a sample has at most 1000000 points");
+}

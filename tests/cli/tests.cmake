@@ -16,3 +16,7 @@ stretto_test(profile_fuzz_replay_test SOURCES ${PROJECT_SOURCE_DIR}/fuzz/replay_
   LIBS stretto::costmodel)
 target_compile_definitions(profile_fuzz_replay_test PRIVATE
   STRETTO_REPLAY_DIRS="${PROJECT_SOURCE_DIR}/fuzz/corpus-profile|${STRETTO_TEST_DATA}/costmodel" STRETTO_REPLAY_MIN=4)
+stretto_test(sweep_fuzz_replay_test SOURCES ${PROJECT_SOURCE_DIR}/fuzz/replay_dirs_test.cpp ${PROJECT_SOURCE_DIR}/fuzz/sweep_fuzz.cpp
+  LIBS stretto::explore)
+target_compile_definitions(sweep_fuzz_replay_test PRIVATE
+  STRETTO_REPLAY_DIRS="${PROJECT_SOURCE_DIR}/fuzz/corpus-sweep" STRETTO_REPLAY_MIN=7)

@@ -148,6 +148,76 @@ TEST(Spec, SampleIsASeededSubsetOfTheGrid) {
   EXPECT_NE(sa, sc);
 }
 
+// Specs that would exhaust the machine or run for hours are refused up front, and a sample of
+// a grid too large to count is still drawn from all of it.
+TEST(Spec, HugeGridsAreRefusedOrSampledWhole) {
+  auto range = [](int to) { return Json{{"from", 1}, {"to", to}}; };
+  // 7,000 x 7,000 combinations: over the 10 M a sweep evaluates, refused before any work.
+  auto big = spec_of({{"base", "gpt_pp4_dp2_1f1b.json"},
+                      {"axes",
+                       {{"microbatches", range(7000)},
+                        {"/cluster/inter_node/bandwidth_GBps", range(7000)}}}});
+  ASSERT_TRUE(big) << render_all(big.error());
+  auto g = enumerate(*big);
+  ASSERT_FALSE(g);
+  EXPECT_NE(g.error()[0].message.find("49000000 points"), std::string::npos)
+      << g.error()[0].message;
+  EXPECT_EQ(g.error()[0].loc.json_pointer, "/axes");
+  EXPECT_NE(g.error()[0].hint.find("sample"), std::string::npos);
+  // A sample is at most 1 M points.
+  auto many = spec_of({{"base", "gpt_pp4_dp2_1f1b.json"},
+                       {"axes", {{"microbatches", range(8)}}},
+                       {"sample", {{"n", 2'000'000}}}});
+  ASSERT_FALSE(many);
+  EXPECT_EQ(many.error()[0].loc.json_pointer, "/sample/n");
+  // A factorisation names each dimension once (30 x "tp" would list ~10^17 layouts).
+  Json dims = Json::array();
+  for (int i = 0; i < 30; ++i) dims.push_back("tp");
+  auto fact = spec_of({{"base", "gpt_pp4_dp2_1f1b.json"},
+                       {"axes", {{"layout", {{"factorize", 1 << 20}, {"dims", dims}}}}}});
+  ASSERT_FALSE(fact);
+  EXPECT_EQ(fact.error()[0].loc.json_pointer, "/axes/layout/dims/1");
+  // 100,000^5 combinations (more than 2^64): a sample draws every axis whole. (Drawing indices
+  // below a saturated count would only ever give the first values of the leading axes.)
+  Json axes = Json::object();
+  for (const char* k : {"microbatches", "/cluster/inter_node/bandwidth_GBps",
+                        "/cluster/intra_node/bandwidth_GBps", "/model/layers", "/model/hidden"})
+    axes[k] = range(100000);
+  auto huge = spec_of({{"base", "gpt_pp4_dp2_1f1b.json"},
+                       {"axes", axes},
+                       {"sample", {{"n", 40}, {"seed", 5}}}});
+  ASSERT_TRUE(huge) << render_all(huge.error());
+  auto h = enumerate(*huge);
+  ASSERT_TRUE(h) << render_all(h.error());
+  EXPECT_EQ(h->grid_size, SIZE_MAX);
+  ASSERT_EQ(h->points.size(), 40u);
+  auto h2 = enumerate(*huge);
+  ASSERT_TRUE(h2);
+  int64_t max_first = 0, max_second = 0;
+  for (size_t i = 0; i < 40; ++i) {
+    EXPECT_EQ(h->points[i].hash, h2->points[i].hash);  // seeded
+    max_first = std::max(max_first, h->points[i].params["microbatches"].get<int64_t>());
+    max_second = std::max(
+        max_second, h->points[i].params["/cluster/inter_node/bandwidth_GBps"].get<int64_t>());
+  }
+  EXPECT_GT(max_first, 50000);
+  EXPECT_GT(max_second, 50000);
+  // 100,000^2 = 10^10 combinations (countable): the draws cover the leading axis too.
+  auto wide = spec_of({{"base", "gpt_pp4_dp2_1f1b.json"},
+                       {"axes",
+                        {{"microbatches", range(100000)},
+                         {"/cluster/inter_node/bandwidth_GBps", range(100000)}}},
+                       {"sample", {{"n", 40}, {"seed", 5}}}});
+  ASSERT_TRUE(wide);
+  auto w = enumerate(*wide);
+  ASSERT_TRUE(w) << render_all(w.error());
+  EXPECT_EQ(w->grid_size, 10'000'000'000u);
+  max_first = 0;
+  for (const auto& p : w->points)
+    max_first = std::max(max_first, p.params["microbatches"].get<int64_t>());
+  EXPECT_GT(max_first, 50000);
+}
+
 TEST(Points, LayoutPointsCompileAndInvalidOnesAreRecorded) {
   auto s = load_spec(data("small.json"));
   ASSERT_TRUE(s) << render_all(s.error());
