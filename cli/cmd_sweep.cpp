@@ -186,7 +186,8 @@ void add_report_options(CLI::App* c, ReportOpts& ro) {
   c->add_option("--format", ro.format, "table (default on a terminal), json or csv")
       ->check(CLI::IsMember({"table", "json", "csv"}));
   c->add_flag("--pareto", ro.pareto, "Print the Pareto front of step time vs peak memory");
-  c->add_option("--top", ro.top, "Print the N fastest feasible points");
+  c->add_option("--top", ro.top, "Print the N fastest feasible points")
+      ->check(CLI::Range(0, 1000000000));
   c->add_option("--emit-best", ro.emit_best, "Write the fastest feasible point as a plan file");
 }
 
@@ -249,7 +250,8 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
   auto* cmd = app.add_subcommand("sweep", "Run a resumable, shardable sweep of what-ifs");
   cmd->add_option("SPEC", o->spec, "Sweep spec (JSON; see docs/sweeps.md)");
   cmd->add_option("--db", o->db, "Results database (default: SPEC's name with .db, per shard)");
-  cmd->add_option("-j,--jobs", o->jobs, "Worker threads (default: all cores)");
+  cmd->add_option("-j,--jobs", o->jobs, "Worker threads (default: all cores)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--shard", o->shard,
                   "Run shard I of N (I/N); default from SLURM_ARRAY_TASK_ID/COUNT when set");
   cmd->add_option("--limit", o->limit, "Stop after N new points (0: all)");
@@ -321,9 +323,12 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
   s->add_option("PLAN", o->plan, "Base plan: its model, cluster, cost model and global batch")
       ->required();
   s->add_option("--devices", o->devices, "Number of devices")->required()->check(CLI::PositiveNumber);
-  s->add_option("--memory-cap", o->cap, "Memory cap per device in GiB (default: the device's)");
-  s->add_option("--budget", o->budget, "Seconds for the simulation phase (default 60)");
-  s->add_option("-j,--jobs", o->jobs, "Worker threads (default: all cores)");
+  s->add_option("--memory-cap", o->cap, "Memory cap per device in GiB (default: the device's)")
+      ->check(CLI::Range(0.0, 1e9));
+  s->add_option("--budget", o->budget, "Seconds for the simulation phase (default 60)")
+      ->check(CLI::Range(0.0, 1e9));
+  s->add_option("-j,--jobs", o->jobs, "Worker threads (default: all cores)")
+      ->check(CLI::Range(1, 1024));
   s->add_option("--emit", o->emit, "Write the best plan to FILE");
   s->add_option("--format", o->search_format, "table (default on a terminal) or json")
       ->check(CLI::IsMember({"table", "json"}));

@@ -76,6 +76,8 @@ int unknown_subcommand(const CLI::App& app, int argc, char** argv) {
       if (argc < 3 || argv[2][0] == '-') return -1;
       for (const CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; }))
         if (s->get_name() == n) {
+          // (only a pure group: `sweep SPEC` has a subcommand, merge, but takes a spec too)
+          if (s->get_require_subcommand_min() == 0) return -1;
           const std::vector<std::string> inner = names_of(*s);
           if (inner.empty()) return -1;
           for (const std::string& m : inner)

@@ -323,4 +323,14 @@ TEST(Hostile, SweepSpecsThatWouldExhaustTheMachineAreRefused) {
               {{"sample", {{"n", 1000000000000LL}, {"seed", 1}}}}) +
          " --db " + (dir / "sample.db").string());
   expect_refusal(sample, "a sample has at most 1000000 points");
+  // 100,000 worker threads were started for a sweep of as many points; a bad option after the
+  // spec was reported as "unknown command 'sweep SPEC'".
+  const std::string small = std::string(STRETTO_TEST_DATA) + "/explore/small.json";
+  const std::string db = " --db " + (dir / "small.db").string();
+  expect_refusal(sh("sweep " + small + db + " -j 100000"), "--jobs: Value 100000 not in range");
+  expect_refusal(sh("sweep " + small + db + " --top -3"), "--top: Value -3 not in range");
+  const Result typo = sh("sweep " + small + db + " --nosuch");
+  expect_refusal(typo, "--nosuch");
+  EXPECT_EQ(typo.err.find("unknown command"), std::string::npos) << typo.err;
+  expect_refusal(sh("search " + base + " --devices 8 --memory-cap -1"), "--memory-cap");
 }
