@@ -184,8 +184,9 @@ Expected<SearchResult> search(const Json& base, const std::string& base_dir,
   std::vector<Cand> cands;
   const auto te = Clock::now();
   const double cap_bytes = cap * static_cast<double>(1LL << 30);
+  const Resolved base_values = base_defaults(base);
   for (size_t i = 0; i < space->size(); ++i) {
-    auto e = (*est)(resolve(base, (*space)[i]));
+    auto e = (*est)(resolve_from(base_values, (*space)[i]));
     if (!e) continue;
     ++res.estimated;
     if (static_cast<double>(e->peak_memory_bytes) > 1.1 * cap_bytes) {

@@ -375,13 +375,17 @@ Expected<SweepSpec> spec_from_canonical(const Json& canonical, const std::string
 }
 
 Bindings bindings_of(const Json& base_plan, const Json& params) {
+  return bindings_from(base_defaults(base_plan), params);
+}
+
+Bindings bindings_from(const Resolved& defaults, const Json& params) {
   Bindings b;
   for (const auto& [k, v] : params.items()) {
     if (v.is_number()) b[k] = v.get<double>();
     else if (v.is_boolean()) b[k] = v.get<bool>() ? 1.0 : 0.0;
     else if (v.is_string()) b[k] = v.get<std::string>();
   }
-  Resolved r = resolve(base_plan, params);
+  const Resolved r = resolve_from(defaults, params);
   b.try_emplace("tp", static_cast<double>(r.tp));
   b.try_emplace("pp", static_cast<double>(r.pp));
   b.try_emplace("dp", static_cast<double>(r.dp));
@@ -440,9 +444,10 @@ Expected<Grid> enumerate(const SweepSpec& spec) {
   };
   std::set<std::string> seen;
   Diagnostics errs;
+  const Resolved defaults = base_defaults(spec.base);  // (not re-read for every point)
   // 1 kept (its hash in `hash`), 0 pruned or a duplicate, -1 error.
   auto admit = [&](const Json& p, std::string& hash) -> int {
-    Bindings b = bindings_of(spec.base, p);
+    Bindings b = bindings_from(defaults, p);
     for (const auto& c : spec.constraints) {
       auto ok = c.test(b);
       if (!ok) {
@@ -516,9 +521,8 @@ Expected<Grid> enumerate(const SweepSpec& spec) {
   return g;
 }
 
-Resolved resolve(const Json& base, const Json& params) {
+Resolved base_defaults(const Json& base) {
   Resolved r;
-  // Defaults from the base plan.
   const Json* sched = base.contains("schedule") ? &base["schedule"] : nullptr;
   const Json* dirs = nullptr;
   if (sched && sched->is_object()) {
@@ -569,7 +573,14 @@ Resolved resolve(const Json& base, const Json& params) {
   if (r.pp <= 0) r.pp = std::max<int>(1, static_cast<int>(place_lists.size()));
   if (base.contains("model") && base["model"].is_object())
     r.microbatch_size = base["model"].value("microbatch_size", int64_t{1});
-  // The point's own values.
+  return r;
+}
+
+Resolved resolve(const Json& base, const Json& params) {
+  return resolve_from(base_defaults(base), params);
+}
+
+Resolved resolve_from(Resolved r, const Json& params) {
   auto num = [&](const char* k, auto& dst) {
     if (params.contains(k) && params[k].is_number())
       dst = static_cast<std::decay_t<decltype(dst)>>(params[k].get<double>());

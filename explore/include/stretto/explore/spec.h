@@ -90,9 +90,14 @@ struct Resolved {
   int64_t global_batch() const { return microbatch_size * microbatches * dp; }
 };
 Resolved resolve(const Json& base_plan, const Json& params);
+/// The base plan's own values, which resolve() completes a point from: read once per spec and
+/// passed to resolve_from() / bindings_from() when many points share the base.
+Resolved base_defaults(const Json& base_plan);
+Resolved resolve_from(Resolved defaults, const Json& params);
 
 /// Constraint bindings of a point: its parameters plus devices, global_batch, stages.
 Bindings bindings_of(const Json& base_plan, const Json& params);
+Bindings bindings_from(const Resolved& defaults, const Json& params);
 
 /// The plan document of a point. Diagnostics say why the point is invalid.
 Expected<Json> point_plan(const Json& base_plan, const Json& params);
