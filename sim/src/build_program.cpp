@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <map>
 #include <span>
@@ -37,6 +39,51 @@ struct Topology {
 // 3 = inter-node in; DCN between islands shares the NIC links (its capacity is a cap).
 uint32_t link_id(int device, int kind) {
   return static_cast<uint32_t>(device) * 4 + kind;
+}
+
+}  // namespace
+
+namespace {
+
+// Cost queries repeat (every microbatch asks the same ones) and cost models are pure
+// (cost_model.h), so each distinct query is answered once per program: the key is the whole
+// query, compared field by field (doubles bit for bit).
+struct QueryKey {
+  std::array<uint64_t, 10> w{};
+  bool operator==(const QueryKey&) const = default;
+};
+struct QueryKeyHash {
+  size_t operator()(const QueryKey& k) const {
+    uint64_t h = 0x9e3779b97f4a7c15ULL;
+    for (uint64_t x : k.w) {
+      h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    }
+    return static_cast<size_t>(h);
+  }
+};
+QueryKey key_of(const cost::ComputeQuery& q) {
+  QueryKey k;
+  k.w = {static_cast<uint64_t>(q.kind) | static_cast<uint64_t>(q.pass) << 8 |
+             static_cast<uint64_t>(q.dtype) << 16,
+         static_cast<uint64_t>(q.gemm.m),
+         static_cast<uint64_t>(q.gemm.n),
+         static_cast<uint64_t>(q.gemm.k),
+         static_cast<uint64_t>(q.gemm.batch),
+         std::bit_cast<uint64_t>(q.flops),
+         static_cast<uint64_t>(q.bytes),
+         static_cast<uint64_t>(static_cast<uint32_t>(q.tp)),
+         static_cast<uint64_t>(static_cast<uint32_t>(q.region_k)),
+         static_cast<uint64_t>(static_cast<uint32_t>(q.region_n))};
+  return k;
+}
+QueryKey key_of(const cost::CommQuery& q) {
+  QueryKey k;
+  k.w[0] = 1ULL << 63 | static_cast<uint64_t>(q.kind) | static_cast<uint64_t>(q.dtype) << 8 |
+           static_cast<uint64_t>(q.crosses_island) << 16;
+  k.w[1] = static_cast<uint64_t>(q.bytes);
+  k.w[2] = static_cast<uint64_t>(static_cast<uint32_t>(q.group_size));
+  k.w[3] = static_cast<uint64_t>(static_cast<uint32_t>(q.nodes_spanned));
+  return k;
 }
 
 }  // namespace
@@ -328,6 +375,8 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
   const bool host_model = itf.host_compute && (itf.host_op_ns > 0 || cold_model || reuse_model);
   std::vector<int64_t> issued_since(host_model ? static_cast<size_t>(D) : 0, 0);
   std::vector<CommKind> last_comm(cold_model ? static_cast<size_t>(D) : 0, CommKind::kNone);
+  std::unordered_map<QueryKey, cost::ComputeCost, QueryKeyHash> compute_memo;
+  std::unordered_map<QueryKey, cost::CommCost, QueryKeyHash> comm_memo;
   for (uint32_t n : cp.topo_order) {
     const Node& nd = dag.nodes[n];
     // Costs are the same for every instance of a node: query once.
@@ -392,7 +441,9 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       q.gemm = g;
       q.flops = flops;
       q.bytes = bytes;
-      cost::ComputeCost c = cm.compute(q);
+      auto [it, fresh] = compute_memo.try_emplace(key_of(q));
+      if (fresh) it->second = cm.compute(q);
+      const cost::ComputeCost c = it->second;
       work = c.ns;
       mem_bound = c.mem_bound;
     } else if (nd.kind == NodeKind::kTransfer || nd.kind == NodeKind::kCollective) {
@@ -425,7 +476,9 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
         q.nodes_spanned = set_nodes_spanned[nd.devs];
         q.crosses_island = set_crosses_island[nd.devs] != 0;
       }
-      cc = cm.comm(q);
+      auto [it, fresh] = comm_memo.try_emplace(key_of(q));
+      if (fresh) it->second = cm.comm(q);
+      cc = it->second;
       work = cc.wire_bytes;
       latency = cc.latency_ns;
       cap = cc.rate_cap;
