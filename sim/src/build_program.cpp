@@ -15,6 +15,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <span>
 #include <unordered_map>
@@ -53,14 +54,55 @@ struct QueryKey {
   bool operator==(const QueryKey&) const = default;
 };
 struct QueryKeyHash {
-  size_t operator()(const QueryKey& k) const {
-    uint64_t h = 0x9e3779b97f4a7c15ULL;
-    for (uint64_t x : k.w) {
-      h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    }
-    return static_cast<size_t>(h);
+  size_t operator()(const QueryKey& k) const {  // independent multiplies, one fold
+    uint64_t h = 0;
+    for (size_t i = 0; i < k.w.size(); ++i) h += (k.w[i] ^ (i + 1)) * 0x9e3779b97f4a7c15ULL;
+    return static_cast<size_t>(h ^ (h >> 29));
   }
 };
+// Open addressing with linear probing over a power-of-two table (no node per entry, no modulo):
+// the lookup is a multiply and, almost always, one 80-byte compare.
+template <class Cost>
+class QueryMemo {
+ public:
+  explicit QueryMemo(size_t expected) {
+    slots_.resize(std::bit_ceil(std::max<size_t>(64, 2 * expected)));
+  }
+  template <class Compute>
+  const Cost& get(const QueryKey& k, Compute&& compute) {
+    size_t i = QueryKeyHash{}(k) & (slots_.size() - 1);
+    for (;; i = (i + 1) & (slots_.size() - 1)) {
+      Slot& s = slots_[i];
+      if (s.value == kEmpty) break;
+      if (s.key == k) return values_[s.value];
+    }
+    if (2 * (values_.size() + 1) > slots_.size()) {  // keep it at most half full
+      std::vector<Slot> old(slots_.size() * 2);
+      old.swap(slots_);
+      for (const Slot& s : old)
+        if (s.value != kEmpty) {
+          size_t j = QueryKeyHash{}(s.key) & (slots_.size() - 1);
+          while (slots_[j].value != kEmpty) j = (j + 1) & (slots_.size() - 1);
+          slots_[j] = s;
+        }
+      i = QueryKeyHash{}(k) & (slots_.size() - 1);
+      while (slots_[i].value != kEmpty) i = (i + 1) & (slots_.size() - 1);
+    }
+    slots_[i] = {k, static_cast<uint32_t>(values_.size())};
+    values_.push_back(compute());
+    return values_.back();
+  }
+
+ private:
+  static constexpr uint32_t kEmpty = UINT32_MAX;
+  struct Slot {
+    QueryKey key;
+    uint32_t value = kEmpty;
+  };
+  std::vector<Slot> slots_;
+  std::deque<Cost> values_;  // (references stay valid as it grows)
+};
+
 QueryKey key_of(const cost::ComputeQuery& q) {
   QueryKey k;
   k.w = {static_cast<uint64_t>(q.kind) | static_cast<uint64_t>(q.pass) << 8 |
@@ -375,8 +417,8 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
   const bool host_model = itf.host_compute && (itf.host_op_ns > 0 || cold_model || reuse_model);
   std::vector<int64_t> issued_since(host_model ? static_cast<size_t>(D) : 0, 0);
   std::vector<CommKind> last_comm(cold_model ? static_cast<size_t>(D) : 0, CommKind::kNone);
-  std::unordered_map<QueryKey, cost::ComputeCost, QueryKeyHash> compute_memo;
-  std::unordered_map<QueryKey, cost::CommCost, QueryKeyHash> comm_memo;
+  QueryMemo<cost::ComputeCost> compute_memo(4 * model.ops.size());  // (~a query per op, pass)
+  QueryMemo<cost::CommCost> comm_memo(model.ops.size());
   for (uint32_t n : cp.topo_order) {
     const Node& nd = dag.nodes[n];
     // Costs are the same for every instance of a node: query once.
@@ -441,9 +483,7 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       q.gemm = g;
       q.flops = flops;
       q.bytes = bytes;
-      auto [it, fresh] = compute_memo.try_emplace(key_of(q));
-      if (fresh) it->second = cm.compute(q);
-      const cost::ComputeCost c = it->second;
+      const cost::ComputeCost c = compute_memo.get(key_of(q), [&] { return cm.compute(q); });
       work = c.ns;
       mem_bound = c.mem_bound;
     } else if (nd.kind == NodeKind::kTransfer || nd.kind == NodeKind::kCollective) {
@@ -476,9 +516,7 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
         q.nodes_spanned = set_nodes_spanned[nd.devs];
         q.crosses_island = set_crosses_island[nd.devs] != 0;
       }
-      auto [it, fresh] = comm_memo.try_emplace(key_of(q));
-      if (fresh) it->second = cm.comm(q);
-      cc = it->second;
+      cc = comm_memo.get(key_of(q), [&] { return cm.comm(q); });
       work = cc.wire_bytes;
       latency = cc.latency_ns;
       cap = cc.rate_cap;
