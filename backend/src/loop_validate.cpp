@@ -59,6 +59,7 @@ class RecordingModel final : public cost::CostModel {
   cost::Interference interference() const override { return inner_.interference(); }
   int64_t dispatch_ns() const override { return inner_.dispatch_ns(); }
   std::string_view name() const override { return inner_.name(); }
+  bool wants_every_query() const override { return true; }
 
   mutable std::vector<cost::ComputeQuery> compute_;
   mutable std::vector<cost::CommQuery> comm_;

@@ -417,6 +417,7 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
   const bool host_model = itf.host_compute && (itf.host_op_ns > 0 || cold_model || reuse_model);
   std::vector<int64_t> issued_since(host_model ? static_cast<size_t>(D) : 0, 0);
   std::vector<CommKind> last_comm(cold_model ? static_cast<size_t>(D) : 0, CommKind::kNone);
+  const bool every_query = cm.wants_every_query();
   QueryMemo<cost::ComputeCost> compute_memo(4 * model.ops.size());  // (~a query per op, pass)
   QueryMemo<cost::CommCost> comm_memo(model.ops.size());
   for (uint32_t n : cp.topo_order) {
@@ -483,7 +484,8 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       q.gemm = g;
       q.flops = flops;
       q.bytes = bytes;
-      const cost::ComputeCost c = compute_memo.get(key_of(q), [&] { return cm.compute(q); });
+      const cost::ComputeCost c =
+          every_query ? cm.compute(q) : compute_memo.get(key_of(q), [&] { return cm.compute(q); });
       work = c.ns;
       mem_bound = c.mem_bound;
     } else if (nd.kind == NodeKind::kTransfer || nd.kind == NodeKind::kCollective) {
@@ -516,7 +518,7 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
         q.nodes_spanned = set_nodes_spanned[nd.devs];
         q.crosses_island = set_crosses_island[nd.devs] != 0;
       }
-      cc = comm_memo.get(key_of(q), [&] { return cm.comm(q); });
+      cc = every_query ? cm.comm(q) : comm_memo.get(key_of(q), [&] { return cm.comm(q); });
       work = cc.wire_bytes;
       latency = cc.latency_ns;
       cap = cc.rate_cap;

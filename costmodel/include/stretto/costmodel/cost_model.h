@@ -133,7 +133,8 @@ struct Interference {
 };
 
 /// A cost model. Implementations are immutable after construction: every method is const and
-/// thread-safe, so one model can serve simulations on parallel threads.
+/// thread-safe, so one model can serve simulations on parallel threads. Answers are pure
+/// functions of the query, so sim::build_program asks each distinct query once per program.
 class CostModel {
  public:
   virtual ~CostModel() = default;
@@ -147,6 +148,9 @@ class CostModel {
   virtual int64_t dispatch_ns() const = 0;
   /// "fixed", "analytic" or "profiled".
   virtual std::string_view name() const = 0;
+  /// True for a model that must see every query, one per DAG node in topological order (a
+  /// wrapper recording them, as `stretto validate` does): build_program then asks each node's.
+  virtual bool wants_every_query() const { return false; }
 };
 
 /// Builds the model named by `spec` for `cluster`. `base_dir` resolves relative table paths.
