@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -263,6 +264,20 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
   out.push_back({merge, [o] {
                    auto first = explore::Store::open_existing(o->merge_in[0]);
                    if (!first) return cli::report(first.error());
+                   // Every input is checked before any is merged: a bad one leaves OUT as it was.
+                   for (size_t i = 1; i < o->merge_in.size(); ++i) {
+                     auto other = explore::Store::open_existing(o->merge_in[i]);
+                     if (!other) return cli::report(other.error());
+                     if (other->spec_hash() != first->spec_hash()) {
+                       Diagnostic d;
+                       d.loc.file = o->merge_in[i];
+                       d.message = fmt::format(
+                           "holds results of another spec (spec hash {}, {} has {})",
+                           other->spec_hash(), o->merge_in[0], first->spec_hash());
+                       d.hint = "merge only the shards of one sweep; nothing was merged";
+                       return cli::report(Diagnostics{d});
+                     }
+                   }
                    auto dst = explore::Store::open(o->merge_out, first->spec(),
                                                    first->spec_hash(), "0/1");
                    if (!dst) return cli::report(dst.error());
@@ -326,7 +341,18 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
   s->add_option("--memory-cap", o->cap, "Memory cap per device in GiB (default: the device's)")
       ->check(CLI::Range(0.0, 1e9));
   s->add_option("--budget", o->budget, "Seconds for the simulation phase (default 60)")
-      ->check(CLI::Range(0.0, 1e9));
+      ->check(CLI::Range(0.0, 1e9))
+      ->check(CLI::Validator(
+          [](const std::string& v) -> std::string {
+            double x = 0;
+            try {
+              x = std::stod(v);
+            } catch (...) {
+              return {};  // (the option's own parse reports it)
+            }
+            return std::isfinite(x) ? std::string() : "--budget must be a finite number of seconds";
+          },
+          "SECONDS"));
   s->add_option("-j,--jobs", o->jobs, "Worker threads (default: all cores)")
       ->check(CLI::Range(1, 1024));
   s->add_option("--emit", o->emit, "Write the best plan to FILE");

@@ -333,4 +333,13 @@ TEST(Hostile, SweepSpecsThatWouldExhaustTheMachineAreRefused) {
   expect_refusal(typo, "--nosuch");
   EXPECT_EQ(typo.err.find("unknown command"), std::string::npos) << typo.err;
   expect_refusal(sh("search " + base + " --devices 8 --memory-cap -1"), "--memory-cap");
+  expect_refusal(sh("search " + base + " --devices 8 --budget nan"), "finite");
+  // Merging shards of two specs committed the first input's points before refusing the second.
+  const std::string resume = std::string(STRETTO_TEST_DATA) + "/explore/resume.json";
+  const std::string other = (dir / "other.db").string(), out = (dir / "merged.db").string();
+  ASSERT_EQ(sh("sweep " + small + db + " --limit 2").code, 0);
+  ASSERT_EQ(sh("sweep " + resume + " --db " + other + " --limit 2").code, 0);
+  expect_refusal(sh("sweep merge " + out + " " + (dir / "small.db").string() + " " + other),
+                 "nothing was merged");
+  EXPECT_FALSE(fs::exists(out));
 }
