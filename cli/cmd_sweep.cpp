@@ -298,7 +298,12 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
          if (!parse_shard(o->shard, si, sn)) return 2;
          auto spec = explore::load_spec(o->spec);
          if (!spec) return cli::report(spec.error());
-         auto grid = explore::enumerate(*spec);
+         const bool tty_err = isatty(STDERR_FILENO) != 0;
+         auto grid = explore::enumerate(*spec, [tty_err](size_t done, size_t of) {
+           if (tty_err)
+             std::fprintf(stderr, "\r\033[Kchecking the grid: %zu of %zu combinations", done, of);
+         });
+         if (tty_err) std::fputs("\r\033[K", stderr);
          if (!grid) return cli::report(grid.error());
          std::string db = o->db;
          if (db.empty()) {

@@ -401,7 +401,8 @@ Bindings bindings_from(const Resolved& defaults, const Json& params) {
   return b;
 }
 
-Expected<Grid> enumerate(const SweepSpec& spec) {
+Expected<Grid> enumerate(const SweepSpec& spec,
+                         const std::function<void(size_t, size_t)>& progress) {
   Grid g;
   // The cartesian size, exact up to SIZE_MAX (beyond it only sampling draws from the grid,
   // axis by axis).
@@ -465,9 +466,13 @@ Expected<Grid> enumerate(const SweepSpec& spec) {
         fmt::format("the grid keeps more than {} points after its constraints", kMaxPoints),
         "add \"sample\": {\"n\": N, \"seed\": S}, tighter constraints or fewer axis values"));
   };
+  auto tick = [&](uint64_t done, uint64_t of) {
+    if (progress && (done & 0xffff) == 0 && done > 0) progress(done, of);
+  };
   std::string hash;
   if (!sampled) {
     for (uint64_t i = 0; i < g.grid_size; ++i) {
+      tick(i, g.grid_size);
       Json p = point_at(i, nullptr);
       const int r = admit(p, hash);
       if (r < 0) return fail(std::move(errs));
@@ -484,6 +489,7 @@ Expected<Grid> enumerate(const SweepSpec& spec) {
     // per candidate, not the point).
     std::vector<uint64_t> kept;
     for (uint64_t i = 0; i < g.grid_size; ++i) {
+      tick(i, g.grid_size);
       const int r = admit(point_at(i, nullptr), hash);
       if (r < 0) return fail(std::move(errs));
       if (r == 0) ++g.pruned;
@@ -511,6 +517,7 @@ Expected<Grid> enumerate(const SweepSpec& spec) {
     uint64_t s = spec.seed;
     const size_t tries = std::min(kMaxGrid, 100 * *spec.sample_n);
     for (size_t t = 0; t < tries && g.points.size() < *spec.sample_n; ++t) {
+      tick(t, tries);
       Json p = overflow ? point_at(0, &s) : point_at(splitmix(s) % g.grid_size, nullptr);
       const int r = admit(p, hash);
       if (r < 0) return fail(std::move(errs));

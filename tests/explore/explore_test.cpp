@@ -218,6 +218,24 @@ TEST(Spec, HugeGridsAreRefusedOrSampledWhole) {
   EXPECT_GT(max_first, 50000);
 }
 
+// Checking a large grid reports its progress (the CLI shows it on a terminal).
+TEST(Spec, EnumerationReportsProgress) {
+  auto s = spec_of({{"base", "gpt_pp4_dp2_1f1b.json"},
+                    {"axes",
+                     {{"microbatches", {{"from", 1}, {"to", 400}}},
+                      {"/cluster/inter_node/bandwidth_GBps", {{"from", 1}, {"to", 350}}}}},
+                    {"constraints", {"microbatches < 0"}}});
+  ASSERT_TRUE(s) << render_all(s.error());
+  std::vector<std::pair<size_t, size_t>> calls;
+  auto g = enumerate(*s, [&](size_t done, size_t of) { calls.emplace_back(done, of); });
+  ASSERT_TRUE(g) << render_all(g.error());
+  EXPECT_TRUE(g->points.empty());
+  EXPECT_EQ(g->pruned, 140000u);
+  ASSERT_EQ(calls.size(), 2u);  // at 65,536 and 131,072 of 140,000
+  EXPECT_EQ(calls[0], std::make_pair(size_t{65536}, size_t{140000}));
+  EXPECT_EQ(calls[1], std::make_pair(size_t{131072}, size_t{140000}));
+}
+
 TEST(Points, LayoutPointsCompileAndInvalidOnesAreRecorded) {
   auto s = load_spec(data("small.json"));
   ASSERT_TRUE(s) << render_all(s.error());

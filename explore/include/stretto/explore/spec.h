@@ -16,6 +16,7 @@
 // does not set from the base plan. Everything is deterministic.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -71,8 +72,11 @@ struct Grid {
 };
 
 /// Expands the grid (or the sample). Constraint errors (unknown name, type mismatch) are
-/// diagnostics; a grid over 50 M points without `sample` is refused.
-Expected<Grid> enumerate(const SweepSpec& spec);
+/// diagnostics; a grid over 10 M combinations without `sample`, or keeping over 1 M points, is
+/// refused (docs/sweeps.md). `progress`, when set, is called with (combinations checked, of how
+/// many) every 2^16 combinations: checking 10 M takes tens of seconds.
+Expected<Grid> enumerate(const SweepSpec& spec,
+                         const std::function<void(size_t, size_t)>& progress = {});
 
 /// Every parameter of a point's plan, the point's own values completed from the base plan.
 struct Resolved {
