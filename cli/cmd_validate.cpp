@@ -157,9 +157,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                          continue;
                        }
                        const size_t skipped_before = samples.skipped();
-                       auto n = samples.add(s->compiled(), s->cost_model(), *r);
-                       if (!n) return report(n.error());
-                       filed += *n;
+                       filed += samples.add(s->compiled(), *r);
                        if (samples.skipped() > skipped_before) oversubscribed.insert(i);
                      }
                    const size_t plans_done = static_cast<size_t>(
@@ -267,9 +265,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                          continue;
                        }
                        if (is_profile) {
-                         auto n = samples.add(s->compiled(), s->cost_model(), *meas);
-                         if (!n) return report(n.error());
-                         profiled += *n;
+                         profiled += samples.add(s->compiled(), *meas);
                        } else {
                          measured[i].push_back(std::move(*meas));
                        }

@@ -44,30 +44,6 @@ std::string series_key(const std::string& op, const std::string& pass, const std
   return fmt::format("{} {} {} {} {} {} {}", op, pass, dt, n, k, batch, size);
 }
 
-// Records the queries sim::build_program makes, in order, answering with the wrapped model.
-class RecordingModel final : public cost::CostModel {
- public:
-  explicit RecordingModel(const cost::CostModel& inner) : inner_(inner) {}
-  cost::ComputeCost compute(const cost::ComputeQuery& q) const override {
-    compute_.push_back(q);
-    return inner_.compute(q);
-  }
-  cost::CommCost comm(const cost::CommQuery& q) const override {
-    comm_.push_back(q);
-    return inner_.comm(q);
-  }
-  cost::Interference interference() const override { return inner_.interference(); }
-  int64_t dispatch_ns() const override { return inner_.dispatch_ns(); }
-  std::string_view name() const override { return inner_.name(); }
-  bool wants_every_query() const override { return true; }
-
-  mutable std::vector<cost::ComputeQuery> compute_;
-  mutable std::vector<cost::CommQuery> comm_;
-
- private:
-  const cost::CostModel& inner_;
-};
-
 // The cost query of every DAG node (compute or comm), as the simulator builds it.
 struct NodeQueries {
   std::vector<int32_t> compute_of, comm_of;  // by node: index into the lists, -1 none
@@ -75,33 +51,21 @@ struct NodeQueries {
   std::vector<cost::CommQuery> comm;
 };
 
-Expected<NodeQueries> node_queries(const CompiledPlan& cp, const cost::CostModel& cm) {
-  RecordingModel rec(cm);
-  (void)sim::build_program(cp, rec);
+NodeQueries node_queries(const CompiledPlan& cp) {
+  sim::CostQueries queries(cp);
   NodeQueries nq;
   nq.compute_of.assign(cp.dag.nodes.size(), -1);
   nq.comm_of.assign(cp.dag.nodes.size(), -1);
-  size_t ci = 0, mi = 0;
   for (uint32_t n : cp.topo_order) {
     const Node& nd = cp.dag.nodes[n];
     if (nd.kind == NodeKind::kCompute) {
-      if (ci >= rec.compute_.size() || rec.compute_[ci].pass != nd.tags.pass ||
-          rec.compute_[ci].kind != cp.model.ops[nd.op].kind)
-        break;
-      nq.compute_of[n] = static_cast<int32_t>(ci++);
+      nq.compute_of[n] = static_cast<int32_t>(nq.compute.size());
+      nq.compute.push_back(queries.compute(nd));
     } else if (nd.kind == NodeKind::kTransfer || nd.kind == NodeKind::kCollective) {
-      if (mi >= rec.comm_.size() || rec.comm_[mi].kind != nd.comm) break;
-      nq.comm_of[n] = static_cast<int32_t>(mi++);
+      nq.comm_of[n] = static_cast<int32_t>(nq.comm.size());
+      nq.comm.push_back(queries.comm(nd));
     }
   }
-  if (ci != rec.compute_.size() || mi != rec.comm_.size()) {
-    Diagnostic d;
-    d.message = "internal: the simulator's cost queries do not follow the plan's node order";
-    d.loc = {cp.plan.file, 0, 0, ""};
-    return fail(std::move(d));
-  }
-  nq.compute = std::move(rec.compute_);
-  nq.comm = std::move(rec.comm_);
   return nq;
 }
 
@@ -196,14 +160,12 @@ std::pair<double, double> alpha_beta(const std::map<int64_t, std::vector<int64_t
 
 }  // namespace
 
-Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostModel& cm,
-                                     const ReplayResult& r) {
-  auto nq = node_queries(cp, cm);
-  if (!nq) return fail(std::move(nq.error()));
+size_t ProfileSamples::add(const CompiledPlan& cp, const ReplayResult& r) {
+  const NodeQueries nq = node_queries(cp);
   const std::vector<CommKind> ctx_of =
-      host_cores_ > 0 ? cold_contexts(cp, *nq, r) : std::vector<CommKind>(r.ops.size());
+      host_cores_ > 0 ? cold_contexts(cp, nq, r) : std::vector<CommKind>(r.ops.size());
   const std::vector<uint8_t> dist_of =
-      host_cores_ > 0 ? reuse_contexts(cp, *nq, r) : std::vector<uint8_t>(r.ops.size(), 0);
+      host_cores_ > 0 ? reuse_contexts(cp, nq, r) : std::vector<uint8_t>(r.ops.size(), 0);
   if (host_cores_ > 0 && r.world_size > host_cores_) {
     ++skipped_;
     // Not filed; its compute ops measure how the processes shared the cores (share_efficiency).
@@ -219,7 +181,7 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
     {
       std::map<int, std::vector<std::pair<int64_t, int>>> edges;  // iteration -> (t, +1 / -1)
       for (const OpRecord& o : r.ops)
-        if (o.iteration >= 0 && o.node < cp.dag.nodes.size() && nq->compute_of[o.node] >= 0 &&
+        if (o.iteration >= 0 && o.node < cp.dag.nodes.size() && nq.compute_of[o.node] >= 0 &&
             o.end_ns > o.start_ns) {
           edges[o.iteration].push_back({o.start_ns, +1});
           edges[o.iteration].push_back({o.end_ns, -1});
@@ -238,9 +200,9 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
     for (size_t i = 0; i < r.ops.size(); ++i) {
       const OpRecord& o = r.ops[i];
       if (o.iteration < 0 || o.node >= cp.dag.nodes.size() || o.end_ns <= o.start_ns) continue;
-      const int32_t ci = nq->compute_of[o.node];
+      const int32_t ci = nq.compute_of[o.node];
       if (ci < 0) continue;
-      std::string series = compute_series(nq->compute[static_cast<size_t>(ci)]);
+      std::string series = compute_series(nq.compute[static_cast<size_t>(ci)]);
       if (series.empty()) continue;
       const Steps& s = steps.at(o.iteration);
       OversubOp op{std::move(series), ctx_of[i], dist_of[i], 0, 0};
@@ -276,7 +238,7 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
   // comm intervals per (device, iteration), for the interference estimate
   std::map<std::pair<int, int>, std::vector<std::pair<int64_t, int64_t>>> comm_busy;
   for (const OpRecord& o : r.ops)
-    if (o.iteration >= 0 && o.node < cp.dag.nodes.size() && nq->comm_of[o.node] >= 0)
+    if (o.iteration >= 0 && o.node < cp.dag.nodes.size() && nq.comm_of[o.node] >= 0)
       comm_busy[{o.device, o.iteration}].push_back({o.start_ns, o.end_ns});
   auto overlap = [&](const OpRecord& o) {
     auto it = comm_busy.find({o.device, o.iteration});
@@ -303,8 +265,8 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
     const size_t ctx = static_cast<size_t>(ctx_of[ri]) + cost::kCommKinds * dist_of[ri];
     const int64_t d = o.end_ns - o.start_ns;
     if (d <= 0) continue;
-    if (int32_t ci = nq->compute_of[o.node]; ci >= 0) {
-      const cost::ComputeQuery& q = nq->compute[static_cast<size_t>(ci)];
+    if (int32_t ci = nq.compute_of[o.node]; ci >= 0) {
+      const cost::ComputeQuery& q = nq.compute[static_cast<size_t>(ci)];
       const std::string op(cost::profile_op_name(q.kind)), pass(cost::profile_pass_name(q.pass)),
           dt(cost::profile_dtype_name(q.dtype));
       {
@@ -325,7 +287,7 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
         continue;
       }
       ++filed;
-    } else if (nq->comm_of[o.node] >= 0) {
+    } else if (nq.comm_of[o.node] >= 0) {
       // ... to the last member's result unpacked: the host work before its consumer can run,
       // which the simulator has in the collective's time only
       Span& sp = comm_span[{o.node, o.iteration}];
@@ -334,7 +296,7 @@ Expected<size_t> ProfileSamples::add(const CompiledPlan& cp, const cost::CostMod
     }
   }
   for (const auto& [key, sp] : comm_span) {
-    const cost::CommQuery& q = nq->comm[static_cast<size_t>(nq->comm_of[key.first])];
+    const cost::CommQuery& q = nq.comm[static_cast<size_t>(nq.comm_of[key.first])];
     const int64_t d = sp.last_end - sp.last_start;
     if (q.bytes <= 0 || d <= 0) continue;
     comms_[{std::string(cost::profile_comm_name(q.kind)), q.group_size, q.nodes_spanned}][q.bytes]

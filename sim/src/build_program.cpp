@@ -42,13 +42,10 @@ uint32_t link_id(int device, int kind) {
   return static_cast<uint32_t>(device) * 4 + kind;
 }
 
-}  // namespace
-
-namespace {
-
 // Cost queries repeat (every microbatch asks the same ones) and cost models are pure
-// (cost_model.h), so each distinct query is answered once per program: the key is the whole
-// query, compared field by field (doubles bit for bit).
+// (cost_model.h), so build_program answers each distinct query once: the key is the whole
+// query, compared field by field (doubles bit for bit). Tools that need every node's query ask
+// CostQueries directly.
 struct QueryKey {
   std::array<uint64_t, 10> w{};
   bool operator==(const QueryKey&) const = default;
@@ -70,23 +67,14 @@ class QueryMemo {
   }
   template <class Compute>
   const Cost& get(const QueryKey& k, Compute&& compute) {
-    size_t i = QueryKeyHash{}(k) & (slots_.size() - 1);
-    for (;; i = (i + 1) & (slots_.size() - 1)) {
-      Slot& s = slots_[i];
-      if (s.value == kEmpty) break;
-      if (s.key == k) return values_[s.value];
-    }
+    size_t i = slot_of(k);
+    if (slots_[i].value != kEmpty) return values_[slots_[i].value];
     if (2 * (values_.size() + 1) > slots_.size()) {  // keep it at most half full
       std::vector<Slot> old(slots_.size() * 2);
       old.swap(slots_);
       for (const Slot& s : old)
-        if (s.value != kEmpty) {
-          size_t j = QueryKeyHash{}(s.key) & (slots_.size() - 1);
-          while (slots_[j].value != kEmpty) j = (j + 1) & (slots_.size() - 1);
-          slots_[j] = s;
-        }
-      i = QueryKeyHash{}(k) & (slots_.size() - 1);
-      while (slots_[i].value != kEmpty) i = (i + 1) & (slots_.size() - 1);
+        if (s.value != kEmpty) slots_[slot_of(s.key)] = s;
+      i = slot_of(k);
     }
     slots_[i] = {k, static_cast<uint32_t>(values_.size())};
     values_.push_back(compute());
@@ -99,6 +87,12 @@ class QueryMemo {
     QueryKey key;
     uint32_t value = kEmpty;
   };
+  // The slot holding `k`, or the empty slot where it would go.
+  size_t slot_of(const QueryKey& k) const {
+    size_t i = QueryKeyHash{}(k) & (slots_.size() - 1);
+    while (slots_[i].value != kEmpty && !(slots_[i].key == k)) i = (i + 1) & (slots_.size() - 1);
+    return i;
+  }
   std::vector<Slot> slots_;
   std::deque<Cost> values_;  // (references stay valid as it grows)
 };
@@ -129,6 +123,107 @@ QueryKey key_of(const cost::CommQuery& q) {
 }
 
 }  // namespace
+
+CostQueries::CostQueries(const CompiledPlan& cp)
+    : cp_(cp),
+      nodes_spanned_(cp.dag.device_sets.size(), 0),
+      crosses_island_(cp.dag.device_sets.size(), 0) {}
+
+cost::ComputeQuery CostQueries::compute(const Node& nd) const {
+  const ModelGraph& model = cp_.model;
+  const ModelOp& op = model.ops[nd.op];
+  cost::ComputeQuery q;
+  q.kind = op.kind;
+  q.dtype = model.dtype;
+  q.tp = nd.tp;
+  q.region_k = nd.region_k;
+  q.region_n = nd.region_n;
+  double flops = 0;
+  int64_t bytes = 0;
+  // A recomputed forward does the op's forward work (tagged with its backward's pass).
+  const Pass pass = nd.recompute ? Pass::kF : nd.tags.pass;
+  q.pass = pass;
+  if (op.kind == OpKind::kOptimizer) {
+    // The optimizer step: memory-bound, its HBM bytes per device are on the node (PASS none:
+    // the fixed model gives it no time).
+    q.pass = Pass::kNone;
+    bytes = nd.bytes;
+  }
+  switch (op.kind == OpKind::kOptimizer ? Pass::kNone : pass) {
+    case Pass::kF:
+      flops = op.fwd_flops, bytes = op.fwd_bytes;
+      break;
+    case Pass::kB:
+      flops = op.bi_flops + op.bw_flops, bytes = op.bi_bytes + op.bw_bytes;
+      break;
+    case Pass::kBI:
+      flops = op.bi_flops, bytes = op.bi_bytes;
+      break;
+    case Pass::kBW:
+      flops = op.bw_flops, bytes = op.bw_bytes;
+      break;
+    case Pass::kNone:
+      break;
+  }
+  GemmShape g = op.gemm;
+  const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
+  if (nd.tp > 1 && !split && nd.sequence_parallel) {
+    // Sequence parallelism: replicated ops work on this rank's 1/tp of the tokens.
+    flops /= nd.tp;
+    bytes /= nd.tp;
+    g.m = std::max<int64_t>(1, g.m / nd.tp);
+  }
+  if (nd.tp > 1 && split) {
+    flops /= nd.tp;
+    bytes /= nd.tp;
+    if (op.tp == TpSplit::kColumn)
+      g.n = std::max<int64_t>(1, g.n / nd.tp);
+    else if (op.tp == TpSplit::kRow)
+      g.k = std::max<int64_t>(1, g.k / nd.tp);
+    else if (op.tp == TpSplit::kHeads)
+      g.batch = std::max<int64_t>(1, g.batch / nd.tp);
+  }
+  q.gemm = g;
+  q.flops = flops;
+  q.bytes = bytes;
+  return q;
+}
+
+cost::CommQuery CostQueries::comm(const Node& nd) {
+  const TrainingDag& dag = cp_.dag;
+  const ModelGraph& model = cp_.model;
+  const Topology topo{cp_.plan.cluster};
+  cost::CommQuery q;
+  q.kind = nd.comm;
+  q.bytes = nd.bytes;
+  q.dtype = model.dtype;
+  const auto& ds = dag.device_sets[nd.devs];
+  if (nd.kind == NodeKind::kTransfer) {
+    q.group_size = 2;
+    int a = ds.devices[0], b = dag.device_sets[nd.devs2].devices[0];
+    q.nodes_spanned = topo.node_of(a) == topo.node_of(b) ? 1 : 2;
+    q.crosses_island = topo.island_of(a) != topo.island_of(b);
+  } else {
+    q.group_size = ds.group_size;
+    if (nodes_spanned_[nd.devs] == 0) {
+      std::vector<int> nodes_seen, islands_seen;
+      for (int32_t k = 0; k < ds.group_size; ++k) {
+        int d = ds.devices[k];
+        if (std::find(nodes_seen.begin(), nodes_seen.end(), topo.node_of(d)) ==
+            nodes_seen.end())
+          nodes_seen.push_back(topo.node_of(d));
+        if (std::find(islands_seen.begin(), islands_seen.end(), topo.island_of(d)) ==
+            islands_seen.end())
+          islands_seen.push_back(topo.island_of(d));
+      }
+      nodes_spanned_[nd.devs] = static_cast<int>(nodes_seen.size());
+      crosses_island_[nd.devs] = islands_seen.size() > 1;
+    }
+    q.nodes_spanned = nodes_spanned_[nd.devs];
+    q.crosses_island = crosses_island_[nd.devs] != 0;
+  }
+  return q;
+}
 
 bool shares_host_cores(const CompiledPlan& cp, const cost::Interference& itf) {
   return itf.host_cores > 0 && cp.plan.cluster.devices_per_node > itf.host_cores;
@@ -301,9 +396,6 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
     }
     return {list.data() + begin[inst], begin[inst + 1] - begin[inst]};
   };
-  // Comm cost inputs that depend only on a collective's device set (its first group).
-  std::vector<int> set_nodes_spanned(dag.device_sets.size(), 0);
-  std::vector<char> set_crosses_island(dag.device_sets.size(), 0);
   auto task_of = [&](uint32_t n, uint32_t i) -> uint32_t {
     if (!only) return base[n] + i;
     for (uint32_t k = kept_first[n]; k < kept_first[n] + kept_count[n]; ++k)
@@ -417,7 +509,7 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
   const bool host_model = itf.host_compute && (itf.host_op_ns > 0 || cold_model || reuse_model);
   std::vector<int64_t> issued_since(host_model ? static_cast<size_t>(D) : 0, 0);
   std::vector<CommKind> last_comm(cold_model ? static_cast<size_t>(D) : 0, CommKind::kNone);
-  const bool every_query = cm.wants_every_query();
+  CostQueries queries(cp);
   QueryMemo<cost::ComputeCost> compute_memo(4 * model.ops.size());  // (~a query per op, pass)
   QueryMemo<cost::CommCost> comm_memo(model.ops.size());
   for (uint32_t n : cp.topo_order) {
@@ -428,97 +520,13 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
     bool mem_bound = false;
     cost::CommCost cc;
     if (nd.kind == NodeKind::kCompute) {
-      const ModelOp& op = model.ops[nd.op];
-      cost::ComputeQuery q;
-      q.kind = op.kind;
-      q.pass = nd.tags.pass;
-      q.dtype = model.dtype;
-      q.tp = nd.tp;
-      q.region_k = nd.region_k;
-      q.region_n = nd.region_n;
-      double flops = 0;
-      int64_t bytes = 0;
-      // A recomputed forward does the op's forward work (tagged with its backward's pass).
-      const Pass pass = nd.recompute ? Pass::kF : nd.tags.pass;
-      q.pass = pass;
-      if (op.kind == OpKind::kOptimizer) {
-        // The optimizer step: memory-bound, its HBM bytes per device are on the node (PASS none:
-        // the fixed model gives it no time).
-        q.pass = Pass::kNone;
-        bytes = nd.bytes;
-      }
-      switch (op.kind == OpKind::kOptimizer ? Pass::kNone : pass) {
-        case Pass::kF:
-          flops = op.fwd_flops, bytes = op.fwd_bytes;
-          break;
-        case Pass::kB:
-          flops = op.bi_flops + op.bw_flops, bytes = op.bi_bytes + op.bw_bytes;
-          break;
-        case Pass::kBI:
-          flops = op.bi_flops, bytes = op.bi_bytes;
-          break;
-        case Pass::kBW:
-          flops = op.bw_flops, bytes = op.bw_bytes;
-          break;
-        case Pass::kNone:
-          break;
-      }
-      GemmShape g = op.gemm;
-      const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
-      if (nd.tp > 1 && !split && nd.sequence_parallel) {
-        // Sequence parallelism: replicated ops work on this rank's 1/tp of the tokens.
-        flops /= nd.tp;
-        bytes /= nd.tp;
-        g.m = std::max<int64_t>(1, g.m / nd.tp);
-      }
-      if (nd.tp > 1 && split) {
-        flops /= nd.tp;
-        bytes /= nd.tp;
-        if (op.tp == TpSplit::kColumn)
-          g.n = std::max<int64_t>(1, g.n / nd.tp);
-        else if (op.tp == TpSplit::kRow)
-          g.k = std::max<int64_t>(1, g.k / nd.tp);
-        else if (op.tp == TpSplit::kHeads)
-          g.batch = std::max<int64_t>(1, g.batch / nd.tp);
-      }
-      q.gemm = g;
-      q.flops = flops;
-      q.bytes = bytes;
-      const cost::ComputeCost c =
-          every_query ? cm.compute(q) : compute_memo.get(key_of(q), [&] { return cm.compute(q); });
+      const cost::ComputeQuery q = queries.compute(nd);
+      const cost::ComputeCost c = compute_memo.get(key_of(q), [&] { return cm.compute(q); });
       work = c.ns;
       mem_bound = c.mem_bound;
     } else if (nd.kind == NodeKind::kTransfer || nd.kind == NodeKind::kCollective) {
-      cost::CommQuery q;
-      q.kind = nd.comm;
-      q.bytes = nd.bytes;
-      q.dtype = model.dtype;
-      const auto& ds = dag.device_sets[nd.devs];
-      if (nd.kind == NodeKind::kTransfer) {
-        q.group_size = 2;
-        int a = ds.devices[0], b = dag.device_sets[nd.devs2].devices[0];
-        q.nodes_spanned = topo.node_of(a) == topo.node_of(b) ? 1 : 2;
-        q.crosses_island = topo.island_of(a) != topo.island_of(b);
-      } else {
-        q.group_size = ds.group_size;
-        if (set_nodes_spanned[nd.devs] == 0) {
-          std::vector<int> nodes_seen, islands_seen;
-          for (int32_t k = 0; k < ds.group_size; ++k) {
-            int d = ds.devices[k];
-            if (std::find(nodes_seen.begin(), nodes_seen.end(), topo.node_of(d)) ==
-                nodes_seen.end())
-              nodes_seen.push_back(topo.node_of(d));
-            if (std::find(islands_seen.begin(), islands_seen.end(), topo.island_of(d)) ==
-                islands_seen.end())
-              islands_seen.push_back(topo.island_of(d));
-          }
-          set_nodes_spanned[nd.devs] = static_cast<int>(nodes_seen.size());
-          set_crosses_island[nd.devs] = islands_seen.size() > 1;
-        }
-        q.nodes_spanned = set_nodes_spanned[nd.devs];
-        q.crosses_island = set_crosses_island[nd.devs] != 0;
-      }
-      cc = every_query ? cm.comm(q) : comm_memo.get(key_of(q), [&] { return cm.comm(q); });
+      const cost::CommQuery q = queries.comm(nd);
+      cc = comm_memo.get(key_of(q), [&] { return cm.comm(q); });
       work = cc.wire_bytes;
       latency = cc.latency_ns;
       cap = cc.rate_cap;

@@ -34,9 +34,9 @@ namespace stretto::backend {
 /// Measured samples, pooled over plans, that become a profiled table.
 class ProfileSamples {
  public:
-  /// Adds the measured ops of one replay of `cp` (simulated with `cm` to learn the queries).
-  /// Returns the number of op instances filed.
-  Expected<size_t> add(const CompiledPlan& cp, const cost::CostModel& cm, const ReplayResult& r);
+  /// Adds the measured ops of one replay of `cp`, each under its node's cost query
+  /// (sim::CostQueries). Returns the number of op instances filed.
+  size_t add(const CompiledPlan& cp, const ReplayResult& r);
 
   /// CPU replays: the cores of this host, written into the table as the cost model's
   /// `host_cores` (the cores the `cpu` preset's processes share). A replay with more

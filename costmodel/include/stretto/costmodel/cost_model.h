@@ -148,9 +148,6 @@ class CostModel {
   virtual int64_t dispatch_ns() const = 0;
   /// "fixed", "analytic" or "profiled".
   virtual std::string_view name() const = 0;
-  /// True for a model that must see every query, one per DAG node in topological order (a
-  /// wrapper recording them, as `stretto validate` does): build_program then asks each node's.
-  virtual bool wants_every_query() const { return false; }
 };
 
 /// Builds the model named by `spec` for `cluster`. `base_dir` resolves relative table paths.

@@ -42,6 +42,22 @@ struct SimOptions {
 Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
                       const std::vector<char>* only_devices = nullptr);
 
+/// The cost query of each DAG node, as build_program asks the cost model (one per compute,
+/// transfer or collective node: every instance of a node costs the same). For tools that map
+/// measurements to queries (`stretto profile` and `validate`). build_program answers each
+/// distinct query once, so a cost model does not see one call per node.
+class CostQueries {
+ public:
+  explicit CostQueries(const CompiledPlan& cp);
+  cost::ComputeQuery compute(const Node& n) const;  // n.kind == kCompute
+  cost::CommQuery comm(const Node& n);  // a transfer or collective (caches per device set)
+
+ private:
+  const CompiledPlan& cp_;
+  std::vector<int> nodes_spanned_;    // by device set; 0 = not computed yet
+  std::vector<char> crosses_island_;  // by device set
+};
+
 /// Whether the plan's nodes hold more host-CPU devices than the cost model's `host_cores`, so
 /// that build_program gives them shared hosts (program.h) and simulate does not fold replicas.
 bool shares_host_cores(const CompiledPlan& cp, const cost::Interference& itf);
