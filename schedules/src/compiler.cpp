@@ -270,12 +270,21 @@ class Compiler {
       uint32_t s = unit(o, mb).devs;
       if (std::find(sets.begin(), sets.end(), s) == sets.end()) sets.push_back(s);
     }
+    // Each device once, in first-seen order (a scratch mark per device, cleared after).
     std::vector<int32_t> out;
+    holder_mark_.resize(static_cast<size_t>(cp_.num_devices), 0);
     for (uint32_t s : sets)
-      for (int32_t d : cp_.dag.device_sets[s].devices)
-        if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+      for (int32_t d : cp_.dag.device_sets[s].devices) {
+        if (static_cast<size_t>(d) >= holder_mark_.size()) holder_mark_.resize(static_cast<size_t>(d) + 1, 0);
+        if (!holder_mark_[static_cast<size_t>(d)]) {
+          holder_mark_[static_cast<size_t>(d)] = 1;
+          out.push_back(d);
+        }
+      }
+    for (int32_t d : out) holder_mark_[static_cast<size_t>(d)] = 0;
     return out;
   }
+  std::vector<uint8_t> holder_mark_;
   // Op o's parameters as each holder keeps them: `count` after tensor and expert sharding
   // (before ZeRO), the data-parallel degree R that ZeRO divides by, and the replicate
   // directive (null when none). Shared by the static memory and the optimizer step.

@@ -275,11 +275,12 @@ uint64_t memory_budget_bytes() {
 
 Diagnostics check_memory_budget(const Plan& plan, const JsonSource* src, bool fold_replicas,
                                 bool simulate) {
+  const ResourceEstimate e = estimate_resources(plan, fold_replicas, simulate);
+  const bool set = g_max_memory != 0 || std::getenv("STRETTO_MAX_MEMORY");
+  if (!set && e.total_bytes() <= kUncheckedBytes) return {};
   const uint64_t budget = memory_budget_bytes();
   if (budget == 0) return {};
-  const ResourceEstimate e = estimate_resources(plan, fold_replicas, simulate);
   if (e.total_bytes() <= static_cast<double>(budget)) return {};
-  const bool set = g_max_memory != 0 || std::getenv("STRETTO_MAX_MEMORY");
   std::string msg = fmt::format(
       "this plan needs ~{} to {} ({} DAG nodes{}), more than the {} {}", human_bytes(e.total_bytes()),
       simulate ? "compile and simulate" : "compile", num(e.dag_nodes),

@@ -344,6 +344,42 @@ const JsonSource::Pos* JsonSource::find_pos(const std::string& pointer, bool& ex
   return best;
 }
 
+const Json* JsonSource::find(std::string_view pointer) const {
+  const Json* node = &root_;
+  if (pointer.empty()) return node;
+  if (pointer[0] != '/') return nullptr;
+  size_t at = 0;
+  std::string tok;
+  while (at < pointer.size()) {
+    const size_t next = pointer.find('/', at + 1);
+    const std::string_view raw =
+        pointer.substr(at + 1, next == std::string_view::npos ? std::string_view::npos : next - at - 1);
+    at = next == std::string_view::npos ? pointer.size() : next;
+    if (node->is_object()) {
+      if (raw.find('~') == std::string_view::npos) {
+        tok.assign(raw);
+      } else {
+        tok = pointer_unescape(raw);
+      }
+      auto it = node->find(tok);
+      if (it == node->end()) return nullptr;
+      node = &*it;
+    } else if (node->is_array()) {
+      // An index: digits, no leading zero ("-", past the end, is never a value).
+      if (raw.empty() || raw.size() > 18 || (raw.size() > 1 && raw[0] == '0') ||
+          raw.find_first_not_of("0123456789") != std::string_view::npos)
+        return nullptr;
+      size_t k = 0;
+      for (char c : raw) k = k * 10 + static_cast<size_t>(c - '0');
+      if (k >= node->size()) return nullptr;
+      node = &(*node)[k];
+    } else {
+      return nullptr;
+    }
+  }
+  return node;
+}
+
 SourceLoc JsonSource::loc(const std::string& pointer) const {
   bool exact = false;
   if (const Pos* p = find_pos(pointer, exact)) return SourceLoc{file_, (*p)[0], (*p)[1], pointer};

@@ -112,13 +112,7 @@ class Reader {
  public:
   Reader(const JsonSource& src, Diagnostics& diags) : src_(src), diags_(diags) {}
 
-  const Json* at(const std::string& ptr) const {
-    try {
-      return &src_.root().at(Json::json_pointer(ptr));
-    } catch (...) {
-      return nullptr;
-    }
-  }
+  const Json* at(const std::string& ptr) const { return src_.find(ptr); }
   void error(const std::string& ptr, std::string msg, std::string hint = {}, int directive = -1,
              bool at_key = false) {
     Diagnostic d = src_.error_at(ptr, std::move(msg), std::move(hint), at_key);

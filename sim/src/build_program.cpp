@@ -43,30 +43,31 @@ uint32_t link_id(int device, int kind) {
 }
 
 // Cost queries repeat (every microbatch asks the same ones) and cost models are pure
-// (cost_model.h), so build_program answers each distinct query once: the key is the whole
-// query, compared field by field (doubles bit for bit). Tools that need every node's query ask
-// CostQueries directly.
+// (cost_model.h), so build_program answers each distinct query once. A compute query is a
+// function of a few node fields (node_key: every field CostQueries::compute reads), so those
+// are the key and a repeat costs no query at all; a comm query is keyed by the whole query
+// (its inputs include device-set topology). Keys compare word by word (doubles bit for bit).
+// Tools that need every node's query ask CostQueries directly.
+template <size_t N>
 struct QueryKey {
-  std::array<uint64_t, 10> w{};
+  std::array<uint64_t, N> w{};
   bool operator==(const QueryKey&) const = default;
-};
-struct QueryKeyHash {
-  size_t operator()(const QueryKey& k) const {  // independent multiplies, one fold
+  size_t hash() const {  // independent multiplies, one fold
     uint64_t h = 0;
-    for (size_t i = 0; i < k.w.size(); ++i) h += (k.w[i] ^ (i + 1)) * 0x9e3779b97f4a7c15ULL;
+    for (size_t i = 0; i < N; ++i) h += (w[i] ^ (i + 1)) * 0x9e3779b97f4a7c15ULL;
     return static_cast<size_t>(h ^ (h >> 29));
   }
 };
 // Open addressing with linear probing over a power-of-two table (no node per entry, no modulo):
-// the lookup is a multiply and, almost always, one 80-byte compare.
-template <class Cost>
+// the lookup is a multiply and, almost always, one key compare.
+template <class Key, class Cost>
 class QueryMemo {
  public:
   explicit QueryMemo(size_t expected) {
     slots_.resize(std::bit_ceil(std::max<size_t>(64, 2 * expected)));
   }
   template <class Compute>
-  const Cost& get(const QueryKey& k, Compute&& compute) {
+  const Cost& get(const Key& k, Compute&& compute) {
     size_t i = slot_of(k);
     if (slots_[i].value != kEmpty) return values_[slots_[i].value];
     if (2 * (values_.size() + 1) > slots_.size()) {  // keep it at most half full
@@ -84,12 +85,12 @@ class QueryMemo {
  private:
   static constexpr uint32_t kEmpty = UINT32_MAX;
   struct Slot {
-    QueryKey key;
+    Key key;
     uint32_t value = kEmpty;
   };
   // The slot holding `k`, or the empty slot where it would go.
-  size_t slot_of(const QueryKey& k) const {
-    size_t i = QueryKeyHash{}(k) & (slots_.size() - 1);
+  size_t slot_of(const Key& k) const {
+    size_t i = k.hash() & (slots_.size() - 1);
     while (slots_[i].value != kEmpty && !(slots_[i].key == k)) i = (i + 1) & (slots_.size() - 1);
     return i;
   }
@@ -97,23 +98,20 @@ class QueryMemo {
   std::deque<Cost> values_;  // (references stay valid as it grows)
 };
 
-QueryKey key_of(const cost::ComputeQuery& q) {
-  QueryKey k;
-  k.w = {static_cast<uint64_t>(q.kind) | static_cast<uint64_t>(q.pass) << 8 |
-             static_cast<uint64_t>(q.dtype) << 16,
-         static_cast<uint64_t>(q.gemm.m),
-         static_cast<uint64_t>(q.gemm.n),
-         static_cast<uint64_t>(q.gemm.k),
-         static_cast<uint64_t>(q.gemm.batch),
-         std::bit_cast<uint64_t>(q.flops),
-         static_cast<uint64_t>(q.bytes),
-         static_cast<uint64_t>(static_cast<uint32_t>(q.tp)),
-         static_cast<uint64_t>(static_cast<uint32_t>(q.region_k)),
-         static_cast<uint64_t>(static_cast<uint32_t>(q.region_n))};
+// What CostQueries::compute(nd) depends on besides the plan's model: keep the two in step.
+QueryKey<3> node_key(const Node& nd, const ModelGraph& model) {
+  const bool optimizer = model.ops[nd.op].kind == OpKind::kOptimizer;
+  QueryKey<3> k;
+  k.w = {static_cast<uint64_t>(nd.op) | static_cast<uint64_t>(nd.tags.pass) << 32 |
+             static_cast<uint64_t>(nd.recompute) << 40 |
+             static_cast<uint64_t>(nd.sequence_parallel) << 41,
+         static_cast<uint64_t>(nd.tp) | static_cast<uint64_t>(nd.region_k) << 16 |
+             static_cast<uint64_t>(nd.region_n) << 32,
+         optimizer ? static_cast<uint64_t>(nd.bytes) : 0};
   return k;
 }
-QueryKey key_of(const cost::CommQuery& q) {
-  QueryKey k;
+QueryKey<4> key_of(const cost::CommQuery& q) {
+  QueryKey<4> k;
   k.w[0] = 1ULL << 63 | static_cast<uint64_t>(q.kind) | static_cast<uint64_t>(q.dtype) << 8 |
            static_cast<uint64_t>(q.crosses_island) << 16;
   k.w[1] = static_cast<uint64_t>(q.bytes);
@@ -510,8 +508,8 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
   std::vector<int64_t> issued_since(host_model ? static_cast<size_t>(D) : 0, 0);
   std::vector<CommKind> last_comm(cold_model ? static_cast<size_t>(D) : 0, CommKind::kNone);
   CostQueries queries(cp);
-  QueryMemo<cost::ComputeCost> compute_memo(4 * model.ops.size());  // (~a query per op, pass)
-  QueryMemo<cost::CommCost> comm_memo(model.ops.size());
+  QueryMemo<QueryKey<3>, cost::ComputeCost> compute_memo(4 * model.ops.size());  // (~a query per op, pass)
+  QueryMemo<QueryKey<4>, cost::CommCost> comm_memo(model.ops.size());
   for (uint32_t n : cp.topo_order) {
     const Node& nd = dag.nodes[n];
     // Costs are the same for every instance of a node: query once.
@@ -520,8 +518,8 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
     bool mem_bound = false;
     cost::CommCost cc;
     if (nd.kind == NodeKind::kCompute) {
-      const cost::ComputeQuery q = queries.compute(nd);
-      const cost::ComputeCost c = compute_memo.get(key_of(q), [&] { return cm.compute(q); });
+      const cost::ComputeCost c =
+          compute_memo.get(node_key(nd, model), [&] { return cm.compute(queries.compute(nd)); });
       work = c.ns;
       mem_bound = c.mem_bound;
     } else if (nd.kind == NodeKind::kTransfer || nd.kind == NodeKind::kCollective) {

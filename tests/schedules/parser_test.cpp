@@ -92,3 +92,23 @@ TEST(Parser, FixedCostModelUnits) {
   EXPECT_EQ(plan->costmodel.bi_ns, 1000);  // B split in halves when BI/BW are not given
   EXPECT_EQ(plan->costmodel.bw_ns, 1000);
 }
+
+// JsonSource::find resolves RFC 6901 pointers like nlohmann's at(), returning null (not
+// throwing) where at() would throw.
+TEST(Parser, JsonSourceFindMatchesPointerSemantics) {
+  auto src = JsonSource::parse(R"({"a": {"b/c": [10, 20, {"~k": true}], "": 5}, "n": null})", "p.json");
+  ASSERT_TRUE(src);
+  const std::vector<std::string> ptrs = {"",       "/a",        "/a/b~1c",   "/a/b~1c/0", "/a/b~1c/2/~0k",
+                                         "/a/",    "/n",        "/a/b~1c/3", "/a/b~1c/-", "/a/b~1c/01",
+                                         "/a/b~1c/x", "/zz",    "/a/b~1c/0/q", "a",       "/a/b~1c/-1"};
+  for (const auto& p : ptrs) {
+    const Json* viaNlohmann = nullptr;
+    try {
+      viaNlohmann = &src->root().at(Json::json_pointer(p));
+    } catch (const std::exception&) {
+    }
+    EXPECT_EQ(src->find(p), viaNlohmann) << p;
+  }
+  EXPECT_NE(src->find("/a/b~1c/2/~0k"), nullptr);
+  EXPECT_EQ(src->find("/a/b~1c/-"), nullptr);
+}

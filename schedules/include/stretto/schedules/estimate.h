@@ -50,6 +50,10 @@ uint64_t available_memory_bytes();
 uint64_t memory_budget_bytes();
 void set_max_memory_bytes(uint64_t bytes);
 
+/// Estimates at or under this are not checked against the machine's available memory (reading
+/// it costs file reads, twice per point of a sweep); an explicit budget checks every plan.
+inline constexpr double kUncheckedBytes = 64.0 * (1 << 20);
+
 /// A refusal (with the estimate and the way out) when the estimate exceeds the budget.
 Diagnostics check_memory_budget(const Plan& plan, const JsonSource* src, bool fold_replicas,
                                 bool simulate);

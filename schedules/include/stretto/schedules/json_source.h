@@ -41,6 +41,9 @@ class JsonSource {
   const Json& root() const { return root_; }
   const std::string& file() const { return file_; }
   const std::string& text() const { return text_; }
+  /// The value at JSON pointer `pointer` (RFC 6901), or null when there is none (or the
+  /// pointer is malformed). Unlike nlohmann's at(), a miss costs no exception.
+  const Json* find(std::string_view pointer) const;
 
   /// Location of the value at `pointer` (falls back to the nearest known ancestor).
   SourceLoc loc(const std::string& pointer) const;
