@@ -431,9 +431,12 @@ bool Compiler::apply_tensor_parallel() {
       ok = false;
       continue;
     }
-    std::map<int, size_t> group_of;
-    for (size_t g = 0; g < d.device_groups.size(); ++g)
-      for (int dev : d.device_groups[g]) group_of[dev] = g;
+    // Devices in some TP group of the directive (a flag per device; others are in none).
+    std::vector<char> in_group(static_cast<size_t>(std::max(cp_.num_devices, 0)), 0);
+    for (const auto& grp : d.device_groups)
+      for (int dev : grp)
+        if (dev >= 0 && dev < cp_.num_devices) in_group[static_cast<size_t>(dev)] = 1;
+    int32_t checked_place = -2;  // the place directive whose replicas all passed the check
     size_t matched = 0;
     const std::vector<uint32_t> fops = matching_ops(d.filter);
     for (int mb = 0; mb < M_ && ok; ++mb)
@@ -449,8 +452,9 @@ bool Compiler::apply_tensor_parallel() {
         }
         u.tp_dir = d.index;
         u.tp = static_cast<int>(d.device_groups[0].size());
+        if (u.place == checked_place) continue;  // (the same replicas, already checked)
         for (int dev : u.replicas)
-          if (!group_of.count(dev)) {
+          if (dev < 0 || dev >= cp_.num_devices || !in_group[static_cast<size_t>(dev)]) {
             error(d.pointer + "/devices",
                   fmt::format("{} is placed on device {}, which is in no TP group of this "
                               "directive",
@@ -460,6 +464,7 @@ bool Compiler::apply_tensor_parallel() {
             ok = false;
             break;
           }
+        if (ok) checked_place = u.place;
       }
     if (ok && matched == 0) {
       error(d.pointer + "/filter", fmt::format("filter {} matches nothing", d.filter.str()), "",
@@ -477,11 +482,20 @@ bool Compiler::apply_tensor_parallel() {
   // Units of one (TP directive, place directive) have the same replicas (the place
   // directive's devices): looked up by the two indices first, without copying the replicas.
   std::map<std::pair<int32_t, int32_t>, uint32_t> by_directives;
+  // (Consecutive units mostly share their directives: the last pair is tried first.)
+  std::pair<int32_t, int32_t> last_dirs{INT32_MIN, INT32_MIN};
+  uint32_t last_devs = 0;
   for (int mb = 0; mb < M_; ++mb)
     for (uint32_t o = 0; o < nops(); ++o) {
       UnitInfo& u = unit(o, mb);
+      if (std::make_pair(u.tp_dir, u.place) == last_dirs) {
+        u.devs = last_devs;
+        continue;
+      }
       if (auto it = by_directives.find({u.tp_dir, u.place}); it != by_directives.end()) {
         u.devs = it->second;
+        last_dirs = it->first;
+        last_devs = it->second;
         continue;
       }
       auto key = std::make_pair(u.tp_dir, std::vector<int32_t>(u.replicas.begin(), u.replicas.end()));
@@ -1000,6 +1014,11 @@ void Compiler::build_nodes() {
   };
 
   const size_t nodes0 = dag.nodes.size(), edges0 = dag.edges.size(), mem0 = dag.mem.size();
+  // The first microbatch: a few nodes and edges per op (F, B and their transfers), so it does
+  // not grow from empty by doubling either.
+  dag.nodes.reserve(nodes0 + 4 * nops() + 64);
+  dag.edges.reserve(edges0 + 8 * nops() + 64);
+  dag.mem.reserve(mem0 + 4 * nops() + 64);
   for (int mb = 0; mb < M_; ++mb) {
     // Every microbatch emits about as much as the first: reserve once, not by doubling (the
     // copies and page faults of the growth were a tenth of a big plan's compile).

@@ -238,12 +238,14 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
   Program p;
 
   // ---- links ----
+  // (Names, for reports, only where a simulated device can use the link.)
   p.links.resize(static_cast<size_t>(D) * 4);
   for (int d = 0; d < D; ++d) {
-    p.links[link_id(d, 0)] = {cl.intra_node.bandwidth_GBps, fmt::format("dev{}.intra.out", d)};
-    p.links[link_id(d, 1)] = {cl.intra_node.bandwidth_GBps, fmt::format("dev{}.intra.in", d)};
-    p.links[link_id(d, 2)] = {cl.inter_node.bandwidth_GBps, fmt::format("dev{}.nic.out", d)};
-    p.links[link_id(d, 3)] = {cl.inter_node.bandwidth_GBps, fmt::format("dev{}.nic.in", d)};
+    const bool named = wanted(d);
+    p.links[link_id(d, 0)] = {cl.intra_node.bandwidth_GBps, named ? fmt::format("dev{}.intra.out", d) : ""};
+    p.links[link_id(d, 1)] = {cl.intra_node.bandwidth_GBps, named ? fmt::format("dev{}.intra.in", d) : ""};
+    p.links[link_id(d, 2)] = {cl.inter_node.bandwidth_GBps, named ? fmt::format("dev{}.nic.out", d) : ""};
+    p.links[link_id(d, 3)] = {cl.inter_node.bandwidth_GBps, named ? fmt::format("dev{}.nic.in", d) : ""};
   }
 
   // ---- streams ----

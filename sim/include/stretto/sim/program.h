@@ -84,7 +84,7 @@ struct CounterEffect {
 
 struct Link {
   double capacity = 0;  // bytes per ns (= GB/s)
-  std::string name;     // "node0.nvlink.dev3.out", for reports
+  std::string name;     // "dev3.intra.out", for reports (empty on links no simulated device uses)
 };
 
 inline constexpr uint32_t kNoHost = UINT32_MAX;
