@@ -7,7 +7,7 @@ set -euo pipefail
 pkgs=(cmake g++ make ninja-build ccache pkg-config
       nlohmann-json3-dev libfmt-dev libcli11-dev libboost-graph-dev libeigen3-dev
       libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev graphviz
-      libsqlite3-dev sqlite3 zlib1g-dev
+      libsqlite3-dev sqlite3 zlib1g-dev libjemalloc-dev
       libtorch-dev libgloo-dev libopenblas0-pthread
       libimgui-dev libglfw3-dev libstb-dev xvfb xauth
       slurmctld slurmd slurm-client munge)

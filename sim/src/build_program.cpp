@@ -51,7 +51,11 @@ uint32_t link_id(int device, int kind) {
 template <size_t N>
 struct QueryKey {
   std::array<uint64_t, N> w{};
-  bool operator==(const QueryKey&) const = default;
+  bool operator==(const QueryKey& o) const {  // (word by word, inlined: `= default` calls memcmp)
+    bool eq = true;
+    for (size_t i = 0; i < N; ++i) eq &= w[i] == o.w[i];
+    return eq;
+  }
   size_t hash() const {  // independent multiplies, one fold
     uint64_t h = 0;
     for (size_t i = 0; i < N; ++i) h += (w[i] ^ (i + 1)) * 0x9e3779b97f4a7c15ULL;
