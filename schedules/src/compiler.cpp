@@ -164,7 +164,7 @@ class Compiler {
   bool has_split_ = false;
   std::vector<UnitInfo> units_;  // index mb * nops + op
   std::vector<std::vector<uint32_t>> segments_;  // recompute checkpoint segments: ops, in order
-  std::map<std::string, uint16_t> stream_ids_;
+  std::map<std::string, uint16_t, std::less<>> stream_ids_;
   uint32_t head_op_ = kNone, emb_op_ = kNone;  // tied embeddings on different devices
   bool tied_copy_ = false;
 
@@ -203,10 +203,13 @@ class Compiler {
   SourceLoc loc(const std::string& ptr) const {
     return src_ ? src_->loc(ptr) : SourceLoc{plan_.file, 0, 0, ptr};
   }
-  uint16_t stream(const std::string& name) {
-    auto [it, added] = stream_ids_.emplace(name, static_cast<uint16_t>(cp_.dag.streams.size()));
-    if (added) cp_.dag.streams.push_back(name);
-    return it->second;
+  uint16_t stream(std::string_view name) {
+    // (find first: emplace would build, and free, a map node on every call)
+    if (auto it = stream_ids_.find(name); it != stream_ids_.end()) return it->second;
+    const auto id = static_cast<uint16_t>(cp_.dag.streams.size());
+    stream_ids_.emplace(std::string(name), id);
+    cp_.dag.streams.emplace_back(name);
+    return id;
   }
 
   bool check_devices(const Directive& d);
@@ -549,12 +552,14 @@ bool Compiler::check_replication() {
     }
     const std::vector<uint32_t> fops = matching_ops(d.filter);
     const std::vector<int32_t> want(d.devices.begin(), d.devices.end());
+    int32_t equal_place = -2;  // a place directive whose devices are `want` (its units' replicas)
     for (int mb = 0; mb < M_; ++mb) {
       if (!mb_matches(d.filter, mb)) continue;
       for (uint32_t o : fops) {
         UnitInfo& u = unit(o, mb);
         ++matched[d.index];
-        if (!std::ranges::equal(want, u.replicas)) {
+        if (u.place != equal_place && std::ranges::equal(want, u.replicas)) equal_place = u.place;
+        if (u.place != equal_place) {
           if (reported.insert({d.index, u.place}).second)
             error(d.pointer + "/devices",
                   fmt::format("{} lists devices that differ from where {} ({}) is placed",
