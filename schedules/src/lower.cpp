@@ -85,12 +85,13 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
   // Orderable nodes by (PP, MB, PASS) key, as one CSR: key_of maps a key to its slot (nodes of
   // one region pass are made one after another, so the map is asked once per run of a key).
   std::unordered_map<uint64_t, uint32_t> key_of;
-  std::vector<uint32_t> orderable, slot_of_node, key_begin;
-  orderable.reserve(dag.nodes.size());
-  slot_of_node.reserve(dag.nodes.size());
+  // (Sized up front and written by index, here and below: this function is too large for the
+  // compiler to inline push_back, and a call per node and list showed in profiles.)
+  std::vector<uint32_t> orderable(dag.nodes.size()), slot_of_node(dag.nodes.size()), key_begin;
   {
     uint64_t last = UINT64_MAX;
     uint32_t slot = 0;
+    size_t m = 0;
     for (uint32_t i = 0; i < dag.nodes.size(); ++i) {
       const Node& n = dag.nodes[i];
       if (n.kind != NodeKind::kCompute && n.kind != NodeKind::kCollective) continue;
@@ -101,9 +102,11 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
         if (slot + 2 > key_begin.size()) key_begin.resize(slot + 2, 0);
       }
       ++key_begin[slot + 1];
-      orderable.push_back(i);
-      slot_of_node.push_back(slot);
+      orderable[m] = i;
+      slot_of_node[m++] = slot;
     }
+    orderable.resize(m);
+    slot_of_node.resize(m);
   }
   for (size_t k = 1; k < key_begin.size(); ++k) key_begin[k] += key_begin[k - 1];
   std::vector<uint32_t> by_key(orderable.size());  // node ids ascending within a key
@@ -317,18 +320,19 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> ready;
   for (uint32_t i = 0; i < n; ++i)
     if (indeg[i] == 0) ready.push(item(i));
-  std::vector<uint32_t> order;
-  order.reserve(n);
+  std::vector<uint32_t> order(n);
+  size_t num_ordered = 0;
   while (!ready.empty()) {
     uint32_t i = ready.top().id;
     ready.pop();
-    order.push_back(i);
+    order[num_ordered++] = i;
     for (uint32_t k = dag.succ_begin[i]; k < dag.succ_begin[i + 1]; ++k) {
       const uint32_t j = dag.succ[k];
       if (rank[j] < 0) eff[j] = std::max(eff[j], eff[i]);
       if (--indeg[j] == 0) ready.push(item(j));
     }
   }
+  order.resize(num_ordered);
 
   if (order.size() < n) {
     // ---- deadlock: find one cycle among the nodes that never became ready ----
@@ -422,19 +426,34 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
     return false;
   }
   if (!lower) return true;
-  cp.topo_order = order;
+  cp.topo_order = std::move(order);
 
   // ---- per-class programs ----
-  for (auto& c : cp.classes) {
-    c.program.clear();
-    c.streams.assign(dag.streams.size(), {});
-  }
-  for (uint32_t i : order) {
+  // Sizes first (per class and per class and stream), then each list filled by index.
+  const size_t ns = dag.streams.size();
+  std::vector<uint32_t> fill_prog(ncls, 0), fill_stream(ncls * ns, 0);
+  for (uint32_t i : cp.topo_order) {
     const Node& nd = dag.nodes[i];
     if (nd.kind == NodeKind::kBarrier) continue;
     for (uint32_t c : node_classes(nd, cls)) {
-      cp.classes[c].program.push_back(i);
-      cp.classes[c].streams[nd.stream].push_back(i);
+      ++fill_prog[c];
+      ++fill_stream[c * ns + nd.stream];
+    }
+  }
+  for (uint32_t c = 0; c < ncls; ++c) {
+    auto& cl = cp.classes[c];
+    cl.program.assign(fill_prog[c], 0);
+    cl.streams.assign(ns, {});
+    for (size_t st = 0; st < ns; ++st) cl.streams[st].resize(fill_stream[c * ns + st]);
+  }
+  std::fill(fill_prog.begin(), fill_prog.end(), 0);
+  std::fill(fill_stream.begin(), fill_stream.end(), 0);
+  for (uint32_t i : cp.topo_order) {
+    const Node& nd = dag.nodes[i];
+    if (nd.kind == NodeKind::kBarrier) continue;
+    for (uint32_t c : node_classes(nd, cls)) {
+      cp.classes[c].program[fill_prog[c]++] = i;
+      cp.classes[c].streams[nd.stream][fill_stream[c * ns + nd.stream]++] = i;
     }
   }
   return true;
