@@ -127,7 +127,8 @@ bool in_shard(const std::string& hash, int index, int count) {
 // the freed top back to the kernel and faults it in again for the next point (~300 page faults
 // per point of examples/sweeps/gpt_layouts_64.json, about a tenth of its time). Keeping 64 MB
 // of slack at the top of each heap keeps the pages mapped (under 50 faults per point). It is a
-// process-wide setting, made once, on the first sweep.
+// process-wide setting, made once, on the first sweep. (It concerns glibc's malloc only: the
+// stretto binary links jemalloc where available, configured in cli/allocator_conf.cpp.)
 void keep_heap_pages() {
 #if defined(__GLIBC__)
   static std::once_flag once;
