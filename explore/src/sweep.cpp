@@ -2,9 +2,6 @@
 #include "stretto/explore/sweep.h"
 
 #include <fmt/format.h>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include <algorithm>
 #include <chrono>
@@ -123,23 +120,9 @@ bool in_shard(const std::string& hash, int index, int count) {
   return static_cast<int>(h % static_cast<uint64_t>(count)) == index;
 }
 
-// A point allocates and frees some tens of MB. With glibc's defaults each worker's heap gives
-// the freed top back to the kernel and faults it in again for the next point (~300 page faults
-// per point of examples/sweeps/gpt_layouts_64.json, about a tenth of its time). Keeping 64 MB
-// of slack at the top of each heap keeps the pages mapped (under 50 faults per point). It is a
-// process-wide setting, made once, on the first sweep. (It concerns glibc's malloc only: the
-// stretto binary links jemalloc where available, configured in cli/allocator_conf.cpp.)
-void keep_heap_pages() {
-#if defined(__GLIBC__)
-  static std::once_flag once;
-  std::call_once(once, [] { mallopt(M_TOP_PAD, 64 << 20); });
-#endif
-}
-
 Expected<Progress> run_sweep(const SweepSpec& spec, const Grid& grid, Store& store,
                              const SweepOptions& opt) {
   const auto t0 = Clock::now();
-  keep_heap_pages();
   Progress pr;
   if (auto locked = store.lock_for_run(); !locked) return fail(std::move(locked).error());
   const std::set<std::string> have = store.hashes();

@@ -275,7 +275,6 @@ class Compiler {
     }
     // Each device once, in first-seen order (a scratch mark per device, cleared after).
     std::vector<int32_t> out;
-    holder_mark_.resize(static_cast<size_t>(cp_.num_devices), 0);
     for (uint32_t s : sets)
       for (int32_t d : cp_.dag.device_sets[s].devices) {
         if (static_cast<size_t>(d) >= holder_mark_.size()) holder_mark_.resize(static_cast<size_t>(d) + 1, 0);

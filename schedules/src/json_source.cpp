@@ -312,71 +312,74 @@ void JsonSource::index_positions() {
   root_pos_ = rp;
 }
 
+namespace {
+
+// One step of a JSON pointer (RFC 6901): the child of `node` named by the unescaped token `raw`
+// (an object key, or an array index: digits without a leading zero, inside the array), or null.
+// `scratch` holds the unescaped key.
+const Json* pointer_child(const Json& node, std::string_view raw, std::string& scratch) {
+  if (node.is_object()) {
+    if (raw.find('~') == std::string_view::npos)
+      scratch.assign(raw);
+    else
+      scratch = pointer_unescape(raw);
+    auto it = node.find(scratch);
+    return it == node.end() ? nullptr : &*it;
+  }
+  if (node.is_array()) {  // ("-", past the end, is never a value)
+    if (raw.empty() || raw.size() > 18 || (raw.size() > 1 && raw[0] == '0') ||
+        raw.find_first_not_of("0123456789") != std::string_view::npos)
+      return nullptr;
+    size_t k = 0;
+    for (char c : raw) k = k * 10 + static_cast<size_t>(c - '0');
+    return k < node.size() ? &node[k] : nullptr;
+  }
+  return nullptr;
+}
+
+// Calls step(raw token) for each token of `pointer` in turn while it returns true.
+template <class Step>
+void for_each_token(std::string_view pointer, Step&& step) {
+  size_t at = 0;
+  while (at < pointer.size()) {
+    const size_t next = pointer.find('/', at + 1);
+    const std::string_view raw = pointer.substr(
+        at + 1, next == std::string_view::npos ? std::string_view::npos : next - at - 1);
+    at = next == std::string_view::npos ? pointer.size() : next;
+    if (!step(raw)) return;
+  }
+}
+
+}  // namespace
+
 const JsonSource::Pos* JsonSource::find_pos(const std::string& pointer, bool& exact) const {
   const Pos* best = root_pos_[0] ? &root_pos_ : nullptr;
   exact = true;
   const Json* node = &root_;
-  size_t at = 0;
-  while (at < pointer.size()) {
-    const size_t next = pointer.find('/', at + 1);
-    const std::string tok = pointer_unescape(std::string_view(pointer).substr(
-        at + 1, next == std::string::npos ? std::string::npos : next - at - 1));
-    at = next == std::string::npos ? pointer.size() : next;
-    const Json* child = nullptr;
-    if (node->is_object()) {
-      auto it = node->find(tok);
-      if (it != node->end()) child = &*it;
-    } else if (node->is_array() && !tok.empty() && tok.size() < 19 &&
-               tok.find_first_not_of("0123456789") == std::string::npos) {
-      const size_t k = std::stoull(tok);
-      if (k < node->size()) child = &(*node)[k];
-    }
-    if (!child) {
+  std::string scratch;
+  for_each_token(pointer, [&](std::string_view raw) {
+    node = pointer_child(*node, raw, scratch);
+    if (!node) {
       exact = false;
-      break;
+      return false;
     }
-    node = child;
     if (auto it = pos_.find(node); it != pos_.end())
       best = &it->second;
     else
       exact = false;
-  }
+    return true;
+  });
   return best;
 }
 
 const Json* JsonSource::find(std::string_view pointer) const {
+  if (!pointer.empty() && pointer[0] != '/') return nullptr;
   const Json* node = &root_;
-  if (pointer.empty()) return node;
-  if (pointer[0] != '/') return nullptr;
-  size_t at = 0;
-  std::string tok;
-  while (at < pointer.size()) {
-    const size_t next = pointer.find('/', at + 1);
-    const std::string_view raw =
-        pointer.substr(at + 1, next == std::string_view::npos ? std::string_view::npos : next - at - 1);
-    at = next == std::string_view::npos ? pointer.size() : next;
-    if (node->is_object()) {
-      if (raw.find('~') == std::string_view::npos) {
-        tok.assign(raw);
-      } else {
-        tok = pointer_unescape(raw);
-      }
-      auto it = node->find(tok);
-      if (it == node->end()) return nullptr;
-      node = &*it;
-    } else if (node->is_array()) {
-      // An index: digits, no leading zero ("-", past the end, is never a value).
-      if (raw.empty() || raw.size() > 18 || (raw.size() > 1 && raw[0] == '0') ||
-          raw.find_first_not_of("0123456789") != std::string_view::npos)
-        return nullptr;
-      size_t k = 0;
-      for (char c : raw) k = k * 10 + static_cast<size_t>(c - '0');
-      if (k >= node->size()) return nullptr;
-      node = &(*node)[k];
-    } else {
-      return nullptr;
-    }
-  }
+  std::string scratch;
+  for_each_token(pointer, [&](std::string_view raw) {
+    node = pointer_child(*node, raw, scratch);
+    return node != nullptr;
+  });
   return node;
 }
 

@@ -245,11 +245,13 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
   // (Names, for reports, only where a simulated device can use the link.)
   p.links.resize(static_cast<size_t>(D) * 4);
   for (int d = 0; d < D; ++d) {
-    const bool named = wanted(d);
-    p.links[link_id(d, 0)] = {cl.intra_node.bandwidth_GBps, named ? fmt::format("dev{}.intra.out", d) : ""};
-    p.links[link_id(d, 1)] = {cl.intra_node.bandwidth_GBps, named ? fmt::format("dev{}.intra.in", d) : ""};
-    p.links[link_id(d, 2)] = {cl.inter_node.bandwidth_GBps, named ? fmt::format("dev{}.nic.out", d) : ""};
-    p.links[link_id(d, 3)] = {cl.inter_node.bandwidth_GBps, named ? fmt::format("dev{}.nic.in", d) : ""};
+    auto name = [&](const char* which) {
+      return wanted(d) ? fmt::format("dev{}.{}", d, which) : std::string();
+    };
+    p.links[link_id(d, 0)] = {cl.intra_node.bandwidth_GBps, name("intra.out")};
+    p.links[link_id(d, 1)] = {cl.intra_node.bandwidth_GBps, name("intra.in")};
+    p.links[link_id(d, 2)] = {cl.inter_node.bandwidth_GBps, name("nic.out")};
+    p.links[link_id(d, 3)] = {cl.inter_node.bandwidth_GBps, name("nic.in")};
   }
 
   // ---- streams ----
