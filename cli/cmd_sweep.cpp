@@ -43,7 +43,7 @@ Json row_json(const PointResult& r) {
             {"wall_ms", r.wall_ms}};
   if (!r.diagnostic.empty()) j["diagnostic"] = r.diagnostic;
   if (r.simulated()) {
-    j["metrics"] = r.metrics;
+    j["metrics"] = r.metrics.empty() ? Json() : Json::parse(r.metrics, nullptr, false);
     j["estimate"] = {{"step_time_ms", r.estimate_step_ms},
                      {"peak_memory_bytes", r.estimate_memory_bytes}};
   }

@@ -97,8 +97,7 @@ PointResult read_row(const Stmt& s) {
   r.memory_cap_GiB = s.col_real(18);
   r.estimate_step_ms = s.col_real(19);
   r.estimate_memory_bytes = s.col_int(20);
-  const std::string m = s.col_text(21);
-  r.metrics = m.empty() ? Json() : Json::parse(m, nullptr, false);
+  r.metrics = s.col_text(21);
   return r;
 }
 
@@ -277,7 +276,7 @@ Expected<void> Store::put(const PointResult& r) {
   st.real(19, r.memory_cap_GiB);
   st.real(20, r.estimate_step_ms);
   st.integer(21, r.estimate_memory_bytes);
-  st.text(22, r.metrics.is_null() ? std::string() : r.metrics.dump());
+  st.text(22, r.metrics);
   if (st.step() != SQLITE_DONE) return fail(db_error(path_, "cannot store a point", db_));
   return {};
 }

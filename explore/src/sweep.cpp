@@ -1,6 +1,7 @@
 // Point evaluation, the thread pool, Pareto fronts (sweep.h).
 #include "stretto/explore/sweep.h"
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,8 +9,11 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <iterator>
 #include <mutex>
+#include <string_view>
 #include <thread>
+#include <type_traits>
 
 #include "stretto/explore/estimate.h"
 #include "stretto/sim/metrics_json.h"
@@ -45,7 +49,212 @@ Json result_json(const CompiledPlan& cp, const sim::Result& r, double memory_cap
   return j;
 }
 
-PointResult evaluate_point(const SweepSpec& spec, const Point& p) {
+namespace {
+
+// Whether two models are the same to the estimator: it prices every microbatch size and cuts
+// the layers itself, so it ignores those two fields (which layout axes set).
+bool same_model_for_estimate(const Json& a, const Json& b) {
+  if (!a.is_object() || !b.is_object()) return a == b;
+  auto skip = [](Json::const_iterator it, Json::const_iterator end) {
+    while (it != end && (it.key() == "microbatch_size" || it.key() == "pp_regions")) ++it;
+    return it;
+  };
+  auto ia = skip(a.begin(), a.end()), ib = skip(b.begin(), b.end());
+  for (; ia != a.end() && ib != b.end();
+       ia = skip(std::next(ia), a.end()), ib = skip(std::next(ib), b.end()))
+    if (ia.key() != ib.key() || *ia != *ib) return false;
+  return ia == a.end() && ib == b.end();
+}
+
+// The point's estimate, from the cached estimator when the point's model, cluster and cost
+// model equal those it was made for (a new one otherwise). Empty when the estimate cannot price
+// the point.
+std::optional<Estimate> estimate_point(const SweepSpec& spec, const Json& doc, const Plan& plan,
+                                       const Json& params, EvalCache* cache) {
+  EvalCache local;
+  EvalCache& c = cache ? *cache : local;
+  static const Json kNull;
+  auto part = [&](const char* key) -> const Json& {
+    auto it = doc.find(key);
+    return it == doc.end() ? kNull : *it;
+  };
+  const Json &model = part("model"), &cluster = part("cluster"), &costmodel = part("costmodel");
+  if (!c.estimator || !same_model_for_estimate(c.model, model) || c.cluster != cluster ||
+      c.costmodel != costmodel) {
+    c.estimator.reset();
+    auto e = Estimator::make(plan, spec.base_dir);
+    if (!e) return std::nullopt;
+    c.estimator = std::move(*e);
+    c.model = model;
+    c.cluster = cluster;
+    c.costmodel = costmodel;
+  }
+  auto est = (*c.estimator)(resolve(doc, params));
+  if (!est) return std::nullopt;
+  return *est;
+}
+
+}  // namespace
+
+namespace {
+
+// A device with the largest memory peak (the first of them), and whether any device's peak
+// exceeds `cap` bytes.
+struct Peak {
+  const sim::DeviceMetrics* worst = nullptr;
+  bool over = false;
+};
+Peak peak_of(const sim::Result& r, int64_t cap) {
+  Peak p;
+  for (const auto& d : r.devices) {
+    if (!p.worst || d.peak_memory > p.worst->peak_memory) p.worst = &d;
+    p.over = p.over || d.peak_memory > cap;
+  }
+  return p;
+}
+
+int64_t cap_bytes(double memory_cap_GiB) {
+  return static_cast<int64_t>(memory_cap_GiB * static_cast<double>(1LL << 30));
+}
+
+// One JSON object written as text, as nlohmann's dump() writes it: keys in sorted order, no
+// spaces; doubles in their shortest round-trip form, integral ones with ".0" and those of 1e15
+// and above in exponent form (nlohmann's own writer does that rare case), non-finite as null.
+class ObjectText {
+ public:
+  void number(std::string_view key, double v) {
+    open(key);
+    if (!std::isfinite(v)) {
+      buf_ += "null";
+    } else {
+      const size_t at = buf_.size();
+      fmt::format_to(std::back_inserter(buf_), FMT_COMPILE("{}"), v);
+      if (buf_.find_first_of(".e", at) == std::string::npos) {
+        if (std::fabs(v) >= 1e15) {
+          buf_.resize(at);
+          buf_ += Json(v).dump();
+        } else {
+          buf_ += ".0";
+        }
+      }
+    }
+    close();
+  }
+  template <typename Int>
+    requires std::is_integral_v<Int>
+  void integer(std::string_view key, Int v) {
+    open(key);
+    fmt::format_to(std::back_inserter(buf_), FMT_COMPILE("{}"), v);
+    close();
+  }
+  void boolean(std::string_view key, bool v) {
+    open(key);
+    buf_ += v ? "true" : "false";
+    close();
+  }
+  void string(std::string_view key, const std::string& v) {
+    open(key);
+    buf_ += Json(v).dump();  // escaped as nlohmann escapes
+    close();
+  }
+  void raw(std::string_view key, std::string_view json) {
+    open(key);
+    buf_ += json;
+    close();
+  }
+  void clear() {
+    buf_.clear();
+    fields_.clear();
+  }
+  /// Appends the object to `out`.
+  void write(std::string& out) {
+    std::sort(fields_.begin(), fields_.end(),
+              [](const Field& a, const Field& b) { return a.key < b.key; });
+    out += '{';
+    for (size_t i = 0; i < fields_.size(); ++i) {
+      if (i) out += ',';
+      out += '"';
+      out += fields_[i].key;  // (plain identifiers: nothing to escape)
+      out += "\":";
+      out.append(buf_, fields_[i].begin, fields_[i].end - fields_[i].begin);
+    }
+    out += '}';
+  }
+
+ private:
+  struct Field {
+    std::string_view key;
+    size_t begin, end;
+  };
+  void open(std::string_view key) { fields_.push_back({key, buf_.size(), 0}); }
+  void close() { fields_.back().end = buf_.size(); }
+  std::string buf_;
+  std::vector<Field> fields_;
+};
+
+}  // namespace
+
+std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
+                             double memory_cap_GiB) {
+  // The fields of sim::metrics_json, with result_json's capacity judgement.
+  const sim::PipelineMetrics pm = sim::pipeline_metrics(cp, r);
+  const int64_t cap = cap_bytes(memory_cap_GiB);
+  const Peak peak = peak_of(r, cap);
+  ObjectText top;
+  top.string("plan", cp.plan.file);
+  top.number("step_time_ms", ms(r.step_time));
+  top.number("bubble_ratio", r.bubble_ratio);
+  top.number("pipeline_bubble_ratio", pm.pipeline_bubble_ratio);
+  top.number("exposed_comm_ms", ms(r.exposed_comm));
+  top.number("exposed_comm_ms_per_device", pm.exposed_comm_ms_per_device);
+  top.number("mfu", r.mfu);
+  top.number("tokens_per_s", r.tokens_per_s);
+  top.number("model_flops", r.model_flops);
+  top.integer("events", r.events);
+  top.number("sim_wall_ms", r.sim_wall_ms);
+  top.boolean("folded_replicas", r.folded);
+  top.raw("not_modelled", Json(unmodelled_effects(cp)).dump());
+  top.string("costmodel",
+             cp.plan.costmodel.kind == CostModelSpec::Kind::kFixed      ? "fixed"
+             : cp.plan.costmodel.kind == CostModelSpec::Kind::kProfiled ? "profiled"
+                                                                        : "analytic");
+  std::string devs = "[", bt;
+  devs.reserve(512 * r.devices.size());
+  ObjectText e, b;  // (reused: their buffers stay allocated)
+  for (size_t i = 0; i < r.devices.size(); ++i) {
+    const sim::DeviceMetrics& d = r.devices[i];
+    e.clear();
+    e.integer("id", d.id);
+    e.number("busy_ms", ms(d.busy));
+    e.number("bubble_ms", ms(d.bubble));
+    e.number("bubble_ratio", d.bubble_ratio);
+    e.number("pipeline_bubble_ms", pm.devices[i].computes ? ms(pm.devices[i].idle()) : 0.0);
+    e.number("exposed_comm_ms", ms(d.exposed_comm));
+    e.number("comm_ms", ms(d.comm));
+    e.integer("peak_memory_bytes", d.peak_memory);
+    e.number("peak_memory_time_ms", ms(d.peak_time));
+    b.clear();
+    for (size_t k = 0; k < sim::kMemCategories; ++k)
+      b.integer(sim::memory_category_name(k), d.breakdown[k]);
+    bt.clear();
+    b.write(bt);
+    e.raw("memory_breakdown", bt);
+    e.boolean("over_capacity", d.peak_memory > cap);
+    if (i) devs += ',';
+    e.write(devs);
+  }
+  devs += ']';
+  top.raw("devices", devs);
+  top.integer("peak_memory_bytes", peak.worst ? peak.worst->peak_memory : int64_t{0});
+  top.number("peak_memory_time_ms", peak.worst ? ms(peak.worst->peak_time) : 0.0);
+  top.boolean("over_capacity", peak.over);
+  top.number("memory_cap_GiB", memory_cap_GiB);
+  std::string out;
+  top.write(out);
+  return out;
+}
+
+PointResult evaluate_point(const SweepSpec& spec, const Point& p, EvalCache* cache) {
   const auto t0 = Clock::now();
   PointResult out;
   out.hash = p.hash;
@@ -68,18 +277,20 @@ PointResult evaluate_point(const SweepSpec& spec, const Point& p) {
     const double cap = spec.memory_cap_GiB > 0 ? spec.memory_cap_GiB
                                                : plan->cluster.device.memory_GiB;
     out.memory_cap_GiB = cap;
-    if (auto est = estimate(*plan, resolve(*doc, p.params))) {
+    if (auto est = estimate_point(spec, *doc, *plan, p.params, cache)) {
       out.estimate_step_ms = est->step_ms;
       out.estimate_memory_bytes = est->peak_memory_bytes;
     }
-    auto session = sim::Session::from_plan(std::move(*plan), spec.base_dir);
+    CompileOptions copt;
+    copt.class_programs = false;  // only simulated
+    auto session = sim::Session::from_plan(std::move(*plan), spec.base_dir, copt);
     if (!session) return invalid(session.error());
     sim::SimOptions so;
     so.fold_replicas = true;
     so.memory_curves = false;
     auto r = session->simulate(so);
     if (!r) return invalid(r.error());
-    out.metrics = result_json(session->compiled(), *r, cap);
+    out.metrics = result_json_text(session->compiled(), *r, cap);
     out.step_time_ms = ms(r->step_time);
     out.bubble_ratio = r->bubble_ratio;
     out.exposed_comm_ms = ms(r->exposed_comm);
@@ -88,11 +299,12 @@ PointResult evaluate_point(const SweepSpec& spec, const Point& p) {
     out.model_flops = r->model_flops;
     out.events = static_cast<int64_t>(r->events);
     out.sim_wall_ms = r->sim_wall_ms;
-    out.peak_memory_bytes = out.metrics["peak_memory_bytes"].get<int64_t>();
-    out.peak_memory_time_ms = out.metrics["peak_memory_time_ms"].get<double>();
+    const Peak peak = peak_of(*r, cap_bytes(cap));
+    out.peak_memory_bytes = peak.worst ? peak.worst->peak_memory : 0;
+    out.peak_memory_time_ms = peak.worst ? ms(peak.worst->peak_time) : 0.0;
     out.devices = static_cast<int>(r->devices.size());
     out.folded = r->folded;
-    if (out.metrics["over_capacity"].get<bool>()) {
+    if (peak.over) {
       out.status = "over_capacity";
       int dev = 0;
       for (const auto& d : r->devices)
@@ -156,11 +368,12 @@ Expected<Progress> run_sweep(const SweepSpec& spec, const Grid& grid, Store& sto
   std::atomic<int> running{jobs};
   for (int w = 0; w < jobs; ++w)
     pool.emplace_back([&] {
+      EvalCache cache;
       for (;;) {
         if (opt.stop && opt.stop->load()) break;
         const size_t i = next.fetch_add(1);
         if (i >= todo.size()) break;
-        PointResult r = evaluate_point(spec, *todo[i]);
+        PointResult r = evaluate_point(spec, *todo[i], &cache);
         std::lock_guard lk(mu);
         finished.push_back(std::move(r));
         cv.notify_one();

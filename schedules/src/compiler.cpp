@@ -1031,7 +1031,10 @@ void Compiler::build_nodes() {
       // (plus a barrier per order group, as order_and_lower adds on one class of devices)
       dag.nodes.reserve(nodes0 + (dag.nodes.size() - nodes0) * m + m +
                         detail::order_groups(plan_) + 1024);
-      dag.edges.reserve(edges0 + (dag.edges.size() - edges0) * m + 2 * m + 1024);
+      // (plus the gradient reductions' inputs, one per op and microbatch, and a few temporal
+      // edges per order group)
+      dag.edges.reserve(edges0 + (dag.edges.size() - edges0) * m + 2 * m + nops() * m +
+                        8 * detail::order_groups(plan_) + 1024);
       dag.mem.reserve(mem0 + (dag.mem.size() - mem0) * m + m + 1024);
     }
     // ---- forward ----
@@ -1468,7 +1471,7 @@ Expected<CompiledPlan> compile(const Plan& plan_in, const JsonSource* src,
   Compiler c(cp, src, diags);
   if (!c.run()) return located(std::move(diags));
   // (order_and_lower finalizes the DAG once its temporal edges are in)
-  if (!detail::order_and_lower(cp, src, opt.lower, diags)) return located(std::move(diags));
+  if (!detail::order_and_lower(cp, src, opt.class_programs, diags)) return located(std::move(diags));
   return cp;
 }
 

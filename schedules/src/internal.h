@@ -33,9 +33,11 @@ inline size_t order_groups(const Plan& plan) {
   return n;
 }
 
-/// Adds temporal edges for `order` directives, lowers to per-class programs and checks for
-/// deadlocks. Appends diagnostics on failure.
-bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagnostics& diags);
+/// Adds temporal edges for `order` directives, orders all nodes (CompiledPlan::topo_order),
+/// lowers to per-class programs when `class_programs` and checks for deadlocks. Appends
+/// diagnostics on failure.
+bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool class_programs,
+                     Diagnostics& diags);
 
 /// A diagnostic at a JSON pointer, with the source line if a source is known.
 Diagnostic diag_at(const JsonSource* src, const std::string& file, const std::string& ptr,

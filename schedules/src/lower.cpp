@@ -46,7 +46,8 @@ std::string short_name(const CompiledPlan& cp, uint32_t id) {
 
 }  // namespace
 
-bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagnostics& diags) {
+bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool class_programs,
+                     Diagnostics& diags) {
   TrainingDag& dag = cp.dag;
   const size_t nsets = dag.device_sets.size();
   // ---- device classes ----
@@ -317,19 +318,41 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
     }
   };
   auto item = [&](uint32_t i) { return Item{eff[i], i, tie_pass_mb[i]}; };
+  // The ready set is the heap plus `next`, its smallest item when `has_next`: a node made ready
+  // by the one just ordered is usually ordered right after it (a chain of ops), and then skips
+  // the heap. Always the smallest of the whole set is taken, so the order is the same.
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> ready;
   for (uint32_t i = 0; i < n; ++i)
     if (indeg[i] == 0) ready.push(item(i));
   std::vector<uint32_t> order(n);
   size_t num_ordered = 0;
-  while (!ready.empty()) {
-    uint32_t i = ready.top().id;
-    ready.pop();
+  Item next{};
+  bool has_next = false;
+  while (has_next || !ready.empty()) {
+    uint32_t i;
+    if (has_next && (ready.empty() || ready.top() > next)) {
+      i = next.id;
+      has_next = false;
+    } else {
+      i = ready.top().id;
+      ready.pop();
+    }
     order[num_ordered++] = i;
     for (uint32_t k = dag.succ_begin[i]; k < dag.succ_begin[i + 1]; ++k) {
       const uint32_t j = dag.succ[k];
       if (rank[j] < 0) eff[j] = std::max(eff[j], eff[i]);
-      if (--indeg[j] == 0) ready.push(item(j));
+      if (--indeg[j] == 0) {
+        const Item it = item(j);
+        if (!has_next) {
+          next = it;
+          has_next = true;
+        } else if (next > it) {
+          ready.push(next);
+          next = it;
+        } else {
+          ready.push(it);
+        }
+      }
     }
   }
   order.resize(num_ordered);
@@ -425,8 +448,8 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool lower, Diagno
     diags.push_back(std::move(dg));
     return false;
   }
-  if (!lower) return true;
   cp.topo_order = std::move(order);
+  if (!class_programs) return true;
 
   // ---- per-class programs ----
   // Sizes first (per class and per class and stream), then each list filled by index.

@@ -302,13 +302,15 @@ Expected<Session> Session::open(const std::string& path) {
   return s;
 }
 
-Expected<Session> Session::from_plan(Plan plan, std::string base_dir) {
-  auto cp = compile(plan);
+Expected<Session> Session::from_plan(Plan plan, std::string base_dir,
+                                     const CompileOptions& copt) {
+  auto cp = compile(plan, nullptr, copt);
   if (!cp) return fail(cp.error());
   auto cm = cost::make_cost_model(cp->plan.costmodel, cp->plan.cluster, base_dir);
   if (!cm) return fail(cm.error());
   Session s;
   s.base_dir_ = std::move(base_dir);
+  s.copt_ = copt;
   s.cp_ = std::make_shared<const CompiledPlan>(std::move(*cp));
   s.cm_ = std::shared_ptr<const cost::CostModel>(std::move(*cm));
   return s;
@@ -345,7 +347,7 @@ Expected<void> Session::set_costmodel(const CostModelSpec& spec) {
 }
 
 Expected<void> Session::set_plan(Plan plan) {
-  auto cp = compile(plan);
+  auto cp = compile(plan, nullptr, copt_);
   if (!cp) return fail(cp.error());
   auto cm = cost::make_cost_model(cp->plan.costmodel, cp->plan.cluster, base_dir_);
   if (!cm) return fail(cm.error());

@@ -42,7 +42,9 @@ struct PointResult {
   double memory_cap_GiB = 0;
   double estimate_step_ms = 0;  // analytic estimate (0 when not computed)
   int64_t estimate_memory_bytes = 0;
-  Json metrics;  // the `simulate --format json` object (null for invalid points)
+  // The `simulate --format json` object, as JSON text (empty for invalid points): stored and
+  // read back as it is; Json::parse it to read fields.
+  std::string metrics;
 
   bool simulated() const { return status == "ok" || status == "over_capacity"; }
   bool feasible() const { return status == "ok"; }

@@ -8,9 +8,11 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "stretto/explore/estimate.h"
 #include "stretto/explore/spec.h"
 #include "stretto/explore/store.h"
 #include "stretto/sim/session.h"
@@ -20,10 +22,24 @@ namespace stretto::explore {
 /// The fields of `stretto simulate --format json` for one result (sim::metrics_json), with
 /// `over_capacity` (per device and overall) judged against `memory_cap_GiB`, and the cap.
 Json result_json(const CompiledPlan& cp, const sim::Result& r, double memory_cap_GiB);
+/// The same object as JSON text, written directly (a sweep stores one per point; building the
+/// Json and dumping it cost more than compiling the point's order): Json::parse of it equals
+/// result_json(), and its text is result_json().dump()'s, up to how equal doubles are spelled.
+std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
+                             double memory_cap_GiB);
+
+/// What evaluate_point may reuse between the points that one thread evaluates: the analytic
+/// estimator, for as long as the points' model, cluster and cost model stay the same (it
+/// expands the model once per microbatch size and TP degree). One per thread.
+struct EvalCache {
+  Json model, cluster, costmodel;  // of the plan `estimator` was made for
+  std::optional<Estimator> estimator;
+};
 
 /// Compiles and simulates one point (folded replicas, no memory curves). Never throws; an
-/// invalid point comes back with status "invalid" and its rendered diagnostics.
-PointResult evaluate_point(const SweepSpec& spec, const Point& p);
+/// invalid point comes back with status "invalid" and its rendered diagnostics. With a cache,
+/// the results are the same, only cheaper when consecutive points share a model.
+PointResult evaluate_point(const SweepSpec& spec, const Point& p, EvalCache* cache = nullptr);
 
 /// True when `hash` belongs to shard `index` of `count`.
 bool in_shard(const std::string& hash, int index, int count);

@@ -9,7 +9,10 @@
 namespace stretto {
 
 struct CompileOptions {
-  bool lower = true;  // build per-class programs (the simulator needs them)
+  /// Build each device class's program and stream queues (DeviceClass::program, ::streams),
+  /// which summaries and executors read. The simulator needs only the global order
+  /// (CompiledPlan::topo_order, always built): sweeps leave them out.
+  bool class_programs = true;
 };
 
 /// Compiles a parsed plan. `src` (optional) gives source positions for diagnostics.

@@ -132,7 +132,8 @@ struct StaticMemory {
   int64_t params = 0, grads = 0, optimizer = 0;
 };
 
-/// Devices that run exactly the same nodes; their programs are identical.
+/// Devices that run exactly the same nodes; their programs are identical. `program` and
+/// `streams` are empty when compiled without CompileOptions::class_programs.
 struct DeviceClass {
   std::vector<int32_t> devices;
   std::vector<uint32_t> program;               // node ids in dispatch order

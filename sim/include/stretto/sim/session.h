@@ -81,7 +81,10 @@ CriticalPathBreakdown breakdown(const std::vector<CriticalStep>& path);
 class Session {
  public:
   static Expected<Session> open(const std::string& path);
-  static Expected<Session> from_plan(Plan plan, std::string base_dir = ".");
+  /// Compiles a parsed plan; `copt` is kept for recompiles (set_plan, set_directive). Without
+  /// class programs (CompileOptions::class_programs) a session still simulates.
+  static Expected<Session> from_plan(Plan plan, std::string base_dir = ".",
+                                     const CompileOptions& copt = {});
   /// Parses, compiles and prepares a plan held in memory (an editor's buffer). `file` names it
   /// in diagnostics (file:line:col); relative paths in it (a profile) resolve from `base_dir`.
   static Expected<Session> from_text(std::string text, std::string file,
@@ -105,6 +108,7 @@ class Session {
   std::shared_ptr<const CompiledPlan> cp_;
   std::shared_ptr<const cost::CostModel> cm_;
   std::string base_dir_;
+  CompileOptions copt_;
 };
 
 }  // namespace stretto::sim
