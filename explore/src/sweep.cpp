@@ -221,8 +221,35 @@ std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
   std::string devs = "[", bt;
   devs.reserve(512 * r.devices.size());
   ObjectText e, b;  // (reused: their buffers stay allocated)
+  // A device whose fields but its id equal the previous one's (replicas, folded or not) reuses
+  // its text around the id: the previous device's text is devs[prev_begin, prev_end), its id
+  // at [prev_id, prev_id_end).
+  size_t prev_begin = 0, prev_end = 0, prev_id = 0, prev_id_end = 0;
+  auto same_but_id = [&](size_t i) {
+    const sim::DeviceMetrics &a = r.devices[i - 1], &c = r.devices[i];
+    const sim::DevicePipeline &pa = pm.devices[i - 1], &pc = pm.devices[i];
+    return a.busy == c.busy && a.bubble == c.bubble && a.bubble_ratio == c.bubble_ratio &&
+           a.exposed_comm == c.exposed_comm && a.comm == c.comm &&
+           a.peak_memory == c.peak_memory && a.peak_time == c.peak_time &&
+           a.breakdown == c.breakdown && pa.computes == pc.computes &&
+           (!pa.computes || pa.idle() == pc.idle());
+  };
   for (size_t i = 0; i < r.devices.size(); ++i) {
     const sim::DeviceMetrics& d = r.devices[i];
+    if (i) devs += ',';
+    if (i > 0 && same_but_id(i)) {
+      const size_t begin = devs.size();
+      devs.append(devs, prev_begin, prev_id - prev_begin);
+      const size_t id_at = devs.size();
+      fmt::format_to(std::back_inserter(devs), FMT_COMPILE("{}"), d.id);
+      const size_t id_end = devs.size();
+      devs.append(devs, prev_id_end, prev_end - prev_id_end);
+      prev_begin = begin;
+      prev_id = id_at;
+      prev_id_end = id_end;
+      prev_end = devs.size();
+      continue;
+    }
     e.clear();
     e.integer("id", d.id);
     e.number("busy_ms", ms(d.busy));
@@ -240,8 +267,11 @@ std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
     b.write(bt);
     e.raw("memory_breakdown", bt);
     e.boolean("over_capacity", d.peak_memory > cap);
-    if (i) devs += ',';
+    prev_begin = devs.size();
     e.write(devs);
+    prev_end = devs.size();
+    prev_id = devs.find("\"id\":", prev_begin) + 5;
+    prev_id_end = devs.find_first_of(",}", prev_id);
   }
   devs += ']';
   top.raw("devices", devs);

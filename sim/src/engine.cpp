@@ -365,6 +365,9 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
   free_tasks.clear();
   size_t num_succ = 0;
   constexpr size_t kAhead = 16;  // prefetch distance for the random accesses of the passes
+  // (only for programs whose records outgrow the caches: below, prefetching costs more
+  // instructions than the misses it hides)
+  const bool prefetch = n >= (size_t{1} << 16);
   for (uint32_t t = 0; t < n; ++t) {
     const Task& k = prog.tasks[t];
     TaskRec& rec = recs[t];
@@ -412,7 +415,8 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
       continue;
     }
     for (uint32_t i = k.dep_begin; i < dep_end; ++i) {
-      if (i + kAhead < prog.deps.size()) __builtin_prefetch(&recs[prog.deps[i + kAhead]], 1);
+      if (prefetch && i + kAhead < prog.deps.size())
+        __builtin_prefetch(&recs[prog.deps[i + kAhead]], 1);
       const uint32_t d = prog.deps[i];
       if (d >= t) {
         err.add([&] {
@@ -558,24 +562,26 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
       // Staged prefetch: the record kAhead entries ahead; once it is in cache, the first and
       // last participant of a comm task kAhead / 2 ahead; once those are, the interpolation
       // guess of a large sorted one kAhead / 4 ahead (see below).
-      if (pos + kAhead < dp.dispatch.size() && dp.dispatch[pos + kAhead] < n) {
-        __builtin_prefetch(&recs[dp.dispatch[pos + kAhead]], 1);
-      }
-      if (pos + kAhead / 2 < dp.dispatch.size() && dp.dispatch[pos + kAhead / 2] < n) {
-        const TaskRec& ahead = recs[dp.dispatch[pos + kAhead / 2]];
-        if (ahead.kind() == TaskKind::kComm && ahead.part_count() > 0) {
-          __builtin_prefetch(&prog.participants[ahead.part_begin()]);
-          __builtin_prefetch(
-              &prog.participants[size_t{ahead.part_begin()} + ahead.part_count() - 1]);
+      if (prefetch) {
+        if (pos + kAhead < dp.dispatch.size() && dp.dispatch[pos + kAhead] < n) {
+          __builtin_prefetch(&recs[dp.dispatch[pos + kAhead]], 1);
         }
-      }
-      if (pos + kAhead / 4 < dp.dispatch.size() && dp.dispatch[pos + kAhead / 4] < n) {
-        const TaskRec& ahead = recs[dp.dispatch[pos + kAhead / 4]];
-        if (ahead.kind() == TaskKind::kComm && (ahead.bits & kSortedBit) != 0) {
-          const Participant* first = prog.participants.data() + ahead.part_begin();
-          const uint32_t lo = first->device, hi = first[ahead.part_count() - 1].device;
-          if (d > lo && d <= hi) {
-            __builtin_prefetch(first + uint64_t{d - lo} * (ahead.part_count() - 1) / (hi - lo));
+        if (pos + kAhead / 2 < dp.dispatch.size() && dp.dispatch[pos + kAhead / 2] < n) {
+          const TaskRec& ahead = recs[dp.dispatch[pos + kAhead / 2]];
+          if (ahead.kind() == TaskKind::kComm && ahead.part_count() > 0) {
+            __builtin_prefetch(&prog.participants[ahead.part_begin()]);
+            __builtin_prefetch(
+                &prog.participants[size_t{ahead.part_begin()} + ahead.part_count() - 1]);
+          }
+        }
+        if (pos + kAhead / 4 < dp.dispatch.size() && dp.dispatch[pos + kAhead / 4] < n) {
+          const TaskRec& ahead = recs[dp.dispatch[pos + kAhead / 4]];
+          if (ahead.kind() == TaskKind::kComm && (ahead.bits & kSortedBit) != 0) {
+            const Participant* first = prog.participants.data() + ahead.part_begin();
+            const uint32_t lo = first->device, hi = first[ahead.part_count() - 1].device;
+            if (d > lo && d <= hi) {
+              __builtin_prefetch(first + uint64_t{d - lo} * (ahead.part_count() - 1) / (hi - lo));
+            }
           }
         }
       }
@@ -700,7 +706,7 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
   for (uint32_t t = static_cast<uint32_t>(n); t-- > 0;) {
     const uint32_t begin = prog.tasks[t].dep_begin;
     for (uint32_t i = prog.dep_end(t); i-- > begin;) {
-      if (i >= kAhead) __builtin_prefetch(&recs[prog.deps[i - kAhead]], 1);
+      if (prefetch && i >= kAhead) __builtin_prefetch(&recs[prog.deps[i - kAhead]], 1);
       succ[--recs[prog.deps[i]].succ_begin] = t;
     }
   }
