@@ -196,6 +196,7 @@ struct Engine::State {
   // counters (program.h): levels by device * num_counters; devices changed in this instant
   uint32_t nc = 0;
   std::vector<int64_t> ctr_level;
+  std::vector<int64_t> ctr_total;   // per device: the sum of its levels
   std::vector<uint64_t> ctr_stamp;  // per device: the last application that touched it
   uint64_t ctr_epoch = 0;           // (64 bits: never wraps within a run)
   std::vector<char> ctr_dirty;
@@ -789,7 +790,7 @@ void Engine::State::start_task(uint32_t t) {
       // The node is read (one more cache line) only for a task with counter effects, and kept
       // in the job for its end.
       const uint32_t node = (rec.bits & kEffectsBit) != 0 ? p->tasks[t].node : kNone;
-      if (nc > 0) apply_effects(t, node, false);
+      if ((rec.bits & kEffectsBit) != 0) apply_effects(t, node, false);
       if (rec.work == 0) {
         ++events;
         end_task(t, now, false, node);
@@ -821,7 +822,7 @@ void Engine::State::start_task(uint32_t t) {
     }
     case TaskKind::kComm: {
       const Task& k = p->tasks[t];
-      if (nc > 0) apply_effects(t, k.node, false);
+      if ((rec.bits & kEffectsBit) != 0) apply_effects(t, k.node, false);
       const CommSpec& c = p->comms[k.comm];
       const bool flow = is_flow(c, k.work);
       const SimTime dur = flow ? c.latency_ns : fixed_duration(c, k.work);
@@ -868,7 +869,7 @@ void Engine::State::start_flow(uint32_t t) {
 
 void Engine::State::end_task(uint32_t t, SimTime start, bool release, uint32_t node) {
   timing[t] = TaskTiming{start, now};
-  if (nc > 0) apply_effects(t, node, true);
+  if ((recs[t].bits & kEffectsBit) != 0) apply_effects(t, node, true);
   if (now > makespan) makespan = now;
   ++finished;
   const TaskRec& rec = recs[t];
@@ -941,9 +942,9 @@ void Engine::State::retime(uint32_t j, double rate) {
   }
 }
 
+// (callers test kEffectsBit first: most tasks have no effects, and this call is not inlined)
 void Engine::State::apply_effects(uint32_t t, uint32_t node, bool at_end) {
   const TaskRec& rec = recs[t];
-  if ((rec.bits & kEffectsBit) == 0) return;
   if (node == kNone) node = p->tasks[t].node;
   const CounterEffect* first = p->effects.data() + p->effect_begin[node];
   const CounterEffect* last = p->effects.data() + p->effect_begin[node + 1];
@@ -953,6 +954,7 @@ void Engine::State::apply_effects(uint32_t t, uint32_t node, bool at_end) {
     for (const CounterEffect* e = first; e != last; ++e) {
       if (e->at_end != at_end) continue;
       level[e->counter] += e->delta;
+      ctr_total[d] += e->delta;
       changed = true;
     }
     if (changed && !ctr_dirty[d]) {
@@ -978,8 +980,7 @@ void Engine::State::flush_counters() {
   for (uint32_t d : ctr_dirty_devs) {
     ctr_dirty[d] = 0;
     const int64_t* level = &ctr_level[size_t{d} * nc];
-    int64_t total = 0;
-    for (uint32_t c = 0; c < nc; ++c) total += level[c];
+    const int64_t total = ctr_total[d];
     DeviceCounters& out = ctr_out[d];
     if (curves) {
       if (out.curve.back().t == now) {
@@ -1076,6 +1077,7 @@ void Engine::State::simulate(RunResult& out) {
   ctr_dirty_devs.clear();
   if (nc > 0) {
     ctr_level.assign(nd * nc, 0);
+    ctr_total.assign(nd, 0);
     ctr_stamp.assign(nd, 0);
     ctr_epoch = 0;
     ctr_dirty.assign(nd, 0);
