@@ -153,13 +153,15 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool class_program
   std::vector<int32_t> rank(dag.nodes.size(), -1);
   bool ok = true;
   std::vector<uint32_t> members, cls, feeds;
-  // Temporal edges (a few per group: its ends and feeds, below) and barriers (at most one per
-  // group and class, each joining at least two nodes), reserved once: growing the node array
-  // by doubling copied it whole. (Underestimates only cost a regrowth.)
+  // Temporal edges (a few per group and class: its ends and feeds, below) and barriers (at
+  // most one per group and class, each joining at least two nodes), reserved once: growing the
+  // node array by doubling copied it whole. A group usually falls on one class (builders order
+  // each rank on its own), so that is what is reserved; a plan whose groups span several
+  // classes regrows once. (Reserving for every class copied both arrays on most plans.)
   {
     const size_t groups = order_groups(cp.plan);
-    dag.edges.reserve(dag.edges.size() + std::min(8 * groups * ncls, 2 * orderable.size()) + 1024);
-    const size_t barriers = std::min(groups * ncls, orderable.size() / 2 + 1);
+    dag.edges.reserve(dag.edges.size() + std::min(8 * groups, 2 * orderable.size()) + 1024);
+    const size_t barriers = std::min(groups, orderable.size() / 2 + 1);
     dag.nodes.reserve(dag.nodes.size() + barriers);
     rank.reserve(dag.nodes.size() + barriers);
   }
