@@ -1,6 +1,8 @@
 // libFuzzer target: arbitrary bytes -> sweep spec (inline base plan) -> grid (constraints,
 // ranges, factorisations, samples) -> the first points' plans (schedule regeneration, builder
-// expansion) -> compile, analytic estimate and folded simulation of the small ones. Bad input
+// expansion) -> compile (without class programs, as sweeps do), analytic estimate and folded
+// simulation of the small ones, whose stored metrics text must read back as result_json's
+// object (a mismatch traps: it caught fmt printing one digit of doubles under clang). Bad input
 // must give diagnostics, never a crash, a hang or a sanitizer report. Specs whose grid is large
 // (legitimately slow to enumerate, not a bug) are skipped so the fuzzer explores breadth.
 #include <cstddef>
@@ -9,6 +11,7 @@
 
 #include "stretto/explore/estimate.h"
 #include "stretto/explore/spec.h"
+#include "stretto/explore/sweep.h"
 #include "stretto/schedules/compiler.h"
 #include "stretto/sim/session.h"
 
@@ -80,7 +83,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto resolved = stretto::explore::resolve(spec->base, p.params);
     if (auto e = stretto::explore::estimate(*plan, resolved); !e)
       (void)stretto::render_all(e.error());
-    auto cp = stretto::compile(*plan, &psrc);
+    stretto::CompileOptions copt;
+    copt.class_programs = false;
+    auto cp = stretto::compile(*plan, &psrc, copt);
     if (!cp) {
       (void)stretto::render_all(cp.error());
       continue;
@@ -94,7 +99,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     stretto::sim::SimOptions opt;
     opt.fold_replicas = true;
     opt.memory_curves = false;
-    if (auto r = stretto::sim::simulate(*cp, **cm, opt); !r) (void)stretto::render_all(r.error());
+    auto r = stretto::sim::simulate(*cp, **cm, opt);
+    if (!r) {
+      (void)stretto::render_all(r.error());
+      continue;
+    }
+    // (both sides through text: non-finite numbers are null in either)
+    const stretto::Json want =
+        stretto::Json::parse(stretto::explore::result_json(*cp, *r, 80.0).dump());
+    if (stretto::Json::parse(stretto::explore::result_json_text(*cp, *r, 80.0)) != want)
+      __builtin_trap();
   }
   return 0;
 }

@@ -1,13 +1,13 @@
 // Point evaluation, the thread pool, Pareto fronts (sweep.h).
 #include "stretto/explore/sweep.h"
 
-#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <charconv>
 #include <deque>
 #include <iterator>
 #include <mutex>
@@ -118,8 +118,8 @@ int64_t cap_bytes(double memory_cap_GiB) {
 }
 
 // One JSON object written as text, as nlohmann's dump() writes it: keys in sorted order, no
-// spaces; doubles in their shortest round-trip form, integral ones with ".0" and those of 1e15
-// and above in exponent form (nlohmann's own writer does that rare case), non-finite as null.
+// spaces, non-finite numbers as null; doubles in their shortest round-trip form (which may
+// spell one differently from nlohmann, never with another value).
 class ObjectText {
  public:
   void number(std::string_view key, double v) {
@@ -127,16 +127,15 @@ class ObjectText {
     if (!std::isfinite(v)) {
       buf_ += "null";
     } else {
-      const size_t at = buf_.size();
-      fmt::format_to(std::back_inserter(buf_), FMT_COMPILE("{}"), v);
-      if (buf_.find_first_of(".e", at) == std::string::npos) {
-        if (std::fabs(v) >= 1e15) {
-          buf_.resize(at);
-          buf_ += Json(v).dump();
-        } else {
-          buf_ += ".0";
-        }
-      }
+      // std::to_chars: the shortest text that reads back as v (libstdc++'s, compiled once;
+      // fmt's header formatting printed one digit when built with clang 14 and fmt 9.1, which
+      // sweep_fuzz caught). An integral value in fixed notation gets ".0", as nlohmann writes
+      // it, so that it reads back as a floating-point number.
+      char text[32];
+      const auto [end, ec] = std::to_chars(text, text + sizeof text, v);
+      const std::string_view t(text, static_cast<size_t>(end - text));
+      buf_ += t;
+      if (t.find_first_of(".e") == std::string_view::npos) buf_ += ".0";
     }
     close();
   }
@@ -144,7 +143,8 @@ class ObjectText {
     requires std::is_integral_v<Int>
   void integer(std::string_view key, Int v) {
     open(key);
-    fmt::format_to(std::back_inserter(buf_), FMT_COMPILE("{}"), v);
+    const fmt::format_int text(v);
+    buf_.append(text.data(), text.size());
     close();
   }
   void boolean(std::string_view key, bool v) {
@@ -241,7 +241,8 @@ std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
       const size_t begin = devs.size();
       devs.append(devs, prev_begin, prev_id - prev_begin);
       const size_t id_at = devs.size();
-      fmt::format_to(std::back_inserter(devs), FMT_COMPILE("{}"), d.id);
+      const fmt::format_int id(d.id);
+      devs.append(id.data(), id.size());
       const size_t id_end = devs.size();
       devs.append(devs, prev_id_end, prev_end - prev_id_end);
       prev_begin = begin;

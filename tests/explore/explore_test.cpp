@@ -328,6 +328,35 @@ TEST(Points, EveryScheduleAxisReachesThePlan) {
   EXPECT_TRUE(saw_prefetch);
 }
 
+TEST(Points, OneEvalCacheForManyPointsGivesTheSameResults) {
+  // One cache across points of different layouts, microbatch sizes and models (a JSON-pointer
+  // axis on the model: the cached estimator must be replaced), against a fresh evaluation each.
+  auto s = load_spec(data("small.json"));
+  ASSERT_TRUE(s);
+  const std::vector<Json> points = {
+      {{"tp", 2}, {"pp", 2}, {"dp", 2}, {"family", "1f1b"}, {"microbatches", 4}},
+      {{"tp", 1}, {"pp", 4}, {"dp", 2}, {"family", "zb-h1"}, {"microbatches", 8},
+       {"microbatch_size", 1}},
+      {{"tp", 1}, {"pp", 4}, {"dp", 2}, {"family", "zb-h1"}, {"microbatches", 8},
+       {"microbatch_size", 1}, {"/model/hidden", 1024}},
+      {{"tp", 2}, {"pp", 2}, {"dp", 2}, {"family", "1f1b"}, {"microbatches", 4}}};
+  EvalCache cache;
+  std::vector<double> estimates;
+  for (const Json& params : points) {
+    const Point p{params, point_hash(params)};
+    const PointResult cached = evaluate_point(*s, p, &cache);
+    const PointResult fresh = evaluate_point(*s, p);
+    ASSERT_EQ(cached.status, "ok") << cached.diagnostic;
+    EXPECT_GT(cached.estimate_step_ms, 0);
+    EXPECT_EQ(cached.estimate_step_ms, fresh.estimate_step_ms) << params.dump();
+    EXPECT_EQ(cached.estimate_memory_bytes, fresh.estimate_memory_bytes) << params.dump();
+    EXPECT_EQ(cached.step_time_ms, fresh.step_time_ms);
+    estimates.push_back(cached.estimate_step_ms);
+  }
+  EXPECT_LT(estimates[2], estimates[1]);  // a smaller model only: a new estimator, a faster step
+  EXPECT_EQ(estimates[3], estimates[0]);
+}
+
 TEST(Points, MetricsTextIsTheResultJson) {
   // result_json_text (what sweeps store) against result_json (built with nlohmann, from
   // simulate's own metrics_json): the same object under and over the memory cap. (Not always
