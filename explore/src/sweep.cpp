@@ -4,10 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
-#include <charconv>
 #include <deque>
 #include <iterator>
 #include <mutex>
@@ -93,10 +93,6 @@ std::optional<Estimate> estimate_point(const SweepSpec& spec, const Json& doc, c
   if (!est) return std::nullopt;
   return *est;
 }
-
-}  // namespace
-
-namespace {
 
 // A device with the largest memory peak (the first of them), and whether any device's peak
 // exceeds `cap` bytes.
