@@ -30,6 +30,9 @@ using Clock = std::chrono::steady_clock;
 double since_ms(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
+int64_t cap_bytes(double memory_cap_GiB) {
+  return static_cast<int64_t>(memory_cap_GiB * static_cast<double>(1LL << 30));
+}
 
 }  // namespace
 
@@ -37,7 +40,7 @@ double since_ms(Clock::time_point t0) {
 // cap instead of each device's memory.
 Json result_json(const CompiledPlan& cp, const sim::Result& r, double memory_cap_GiB) {
   Json j = sim::metrics_json(cp, r, sim::pipeline_metrics(cp, r));
-  const int64_t cap = static_cast<int64_t>(memory_cap_GiB * static_cast<double>(1LL << 30));
+  const int64_t cap = cap_bytes(memory_cap_GiB);
   bool over = false;
   for (auto& d : j["devices"]) {
     const bool o = d["peak_memory_bytes"].get<int64_t>() > cap;
@@ -107,10 +110,6 @@ Peak peak_of(const sim::Result& r, int64_t cap) {
     p.over = p.over || d.peak_memory > cap;
   }
   return p;
-}
-
-int64_t cap_bytes(double memory_cap_GiB) {
-  return static_cast<int64_t>(memory_cap_GiB * static_cast<double>(1LL << 30));
 }
 
 // One JSON object written as text, as nlohmann's dump() writes it: keys in sorted order, no
@@ -192,7 +191,8 @@ class ObjectText {
 
 std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
                              double memory_cap_GiB) {
-  // The fields of sim::metrics_json, with result_json's capacity judgement.
+  // The fields of sim::metrics_json, with result_json's capacity judgement (keep the two field
+  // lists in step: Points.MetricsTextIsTheResultJson compares them).
   const sim::PipelineMetrics pm = sim::pipeline_metrics(cp, r);
   const int64_t cap = cap_bytes(memory_cap_GiB);
   const Peak peak = peak_of(r, cap);

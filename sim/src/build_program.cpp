@@ -459,6 +459,7 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
     dp.comm_sm_share = itf.comm_sm_share;
     dp.comm_hbm_share = itf.comm_hbm_share;
     const int c = cp.class_of_device[d];
+    // (the class program's length; compiled without class programs, the lists grow as needed)
     if (c >= 0 && wanted(d)) dp.dispatch.reserve(cp.classes[c].program.size());
   }
   // Host cores: where a node holds more host-CPU devices than it has cores, its devices

@@ -1,7 +1,9 @@
 #pragma once
 // The metrics of one simulated step as JSON: the fields of `stretto simulate --format json`
 // (README "What the numbers mean", docs/semantics.md), without the critical path. One function
-// so that `simulate`, sweeps (every point's row) and any other caller report the same fields.
+// so that `simulate` and any other caller report the same fields. Sweeps write the same object
+// directly as text (explore::result_json_text, for speed): a field added here goes there too,
+// and tests/explore Points.MetricsTextIsTheResultJson (and fuzz/sweep_fuzz) fail until it does.
 #include <nlohmann/json.hpp>
 
 #include "stretto/schedules/compiler.h"
