@@ -855,7 +855,7 @@ void RankRun::run_compute(size_t i) {
       else
         add_input_grads(o, mb, dx);
       grad_acc_[k] = at::Tensor();
-      if (n.tags.pass == Pass::kB) {
+      if (n.tags.pass == Pass::kB || !op.has_weight_grad()) {  // (no BW node follows)
         mem_.add(kActs, -c.bytes);
         c = OpCtx{};
       }

@@ -1101,7 +1101,15 @@ void Compiler::build_nodes() {
       const int64_t saved = act_bytes(o, u, op.saved_bytes);
       const int64_t saved_bw = act_bytes(o, u, op.saved_bw_bytes);
       uint32_t first;
-      if (u.split_bwd) {
+      if (u.split_bwd && !op.has_weight_grad()) {
+        // Nothing to defer: the whole backward is BI, and no BW node (no kernel, no host
+        // dispatch, its activations freed at BI).
+        u.bi = first = compute(o, mb, Pass::kBI);
+        for (uint32_t d : deps) edge(d, u.bi);
+        mem(u.bi, true, MemCategory::kActivations, -saved);
+        if (gather != kNone) mem(u.bi, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+        note_pass(o, mb, true, u, u.bi);
+      } else if (u.split_bwd) {
         u.bi = first = compute(o, mb, Pass::kBI);
         u.bw = compute(o, mb, Pass::kBW);
         for (uint32_t d : deps) edge(d, u.bi);

@@ -152,7 +152,7 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool class_program
   }
   std::vector<int32_t> rank(dag.nodes.size(), -1);
   bool ok = true;
-  std::vector<uint32_t> members, cls, feeds;
+  std::vector<uint32_t> members, cls, feeds, scratch;
   // Temporal edges (a few per group and class: its ends and feeds, below) and barriers (at
   // most one per group and class, each joining at least two nodes), reserved once: growing the
   // node array by doubling copied it whole. A group usually falls on one class (builders order
@@ -215,6 +215,14 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool class_program
       members.clear();
       for (const auto& f : d.groups[g]) {
         if (match(f, members) == 0) {
+          // The weight gradients of ops that have none: their backward is all BI (no BW
+          // nodes), so the group is empty where the same filter's BI is not.
+          if (f.pass == Pass::kBW) {
+            Filter bi = f;
+            bi.pass = Pass::kBI;
+            scratch.clear();
+            if (match(bi, scratch) > 0) continue;
+          }
           std::string hint = "check PP, MB and PASS against the model and the split";
           if (f.pass == Pass::kB)
             hint =

@@ -53,6 +53,16 @@ Counts count(const CompiledPlan& cp) {
   return c;
 }
 
+// `model` on one device, split into `mbs` microbatches, then `order`.
+json one_device(json model, json order, int mbs) {
+  return {{"model", std::move(model)},
+          {"cluster", cluster(1)},
+          {"schedule",
+           {{{"op", "place"}, {"filter", json::object()}, {"devices", {0}}},
+            {{"op", "split"}, {"filter", json::object()}, {"num_microbatches", mbs}},
+            std::move(order)}}};
+}
+
 std::string errors(const Expected<CompiledPlan>& r) {
   return r ? "" : render_all(r.error());
 }
@@ -268,13 +278,7 @@ TEST(Compiler, TensorParallelInsertion) {
 TEST(Compiler, SplitBackwardWhereOrderNamesBIorBW) {
   json order = {{"op", "order"},
                 {"filters", {{fpass(0, 0, "F")}, {fpass(0, 0, "BI")}, {fpass(0, 0, "BW")}}}};
-  json plan = {{"model", synthetic(2, 1)},
-               {"cluster", cluster(1)},
-               {"schedule",
-                {{{"op", "place"}, {"filter", json::object()}, {"devices", {0}}},
-                 {{"op", "split"}, {"filter", json::object()}, {"num_microbatches", 2}},
-                 order}}};
-  auto cp = compile_json(plan);
+  auto cp = compile_json(one_device(synthetic(2, 1), order, 2));
   ASSERT_TRUE(cp) << errors(cp);
   size_t bi = 0, bw = 0, b = 0;
   for (const auto& n : cp->dag.nodes) {
@@ -292,6 +296,72 @@ TEST(Compiler, SplitBackwardWhereOrderNamesBIorBW) {
   EXPECT_EQ(bi, 2u);
   EXPECT_EQ(bw, 2u);
   EXPECT_EQ(b, 2u);
+}
+
+// An op without a weight gradient (attention core, activation, loss) gets no BW node where
+// the backward is split: its BI is its whole backward and frees all its saved activations.
+// Every op with parameters keeps one BW per microbatch. A BW filter that names only such ops
+// is not an error (its BI matches), but a BW filter naming nothing at all still is.
+TEST(Compiler, SplitBackwardGivesBWOnlyToOpsWithWeightGradients) {
+  json model = {{"family", "transformer"}, {"layers", 2},  {"hidden", 64},
+                {"heads", 4},              {"ffn_hidden", 128}, {"vocab", 256},
+                {"seq_len", 32},           {"microbatch_size", 1}};
+  json order = {{"op", "order"},
+                {"filters",
+                 {{fpass(0, 0, "F")}, {fpass(0, 1, "F")}, {fpass(0, 0, "BI")},
+                  {fpass(0, 1, "BI")}, {fpass(0, 0, "BW")}, {fpass(0, 1, "BW")}}}};
+  const json plan = one_device(model, order, 2);
+  auto cp = compile_json(plan);
+  ASSERT_TRUE(cp) << errors(cp);
+  const auto& ops = cp->model.ops;
+  size_t with = 0, without = 0;
+  for (const auto& op : ops) (op.has_weight_grad() ? with : without)++;
+  ASSERT_GT(with, 0u);
+  ASSERT_GT(without, 0u);  // the attention core, the MLP activation, the loss
+  std::map<uint32_t, int> bw_of, bi_of;
+  for (uint32_t i = 0; i < cp->dag.nodes.size(); ++i) {
+    const Node& n = cp->dag.nodes[i];
+    if (n.kind != NodeKind::kCompute) continue;
+    if (n.tags.pass == Pass::kBW) ++bw_of[n.op];
+    if (n.tags.pass == Pass::kBI) ++bi_of[n.op];
+    EXPECT_NE(n.tags.pass, Pass::kB) << cp->dag.node_name(i, cp->model);
+  }
+  for (uint32_t o = 0; o < ops.size(); ++o) {
+    EXPECT_EQ(bi_of[o], 2) << ops[o].name;
+    EXPECT_EQ(bw_of[o], ops[o].has_weight_grad() ? 2 : 0) << ops[o].name;
+  }
+  // Activations: every byte saved by a forward is freed by the same op's BI or BW, and an op
+  // without BW frees all of its at BI.
+  std::map<std::pair<uint32_t, int>, int64_t> live;  // (op, mb) -> saved bytes outstanding
+  for (const MemEffect& m : cp->dag.mem) {
+    if (m.cat != MemCategory::kActivations) continue;
+    const Node& n = cp->dag.nodes[m.node];
+    if (n.kind != NodeKind::kCompute) continue;
+    live[{n.op, n.tags.mb()}] += m.bytes;
+  }
+  for (const auto& [key, bytes] : live) EXPECT_EQ(bytes, 0) << ops[key.first].name;
+  for (const MemEffect& m : cp->dag.mem) {
+    const Node& n = cp->dag.nodes[m.node];
+    if (m.cat == MemCategory::kActivations && n.tags.pass == Pass::kBI &&
+        !ops[n.op].has_weight_grad()) {
+      EXPECT_LT(m.bytes, 0);
+    }
+  }
+
+  // A BW group naming only ops without a weight gradient (filters select by PP, LAYER and
+  // EP, so here a model whose ops have none: synthetic, no parameters, no work) is empty, and
+  // that is fine.
+  json none = synthetic(2, 1);
+  for (const char* k : {"activation_bytes", "param_bytes", "boundary_bytes", "flops"}) none[k] = 0;
+  auto empty_bw = compile_json(one_device(none, order, 2));
+  ASSERT_TRUE(empty_bw) << errors(empty_bw);
+  for (const Node& n : empty_bw->dag.nodes) EXPECT_NE(n.tags.pass, Pass::kBW);
+  // ... but BW of a microbatch that does not exist still matches nothing.
+  json plan3 = plan;
+  plan3["schedule"][2]["filters"][4] = {fpass(0, 7, "BW")};
+  auto bad = compile_json(plan3);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(errors(bad).find("matches nothing"), std::string::npos) << errors(bad);
 }
 
 TEST(Compiler, DeadlocksAreErrorsNamingTheCycle) {

@@ -74,6 +74,13 @@ struct ModelOp {
   /// work (dQ and dK, or dP and dV); BW is empty.
   bool act_gemm = false;
   std::vector<uint32_t> inputs;  // producer ops (forward data edges), all with smaller ids
+
+  /// Whether the op has a weight gradient: parameters, or weight-gradient work (a tied head on
+  /// the embedding's devices has no parameters of its own, but computes their gradient). Where
+  /// the backward is split into BI + BW, an op without one (attention core, activations, loss)
+  /// gets no BW node: its whole backward is BI, as in zero-bubble runtimes, which defer only
+  /// the weight GEMMs.
+  bool has_weight_grad() const { return param_count > 0 || bw_flops > 0 || bw_bytes > 0; }
 };
 
 struct ModelGraph {
