@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <deque>
 #include <iterator>
+#include <memory>
 #include <mutex>
 #include <string_view>
 #include <thread>
@@ -147,9 +148,24 @@ class ObjectText {
     buf_ += v ? "true" : "false";
     close();
   }
-  void string(std::string_view key, const std::string& v) {
+  void string(std::string_view key, std::string_view v) {
     open(key);
     buf_ += Json(v).dump();  // escaped as nlohmann escapes
+    close();
+  }
+  void strings(std::string_view key, const std::vector<std::string>& v) {
+    open(key);
+    buf_ += Json(v).dump();
+    close();
+  }
+  /// A nested object: `f` writes its fields through a writer like this one.
+  template <typename F>
+  void object(std::string_view key, F&& f) {
+    if (!child_) child_ = std::make_unique<ObjectText>();  // (kept: its buffers stay allocated)
+    child_->clear();
+    f(*child_);
+    open(key);
+    child_->write(buf_);
     close();
   }
   void raw(std::string_view key, std::string_view json) {
@@ -185,55 +201,31 @@ class ObjectText {
   void close() { fields_.back().end = buf_.size(); }
   std::string buf_;
   std::vector<Field> fields_;
+  std::unique_ptr<ObjectText> child_;
 };
 
 }  // namespace
 
 std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
                              double memory_cap_GiB) {
-  // The fields of sim::metrics_json, with result_json's capacity judgement (keep the two field
-  // lists in step: Points.MetricsTextIsTheResultJson compares them).
+  // sim::metrics_json's fields (the same field list), with result_json's capacity judgement.
   const sim::PipelineMetrics pm = sim::pipeline_metrics(cp, r);
   const int64_t cap = cap_bytes(memory_cap_GiB);
   const Peak peak = peak_of(r, cap);
   ObjectText top;
-  top.string("plan", cp.plan.file);
-  top.number("step_time_ms", ms(r.step_time));
-  top.number("bubble_ratio", r.bubble_ratio);
-  top.number("pipeline_bubble_ratio", pm.pipeline_bubble_ratio);
-  top.number("exposed_comm_ms", ms(r.exposed_comm));
-  top.number("exposed_comm_ms_per_device", pm.exposed_comm_ms_per_device);
-  top.number("mfu", r.mfu);
-  top.number("tokens_per_s", r.tokens_per_s);
-  top.number("model_flops", r.model_flops);
-  top.integer("events", r.events);
-  top.number("sim_wall_ms", r.sim_wall_ms);
-  top.boolean("folded_replicas", r.folded);
-  top.raw("not_modelled", Json(unmodelled_effects(cp)).dump());
-  top.string("costmodel",
-             cp.plan.costmodel.kind == CostModelSpec::Kind::kFixed      ? "fixed"
-             : cp.plan.costmodel.kind == CostModelSpec::Kind::kProfiled ? "profiled"
-                                                                        : "analytic");
-  std::string devs = "[", bt;
+  sim::step_fields(top, cp, r, pm, peak.over);
+  top.number("memory_cap_GiB", memory_cap_GiB);
+  std::string devs = "[";
   devs.reserve(512 * r.devices.size());
-  ObjectText e, b;  // (reused: their buffers stay allocated)
+  ObjectText e;  // (reused: its buffers stay allocated)
   // A device whose fields but its id equal the previous one's (replicas, folded or not) reuses
   // its text around the id: the previous device's text is devs[prev_begin, prev_end), its id
   // at [prev_id, prev_id_end).
   size_t prev_begin = 0, prev_end = 0, prev_id = 0, prev_id_end = 0;
-  auto same_but_id = [&](size_t i) {
-    const sim::DeviceMetrics &a = r.devices[i - 1], &c = r.devices[i];
-    const sim::DevicePipeline &pa = pm.devices[i - 1], &pc = pm.devices[i];
-    return a.busy == c.busy && a.bubble == c.bubble && a.bubble_ratio == c.bubble_ratio &&
-           a.exposed_comm == c.exposed_comm && a.comm == c.comm &&
-           a.peak_memory == c.peak_memory && a.peak_time == c.peak_time &&
-           a.breakdown == c.breakdown && pa.computes == pc.computes &&
-           (!pa.computes || pa.idle() == pc.idle());
-  };
   for (size_t i = 0; i < r.devices.size(); ++i) {
     const sim::DeviceMetrics& d = r.devices[i];
     if (i) devs += ',';
-    if (i > 0 && same_but_id(i)) {
+    if (i > 0 && sim::same_fields_but_id(r.devices[i - 1], pm.devices[i - 1], d, pm.devices[i])) {
       const size_t begin = devs.size();
       devs.append(devs, prev_begin, prev_id - prev_begin);
       const size_t id_at = devs.size();
@@ -248,22 +240,7 @@ std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
       continue;
     }
     e.clear();
-    e.integer("id", d.id);
-    e.number("busy_ms", ms(d.busy));
-    e.number("bubble_ms", ms(d.bubble));
-    e.number("bubble_ratio", d.bubble_ratio);
-    e.number("pipeline_bubble_ms", pm.devices[i].computes ? ms(pm.devices[i].idle()) : 0.0);
-    e.number("exposed_comm_ms", ms(d.exposed_comm));
-    e.number("comm_ms", ms(d.comm));
-    e.integer("peak_memory_bytes", d.peak_memory);
-    e.number("peak_memory_time_ms", ms(d.peak_time));
-    b.clear();
-    for (size_t k = 0; k < sim::kMemCategories; ++k)
-      b.integer(sim::memory_category_name(k), d.breakdown[k]);
-    bt.clear();
-    b.write(bt);
-    e.raw("memory_breakdown", bt);
-    e.boolean("over_capacity", d.peak_memory > cap);
+    sim::device_fields(e, d, pm.devices[i], d.peak_memory > cap);
     prev_begin = devs.size();
     e.write(devs);
     prev_end = devs.size();
@@ -272,10 +249,6 @@ std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
   }
   devs += ']';
   top.raw("devices", devs);
-  top.integer("peak_memory_bytes", peak.worst ? peak.worst->peak_memory : int64_t{0});
-  top.number("peak_memory_time_ms", peak.worst ? ms(peak.worst->peak_time) : 0.0);
-  top.boolean("over_capacity", peak.over);
-  top.number("memory_cap_GiB", memory_cap_GiB);
   std::string out;
   top.write(out);
   return out;

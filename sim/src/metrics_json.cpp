@@ -1,4 +1,4 @@
-// The fields of `stretto simulate --format json` (see metrics_json.h).
+// The fields of `stretto simulate --format json` (see metrics_json.h), as a Json object.
 #include "stretto/sim/metrics_json.h"
 
 #include <string>
@@ -6,58 +6,40 @@
 namespace stretto::sim {
 
 namespace {
-double ms(SimTime ns) { return static_cast<double>(ns) / 1e6; }
+
+// metrics_json.h's writer over a Json object.
+struct JsonFields {
+  nlohmann::json& j;
+  void number(std::string_view key, double v) { j[std::string(key)] = v; }
+  template <typename Int>
+  void integer(std::string_view key, Int v) {
+    j[std::string(key)] = v;
+  }
+  void boolean(std::string_view key, bool v) { j[std::string(key)] = v; }
+  void string(std::string_view key, std::string_view v) { j[std::string(key)] = std::string(v); }
+  void strings(std::string_view key, const std::vector<std::string>& v) { j[std::string(key)] = v; }
+  template <typename F>
+  void object(std::string_view key, F&& f) {
+    JsonFields child{j[std::string(key)] = nlohmann::json::object()};
+    f(child);
+  }
+};
+
 }  // namespace
 
 nlohmann::json metrics_json(const CompiledPlan& cp, const Result& r, const PipelineMetrics& pm) {
-  nlohmann::json j;
-  j["plan"] = cp.plan.file;
-  j["step_time_ms"] = ms(r.step_time);
-  j["bubble_ratio"] = r.bubble_ratio;
-  j["pipeline_bubble_ratio"] = pm.pipeline_bubble_ratio;
-  j["exposed_comm_ms"] = ms(r.exposed_comm);
-  j["exposed_comm_ms_per_device"] = pm.exposed_comm_ms_per_device;
-  j["mfu"] = r.mfu;
-  j["tokens_per_s"] = r.tokens_per_s;
-  j["model_flops"] = r.model_flops;
-  j["events"] = r.events;
-  j["sim_wall_ms"] = r.sim_wall_ms;
-  j["folded_replicas"] = r.folded;
-  j["not_modelled"] = unmodelled_effects(cp);
-  j["costmodel"] =
-      std::string(cp.plan.costmodel.kind == CostModelSpec::Kind::kFixed      ? "fixed"
-                  : cp.plan.costmodel.kind == CostModelSpec::Kind::kProfiled ? "profiled"
-                                                                             : "analytic");
-  nlohmann::json devs = nlohmann::json::array();
-  const DeviceMetrics* worst = nullptr;  // the largest peak
+  nlohmann::json j = nlohmann::json::object();
+  JsonFields top{j};
   bool over = false;
-  for (const auto& d : r.devices) {
-    if (!worst || d.peak_memory > worst->peak_memory) worst = &d;
+  nlohmann::json devs = nlohmann::json::array();
+  for (size_t i = 0; i < r.devices.size(); ++i) {
+    const DeviceMetrics& d = r.devices[i];
     over = over || d.over_capacity;
-    nlohmann::json e;
-    e["id"] = d.id;
-    e["busy_ms"] = ms(d.busy);
-    e["bubble_ms"] = ms(d.bubble);
-    e["bubble_ratio"] = d.bubble_ratio;
-    {
-      const auto& dp = pm.devices[static_cast<size_t>(&d - r.devices.data())];
-      e["pipeline_bubble_ms"] = dp.computes ? ms(dp.idle()) : 0.0;
-    }
-    e["exposed_comm_ms"] = ms(d.exposed_comm);
-    e["comm_ms"] = ms(d.comm);
-    e["peak_memory_bytes"] = d.peak_memory;
-    e["peak_memory_time_ms"] = ms(d.peak_time);
-    nlohmann::json b = nlohmann::json::object();
-    for (size_t k = 0; k < kMemCategories; ++k)
-      b[std::string(memory_category_name(k))] = d.breakdown[k];
-    e["memory_breakdown"] = b;
-    e["over_capacity"] = d.over_capacity;
-    devs.push_back(std::move(e));
+    JsonFields e{devs.emplace_back(nlohmann::json::object())};
+    device_fields(e, d, pm.devices[i], d.over_capacity);
   }
+  step_fields(top, cp, r, pm, over);
   j["devices"] = std::move(devs);
-  j["peak_memory_bytes"] = worst ? worst->peak_memory : 0;
-  j["peak_memory_time_ms"] = worst ? ms(worst->peak_time) : 0.0;
-  j["over_capacity"] = over;
   return j;
 }
 

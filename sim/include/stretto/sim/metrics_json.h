@@ -1,10 +1,14 @@
 #pragma once
 // The metrics of one simulated step as JSON: the fields of `stretto simulate --format json`
-// (README "What the numbers mean", docs/semantics.md), without the critical path. One function
-// so that `simulate` and any other caller report the same fields. Sweeps write the same object
-// directly as text (explore::result_json_text, for speed): a field added here goes there too,
-// and tests/explore Points.MetricsTextIsTheResultJson (and fuzz/sweep_fuzz) fail until it does.
+// (README "What the numbers mean", docs/semantics.md), without the critical path. One field
+// list (step_fields, device_fields) behind two writers: metrics_json builds a Json object for
+// `simulate` and every other caller, and sweeps write the same fields straight into text
+// (explore::result_json_text, for speed).
 #include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "stretto/schedules/compiler.h"
 #include "stretto/sim/pipeline_metrics.h"
@@ -17,5 +21,68 @@ namespace stretto::sim {
 /// folded_replicas, not_modelled, costmodel, peak_memory_bytes and peak_memory_time_ms (of the
 /// device with the largest peak), over_capacity (any device over its memory), and `devices`.
 nlohmann::json metrics_json(const CompiledPlan& cp, const Result& r, const PipelineMetrics& pm);
+
+/// The top-level fields but `devices`, written through `w`. A writer has number(key, double),
+/// integer(key, integral), boolean(key, bool), string(key, std::string_view),
+/// strings(key, const std::vector<std::string>&) and object(key, f), which calls f with a
+/// writer for the nested object. `over_capacity`: whether any device is over its capacity
+/// (callers judge it against different caps).
+template <typename W>
+void step_fields(W& w, const CompiledPlan& cp, const Result& r, const PipelineMetrics& pm,
+                 bool over_capacity) {
+  auto ms = [](SimTime ns) { return static_cast<double>(ns) / 1e6; };
+  w.string("plan", cp.plan.file);
+  w.number("step_time_ms", ms(r.step_time));
+  w.number("bubble_ratio", r.bubble_ratio);
+  w.number("pipeline_bubble_ratio", pm.pipeline_bubble_ratio);
+  w.number("exposed_comm_ms", ms(r.exposed_comm));
+  w.number("exposed_comm_ms_per_device", pm.exposed_comm_ms_per_device);
+  w.number("mfu", r.mfu);
+  w.number("tokens_per_s", r.tokens_per_s);
+  w.number("model_flops", r.model_flops);
+  w.integer("events", r.events);
+  w.number("sim_wall_ms", r.sim_wall_ms);
+  w.boolean("folded_replicas", r.folded);
+  w.strings("not_modelled", unmodelled_effects(cp));
+  w.string("costmodel", cp.plan.costmodel.kind == CostModelSpec::Kind::kFixed      ? "fixed"
+                        : cp.plan.costmodel.kind == CostModelSpec::Kind::kProfiled ? "profiled"
+                                                                                   : "analytic");
+  const DeviceMetrics* worst = nullptr;  // the largest peak (the first of them)
+  for (const auto& d : r.devices)
+    if (!worst || d.peak_memory > worst->peak_memory) worst = &d;
+  w.integer("peak_memory_bytes", worst ? worst->peak_memory : int64_t{0});
+  w.number("peak_memory_time_ms", worst ? ms(worst->peak_time) : 0.0);
+  w.boolean("over_capacity", over_capacity);
+}
+
+/// One element of `devices`, written through `w` (as step_fields).
+template <typename W>
+void device_fields(W& w, const DeviceMetrics& d, const DevicePipeline& dp, bool over_capacity) {
+  auto ms = [](SimTime ns) { return static_cast<double>(ns) / 1e6; };
+  w.integer("id", d.id);
+  w.number("busy_ms", ms(d.busy));
+  w.number("bubble_ms", ms(d.bubble));
+  w.number("bubble_ratio", d.bubble_ratio);
+  w.number("pipeline_bubble_ms", dp.computes ? ms(dp.idle()) : 0.0);
+  w.number("exposed_comm_ms", ms(d.exposed_comm));
+  w.number("comm_ms", ms(d.comm));
+  w.integer("peak_memory_bytes", d.peak_memory);
+  w.number("peak_memory_time_ms", ms(d.peak_time));
+  w.object("memory_breakdown", [&](auto& b) {
+    for (size_t k = 0; k < kMemCategories; ++k) b.integer(memory_category_name(k), d.breakdown[k]);
+  });
+  w.boolean("over_capacity", over_capacity);
+}
+
+/// Whether two devices' fields differ only in `id` (replicas, folded or not): what
+/// device_fields writes, compared. A field added there is compared here too.
+inline bool same_fields_but_id(const DeviceMetrics& a, const DevicePipeline& pa,
+                               const DeviceMetrics& b, const DevicePipeline& pb) {
+  return a.busy == b.busy && a.bubble == b.bubble && a.bubble_ratio == b.bubble_ratio &&
+         a.exposed_comm == b.exposed_comm && a.comm == b.comm &&
+         a.peak_memory == b.peak_memory && a.peak_time == b.peak_time &&
+         a.breakdown == b.breakdown && pa.computes == pb.computes &&
+         (!pa.computes || pa.idle() == pb.idle());
+}
 
 }  // namespace stretto::sim
