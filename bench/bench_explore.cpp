@@ -60,10 +60,7 @@ Space space_of(int which, size_t sample) {
     s.spec.canonical = {{"base", base}, {"bench", which}};
     s.spec.hash = stable_hash(s.spec.canonical);
     auto points = search_space(base, so);
-    for (auto& p : *points) {
-      if (p["recompute"] != "none") continue;  // not in the simulator yet (fidelity issue)
-      s.grid.points.push_back({p, point_hash(p)});
-    }
+    for (auto& p : *points) s.grid.points.push_back({p, point_hash(p)});
     s.grid.grid_size = s.grid.points.size();
   }
   if (which == 0) s.grid = *enumerate(s.spec);
@@ -225,9 +222,8 @@ BENCHMARK(BM_Agreement)
 
 namespace {
 
-// Search quality: `search` against simulating the whole space (points with recompute other
-// than none are left out of both: the simulator does not have the directive yet), and against
-// the Megatron-style defaults. Args: model (1 dense GPT, 2 MoE), devices.
+// Search quality: `search` against simulating its whole space (recompute modes included), and
+// against the Megatron-style defaults. Args: model (1 dense GPT, 2 MoE), devices.
 void BM_SearchVsGrid(benchmark::State& state) {
   const int which = static_cast<int>(state.range(0));
   const int devices = static_cast<int>(state.range(1));
@@ -239,8 +235,7 @@ void BM_SearchVsGrid(benchmark::State& state) {
   // space_of sized the global batch for 64 devices; rebuild the space for `devices`.
   full.grid.points.clear();
   auto points = search_space(full.spec.base, so);
-  for (auto& p : *points)
-    if (p["recompute"] == "none") full.grid.points.push_back({p, point_hash(p)});
+  for (auto& p : *points) full.grid.points.push_back({p, point_hash(p)});
   double grid_s = 0;
   std::optional<SearchResult> sr;
   for (auto _ : state) {

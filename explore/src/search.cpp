@@ -9,6 +9,8 @@
 #include <set>
 #include <thread>
 
+#include "stretto/schedules/builders.h"
+
 namespace stretto::explore {
 
 namespace {
@@ -101,6 +103,8 @@ Expected<std::vector<Json>> search_space(const Json& base, const SearchOptions& 
                            fam == "interleaved-1f1b" || fam == "looped-bfs";
           if (pp == 1 && fam != "1f1b") continue;  // one rank: every family is the same
           if ((two ? 2 : 1) * pp > mf.layers) continue;
+          // what the family's builder refuses (DualPipeV with fewer microbatches than stages)
+          if (check_schedule(fam, pp, 0, static_cast<int>(m))) continue;
           std::vector<int> eps = {1};
           if (mf.experts > 0 && dp > 1 && mf.experts % dp == 0) eps.push_back(dp);
           for (int ep : eps)

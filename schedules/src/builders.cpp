@@ -497,123 +497,161 @@ std::string valid_microbatch_hint(int p, int m) {
   return fmt::format("use {} microbatches", hi);
 }
 
-// The builder with the name of the offending parameter ("builder", "ranks", "stages_per_rank",
-// "microbatches") reported through `bad_param`, so that callers can point at it.
-Expected<PipelineSchedule> build_impl(std::string_view family_name, int p, int v, int m,
-                                      const BuildOptions& opt, std::string* bad_param) {
-  auto fail_on = [&](const char* param, std::string msg, std::string hint = {}) {
-    if (bad_param) *bad_param = param;
-    return fail(make_error(std::move(msg), std::move(hint)));
+// A parameter a family refuses: its name ("builder", "ranks", "stages_per_rank",
+// "microbatches", so that callers can point at it), the message and the hint.
+struct BadParam {
+  const char* param;
+  std::string message, hint;
+};
+
+// The family, and v resolved (<= 0: the family's default), or what is wrong with p, v, m: every
+// constraint the builders enforce, checked before anything is built.
+struct Checked {
+  std::optional<Family> fam;
+  int v = 0;
+  std::optional<BadParam> bad;
+};
+Checked check_params(std::string_view family_name, int p, int v, int m) {
+  Checked c;
+  auto bad = [&](const char* param, std::string msg, std::string hint = {}) {
+    c.bad = BadParam{param, std::move(msg), std::move(hint)};
+    return c;
   };
-  const std::optional<Family> fam = parse_family(family_name);
-  if (!fam) {
+  c.fam = parse_family(family_name);
+  if (!c.fam) {
     std::vector<std::string> names = schedule_family_names();
     std::string near = nearest(normalize_family(family_name), names);
     std::string hint = near.empty() ? fmt::format("known schedules: {}", fmt::join(names, ", "))
                                     : fmt::format("did you mean '{}'?", near);
-    return fail_on("builder", fmt::format("unknown pipeline schedule '{}'", family_name), hint);
+    return bad("builder", fmt::format("unknown pipeline schedule '{}'", family_name), hint);
   }
-  const FamilyInfo& fi = info(*fam);
-  if (v <= 0) v = fi.default_v;
-  if (p < 1) return fail_on("ranks", fmt::format("{} needs at least 1 rank, got {}", fi.name, p));
+  const Family fam = *c.fam;
+  const FamilyInfo& fi = info(fam);
+  c.v = v = v <= 0 ? fi.default_v : v;
+  if (p < 1) return bad("ranks", fmt::format("{} needs at least 1 rank, got {}", fi.name, p));
   if (m < 1)
-    return fail_on("microbatches",
-                   fmt::format("{} needs at least 1 microbatch, got {}", fi.name, m));
+    return bad("microbatches", fmt::format("{} needs at least 1 microbatch, got {}", fi.name, m));
   // (stage, microbatch) pairs; 2^22 covers a 1024-rank DualPipeV with its 2048 microbatches and
   // keeps every index far from int overflow.
   constexpr int64_t kMaxPairs = int64_t{1} << 22;
   if (p > (1 << 20) || v > (1 << 10) || m > (1 << 22) ||
       static_cast<int64_t>(p) * v * m > kMaxPairs)
-    return fail_on("microbatches",
-                   fmt::format("{}: {} ranks x {} stages/rank x {} microbatches is too large "
-                               "(at most {} stage-microbatch pairs)",
-                               fi.name, p, v, m, kMaxPairs));
-
-  PipelineSchedule s;
-  switch (*fam) {
+    return bad("microbatches",
+               fmt::format("{}: {} ranks x {} stages/rank x {} microbatches is too large "
+                           "(at most {} stage-microbatch pairs)",
+                           fi.name, p, v, m, kMaxPairs));
+  switch (fam) {
     case Family::kGPipe:
     case Family::k1F1B:
       if (v != 1)
-        return fail_on(
-            "stages_per_rank",
-            fmt::format("{} runs one stage per rank, got {} stages per rank", fi.name, v),
-            *fam == Family::kGPipe ? "use looped-bfs for several stages per rank"
-                                   : "use interleaved-1f1b for several stages per rank");
+        return bad("stages_per_rank",
+                   fmt::format("{} runs one stage per rank, got {} stages per rank", fi.name, v),
+                   fam == Family::kGPipe ? "use looped-bfs for several stages per rank"
+                                         : "use interleaved-1f1b for several stages per rank");
       // torch Schedule1F1B rejects m < p (torchtitan#775: it used to hang); Megatron-LM runs it
       // with a warm-up of min(p-1-r, m) forwards (then no steady state: all backwards), which
       // is what build_1f1b does, so we accept it (docs/fidelity.md). GPipe accepts any m.
-      init_schedule(s, *fam, p, 1, p, m, StageMapStyle::kLoop);
-      if (*fam == Family::kGPipe)
+      break;
+    case Family::kInterleaved:
+    case Family::kZbH1:
+    case Family::kZbH2: {
+      if (fam == Family::kZbH2 && v != 1)
+        return bad("stages_per_rank",
+                   fmt::format("zb-h2 is the ZB paper's single-chunk schedule: it needs 1 "
+                               "stage per rank, got {}",
+                               v),
+                   "use zb-h1 (torch's interleaved zero bubble) for several stages per rank");
+      const int rounds = std::max(1, m / p);
+      if (m % rounds != 0)
+        return bad("microbatches",
+                   fmt::format("{} needs the microbatches to be a multiple of the number of "
+                               "rounds max(1, m div p) = {}, got m = {}",
+                               fi.name, rounds, m),
+                   valid_microbatch_hint(p, m));
+      break;
+    }
+    case Family::kLoopedBfs:
+      break;
+    case Family::kZbV:
+    case Family::kDualPipeV:
+      if (v != 2)
+        return bad("stages_per_rank",
+                   fmt::format("{} is a V schedule: it needs exactly 2 stages per rank, got {}",
+                               fi.name, v),
+                   "use stages_per_rank 2");
+      if (fam == Family::kDualPipeV && m < 2 * p)
+        return bad("microbatches",
+                   fmt::format("dualpipev needs at least as many microbatches as stages "
+                               "(2p = {}), got {}",
+                               2 * p, m),
+                   fmt::format("use at least {} microbatches", 2 * p));
+      break;
+    case Family::kDualPipe:
+      if (v != 2)
+        return bad("stages_per_rank",
+                   fmt::format("dualpipe holds exactly 2 model chunks per rank (one per "
+                               "direction), got {} stages per rank",
+                               v),
+                   "leave stages_per_rank out, or use 2");
+      if (p % 2 != 0)
+        return bad("ranks", fmt::format("dualpipe needs an even number of ranks, got {}", p),
+                   "use dualpipev for an odd number of ranks");
+      if (m % 2 != 0 || m < 2 * p)
+        return bad("microbatches",
+                   fmt::format("dualpipe needs an even number of microbatches, at least 2p = "
+                               "{} (half per direction), got {}",
+                               2 * p, m),
+                   fmt::format("use {} microbatches", std::max(2 * p, m + (m % 2))));
+      break;
+  }
+  return c;
+}
+
+// The builder, with the name of the offending parameter reported through `bad_param`.
+Expected<PipelineSchedule> build_impl(std::string_view family_name, int p, int v, int m,
+                                      const BuildOptions& opt, std::string* bad_param) {
+  const Checked c = check_params(family_name, p, v, m);
+  if (c.bad) {
+    if (bad_param) *bad_param = c.bad->param;
+    return fail(make_error(c.bad->message, c.bad->hint));
+  }
+  const Family fam = *c.fam;
+  v = c.v;
+  PipelineSchedule s;
+  switch (fam) {
+    case Family::kGPipe:
+    case Family::k1F1B:
+      init_schedule(s, fam, p, 1, p, m, StageMapStyle::kLoop);
+      if (fam == Family::kGPipe)
         build_gpipe(s, opt.torch_padding);
       else
         build_1f1b(s, opt.torch_padding);
       break;
     case Family::kInterleaved:
     case Family::kZbH1:
-    case Family::kZbH2: {
-      if (*fam == Family::kZbH2 && v != 1)
-        return fail_on("stages_per_rank",
-                       fmt::format("zb-h2 is the ZB paper's single-chunk schedule: it needs 1 "
-                                   "stage per rank, got {}",
-                                   v),
-                       "use zb-h1 (torch's interleaved zero bubble) for several stages per rank");
-      const int rounds = std::max(1, m / p);
-      if (m % rounds != 0)
-        return fail_on(
-            "microbatches",
-            fmt::format("{} needs the microbatches to be a multiple of the number of rounds "
-                        "max(1, m div p) = {}, got m = {}",
-                        fi.name, rounds, m),
-            valid_microbatch_hint(p, m));
-      init_schedule(s, *fam, p, v, p * v, m, StageMapStyle::kLoop);
-      if (*fam == Family::kInterleaved)
+    case Family::kZbH2:
+      init_schedule(s, fam, p, v, p * v, m, StageMapStyle::kLoop);
+      if (fam == Family::kInterleaved)
         build_skeleton(s, 2, false, 0, opt.torch_padding);
-      else if (*fam == Family::kZbH1)
+      else if (fam == Family::kZbH1)
         build_skeleton(s, 1, true, 1, opt.torch_padding);
       else
         build_skeleton(s, 2, true, 2, false);  // not a torch schedule: no torch grid to mimic
       break;
-    }
     case Family::kLoopedBfs:
-      init_schedule(s, *fam, p, v, p * v, m, StageMapStyle::kLoop);
+      init_schedule(s, fam, p, v, p * v, m, StageMapStyle::kLoop);
       build_looped_bfs(s, opt.torch_padding);
       break;
     case Family::kZbV:
     case Family::kDualPipeV:
-      if (v != 2)
-        return fail_on("stages_per_rank",
-                       fmt::format("{} is a V schedule: it needs exactly 2 stages per rank, got {}",
-                                   fi.name, v),
-                       "use stages_per_rank 2");
-      if (*fam == Family::kDualPipeV && m < 2 * p)
-        return fail_on("microbatches",
-                       fmt::format("dualpipev needs at least as many microbatches as stages "
-                                   "(2p = {}), got {}",
-                                   2 * p, m),
-                       fmt::format("use at least {} microbatches", 2 * p));
-      init_schedule(s, *fam, p, 2, 2 * p, m, StageMapStyle::kV);
-      if (*fam == Family::kZbV)
+      init_schedule(s, fam, p, 2, 2 * p, m, StageMapStyle::kV);
+      if (fam == Family::kZbV)
         build_zbv(s, opt.torch_padding);
       else
         build_dualpipev(s);
       break;
     case Family::kDualPipe:
-      if (v != 2)
-        return fail_on("stages_per_rank",
-                       fmt::format("dualpipe holds exactly 2 model chunks per rank (one per "
-                                   "direction), got {} stages per rank",
-                                   v),
-                       "leave stages_per_rank out, or use 2");
-      if (p % 2 != 0)
-        return fail_on("ranks", fmt::format("dualpipe needs an even number of ranks, got {}", p),
-                       "use dualpipev for an odd number of ranks");
-      if (m % 2 != 0 || m < 2 * p)
-        return fail_on("microbatches",
-                       fmt::format("dualpipe needs an even number of microbatches, at least 2p = "
-                                   "{} (half per direction), got {}",
-                                   2 * p, m),
-                       fmt::format("use {} microbatches", std::max(2 * p, m + (m % 2))));
-      init_schedule(s, *fam, p, 2, p, m, StageMapStyle::kLoop);
+      init_schedule(s, fam, p, 2, p, m, StageMapStyle::kLoop);
       s.bidirectional = true;
       build_dualpipe(s);
       break;
@@ -630,6 +668,13 @@ const std::vector<std::string>& schedule_family_names() {
     return v;
   }();
   return kNames;
+}
+
+std::optional<Diagnostic> check_schedule(std::string_view family, int ranks, int stages_per_rank,
+                                         int microbatches) {
+  const Checked c = check_params(family, ranks, stages_per_rank, microbatches);
+  if (!c.bad) return std::nullopt;
+  return make_error(c.bad->message, c.bad->hint);
 }
 
 std::optional<std::string> canonical_family(std::string_view name) {

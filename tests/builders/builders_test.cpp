@@ -450,6 +450,28 @@ TEST(BuilderConstraints, Diagnostics) {
   EXPECT_TRUE(build_schedule("zb-v", 4, 2, 1));
 }
 
+// check_schedule refuses exactly what build_schedule refuses, with the same message.
+TEST(BuilderConstraints, CheckAgreesWithBuild) {
+  size_t refused = 0, built = 0;
+  for (const std::string& fam : schedule_family_names())
+    for (int p = 0; p <= 6; ++p)
+      for (int v = -1; v <= 3; ++v)
+        for (int m = 0; m <= 15; ++m) {
+          const auto check = check_schedule(fam, p, v, m);
+          const auto b = build_schedule(fam, p, v, m);
+          ASSERT_EQ(!check, static_cast<bool>(b)) << fam << " p" << p << " v" << v << " m" << m;
+          if (check) {
+            ++refused;
+            EXPECT_EQ(render_all({*check}), render_all(b.error())) << fam;
+          } else {
+            ++built;
+          }
+        }
+  EXPECT_GT(refused, 100u);
+  EXPECT_GT(built, 100u);
+  EXPECT_TRUE(check_schedule("no-such-family", 2, 1, 4));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Structural properties over many (p, v, m)
 

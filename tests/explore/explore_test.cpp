@@ -5,10 +5,12 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <set>
 
 #include "stretto/explore/estimate.h"
 #include "stretto/explore/search.h"
 #include "stretto/explore/sweep.h"
+#include "stretto/schedules/builders.h"
 
 namespace fs = std::filesystem;
 using namespace stretto;
@@ -355,6 +357,29 @@ TEST(Points, OneEvalCacheForManyPointsGivesTheSameResults) {
   }
   EXPECT_LT(estimates[2], estimates[1]);  // a smaller model only: a new estimator, a faster step
   EXPECT_EQ(estimates[3], estimates[0]);
+}
+
+// search never enumerates a schedule its family's builder refuses (on 64 devices with a
+// global batch of 32 sequences, DualPipeV on 16 or 32 ranks would get fewer microbatches
+// than stages), and still enumerates every family.
+TEST(Search, SpaceHasNoScheduleTheBuilderRefuses) {
+  const Json base = JsonSource::load(std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json")->root();
+  SearchOptions so;
+  so.devices = 64;
+  auto space = search_space(base, so);
+  ASSERT_TRUE(space) << render_all(space.error());
+  std::set<std::string> families;
+  size_t dualpipev_deep = 0;
+  for (const Json& p : *space) {
+    const std::string fam = p["family"];
+    const int pp = p["pp"], m = p["microbatches"];
+    families.insert(fam);
+    const auto built = build_schedule(fam, pp, 0, m);
+    EXPECT_TRUE(built) << p.dump() << ": " << render_all(built.error());
+    if (fam == "dualpipev" && pp >= 8) ++dualpipev_deep;
+  }
+  EXPECT_EQ(families.size(), so.families.size());
+  EXPECT_GT(dualpipev_deep, 0u);  // the deep DualPipeV layouts whose microbatches suffice
 }
 
 TEST(Points, MetricsTextIsTheResultJson) {

@@ -4,7 +4,9 @@
 //
 // 1. Enumerate the space: every TP x PP x DP factorisation of N (TP within a node), EP in
 //    {1, DP} for MoE models, the schedule families, microbatch sizes (the count follows from the
-//    global batch), ZeRO 0-3, recompute none/selective/full, two bucket sizes.
+//    global batch), ZeRO 0-3, recompute none/selective/full, two bucket sizes; not the
+//    schedules a family's builder refuses (schedules::check_schedule: DualPipeV with fewer
+//    microbatches than stages, say).
 // 2. Price every point with the analytic estimate (estimate.h): tens of thousands per second.
 // 3. Drop points whose estimated memory exceeds the cap by more than 10 % (the estimate is not
 //    exact, the simulator decides), rank the rest by estimated step time.

@@ -129,6 +129,11 @@ struct BuildOptions {
 Expected<PipelineSchedule> build_schedule(std::string_view family, int ranks, int stages_per_rank,
                                           int microbatches, const BuildOptions& opt = {});
 
+/// What build_schedule would refuse for these parameters (its diagnostic), without building:
+/// empty when it builds them.
+std::optional<Diagnostic> check_schedule(std::string_view family, int ranks, int stages_per_rank,
+                                         int microbatches);
+
 /// Maps a (rank, slot index) to a source location for diagnostics (e.g. a CSV cell).
 using SlotLocator = std::function<SourceLoc(int rank, int slot)>;
 
