@@ -197,10 +197,19 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   const double step = m * busiest;
   double bubble = 0;
   const double pm1 = p - 1;
-  if (fam == "gpipe" || fam == "1f1b" || fam == "interleaved-1f1b" || fam == "looped-bfs") {
-    bubble = pm1 * (cF + cB);
+  // Fewer microbatches than ranks (no steady state): checked against the simulator under
+  // fixed per-pass costs (F, BI, W per chunk; F + BI > W), p = 2..5, every m the builder takes.
+  const double short_m = std::max(0.0, static_cast<double>(p - m));
+  if (fam == "gpipe" || fam == "1f1b") {
+    bubble = pm1 * (cF + cB);  // (m + p - 1)(F + B) for every m
+  } else if (fam == "interleaved-1f1b" || fam == "looped-bfs") {
+    // v·m + p - 1 chunk passes for m >= p; v·p + m - 1 for m < p (the first chunk's
+    // microbatches all pass before the second chunk starts)
+    bubble = pm1 * (cF + cB) + (v - 1) * short_m * (cF + cB);
   } else if (fam == "zb-h1") {
-    bubble = pm1 * std::max(0.0, cF + cBI - cW);
+    // m >= p: (p-1)(F + BI - W); m < p: no W fills the drain but the last one, which ends
+    // the step: (m + p - 1)(F + BI) + W
+    bubble = pm1 * std::max(0.0, cF + cBI - cW) + short_m * cW;
   } else if (fam == "zb-h2") {
     bubble = pm1 * std::max(0.0, cF + cBI - 2 * cW);
   } else if (fam == "zb-v") {
@@ -222,7 +231,8 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   if (dp > 1) {
     const int dp_nodes = (tp * dp + dpn - 1) / dpn;
     const auto grad_bytes = static_cast<int64_t>(max_params * kGradBytes);
-    const CommKind red = r.zero >= 2 ? CommKind::kReduceScatter : CommKind::kAllReduce;
+    // (ZeRO-1 too: the distributed optimizer reduce-scatters, as the compiler does)
+    const CommKind red = r.zero >= 1 ? CommKind::kReduceScatter : CommKind::kAllReduce;
     const double total = comm_ns(red, grad_bytes, dp, dp_nodes);
     const double bucket =
         comm_ns(red, std::min<int64_t>(grad_bytes, static_cast<int64_t>(r.bucket_size_MB * 1e6)),

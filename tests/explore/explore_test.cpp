@@ -577,3 +577,36 @@ TEST(Estimate, TracksTheSimulatorOnPipelineDepth) {
     EXPECT_LT(est[i], sim[i] * 2);
   }
 }
+
+// Under fixed per-pass costs and free communication on one device per rank, the estimate's
+// closed forms are the simulator's makespans, with fewer microbatches than ranks too (no
+// steady state): 1F1B, interleaved 1F1B and ZB-H1 (F + BI > W) for p = 2..4, m = 1..2p.
+TEST(Estimate, ClosedFormsMatchTheSimulatorBelowASteadyState) {
+  const Json base = {
+      {"model",
+       {{"family", "synthetic"}, {"layers", 8}, {"pp_regions", 8}, {"activation_bytes", 1 << 20},
+        {"param_bytes", 1 << 20}, {"boundary_bytes", 0}, {"flops", 1e9}}},
+      {"cluster", {{"preset", "h100-sxm"}, {"nodes", 1}, {"devices_per_node", 8}}},
+      {"costmodel",
+       {{"kind", "fixed"}, {"F", 1}, {"B", 2.2}, {"BI", 1.37}, {"BW", 0.83}, {"comm", 0},
+        {"unit", "ms"}}},
+      {"schedule",
+       {{"builder", "1f1b"}, {"ranks", 2}, {"microbatches", 2}}}};
+  auto s = spec_of({{"base", base}, {"axes", {{"microbatches", {1}}}}});
+  ASSERT_TRUE(s) << render_all(s.error());
+  size_t checked = 0;
+  for (const char* fam : {"1f1b", "interleaved-1f1b", "zb-h1"})
+    for (int pp : {2, 4})
+      for (int m = 1; m <= 2 * pp; ++m) {
+        const int v = std::string(fam) == "interleaved-1f1b" ? 2 : 1;
+        if (check_schedule(fam, pp, v, m)) continue;
+        // one layer per chunk: the fixed model prices a region pass, the estimate its ops
+        const Json p = {{"family", fam}, {"pp", pp},           {"dp", 1},
+                        {"tp", 1},       {"microbatches", m}, {"/model/layers", pp * v}};
+        PointResult r = evaluate_point(*s, {p, point_hash(p)});
+        ASSERT_EQ(r.status, "ok") << p.dump() << " " << r.diagnostic;
+        EXPECT_NEAR(r.estimate_step_ms, r.step_time_ms, 1e-6 * r.step_time_ms) << p.dump();
+        ++checked;
+      }
+  EXPECT_GT(checked, 20u);
+}
