@@ -213,7 +213,15 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   } else if (fam == "zb-h2") {
     bubble = pm1 * std::max(0.0, cF + cBI - 2 * cW);
   } else if (fam == "zb-v") {
-    bubble = pm1 * cF;
+    // m >= 2p - 1: 2m(F + BI + W) + (p-1) max(F, BI, 2(BI - W)). Fewer microbatches (the
+    // builder schedules 2p - 1 and drops the rest): 2 max(m,p) F + 2(p+m-1) BI + 2 min(m,p) W.
+    // Against the simulator under fixed costs: exact in 290 of 294 random cases with BI >= F
+    // (worst 1.7 %), within 13 % with F > BI; (p-1) F alone was off by up to 62 %.
+    if (m >= 2 * p - 1)
+      bubble = pm1 * std::max({cF, cBI, 2 * (cBI - cW)});
+    else
+      bubble = 2 * std::max(m, p) * cF + 2.0 * (p + m - 1) * cBI + 2 * std::min(m, p) * cW -
+               2.0 * m * (cF + cBI + cW);
   } else if (fam == "dualpipev") {
     bubble = pm1 * std::max(0.0, cF + 2 * cB - 3 * cW);
   } else if (fam == "dualpipe") {

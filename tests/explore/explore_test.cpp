@@ -580,8 +580,9 @@ TEST(Estimate, TracksTheSimulatorOnPipelineDepth) {
 
 // Under fixed per-pass costs and free communication on one device per rank, the estimate's
 // closed forms are the simulator's makespans, with fewer microbatches than ranks too (no
-// steady state): 1F1B, interleaved 1F1B and ZB-H1 (F + BI > W) for p = 2..4, m = 1..2p.
-TEST(Estimate, ClosedFormsMatchTheSimulatorBelowASteadyState) {
+// steady state): 1F1B, interleaved 1F1B, ZB-H1 (F + BI > W) and ZB-V (BI > F) for p = 2 and
+// 4, m = 1..2p.
+TEST(Estimate, ClosedFormsMatchTheSimulatorUnderFixedCosts) {
   const Json base = {
       {"model",
        {{"family", "synthetic"}, {"layers", 8}, {"pp_regions", 8}, {"activation_bytes", 1 << 20},
@@ -595,10 +596,11 @@ TEST(Estimate, ClosedFormsMatchTheSimulatorBelowASteadyState) {
   auto s = spec_of({{"base", base}, {"axes", {{"microbatches", {1}}}}});
   ASSERT_TRUE(s) << render_all(s.error());
   size_t checked = 0;
-  for (const char* fam : {"1f1b", "interleaved-1f1b", "zb-h1"})
+  for (const char* fam : {"1f1b", "interleaved-1f1b", "zb-h1", "zb-v"})
     for (int pp : {2, 4})
       for (int m = 1; m <= 2 * pp; ++m) {
-        const int v = std::string(fam) == "interleaved-1f1b" ? 2 : 1;
+        const std::string f = fam;
+        const int v = f == "interleaved-1f1b" || f == "zb-v" ? 2 : 1;
         if (check_schedule(fam, pp, v, m)) continue;
         // one layer per chunk: the fixed model prices a region pass, the estimate its ops
         const Json p = {{"family", fam}, {"pp", pp},           {"dp", 1},
