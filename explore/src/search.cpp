@@ -203,25 +203,28 @@ Expected<SearchResult> search(const Json& base, const std::string& base_dir,
   res.estimates_per_s = res.estimate_s > 0 ? static_cast<double>(res.estimated) / res.estimate_s : 0;
   std::stable_sort(cands.begin(), cands.end(),
                    [](const Cand& a, const Cand& b) { return a.e.step_ms < b.e.step_ms; });
-  // The promising points: the best overall and the best few of each family.
   // Megatron-style defaults go first (always simulated, and the search never returns anything
-  // slower than them), then the promising points: the best overall and the best few of each family.
+  // slower than them), then the promising points: the best overall, the best few of each
+  // family and of each layout, and the best of each (layout, family) pair.
   std::vector<Json> pick = megatron_defaults(base, opt.devices);
   std::set<std::string> defaults;
   for (const auto& p : pick) defaults.insert(point_hash(p));
   std::set<size_t> chosen;
-  std::map<std::string, size_t> per_family, per_layout;
+  std::map<std::string, size_t> per_family, per_layout, per_pair;
   for (const Cand& c : cands) {
     const Json& p = (*space)[c.idx];
     const std::string fam = p["family"];
     const std::string layout = fmt::format("{}x{}x{}", p["tp"].get<int>(), p["pp"].get<int>(),
                                            p["dp"].get<int>());
+    const std::string pair = layout + " " + fam;
     const bool top = chosen.size() < opt.simulate_top;
-    if (!top && per_family[fam] >= opt.per_family && per_layout[layout] >= opt.per_layout)
+    if (!top && per_family[fam] >= opt.per_family && per_layout[layout] >= opt.per_layout &&
+        per_pair[pair] >= opt.per_layout_family)
       continue;
     chosen.insert(c.idx);
     ++per_family[fam];
     ++per_layout[layout];
+    ++per_pair[pair];
     if (!defaults.count(point_hash(p))) pick.push_back(p);
   }
   if (chosen.empty())

@@ -382,6 +382,32 @@ TEST(Search, SpaceHasNoScheduleTheBuilderRefuses) {
   EXPECT_GT(dualpipev_deep, 0u);  // the deep DualPipeV layouts whose microbatches suffice
 }
 
+// search's first round simulates the estimate's best of every (layout, family) pair, whatever
+// the estimate thinks of the pair as a whole (its errors differ by family and layout): with no
+// further batches, every pair of the space is among the results.
+TEST(Search, FirstRoundCoversEveryLayoutAndFamily) {
+  const Json base = JsonSource::load(std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json")->root();
+  SearchOptions so;
+  so.devices = 8;
+  so.jobs = 2;
+  so.patience = 0;  // no batches after the first round
+  auto space = search_space(base, so);
+  ASSERT_TRUE(space) << render_all(space.error());
+  auto r = search(base, STRETTO_EXAMPLES, so);
+  ASSERT_TRUE(r) << render_all(r.error());
+  EXPECT_EQ(r->batches, 0u);
+  auto pair = [](const Json& p) {
+    return fmt::format("{}x{}x{} {}", p["tp"].get<int>(), p["pp"].get<int>(), p["dp"].get<int>(),
+                       p["family"].get<std::string>());
+  };
+  std::set<std::string> in_space, simulated;
+  for (const Json& p : *space) in_space.insert(pair(p));
+  for (const PointResult& pr : r->results) simulated.insert(pair(pr.params));
+  EXPECT_EQ(simulated, in_space);
+  EXPECT_GT(in_space.size(), 10u);
+  EXPECT_LT(r->simulated, space->size() / 4);  // still a small part of the space
+}
+
 TEST(Points, MetricsTextIsTheResultJson) {
   // result_json_text (what sweeps store) against result_json (built with nlohmann, from
   // simulate's own metrics_json): the same object under and over the memory cap. (Not always

@@ -11,7 +11,8 @@
 // 3. Drop points whose estimated memory exceeds the cap by more than 10 % (the estimate is not
 //    exact, the simulator decides), rank the rest by estimated step time.
 // 4. Simulate, on -j threads, the best `simulate_top` of them plus the best few of each family
-//    and of each layout (the estimate's errors differ by family and layout), until the time
+//    and of each layout, and the best of each (layout, family) pair (the estimate's errors
+//    differ by family and layout), until the time
 //    budget is spent; then further batches down the estimate's ranking until two batches in a
 //    row find no faster feasible plan. The simulator's fastest feasible plan wins.
 // Also simulates Megatron-style default plans on the same devices for comparison.
@@ -33,6 +34,7 @@ struct SearchOptions {
   size_t simulate_top = 64;   // candidates ranked by the estimate to simulate
   size_t per_family = 4;      // and the best few of each family
   size_t per_layout = 2;      // and of each TP x PP x DP layout
+  size_t per_layout_family = 1;  // and of each (layout, family) pair
   size_t batch = 64;          // then batches further down the ranking ...
   size_t patience = 2;        // ... until this many in a row find nothing faster
   std::vector<std::string> families = {"1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipev"};
