@@ -106,10 +106,8 @@ struct Peak {
 };
 Peak peak_of(const sim::Result& r, int64_t cap) {
   Peak p;
-  for (const auto& d : r.devices) {
-    if (!p.worst || d.peak_memory > p.worst->peak_memory) p.worst = &d;
-    p.over = p.over || d.peak_memory > cap;
-  }
+  p.worst = sim::largest_peak(r);
+  p.over = p.worst && p.worst->peak_memory > cap;
   return p;
 }
 

@@ -31,6 +31,11 @@ fs::path scratch(const std::string& name) {
   return p;
 }
 
+// An example plan's document.
+Json example_plan(const char* name) {
+  return JsonSource::load(std::string(STRETTO_EXAMPLES) + "/" + name)->root();
+}
+
 Expected<SweepSpec> spec_of(const Json& j) {
   auto src = JsonSource::from_json(j, "spec.json");
   return parse_spec(src, STRETTO_EXAMPLES);
@@ -363,7 +368,7 @@ TEST(Points, OneEvalCacheForManyPointsGivesTheSameResults) {
 // global batch of 32 sequences, DualPipeV on 16 or 32 ranks would get fewer microbatches
 // than stages), and still enumerates every family.
 TEST(Search, SpaceHasNoScheduleTheBuilderRefuses) {
-  const Json base = JsonSource::load(std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json")->root();
+  const Json base = example_plan("gpt_pp4_dp2_1f1b.json");
   SearchOptions so;
   so.devices = 64;
   auto space = search_space(base, so);
@@ -386,7 +391,7 @@ TEST(Search, SpaceHasNoScheduleTheBuilderRefuses) {
 // the estimate thinks of the pair as a whole (its errors differ by family and layout): with no
 // further batches, every pair of the space is among the results.
 TEST(Search, FirstRoundCoversEveryLayoutAndFamily) {
-  const Json base = JsonSource::load(std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json")->root();
+  const Json base = example_plan("gpt_pp4_dp2_1f1b.json");
   SearchOptions so;
   so.devices = 8;
   so.jobs = 2;

@@ -22,6 +22,14 @@ namespace stretto::sim {
 /// device with the largest peak), over_capacity (any device over its memory), and `devices`.
 nlohmann::json metrics_json(const CompiledPlan& cp, const Result& r, const PipelineMetrics& pm);
 
+/// The device with the largest memory peak (the first of them); null without devices.
+inline const DeviceMetrics* largest_peak(const Result& r) {
+  const DeviceMetrics* worst = nullptr;
+  for (const auto& d : r.devices)
+    if (!worst || d.peak_memory > worst->peak_memory) worst = &d;
+  return worst;
+}
+
 /// The top-level fields but `devices`, written through `w`. A writer has number(key, double),
 /// integer(key, integral), boolean(key, bool), string(key, std::string_view),
 /// strings(key, const std::vector<std::string>&) and object(key, f), which calls f with a
@@ -47,9 +55,7 @@ void step_fields(W& w, const CompiledPlan& cp, const Result& r, const PipelineMe
   w.string("costmodel", cp.plan.costmodel.kind == CostModelSpec::Kind::kFixed      ? "fixed"
                         : cp.plan.costmodel.kind == CostModelSpec::Kind::kProfiled ? "profiled"
                                                                                    : "analytic");
-  const DeviceMetrics* worst = nullptr;  // the largest peak (the first of them)
-  for (const auto& d : r.devices)
-    if (!worst || d.peak_memory > worst->peak_memory) worst = &d;
+  const DeviceMetrics* worst = largest_peak(r);
   w.integer("peak_memory_bytes", worst ? worst->peak_memory : int64_t{0});
   w.number("peak_memory_time_ms", worst ? ms(worst->peak_time) : 0.0);
   w.boolean("over_capacity", over_capacity);
