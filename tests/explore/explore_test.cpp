@@ -643,3 +643,45 @@ TEST(Estimate, ClosedFormsMatchTheSimulatorUnderFixedCosts) {
       }
   EXPECT_GT(checked, 20u);
 }
+
+// ZB-V's closed form away from the costs above, against the simulator under fixed costs: a
+// grid of (F, BI, W) per chunk, p = 2..4, m = 1..2p+1. Where BI is the largest pass (transformer
+// layers: the attention backward is 2.5x its forward, the weight GEMMs about 1x) it is within
+// 3 %; elsewhere (a forward or a weight gradient larger than BI) within 20 %.
+TEST(Estimate, ZbVClosedFormOverACostGrid) {
+  const Json base = {
+      {"model",
+       {{"family", "synthetic"}, {"layers", 8}, {"pp_regions", 8}, {"activation_bytes", 1 << 20},
+        {"param_bytes", 1 << 20}, {"boundary_bytes", 0}, {"flops", 1e9}}},
+      {"cluster", {{"preset", "h100-sxm"}, {"nodes", 1}, {"devices_per_node", 8}}},
+      {"costmodel",
+       {{"kind", "fixed"}, {"F", 1}, {"B", 2}, {"BI", 1}, {"BW", 1}, {"comm", 0}, {"unit", "ms"}}},
+      {"schedule", {{"builder", "zb-v"}, {"ranks", 2}, {"microbatches", 4}}}};
+  auto s = spec_of({{"base", base}, {"axes", {{"microbatches", {1}}}}});
+  ASSERT_TRUE(s) << render_all(s.error());
+  double worst_bi_largest = 0, worst_other = 0;
+  size_t n = 0;
+  for (double f : {0.6, 1.0, 1.4})
+    for (double bi_over_f : {0.7, 1.0, 1.6, 2.5})
+      for (double w : {0.3, 0.8, 1.4})
+        for (int pp : {2, 3, 4})
+          for (int m = 1; m <= 2 * pp + 1; ++m) {
+            const double bi = f * bi_over_f;
+            const Json p = {{"family", "zb-v"},         {"pp", pp},
+                            {"dp", 1},                  {"tp", 1},
+                            {"microbatches", m},        {"/model/layers", 2 * pp},
+                            {"/costmodel/F", f},        {"/costmodel/BI", bi},
+                            {"/costmodel/BW", w},       {"/costmodel/B", bi + w}};
+            PointResult r = evaluate_point(*s, {p, point_hash(p)});
+            ASSERT_EQ(r.status, "ok") << p.dump() << " " << r.diagnostic;
+            const double err = std::abs(r.estimate_step_ms - r.step_time_ms) / r.step_time_ms;
+            double& worst = bi >= f && bi >= w ? worst_bi_largest : worst_other;
+            worst = std::max(worst, err);
+            ++n;
+          }
+  std::printf("zb-v closed form over %zu cases: worst %.2f %% where BI is the largest pass, "
+              "%.2f %% elsewhere\n",
+              n, 100 * worst_bi_largest, 100 * worst_other);
+  EXPECT_LE(worst_bi_largest, 0.03);
+  EXPECT_LE(worst_other, 0.20);
+}
