@@ -609,22 +609,27 @@ TEST(Estimate, TracksTheSimulatorOnPipelineDepth) {
   }
 }
 
-// Under fixed per-pass costs and free communication on one device per rank, the estimate's
-// closed forms are the simulator's makespans, with fewer microbatches than ranks too (no
-// steady state): 1F1B, interleaved 1F1B, ZB-H1 (F + BI > W) and ZB-V (BI > F) for p = 2 and
-// 4, m = 1..2p.
-TEST(Estimate, ClosedFormsMatchTheSimulatorUnderFixedCosts) {
+// A spec over a synthetic model (one op per layer) on 8 devices under fixed per-pass costs
+// (F, BI, BW in ms per region pass) and free communication; points set family, pp, m, layers.
+Expected<SweepSpec> fixed_cost_spec(double f, double bi, double bw) {
   const Json base = {
       {"model",
        {{"family", "synthetic"}, {"layers", 8}, {"pp_regions", 8}, {"activation_bytes", 1 << 20},
         {"param_bytes", 1 << 20}, {"boundary_bytes", 0}, {"flops", 1e9}}},
       {"cluster", {{"preset", "h100-sxm"}, {"nodes", 1}, {"devices_per_node", 8}}},
       {"costmodel",
-       {{"kind", "fixed"}, {"F", 1}, {"B", 2.2}, {"BI", 1.37}, {"BW", 0.83}, {"comm", 0},
+       {{"kind", "fixed"}, {"F", f}, {"B", bi + bw}, {"BI", bi}, {"BW", bw}, {"comm", 0},
         {"unit", "ms"}}},
-      {"schedule",
-       {{"builder", "1f1b"}, {"ranks", 2}, {"microbatches", 2}}}};
-  auto s = spec_of({{"base", base}, {"axes", {{"microbatches", {1}}}}});
+      {"schedule", {{"builder", "1f1b"}, {"ranks", 2}, {"microbatches", 2}}}};
+  return spec_of({{"base", base}, {"axes", {{"microbatches", {1}}}}});
+}
+
+// Under fixed per-pass costs and free communication on one device per rank, the estimate's
+// closed forms are the simulator's makespans, with fewer microbatches than ranks too (no
+// steady state): 1F1B, interleaved 1F1B, ZB-H1 (F + BI > W) and ZB-V (BI > F) for p = 2 and
+// 4, m = 1..2p.
+TEST(Estimate, ClosedFormsMatchTheSimulatorUnderFixedCosts) {
+  auto s = fixed_cost_spec(1, 1.37, 0.83);
   ASSERT_TRUE(s) << render_all(s.error());
   size_t checked = 0;
   for (const char* fam : {"1f1b", "interleaved-1f1b", "zb-h1", "zb-v"})
@@ -649,15 +654,7 @@ TEST(Estimate, ClosedFormsMatchTheSimulatorUnderFixedCosts) {
 // layers: the attention backward is 2.5x its forward, the weight GEMMs about 1x) it is within
 // 3 %; elsewhere (a forward or a weight gradient larger than BI) within 20 %.
 TEST(Estimate, ZbVClosedFormOverACostGrid) {
-  const Json base = {
-      {"model",
-       {{"family", "synthetic"}, {"layers", 8}, {"pp_regions", 8}, {"activation_bytes", 1 << 20},
-        {"param_bytes", 1 << 20}, {"boundary_bytes", 0}, {"flops", 1e9}}},
-      {"cluster", {{"preset", "h100-sxm"}, {"nodes", 1}, {"devices_per_node", 8}}},
-      {"costmodel",
-       {{"kind", "fixed"}, {"F", 1}, {"B", 2}, {"BI", 1}, {"BW", 1}, {"comm", 0}, {"unit", "ms"}}},
-      {"schedule", {{"builder", "zb-v"}, {"ranks", 2}, {"microbatches", 4}}}};
-  auto s = spec_of({{"base", base}, {"axes", {{"microbatches", {1}}}}});
+  auto s = fixed_cost_spec(1, 1, 1);  // (every point sets its own costs)
   ASSERT_TRUE(s) << render_all(s.error());
   double worst_bi_largest = 0, worst_other = 0;
   size_t n = 0;
