@@ -5,7 +5,7 @@
 #include <sys/resource.h>
 
 #include "plans.h"
-#include "stretto/schedules/compiler.h"
+#include "stretto/compiler/compiler.h"
 
 namespace {
 

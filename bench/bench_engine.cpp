@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "event_queue.h"
-#include "stretto/sim/engine.h"
+#include "stretto/engine/engine.h"
 
 namespace {
 

@@ -13,7 +13,7 @@
 #include <cstdlib>
 
 #include "stretto/backend/replay.h"
-#include "stretto/schedules/compiler.h"
+#include "stretto/compiler/compiler.h"
 
 namespace {
 

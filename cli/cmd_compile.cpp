@@ -4,7 +4,7 @@
 #include "commands.h"
 #include "output.h"
 #include "usage.h"
-#include "stretto/schedules/compiler.h"
+#include "stretto/compiler/compiler.h"
 
 namespace stretto::cli {
 

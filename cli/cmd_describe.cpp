@@ -11,9 +11,9 @@
 #include "commands.h"
 #include "stretto/costmodel/analytic.h"
 #include "stretto/costmodel/profile_table.h"
-#include "stretto/schedules/compiler.h"
-#include "stretto/schedules/estimate.h"
-#include "stretto/schedules/limits.h"
+#include "stretto/compiler/compiler.h"
+#include "stretto/plan/estimate.h"
+#include "stretto/support/limits.h"
 #include "usage.h"
 
 namespace stretto::cli {

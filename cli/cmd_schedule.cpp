@@ -11,12 +11,12 @@
 #include "commands.h"
 #include "output.h"
 #include "usage.h"
-#include "stretto/schedules/estimate.h"
-#include "stretto/schedules/builders.h"
-#include "stretto/schedules/layout.h"
-#include "stretto/schedules/json_source.h"
-#include "stretto/schedules/plan.h"
-#include "stretto/schedules/torch_csv.h"
+#include "stretto/plan/estimate.h"
+#include "stretto/pipelines/builders.h"
+#include "stretto/pipelines/layout_base.h"
+#include "stretto/plan/json_source.h"
+#include "stretto/plan/plan.h"
+#include "stretto/pipelines/torch_csv.h"
 
 namespace stretto::cli {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "stretto/schedules/diag.h"
+#include "stretto/support/diag.h"
 
 namespace stretto::cli {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "stretto/schedules/compiler.h"
+#include "stretto/compiler/compiler.h"
 #include "stretto/sim/result.h"
 
 namespace stretto::cli {

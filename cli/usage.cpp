@@ -5,9 +5,9 @@
 #include <cstring>
 #include <vector>
 
-#include "stretto/schedules/diag.h"
-#include "stretto/schedules/estimate.h"
-#include "stretto/schedules/limits.h"
+#include "stretto/support/diag.h"
+#include "stretto/plan/estimate.h"
+#include "stretto/support/limits.h"
 
 namespace stretto::cli {
 

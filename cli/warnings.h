@@ -2,7 +2,7 @@
 // Warnings on stderr after a simulation (issue 14): devices the plan never uses, compute
 // imbalance between pipeline stages over 10 %, a large plan simulated without --fold-replicas.
 
-#include "stretto/schedules/compiler.h"
+#include "stretto/compiler/compiler.h"
 #include "stretto/sim/result.h"
 
 namespace stretto::cli {

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "stretto/schedules/limits.h"
-#include "stretto/schedules/torch_csv.h"
+#include "stretto/support/limits.h"
+#include "stretto/pipelines/torch_csv.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "stretto/costmodel/cost_model.h"
-#include "stretto/schedules/compiler.h"
+#include "stretto/compiler/compiler.h"
 #include "stretto/sim/session.h"
 #include "stretto/traces/chrome_trace.h"
 

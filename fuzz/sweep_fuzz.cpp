@@ -12,7 +12,7 @@
 #include "stretto/explore/estimate.h"
 #include "stretto/explore/spec.h"
 #include "stretto/explore/sweep.h"
-#include "stretto/schedules/compiler.h"
+#include "stretto/compiler/compiler.h"
 #include "stretto/sim/session.h"
 
 namespace {

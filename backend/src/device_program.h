@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "stretto/schedules/dag.h"
+#include "stretto/compiler/dag.h"
 
 namespace stretto::backend::detail {
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "stretto/schedules/compiler.h"
+#include "stretto/compiler/compiler.h"
 
 namespace stretto::backend::detail {
 

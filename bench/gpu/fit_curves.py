@@ -60,7 +60,7 @@ from scipy.optimize import minimize
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.normpath(os.path.join(HERE, "..", "..", "tests", "data", "costmodel"))
 
-PEAK_FLOPS_PER_NS = 989.4e3  # dense BF16, H100 SXM / H200 data sheets (schedules/src/plan.cpp)
+PEAK_FLOPS_PER_NS = 989.4e3  # dense BF16, H100 SXM / H200 data sheets (plan/src/plan.cpp)
 SMS = 132
 HBM_GBPS = {"h200": 4800.0, "h100": 3350.0}
 MEMORY_EFFICIENCY = 0.90

@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "models.h"
-#include "stretto/schedules/limits.h"
+#include "stretto/support/limits.h"
 #include "stretto/costmodel/profile_table.h"
 #include "util.h"
 

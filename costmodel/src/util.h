@@ -11,12 +11,12 @@
 #include <string_view>
 #include <vector>
 
-#include "stretto/schedules/dag.h"
-#include "stretto/schedules/diag.h"
-#include "stretto/schedules/json_source.h"
-#include "stretto/schedules/model.h"
-#include "stretto/schedules/plan.h"
-#include "stretto/schedules/tags.h"
+#include "stretto/compiler/dag.h"
+#include "stretto/support/diag.h"
+#include "stretto/plan/json_source.h"
+#include "stretto/compiler/model.h"
+#include "stretto/plan/plan.h"
+#include "stretto/plan/tags.h"
 
 namespace stretto::cost::detail {
 

@@ -9,7 +9,7 @@
 #include <set>
 #include <thread>
 
-#include "stretto/schedules/builders.h"
+#include "stretto/pipelines/builders.h"
 
 namespace stretto::explore {
 

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <set>
 
-#include "stretto/schedules/builders.h"
+#include "stretto/pipelines/builders.h"
 
 namespace stretto::explore {
 

@@ -12,7 +12,7 @@
 #include <optional>
 
 #include "stretto/gui/app.h"
-#include "stretto/schedules/builders.h"
+#include "stretto/pipelines/builders.h"
 
 namespace stretto::gui {
 namespace {

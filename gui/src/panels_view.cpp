@@ -11,7 +11,7 @@
 #include <unordered_map>
 
 #include "stretto/gui/app.h"
-#include "stretto/sim/engine.h"
+#include "stretto/engine/engine.h"
 #include "stretto/traces/chrome_trace.h"
 
 namespace stretto::gui {

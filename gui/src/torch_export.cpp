@@ -1,8 +1,8 @@
 // Torch CSV export (see torch_export.h).
 #include "stretto/gui/torch_export.h"
 
-#include "stretto/schedules/builders.h"
-#include "stretto/schedules/torch_csv.h"
+#include "stretto/pipelines/builders.h"
+#include "stretto/pipelines/torch_csv.h"
 
 namespace stretto::gui {
 

@@ -1,7 +1,7 @@
 // Session, metrics, memory timeline and critical path (see session.h, result.h).
 #include "stretto/sim/session.h"
 
-#include "stretto/schedules/estimate.h"
+#include "stretto/plan/estimate.h"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <map>
 
-#include "stretto/sim/engine.h"
+#include "stretto/engine/engine.h"
 
 namespace stretto::sim {
 

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "stretto/backend/replay.h"
-#include "stretto/schedules/compiler.h"
+#include "stretto/compiler/compiler.h"
 
 namespace stretto::backend {
 namespace {

@@ -9,7 +9,7 @@ add_dependencies(hostile_input_test stretto)
 stretto_test(newcomer_test SOURCES cli/newcomer_test.cpp LIBS nlohmann_json::nlohmann_json)
 add_dependencies(newcomer_test stretto)
 stretto_test(csv_fuzz_replay_test SOURCES ${PROJECT_SOURCE_DIR}/fuzz/replay_dirs_test.cpp ${PROJECT_SOURCE_DIR}/fuzz/csv_fuzz.cpp
-  LIBS stretto::schedules)
+  LIBS stretto::pipelines)
 target_compile_definitions(csv_fuzz_replay_test PRIVATE
   STRETTO_REPLAY_DIRS="${PROJECT_SOURCE_DIR}/fuzz/corpus-csv|${STRETTO_TEST_DATA}/builders" STRETTO_REPLAY_MIN=10)
 stretto_test(profile_fuzz_replay_test SOURCES ${PROJECT_SOURCE_DIR}/fuzz/replay_dirs_test.cpp ${PROJECT_SOURCE_DIR}/fuzz/profile_fuzz.cpp

@@ -14,12 +14,12 @@
 
 #include "helpers.h"
 #include "stretto/costmodel/analytic.h"
-#include "stretto/schedules/tags.h"
+#include "stretto/plan/tags.h"
 
 namespace stretto::cost {
 namespace {
 
-// The presets of schedules/src/plan.cpp.
+// The presets of plan/src/plan.cpp.
 ClusterSpec preset(const std::string& kind) {
   ClusterSpec c = testing::h100_cluster(1, 8, 450);
   c.preset = kind;
@@ -93,7 +93,7 @@ Errors causal_attention(const CostModel& model, const Json& raw) {
       ComputeQuery q;
       q.kind = OpKind::kAttention;
       q.pass = backward ? Pass::kB : Pass::kF;
-      q.gemm = {s, s, d, heads};  // as schedules/src/model.cpp: per head [s,d]x[d,s]
+      q.gemm = {s, s, d, heads};  // as compiler/src/model.cpp: per head [s,d]x[d,s]
       const double fwd = 2.0 * static_cast<double>(s) * static_cast<double>(s * h);
       q.flops = backward ? 2.5 * fwd : fwd;
       q.bytes = 2 * (s * 3 * h + s * h);

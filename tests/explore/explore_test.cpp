@@ -10,7 +10,7 @@
 #include "stretto/explore/estimate.h"
 #include "stretto/explore/search.h"
 #include "stretto/explore/sweep.h"
-#include "stretto/schedules/builders.h"
+#include "stretto/pipelines/builders.h"
 
 namespace fs = std::filesystem;
 using namespace stretto;

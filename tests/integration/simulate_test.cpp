@@ -12,7 +12,7 @@
 #include <span>
 
 #include "plans.h"
-#include "stretto/sim/engine.h"
+#include "stretto/engine/engine.h"
 
 using namespace stretto;
 using namespace stretto::testing;

@@ -15,7 +15,7 @@
 #include "stretto/backend/validate.h"
 #include "stretto/costmodel/profile_table.h"
 #include "stretto/sim/session.h"
-#include "stretto/schedules/json_source.h"
+#include "stretto/plan/json_source.h"
 #include "../traces/run_cli.h"
 
 using namespace stretto;

@@ -5,7 +5,7 @@
 #include <map>
 #include <set>
 
-#include "stretto/sim/engine.h"
+#include "stretto/engine/engine.h"
 
 namespace stretto::traces {
 

@@ -32,8 +32,8 @@
 #include <string>
 #include <vector>
 
-#include "stretto/schedules/compiler.h"
-#include "stretto/schedules/json_source.h"
+#include "stretto/compiler/compiler.h"
+#include "stretto/plan/json_source.h"
 #include "stretto/sim/result.h"
 
 namespace stretto::backend {

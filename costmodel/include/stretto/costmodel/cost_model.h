@@ -35,9 +35,9 @@
 #include <string>
 #include <string_view>
 
-#include "stretto/schedules/dag.h"
-#include "stretto/schedules/model.h"
-#include "stretto/schedules/plan.h"
+#include "stretto/compiler/dag.h"
+#include "stretto/compiler/model.h"
+#include "stretto/plan/plan.h"
 
 namespace stretto::cost {
 

@@ -30,8 +30,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "stretto/schedules/dag.h"
-#include "stretto/schedules/plan.h"
+#include "stretto/compiler/dag.h"
+#include "stretto/plan/plan.h"
 
 namespace stretto::cost {
 

@@ -36,7 +36,7 @@
 
 #include "stretto/costmodel/cost_model.h"
 #include "stretto/explore/spec.h"
-#include "stretto/schedules/model.h"
+#include "stretto/compiler/model.h"
 
 namespace stretto::explore {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <variant>
 
-#include "stretto/schedules/diag.h"
+#include "stretto/support/diag.h"
 
 namespace stretto::explore {
 

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "stretto/explore/expr.h"
-#include "stretto/schedules/json_source.h"
+#include "stretto/plan/json_source.h"
 
 namespace stretto::explore {
 

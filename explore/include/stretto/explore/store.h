@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "stretto/schedules/json_source.h"
+#include "stretto/plan/json_source.h"
 
 struct sqlite3;
 

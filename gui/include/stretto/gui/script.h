@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "stretto/gui/app.h"
-#include "stretto/schedules/diag.h"
+#include "stretto/support/diag.h"
 
 namespace stretto::gui {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "stretto/schedules/plan.h"
+#include "stretto/plan/plan.h"
 
 namespace stretto::gui {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "stretto/schedules/dag.h"
+#include "stretto/compiler/dag.h"
 #include "stretto/sim/result.h"
 
 namespace stretto::sim {

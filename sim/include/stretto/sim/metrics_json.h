@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "stretto/schedules/compiler.h"
+#include "stretto/compiler/compiler.h"
 #include "stretto/sim/pipeline_metrics.h"
 #include "stretto/sim/result.h"
 

@@ -12,7 +12,7 @@
 
 #include <vector>
 
-#include "stretto/schedules/compiler.h"
+#include "stretto/compiler/compiler.h"
 #include "stretto/sim/result.h"
 
 namespace stretto::sim {

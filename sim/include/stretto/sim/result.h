@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "stretto/schedules/dag.h"
-#include "stretto/sim/program.h"
+#include "stretto/compiler/dag.h"
+#include "stretto/engine/program.h"
 
 namespace stretto::sim {
 

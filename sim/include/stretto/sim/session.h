@@ -15,7 +15,7 @@
 #include <string_view>
 
 #include "stretto/costmodel/cost_model.h"
-#include "stretto/schedules/compiler.h"
+#include "stretto/compiler/compiler.h"
 #include "stretto/sim/result.h"
 
 namespace stretto::sim {

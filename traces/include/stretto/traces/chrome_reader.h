@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "stretto/schedules/diag.h"
+#include "stretto/support/diag.h"
 
 namespace stretto::traces {
 

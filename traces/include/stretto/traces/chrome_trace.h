@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "stretto/schedules/compiler.h"
+#include "stretto/compiler/compiler.h"
 #include "stretto/sim/result.h"
 
 namespace stretto::traces {

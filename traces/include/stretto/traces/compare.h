@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "stretto/schedules/compiler.h"
-#include "stretto/schedules/diag.h"
-#include "stretto/schedules/json_source.h"
+#include "stretto/compiler/compiler.h"
+#include "stretto/support/diag.h"
+#include "stretto/plan/json_source.h"
 #include "stretto/sim/result.h"
 
 namespace stretto::traces {

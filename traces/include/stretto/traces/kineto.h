@@ -30,8 +30,8 @@
 #include <string>
 #include <vector>
 
-#include "stretto/schedules/diag.h"
-#include "stretto/schedules/json_source.h"
+#include "stretto/support/diag.h"
+#include "stretto/plan/json_source.h"
 
 namespace stretto::traces {
 

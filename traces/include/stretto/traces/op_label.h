@@ -14,8 +14,8 @@
 #include <string>
 #include <string_view>
 
-#include "stretto/schedules/model.h"
-#include "stretto/schedules/tags.h"
+#include "stretto/compiler/model.h"
+#include "stretto/plan/tags.h"
 
 namespace stretto::traces {
 

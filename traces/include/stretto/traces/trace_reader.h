@@ -23,8 +23,8 @@
 #include <optional>
 #include <string>
 
-#include "stretto/schedules/diag.h"
-#include "stretto/schedules/json_source.h"
+#include "stretto/support/diag.h"
+#include "stretto/plan/json_source.h"
 
 namespace stretto::traces {
 

@@ -1,0 +1,178 @@
+#pragma once
+// The global training DAG (IR) and its per-device lowering.
+//
+// Nodes are *sharded* (Pathways): a compute node replicated over data-parallel and
+// tensor-parallel devices is one node whose device set lists every device that runs an
+// instance; a collective over several groups of the same shape (e.g. one DP all-reduce per TP
+// rank) is one node. Per-device programs are derived, once per *device class* (devices that
+// run exactly the same nodes, e.g. all DP replicas of a stage).
+//
+// Invariants after compile():
+//  - node ids are dense; edges refer to existing nodes; data edges go from producer to consumer;
+//  - the union of data and temporal edges is acyclic (else compile() failed with a deadlock);
+//  - every class program is a subsequence of one global topological order, so stream queues of
+//    peers order their shared transfers and collectives consistently (no rendezvous inversion).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stretto/compiler/model.h"
+#include "stretto/plan/plan.h"
+#include "stretto/plan/tags.h"
+
+namespace stretto {
+
+struct NodeId {
+  uint32_t v = UINT32_MAX;
+  bool valid() const { return v != UINT32_MAX; }
+  auto operator<=>(const NodeId&) const = default;
+};
+inline constexpr uint32_t kNone = UINT32_MAX;
+
+enum class NodeKind : uint8_t { kCompute, kTransfer, kCollective, kBarrier };
+enum class CommKind : uint8_t {
+  kNone,
+  kSendRecv,
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kAllToAll,
+};
+std::string_view node_kind_name(NodeKind k);
+std::string_view comm_kind_name(CommKind k);
+
+/// Why a comm node exists (for reports, memory and traces).
+enum class CommPurpose : uint8_t {
+  kNone,
+  kActivation,   // PP send/recv of forward activations
+  kGradient,     // PP send/recv of input gradients
+  kGradReduce,   // DP gradient all-reduce / reduce-scatter (per bucket)
+  kParamGather,  // ZeRO-3 parameter all-gather (forward or backward)
+  kParamSync,    // ZeRO-1/2: all-gather of updated parameters after the optimizer step
+  kDispatch,     // EP all-to-all before the experts
+  kCombine,      // EP all-to-all after the experts
+  kTensorPar,    // TP all-reduce / reduce-scatter / all-gather
+  kGradNorm,     // gradient clipping: all-reduce of the squared gradient norm (one fp32 scalar)
+                 //   over every device holding parameters, before the optimizer step
+  kTiedGrad,     // tied embeddings: all-reduce of the word-embedding gradient between the
+                 //   embedding's devices and the head's copy (first and last stage), pairwise
+};
+std::string_view comm_purpose_name(CommPurpose p);
+
+/// A set of devices. For compute: the devices that run an instance. For a collective: the
+/// devices, partitioned into consecutive groups of `group_size` (each group is one collective
+/// instance). For a transfer: the senders (src set) or receivers (dst set), paired by index.
+struct DeviceSet {
+  std::vector<int32_t> devices;
+  int32_t group_size = 1;
+};
+
+// Ops the compiler adds beyond the model's forward and backward (for executors such as the
+// LibTorch backend, which must run them):
+//  - recomputed forward (`recompute` directive): compute nodes with `recompute` set and the op's
+//    forward work, tagged with the pass (B or BI) of the backward they precede; their TP, SP and
+//    EP collectives carry the flag too. They run right before that backward, on the compute
+//    stream, from the checkpointed segment input.
+//  - optimizer step (plan `optimizer`): a compute node of the op whose kind is
+//    OpKind::kOptimizer (the last op of CompiledPlan::model), no tags, PASS none, one per group
+//    of devices with equal shards; `bytes` is the HBM traffic of the step on each device
+//    (OptimizerSpec::step_bytes_per_param x the device's parameter shard).
+//  - gradient-norm all-reduce (CommPurpose::kGradNorm) before the steps, when clipping.
+//  - tied-embedding gradient all-reduce (CommPurpose::kTiedGrad), op = the embedding.
+struct Node {
+  NodeKind kind = NodeKind::kCompute;
+  CommKind comm = CommKind::kNone;
+  CommPurpose purpose = CommPurpose::kNone;
+  Tags tags;               // PP, EP, LAYER, MB and PASS
+  uint16_t stream = 0;     // index into TrainingDag::streams
+  uint16_t tp = 1;         // tensor-parallel degree of a compute node
+  uint32_t op = kNone;     // model op (compute: the op run; comm: the op it serves)
+  uint32_t devs = 0;       // DeviceSet index (compute/collective: members; transfer: senders)
+  uint32_t devs2 = kNone;  // transfer: receivers
+  int64_t bytes = 0;       // comm: message bytes per rank (collective buffer size);
+                           // optimizer step: HBM bytes per device
+  int32_t directive = -1;  // directive that created it (place/replicate/shard/...), -1 = model
+  uint16_t region_k = 0;   // fixed cost model: k-th of region_n compute nodes of this
+  uint16_t region_n = 1;   //   (PP, MB, PASS) region pass
+  uint32_t consumer = kNone;  // transfer: its receiving side's tags, TrainingDag::consumer_tags
+  bool recompute = false;  // a recomputed forward (compute) or one of its collectives
+  /// Compute under TP with sequence parallelism: ops that TP replicates (norms, residual adds,
+  /// the router) run on this rank's 1/tp of the sequence.
+  bool sequence_parallel = false;
+};
+static_assert(sizeof(Node) <= 64, "a node is one cache line (big plans have millions)");
+
+enum class EdgeKind : uint8_t { kData, kTemporal };
+struct Edge {
+  uint32_t from, to;
+  EdgeKind kind;
+  int32_t directive;  // temporal: the order directive; data: -1
+};
+
+/// Memory effect of a node instance on each device it runs on.
+enum class MemCategory : uint8_t {
+  kActivations,
+  kCommBuffers,     // send/recv and all-to-all buffers
+  kGradBuckets,     // transient full-size gradient buckets (ZeRO-2/3)
+  kGatheredParams,  // ZeRO-3 gathered parameters while in use
+  kCount
+};
+std::string_view mem_category_name(MemCategory c);
+
+struct MemEffect {
+  uint32_t node;
+  bool at_end;  // false: applied when the node starts; true: when it ends
+  MemCategory cat;
+  int64_t bytes;  // + allocate, - free (per device instance)
+};
+
+/// Static (whole-step) memory per device, by ZeRO level.
+struct StaticMemory {
+  int64_t params = 0, grads = 0, optimizer = 0;
+};
+
+/// Devices that run exactly the same nodes; their programs are identical. `program` and
+/// `streams` are empty when compiled without CompileOptions::class_programs.
+struct DeviceClass {
+  std::vector<int32_t> devices;
+  std::vector<uint32_t> program;               // node ids in dispatch order
+  std::vector<std::vector<uint32_t>> streams;  // per stream id (dense over dag.streams): queue
+};
+
+struct TrainingDag {
+  std::vector<Node> nodes;
+  std::vector<Edge> edges;
+  std::vector<DeviceSet> device_sets;
+  std::vector<std::string> streams;  // stream names; 0 = "compute"
+  std::vector<MemEffect> mem;        // sorted by node
+  // Tags of the receiving side of each transfer (Node::consumer): only transfers have them, so
+  // they live here rather than in every node (a node is 64 bytes, and big plans have millions).
+  std::vector<Tags> consumer_tags;
+  const Tags& consumer_tags_of(const Node& n) const { return consumer_tags[n.consumer]; }
+  // CSR over edges (both kinds), built by finalize(): the successor nodes of node i are
+  // succ[succ_begin[i] .. succ_begin[i + 1]) (node ids), its incoming edges are
+  // pred[pred_begin[i] .. pred_begin[i + 1]) (edge ids, for their kind and directive).
+  std::vector<uint32_t> succ_begin, succ;
+  std::vector<uint32_t> pred_begin, pred;
+
+  void finalize();  // builds the CSR arrays
+  /// User-facing node name: "F PP1 MB3 layer2.mlp.up", "send act PP0->PP1 MB3", ...
+  std::string node_name(uint32_t id, const ModelGraph& m) const;
+};
+
+struct CompiledPlan {
+  Plan plan;
+  ModelGraph model;
+  TrainingDag dag;
+  int num_devices = 0;
+  int num_microbatches = 1;
+  std::vector<DeviceClass> classes;
+  std::vector<uint32_t> topo_order;      // the global order every class program follows
+  std::vector<int32_t> class_of_device;  // -1: idle device
+  std::vector<StaticMemory> static_mem;  // per device
+  int zero_level = 0;                    // max over replicate directives
+  Diagnostics warnings;
+};
+
+}  // namespace stretto

@@ -1,0 +1,99 @@
+#pragma once
+// Model expansion: a ModelSpec becomes a forward graph of ops for ONE microbatch.
+//
+// Each op is the unit the compiler schedules and the cost model times. It carries what the
+// cost and memory models need: FLOPs and bytes for forward, input-gradient (BI) and
+// weight-gradient (BW) work, parameter bytes, activation bytes saved for backward (and the
+// part of them that only BW needs), and the output size (what crosses a device boundary).
+// All numbers are for the whole op on one microbatch before any tensor-parallel split.
+// Tags follow Piper's annotations: PP (region), LAYER, EP (expert block, MoE layers only).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stretto/plan/plan.h"
+#include "stretto/plan/tags.h"
+
+namespace stretto {
+
+enum class OpKind : uint8_t {
+  kEmbedding,
+  kNorm,
+  kQKV,        // column-parallel GEMM
+  kAttention,  // core attention (flash), no params
+  kOutProj,    // row-parallel GEMM
+  kMlpUp,      // column-parallel GEMM (gate+up fused when gated)
+  kMlpAct,     // elementwise
+  kMlpDown,    // row-parallel GEMM
+  kRouter,     // small GEMM + top-k
+  kExperts,    // grouped GEMMs of the routed experts (EP-tagged)
+  kSharedExperts,
+  kHead,       // vocab projection
+  kLoss,       // cross-entropy
+  kSynthetic,  // synthetic region
+  // Unfused attention (model.attention = "unfused"; Megatron-LM 2021-22): three ops in place
+  // of kAttention. All split by heads under TP.
+  kAttnScores,   // S = Q K^T, batched GEMM per head over the dense s x s matrix (no params)
+  kSoftmax,      // fused scale-mask-softmax over b*a*s^2 elements (+ dropout on the probabilities)
+  kAttnContext,  // O = P V, batched GEMM per head (no params)
+  // Bias-dropout-add after the attention output projection and after the MLP (Megatron's
+  // fused kernel): out = residual + dropout(x + bias). Replicated under TP (it follows the
+  // row-parallel all-reduce); holds the bias of the preceding row-parallel GEMM.
+  kResidual,
+  // Not a model op: the per-device optimizer step the compiler adds when the plan has an
+  // `optimizer` (CompiledPlan::model gets one op of this kind; see dag.h, Node::op).
+  kOptimizer,
+};
+std::string_view op_kind_name(OpKind k);
+
+/// How an op splits under tensor parallelism (Megatron-style).
+enum class TpSplit : uint8_t { kNone, kColumn, kRow, kHeads, kReplicated };
+
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;  // [m,k] x [k,n]; zero if not a GEMM
+  int64_t batch = 1;            // grouped GEMMs (experts)
+};
+
+struct ModelOp {
+  std::string name;  // "layer3.attn.qkv"
+  OpKind kind = OpKind::kSynthetic;
+  Tags tags;  // PP, LAYER, EP (no MB/PASS: those come from split and the compiler)
+  TpSplit tp = TpSplit::kNone;
+  GemmShape gemm;
+  double fwd_flops = 0, bi_flops = 0, bw_flops = 0;
+  int64_t fwd_bytes = 0, bi_bytes = 0, bw_bytes = 0;  // HBM traffic (read + write)
+  int64_t param_bytes = 0;                            // weights, in the model dtype
+  int64_t param_count = 0;                            // number of parameters (for optimizer state)
+  int64_t saved_bytes = 0;                            // activations kept from F until its backward
+  int64_t saved_bw_bytes = 0;    // the part of saved_bytes only BW needs (freed at BW)
+  int64_t saved_input_bytes = 0;  // the part of saved_bytes that is the op's input (what a
+                                  // recompute checkpoint keeps; the size of its input gradient)
+  int64_t out_bytes = 0;         // output activation (sent across a stage boundary)
+  /// Activation-by-activation GEMM (attention scores / context): both input gradients are BI
+  /// work (dQ and dK, or dP and dV); BW is empty.
+  bool act_gemm = false;
+  std::vector<uint32_t> inputs;  // producer ops (forward data edges), all with smaller ids
+
+  /// Whether the op has a weight gradient: parameters, or weight-gradient work (a tied head on
+  /// the embedding's devices has no parameters of its own, but computes their gradient). Where
+  /// the backward is split into BI + BW, an op without one (attention core, activations, loss)
+  /// gets no BW node: its whole backward is BI, as in zero-bubble runtimes, which defer only
+  /// the weight GEMMs.
+  bool has_weight_grad() const { return param_count > 0 || bw_flops > 0 || bw_bytes > 0; }
+};
+
+struct ModelGraph {
+  std::vector<ModelOp> ops;  // topological order
+  int pp_regions = 1;
+  int layers = 0;
+  DType dtype = DType::kBF16;
+  int64_t tokens_per_microbatch = 0;
+  double model_flops_per_microbatch = 0;  // forward + backward, for MFU (6·N·T + attention)
+  int64_t total_params = 0;
+};
+
+/// Expands the model. Errors (e.g. pp_regions > layers) point at spec.pointer fields.
+Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src = nullptr);
+
+}  // namespace stretto

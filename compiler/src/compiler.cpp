@@ -1,0 +1,1494 @@
+// Directives -> global training DAG (see dag.h, compiler.h).
+//
+// Passes: expand model; determine microbatches (split); place every (op, microbatch) unit on
+// devices (place), widen by tensor parallelism (shard_tensor), check replication (replicate)
+// and expert sharding (shard); create forward and backward compute nodes (a backward is split
+// into BI + BW where an order filter names BI or BW for it); insert communication:
+// send/recv across devices, EP all-to-alls, TP collectives, ZeRO-3 parameter gathers, DP
+// gradient reduction per bucket; then order + lower + validate (lower.cpp).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <span>
+
+#include "internal.h"
+#include "stretto/pipelines/builders.h"
+#include "stretto/plan/estimate.h"
+#include "stretto/pipelines/layout_base.h"
+
+namespace stretto {
+
+std::string_view node_kind_name(NodeKind k) {
+  static constexpr std::string_view kN[] = {"compute", "transfer", "collective", "barrier"};
+  return kN[static_cast<size_t>(k)];
+}
+std::string_view comm_kind_name(CommKind k) {
+  static constexpr std::string_view kN[] = {"none",           "send/recv",  "all-reduce",
+                                            "reduce-scatter", "all-gather", "all-to-all"};
+  return kN[static_cast<size_t>(k)];
+}
+std::string_view comm_purpose_name(CommPurpose p) {
+  static constexpr std::string_view kN[] = {"none",        "activation",   "gradient",
+                                            "grad-reduce", "param-gather", "param-sync",
+                                            "dispatch",    "combine",      "tensor-parallel",
+                                            "grad-norm",   "tied-grad"};
+  return kN[static_cast<size_t>(p)];
+}
+std::string_view mem_category_name(MemCategory c) {
+  static constexpr std::string_view kN[] = {"activations", "comm_buffers", "grad_buckets",
+                                            "gathered_params"};
+  return kN[static_cast<size_t>(c)];
+}
+
+void TrainingDag::finalize() {
+  const size_t n = nodes.size();
+  succ_begin.assign(n + 1, 0);
+  pred_begin.assign(n + 1, 0);
+  for (const auto& e : edges) ++succ_begin[e.from + 1], ++pred_begin[e.to + 1];
+  for (size_t i = 0; i < n; ++i)
+    succ_begin[i + 1] += succ_begin[i], pred_begin[i + 1] += pred_begin[i];
+  succ.resize(edges.size());
+  pred.resize(edges.size());
+  std::vector<uint32_t> sf(succ_begin.begin(), succ_begin.end() - 1);
+  std::vector<uint32_t> pf(pred_begin.begin(), pred_begin.end() - 1);
+  for (uint32_t i = 0; i < edges.size(); ++i) {
+    succ[sf[edges[i].from]++] = edges[i].to;
+    pred[pf[edges[i].to]++] = i;
+  }
+  // Memory effects by node, stably (a counting sort: node ids are dense).
+  auto by_node = [](const MemEffect& a, const MemEffect& b) { return a.node < b.node; };
+  if (std::is_sorted(mem.begin(), mem.end(), by_node)) return;
+  std::vector<uint32_t> at(n + 1, 0);
+  for (const MemEffect& m : mem) ++at[m.node + 1];
+  for (size_t i = 0; i < n; ++i) at[i + 1] += at[i];
+  std::vector<MemEffect> sorted(mem.size());
+  for (const MemEffect& m : mem) sorted[at[m.node]++] = m;
+  mem = std::move(sorted);
+}
+
+namespace {
+std::string without_pass(Tags t) {
+  t.pass = Pass::kNone;
+  return t.str();
+}
+}  // namespace
+
+std::string TrainingDag::node_name(uint32_t id, const ModelGraph& m) const {
+  const Node& n = nodes[id];
+  auto devs = [&](uint32_t s) {
+    const auto& d = device_sets[s].devices;
+    std::string out;
+    for (size_t i = 0; i < d.size() && i < 8; ++i) out += (i ? "," : "") + std::to_string(d[i]);
+    if (d.size() > 8) out += fmt::format(",...({} devices)", d.size());
+    return d.size() == 1 ? "device " + out : "devices [" + out + "]";
+  };
+  std::string op = n.op != kNone && n.op < m.ops.size() ? m.ops[n.op].name : "";
+  switch (n.kind) {
+    case NodeKind::kCompute:
+      if (n.recompute)
+        return fmt::format("{} F (recompute, before {}) ({}) on {}", without_pass(n.tags),
+                           pass_name(n.tags.pass), op, devs(n.devs));
+      return fmt::format("{} ({}) on {}", n.tags.str(), op, devs(n.devs));
+    case NodeKind::kTransfer:
+      return fmt::format("send {} {} -> {} ({}, from {} to {})", comm_purpose_name(n.purpose),
+                         n.tags.str(), consumer_tags_of(n).str(), op, devs(n.devs), devs(n.devs2));
+    case NodeKind::kCollective:
+      return fmt::format("{} {} {}{} ({}) on {}", comm_kind_name(n.comm),
+                         comm_purpose_name(n.purpose), n.tags.str(),
+                         n.recompute ? " (recompute)" : "", op, devs(n.devs));
+    case NodeKind::kBarrier:
+      return fmt::format("order barrier of directive {}", n.directive);
+  }
+  return "?";
+}
+
+namespace detail {
+
+Diagnostic diag_at(const JsonSource* src, const std::string& file, const std::string& ptr,
+                   std::string msg, std::string hint, int directive) {
+  Diagnostic d = src ? src->error_at(ptr, std::move(msg), std::move(hint))
+                     : Diagnostic{Severity::kError,
+                                  std::move(msg),
+                                  SourceLoc{file, 0, 0, ptr},
+                                  -1,
+                                  std::move(hint),
+                                  {},
+                                  {}};
+  d.directive = directive;
+  return d;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::diag_at;
+
+constexpr int64_t kMB = 1 << 20;
+
+struct UnitInfo {
+  int32_t place = -1, repl = -1, shard = -1, tp_dir = -1;
+  // placed devices (one per replica): the place directive's list, which the plan owns (not a
+  // copy per unit: at 64 replicas x 256 microbatches the copies dominated allocation)
+  std::span<const int> replicas;
+  uint32_t devs = kNone;          // all devices running the unit (replica-major, TP inner)
+  int tp = 1;
+  bool split_bwd = false;
+  uint32_t f = kNone, b = kNone, bi = kNone, bw = kNone;
+  // recompute: mode (-1 none, else RecomputeMode), checkpoint segment, whether this op is its
+  // last, bytes kept at the forward (its share of the segment input), recomputed output node
+  // and the ZeRO-3 gather the recomputed forward made for the backward
+  int8_t rc = -1;
+  bool rc_last = false;
+  int32_t rc_seg = -1;
+  int64_t rc_kept = 0;
+  uint32_t rf = kNone, rc_gather = kNone;
+};
+
+class Compiler {
+ public:
+  Compiler(CompiledPlan& cp, const JsonSource* src, Diagnostics& diags)
+      : cp_(cp), plan_(cp.plan), src_(src), diags_(diags), sets_(cp.dag.device_sets) {}
+
+  bool run();
+
+ private:
+  CompiledPlan& cp_;
+  const Plan& plan_;
+  const JsonSource* src_;
+  Diagnostics& diags_;
+  detail::DeviceSetTable sets_;
+  int M_ = 1;
+  bool has_split_ = false;
+  std::vector<UnitInfo> units_;  // index mb * nops + op
+  std::vector<std::vector<uint32_t>> segments_;  // recompute checkpoint segments: ops, in order
+  std::map<std::string, uint16_t, std::less<>> stream_ids_;
+  uint32_t head_op_ = kNone, emb_op_ = kNone;  // tied embeddings on different devices
+  bool tied_copy_ = false;
+
+  size_t nops_ = 0;  // model ops (the optimizer pseudo-op appended later is not a unit)
+  size_t nops() const { return nops_; }
+  UnitInfo& unit(uint32_t op, int mb) { return units_[static_cast<size_t>(mb) * nops() + op]; }
+  Tags unit_tags(uint32_t op, int mb) const {
+    Tags t = cp_.model.ops[op].tags;
+    if (has_split_) t.set(TagKey::kMB, mb);
+    return t;
+  }
+  // Filter matching of units without building each unit's tags: a unit's tags are its op's
+  // with MB set to the microbatch (after a split), so `f.matches(unit_tags(o, mb))` is
+  // "o in matching_ops(f) and mb_matches(f, mb)" (at 1,024 devices x 256 microbatches the
+  // per-unit matches dominated the directive passes).
+  std::vector<uint32_t> matching_ops(const Filter& f) const {
+    std::vector<uint32_t> out;
+    for (uint32_t o = 0; o < nops(); ++o) {
+      const Tags& t = cp_.model.ops[o].tags;
+      bool ok = !f.pass || *f.pass == t.pass;
+      for (size_t i = 0; i < f.cond.size() && ok; ++i)
+        if (i != static_cast<size_t>(TagKey::kMB) || !has_split_) ok = f.cond[i].matches(t.v[i]);
+      if (ok) out.push_back(o);
+    }
+    return out;
+  }
+  bool mb_matches(const Filter& f, int mb) const {
+    return !has_split_ || f.cond[static_cast<size_t>(TagKey::kMB)].matches(mb);
+  }
+  void error(const std::string& ptr, std::string msg, std::string hint, int directive,
+             std::vector<DiagNote> notes = {}) {
+    Diagnostic d = diag_at(src_, plan_.file, ptr, std::move(msg), std::move(hint), directive);
+    d.notes = std::move(notes);
+    diags_.push_back(std::move(d));
+  }
+  SourceLoc loc(const std::string& ptr) const {
+    return src_ ? src_->loc(ptr) : SourceLoc{plan_.file, 0, 0, ptr};
+  }
+  uint16_t stream(std::string_view name) {
+    // (find first: emplace would build, and free, a map node on every call)
+    if (auto it = stream_ids_.find(name); it != stream_ids_.end()) return it->second;
+    const auto id = static_cast<uint16_t>(cp_.dag.streams.size());
+    stream_ids_.emplace(std::string(name), id);
+    cp_.dag.streams.emplace_back(name);
+    return id;
+  }
+
+  bool check_devices(const Directive& d);
+  bool apply_split();
+  bool apply_place();
+  bool apply_tensor_parallel();
+  bool check_replication();
+  void mark_split_backward();
+  bool apply_recompute();
+  void tie_embeddings();
+  int64_t act_bytes(uint32_t o, const UnitInfo& u, int64_t b) const;
+  void build_nodes();
+  void add_optimizer(const std::vector<uint32_t>& reduce_of_op,
+                     const std::vector<uint32_t>& param_syncs);
+  void compute_static_memory();
+
+  uint32_t add_node(Node n) {
+    cp_.dag.nodes.push_back(n);
+    return static_cast<uint32_t>(cp_.dag.nodes.size() - 1);
+  }
+  void edge(uint32_t a, uint32_t b) { cp_.dag.edges.push_back({a, b, EdgeKind::kData, -1}); }
+  void mem(uint32_t node, bool at_end, MemCategory c, int64_t bytes) {
+    if (bytes) cp_.dag.mem.push_back({node, at_end, c, bytes});
+  }
+  // DP groups (same TP rank across replicas) and TP groups of a unit's device set. Both depend
+  // on the set alone (it holds replicas x tp devices, group size tp), so each set's are
+  // interned once and remembered by set id.
+  std::vector<uint32_t> dp_groups_of_, tp_groups_of_;
+  static uint32_t& memo_of(std::vector<uint32_t>& v, uint32_t set) {
+    if (v.size() <= set) v.resize(set + 1, kNone);
+    return v[set];
+  }
+  uint32_t dp_groups(const UnitInfo& u) {
+    const auto& all = cp_.dag.device_sets[u.devs].devices;
+    const size_t R = u.replicas.size();
+    // (a set that is not exactly replicas x tp, which TP groups sharing a leader can give, is
+    // not remembered: R is not a function of it)
+    const bool exact = all.size() == R * static_cast<size_t>(u.tp);
+    if (exact && memo_of(dp_groups_of_, u.devs) != kNone) return dp_groups_of_[u.devs];
+    std::vector<int32_t> d;
+    for (int t = 0; t < u.tp; ++t)
+      for (size_t r = 0; r < R; ++r) d.push_back(all[r * u.tp + t]);
+    const uint32_t id = sets_.intern(std::move(d), static_cast<int32_t>(R));
+    if (exact) memo_of(dp_groups_of_, u.devs) = id;
+    return id;
+  }
+  uint32_t tp_groups(const UnitInfo& u) {
+    // (the set's group size is u.tp: apply_tensor_parallel interned it so)
+    if (memo_of(tp_groups_of_, u.devs) != kNone) return tp_groups_of_[u.devs];
+    const uint32_t id = sets_.intern(cp_.dag.device_sets[u.devs].devices, u.tp);
+    memo_of(tp_groups_of_, u.devs) = id;
+    return id;
+  }
+  uint32_t cross(uint32_t prod, uint32_t cons, int mb, Pass pass, CommPurpose purpose,
+                 int64_t bytes);
+  // Devices holding a copy of op o's parameters, in first-use order (each distinct device
+  // set of its microbatches once: DualPipe places two copies).
+  std::vector<int32_t> holders_of(uint32_t o) {
+    std::vector<uint32_t> sets;
+    for (int mb = 0; mb < M_; ++mb) {
+      uint32_t s = unit(o, mb).devs;
+      if (std::find(sets.begin(), sets.end(), s) == sets.end()) sets.push_back(s);
+    }
+    // Each device once, in first-seen order (a scratch mark per device, cleared after).
+    std::vector<int32_t> out;
+    for (uint32_t s : sets)
+      for (int32_t d : cp_.dag.device_sets[s].devices) {
+        if (static_cast<size_t>(d) >= holder_mark_.size()) holder_mark_.resize(static_cast<size_t>(d) + 1, 0);
+        if (!holder_mark_[static_cast<size_t>(d)]) {
+          holder_mark_[static_cast<size_t>(d)] = 1;
+          out.push_back(d);
+        }
+      }
+    for (int32_t d : out) holder_mark_[static_cast<size_t>(d)] = 0;
+    return out;
+  }
+  std::vector<uint8_t> holder_mark_;
+  // Op o's parameters as each holder keeps them: `count` after tensor and expert sharding
+  // (before ZeRO), the data-parallel degree R that ZeRO divides by, and the replicate
+  // directive (null when none). Shared by the static memory and the optimizer step.
+  struct LocalParams {
+    std::vector<int32_t> holders;
+    int64_t count = 0;
+    int64_t R = 1;
+    const Directive* repl = nullptr;
+  };
+  LocalParams local_params(uint32_t o) {
+    const ModelOp& op = cp_.model.ops[o];
+    LocalParams lp;
+    lp.holders = holders_of(o);
+    const UnitInfo& u = unit(o, 0);
+    const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
+    lp.count = split ? op.param_count / u.tp : op.param_count;
+    if (u.shard >= 0) lp.count /= static_cast<int64_t>(u.replicas.size());
+    lp.repl = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+    lp.R = u.shard >= 0 ? 1 : static_cast<int64_t>(lp.holders.size()) / u.tp;
+    return lp;
+  }
+};
+
+bool Compiler::check_devices(const Directive& d) {
+  bool ok = true;
+  auto check = [&](const std::vector<int>& v, const std::string& ptr) {
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] >= cp_.num_devices) {
+        error(ptr + "/" + std::to_string(i),
+              fmt::format("device {} is out of range: the cluster has {} devices (0..{})", v[i],
+                          cp_.num_devices, cp_.num_devices - 1),
+              "raise cluster.nodes or cluster.devices_per_node, or use a smaller id", d.index);
+        ok = false;
+      }
+  };
+  check(d.devices, d.pointer + "/devices");
+  for (size_t g = 0; g < d.device_groups.size(); ++g)
+    check(d.device_groups[g],
+          d.pointer + "/devices" +
+              (d.device_groups.size() > 1 || !d.devices.empty() ? "/" + std::to_string(g) : ""));
+  return ok;
+}
+
+bool Compiler::apply_split() {
+  const Directive* split = nullptr;
+  for (const auto& d : plan_.schedule) {
+    if (d.op != DirectiveOp::kSplit) continue;
+    if (split) {
+      error(d.pointer, "a second 'split' directive", "split the whole DAG once into microbatches",
+            d.index, {{loc(split->pointer), "the first split is here"}});
+      return false;
+    }
+    split = &d;
+    Filter all;
+    if (!(d.filter.cond == all.cond) || d.filter.pass) {
+      error(d.pointer + "/filter", "'split' must apply to the whole DAG",
+            "use \"filter\": {} (partial splits are not supported)", d.index);
+      return false;
+    }
+  }
+  if (split) {
+    has_split_ = true;
+    M_ = split->num_microbatches;
+  }
+  cp_.num_microbatches = M_;
+  return true;
+}
+
+bool Compiler::apply_place() {
+  units_.assign(nops() * M_, UnitInfo{});
+  std::vector<size_t> matched(plan_.schedule.size(), 0);
+  for (const auto& d : plan_.schedule) {
+    if (d.op != DirectiveOp::kPlace) continue;
+    if (d.filter.pass) {
+      error(d.filter.pointer + "/PASS", "'place' cannot select a pass",
+            "forward and backward of a region run where the region is placed", d.index);
+      continue;
+    }
+    const std::vector<uint32_t> fops = matching_ops(d.filter);
+    for (int mb = 0; mb < M_; ++mb) {
+      if (!mb_matches(d.filter, mb)) continue;
+      for (uint32_t o : fops) {
+        ++matched[d.index];
+        UnitInfo& u = unit(o, mb);
+        if (u.place >= 0) {
+          const Directive& other = plan_.schedule[u.place];
+          if (other.devices != d.devices) {
+            error(d.pointer,
+                  fmt::format("{} MB{} is placed twice, on different devices",
+                              cp_.model.ops[o].name, mb),
+                  "make the filters of the two place directives disjoint", d.index,
+                  {{loc(other.pointer), "first placed here"}});
+            return false;
+          }
+          continue;
+        }
+        u.place = d.index;
+        u.replicas = d.devices;
+      }
+    }
+  }
+  bool ok = true;
+  for (const auto& d : plan_.schedule)
+    if (d.op == DirectiveOp::kPlace && !d.filter.pass && matched[d.index] == 0) {
+      error(d.pointer + "/filter", fmt::format("filter {} matches nothing", d.filter.str()),
+            fmt::format("the model has PP regions 0..{}{}", cp_.model.pp_regions - 1,
+                        has_split_ ? fmt::format(" and microbatches 0..{}", M_ - 1) : ""),
+            d.index);
+      ok = false;
+    }
+  // Unplaced units, reported once per PP region (naming its first and last op).
+  std::map<int32_t, std::pair<uint32_t, uint32_t>> unplaced;  // pp -> (first op, last op)
+  std::map<int32_t, int> unplaced_mb;
+  for (uint32_t o = 0; o < nops(); ++o)
+    for (int mb = 0; mb < M_; ++mb)
+      if (unit(o, mb).place < 0) {
+        int32_t pp = cp_.model.ops[o].tags.pp();
+        auto [it, added] = unplaced.emplace(pp, std::make_pair(o, o));
+        it->second.second = o;
+        if (added) unplaced_mb[pp] = mb;
+        break;
+      }
+  for (const auto& [pp, r] : unplaced) {
+    const auto& ops = cp_.model.ops;
+    std::string span =
+        r.first == r.second ? ops[r.first].name : ops[r.first].name + " .. " + ops[r.second].name;
+    error("/schedule",
+          fmt::format(
+              "region PP{} ({}) is not placed{}", pp, span,
+              has_split_ ? fmt::format(" (first unplaced microbatch: {})", unplaced_mb[pp]) : ""),
+          fmt::format("add {{\"op\":\"place\",\"filter\":{{\"PP\":{}}},\"devices\":[...]}}", pp),
+          -1);
+    ok = false;
+  }
+  return ok;
+}
+
+bool Compiler::apply_tensor_parallel() {
+  bool ok = true;
+  for (const auto& d : plan_.schedule) {
+    if (d.op != DirectiveOp::kShardTensor) continue;
+    if (d.filter.pass) {
+      error(d.filter.pointer + "/PASS", "'shard_tensor' cannot select a pass", "", d.index);
+      ok = false;
+      continue;
+    }
+    // Devices in some TP group of the directive (a flag per device; others are in none).
+    std::vector<char> in_group(static_cast<size_t>(std::max(cp_.num_devices, 0)), 0);
+    for (const auto& grp : d.device_groups)
+      for (int dev : grp)
+        if (dev >= 0 && dev < cp_.num_devices) in_group[static_cast<size_t>(dev)] = 1;
+    int32_t checked_place = -2;  // the place directive whose replicas all passed the check
+    size_t matched = 0;
+    const std::vector<uint32_t> fops = matching_ops(d.filter);
+    for (int mb = 0; mb < M_ && ok; ++mb)
+      for (size_t fi = 0; fi < fops.size() && ok && mb_matches(d.filter, mb); ++fi) {
+        const uint32_t o = fops[fi];
+        ++matched;
+        UnitInfo& u = unit(o, mb);
+        if (u.tp_dir >= 0) {
+          error(d.pointer, fmt::format("{} is tensor-sharded twice", cp_.model.ops[o].name), "",
+                d.index, {{loc(plan_.schedule[u.tp_dir].pointer), "first sharded here"}});
+          ok = false;
+          break;
+        }
+        u.tp_dir = d.index;
+        u.tp = static_cast<int>(d.device_groups[0].size());
+        if (u.place == checked_place) continue;  // (the same replicas, already checked)
+        for (int dev : u.replicas)
+          if (dev < 0 || dev >= cp_.num_devices || !in_group[static_cast<size_t>(dev)]) {
+            error(d.pointer + "/devices",
+                  fmt::format("{} is placed on device {}, which is in no TP group of this "
+                              "directive",
+                              cp_.model.ops[o].name, dev),
+                  "each placed device must belong to exactly one TP group (as its leader)", d.index,
+                  {{loc(plan_.schedule[u.place].pointer), "placed here"}});
+            ok = false;
+            break;
+          }
+        if (ok) checked_place = u.place;
+      }
+    if (ok && matched == 0) {
+      error(d.pointer + "/filter", fmt::format("filter {} matches nothing", d.filter.str()), "",
+            d.index);
+      ok = false;
+    }
+  }
+  if (!ok) return false;
+  // Device sets of every unit: replicas x TP group. Units with the same replicas and TP
+  // directive share one set, so each distinct (directive, replicas) is built once, with the
+  // groups of each device looked up in an index instead of searched (at 6,144 devices the
+  // search over every group for every replica of every unit dominated compilation).
+  std::map<std::pair<int32_t, std::vector<int32_t>>, uint32_t> memo;
+  std::map<int32_t, std::vector<std::vector<uint32_t>>> groups_of;  // directive -> dev -> groups
+  // Units of one (TP directive, place directive) have the same replicas (the place
+  // directive's devices): looked up by the two indices first, without copying the replicas.
+  std::map<std::pair<int32_t, int32_t>, uint32_t> by_directives;
+  // (Consecutive units mostly share their directives: the last pair is tried first.)
+  std::pair<int32_t, int32_t> last_dirs{INT32_MIN, INT32_MIN};
+  uint32_t last_devs = 0;
+  for (int mb = 0; mb < M_; ++mb)
+    for (uint32_t o = 0; o < nops(); ++o) {
+      UnitInfo& u = unit(o, mb);
+      if (std::make_pair(u.tp_dir, u.place) == last_dirs) {
+        u.devs = last_devs;
+        continue;
+      }
+      if (auto it = by_directives.find({u.tp_dir, u.place}); it != by_directives.end()) {
+        u.devs = it->second;
+        last_dirs = it->first;
+        last_devs = it->second;
+        continue;
+      }
+      auto key = std::make_pair(u.tp_dir, std::vector<int32_t>(u.replicas.begin(), u.replicas.end()));
+      if (auto it = memo.find(key); it != memo.end()) {
+        by_directives.emplace(std::make_pair(u.tp_dir, u.place), it->second);
+        u.devs = it->second;
+        continue;
+      }
+      std::vector<int32_t> devs;
+      if (u.tp_dir >= 0) {
+        const Directive& d = plan_.schedule[u.tp_dir];
+        auto& index = groups_of[u.tp_dir];
+        if (index.empty()) {
+          index.resize(static_cast<size_t>(cp_.num_devices));
+          for (size_t g = 0; g < d.device_groups.size(); ++g)
+            for (int x : d.device_groups[g])
+              if (x >= 0 && x < cp_.num_devices &&
+                  (index[x].empty() || index[x].back() != g))
+                index[x].push_back(static_cast<uint32_t>(g));
+        }
+        for (int dev : u.replicas) {
+          if (dev < 0 || dev >= cp_.num_devices) continue;
+          for (uint32_t g : index[dev]) {
+            // The placed device leads its group; the rest follow in the group's order.
+            devs.push_back(dev);
+            for (int x : d.device_groups[g])
+              if (x != dev) devs.push_back(x);
+          }
+        }
+      } else {
+        devs.assign(u.replicas.begin(), u.replicas.end());
+      }
+      u.devs = sets_.intern(std::move(devs), u.tp);
+      memo.emplace(std::move(key), u.devs);
+      by_directives.emplace(std::make_pair(u.tp_dir, u.place), u.devs);
+    }
+  return true;
+}
+
+bool Compiler::check_replication() {
+  bool ok = true;
+  std::vector<size_t> matched(plan_.schedule.size(), 0);
+  std::set<std::pair<int, int>> reported;  // (directive, place directive) already reported
+  for (const auto& d : plan_.schedule) {
+    if (d.op != DirectiveOp::kReplicate && d.op != DirectiveOp::kShard) continue;
+    if (d.filter.pass) {
+      error(d.filter.pointer + "/PASS",
+            fmt::format("'{}' cannot select a pass", directive_op_name(d.op)), "", d.index);
+      ok = false;
+      continue;
+    }
+    const std::vector<uint32_t> fops = matching_ops(d.filter);
+    const std::vector<int32_t> want(d.devices.begin(), d.devices.end());
+    int32_t equal_place = -2;  // a place directive whose devices are `want` (its units' replicas)
+    for (int mb = 0; mb < M_; ++mb) {
+      if (!mb_matches(d.filter, mb)) continue;
+      for (uint32_t o : fops) {
+        UnitInfo& u = unit(o, mb);
+        ++matched[d.index];
+        if (u.place != equal_place && std::ranges::equal(want, u.replicas)) equal_place = u.place;
+        if (u.place != equal_place) {
+          if (reported.insert({d.index, u.place}).second)
+            error(d.pointer + "/devices",
+                  fmt::format("{} lists devices that differ from where {} ({}) is placed",
+                              directive_op_name(d.op), cp_.model.ops[o].tags.str(),
+                              cp_.model.ops[o].name),
+                  "replicate/shard the same devices the region is placed on", d.index,
+                  {{loc(plan_.schedule[u.place].pointer + "/devices"), "placed here"}});
+          ok = false;
+          continue;
+        }
+        if (d.op == DirectiveOp::kReplicate)
+          u.repl = d.index;
+        else {
+          if (cp_.model.ops[o].tags.ep() == kAbsent) continue;  // shard applies to EP ops only
+          u.shard = d.index;
+        }
+      }
+    }
+  }
+  for (const auto& d : plan_.schedule)
+    if ((d.op == DirectiveOp::kReplicate || d.op == DirectiveOp::kShard) && !d.filter.pass &&
+        matched[d.index] == 0) {
+      error(d.pointer + "/filter", fmt::format("filter {} matches nothing", d.filter.str()), "",
+            d.index);
+      ok = false;
+    }
+  if (!ok) return false;
+  for (int mb = 0; mb < M_ && ok; ++mb)
+    for (uint32_t o = 0; o < nops(); ++o) {
+      const UnitInfo& u = unit(o, mb);
+      if (u.replicas.size() > 1 && u.repl < 0 && u.shard < 0) {
+        error(plan_.schedule[u.place].pointer + "/devices",
+              fmt::format("{} is placed on {} devices but neither replicated nor sharded",
+                          cp_.model.ops[o].name, u.replicas.size()),
+              "add a 'replicate' (data parallel) or, for expert blocks, a 'shard' directive "
+              "over the same devices",
+              u.place);
+        ok = false;
+        break;
+      }
+    }
+  return ok;
+}
+
+int64_t Compiler::act_bytes(uint32_t o, const UnitInfo& u, int64_t b) const {
+  // Split ops hold 1/tp of their activations; replicated ops (norms, residuals) hold all unless
+  // sequence parallel. The input of a column-parallel GEMM (QKV, MLP up, head, shared experts)
+  // is the full hidden state on every TP rank without SP (Korthikanti et al. 2022, Table 2:
+  // sbh(10 + 24/t + 5as/(ht)), the 10 being replicated LayerNorm, QKV/MLP-up inputs and
+  // dropout masks), and the 1/t sequence shard with SP.
+  const ModelOp& op = cp_.model.ops[o];
+  const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
+  if (sp) return b / u.tp;
+  if (op.tp == TpSplit::kReplicated || op.tp == TpSplit::kNone) return b;
+  const bool column_gemm = op.tp == TpSplit::kColumn &&
+                           (op.kind == OpKind::kQKV || op.kind == OpKind::kMlpUp ||
+                            op.kind == OpKind::kHead || op.kind == OpKind::kSharedExperts);
+  if (column_gemm) {
+    // The saved input is replicated; anything else the op saves is split.
+    const int64_t in = std::min(b, op.saved_input_bytes);
+    return in + (b - in) / u.tp;
+  }
+  return b / u.tp;
+}
+
+bool Compiler::apply_recompute() {
+  bool ok = true;
+  for (const auto& d : plan_.schedule) {
+    if (d.op != DirectiveOp::kRecompute) continue;
+    if (d.filter.pass) {
+      error(d.filter.pointer + "/PASS", "'recompute' cannot select a pass",
+            "a recomputed forward runs right before the backward that needs it", d.index);
+      ok = false;
+      continue;
+    }
+    size_t matched = 0;
+    const std::vector<uint32_t> fops = matching_ops(d.filter);
+    for (int mb = 0; mb < M_; ++mb)
+      for (size_t fi = 0; fi < fops.size() && mb_matches(d.filter, mb); ++fi) {
+        const uint32_t o = fops[fi];
+        const OpKind k = cp_.model.ops[o].kind;
+        const bool core = k == OpKind::kAttention || k == OpKind::kAttnScores ||
+                          k == OpKind::kSoftmax || k == OpKind::kAttnContext;
+        if (d.recompute == RecomputeMode::kSelective && !core) continue;
+        ++matched;
+        unit(o, mb).rc = static_cast<int8_t>(d.recompute);
+      }
+    if (matched == 0) {
+      error(d.pointer + "/filter", fmt::format("filter {} matches nothing", d.filter.str()),
+            d.recompute == RecomputeMode::kSelective
+                ? "selective recompute applies to the core attention ops of the matched layers"
+                : "recompute applies to model ops, e.g. {\"LAYER\": \"*\"} for every layer",
+            d.index);
+      ok = false;
+    }
+  }
+  if (!ok) return false;
+  // Checkpoint segments: runs of consecutive recomputed ops of one PP region and layer on the
+  // same devices (Megatron's "uniform" method with one layer per checkpoint).
+  for (int mb = 0; mb < M_; ++mb) {
+    int32_t cur = -1;
+    for (uint32_t o = 0; o < nops(); ++o) {
+      UnitInfo& u = unit(o, mb);
+      if (u.rc < 0) {
+        cur = -1;
+        continue;
+      }
+      const Tags& t = cp_.model.ops[o].tags;
+      if (cur >= 0) {
+        const uint32_t p = segments_[static_cast<size_t>(cur)].back();
+        const UnitInfo& up = unit(p, mb);
+        const Tags& tp = cp_.model.ops[p].tags;
+        if (p + 1 != o || up.rc != u.rc || up.devs != u.devs || tp.pp() != t.pp() ||
+            tp.get(TagKey::kLayer) != t.get(TagKey::kLayer))
+          cur = -1;
+      }
+      if (cur < 0) {
+        segments_.emplace_back();
+        cur = static_cast<int32_t>(segments_.size() - 1);
+      }
+      segments_[static_cast<size_t>(cur)].push_back(o);
+      u.rc_seg = cur;
+    }
+  }
+  for (int mb = 0; mb < M_; ++mb)
+    for (uint32_t o = 0; o < nops(); ++o) {
+      UnitInfo& u = unit(o, mb);
+      if (u.rc < 0) continue;
+      const auto& seg = segments_[static_cast<size_t>(u.rc_seg)];
+      u.rc_last = seg.back() == o;
+      // The checkpoint keeps the segment's inputs: an op reading from outside the segment
+      // keeps the input part of its saved activations.
+      bool external = cp_.model.ops[o].inputs.empty();
+      for (uint32_t i : cp_.model.ops[o].inputs)
+        if (unit(i, mb).rc_seg != u.rc_seg) external = true;
+      u.rc_kept = external ? act_bytes(o, u, std::min(cp_.model.ops[o].saved_input_bytes,
+                                                       cp_.model.ops[o].saved_bytes))
+                           : 0;
+    }
+  return true;
+}
+
+void Compiler::tie_embeddings() {
+  // Tied input/output embeddings on different devices (first and last pipeline stage): the
+  // head holds a copy of the embedding weights, and the two copies' gradients are all-reduced
+  // before the optimizer step (Megatron's _allreduce_embedding_grads).
+  if (!plan_.model.tie_embeddings) return;
+  auto& ops = cp_.model.ops;
+  for (uint32_t o = 0; o < nops(); ++o) {
+    if (ops[o].kind == OpKind::kEmbedding && emb_op_ == kNone) emb_op_ = o;
+    if (ops[o].kind == OpKind::kHead) head_op_ = o;
+  }
+  if (emb_op_ == kNone || head_op_ == kNone) return;
+  const UnitInfo& ue = unit(emb_op_, 0);
+  const UnitInfo& uh = unit(head_op_, 0);
+  if (ue.devs == uh.devs) return;
+  if (cp_.dag.device_sets[ue.devs].devices.size() != cp_.dag.device_sets[uh.devs].devices.size())
+    return;  // reported as a stage-boundary mismatch elsewhere
+  ops[head_op_].param_count = ops[emb_op_].param_count;
+  ops[head_op_].param_bytes = ops[emb_op_].param_bytes;
+  tied_copy_ = true;
+}
+
+void Compiler::mark_split_backward() {
+  // A unit's backward is split into BI + BW when any order filter names BI or BW for it.
+  for (const auto& d : plan_.schedule) {
+    if (d.op != DirectiveOp::kOrder) continue;
+    for (const auto& g : d.groups)
+      for (const auto& f : g) {
+        if (!f.pass || (*f.pass != Pass::kBI && *f.pass != Pass::kBW)) continue;
+        Filter nf = f;
+        nf.pass.reset();
+        const std::vector<uint32_t> fops = matching_ops(nf);
+        for (int mb = 0; mb < M_; ++mb) {
+          if (!mb_matches(nf, mb)) continue;
+          for (uint32_t o : fops) unit(o, mb).split_bwd = true;
+        }
+      }
+  }
+}
+
+// A transfer between two units' device sets (paired by index), or kNone if they coincide.
+uint32_t Compiler::cross(uint32_t prod, uint32_t cons, int mb, Pass pass, CommPurpose purpose,
+                         int64_t bytes) {
+  const UnitInfo& up = unit(prod, mb);
+  const UnitInfo& uc = unit(cons, mb);
+  uint32_t src = purpose == CommPurpose::kGradient ? uc.devs : up.devs;
+  uint32_t dst = purpose == CommPurpose::kGradient ? up.devs : uc.devs;
+  if (src == dst) return kNone;
+  Node n;
+  n.kind = NodeKind::kTransfer;
+  n.comm = CommKind::kSendRecv;
+  n.purpose = purpose;
+  const uint32_t from_op = purpose == CommPurpose::kGradient ? cons : prod;
+  const uint32_t to_op = purpose == CommPurpose::kGradient ? prod : cons;
+  n.tags = unit_tags(from_op, mb);
+  n.tags.pass = pass;
+  Tags ct = unit_tags(to_op, mb);
+  ct.pass = pass;
+  n.consumer = static_cast<uint32_t>(cp_.dag.consumer_tags.size());
+  cp_.dag.consumer_tags.push_back(ct);
+  n.op = prod;
+  n.devs = src;
+  n.devs2 = dst;
+  const UnitInfo& place_side = purpose == CommPurpose::kGradient ? uc : up;
+  n.directive = place_side.place;
+  const Directive& pd = plan_.schedule[place_side.place];
+  n.stream = stream(pd.stream.empty() ? "pp" : pd.stream);
+  // With TP, every rank sends its 1/tp slice (Megatron's scatter-gather optimisation).
+  n.bytes = bytes / std::max(1, up.tp);
+  return add_node(n);
+}
+
+void Compiler::build_nodes() {
+  const auto& ops = cp_.model.ops;
+  auto& dag = cp_.dag;
+  stream("compute");
+  // consumers of each op
+  std::vector<std::vector<uint32_t>> consumers(nops());
+  for (uint32_t o = 0; o < nops(); ++o)
+    for (uint32_t i : ops[o].inputs) consumers[i].push_back(o);
+
+  auto tp_stream = [&](const UnitInfo& u) {
+    const auto& s = plan_.schedule[u.tp_dir].stream;
+    return stream(s.empty() ? "tp" : s);
+  };
+  auto ep_stream = [&](const UnitInfo& u) {
+    const auto& s = plan_.schedule[u.shard].stream;
+    return stream(s.empty() ? "ep" : s);
+  };
+  auto collective = [&](CommKind kind, CommPurpose purpose, uint32_t op, int mb, Pass pass,
+                        uint32_t groups, uint16_t strm, int64_t bytes, int32_t directive) {
+    Node n;
+    n.kind = NodeKind::kCollective;
+    n.comm = kind;
+    n.purpose = purpose;
+    n.tags = mb >= 0 ? unit_tags(op, mb) : ops[op].tags;
+    n.tags.pass = pass;
+    n.op = op;
+    n.devs = groups;
+    n.stream = strm;
+    n.bytes = bytes;
+    n.directive = directive;
+    return add_node(n);
+  };
+  auto compute = [&](uint32_t o, int mb, Pass pass) {
+    const UnitInfo& u = unit(o, mb);
+    Node n;
+    n.kind = NodeKind::kCompute;
+    n.tags = unit_tags(o, mb);
+    n.tags.pass = pass;
+    n.op = o;
+    n.devs = u.devs;
+    n.tp = static_cast<uint16_t>(u.tp);
+    n.sequence_parallel = u.tp > 1 && u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
+    n.directive = u.place;
+    n.stream = 0;
+    return add_node(n);
+  };
+
+  // Comm buffers live while the node runs.
+  auto buffer = [&](uint32_t n, int64_t bytes) {
+    mem(n, false, MemCategory::kCommBuffers, bytes);
+    mem(n, true, MemCategory::kCommBuffers, -bytes);
+  };
+  // EP all-to-all (dispatch or combine) of a unit: every token's top-k slots, hidden-wide.
+  auto all_to_all = [&](CommPurpose purpose, uint32_t o, int mb, Pass pass, const UnitInfo& u) {
+    // Sized by the busiest expert's share (MoeSpec::load_factor: imbalance or capacity).
+    const auto& moe = cp_.plan.model.moe;
+    const double load = moe ? moe->load_factor() : 1.0;
+    const int64_t bytes = static_cast<int64_t>(
+        std::llround(static_cast<double>(cp_.model.tokens_per_microbatch *
+                                         (moe ? moe->top_k : 1) * cp_.plan.model.hidden *
+                                         dtype_bytes(cp_.model.dtype) / u.tp) *
+                     load));
+    uint32_t n = collective(CommKind::kAllToAll, purpose, o, mb, pass, dp_groups(u), ep_stream(u),
+                            bytes, u.shard);
+    buffer(n, bytes);
+    return n;
+  };
+  // ZeRO-3: gather a unit's parameters before a pass (kNone if not sharded).
+  auto zero3_gather = [&](uint32_t o, int mb, Pass pass, const UnitInfo& u) {
+    const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+    const ModelOp& op = ops[o];
+    if (!rd || !rd->shard_params || op.param_bytes == 0 || u.shard >= 0 || u.replicas.size() < 2)
+      return kNone;
+    const int64_t pb = op.param_bytes / u.tp;
+    uint32_t n =
+        collective(CommKind::kAllGather, CommPurpose::kParamGather, o, mb, pass, dp_groups(u),
+                   stream(rd->gather_stream.empty() ? "dp" : rd->gather_stream), pb, u.repl);
+    mem(n, false, MemCategory::kGatheredParams, pb);
+    return n;
+  };
+
+  // ZeRO-3 prefetch bound (FSDP): the gather of a unit (the param ops of one PP region and
+  // layer) waits for the pass of the unit `prefetch + 1` places earlier in the same region pass
+  // (forward: layers ascending; backward: descending), so at most prefetch + 1 units of a region
+  // pass are gathered at once. A backward's first units wait for the region's forward of the
+  // same microbatch. Only orders that data dependencies already imply are used, so the bound
+  // never contradicts a schedule (across microbatches and regions the schedule decides). With a
+  // split backward a unit's pass is its BI (its BW may be deferred, as zero-bubble schedules do).
+  using SeqKey = std::tuple<uint32_t, bool, int, int32_t>;  // devs, backward, mb, PP
+  std::map<SeqKey, std::vector<std::pair<int32_t, uint32_t>>> gather_seq;  // (layer, last pass)
+  std::map<std::tuple<uint32_t, int, int32_t>, uint32_t> fwd_last;  // (devs, mb, PP) -> last F
+  auto zero3 = [&](uint32_t o, const UnitInfo& u) {
+    const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+    return rd && rd->shard_params && ops[o].param_bytes > 0;
+  };
+  // Records that `node` (a compute pass of unit o) ran, for the prefetch bound above.
+  auto note_pass = [&](uint32_t o, int mb, bool bwd, const UnitInfo& u, uint32_t node) {
+    if (!zero3(o, u)) return;
+    const Tags& t = ops[o].tags;
+    auto& seq = gather_seq[SeqKey{u.devs, bwd, mb, t.pp()}];
+    const int32_t layer = t.get(TagKey::kLayer);
+    if (!seq.empty() && seq.back().first == layer)
+      seq.back().second = node;
+    else
+      seq.push_back({layer, node});
+    if (!bwd) fwd_last[{u.devs, mb, t.pp()}] = node;
+  };
+  auto bound_gather = [&](uint32_t g, uint32_t o, int mb, bool bwd, const UnitInfo& u) {
+    const Directive& rd = plan_.schedule[u.repl];
+    const Tags& t = ops[o].tags;
+    auto& seq = gather_seq[SeqKey{u.devs, bwd, mb, t.pp()}];
+    // Units completed before this one, newest last; the current unit may be open already.
+    size_t n = seq.size();
+    if (n && seq.back().first == t.get(TagKey::kLayer)) --n;
+    const size_t back = static_cast<size_t>(rd.prefetch) + 1;
+    if (n >= back) {
+      edge(seq[n - back].second, g);
+    } else if (bwd) {
+      if (auto it = fwd_last.find({u.devs, mb, t.pp()}); it != fwd_last.end()) edge(it->second, g);
+    }
+  };
+
+  std::map<std::tuple<uint32_t, int, uint32_t>, uint32_t> sent;  // forward activation transfers
+  // Dependency lists of the forward and backward being emitted, reused (not one allocation per
+  // unit and pass).
+  std::vector<uint32_t> fwd_deps, bwd_deps;
+  // Emits the forward of unit (o, mb) and returns the node after which its output is complete.
+  // A recomputed forward (`rc`) takes its inputs from the recomputed outputs of producers in the
+  // same checkpoint segment and from the checkpoint otherwise (no transfers are redone), waits
+  // for `trigger` (the gradient that reaches the segment), is tagged with the pass of the
+  // backward it precedes and flagged `recompute` (its collectives too).
+  auto emit_forward = [&](uint32_t o, int mb, bool rc, const std::vector<uint32_t>& trigger) {
+    UnitInfo& u = unit(o, mb);
+    const ModelOp& op = ops[o];
+    const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
+    const Pass bp = u.split_bwd ? Pass::kBI : Pass::kB;
+    const Pass pass = rc ? bp : Pass::kF;
+    const size_t first_node = dag.nodes.size();
+    std::vector<uint32_t>& deps = fwd_deps;
+    deps.assign(trigger.begin(), trigger.end());
+    if (rc) {
+      for (uint32_t i : op.inputs) {
+        const UnitInfo& ui = unit(i, mb);
+        if (ui.rc_seg >= 0 && ui.rc_seg == u.rc_seg && ui.rf != kNone)
+          deps.push_back(ui.rf);
+        else if (ui.devs == u.devs)
+          deps.push_back(ui.f);
+      }
+    } else {
+      // Inputs: remote producers need a transfer; merge producers on one remote device set.
+      std::map<uint32_t, std::pair<uint32_t, std::vector<uint32_t>>> remote;  // devs->(prod, fs)
+      for (uint32_t i : op.inputs) {
+        const UnitInfo& ui = unit(i, mb);
+        if (ui.devs == u.devs)
+          deps.push_back(ui.f);
+        else {
+          auto& r = remote[ui.devs];
+          if (r.second.empty() || ops[i].out_bytes > ops[r.first].out_bytes) r.first = i;
+          r.second.push_back(ui.f);
+        }
+      }
+      for (auto& [devs, r] : remote) {
+        const UnitInfo& ui = unit(r.first, mb);
+        if (cp_.dag.device_sets[ui.devs].devices.size() !=
+            cp_.dag.device_sets[u.devs].devices.size()) {
+          error(plan_.schedule[u.place].pointer,
+                fmt::format("{} on {} devices consumes {} on {} devices: data-parallel and "
+                            "tensor-parallel degrees must match across a stage boundary",
+                            op.name, cp_.dag.device_sets[u.devs].devices.size(),
+                            ops[r.first].name, cp_.dag.device_sets[ui.devs].devices.size()),
+                "give both stages the same number of replicas and the same TP degree", u.place,
+                {{loc(plan_.schedule[ui.place].pointer), "the producer is placed here"}});
+          continue;
+        }
+        // One transfer per (producer, microbatch, receiving devices): consumers on the same
+        // devices (a layer's norm and its residual add) share the received activation.
+        const auto key = std::make_tuple(r.first, mb, u.devs);
+        if (auto it = sent.find(key); it != sent.end()) {
+          deps.push_back(it->second);
+          continue;
+        }
+        uint32_t t =
+            cross(r.first, o, mb, Pass::kF, CommPurpose::kActivation, ops[r.first].out_bytes);
+        for (uint32_t f : r.second) edge(f, t);
+        buffer(t, dag.nodes[t].bytes);
+        deps.push_back(t);
+        sent.emplace(key, t);
+      }
+    }
+    // ZeRO-3: gather this op's parameters before its forward. A recomputed forward gathers for
+    // the backward that follows it (FSDP's pre-backward unshard): the backward reuses it.
+    uint32_t gather = kNone;
+    const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+    const bool keep_gathered = rd && rd->shard_params && !rd->reshard_after_forward;
+    if (!keep_gathered || (!rc && mb == 0)) {
+      gather = zero3_gather(o, mb, pass, u);
+      if (gather != kNone) {
+        bound_gather(gather, o, mb, rc, u);
+        deps.push_back(gather);
+      }
+    }
+    if (rc) u.rc_gather = gather;
+    // TP with sequence parallelism: all-gather the sequence before column-parallel GEMMs.
+    if (sp && (op.tp == TpSplit::kColumn) && op.kind != OpKind::kMlpAct &&
+        op.kind != OpKind::kLoss && u.tp > 1) {
+      uint32_t ag = collective(CommKind::kAllGather, CommPurpose::kTensorPar, o, mb, pass,
+                               tp_groups(u), tp_stream(u), op.saved_input_bytes / u.tp, u.tp_dir);
+      for (uint32_t d : deps) edge(d, ag);
+      deps = {ag};
+    }
+    // EP: all-to-all dispatch before the experts.
+    if (u.shard >= 0) {
+      uint32_t a2a = all_to_all(CommPurpose::kDispatch, o, mb, pass, u);
+      for (uint32_t d : deps) edge(d, a2a);
+      deps = {a2a};
+    }
+    const uint32_t c = compute(o, mb, pass);
+    for (uint32_t d : deps) edge(d, c);
+    note_pass(o, mb, rc, u, c);
+    // Saved activations: a checkpointed op keeps only its share of the segment's input at its
+    // forward, and the rest when it is recomputed.
+    const int64_t saved = act_bytes(o, u, op.saved_bytes);
+    const int64_t kept = u.rc >= 0 ? u.rc_kept : saved;
+    mem(c, true, MemCategory::kActivations, rc ? saved - kept : kept);
+    if (gather != kNone && !rc && !keep_gathered)
+      mem(c, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+    uint32_t out = c;
+    if (u.shard >= 0) {
+      uint32_t a2a = all_to_all(CommPurpose::kCombine, o, mb, pass, u);
+      edge(out, a2a);
+      out = a2a;
+    }
+    // TP: row-parallel outputs are partial sums.
+    if (u.tp > 1 && (op.tp == TpSplit::kRow)) {
+      uint32_t cl = collective(sp ? CommKind::kReduceScatter : CommKind::kAllReduce,
+                               CommPurpose::kTensorPar, o, mb, pass, tp_groups(u), tp_stream(u),
+                               op.out_bytes, u.tp_dir);
+      edge(out, cl);
+      out = cl;
+    }
+    if (rc)
+      for (size_t i = first_node; i < dag.nodes.size(); ++i) dag.nodes[i].recompute = true;
+    return out;
+  };
+
+  const size_t nodes0 = dag.nodes.size(), edges0 = dag.edges.size(), mem0 = dag.mem.size();
+  // The first microbatch: a few nodes and edges per op (F, B and their transfers), so it does
+  // not grow from empty by doubling either.
+  dag.nodes.reserve(nodes0 + 4 * nops() + 64);
+  dag.edges.reserve(edges0 + 8 * nops() + 64);
+  dag.mem.reserve(mem0 + 4 * nops() + 64);
+  for (int mb = 0; mb < M_; ++mb) {
+    // Every microbatch emits about as much as the first: reserve once, not by doubling (the
+    // copies and page faults of the growth were a tenth of a big plan's compile).
+    if (mb == 1) {
+      const size_t m = static_cast<size_t>(M_);
+      // (plus a barrier per order group, as order_and_lower adds on one class of devices)
+      dag.nodes.reserve(nodes0 + (dag.nodes.size() - nodes0) * m + m +
+                        detail::order_groups(plan_) + 1024);
+      // (plus the gradient reductions' inputs, one per op and microbatch, and a few temporal
+      // edges per order group)
+      dag.edges.reserve(edges0 + (dag.edges.size() - edges0) * m + 2 * m + nops() * m +
+                        8 * detail::order_groups(plan_) + 1024);
+      dag.mem.reserve(mem0 + (dag.mem.size() - mem0) * m + m + 1024);
+    }
+    // ---- forward ----
+    for (uint32_t o = 0; o < nops(); ++o) unit(o, mb).f = emit_forward(o, mb, false, {});
+    // ---- backward, in reverse ----
+    for (uint32_t oo = static_cast<uint32_t>(nops()); oo-- > 0;) {
+      const uint32_t o = oo;
+      UnitInfo& u = unit(o, mb);
+      const ModelOp& op = ops[o];
+      const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
+      std::vector<uint32_t>& deps = bwd_deps;
+      deps.clear();
+      // The forward must have run (saved activations): u.f is the op's output node (with
+      // recompute, the recomputed output, added below).
+      if (u.rc < 0) deps.push_back(u.f);
+      std::map<uint32_t, std::pair<uint32_t, std::vector<uint32_t>>> remote;
+      for (uint32_t c : consumers[o]) {
+        const UnitInfo& uc = unit(c, mb);
+        uint32_t gnode = uc.split_bwd ? uc.bi : uc.b;
+        if (uc.devs == u.devs)
+          deps.push_back(gnode);
+        else {
+          auto& r = remote[uc.devs];
+          r.first = c;
+          r.second.push_back(gnode);
+        }
+      }
+      for (auto& [devs, r] : remote) {
+        uint32_t t = cross(o, r.first, mb, u.split_bwd ? Pass::kBI : Pass::kB,
+                           CommPurpose::kGradient, op.out_bytes);
+        if (t == kNone) continue;
+        for (uint32_t g : r.second) edge(g, t);
+        buffer(t, dag.nodes[t].bytes);
+        deps.push_back(t);
+      }
+      // Recomputation: when the gradient reaches a checkpoint segment (at its last op), its
+      // forward re-runs, in order, right before the segment's backward.
+      if (u.rc >= 0 && u.rc_last) {
+        const std::vector<uint32_t>& seg = segments_[static_cast<size_t>(u.rc_seg)];
+        for (uint32_t so : seg) unit(so, mb).rf = emit_forward(so, mb, true, deps);
+      }
+      if (u.rc >= 0) deps.push_back(u.rf);
+      const Pass bp = u.split_bwd ? Pass::kBI : Pass::kB;
+      if (u.tp > 1 && op.tp == TpSplit::kRow && sp) {
+        // Backward of the forward reduce-scatter: all-gather the output gradient.
+        uint32_t ag = collective(CommKind::kAllGather, CommPurpose::kTensorPar, o, mb, bp,
+                                 tp_groups(u), tp_stream(u), op.out_bytes / u.tp, u.tp_dir);
+        for (uint32_t d : deps) edge(d, ag);
+        deps = {ag};
+      }
+      const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+      const bool keep_gathered = rd && rd->shard_params && !rd->reshard_after_forward;
+      uint32_t gather = u.rc >= 0 ? u.rc_gather : kNone;
+      if (u.rc < 0 && !keep_gathered) {
+        gather = zero3_gather(o, mb, bp, u);
+        if (gather != kNone) bound_gather(gather, o, mb, true, u);
+      }
+      if (gather != kNone) deps.push_back(gather);
+      if (u.shard >= 0) {  // gradient of the combine: all-to-all back to the experts
+        uint32_t a2a = all_to_all(CommPurpose::kCombine, o, mb, bp, u);
+        for (uint32_t d : deps) edge(d, a2a);
+        deps = {a2a};
+      }
+      const int64_t saved = act_bytes(o, u, op.saved_bytes);
+      const int64_t saved_bw = act_bytes(o, u, op.saved_bw_bytes);
+      uint32_t first;
+      if (u.split_bwd && !op.has_weight_grad()) {
+        // Nothing to defer: the whole backward is BI, and no BW node (no kernel, no host
+        // dispatch, its activations freed at BI).
+        u.bi = first = compute(o, mb, Pass::kBI);
+        for (uint32_t d : deps) edge(d, u.bi);
+        mem(u.bi, true, MemCategory::kActivations, -saved);
+        if (gather != kNone) mem(u.bi, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+        note_pass(o, mb, true, u, u.bi);
+      } else if (u.split_bwd) {
+        u.bi = first = compute(o, mb, Pass::kBI);
+        u.bw = compute(o, mb, Pass::kBW);
+        for (uint32_t d : deps) edge(d, u.bi);
+        edge(u.bi, u.bw);
+        mem(u.bi, true, MemCategory::kActivations, -(saved - saved_bw));
+        mem(u.bw, true, MemCategory::kActivations, -saved_bw);
+        if (gather != kNone) mem(u.bw, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+        note_pass(o, mb, true, u, u.bi);
+      } else {
+        u.b = first = compute(o, mb, Pass::kB);
+        for (uint32_t d : deps) edge(d, u.b);
+        mem(u.b, true, MemCategory::kActivations, -saved);
+        if (gather != kNone) mem(u.b, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+        note_pass(o, mb, true, u, u.b);
+      }
+      uint32_t out = first;
+      if (u.shard >= 0) {  // input gradient back through the dispatch
+        uint32_t a2a = all_to_all(CommPurpose::kDispatch, o, mb, bp, u);
+        edge(out, a2a);
+        out = a2a;
+      }
+      // TP: the input gradient of a column-parallel op is a partial sum.
+      if (u.tp > 1 && op.tp == TpSplit::kColumn && op.kind != OpKind::kMlpAct &&
+          op.kind != OpKind::kLoss) {
+        uint32_t c = collective(sp ? CommKind::kReduceScatter : CommKind::kAllReduce,
+                                CommPurpose::kTensorPar, o, mb, bp, tp_groups(u), tp_stream(u),
+                                op.saved_input_bytes, u.tp_dir);
+        edge(out, c);
+        out = c;
+      }
+      // Producers wait for the complete input gradient.
+      if (u.split_bwd)
+        u.bi = out;
+      else
+        u.b = out;
+    }
+  }
+
+  // ---- DP gradient reduction, per bucket, after the last backward that produces it ----
+  // Reduction group of an op: every device holding a copy of its parameters (replicas of
+  // all microbatches' placements: DualPipe's second copy too), per TP rank.
+  struct Key {
+    uint32_t groups;
+    int32_t repl;
+    bool operator<(const Key& o) const {
+      return std::tie(groups, repl) < std::tie(o.groups, o.repl);
+    }
+  };
+  std::map<Key, std::vector<uint32_t>> pending;  // bucket ops so far
+  std::map<Key, int64_t> pending_bytes;
+  std::vector<uint32_t> reduce_of_op(nops(), kNone);  // the reduction covering each op
+  std::vector<uint32_t> param_syncs;                  // ZeRO-1/2 all-gathers after the step
+  auto flush = [&](const Key& k) {
+    auto& list = pending[k];
+    if (list.empty()) return;
+    const Directive* rd = k.repl >= 0 ? &plan_.schedule[k.repl] : nullptr;
+    int64_t bytes = pending_bytes[k];
+    const bool zero2 = rd && rd->shard_grads;
+    const bool zero1 = rd && rd->shard_optimizer;
+    uint16_t strm = stream(rd && !rd->reduce_stream.empty() ? rd->reduce_stream : "dp");
+    uint32_t n = collective(zero1 ? CommKind::kReduceScatter : CommKind::kAllReduce,
+                            CommPurpose::kGradReduce, list.front(), -1, Pass::kNone, k.groups, strm,
+                            bytes, k.repl);
+    for (uint32_t o : list) {
+      reduce_of_op[o] = n;
+      for (int mb = 0; mb < M_; ++mb) {
+        const UnitInfo& u = unit(o, mb);
+        edge(u.split_bwd ? u.bw : u.b, n);
+      }
+      // ZeRO-3 without resharding after forward: the unit stays gathered until its gradient
+      // is reduced.
+      const UnitInfo& u0 = unit(o, 0);
+      if (rd && rd->shard_params && !rd->reshard_after_forward && u0.shard < 0)
+        mem(n, true, MemCategory::kGatheredParams, -ops[o].param_bytes / u0.tp);
+    }
+    // ZeRO-2/3: full-size gradients of the bucket exist until reduce-scattered.
+    if (zero2) {
+      mem(n, false, MemCategory::kGradBuckets, bytes);
+      mem(n, true, MemCategory::kGradBuckets, -bytes);
+    }
+    if (zero1 && !(rd && rd->shard_params)) {
+      // Updated parameter shards are all-gathered after the optimizer step.
+      uint32_t ag = collective(CommKind::kAllGather, CommPurpose::kParamSync, list.front(), -1,
+                               Pass::kNone, k.groups, strm, bytes, k.repl);
+      edge(n, ag);
+      param_syncs.push_back(ag);
+    }
+    list.clear();
+    pending_bytes[k] = 0;
+  };
+  for (uint32_t oo = static_cast<uint32_t>(nops()); oo-- > 0;) {
+    const uint32_t o = oo;
+    const ModelOp& op = ops[o];
+    if (op.param_bytes == 0) continue;
+    const UnitInfo& u0 = unit(o, 0);
+    if (u0.shard >= 0) continue;  // EP: expert shards are distinct parameters
+    std::vector<int32_t> holders = holders_of(o);
+    const int tp = u0.tp;
+    const size_t copies = holders.size() / tp;
+    if (copies < 2) continue;
+    std::vector<int32_t> grouped;
+    for (int t = 0; t < tp; ++t)
+      for (size_t r = 0; r < copies; ++r) grouped.push_back(holders[r * tp + t]);
+    Key k{sets_.intern(std::move(grouped), static_cast<int32_t>(copies)), u0.repl};
+    pending[k].push_back(o);
+    pending_bytes[k] += op.param_bytes / tp;
+    const double bucket = u0.repl >= 0 ? plan_.schedule[u0.repl].bucket_size_MB : 25.0;
+    if (pending_bytes[k] >= static_cast<int64_t>(bucket * kMB)) flush(k);
+  }
+  for (auto& [k, v] : pending) flush(k);
+  add_optimizer(reduce_of_op, param_syncs);
+}
+
+void Compiler::add_optimizer(const std::vector<uint32_t>& reduce_of_op,
+                             const std::vector<uint32_t>& param_syncs) {
+  auto& dag = cp_.dag;
+  const auto& ops = cp_.model.ops;
+  const uint16_t dp_stream = stream("dp");
+  auto collective = [&](CommKind kind, CommPurpose purpose, uint32_t op, uint32_t groups,
+                        int64_t bytes) {
+    Node n;
+    n.kind = NodeKind::kCollective;
+    n.comm = kind;
+    n.purpose = purpose;
+    n.tags = ops[op].tags;
+    n.op = op;
+    n.devs = groups;
+    n.stream = dp_stream;
+    n.bytes = bytes;
+    return add_node(n);
+  };
+  // What each op's gradient is final after, per device set: its reduction, or (no data
+  // parallelism) its backward on every microbatch.
+  std::map<uint32_t, std::vector<uint32_t>> final_by_set;  // device set -> nodes
+  for (uint32_t o = 0; o < nops(); ++o) {
+    if (ops[o].param_count == 0) continue;
+    if (reduce_of_op[o] != kNone) {
+      final_by_set[dag.nodes[reduce_of_op[o]].devs].push_back(reduce_of_op[o]);
+      continue;
+    }
+    for (int mb = 0; mb < M_; ++mb) {
+      const UnitInfo& u = unit(o, mb);
+      final_by_set[u.devs].push_back(u.split_bwd ? u.bw : u.b);
+    }
+  }
+  // Tied embeddings: all-reduce the gradients of the two copies, pairing the i-th device of the
+  // embedding's holders with the i-th of the head's.
+  if (tied_copy_) {
+    const auto he = holders_of(emb_op_), hh = holders_of(head_op_);
+    if (he.size() == hh.size()) {
+      std::vector<int32_t> pairs;
+      for (size_t i = 0; i < he.size(); ++i) pairs.push_back(he[i]), pairs.push_back(hh[i]);
+      const UnitInfo& ue = unit(emb_op_, 0);
+      const uint32_t set = sets_.intern(std::move(pairs), 2);
+      const uint32_t n = collective(CommKind::kAllReduce, CommPurpose::kTiedGrad, emb_op_, set,
+                                    ops[emb_op_].param_bytes / std::max(1, ue.tp));
+      for (uint32_t o : {emb_op_, head_op_}) {
+        if (reduce_of_op[o] != kNone) {
+          edge(reduce_of_op[o], n);
+        } else {
+          for (int mb = 0; mb < M_; ++mb) {
+            const UnitInfo& u = unit(o, mb);
+            edge(u.split_bwd ? u.bw : u.b, n);
+          }
+        }
+      }
+      final_by_set[set].push_back(n);
+    }
+  }
+  const OptimizerSpec& opt = plan_.optimizer;
+  if (!opt.given || opt.kind == OptimizerSpec::Kind::kNone) return;
+  // Parameters each device updates: its (TP-, EP- and ZeRO-sharded) share of every op it holds.
+  const int dt = dtype_bytes(cp_.model.dtype);
+  std::vector<int64_t> params(static_cast<size_t>(cp_.num_devices), 0);
+  for (uint32_t o = 0; o < nops(); ++o) {
+    if (ops[o].param_count == 0) continue;
+    const LocalParams lp = local_params(o);
+    const int64_t count =
+        lp.repl && lp.repl->shard_optimizer ? lp.count / std::max<int64_t>(1, lp.R) : lp.count;
+    for (int32_t d : lp.holders) params[static_cast<size_t>(d)] += count;
+  }
+  // Devices with the same parameter count and the same final gradient nodes share one step node.
+  std::vector<std::vector<uint32_t>> sets_of_dev(static_cast<size_t>(cp_.num_devices));
+  for (const auto& [set, nodes] : final_by_set)
+    for (int32_t d : dag.device_sets[set].devices) sets_of_dev[static_cast<size_t>(d)].push_back(set);
+  std::map<std::pair<int64_t, std::vector<uint32_t>>, std::vector<int32_t>> groups;
+  std::vector<int32_t> all;
+  for (int32_t d = 0; d < cp_.num_devices; ++d) {
+    if (params[static_cast<size_t>(d)] == 0) continue;
+    auto& v = sets_of_dev[static_cast<size_t>(d)];
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    groups[{params[static_cast<size_t>(d)], v}].push_back(d);
+    all.push_back(d);
+  }
+  if (all.empty()) return;
+  // The optimizer pseudo-op (OpKind::kOptimizer) every step node runs.
+  ModelOp step;
+  step.name = "optimizer.step";
+  step.kind = OpKind::kOptimizer;
+  cp_.model.ops.push_back(step);
+  const uint32_t step_op = static_cast<uint32_t>(cp_.model.ops.size() - 1);
+  // Gradient clipping: the global gradient norm, one fp32 scalar all-reduced over every device
+  // holding parameters, after every gradient is final (torch clip_grad_norm_ / Megatron).
+  uint32_t norm = kNone;
+  if (opt.grad_clip && all.size() > 1) {
+    const int32_t g = static_cast<int32_t>(all.size());
+    norm = collective(CommKind::kAllReduce, CommPurpose::kGradNorm, step_op,
+                      sets_.intern(all, g), 4);
+    for (const auto& [set, nodes] : final_by_set)
+      for (uint32_t n : nodes) edge(n, norm);
+  }
+  const int64_t per_param = opt.step_bytes_per_param(dt);
+  std::vector<std::pair<uint32_t, uint32_t>> steps;  // (node, device set)
+  for (auto& [key, devs] : groups) {
+    Node n;
+    n.kind = NodeKind::kCompute;
+    n.op = step_op;
+    n.stream = 0;
+    n.bytes = key.first * per_param;  // HBM bytes of the step on each device
+    const uint32_t set = sets_.intern(devs, 1);
+    n.devs = set;
+    const uint32_t id = add_node(n);
+    if (norm != kNone)
+      edge(norm, id);
+    else
+      for (uint32_t fs : key.second)
+        for (uint32_t x : final_by_set[fs]) edge(x, id);
+    steps.push_back({id, set});
+  }
+  // ZeRO-1/2: the updated shards are all-gathered after the step of every member.
+  for (uint32_t ag : param_syncs) {
+    const auto& members = dag.device_sets[dag.nodes[ag].devs].devices;
+    for (const auto& [id, set] : steps) {
+      const auto& sd = dag.device_sets[set].devices;
+      bool meets = false;
+      for (int32_t d : sd)
+        if (std::find(members.begin(), members.end(), d) != members.end()) {
+          meets = true;
+          break;
+        }
+      if (meets) edge(id, ag);
+    }
+  }
+}
+
+void Compiler::compute_static_memory() {
+  // Mixed-precision Adam accounting of the ZeRO paper: 2 bytes of parameters and 2 of
+  // gradients per parameter in bf16/fp16 (dtype bytes in general) and K = 12 bytes of
+  // optimizer state (fp32 master weights, momentum, variance).
+  const int dt = dtype_bytes(cp_.model.dtype);
+  cp_.static_mem.assign(cp_.num_devices, StaticMemory{});
+  for (uint32_t o = 0; o < nops(); ++o) {
+    if (cp_.model.ops[o].param_count == 0) continue;
+    const LocalParams lp = local_params(o);
+    const std::vector<int32_t>& holders = lp.holders;
+    const int64_t count = lp.count, R = lp.R;
+    const Directive* rd = lp.repl;
+    // Optimizer state per parameter: the plan's optimizer (OptimizerSpec), else the ZeRO
+    // paper's mixed-precision Adam (K = 12).
+    const OptimizerSpec& os = plan_.optimizer;
+    const int64_t k = os.given ? os.state_bytes_per_param(dt) : 12;
+    int64_t params = count * dt, grads = count * dt, opt = count * k;
+    if (rd && rd->shard_optimizer) opt /= R;
+    if (rd && rd->shard_grads) grads /= R;
+    if (rd && rd->shard_params) params /= R;
+    for (int32_t d : holders) {
+      cp_.static_mem[d].params += params;
+      cp_.static_mem[d].grads += grads;
+      cp_.static_mem[d].optimizer += opt;
+    }
+    if (rd) {
+      int z = rd->shard_params ? 3 : rd->shard_grads ? 2 : rd->shard_optimizer ? 1 : 0;
+      cp_.zero_level = std::max(cp_.zero_level, z);
+    }
+  }
+}
+
+bool Compiler::run() {
+  auto model = expand_model(plan_.model, src_);
+  if (!model) {
+    diags_ = model.error();
+    return false;
+  }
+  cp_.model = std::move(*model);
+  nops_ = cp_.model.ops.size();
+  cp_.num_devices = plan_.cluster.num_devices();
+  bool ok = true;
+  for (const auto& d : plan_.schedule) ok &= check_devices(d);
+  if (!ok || !apply_split()) return false;
+  if (!apply_place() || !apply_tensor_parallel() || !check_replication()) return false;
+  mark_split_backward();
+  if (!apply_recompute()) return false;
+  tie_embeddings();
+  build_nodes();
+  if (!diags_.empty()) return false;
+  // Fixed-cost bookkeeping: k-th of n compute nodes of each (PP, MB, PASS) region pass, k in
+  // creation (id) order. Recomputed forwards form their own region pass (timed as F by the
+  // fixed model). Counted per key in a dense table (PP and MB are -1 or below their counts).
+  // Its size is bounded by the DAG's: pp_regions <= layers, and every layer has at least one
+  // op with an F and a B node per microbatch.
+  {
+    auto& nodes = cp_.dag.nodes;
+    int32_t max_pp = -1;
+    for (const Node& n : nodes)
+      if (n.kind == NodeKind::kCompute) max_pp = std::max(max_pp, n.tags.pp());
+    const size_t mbs = static_cast<size_t>(M_) + 1;
+    constexpr size_t kPasses = 5;  // Pass values
+    auto rkey = [&](const Node& n) {
+      const Tags& t = n.tags;
+      STRETTO_ASSERT(t.pp() >= -1 && t.mb() >= -1 && t.mb() < M_, "region tags in range");
+      return ((static_cast<size_t>(t.pp() + 1) * mbs + static_cast<size_t>(t.mb() + 1)) *
+                  kPasses +
+              static_cast<size_t>(t.pass)) *
+                 2 +
+             (n.recompute ? 1 : 0);
+    };
+    std::vector<uint32_t> count(static_cast<size_t>(max_pp + 2) * mbs * kPasses * 2, 0);
+    for (Node& n : nodes)
+      if (n.kind == NodeKind::kCompute) n.region_k = static_cast<uint16_t>(count[rkey(n)]++);
+    for (Node& n : nodes)
+      if (n.kind == NodeKind::kCompute) n.region_n = static_cast<uint16_t>(count[rkey(n)]);
+  }
+  compute_static_memory();
+  return true;
+}
+
+}  // namespace
+
+Expected<CompiledPlan> compile(const Plan& plan_in, const JsonSource* src,
+                               const CompileOptions& opt) {
+  // Sizes whose products overflow, and plans larger than memory allows (estimate.h).
+  if (auto bad = check_plan_sizes(plan_in, src); !bad.empty()) return fail(std::move(bad));
+  if (auto big = check_memory_budget(plan_in, src, false, false); !big.empty())
+    return fail(std::move(big));
+  // A builder call: the real cause (pp_regions, devices) located at the call (layout.h).
+  if (auto bad = check_builder_call(plan_in, src); !bad.empty()) return fail(std::move(bad));
+  CompiledPlan cp;
+  cp.plan = plan_in;
+  const JsonSource* const file_src = src;
+  if (plan_in.builder) {
+    auto ds = expand_builder(*plan_in.builder);
+    if (!ds) {
+      Diagnostics diags = ds.error();
+      locate_builder_diagnostics(diags, src, *plan_in.builder);
+      for (auto& d : diags)
+        if (!d.loc.known() && src) {
+          std::string ptr =
+              d.loc.json_pointer.empty() ? plan_in.builder->pointer : d.loc.json_pointer;
+          SourceLoc l = src->loc(ptr);
+          d.loc = l;
+          d.source_line = src->line_text(l.line);
+        }
+      return fail(std::move(diags));
+    }
+    cp.plan.schedule = std::move(*ds);
+    cp.plan.builder.reset();
+    // Directives made by the builder have no source text; point diagnostics at the call.
+    src = nullptr;
+  }
+  Diagnostics diags;
+  // Problems in builder-generated directives point at the builder call (layout.h).
+  auto located = [&](Diagnostics ds) {
+    if (plan_in.builder) locate_builder_diagnostics(ds, file_src, *plan_in.builder);
+    return fail(std::move(ds));
+  };
+  Compiler c(cp, src, diags);
+  if (!c.run()) return located(std::move(diags));
+  // (order_and_lower finalizes the DAG once its temporal edges are in)
+  if (!detail::order_and_lower(cp, src, opt.class_programs, diags)) return located(std::move(diags));
+  return cp;
+}
+
+Expected<CompiledPlan> compile_file(const std::string& path, const CompileOptions& opt) {
+  auto src = JsonSource::load(path);
+  if (!src) return fail(src.error());
+  auto plan = parse_plan(*src);
+  if (!plan) return fail(plan.error());
+  return compile(*plan, &*src, opt);
+}
+
+}  // namespace stretto

@@ -1,0 +1,46 @@
+#pragma once
+// Private interfaces between the compiler's passes.
+#include <map>
+#include <unordered_map>
+
+#include "stretto/compiler/compiler.h"
+
+namespace stretto::detail {
+
+/// Interns device sets so nodes refer to them by index.
+class DeviceSetTable {
+ public:
+  explicit DeviceSetTable(std::vector<DeviceSet>& sets) : sets_(sets) {}
+  uint32_t intern(std::vector<int32_t> devices, int32_t group_size) {
+    auto key = std::make_pair(devices, group_size);
+    if (auto it = index_.find(key); it != index_.end()) return it->second;
+    uint32_t id = static_cast<uint32_t>(sets_.size());
+    sets_.push_back(DeviceSet{std::move(devices), group_size});
+    index_.emplace(std::move(key), id);
+    return id;
+  }
+
+ private:
+  std::vector<DeviceSet>& sets_;
+  std::map<std::pair<std::vector<int32_t>, int32_t>, uint32_t> index_;
+};
+
+/// Groups over all `order` directives (each adds at most one barrier per class of devices).
+inline size_t order_groups(const Plan& plan) {
+  size_t n = 0;
+  for (const auto& d : plan.schedule)
+    if (d.op == DirectiveOp::kOrder) n += d.groups.size();
+  return n;
+}
+
+/// Adds temporal edges for `order` directives, orders all nodes (CompiledPlan::topo_order),
+/// lowers to per-class programs when `class_programs` and checks for deadlocks. Appends
+/// diagnostics on failure.
+bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool class_programs,
+                     Diagnostics& diags);
+
+/// A diagnostic at a JSON pointer, with the source line if a source is known.
+Diagnostic diag_at(const JsonSource* src, const std::string& file, const std::string& ptr,
+                   std::string msg, std::string hint, int directive);
+
+}  // namespace stretto::detail

@@ -1,0 +1,390 @@
+// Model expansion (see model.h). FLOP and byte counts follow the usual Megatron accounting:
+// a GEMM [m,k]x[k,n] costs 2mkn FLOPs forward, and the same again for each of the input
+// gradient (dX = dY W^T, "BI") and the weight gradient (dW = X^T dY, "BW"). Core attention is
+// either causal flash attention: 2·b·s²·h forward (half of the dense 4·b·s²·h), backward 2.5x
+// forward (recomputes the softmax); or unfused (Megatron-LM 2021-22): Q K^T and P V as batched
+// GEMMs over the dense s x s matrix (masked half included: 2·b·s²·h each forward, twice that
+// backward), a scale-mask-softmax kernel and dropout over b·a·s² elements. Elementwise ops,
+// norms and the bias-dropout-add after each sub-block are memory-bound: bytes moved.
+// Saved activations follow Korthikanti et al. 2022 (arXiv 2205.05198) Table 2: sbh(34 + 5as/h)
+// bytes per layer for a GPT layer with biases, dropout and unfused attention in 16 bits.
+#include "stretto/compiler/model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace stretto {
+
+std::string_view op_kind_name(OpKind k) {
+  static constexpr std::string_view kNames[] = {
+      "embedding", "norm",   "qkv",     "attention",      "out_proj", "mlp_up",      "mlp_act",
+      "mlp_down",  "router", "experts", "shared_experts", "head",     "loss",        "synthetic",
+      "attn_scores", "softmax", "attn_context", "residual", "optimizer"};
+  return kNames[static_cast<size_t>(k)];
+}
+
+namespace {
+
+struct Builder {
+  ModelGraph g;
+  int64_t dt = 2;
+
+  uint32_t add(ModelOp op) {
+    g.ops.push_back(std::move(op));
+    return static_cast<uint32_t>(g.ops.size() - 1);
+  }
+
+  // A GEMM op: X[m,k] · W[k,n]. The input X is saved for BW.
+  ModelOp gemm(std::string name, OpKind kind, TpSplit tp, int64_t m, int64_t k, int64_t n,
+               int64_t batch = 1) {
+    ModelOp op;
+    op.name = std::move(name);
+    op.kind = kind;
+    op.tp = tp;
+    op.gemm = {m, n, k, batch};
+    double f = 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n) *
+               static_cast<double>(batch);
+    op.fwd_flops = op.bi_flops = op.bw_flops = f;
+    int64_t x = m * k * batch * dt, w = k * n * batch * dt, y = m * n * batch * dt;
+    op.fwd_bytes = x + w + y;  // read X and W, write Y
+    op.bi_bytes = y + w + x;   // read dY and W, write dX
+    op.bw_bytes = x + y + w;   // read X and dY, write dW
+    op.param_count = k * n * batch;
+    op.param_bytes = w;
+    op.saved_bytes = op.saved_bw_bytes = op.saved_input_bytes = x;
+    op.out_bytes = y;
+    return op;
+  }
+
+  // A memory-bound op reading `in` and writing `out` bytes; saves its input for backward.
+  ModelOp elementwise(std::string name, OpKind kind, TpSplit tp, int64_t in, int64_t out,
+                      int64_t params) {
+    ModelOp op;
+    op.name = std::move(name);
+    op.kind = kind;
+    op.tp = tp;
+    op.fwd_bytes = in + out + params * dt;
+    op.bi_bytes = in + 2 * out + params * dt;  // read X, dY (and weight), write dX
+    op.bw_bytes = params ? in + out + params * dt : 0;
+    op.fwd_flops = static_cast<double>(in / dt) * 4;
+    op.bi_flops = op.fwd_flops * 2;
+    op.bw_flops = params ? op.fwd_flops : 0;
+    op.param_count = params;
+    op.param_bytes = params * dt;
+    op.saved_bytes = op.saved_input_bytes = in;
+    op.out_bytes = out;
+    return op;
+  }
+};
+
+int region_of_layer(int layer, int layers, int regions, const std::vector<int>& list) {
+  if (!list.empty()) {  // explicit layers per region
+    int end = 0;
+    for (size_t i = 0; i < list.size(); ++i) {
+      end += list[i];
+      if (layer < end) return static_cast<int>(i);
+    }
+    return static_cast<int>(list.size()) - 1;
+  }
+  // Region i holds layers [floor(i·L/N), floor((i+1)·L/N)).
+  for (int i = regions - 1; i >= 0; --i)
+    if (static_cast<int64_t>(i) * layers / regions <= layer) return i;
+  return 0;
+}
+
+}  // namespace
+
+Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) {
+  auto err = [&](const std::string& key, std::string msg, std::string hint) {
+    std::string ptr = spec.pointer + (key.empty() ? "" : "/" + key);
+    Diagnostic d = src ? src->error_at(ptr, std::move(msg), std::move(hint))
+                       : Diagnostic{Severity::kError,
+                                    std::move(msg),
+                                    SourceLoc{"", 0, 0, ptr},
+                                    -1,
+                                    std::move(hint),
+                                    {},
+                                    {}};
+    return fail(std::move(d));
+  };
+  if (!spec.region_layers.empty()) {
+    int64_t sum = 0;
+    for (int n : spec.region_layers) sum += n;
+    if (sum != spec.layers)
+      return err("pp_regions",
+                 fmt::format("pp_regions lists {} layers in all, but the model has {}", sum,
+                             spec.layers),
+                 "the per-region layer counts must add up to 'layers'");
+  } else if (spec.pp_regions > spec.layers)
+    return err("pp_regions",
+               fmt::format("pp_regions ({}) exceeds the number of layers ({})", spec.pp_regions,
+                           spec.layers),
+               "each pipeline region holds at least one layer");
+  Builder b;
+  b.dt = dtype_bytes(spec.dtype);
+  const int64_t dt = b.dt;
+  ModelGraph& g = b.g;
+  g.pp_regions = spec.pp_regions;
+  g.layers = spec.layers;
+  g.dtype = spec.dtype;
+  const int last_region = spec.pp_regions - 1;
+
+  if (spec.family == ModelSpec::Family::kSynthetic) {
+    g.tokens_per_microbatch = spec.microbatch_size;
+    for (int l = 0; l < spec.layers; ++l) {
+      ModelOp op;
+      op.name = fmt::format("layer{}", l);
+      op.kind = OpKind::kSynthetic;
+      op.tags.set(TagKey::kPP, region_of_layer(l, spec.layers, spec.pp_regions, spec.region_layers));
+      op.tags.set(TagKey::kLayer, l);
+      op.fwd_flops = spec.flops;
+      op.bi_flops = op.bw_flops = spec.flops;
+      op.fwd_bytes = op.bi_bytes = op.bw_bytes = spec.activation_bytes + spec.boundary_bytes;
+      op.param_bytes = spec.param_bytes;
+      op.param_count = spec.param_bytes / dt;
+      op.saved_bytes = spec.activation_bytes;
+      // Half of a synthetic region's saved activations are inputs of its weight gradient.
+      op.saved_bw_bytes = spec.activation_bytes / 2;
+      op.saved_input_bytes = std::min(spec.activation_bytes, spec.boundary_bytes);
+      op.out_bytes = spec.boundary_bytes;
+      if (l > 0) op.inputs.push_back(static_cast<uint32_t>(l - 1));
+      g.total_params += op.param_count;
+      g.model_flops_per_microbatch += op.fwd_flops + op.bi_flops + op.bw_flops;
+      b.add(std::move(op));
+    }
+    return std::move(g);
+  }
+
+  const int64_t bs = spec.microbatch_size, s = spec.seq_len, T = bs * s, h = spec.hidden;
+  const int64_t a = spec.heads, kv = spec.kv_heads, d = h / a, f = spec.ffn_hidden;
+  const int64_t V = spec.vocab, qkv_n = (a + 2 * kv) * d;
+  g.tokens_per_microbatch = T;
+
+  auto tag = [&](ModelOp& op, int pp, int layer) {
+    op.tags.set(TagKey::kPP, pp);
+    if (layer >= 0) op.tags.set(TagKey::kLayer, layer);
+  };
+
+  // Embedding: a gather (no FLOPs); its weight gradient is a scatter-add.
+  ModelOp emb;
+  emb.name = "embedding";
+  emb.kind = OpKind::kEmbedding;
+  emb.tp = TpSplit::kRow;  // vocab-parallel: partial results all-reduced
+  emb.fwd_bytes = T * h * dt + T * 8;
+  emb.bw_bytes = 2 * T * h * dt;
+  emb.param_count = V * h;
+  emb.param_bytes = V * h * dt;
+  emb.saved_bytes = emb.saved_input_bytes = T * 8;  // token ids
+  emb.out_bytes = T * h * dt;
+  tag(emb, 0, -1);
+  uint32_t prev = b.add(std::move(emb));
+
+  const bool drop = spec.dropout > 0;
+  const int64_t norm_params = spec.bias ? 2 * h : h;  // LayerNorm weight + bias, or RMSNorm
+  const int64_t e = T * h;                            // hidden-state elements
+  // Bias-dropout-add after a sub-block: out = residual + dropout(x + bias), one fused kernel.
+  auto residual = [&](std::string nm) {
+    ModelOp op;
+    op.name = std::move(nm);
+    op.kind = OpKind::kResidual;
+    op.tp = TpSplit::kReplicated;
+    // read x and the residual, write the sum; with dropout also write the 1-byte mask
+    op.fwd_bytes = 3 * e * dt + (drop ? e : 0) + (spec.bias ? h * dt : 0);
+    op.fwd_flops = static_cast<double>(e) * (drop ? 3 : 1);
+    // the residual branch passes dY through untouched; the other branch is dY * mask / (1-p)
+    op.bi_bytes = drop ? 2 * e * dt + e : 0;
+    op.bi_flops = drop ? static_cast<double>(e) : 0;
+    // dbias = dY summed over tokens
+    op.bw_bytes = spec.bias ? e * dt + h * dt : 0;
+    op.bw_flops = spec.bias ? static_cast<double>(e) : 0;
+    op.param_count = spec.bias ? h : 0;
+    op.param_bytes = op.param_count * dt;
+    op.saved_bytes = drop ? e : 0;  // the dropout mask (saved_input_bytes 0: nothing to keep)
+    op.out_bytes = e * dt;
+    return op;
+  };
+  auto with_bias = [&](ModelOp op) {
+    if (!spec.bias) return op;
+    op.param_count += op.gemm.n * op.gemm.batch;
+    op.param_bytes += op.gemm.n * op.gemm.batch * dt;
+    return op;
+  };
+  auto norm = [&](std::string nm) {
+    return b.elementwise(std::move(nm), OpKind::kNorm, TpSplit::kReplicated, e * dt, e * dt,
+                         norm_params);
+  };
+
+  int moe_index = 0;
+  for (int l = 0; l < spec.layers; ++l) {
+    const int pp = region_of_layer(l, spec.layers, spec.pp_regions, spec.region_layers);
+    auto name = [&](const char* n) { return fmt::format("layer{}.{}", l, n); };
+    auto chain = [&](ModelOp op, std::vector<uint32_t> in) {
+      tag(op, pp, l);
+      op.inputs = std::move(in);
+      return b.add(std::move(op));
+    };
+    const uint32_t layer_in = prev;
+    uint32_t n1 = chain(norm(name("attn_norm")), {layer_in});
+    uint32_t qkv = chain(
+        with_bias(b.gemm(name("attn.qkv"), OpKind::kQKV, TpSplit::kColumn, T, h, qkv_n)), {n1});
+    uint32_t core;
+    if (spec.attention == AttentionImpl::kFlash) {
+      ModelOp att;
+      att.name = name("attn.core");
+      att.kind = OpKind::kAttention;
+      att.tp = TpSplit::kHeads;
+      att.gemm = {s, s, d, bs * a};  // per head: [s,d]x[d,s]
+      att.fwd_flops = 2.0 * static_cast<double>(bs) * s * s * h;
+      att.bi_flops = 2.5 * att.fwd_flops;
+      att.fwd_bytes = T * qkv_n * dt + T * h * dt;
+      att.bi_bytes = 2 * att.fwd_bytes + T * h * dt;
+      att.saved_bytes = T * qkv_n * dt + T * h * dt + T * a * 4;  // q, k, v, output, logsumexp
+      att.saved_input_bytes = T * qkv_n * dt;
+      att.out_bytes = T * h * dt;
+      core = chain(std::move(att), {qkv});
+    } else {
+      // Unfused: S = QK^T over the dense s x s matrix per head, softmax (+ dropout), O = PV.
+      const int64_t P = bs * a * s * s;  // score elements
+      const int64_t qk = T * h * dt + T * kv * d * dt, v = T * kv * d * dt;
+      const double mm = 2.0 * static_cast<double>(bs) * s * s * h;  // one dense s x s GEMM
+      ModelOp sc;
+      sc.name = name("attn.scores");
+      sc.kind = OpKind::kAttnScores;
+      sc.tp = TpSplit::kHeads;
+      sc.act_gemm = true;
+      sc.gemm = {s, s, d, bs * a};  // per head: [s,d]x[d,s]
+      sc.fwd_flops = mm;
+      sc.bi_flops = 2 * mm;  // dQ = dS K, dK = dS^T Q
+      sc.fwd_bytes = qk + P * dt;
+      sc.bi_bytes = P * dt + 2 * qk;
+      sc.saved_bytes = sc.saved_input_bytes = qk;  // Q and K
+      sc.out_bytes = P * dt;
+      uint32_t sid = chain(std::move(sc), {qkv});
+      ModelOp sm;
+      sm.name = name("attn.softmax");
+      sm.kind = OpKind::kSoftmax;
+      sm.tp = TpSplit::kHeads;
+      // softmax: read S, write P; dropout: read P, write P' and the 1-byte mask
+      sm.fwd_bytes = 2 * P * dt + (drop ? 2 * P * dt + P : 0);
+      sm.fwd_flops = 5.0 * static_cast<double>(P);
+      // dropout backward: read dP', mask, write dP; softmax backward: read dP, P, write dS
+      sm.bi_bytes = 3 * P * dt + (drop ? 2 * P * dt + P : 0);
+      sm.bi_flops = 4.0 * static_cast<double>(P);
+      sm.saved_bytes = P * dt + (drop ? P : 0);  // softmax output (+ dropout mask)
+      sm.out_bytes = P * dt;
+      uint32_t smid = chain(std::move(sm), {sid});
+      ModelOp cx;
+      cx.name = name("attn.context");
+      cx.kind = OpKind::kAttnContext;
+      cx.tp = TpSplit::kHeads;
+      cx.act_gemm = true;
+      cx.gemm = {s, d, s, bs * a};  // per head: [s,s]x[s,d]
+      cx.fwd_flops = mm;
+      cx.bi_flops = 2 * mm;  // dP' = dO V^T, dV = P'^T dO
+      cx.fwd_bytes = P * dt + v + T * h * dt;
+      cx.bi_bytes = T * h * dt + 2 * P * dt + 2 * v;
+      // V, and the dropped-out probabilities when they differ from the softmax output
+      cx.saved_bytes = v + (drop ? P * dt : 0);
+      cx.saved_input_bytes = v;  // V comes from QKV; the probabilities from inside the core
+      cx.out_bytes = T * h * dt;
+      core = chain(std::move(cx), {smid, qkv});
+    }
+    uint32_t proj =
+        chain(b.gemm(name("attn.out_proj"), OpKind::kOutProj, TpSplit::kRow, T, h, h), {core});
+    uint32_t r1 = chain(residual(name("attn.residual")), {proj, layer_in});
+    uint32_t n2 = chain(norm(name("mlp_norm")), {r1});
+    const bool is_moe = spec.moe && l >= spec.moe->first_layer &&
+                        (l - spec.moe->first_layer) % spec.moe->every == 0;
+    if (!is_moe) {
+      const int64_t up_n = spec.gated_mlp ? 2 * f : f;
+      uint32_t up = chain(
+          with_bias(b.gemm(name("mlp.up"), OpKind::kMlpUp, TpSplit::kColumn, T, h, up_n)), {n2});
+      uint32_t act = chain(b.elementwise(name("mlp.act"), OpKind::kMlpAct, TpSplit::kColumn,
+                                         T * up_n * dt, T * f * dt, 0),
+                           {up});
+      uint32_t down =
+          chain(b.gemm(name("mlp.down"), OpKind::kMlpDown, TpSplit::kRow, T, f, h), {act});
+      prev = chain(residual(name("mlp.residual")), {down, r1});
+      continue;
+    }
+    const MoeSpec& moe = *spec.moe;
+    const int64_t E = moe.experts, k = moe.top_k, ef = moe.expert_ffn_hidden;
+    ModelOp router = b.gemm(name("moe.router"), OpKind::kRouter, TpSplit::kReplicated, T, h, E);
+    router.saved_bytes += T * E * 4;  // routing probabilities (fp32)
+    uint32_t rt = chain(std::move(router), {n2});
+    // Routed experts as one grouped GEMM block (up, activation, down) over T·k token-slots.
+    // Each expert sees T·k/E tokens when balanced; the busiest expert (imbalance, or the
+    // capacity every expert is padded to) sets the grouped GEMM's time and the all-to-all size
+    // (MoeSpec::load_factor).
+    const int64_t up_n = spec.gated_mlp ? 2 * ef : ef;
+    const double load = moe.load_factor();
+    const int64_t slots =
+        std::max<int64_t>(1, static_cast<int64_t>(std::llround(static_cast<double>(T * k) * load)));
+    ModelOp ex;
+    ex.name = name("moe.experts");
+    ex.kind = OpKind::kExperts;
+    ex.tp = TpSplit::kColumn;
+    ex.gemm = {std::max<int64_t>(1, slots / E), up_n + h, h, E};
+    double gf = 2.0 * static_cast<double>(slots) * h * (up_n + ef);
+    ex.fwd_flops = ex.bi_flops = ex.bw_flops = gf;
+    ex.param_count = E * (h * up_n + ef * h);
+    ex.param_bytes = ex.param_count * dt;
+    const int64_t act_in = slots * (h + up_n + ef) * dt;  // inputs of up, act, down
+    ex.fwd_bytes = act_in + ex.param_bytes + slots * h * dt;
+    ex.bi_bytes = ex.bw_bytes = ex.fwd_bytes;
+    ex.saved_bytes = act_in;
+    ex.saved_bw_bytes = slots * (h + ef) * dt;  // GEMM inputs; the act input is needed by BI
+    ex.saved_input_bytes = slots * h * dt;
+    ex.out_bytes = T * h * dt;
+    ex.tags.set(TagKey::kEP, moe_index++);
+    uint32_t exid = chain(std::move(ex), {rt});
+    std::vector<uint32_t> outs = {exid};
+    if (moe.shared_experts > 0) {
+      const int64_t sf = ef * moe.shared_experts;
+      const int64_t sup = spec.gated_mlp ? 2 * sf : sf;
+      ModelOp sh =
+          b.gemm(name("moe.shared"), OpKind::kSharedExperts, TpSplit::kColumn, T, h, sup + h);
+      sh.gemm = {T, sup + h, h, 1};
+      double sfl = 2.0 * T * h * (sup + sf);
+      sh.fwd_flops = sh.bi_flops = sh.bw_flops = sfl;
+      sh.param_count = h * sup + sf * h;
+      sh.param_bytes = sh.param_count * dt;
+      sh.saved_bytes = T * (h + sup + sf) * dt;
+      sh.saved_bw_bytes = T * (h + sf) * dt;
+      sh.saved_input_bytes = T * h * dt;
+      sh.out_bytes = T * h * dt;
+      outs.push_back(chain(std::move(sh), {n2}));
+    }
+    // The residual sums the routed (and shared) expert outputs into the stream.
+    outs.push_back(r1);
+    prev = chain(residual(name("moe.residual")), std::move(outs));
+  }
+  uint32_t fn = [&] {
+    ModelOp op = norm("final_norm");
+    tag(op, last_region, -1);
+    op.inputs = {prev};
+    return b.add(std::move(op));
+  }();
+  ModelOp head = b.gemm("head", OpKind::kHead, TpSplit::kColumn, T, h, V);
+  if (spec.tie_embeddings) head.param_bytes = head.param_count = 0;
+  tag(head, last_region, -1);
+  head.inputs = {fn};
+  uint32_t hd = b.add(std::move(head));
+  ModelOp loss = b.elementwise("loss", OpKind::kLoss, TpSplit::kColumn, T * V * dt, T * 4, 0);
+  loss.saved_bytes = loss.saved_input_bytes = T * V * dt;  // logits (softmax recomputed from them in backward)
+  loss.fwd_bytes = T * V * (dt + 4);
+  loss.bi_bytes = T * V * (dt + 4) * 2;
+  tag(loss, last_region, -1);
+  loss.inputs = {hd};
+  b.add(std::move(loss));
+
+  for (const auto& op : g.ops) {
+    g.total_params += op.param_count;
+    g.model_flops_per_microbatch += op.fwd_flops + op.bi_flops + op.bw_flops;
+  }
+  return std::move(g);
+}
+
+}  // namespace stretto

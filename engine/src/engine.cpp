@@ -1,0 +1,1258 @@
+#include "stretto/engine/engine.h"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <span>
+#include <utility>
+
+#include "event_queue.h"
+#include "stretto/support/diag.h"
+#include "stretto/engine/maxmin.h"
+
+namespace stretto::sim {
+
+namespace {
+
+using detail::Event;
+
+// Event kinds (low bits of Event::key).
+enum : uint32_t {
+  kJobEnd = 0,      // a rate-based job (compute task or comm flow) may complete; id = job
+  kFixedEnd = 1,    // a fixed-duration comm task ends; id = task
+  kLatencyEnd = 2,  // a comm task with links finished its latency; its bytes start; id = task
+  kIssue = 3,       // a ready task waited for its host thread to issue it; id = task
+};
+
+constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+constexpr SimTime kNever = std::numeric_limits<SimTime>::max();
+constexpr size_t kMaxErrors = 50;
+constexpr size_t kMaxBlocked = 8;
+constexpr uint32_t kDeviceMask = (1u << 28) - 1;  // device ids share a word with flag bits
+constexpr uint32_t kEffectsBit = 1u << 28;        // the task has counter effects
+constexpr uint32_t kSortedBit = 1u << 31;  // comm: participants sorted by device (prepare only)
+constexpr double kMaxNs = 4.0e18;          // beyond this a duration is "never" (int64 safety)
+
+/// Whole ns needed to do `x` ns of work, rounded up; float noise just above an integer (up to
+/// 1e-6 ns + 1e-13 relative) rounds down to it, so exact results stay exact.
+SimTime ceil_ns(double x) {
+  if (!(x > 0)) return 0;
+  if (x >= kMaxNs) return static_cast<SimTime>(kMaxNs);
+  const double y = std::ceil(x - (1e-6 + x * 1e-13));
+  return y > 0 ? static_cast<SimTime>(y) : 0;
+}
+
+/// Duration of a comm task that does not become a max-min flow (no links, or no bytes).
+SimTime fixed_duration(const CommSpec& c, int64_t work) {
+  SimTime d = c.latency_ns;
+  if (c.link_count == 0 && work > 0 && c.rate_cap > 0) {
+    d += ceil_ns(static_cast<double>(work) / c.rate_cap);
+  }
+  return d;
+}
+
+bool is_flow(const CommSpec& c, int64_t work) {
+  return c.link_count > 0 && work > 0;
+}
+
+/// A flow's duration alone: its latency, then its bytes at min(rate_cap, its slowest link).
+double flow_alone_ns(const Program& p, const CommSpec& c, int64_t work) {
+  double rate = c.rate_cap > 0 ? c.rate_cap : std::numeric_limits<double>::infinity();
+  for (uint32_t i = 0; i < c.link_count; ++i) {
+    rate = std::min(rate, p.links[p.task_links[c.link_begin + i]].capacity);
+  }
+  return static_cast<double>(c.latency_ns + ceil_ns(static_cast<double>(work) / rate));
+}
+
+class Errors {
+ public:
+  explicit Errors(std::vector<std::string>* out) : out_(out) {}
+  /// `make` builds the message; it is called only while there is room, so a program with
+  /// millions of errors stays cheap to validate.
+  template <class MakeMessage>
+  void add(MakeMessage&& make) {
+    ++count_;
+    if (out_ && out_->size() < kMaxErrors) out_->push_back(make());
+  }
+  size_t count() const { return count_; }
+  void finish() {
+    if (out_ && count_ > out_->size()) {
+      out_->push_back("... and " + std::to_string(count_ - out_->size()) + " more errors");
+    }
+  }
+
+ private:
+  std::vector<std::string>* out_;
+  size_t count_ = 0;
+};
+
+std::string task_str(size_t t) {
+  return "task " + std::to_string(t);
+}
+std::string device_str(size_t d) {
+  return "device " + std::to_string(d);
+}
+
+}  // namespace
+
+struct Engine::State {
+  // Everything the hot path needs about a task, in one 32-byte record (a cache line holds two):
+  // a compute task's start and end touch nothing else of the program, not even a stream queue,
+  // because the record links to the next task of its stream; a comm task's record holds its
+  // participant range, so only its start reads the Task itself.
+  struct alignas(32) TaskRec {
+    SimTime issue = 0;        // latest issue time over the task's devices
+    int64_t work = 0;         // copy of Task::work
+    uint32_t pending = 0;     // unmet start conditions: deps + stream heads not reached
+    uint32_t succ_begin = 0;  // successors are succ[succ_begin, next record's succ_begin)
+    uint32_t next = kNone;    // compute: the next task of its stream; comm: Task::part_begin
+    uint32_t bits = 0;        // (compute: device; comm: part_count) | effects << 28 | kind << 29
+                              // | mem_bound << 31
+
+    uint32_t device() const { return bits & kDeviceMask; }      // compute
+    uint32_t part_begin() const { return next; }                // comm
+    uint32_t part_count() const { return bits & kDeviceMask; }  // comm
+    TaskKind kind() const { return static_cast<TaskKind>((bits >> 29) & 3u); }
+    bool mem_bound() const { return (bits >> 31) != 0; }
+  };
+  static_assert(sizeof(TaskRec) == 32);
+  struct Job {        // a running task whose completion depends on a rate
+    double rem = 0;   // work left at t_upd (compute: ns at full capacity; flow: bytes)
+    double rate = 0;  // work per ns since t_upd
+    SimTime t_upd = 0;
+    SimTime t_end = kNever;     // completion at the current rate
+    SimTime t_queued = kNever;  // time of this job's valid event in the queue (<= t_end)
+    SimTime start = 0;
+    uint32_t task = kNone;
+    uint32_t version = 0;  // bumped when an earlier completion is pushed or the job ends
+    uint32_t next = kNone, prev = kNone;  // compute: the device's list of running compute jobs
+    uint32_t device = kNone;              // compute only
+    uint32_t flow = kNone;                // comm flow only
+    uint32_t node = kNone;                // Task::node when it has counter effects
+    bool mem_bound = false;
+  };
+  struct Device {
+    uint32_t comm_active = 0;  // comm tasks in their latency or bytes phase (per participation)
+    uint32_t num_compute = 0;
+    uint32_t first_job = kNone;
+    bool dirty = false;
+    double sm_factor = 1, hbm_factor = 1;  // capacity multipliers while comm_active > 0
+    uint32_t host = kNone;                 // DeviceProgram::host
+    SimTime t_acc = 0;                     // occupancy accounted up to here
+    DeviceOccupancy occ;
+  };
+  struct Host {              // cores shared by the processes of several devices (program.h)
+    double cores = 0;
+    double efficiency = 1;   // Program::host_share_efficiency
+    uint32_t active = 0;     // its devices with a compute task running
+    uint32_t dev_begin = 0;  // its devices are host_devs[dev_begin, next host's dev_begin)
+  };
+
+  // ---- the program and its derived, static structure (built by prepare) ----
+  const Program* p = nullptr;
+  unsigned slot_shift = 0;
+  std::vector<TaskRec> recs;         // per task, plus a sentinel for succ_begin
+  std::vector<uint32_t> succ;        // successor lists
+  std::vector<uint32_t> part_next;   // per participant of a comm task: next task of that stream
+  std::vector<uint32_t> head_task;   // per (device << slot_shift | stream) slot: first task
+  std::vector<uint32_t> free_tasks;  // tasks with no deps and no participants
+  std::vector<double> link_caps;
+
+  // ---- scratch of prepare ----
+  struct BigTask {
+    uint32_t task, begin;  // a task with more than kSmallGroup participants: its big_index range
+  };
+  static constexpr uint32_t kSmallGroup = 16;
+  std::vector<uint32_t> slot_stamp, tail_task, tail_part;  // per slot
+  // Bitsets by participant entry: owned by a task (pass 1); a comm task's entry whose dispatch
+  // entry is not seen yet (compute tasks track their dispatch in the TaskRec instead). Bits,
+  // not owner ids, so that they stay in cache.
+  std::vector<uint64_t> part_owned, part_pending;
+  static bool test_bit(const std::vector<uint64_t>& b, uint32_t i) {
+    return (b[i >> 6] >> (i & 63)) & 1u;
+  }
+  static void set_bit(std::vector<uint64_t>& b, uint32_t i) {
+    b[i >> 6] |= uint64_t{1} << (i & 63);
+  }
+  static void clear_bit(std::vector<uint64_t>& b, uint32_t i) {
+    b[i >> 6] &= ~(uint64_t{1} << (i & 63));
+  }
+  static constexpr uint32_t kMaxTasks = (1u << 31) - 2;
+  static constexpr SimTime kUnissued = -1;
+  std::vector<BigTask> big_tasks;
+  std::vector<std::pair<uint32_t, uint32_t>> big_index;  // (device, participant index)
+
+  // ---- dynamic state ----
+  std::vector<Job> jobs;
+  std::vector<uint32_t> free_jobs;
+  std::vector<Device> devs;
+  std::vector<uint32_t> dirty_devs;
+  std::vector<Host> hosts;
+  std::vector<uint32_t> host_devs;
+  std::vector<uint32_t> ready;
+  std::vector<uint32_t> flow_job;
+  // counters (program.h): levels by device * num_counters; devices changed in this instant
+  uint32_t nc = 0;
+  std::vector<int64_t> ctr_level;
+  std::vector<int64_t> ctr_total;   // per device: the sum of its levels
+  std::vector<uint64_t> ctr_stamp;  // per device: the last application that touched it
+  uint64_t ctr_epoch = 0;           // (64 bits: never wraps within a run)
+  std::vector<char> ctr_dirty;
+  std::vector<uint32_t> ctr_dirty_devs;
+  DeviceCounters* ctr_out = nullptr;
+  bool curves = true;
+  const RunOptions* options = nullptr;  // during run_checked
+  MaxMin mm;
+  detail::RadixEventQueue queue;  // measured faster than 2-, 4- and 8-ary heaps here
+  TaskTiming* timing = nullptr;
+  SimTime now = 0;
+  SimTime makespan = 0;
+  uint64_t seq = 0;
+  uint64_t events = 0;
+  uint64_t stale = 0;
+  uint64_t requeued = 0;
+  uint64_t max_queue = 0;
+  size_t finished = 0;
+  double prepare_ms = 0;
+
+  bool prepare(const Program& prog, std::vector<std::string>* errors);
+  void simulate(RunResult& out);
+
+  // event loop pieces
+  void push(SimTime t, uint32_t kind, uint32_t id, uint32_t version) {
+    STRETTO_ASSERT(t >= queue.now(), "event in the past");
+    queue.push(Event{t, (seq++ << detail::kKindBits) | kind, id, version});
+    if (queue.size() > max_queue) max_queue = queue.size();
+  }
+  void arrive(uint32_t t) {
+    if (--recs[t].pending == 0) ready.push_back(t);
+  }
+  void advance(uint32_t next) {
+    if (next != kNone) arrive(next);
+  }
+  /// Accounts the device's occupancy up to now; called before num_compute or comm_active change.
+  void account(Device& dev) const {
+    const SimTime dt = now - dev.t_acc;
+    if (dt <= 0) return;
+    dev.t_acc = now;
+    if (dev.num_compute > 0) dev.occ.busy += dt;
+    if (dev.comm_active > 0) {
+      dev.occ.comm += dt;
+      if (dev.num_compute == 0) dev.occ.exposed_comm += dt;
+    }
+  }
+  void mark_dirty(uint32_t d) {
+    if (!devs[d].dirty) {
+      devs[d].dirty = true;
+      dirty_devs.push_back(d);
+    }
+  }
+  /// A device of host h started (+1) or stopped (-1) computing: every computing device of
+  /// the host gets a new share of its cores.
+  void host_activity(uint32_t h, int delta) {
+    Host& host = hosts[h];
+    host.active = static_cast<uint32_t>(static_cast<int64_t>(host.active) + delta);
+    const uint32_t end = h + 1 < hosts.size() ? hosts[h + 1].dev_begin
+                                              : static_cast<uint32_t>(host_devs.size());
+    for (uint32_t i = host.dev_begin; i < end; ++i)
+      if (devs[host_devs[i]].num_compute > 0) mark_dirty(host_devs[i]);
+  }
+  uint32_t slot_of(const Participant& pa) const { return pa.device << slot_shift | pa.stream; }
+  uint32_t next_on_stream(uint32_t t, uint32_t slot) const {
+    const TaskRec& rec = recs[t];
+    if (rec.kind() == TaskKind::kCompute) return rec.next;
+    for (uint32_t pj = rec.part_begin(); pj < rec.part_begin() + rec.part_count(); ++pj) {
+      if (slot_of(p->participants[pj]) == slot) return part_next[pj];
+    }
+    return kNone;
+  }
+  uint32_t alloc_job();
+  void free_job(uint32_t j);
+  void drain_ready();
+  void start_task(uint32_t t);
+  void start_flow(uint32_t t);
+  // `node` is the task's Task::node when the caller has it at hand, else kNone
+  void end_task(uint32_t t, SimTime start, bool release_comm, uint32_t node);
+  void finish_job(uint32_t j);
+  void acquire_comm(const TaskRec& rec);
+  void apply_effects(uint32_t t, uint32_t node, bool at_end);
+  void flush_counters();
+  void flush();
+  void retime(uint32_t j, double rate);
+};
+
+// ------------------------------------------------------------------------------------------
+// prepare: validation and derived structure, two passes over the tasks
+// ------------------------------------------------------------------------------------------
+
+bool Engine::State::prepare(const Program& prog, std::vector<std::string>* errors) {
+  p = &prog;
+  Errors err(errors);
+  const size_t n = prog.tasks.size();
+  const size_t nd = prog.devices.size();
+  const size_t ns = prog.stream_names.size();
+  const size_t nl = prog.links.size();
+  const size_t np = prog.participants.size();
+  slot_shift = ns <= 1 ? 0 : static_cast<unsigned>(std::bit_width(ns - 1));
+  const size_t num_slots = nd << slot_shift;
+  if (n >= kMaxTasks || nd > kDeviceMask || ns > 0xFFFF || num_slots >= kNone || np >= kNone ||
+      prog.deps.size() >= kNone) {
+    err.add([] { return std::string("program too large for 32-bit ids"); });
+    err.finish();
+    return false;
+  }
+
+  // ---- pass 1: devices, links, tasks in isolation; successor counts ----
+  for (size_t d = 0; d < nd; ++d) {
+    const DeviceProgram& dp = prog.devices[d];
+    if (dp.dispatch_ns < 0) err.add([&] { return device_str(d) + ": negative dispatch_ns"; });
+    if (!(dp.comm_sm_share >= 0 && dp.comm_sm_share <= 1)) {
+      err.add([&] { return device_str(d) + ": comm_sm_share outside [0, 1]"; });
+    }
+    if (!(dp.comm_hbm_share >= 0 && dp.comm_hbm_share <= 1)) {
+      err.add([&] { return device_str(d) + ": comm_hbm_share outside [0, 1]"; });
+    }
+    if (dp.host != kNoHost && dp.host >= prog.host_cores.size()) {
+      err.add([&] { return device_str(d) + ": unknown host " + std::to_string(dp.host); });
+    }
+  }
+  if (!(prog.host_share_efficiency > 0 && prog.host_share_efficiency <= 1)) {
+    err.add([&] { return std::string("host_share_efficiency outside (0, 1]"); });
+  }
+  for (size_t h = 0; h < prog.host_cores.size(); ++h) {
+    const double c = prog.host_cores[h];
+    if (!(c > 0) || !std::isfinite(c)) {
+      err.add([&] { return "host " + std::to_string(h) + ": cores must be finite and > 0"; });
+    }
+  }
+  for (size_t l = 0; l < nl; ++l) {
+    const double c = prog.links[l].capacity;
+    if (!(c > 0) || !std::isfinite(c)) {
+      err.add([&] {
+        return "link " + std::to_string(l) + " (" + prog.links[l].name +
+               "): capacity must be positive and finite";
+      });
+    }
+  }
+  const bool counters = prog.num_counters > 0 && !prog.effect_begin.empty();
+  if (prog.num_counters > kMaxCounters) {
+    err.add([&] { return "num_counters above " + std::to_string(kMaxCounters); });
+  }
+  if (!prog.effect_begin.empty()) {
+    const auto& eb = prog.effect_begin;
+    bool ok = eb.front() == 0 && eb.back() == prog.effects.size();
+    for (size_t i = 1; i < eb.size() && ok; ++i) ok = eb[i - 1] <= eb[i];
+    if (!ok) {
+      err.add([] { return std::string("effect_begin must rise from 0 to the number of effects"); });
+    }
+    if (prog.num_counters == 0 && !prog.effects.empty()) {
+      err.add([] { return std::string("counter effects but num_counters is 0"); });
+    }
+    for (size_t i = 0; i < prog.effects.size(); ++i) {
+      if (prog.effects[i].counter >= prog.num_counters) {
+        err.add([&] { return "effect " + std::to_string(i) + ": counter out of range"; });
+      }
+    }
+  }
+  recs.resize(n + 1);
+  recs[n] = TaskRec{};
+  slot_stamp.assign(num_slots, 0);
+  part_owned.assign((np + 63) / 64, 0);
+  part_pending.assign((np + 63) / 64, 0);
+  big_tasks.clear();
+  big_index.clear();
+  free_tasks.clear();
+  size_t num_succ = 0;
+  constexpr size_t kAhead = 16;  // prefetch distance for the random accesses of the passes
+  // (only for programs whose records outgrow the caches: below, prefetching costs more
+  // instructions than the misses it hides)
+  const bool prefetch = n >= (size_t{1} << 16);
+  for (uint32_t t = 0; t < n; ++t) {
+    const Task& k = prog.tasks[t];
+    TaskRec& rec = recs[t];
+    rec = TaskRec{};
+    rec.bits = static_cast<uint32_t>(k.kind) << 29 | static_cast<uint32_t>(k.mem_bound) << 31;
+    rec.work = k.work;
+    const uint32_t dep_end = prog.dep_end(t);
+    rec.pending = k.part_count;
+    // (a node beyond the effect table has no effects)
+    if (counters && k.node + size_t{1} < prog.effect_begin.size() &&
+        prog.effect_begin[k.node] != prog.effect_begin[k.node + 1]) {
+      rec.bits |= kEffectsBit;
+    }
+    if (k.kind != TaskKind::kCompute && k.kind != TaskKind::kComm && k.kind != TaskKind::kBarrier) {
+      err.add([&] { return task_str(t) + ": unknown kind"; });
+      continue;
+    }
+    auto bad_range = [](uint64_t begin, uint64_t count, size_t size) {
+      return begin + count > size;
+    };
+    if (bad_range(k.part_begin, k.part_count, np)) {
+      err.add([&] { return task_str(t) + ": participant range out of bounds"; });
+      continue;
+    }
+    if (k.dep_begin > dep_end || dep_end > prog.deps.size()) {
+      err.add([&] {
+        return task_str(t) + ": dependency range out of bounds (dep_begin must not decrease)";
+      });
+      continue;
+    }
+    rec.pending += dep_end - k.dep_begin;
+    const CommSpec* cs = nullptr;
+    if (k.kind == TaskKind::kComm) {
+      if (k.comm >= prog.comms.size()) {
+        err.add([&] { return task_str(t) + ": comm spec out of bounds"; });
+        continue;
+      }
+      cs = &prog.comms[k.comm];
+      if (bad_range(cs->link_begin, cs->link_count, prog.task_links.size())) {
+        err.add([&] { return task_str(t) + ": link range out of bounds"; });
+        continue;
+      }
+    } else if (k.comm != kNoComm) {
+      err.add([&] { return task_str(t) + ": only a comm task has a comm spec (and links)"; });
+      continue;
+    }
+    for (uint32_t i = k.dep_begin; i < dep_end; ++i) {
+      if (prefetch && i + kAhead < prog.deps.size())
+        __builtin_prefetch(&recs[prog.deps[i + kAhead]], 1);
+      const uint32_t d = prog.deps[i];
+      if (d >= t) {
+        err.add([&] {
+          return task_str(t) + " depends on task " + std::to_string(d) +
+                 ", which is not listed before it";
+        });
+        continue;
+      }
+      ++recs[d].succ_begin;  // counts, turned into offsets in pass 2
+    }
+    num_succ += dep_end - k.dep_begin;
+    for (uint32_t i = 0; cs && i < cs->link_count; ++i) {
+      const uint32_t l = prog.task_links[cs->link_begin + i];
+      if (l >= nl) err.add([&] { return task_str(t) + ": unknown link " + std::to_string(l); });
+    }
+    for (uint32_t pj = k.part_begin; pj < k.part_begin + k.part_count; ++pj) {
+      const Participant& pa = prog.participants[pj];
+      if (test_bit(part_owned, pj)) {
+        err.add([&] {
+          uint32_t owner = 0;  // the earlier task whose range holds pj (error path only)
+          while (owner < t && !(prog.tasks[owner].part_begin <= pj &&
+                                pj < prog.tasks[owner].part_begin + prog.tasks[owner].part_count))
+            ++owner;
+          return task_str(t) + ": participant entry " + std::to_string(pj) +
+                 " is shared with task " + std::to_string(owner);
+        });
+        continue;
+      }
+      set_bit(part_owned, pj);
+      if (k.kind == TaskKind::kComm) set_bit(part_pending, pj);
+      if (pa.device >= nd) {
+        err.add([&] { return task_str(t) + ": unknown device " + std::to_string(pa.device); });
+        continue;
+      }
+      if (pa.stream >= ns) {
+        err.add([&] { return task_str(t) + ": unknown stream " + std::to_string(pa.stream); });
+        continue;
+      }
+      const uint32_t slot = slot_of(pa);
+      if (k.kind == TaskKind::kCompute) {
+        // Until its dispatch entry is seen, a compute task's record holds its stream slot in
+        // `next` and kUnissued in `issue`: the dispatch pass then needs nothing but the record.
+        rec.bits |= pa.device;
+        rec.next = slot;
+        rec.issue = kUnissued;
+      }
+      // (device, stream) twice: a pairwise check for small tasks (slot_stamp is large and
+      // cold when there are many per-peer streams), stamps for large ones
+      bool twice = false;
+      if (k.part_count <= kSmallGroup) {
+        for (uint32_t pq = k.part_begin; pq < pj; ++pq) {
+          twice |= slot_of(prog.participants[pq]) == slot;
+        }
+      } else {
+        twice = slot_stamp[slot] == t + 1;
+        slot_stamp[slot] = t + 1;
+      }
+      if (twice) {
+        err.add([&] {
+          return task_str(t) + ": device " + std::to_string(pa.device) + " stream " +
+                 std::to_string(pa.stream) + " listed twice";
+        });
+        continue;
+      }
+    }
+    if (k.kind == TaskKind::kComm) {
+      if (k.part_count > kDeviceMask) {
+        err.add([&] { return task_str(t) + ": too many participants"; });
+        continue;
+      }
+      rec.next = k.part_begin;
+      rec.bits |= k.part_count;
+    }
+    bool by_device = k.kind == TaskKind::kComm && k.part_count > kSmallGroup;
+    for (uint32_t pj = k.part_begin + 1; by_device && pj < k.part_begin + k.part_count; ++pj) {
+      by_device = prog.participants[pj - 1].device <= prog.participants[pj].device;
+    }
+    if (by_device) {
+      // Large collective whose participants are sorted by device (as build_program writes
+      // them): each member device finds its entries by binary search in place.
+      rec.bits |= kSortedBit;
+    } else if (k.part_count > kSmallGroup) {
+      // Other large collectives: a sorted (device, participant) index, so that each member
+      // device finds its entries by binary search instead of a scan (no k^2 for k-way
+      // collectives).
+      big_tasks.push_back({t, static_cast<uint32_t>(big_index.size())});
+      for (uint32_t pj = k.part_begin; pj < k.part_begin + k.part_count; ++pj) {
+        big_index.push_back({prog.participants[pj].device, pj});
+      }
+      std::sort(big_index.begin() + big_tasks.back().begin, big_index.end());
+    }
+    if (dep_end == k.dep_begin && k.part_count == 0) free_tasks.push_back(t);
+    if (k.work < 0) err.add([&] { return task_str(t) + ": negative work"; });
+    switch (k.kind) {
+      case TaskKind::kCompute:
+        if (k.part_count != 1) {
+          err.add([&] { return task_str(t) + ": a compute task needs exactly one participant"; });
+        }
+        break;
+      case TaskKind::kComm:
+        if (cs->latency_ns < 0) err.add([&] { return task_str(t) + ": negative latency"; });
+        if (!(cs->rate_cap >= 0) || !std::isfinite(cs->rate_cap)) {
+          err.add([&] { return task_str(t) + ": rate_cap must be finite and >= 0"; });
+        }
+        break;
+      case TaskKind::kBarrier:
+        if (k.part_count != 0) {
+          err.add([&] { return task_str(t) + ": a barrier has no participants"; });
+        }
+        break;
+    }
+  }
+  big_tasks.push_back({kNone, static_cast<uint32_t>(big_index.size())});  // sentinel
+  if (num_succ >= kNone) err.add([] { return std::string("too many dependencies"); });
+  if (err.count() > 0) {
+    err.finish();
+    return false;
+  }
+
+  // ---- dispatch lists: match each entry with the task's participants on that device; link
+  // each (device, stream) FIFO in dispatch order; issue times ----
+  // A stream is a linked list: head_task[slot], then TaskRec::next (compute) or
+  // part_next[participant index] (comm).
+  part_next.assign(np, kNone);
+  head_task.assign(num_slots, kNone);
+  auto link = [&](uint32_t slot, uint32_t t, uint32_t pj) {  // append t to the slot's FIFO
+    const uint32_t prev = tail_task[slot];
+    if (prev == kNone) {
+      head_task[slot] = t;
+    } else if (recs[prev].kind() == TaskKind::kCompute) {
+      recs[prev].next = t;
+    } else {
+      part_next[tail_part[slot]] = t;
+    }
+    tail_task[slot] = t;
+    tail_part[slot] = pj;
+  };
+  tail_task.assign(num_slots, kNone);
+  tail_part.resize(num_slots);
+  for (uint32_t d = 0; d < nd; ++d) {
+    const DeviceProgram& dp = prog.devices[d];
+    for (size_t pos = 0; pos < dp.dispatch.size(); ++pos) {
+      // Staged prefetch: the record kAhead entries ahead; once it is in cache, the first and
+      // last participant of a comm task kAhead / 2 ahead; once those are, the interpolation
+      // guess of a large sorted one kAhead / 4 ahead (see below).
+      if (prefetch) {
+        if (pos + kAhead < dp.dispatch.size() && dp.dispatch[pos + kAhead] < n) {
+          __builtin_prefetch(&recs[dp.dispatch[pos + kAhead]], 1);
+        }
+        if (pos + kAhead / 2 < dp.dispatch.size() && dp.dispatch[pos + kAhead / 2] < n) {
+          const TaskRec& ahead = recs[dp.dispatch[pos + kAhead / 2]];
+          if (ahead.kind() == TaskKind::kComm && ahead.part_count() > 0) {
+            __builtin_prefetch(&prog.participants[ahead.part_begin()]);
+            __builtin_prefetch(
+                &prog.participants[size_t{ahead.part_begin()} + ahead.part_count() - 1]);
+          }
+        }
+        if (pos + kAhead / 4 < dp.dispatch.size() && dp.dispatch[pos + kAhead / 4] < n) {
+          const TaskRec& ahead = recs[dp.dispatch[pos + kAhead / 4]];
+          if (ahead.kind() == TaskKind::kComm && (ahead.bits & kSortedBit) != 0) {
+            const Participant* first = prog.participants.data() + ahead.part_begin();
+            const uint32_t lo = first->device, hi = first[ahead.part_count() - 1].device;
+            if (d > lo && d <= hi) {
+              __builtin_prefetch(first + uint64_t{d - lo} * (ahead.part_count() - 1) / (hi - lo));
+            }
+          }
+        }
+      }
+      const uint32_t t = dp.dispatch[pos];
+      if (t >= n) {
+        err.add([&] {
+          return device_str(d) + ": dispatch list names unknown task " + std::to_string(t);
+        });
+        continue;
+      }
+      TaskRec& rec = recs[t];
+      if (rec.kind() == TaskKind::kCompute) {
+        if (rec.device() != d) {
+          err.add([&] {
+            return device_str(d) + ": dispatch list names " + task_str(t) +
+                   ", which has no participant on it";
+          });
+        } else if (rec.issue != kUnissued) {
+          err.add(
+              [&] { return device_str(d) + ": dispatch list names " + task_str(t) + " twice"; });
+        } else {
+          rec.issue = static_cast<SimTime>(pos + 1) * dp.dispatch_ns;
+          const uint32_t slot = rec.next;
+          rec.next = kNone;
+          link(slot, t, kNone);
+        }
+        continue;
+      }
+      bool on_device = false, fresh = false;
+      auto take = [&](uint32_t pj) {
+        on_device = true;
+        if (!test_bit(part_pending, pj)) return;  // already taken: a duplicate dispatch entry
+        clear_bit(part_pending, pj);
+        fresh = true;
+        link(slot_of(prog.participants[pj]), t, pj);
+      };
+      // (a barrier has no participants: never on a device)
+      const uint32_t pb = rec.kind() == TaskKind::kComm ? rec.part_begin() : 0;
+      const uint32_t pc = rec.kind() == TaskKind::kComm ? rec.part_count() : 0;
+      if (pc <= kSmallGroup) {
+        for (uint32_t pj = pb; pj < pb + pc; ++pj) {
+          if (prog.participants[pj].device == d) take(pj);
+        }
+      } else if ((rec.bits & kSortedBit) != 0) {
+        // Sorted by device: guess the position by interpolation (exact for evenly spaced
+        // groups, the usual case: one cache line instead of a binary search's several), fall
+        // back to a binary search; then take the run of entries on d.
+        const Participant* first = prog.participants.data() + pb;
+        const Participant* last = first + pc;
+        const uint32_t lo = first->device, hi = (last - 1)->device;
+        const Participant* it = last;
+        if (d >= lo && d <= hi) {
+          const uint64_t guess = hi > lo ? uint64_t{d - lo} * (pc - 1) / (hi - lo) : 0;  // < pc
+          if (first[guess].device == d) {
+            it = first + guess;
+            while (it > first && (it - 1)->device == d) --it;
+          } else {
+            it = std::lower_bound(
+                first, last, d, [](const Participant& a, uint32_t dev) { return a.device < dev; });
+          }
+        }
+        for (; it != last && it->device == d; ++it) {
+          take(static_cast<uint32_t>(it - prog.participants.data()));
+        }
+      } else {
+        const auto bt = std::lower_bound(big_tasks.begin(), big_tasks.end(), t,
+                                         [](const BigTask& b, uint32_t id) { return b.task < id; });
+        const auto first = big_index.begin() + bt->begin;
+        const auto last = big_index.begin() + (bt + 1)->begin;
+        for (auto it = std::lower_bound(first, last, std::pair<uint32_t, uint32_t>{d, 0});
+             it != last && it->first == d; ++it) {
+          take(it->second);
+        }
+      }
+      if (!on_device) {
+        err.add([&] {
+          return device_str(d) + ": dispatch list names " + task_str(t) +
+                 ", which has no participant on it";
+        });
+      } else if (!fresh) {
+        err.add([&] { return device_str(d) + ": dispatch list names " + task_str(t) + " twice"; });
+      } else {
+        rec.issue = std::max(rec.issue, static_cast<SimTime>(pos + 1) * dp.dispatch_ns);
+      }
+    }
+  }
+  if (std::any_of(part_pending.begin(), part_pending.end(), [](uint64_t w) { return w != 0; })) {
+    for (uint32_t t = 0; t < n; ++t) {  // error path: name the tasks
+      const Task& k = prog.tasks[t];
+      if (k.kind != TaskKind::kComm) continue;
+      for (uint32_t pj = k.part_begin; pj < k.part_begin + k.part_count; ++pj) {
+        if (!test_bit(part_pending, pj)) continue;
+        err.add([&] {
+          return task_str(t) + " runs on " + device_str(prog.participants[pj].device) +
+                 " but is missing from its dispatch list";
+        });
+      }
+    }
+  }
+
+  // ---- pass 2: successor lists (CSR); compute tasks that no dispatch list named ----
+  // The counts become the ends of the lists (inclusive prefix sums); a backward fill then
+  // leaves each succ_begin at the start of its list, successors ascending.
+  uint32_t sum = 0;
+  for (uint32_t t = 0; t < n; ++t) {
+    TaskRec& rec = recs[t];
+    sum += rec.succ_begin;
+    rec.succ_begin = sum;
+    if (rec.kind() == TaskKind::kCompute && rec.issue == kUnissued) {
+      err.add([&] {
+        return task_str(t) + " runs on " + device_str(rec.device()) +
+               " but is missing from its dispatch list";
+      });
+    }
+  }
+  recs[n].succ_begin = sum;
+  if (err.count() > 0) {
+    err.finish();
+    return false;
+  }
+  succ.resize(num_succ);
+  for (uint32_t t = static_cast<uint32_t>(n); t-- > 0;) {
+    const uint32_t begin = prog.tasks[t].dep_begin;
+    for (uint32_t i = prog.dep_end(t); i-- > begin;) {
+      if (prefetch && i >= kAhead) __builtin_prefetch(&recs[prog.deps[i - kAhead]], 1);
+      succ[--recs[prog.deps[i]].succ_begin] = t;
+    }
+  }
+
+  link_caps.resize(nl);
+  for (size_t l = 0; l < nl; ++l) link_caps[l] = prog.links[l].capacity;
+  return true;
+}
+
+std::vector<std::string> validate(const Program& program) {
+  std::vector<std::string> errors;
+  Engine::State scratch;
+  scratch.prepare(program, &errors);
+  return errors;
+}
+
+float slowdown(const Program& program, uint32_t t, const TaskTiming& timing) {
+  const Task& k = program.tasks[t];
+  double alone = 0;
+  if (k.kind == TaskKind::kCompute) {
+    alone = static_cast<double>(k.work);
+  } else if (k.kind == TaskKind::kComm) {
+    const CommSpec& c = program.comms[k.comm];
+    if (is_flow(c, k.work)) alone = flow_alone_ns(program, c, k.work);
+  }
+  if (!(alone > 0) || timing.start < 0) return 1.0f;
+  return static_cast<float>(static_cast<double>(timing.end - timing.start) / alone);
+}
+
+// ------------------------------------------------------------------------------------------
+// simulation
+// ------------------------------------------------------------------------------------------
+
+uint32_t Engine::State::alloc_job() {
+  if (!free_jobs.empty()) {
+    const uint32_t j = free_jobs.back();
+    free_jobs.pop_back();
+    return j;
+  }
+  jobs.emplace_back();
+  return static_cast<uint32_t>(jobs.size() - 1);
+}
+
+void Engine::State::free_job(uint32_t j) {
+  ++jobs[j].version;  // no event of this occupant can match again
+  jobs[j].task = kNone;
+  free_jobs.push_back(j);
+}
+
+void Engine::State::acquire_comm(const TaskRec& rec) {
+  for (uint32_t pj = rec.part_begin(); pj < rec.part_begin() + rec.part_count(); ++pj) {
+    const uint32_t d = p->participants[pj].device;
+    account(devs[d]);
+    if (devs[d].comm_active++ == 0 && devs[d].num_compute > 0) mark_dirty(d);
+  }
+}
+
+void Engine::State::drain_ready() {
+  // start_task may complete zero-duration tasks inline, which appends to `ready`.
+  for (size_t i = 0; i < ready.size(); ++i) {
+    const uint32_t t = ready[i];
+    const SimTime issue = recs[t].issue;
+    if (issue > now) {
+      push(issue, kIssue, t, 0);
+    } else {
+      start_task(t);
+    }
+  }
+  ready.clear();
+}
+
+void Engine::State::start_task(uint32_t t) {
+  const TaskRec& rec = recs[t];
+  switch (rec.kind()) {
+    case TaskKind::kBarrier:
+      ++events;
+      end_task(t, now, false, kNone);
+      return;
+    case TaskKind::kCompute: {
+      // The node is read (one more cache line) only for a task with counter effects, and kept
+      // in the job for its end.
+      const uint32_t node = (rec.bits & kEffectsBit) != 0 ? p->tasks[t].node : kNone;
+      if ((rec.bits & kEffectsBit) != 0) apply_effects(t, node, false);
+      if (rec.work == 0) {
+        ++events;
+        end_task(t, now, false, node);
+        return;
+      }
+      const uint32_t d = rec.device();
+      const uint32_t j = alloc_job();
+      Job& job = jobs[j];
+      job.rem = static_cast<double>(rec.work);
+      job.rate = 0;  // the flush at the end of this instant sets the rate and the completion
+      job.t_upd = now;
+      job.t_end = kNever;
+      job.t_queued = kNever;
+      job.start = now;
+      job.task = t;
+      job.device = d;
+      job.flow = kNone;
+      job.node = node;
+      job.mem_bound = rec.mem_bound();
+      Device& dev = devs[d];
+      account(dev);
+      job.prev = kNone;
+      job.next = dev.first_job;
+      if (dev.first_job != kNone) jobs[dev.first_job].prev = j;
+      dev.first_job = j;
+      if (++dev.num_compute == 1 && dev.host != kNone) host_activity(dev.host, +1);
+      mark_dirty(d);
+      return;
+    }
+    case TaskKind::kComm: {
+      const Task& k = p->tasks[t];
+      if ((rec.bits & kEffectsBit) != 0) apply_effects(t, k.node, false);
+      const CommSpec& c = p->comms[k.comm];
+      const bool flow = is_flow(c, k.work);
+      const SimTime dur = flow ? c.latency_ns : fixed_duration(c, k.work);
+      if (!flow && dur == 0) {
+        ++events;
+        end_task(t, now, false, k.node);
+        return;
+      }
+      acquire_comm(rec);
+      if (!flow) {
+        push(now + dur, kFixedEnd, t, 0);
+      } else if (dur > 0) {
+        push(now + dur, kLatencyEnd, t, 0);
+      } else {
+        start_flow(t);
+      }
+      return;
+    }
+  }
+}
+
+void Engine::State::start_flow(uint32_t t) {
+  const Task& k = p->tasks[t];
+  const CommSpec& c = p->comms[k.comm];
+  const std::span<const uint32_t> links(p->task_links.data() + c.link_begin, c.link_count);
+  const uint32_t j = alloc_job();
+  Job& job = jobs[j];
+  job.rem = static_cast<double>(k.work);
+  job.rate = 0;
+  job.t_upd = now;
+  job.t_end = kNever;
+  job.t_queued = kNever;
+  job.start = now - c.latency_ns;
+  job.task = t;
+  job.device = kNone;
+  job.node = k.node;
+  job.mem_bound = false;
+  job.prev = job.next = kNone;
+  const MaxMin::FlowId f = mm.add_flow(links, c.rate_cap);
+  if (f >= flow_job.size()) flow_job.resize(size_t{f} + 1, kNone);
+  flow_job[f] = j;
+  job.flow = f;
+}
+
+void Engine::State::end_task(uint32_t t, SimTime start, bool release, uint32_t node) {
+  timing[t] = TaskTiming{start, now};
+  if ((recs[t].bits & kEffectsBit) != 0) apply_effects(t, node, true);
+  if (now > makespan) makespan = now;
+  ++finished;
+  const TaskRec& rec = recs[t];
+  const TaskKind kind = rec.kind();
+  if (kind == TaskKind::kCompute) {
+    advance(rec.next);
+  } else if (kind == TaskKind::kComm) {
+    for (uint32_t pj = rec.part_begin(); pj < rec.part_begin() + rec.part_count(); ++pj) {
+      if (release) {
+        const uint32_t d = p->participants[pj].device;
+        Device& dev = devs[d];
+        STRETTO_ASSERT(dev.comm_active > 0, "comm count underflow");
+        account(dev);
+        if (--dev.comm_active == 0 && dev.num_compute > 0) mark_dirty(d);
+      }
+      advance(part_next[pj]);
+    }
+  }
+  const uint32_t end = recs[t + 1].succ_begin;
+  for (uint32_t i = rec.succ_begin; i < end; ++i) arrive(succ[i]);
+}
+
+void Engine::State::finish_job(uint32_t j) {
+  Job& job = jobs[j];
+  const uint32_t t = job.task;
+  const SimTime start = job.start;
+  if (job.flow == kNone) {
+    Device& dev = devs[job.device];
+    if (job.prev != kNone) {
+      jobs[job.prev].next = job.next;
+    } else {
+      dev.first_job = job.next;
+    }
+    if (job.next != kNone) jobs[job.next].prev = job.prev;
+    account(dev);
+    if (--dev.num_compute > 0) {
+      mark_dirty(job.device);
+    } else if (dev.host != kNone) {
+      host_activity(dev.host, -1);
+    }
+    const uint32_t node = job.node;
+    free_job(j);
+    end_task(t, start, false, node);
+  } else {
+    mm.remove_flow(job.flow);
+    flow_job[job.flow] = kNone;
+    const uint32_t node = job.node;
+    free_job(j);
+    end_task(t, start, true, node);
+  }
+}
+
+// Sets a job's rate from now on. A completion that moves later keeps its queued event, which
+// is re-pushed when it pops early (one push instead of a push now and a stale pop later); a
+// completion that moves earlier pushes a new event and bumps the version (lazy invalidation).
+void Engine::State::retime(uint32_t j, double rate) {
+  Job& job = jobs[j];
+  if (job.rate == rate) return;
+  if (job.rate > 0) {
+    job.rem -= job.rate * static_cast<double>(now - job.t_upd);
+    if (job.rem < 0) job.rem = 0;
+  }
+  job.t_upd = now;
+  job.rate = rate;
+  job.t_end = rate > 0 ? now + ceil_ns(job.rem / rate) : kNever;
+  if (job.t_end < job.t_queued) {
+    ++job.version;
+    job.t_queued = job.t_end;
+    push(job.t_end, kJobEnd, j, job.version);
+  }
+}
+
+// (callers test kEffectsBit first: most tasks have no effects, and this call is not inlined)
+void Engine::State::apply_effects(uint32_t t, uint32_t node, bool at_end) {
+  const TaskRec& rec = recs[t];
+  if (node == kNone) node = p->tasks[t].node;
+  const CounterEffect* first = p->effects.data() + p->effect_begin[node];
+  const CounterEffect* last = p->effects.data() + p->effect_begin[node + 1];
+  auto on_device = [&](uint32_t d) {
+    int64_t* level = &ctr_level[size_t{d} * nc];
+    bool changed = false;
+    for (const CounterEffect* e = first; e != last; ++e) {
+      if (e->at_end != at_end) continue;
+      level[e->counter] += e->delta;
+      ctr_total[d] += e->delta;
+      changed = true;
+    }
+    if (changed && !ctr_dirty[d]) {
+      ctr_dirty[d] = 1;
+      ctr_dirty_devs.push_back(d);
+    }
+  };
+  if (rec.kind() == TaskKind::kCompute) {
+    on_device(rec.device());
+    return;
+  }
+  ++ctr_epoch;  // once per device, however many of its streams take part
+  for (uint32_t pj = rec.part_begin(); pj < rec.part_begin() + rec.part_count(); ++pj) {
+    const uint32_t d = p->participants[pj].device;
+    if (ctr_stamp[d] == ctr_epoch) continue;
+    ctr_stamp[d] = ctr_epoch;
+    on_device(d);
+  }
+}
+
+// Samples the counters of the devices changed in the instant that is ending.
+void Engine::State::flush_counters() {
+  for (uint32_t d : ctr_dirty_devs) {
+    ctr_dirty[d] = 0;
+    const int64_t* level = &ctr_level[size_t{d} * nc];
+    const int64_t total = ctr_total[d];
+    DeviceCounters& out = ctr_out[d];
+    if (curves) {
+      if (out.curve.back().t == now) {
+        out.curve.back().total = total;
+      } else {
+        out.curve.push_back({now, total});
+      }
+    }
+    if (total > out.peak) {
+      out.peak = total;
+      out.peak_time = now;
+      std::copy(level, level + nc, out.at_peak.begin());
+    }
+  }
+  ctr_dirty_devs.clear();
+}
+
+// Applies all rate changes of the current instant: device capacity shares, then max-min flows.
+void Engine::State::flush() {
+  for (uint32_t d : dirty_devs) {
+    Device& dev = devs[d];
+    dev.dirty = false;
+    if (dev.num_compute == 0) continue;
+    double n = static_cast<double>(dev.num_compute);
+    if (dev.host != kNone) {  // time-shared host cores
+      const Host& h = hosts[dev.host];
+      if (static_cast<double>(h.active) > h.cores)
+        n *= static_cast<double>(h.active) / (h.cores * h.efficiency);
+    }
+    const bool comm = dev.comm_active > 0;
+    const double r_sm = (comm ? dev.sm_factor : 1.0) / n;
+    const double r_hbm = (comm ? dev.hbm_factor : 1.0) / n;
+    for (uint32_t j = dev.first_job; j != kNone; j = jobs[j].next) {
+      retime(j, jobs[j].mem_bound ? r_hbm : r_sm);
+    }
+  }
+  dirty_devs.clear();
+  if (mm.dirty()) {
+    for (MaxMin::FlowId f : mm.solve()) retime(flow_job[f], mm.rate(f));
+  }
+}
+
+void Engine::State::simulate(RunResult& out) {
+  const Program& prog = *p;
+  const size_t n = prog.tasks.size();
+  const size_t nd = prog.devices.size();
+  // Every task that ends writes its timing, so a reused vector needs no clearing here; the
+  // tasks that never ran are reset after the loop (stalls only).
+  out.timing.resize(n);
+  out.makespan = 0;
+  out.stalled = false;
+  out.stall.blocked_tasks.clear();
+  timing = out.timing.data();
+  const size_t num_slots = head_task.size();
+  devs.assign(nd, Device{});
+  hosts.assign(prog.host_cores.size(), Host{});
+  host_devs.clear();
+  for (size_t d = 0; d < nd; ++d) {
+    devs[d].sm_factor = 1.0 - prog.devices[d].comm_sm_share;
+    devs[d].hbm_factor = 1.0 - prog.devices[d].comm_hbm_share;
+    const uint32_t h = prog.devices[d].host;
+    if (h != kNoHost) {
+      devs[d].host = h;
+      ++hosts[h].dev_begin;  // counts first, offsets below
+    }
+  }
+  if (!hosts.empty()) {
+    uint32_t off = 0;
+    for (size_t h = 0; h < hosts.size(); ++h) {
+      hosts[h].cores = prog.host_cores[h];
+      hosts[h].efficiency = prog.host_share_efficiency;
+      const uint32_t count = hosts[h].dev_begin;
+      hosts[h].dev_begin = off;
+      off += count;
+    }
+    host_devs.resize(off);
+    std::vector<uint32_t> fill(hosts.size());
+    for (size_t h = 0; h < hosts.size(); ++h) fill[h] = hosts[h].dev_begin;
+    for (size_t d = 0; d < nd; ++d)
+      if (devs[d].host != kNone) host_devs[fill[devs[d].host]++] = static_cast<uint32_t>(d);
+  }
+  dirty_devs.clear();
+  dirty_devs.reserve(nd);
+  jobs.clear();
+  free_jobs.clear();
+  jobs.reserve(num_slots + 64);
+  flow_job.clear();
+  mm.reset(link_caps);
+  queue.clear();
+  queue.reserve(num_slots + 64);
+  ready.clear();
+  ready.reserve(std::min<size_t>(n, num_slots + 1024));
+  nc = prog.effect_begin.empty() ? 0 : prog.num_counters;
+  ctr_dirty_devs.clear();
+  if (nc > 0) {
+    ctr_level.assign(nd * nc, 0);
+    ctr_total.assign(nd, 0);
+    ctr_stamp.assign(nd, 0);
+    ctr_epoch = 0;
+    ctr_dirty.assign(nd, 0);
+    out.counters.resize(nd);
+    for (DeviceCounters& c : out.counters) {
+      c.curve.clear();
+      c.curve.push_back({0, 0});
+      c.peak = 0;
+      c.peak_time = 0;
+      c.at_peak.fill(0);
+    }
+    ctr_out = out.counters.data();
+  } else {
+    out.counters.clear();
+    ctr_out = nullptr;
+  }
+  now = 0;
+  makespan = 0;
+  seq = 0;
+  events = 0;
+  stale = 0;
+  requeued = 0;
+  max_queue = 0;
+  finished = 0;
+
+  // Initially ready: tasks with no conditions, and stream heads whose other conditions hold.
+  ready.assign(free_tasks.begin(), free_tasks.end());
+  for (size_t s = 0; s < num_slots; ++s) advance(head_task[s]);
+  drain_ready();
+  const auto& progress = options->progress;
+  const uint64_t progress_every = std::max<uint64_t>(1, options->progress_every);
+  uint64_t next_progress = progress_every;
+  if (progress) progress(finished, n);
+
+  for (;;) {
+    if (queue.has_now()) {
+      const Event e = queue.pop_now();
+      switch (static_cast<uint32_t>(e.key & ((1u << detail::kKindBits) - 1))) {
+        case kJobEnd: {
+          Job& job = jobs[e.id];
+          if (job.version != e.version) {
+            ++stale;
+            continue;
+          }
+          if (now < job.t_end) {  // postponed since pushed: re-queue at the current completion
+            ++requeued;
+            job.t_queued = job.t_end;
+            if (job.t_end != kNever) push(job.t_end, kJobEnd, e.id, job.version);
+            continue;
+          }
+          ++events;
+          finish_job(e.id);
+          break;
+        }
+        case kFixedEnd: {
+          ++events;
+          const Task& k = prog.tasks[e.id];
+          end_task(e.id, now - fixed_duration(prog.comms[k.comm], k.work), true, k.node);
+          break;
+        }
+        case kLatencyEnd:
+          ++events;
+          start_flow(e.id);
+          break;
+        case kIssue:
+          ++events;
+          start_task(e.id);
+          break;
+      }
+      drain_ready();
+      continue;
+    }
+    if (!dirty_devs.empty() || mm.dirty()) {
+      flush();
+      continue;
+    }
+    if (!ctr_dirty_devs.empty()) flush_counters();  // the instant is over
+    if (events >= next_progress && progress) {
+      progress(finished, n);
+      next_progress = events + progress_every;
+    }
+    if (queue.empty()) break;
+    now = queue.advance();
+  }
+
+  if (progress) progress(finished, n);
+  out.makespan = makespan;
+  out.stats.events = events;
+  out.occupancy.resize(nd);
+  for (size_t d = 0; d < nd; ++d) {
+    account(devs[d]);  // nothing runs after the last event; this closes a stalled run's spans
+    out.occupancy[d] = devs[d].occ;
+  }
+  if (finished < n) {
+    // Every task that starts also ends (rates are positive once the comm tasks, which always
+    // end, release the device), so the unfinished tasks are exactly those that never started.
+    // With the queue empty, a task whose start conditions all held (pending == 0) has run:
+    // it either started at once or had an issue event. So unfinished <=> pending > 0.
+    out.stalled = true;
+    auto unfinished = [&](uint32_t t) { return recs[t].pending > 0; };
+    for (uint32_t t = 0; t < n; ++t) {
+      if (unfinished(t)) timing[t] = TaskTiming{};
+    }
+    auto& blocked = out.stall.blocked_tasks;
+    for (size_t s = 0; s < num_slots && blocked.size() < kMaxBlocked; ++s) {
+      uint32_t t = head_task[s];  // walk the stream to its first unfinished task
+      while (t != kNone && !unfinished(t)) t = next_on_stream(t, static_cast<uint32_t>(s));
+      if (t == kNone) continue;
+      if (std::find(blocked.begin(), blocked.end(), t) == blocked.end()) blocked.push_back(t);
+    }
+    for (uint32_t t = 0; t < n && blocked.empty(); ++t) {
+      if (unfinished(t)) blocked.push_back(t);
+    }
+  }
+  timing = nullptr;
+}
+
+// ------------------------------------------------------------------------------------------
+// Engine
+// ------------------------------------------------------------------------------------------
+
+Engine::Engine() : state_(std::make_unique<State>()) {}
+Engine::~Engine() = default;
+Engine::Engine(const Engine&) : state_(std::make_unique<State>()) {}
+Engine& Engine::operator=(const Engine& other) {
+  if (this != &other) state_ = std::make_unique<State>();
+  return *this;
+}
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+
+RunResult Engine::run(const Program& program, const RunOptions& options) {
+  RunResult out;
+  run(program, out, options);
+  return out;
+}
+
+void Engine::run(const Program& program, RunResult& out, const RunOptions& options) {
+  const std::vector<std::string> errors = run_checked(program, out, options);
+  STRETTO_ASSERT(errors.empty(), errors.front().c_str());
+}
+
+std::vector<std::string> Engine::run_checked(const Program& program, RunResult& out,
+                                             const RunOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!state_) state_ = std::make_unique<State>();
+  std::vector<std::string> errors;
+  if (!state_->prepare(program, &errors)) return errors;
+  const auto t1 = std::chrono::steady_clock::now();
+  state_->curves = options.counter_curves;
+  state_->options = &options;
+  state_->simulate(out);
+  state_->options = nullptr;
+  const auto t2 = std::chrono::steady_clock::now();
+  state_->prepare_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  out.stats.wall_ms = std::chrono::duration<double, std::milli>(t2 - t0).count();
+  return errors;
+}
+
+uint64_t Engine::stale_events() const {
+  return state_ ? state_->stale : 0;
+}
+uint64_t Engine::requeued_events() const {
+  return state_ ? state_->requeued : 0;
+}
+uint64_t Engine::max_queue() const {
+  return state_ ? state_->max_queue : 0;
+}
+
+double Engine::prepare_ms() const {
+  return state_ ? state_->prepare_ms : 0;
+}
+const MaxMin::Stats& Engine::maxmin_stats() const {
+  static const MaxMin::Stats kEmpty{};
+  return state_ ? state_->mm.stats() : kEmpty;
+}
+
+}  // namespace stretto::sim

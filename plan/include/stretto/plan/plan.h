@@ -1,0 +1,222 @@
+#pragma once
+// The plan file (DESIGN.md §2): model + cluster + costmodel + schedule.
+//
+// `parse_plan` turns a JSON document into these value types, checking every field, and
+// reporting each problem with its location (file:line:col and JSON pointer) and a hint.
+// All diagnostics are collected before failing. Nothing here expands or compiles; see
+// model.h, cluster.h and compiler.h for that.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stretto/support/diag.h"
+#include "stretto/plan/json_source.h"
+#include "stretto/plan/tags.h"
+
+namespace stretto {
+
+enum class DType : uint8_t { kFP32, kBF16, kFP16, kFP8 };
+int dtype_bytes(DType d);
+
+struct MoeSpec {
+  int experts = 0;
+  int top_k = 1;
+  int64_t expert_ffn_hidden = 0;
+  int shared_experts = 0;
+  /// Which layers are MoE: every `every`-th layer starting at `first` (default: all).
+  int first_layer = 0;
+  int every = 1;
+  /// Tokens an expert may take, as a multiple of the balanced share T*top_k/experts
+  /// (GShard / Switch capacity). 0 = no capacity limit (dropless). With a limit, expert GEMMs
+  /// and all-to-alls are padded to it.
+  double capacity_factor = 0;
+  /// Routing imbalance: tokens of the busiest expert over the mean (1 = balanced). The busiest
+  /// expert sets the grouped-GEMM time and the all-to-all size; capped by capacity_factor.
+  double imbalance = 1.0;
+  /// Load factor the expert GEMMs and all-to-alls are sized by (see above).
+  double load_factor() const {
+    return capacity_factor > 0 ? capacity_factor : imbalance;
+  }
+};
+
+/// Core attention implementation: fused flash attention (never materialises the s x s scores)
+/// or the unfused 2021-22 Megatron path (QK^T and AV batched GEMMs over the dense s x s matrix,
+/// a fused scale-mask-softmax kernel and dropout on the probabilities).
+enum class AttentionImpl : uint8_t { kFlash, kUnfused };
+
+struct ModelSpec {
+  enum class Family : uint8_t { kTransformer, kSynthetic } family = Family::kTransformer;
+  std::string name;
+  // transformer
+  int layers = 0;
+  int64_t hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;  // 0 = heads (MHA)
+  int64_t ffn_hidden = 0;
+  int64_t vocab = 0;
+  int64_t seq_len = 0;
+  int64_t microbatch_size = 1;
+  DType dtype = DType::kBF16;
+  bool gated_mlp = true;  // SwiGLU-style (3 weight matrices) vs GELU (2)
+  bool tie_embeddings = false;
+  AttentionImpl attention = AttentionImpl::kFlash;
+  bool bias = false;     // biases on every linear layer and LayerNorm (GPT-2/3) vs none (RMSNorm)
+  double dropout = 0;    // hidden and attention dropout probability; 0 = no dropout kernels
+  std::optional<MoeSpec> moe;
+  // synthetic: `layers` identical regions
+  int64_t activation_bytes = 0;  // saved for backward per region per microbatch
+  int64_t param_bytes = 0;       // per region
+  int64_t boundary_bytes = 0;    // activation sent to the next region
+  double flops = 0;              // forward FLOPs per region per microbatch (backward = 2x)
+  // both
+  int pp_regions = 1;
+  /// Layers per PP region when given as a list (`"pp_regions": [7, 8, 8, 9]`); empty = even split
+  /// (region i holds layers [floor(i*L/N), floor((i+1)*L/N))).
+  std::vector<int> region_layers;
+  std::string pointer = "/model";
+};
+
+struct LinkSpec {
+  double bandwidth_GBps = 0;  // per direction, per device
+  double latency_us = 0;
+};
+
+struct DeviceSpec {
+  std::string kind;        // "h100-sxm", ...
+  double peak_tflops = 0;  // dense BF16/FP16 tensor-core peak
+  double hbm_GBps = 0;
+  double memory_GiB = 0;
+  int sms = 0;
+};
+
+struct ClusterSpec {
+  std::string preset;
+  int nodes = 1;
+  int devices_per_node = 1;
+  DeviceSpec device;
+  LinkSpec intra_node;
+  LinkSpec inter_node;
+  int islands = 1;  // nodes are split evenly into islands joined by `dcn`
+  LinkSpec dcn;
+  /// Saturates at INT32_MAX (nodes x devices_per_node may overflow int; such clusters are
+  /// refused by check_plan_sizes, estimate.h).
+  int num_devices() const {
+    const int64_t n = int64_t{nodes} * devices_per_node;
+    return n > INT32_MAX ? INT32_MAX : static_cast<int>(n);
+  }
+  std::string pointer = "/cluster";
+};
+
+struct CostModelSpec {
+  enum class Kind : uint8_t { kAnalytic, kProfiled, kFixed } kind = Kind::kAnalytic;
+  // fixed: per-pass constants in `unit` (converted to ns here)
+  int64_t f_ns = 0, b_ns = 0, bi_ns = 0, bw_ns = 0, comm_ns = 0;
+  std::string profile;  // profiled: path of the table (relative to the plan file)
+  Json options;         // everything else, passed through to the cost model (interference etc.)
+  std::string pointer = "/costmodel";
+};
+
+enum class DirectiveOp : uint8_t {
+  kPlace,
+  kReplicate,
+  kShard,
+  kShardTensor,
+  kSplit,
+  kOrder,
+  kRecompute,
+};
+
+/// Activation recomputation (Megatron / torch.utils.checkpoint). `full`: every matching op keeps
+/// only the input of its checkpoint segment (the ops of one PP region and layer) after its
+/// forward, and the whole segment's forward re-runs right before the segment's backward.
+/// `selective` (Korthikanti et al. 2022): only the core attention re-runs; its s x s scores,
+/// softmax output and dropout mask are not kept.
+enum class RecomputeMode : uint8_t { kFull, kSelective };
+std::string_view directive_op_name(DirectiveOp op);
+
+struct Directive {
+  DirectiveOp op = DirectiveOp::kPlace;
+  int index = 0;        // position in schedule[]
+  std::string pointer;  // "/schedule/3"
+  Filter filter;        // place/replicate/shard/shard_tensor/split
+  std::vector<int> devices;
+  std::vector<std::vector<int>> device_groups;  // shard_tensor: TP groups
+  std::string stream;                           // place/shard/shard_tensor
+  std::string reduce_stream, gather_stream;     // replicate
+  double bucket_size_MB = 25.0;                 // replicate (PyTorch DDP default)
+  bool shard_grads = false;                     // ZeRO-2
+  bool shard_params = false;                    // ZeRO-3
+  bool shard_optimizer = false;                 // ZeRO-1 (implied by the two above)
+  bool sequence_parallel = false;               // shard_tensor
+  int prefetch = 1;                 // replicate + shard_params: FSDP units gathered ahead
+  bool reshard_after_forward = true;  // replicate + shard_params: free after F, regather for B
+  RecomputeMode recompute = RecomputeMode::kFull;  // recompute
+  std::string dim_name;                         // split
+  int num_microbatches = 1;                     // split
+  std::vector<std::vector<Filter>> groups;      // order
+};
+
+/// Layout shorthand of a builder call (layout.h): parallel degrees and rank order.
+struct Layout {
+  int tp = 1, pp = 1, dp = 1, ep = 1;
+  std::vector<std::string> order = {"tp", "dp", "pp"};  // innermost first (Megatron)
+  int zero = 0;                                        // 0-3: replicate's ZeRO level
+  bool sequence_parallel = false;                      // shard_tensor's
+  std::string pointer;                                 // "/schedule/layout"
+};
+
+/// A builder call instead of hand-written directives (issue: schedule builders).
+struct BuilderCall {
+  std::string builder;
+  int ranks = 0;            // 0: inferred from the base placement
+  int stages_per_rank = 0;  // 0: the family's default (1, or 2 for V schedules)
+  int microbatches = 0;
+  std::vector<Directive> base;
+  std::optional<Layout> layout;  // generates the base (layout.h)
+  std::string pointer = "/schedule";
+};
+
+/// Top-level `optimizer`: the step each device runs after its last gradient reduction, over its
+/// own (ZeRO-sharded) parameter shard; `grad_clip` adds the global gradient-norm all-reduce.
+struct OptimizerSpec {
+  enum class Kind : uint8_t { kAdam, kSgd, kNone } kind = Kind::kAdam;
+  bool master_weights = true;  // fp32 master copy (mixed precision) for 16-bit models
+  bool grad_clip = true;
+  bool given = false;  // false: the plan has no `optimizer` (no step is modelled)
+  /// Bytes of optimizer state per parameter: fp32 master weights (4) if kept, plus Adam's two
+  /// moments or SGD's momentum in fp32 (with master weights) or the model dtype (without).
+  int64_t state_bytes_per_param(int dtype_bytes) const;
+  /// HBM bytes the step moves per parameter (see model.cpp: optimizer_step_bytes).
+  int64_t step_bytes_per_param(int dtype_bytes) const;
+  std::string pointer = "/optimizer";
+};
+
+struct Plan {
+  std::string file;
+  OptimizerSpec optimizer;
+  ModelSpec model;
+  ClusterSpec cluster;
+  CostModelSpec costmodel;
+  std::vector<Directive> schedule;
+  std::optional<BuilderCall> builder;
+};
+
+/// Parses a whole plan. `src` keeps positions for later (compile-time) diagnostics.
+Expected<Plan> parse_plan(const JsonSource& src);
+/// Parses one directive list (a JSON array), e.g. a `--base` file or builder output.
+Expected<std::vector<Directive>> parse_directives(const JsonSource& src,
+                                                  const std::string& pointer);
+/// Parses one filter object at `pointer`.
+Expected<Filter> parse_filter(const JsonSource& src, const std::string& pointer);
+
+/// Serialises directives back to the plan's JSON form (round-trips through parse_directives).
+Json directives_to_json(const std::vector<Directive>& ds);
+Json filter_to_json(const Filter& f);
+
+/// Cluster presets with published peak numbers; applies them before overrides.
+std::vector<std::string> cluster_preset_names();
+
+}  // namespace stretto

@@ -1,0 +1,111 @@
+#include "stretto/plan/layout.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "stretto/plan/json_source.h"
+
+namespace stretto {
+
+namespace {
+
+const std::vector<std::string> kLayoutKeys = {"tp", "pp", "dp", "ep", "order", "zero",
+                                              "sequence_parallel"};
+
+}  // namespace
+
+std::optional<Layout> parse_layout(const JsonSource& src, const std::string& pointer,
+                                   Diagnostics& out) {
+  const Json& j = src.root().at(Json::json_pointer(pointer));
+  const size_t before = out.size();
+  if (!j.is_object()) {
+    out.push_back(src.error_at(pointer, "\"layout\" must be an object",
+                               "e.g. \"layout\": {\"tp\": 8, \"pp\": 4, \"dp\": 4}"));
+    return std::nullopt;
+  }
+  Layout l;
+  l.pointer = pointer;
+  for (const auto& [key, v] : j.items()) {
+    (void)v;
+    if (std::find(kLayoutKeys.begin(), kLayoutKeys.end(), key) == kLayoutKeys.end()) {
+      const std::string near = nearest(key, kLayoutKeys);
+      out.push_back(src.error_at(pointer + "/" + pointer_escape(key),
+                                 fmt::format("unknown key '{}' in layout", key),
+                                 near.empty() ? "layout keys: tp, pp, dp, ep, order, zero, "
+                                                "sequence_parallel"
+                                              : fmt::format("did you mean '{}'?", near),
+                                 true));
+    }
+  }
+  auto number = [&](const char* key, int& dst, int lo, int hi) {
+    if (!j.contains(key)) return;
+    const Json& v = j[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
+      out.push_back(src.error_at(pointer + "/" + key,
+                                 fmt::format("layout '{}' must be an integer in [{}, {}]", key,
+                                             lo, hi)));
+      return;
+    }
+    dst = v.get<int>();
+  };
+  number("tp", l.tp, 1, 1024);
+  number("pp", l.pp, 1, 4096);
+  number("dp", l.dp, 1, 1 << 20);
+  number("ep", l.ep, 1, 1 << 20);
+  number("zero", l.zero, 0, 3);
+  if (j.contains("sequence_parallel")) {
+    if (j["sequence_parallel"].is_boolean())
+      l.sequence_parallel = j["sequence_parallel"].get<bool>();
+    else
+      out.push_back(src.error_at(pointer + "/sequence_parallel",
+                                 "layout 'sequence_parallel' must be true or false"));
+  }
+  if (j.contains("order")) {
+    const Json& o = j["order"];
+    std::vector<std::string> parts;
+    if (o.is_string()) {
+      std::string s = o.get<std::string>();
+      size_t pos = 0;
+      while (pos <= s.size()) {
+        size_t e = s.find('-', pos);
+        if (e == std::string::npos) e = s.size();
+        parts.push_back(s.substr(pos, e - pos));
+        pos = e + 1;
+      }
+    }
+    std::set<std::string> seen(parts.begin(), parts.end());
+    const bool ok = parts.size() == 3 && seen == std::set<std::string>{"tp", "dp", "pp"};
+    if (!ok)
+      out.push_back(src.error_at(pointer + "/order",
+                                 "layout 'order' must name tp, dp and pp once each, innermost "
+                                 "first",
+                                 "Megatron's order is \"tp-dp-pp\" (the default); \"tp-pp-dp\" "
+                                 "puts pipeline stages next to each other"));
+    else
+      l.order = parts;
+  }
+  if (l.ep > 1 && l.ep != l.dp)
+    out.push_back(src.error_at(pointer + "/ep",
+                               fmt::format("layout ep = {} with dp = {}: the layout shorthand "
+                                           "spreads experts over all of a stage's data-parallel "
+                                           "replicas (ep = dp) or none (ep = 1)",
+                                           l.ep, l.dp),
+                               "set ep to 1 or to dp, or write the shard directives in a base"));
+  if (out.size() != before) return std::nullopt;
+  return l;
+}
+
+int layout_device(const Layout& l, int tp, int dp, int pp) {
+  int dev = 0, stride = 1;
+  for (const std::string& k : l.order) {
+    const int coord = k == "tp" ? tp : k == "dp" ? dp : pp;
+    const int size = k == "tp" ? l.tp : k == "dp" ? l.dp : l.pp;
+    dev += coord * stride;
+    stride *= size;
+  }
+  return dev;
+}
+
+}  // namespace stretto

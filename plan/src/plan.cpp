@@ -1,0 +1,909 @@
+// Plan parser (DESIGN.md §2). Every field is type- and range-checked; every problem becomes a
+// diagnostic at its JSON location with a hint; all diagnostics are collected before failing.
+#include "stretto/plan/plan.h"
+
+#include "stretto/plan/layout.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+namespace stretto {
+
+int dtype_bytes(DType d) {
+  switch (d) {
+    case DType::kFP32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kFP16:
+      return 2;
+    case DType::kFP8:
+      return 1;
+  }
+  return 2;
+}
+
+std::string_view directive_op_name(DirectiveOp op) {
+  switch (op) {
+    case DirectiveOp::kPlace:
+      return "place";
+    case DirectiveOp::kReplicate:
+      return "replicate";
+    case DirectiveOp::kShard:
+      return "shard";
+    case DirectiveOp::kShardTensor:
+      return "shard_tensor";
+    case DirectiveOp::kSplit:
+      return "split";
+    case DirectiveOp::kOrder:
+      return "order";
+    case DirectiveOp::kRecompute:
+      return "recompute";
+  }
+  return "?";
+}
+
+int64_t OptimizerSpec::state_bytes_per_param(int dt) const {
+  // fp32 master copy when kept (mixed precision); moments in fp32 alongside it, else in the
+  // parameters' dtype (torch.optim keeps state in the parameter's dtype).
+  const int64_t s = master_weights ? 4 : dt;
+  switch (kind) {
+    case Kind::kAdam:
+      return (master_weights ? 4 : 0) + 2 * s;
+    case Kind::kSgd:
+      return (master_weights ? 4 : 0) + s;
+    case Kind::kNone:
+      return 0;
+  }
+  return 0;
+}
+
+int64_t OptimizerSpec::step_bytes_per_param(int dt) const {
+  if (kind == Kind::kNone) return 0;
+  // HBM traffic of one step per parameter (each tensor read or written once per kernel pass;
+  // Megatron's mixed-precision optimizer, fused multi-tensor Adam):
+  //  - master weights: copy the dtype grads to fp32 main grads (read dt, write 4) and, after
+  //    the update, the fp32 master weights back to the model dtype (read 4, write dt);
+  //  - gradient clipping: one read of the grads for the norm, one read + write to scale them;
+  //  - Adam: read grad, weight, m, v; write weight, m, v. SGD (momentum): read grad, weight,
+  //    momentum; write weight, momentum.
+  const int64_t g = master_weights ? 4 : dt;  // grads as the update reads them
+  const int64_t w = master_weights ? 4 : dt;  // weights and moments as the update keeps them
+  int64_t b = 0;
+  if (master_weights) b += (dt + 4) + (4 + dt);
+  if (grad_clip) b += 3 * g;
+  b += kind == Kind::kAdam ? g + 6 * w : g + 4 * w;
+  return b;
+}
+
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+std::string type_name(const Json& j) {
+  switch (j.type()) {
+    case Json::value_t::object:
+      return "an object";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::number_float:
+      return "a number";
+    default:
+      return "an integer";
+  }
+}
+
+// Typed access to a JSON document with diagnostics at the exact location.
+class Reader {
+ public:
+  Reader(const JsonSource& src, Diagnostics& diags) : src_(src), diags_(diags) {}
+
+  const Json* at(const std::string& ptr) const { return src_.find(ptr); }
+  void error(const std::string& ptr, std::string msg, std::string hint = {}, int directive = -1,
+             bool at_key = false) {
+    Diagnostic d = src_.error_at(ptr, std::move(msg), std::move(hint), at_key);
+    d.directive = directive;
+    diags_.push_back(std::move(d));
+  }
+
+  // Checks that `ptr` is an object whose keys are all in `allowed`.
+  bool object(const std::string& ptr, const std::vector<std::string>& allowed, int directive = -1,
+              const std::string& what = "") {
+    const Json* j = at(ptr);
+    if (!j || !j->is_object()) {
+      error(ptr,
+            fmt::format("{} must be an object, found {}", what.empty() ? ptr : what,
+                        j ? type_name(*j) : "nothing"),
+            "", directive);
+      return false;
+    }
+    for (auto it = j->begin(); it != j->end(); ++it) {
+      if (std::find(allowed.begin(), allowed.end(), it.key()) != allowed.end()) continue;
+      std::string near = nearest(it.key(), allowed);
+      error(ptr + "/" + pointer_escape(it.key()),
+            fmt::format("unknown key '{}'{}", it.key(), what.empty() ? "" : " in " + what),
+            near.empty() ? "valid keys: " + join(allowed) : "did you mean '" + near + "'?",
+            directive, true);
+    }
+    return true;
+  }
+
+  bool has(const std::string& obj, const std::string& key) const {
+    const Json* j = at(obj);
+    return j && j->is_object() && j->contains(key);
+  }
+
+  template <class T>
+  bool number(const std::string& obj, const std::string& key, T& out, double lo, double hi,
+              bool required, int directive = -1) {
+    std::string ptr = obj + "/" + key;
+    const Json* j = at(ptr);
+    if (!j) {
+      if (required) error(obj, fmt::format("missing required key '{}'", key), "", directive);
+      return false;
+    }
+    if (!j->is_number() || (std::is_integral_v<T> && !j->is_number_integer())) {
+      error(ptr,
+            fmt::format("'{}' must be {}, found {}", key,
+                        std::is_integral_v<T> ? "an integer" : "a number", type_name(*j)),
+            "", directive);
+      return false;
+    }
+    double v = j->get<double>();
+    if (!(v >= lo && v <= hi)) {
+      error(ptr, fmt::format("'{}' = {} is out of range [{}, {}]", key, j->dump(), lo, hi), "",
+            directive);
+      return false;
+    }
+    out = std::is_integral_v<T> ? static_cast<T>(j->get<int64_t>()) : static_cast<T>(v);
+    return true;
+  }
+
+  bool string(const std::string& obj, const std::string& key, std::string& out, bool required,
+              int directive = -1) {
+    std::string ptr = obj + "/" + key;
+    const Json* j = at(ptr);
+    if (!j) {
+      if (required) error(obj, fmt::format("missing required key '{}'", key), "", directive);
+      return false;
+    }
+    if (!j->is_string()) {
+      error(ptr, fmt::format("'{}' must be a string, found {}", key, type_name(*j)), "", directive);
+      return false;
+    }
+    out = j->get<std::string>();
+    return true;
+  }
+
+  bool boolean(const std::string& obj, const std::string& key, bool& out, int directive = -1) {
+    std::string ptr = obj + "/" + key;
+    const Json* j = at(ptr);
+    if (!j) return false;
+    if (!j->is_boolean()) {
+      error(ptr, fmt::format("'{}' must be true or false, found {}", key, type_name(*j)), "",
+            directive);
+      return false;
+    }
+    out = j->get<bool>();
+    return true;
+  }
+
+  template <class E>
+  bool choice(const std::string& obj, const std::string& key, E& out,
+              const std::vector<std::pair<std::string, E>>& options, bool required,
+              int directive = -1) {
+    std::string s;
+    if (!string(obj, key, s, required, directive)) return false;
+    std::vector<std::string> names;
+    for (const auto& [n, e] : options) {
+      if (n == s) {
+        out = e;
+        return true;
+      }
+      names.push_back(n);
+    }
+    std::string near = nearest(s, names);
+    error(obj + "/" + key, fmt::format("unknown {} '{}'", key, s),
+          near.empty() ? "valid values: " + join(names) : "did you mean '" + near + "'?",
+          directive);
+    return false;
+  }
+
+  bool int_list(const std::string& ptr, std::vector<int>& out, int directive, bool allow_empty) {
+    const Json* j = at(ptr);
+    if (!j || !j->is_array()) {
+      error(ptr,
+            fmt::format("expected a list of device ids, found {}", j ? type_name(*j) : "nothing"),
+            "e.g. \"devices\": [0, 1]", directive);
+      return false;
+    }
+    if (j->empty() && !allow_empty) {
+      error(ptr, "the device list is empty", "list at least one device id", directive);
+      return false;
+    }
+    bool ok = true;
+    std::set<int> seen;
+    for (size_t i = 0; i < j->size(); ++i) {
+      const Json& e = (*j)[i];
+      if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > 1 << 24) {
+        error(ptr + "/" + std::to_string(i), "device ids are non-negative integers", "", directive);
+        ok = false;
+        continue;
+      }
+      int v = e.get<int>();
+      if (!seen.insert(v).second) {
+        error(ptr + "/" + std::to_string(i), fmt::format("device {} is listed twice", v), "",
+              directive);
+        ok = false;
+      }
+      out.push_back(v);
+    }
+    return ok;
+  }
+
+  const JsonSource& src() const { return src_; }
+
+ private:
+  const JsonSource& src_;
+  Diagnostics& diags_;
+};
+
+const std::vector<std::string> kModelKeys = {
+    "family",         "name",  "layers",     "hidden",           "heads",       "kv_heads",
+    "ffn_hidden",     "vocab", "seq_len",    "microbatch_size",  "dtype",       "gated_mlp",
+    "tie_embeddings", "moe",   "pp_regions", "activation_bytes", "param_bytes", "boundary_bytes",
+    "flops",          "attention", "bias", "dropout"};
+const std::vector<std::string> kMoeKeys = {
+    "experts",     "top_k", "expert_ffn_hidden", "shared_experts",
+    "first_layer", "every", "capacity_factor",   "imbalance"};
+const std::vector<std::string> kOptimizerKeys = {"kind", "master_weights", "grad_clip", "comment"};
+
+// `pp_regions`: a count (even split) or a list of layers per region.
+void parse_pp_regions(Reader& r, const std::string& P, ModelSpec& m) {
+  const Json* j = r.at(P + "/pp_regions");
+  if (!j || !j->is_array()) {
+    r.number(P, "pp_regions", m.pp_regions, 1, 1e5, false);
+    return;
+  }
+  const std::string Q = P + "/pp_regions";
+  if (j->empty() || j->size() > 100000) {
+    r.error(Q, "pp_regions lists no regions", "e.g. \"pp_regions\": [7, 8, 8, 9]");
+    return;
+  }
+  bool ok = true;
+  for (size_t i = 0; i < j->size(); ++i) {
+    const Json& e = (*j)[i];
+    const bool end = i == 0 || i + 1 == j->size();
+    if (!e.is_number_integer() || e.get<int64_t>() < (end && j->size() > 1 ? 0 : 1) ||
+        e.get<int64_t>() > 100000) {
+      r.error(Q + "/" + std::to_string(i),
+              fmt::format("pp_regions[{}] must be a layer count {} 1", i,
+                          end && j->size() > 1 ? "of at least 0 (first or last region), else" : ">="),
+              "only the first and last region may hold no transformer layer (embedding, head)");
+      ok = false;
+      continue;
+    }
+    m.region_layers.push_back(e.get<int>());
+  }
+  if (!ok) {
+    m.region_layers.clear();
+    return;
+  }
+  m.pp_regions = static_cast<int>(m.region_layers.size());
+}
+const std::vector<std::string> kClusterKeys = {
+    "preset", "nodes",      "devices_per_node", "peak_tflops", "hbm_GBps", "memory_GiB",
+    "sms",    "intra_node", "inter_node",       "islands",     "dcn"};
+const std::vector<std::string> kLinkKeys = {"bandwidth_GBps", "latency_us"};
+
+void parse_model(Reader& r, ModelSpec& m) {
+  const std::string P = "/model";
+  if (!r.object(P, kModelKeys, -1, "model")) return;
+  r.choice<ModelSpec::Family>(P, "family", m.family,
+                              {{"transformer", ModelSpec::Family::kTransformer},
+                               {"synthetic", ModelSpec::Family::kSynthetic}},
+                              true);
+  r.string(P, "name", m.name, false);
+  r.number(P, "layers", m.layers, 1, 1e5, true);
+  parse_pp_regions(r, P, m);
+  r.number(P, "microbatch_size", m.microbatch_size, 1, 1e7, false);
+  r.choice<DType>(P, "dtype", m.dtype,
+                  {{"bf16", DType::kBF16},
+                   {"fp16", DType::kFP16},
+                   {"fp32", DType::kFP32},
+                   {"fp8", DType::kFP8}},
+                  false);
+  if (m.family == ModelSpec::Family::kSynthetic) {
+    r.number(P, "activation_bytes", m.activation_bytes, 0, 1e15, false);
+    r.number(P, "param_bytes", m.param_bytes, 0, 1e15, false);
+    r.number(P, "boundary_bytes", m.boundary_bytes, 0, 1e15, false);
+    r.number(P, "flops", m.flops, 0, 1e20, false);
+    for (const char* k : {"hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "moe",
+                          "attention", "bias", "dropout"})
+      if (r.has(P, k))
+        r.error(P + "/" + k, fmt::format("'{}' does not apply to a synthetic model", k),
+                "synthetic models take activation_bytes, param_bytes, boundary_bytes, flops", -1,
+                true);
+    return;
+  }
+  r.number(P, "hidden", m.hidden, 1, 1e7, true);
+  r.number(P, "heads", m.heads, 1, 1e5, true);
+  r.number(P, "kv_heads", m.kv_heads, 1, 1e5, false);
+  r.number(P, "ffn_hidden", m.ffn_hidden, 1, 1e8, true);
+  r.number(P, "vocab", m.vocab, 1, 1e8, true);
+  r.number(P, "seq_len", m.seq_len, 1, 1e8, true);
+  r.boolean(P, "gated_mlp", m.gated_mlp);
+  r.boolean(P, "tie_embeddings", m.tie_embeddings);
+  r.choice<AttentionImpl>(P, "attention", m.attention,
+                          {{"flash", AttentionImpl::kFlash}, {"unfused", AttentionImpl::kUnfused}},
+                          false);
+  r.boolean(P, "bias", m.bias);
+  r.number(P, "dropout", m.dropout, 0, 0.999999, false);
+  for (const char* k : {"activation_bytes", "param_bytes", "boundary_bytes", "flops"})
+    if (r.has(P, k))
+      r.error(P + "/" + k, fmt::format("'{}' only applies to a synthetic model", k), "", -1, true);
+  if (m.heads > 0 && m.hidden % m.heads != 0)
+    r.error(P + "/heads",
+            fmt::format("hidden ({}) is not divisible by heads ({})", m.hidden, m.heads));
+  if (m.kv_heads == 0) m.kv_heads = m.heads;
+  if (m.heads > 0 && m.kv_heads > 0 && m.heads % m.kv_heads != 0)
+    r.error(P + "/kv_heads",
+            fmt::format("heads ({}) must be a multiple of kv_heads ({})", m.heads, m.kv_heads));
+  if (r.has(P, "moe")) {
+    const std::string Q = P + "/moe";
+    if (r.object(Q, kMoeKeys, -1, "moe")) {
+      MoeSpec moe;
+      r.number(Q, "experts", moe.experts, 1, 1e6, true);
+      r.number(Q, "top_k", moe.top_k, 1, 1e4, false);
+      r.number(Q, "expert_ffn_hidden", moe.expert_ffn_hidden, 1, 1e8, true);
+      r.number(Q, "shared_experts", moe.shared_experts, 0, 1e4, false);
+      r.number(Q, "first_layer", moe.first_layer, 0, 1e5, false);
+      r.number(Q, "every", moe.every, 1, 1e5, false);
+      r.number(Q, "capacity_factor", moe.capacity_factor, 0, 1e4, false);
+      r.number(Q, "imbalance", moe.imbalance, 1, 1e4, false);
+      if (moe.top_k > moe.experts)
+        r.error(Q + "/top_k",
+                fmt::format("top_k ({}) exceeds experts ({})", moe.top_k, moe.experts));
+      m.moe = moe;
+    }
+  }
+}
+
+struct Preset {
+  const char* name;
+  DeviceSpec dev;
+  int devices_per_node;
+  LinkSpec intra, inter;
+};
+
+// Published peak numbers. Dense BF16 tensor-core peak (no sparsity), HBM bandwidth, memory,
+// SM count from the vendor data sheets; intra-node = NVLink per-direction bandwidth per GPU;
+// inter-node = one 400 Gb/s (H100/H200, NDR) or 200 Gb/s (A100, HDR) NIC per GPU.
+const Preset kPresets[] = {
+    {"h100-sxm", {"h100-sxm", 989.4, 3350, 80, 132}, 8, {450, 2.0}, {50, 5.0}},
+    {"h200", {"h200", 989.4, 4800, 141e9 / (1u << 30), 132}, 8, {450, 2.0}, {50, 5.0}},
+    {"a100-sxm", {"a100-sxm", 312, 2039, 80, 108}, 8, {300, 2.0}, {25, 5.0}},
+    // A CPU process as used by the Gloo backend: numbers for one multi-core socket; links are
+    // loopback TCP (Gloo) — calibrate with `stretto profile` on the machine at hand.
+    {"cpu", {"cpu", 1.0, 50, 64, 1}, 1, {5, 20.0}, {5, 20.0}},
+};
+
+void parse_link(Reader& r, const std::string& obj, const std::string& key, LinkSpec& l) {
+  if (!r.has(obj, key)) return;
+  std::string P = obj + "/" + key;
+  if (!r.object(P, kLinkKeys, -1, key)) return;
+  r.number(P, "bandwidth_GBps", l.bandwidth_GBps, 1e-6, 1e6, false);
+  r.number(P, "latency_us", l.latency_us, 0, 1e7, false);
+}
+
+void parse_cluster(Reader& r, ClusterSpec& c) {
+  const std::string P = "/cluster";
+  if (!r.object(P, kClusterKeys, -1, "cluster")) return;
+  c.preset = "h100-sxm";
+  std::vector<std::string> names;
+  for (const auto& p : kPresets) names.push_back(p.name);
+  if (r.string(P, "preset", c.preset, false) &&
+      std::find(names.begin(), names.end(), c.preset) == names.end()) {
+    std::string near = nearest(c.preset, names);
+    r.error(P + "/preset", fmt::format("unknown cluster preset '{}'", c.preset),
+            near.empty() ? "presets: " + join(names) : "did you mean '" + near + "'?");
+    c.preset = "h100-sxm";
+  }
+  for (const auto& p : kPresets)
+    if (p.name == c.preset) {
+      c.device = p.dev;
+      c.devices_per_node = p.devices_per_node;
+      c.intra_node = p.intra;
+      c.inter_node = p.inter;
+      c.dcn = LinkSpec{p.inter.bandwidth_GBps / 4, 20.0};
+    }
+  r.number(P, "nodes", c.nodes, 1, 1e6, false);
+  r.number(P, "devices_per_node", c.devices_per_node, 1, 1e4, false);
+  r.number(P, "peak_tflops", c.device.peak_tflops, 1e-6, 1e7, false);
+  r.number(P, "hbm_GBps", c.device.hbm_GBps, 1e-6, 1e7, false);
+  r.number(P, "memory_GiB", c.device.memory_GiB, 1e-6, 1e7, false);
+  r.number(P, "sms", c.device.sms, 1, 1e5, false);
+  parse_link(r, P, "intra_node", c.intra_node);
+  parse_link(r, P, "inter_node", c.inter_node);
+  r.number(P, "islands", c.islands, 1, 1e6, false);
+  parse_link(r, P, "dcn", c.dcn);
+  if (c.nodes % c.islands != 0)
+    r.error(P + "/islands",
+            fmt::format("{} nodes cannot be split evenly into {} islands", c.nodes, c.islands));
+}
+
+void parse_costmodel(Reader& r, CostModelSpec& cm, bool present) {
+  const std::string P = "/costmodel";
+  if (!present) return;
+  const Json* j = r.at(P);
+  if (!j->is_object()) {
+    r.error(P, "costmodel must be an object", "e.g. {\"kind\": \"analytic\"}");
+    return;
+  }
+  r.choice<CostModelSpec::Kind>(P, "kind", cm.kind,
+                                {{"analytic", CostModelSpec::Kind::kAnalytic},
+                                 {"profiled", CostModelSpec::Kind::kProfiled},
+                                 {"fixed", CostModelSpec::Kind::kFixed}},
+                                true);
+  if (cm.kind == CostModelSpec::Kind::kFixed) {
+    r.object(P, {"kind", "F", "B", "BI", "BW", "comm", "unit"}, -1, "a fixed cost model");
+    double scale = 1e6;  // ms
+    std::string unit = "ms";
+    if (r.string(P, "unit", unit, false)) {
+      if (unit == "ns")
+        scale = 1;
+      else if (unit == "us")
+        scale = 1e3;
+      else if (unit == "ms")
+        scale = 1e6;
+      else if (unit == "s")
+        scale = 1e9;
+      else
+        r.error(P + "/unit", fmt::format("unknown unit '{}'", unit), "use ns, us, ms or s");
+    }
+    double f = 0, b = 0, bi = -1, bw = -1, comm = 0;
+    r.number(P, "F", f, 0, 1e12, true);
+    r.number(P, "B", b, 0, 1e12, true);
+    r.number(P, "BI", bi, 0, 1e12, false);
+    r.number(P, "BW", bw, 0, 1e12, false);
+    r.number(P, "comm", comm, 0, 1e12, false);
+    auto ns = [&](double x) { return static_cast<int64_t>(std::llround(x * scale)); };
+    cm.f_ns = ns(f);
+    cm.b_ns = ns(b);
+    // Without explicit BI/BW, a split backward halves B (the ZB papers' F = BI = BW setting).
+    cm.bi_ns = bi >= 0 ? ns(bi) : cm.b_ns / 2;
+    cm.bw_ns = bw >= 0 ? ns(bw) : cm.b_ns - cm.bi_ns;
+    cm.comm_ns = ns(comm);
+    return;
+  }
+  r.string(P, "profile", cm.profile, cm.kind == CostModelSpec::Kind::kProfiled);
+  if (!cm.profile.empty() && !r.src().file().empty()) {
+    std::filesystem::path base = std::filesystem::path(r.src().file()).parent_path();
+    if (std::filesystem::path(cm.profile).is_relative()) cm.profile = (base / cm.profile).string();
+  }
+  cm.options = Json::object();
+  for (auto it = j->begin(); it != j->end(); ++it)
+    if (it.key() != "kind" && it.key() != "profile") cm.options[it.key()] = it.value();
+}
+
+void parse_optimizer(Reader& r, OptimizerSpec& o) {
+  const std::string P = "/optimizer";
+  if (!r.object(P, kOptimizerKeys, -1, "optimizer")) return;
+  o.given = true;
+  r.choice<OptimizerSpec::Kind>(P, "kind", o.kind,
+                                {{"adam", OptimizerSpec::Kind::kAdam},
+                                 {"sgd", OptimizerSpec::Kind::kSgd},
+                                 {"none", OptimizerSpec::Kind::kNone}},
+                                false);
+  r.boolean(P, "master_weights", o.master_weights);
+  r.boolean(P, "grad_clip", o.grad_clip);
+}
+
+const std::vector<std::string> kTagKeys = {"PP", "EP", "LAYER", "MB", "PASS"};
+
+}  // namespace
+
+namespace detail {
+
+// Filter parsing shared by directives and order groups.
+bool parse_filter_into(Reader& r, const std::string& ptr, Filter& f, int directive) {
+  const Json* j = r.at(ptr);
+  if (!j || !j->is_object()) {
+    r.error(
+        ptr,
+        fmt::format("a filter must be an object of tags, found {}", j ? type_name(*j) : "nothing"),
+        "e.g. {\"PP\": 0, \"MB\": \"*\", \"PASS\": \"F\"}; {} matches everything", directive);
+    return false;
+  }
+  f.pointer = ptr;
+  bool ok = true;
+  for (auto it = j->begin(); it != j->end(); ++it) {
+    const std::string kp = ptr + "/" + pointer_escape(it.key());
+    const Json& v = it.value();
+    if (it.key() == "PASS") {
+      auto p = v.is_string() ? parse_pass(v.get<std::string>()) : std::nullopt;
+      if (!p) {
+        std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+        std::string near = nearest(s, {"F", "B", "BI", "BW"});
+        r.error(kp, fmt::format("unknown PASS {}", v.dump()),
+                near.empty() ? "PASS is one of F, B, BI, BW" : "did you mean '" + near + "'?",
+                directive);
+        ok = false;
+      } else {
+        f.pass = *p;
+      }
+      continue;
+    }
+    auto key = parse_tag_key(it.key());
+    if (!key) {
+      std::string near = nearest(it.key(), kTagKeys);
+      r.error(kp, fmt::format("unknown tag '{}'", it.key()),
+              near.empty() ? "tags are PP, EP, LAYER, MB and PASS" : "did you mean '" + near + "'?",
+              directive, true);
+      ok = false;
+      continue;
+    }
+    TagCond& c = f.cond[static_cast<size_t>(*key)];
+    if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (1ll << 31)) {
+      c = {TagCond::kEquals, v.get<int32_t>()};
+    } else if (v.is_string() && v.get<std::string>() == "*") {
+      c = {TagCond::kPresent, 0};
+    } else if (v.is_string() && v.get<std::string>() == "-") {
+      c = {TagCond::kAbsentOnly, 0};
+    } else {
+      r.error(kp, fmt::format("tag value {} is not an index, \"*\" or \"-\"", v.dump()),
+              "\"*\" = tag present with any value, \"-\" = tag absent", directive);
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+}  // namespace detail
+
+namespace {
+
+const std::vector<std::string> kOps = {"place", "replicate", "shard",    "shard_tensor",
+                                       "split", "order",     "recompute"};
+
+bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d) {
+  d.index = index;
+  d.pointer = ptr;
+  const Json* j = r.at(ptr);
+  if (!j || !j->is_object()) {
+    r.error(ptr,
+            fmt::format("directive {} must be an object, found {}", index,
+                        j ? type_name(*j) : "nothing"),
+            "e.g. {\"op\": \"place\", \"filter\": {\"PP\": 0}, \"devices\": [0]}", index);
+    return false;
+  }
+  std::string op;
+  if (!r.string(ptr, "op", op, true, index)) return false;
+  auto it = std::find(kOps.begin(), kOps.end(), op);
+  if (it == kOps.end()) {
+    std::string near = nearest(op, kOps);
+    r.error(ptr + "/op", fmt::format("unknown directive op '{}'", op),
+            near.empty() ? "ops: " + join(kOps) : "did you mean '" + near + "'?", index);
+    return false;
+  }
+  d.op = static_cast<DirectiveOp>(it - kOps.begin());
+  bool ok = true;
+  auto need_filter = [&] {
+    if (!r.has(ptr, "filter")) {
+      r.error(ptr, fmt::format("'{}' needs a 'filter'", op), "{} matches everything", index);
+      ok = false;
+      return;
+    }
+    ok &= detail::parse_filter_into(r, ptr + "/filter", d.filter, index);
+  };
+  auto need_devices = [&] {
+    if (!r.has(ptr, "devices")) {
+      r.error(ptr, fmt::format("'{}' needs 'devices'", op), "e.g. \"devices\": [0, 1]", index);
+      ok = false;
+      return;
+    }
+    ok &= r.int_list(ptr + "/devices", d.devices, index, false);
+  };
+  switch (d.op) {
+    case DirectiveOp::kPlace:
+      ok &= r.object(ptr, {"op", "filter", "devices", "stream", "comment"}, index, "place");
+      need_filter();
+      need_devices();
+      r.string(ptr, "stream", d.stream, false, index);
+      break;
+    case DirectiveOp::kReplicate:
+      ok &= r.object(ptr,
+                     {"op", "filter", "devices", "reduce_stream", "gather_stream", "bucket_size",
+                      "shard_grads", "shard_params", "shard_optimizer", "prefetch",
+                      "reshard_after_forward", "comment"},
+                     index, "replicate");
+      need_filter();
+      need_devices();
+      r.string(ptr, "reduce_stream", d.reduce_stream, false, index);
+      r.string(ptr, "gather_stream", d.gather_stream, false, index);
+      r.number(ptr, "bucket_size", d.bucket_size_MB, 1e-6, 1e9, false, index);
+      r.boolean(ptr, "shard_grads", d.shard_grads, index);
+      r.boolean(ptr, "shard_params", d.shard_params, index);
+      r.boolean(ptr, "shard_optimizer", d.shard_optimizer, index);
+      if (d.shard_params && !d.shard_grads) {
+        r.error(ptr + "/shard_params", "shard_params (ZeRO-3) requires shard_grads (ZeRO-2)",
+                "set \"shard_grads\": true as well", index, true);
+        ok = false;
+      }
+      if (d.shard_grads) d.shard_optimizer = true;
+      r.number(ptr, "prefetch", d.prefetch, 0, 1e6, false, index);
+      r.boolean(ptr, "reshard_after_forward", d.reshard_after_forward, index);
+      for (const char* k : {"prefetch", "reshard_after_forward"})
+        if (r.has(ptr, k) && !d.shard_params) {
+          r.error(ptr + "/" + k, fmt::format("'{}' applies only with shard_params (ZeRO-3)", k),
+                  "set \"shard_params\": true, or drop it", index, true);
+          ok = false;
+        }
+      break;
+    case DirectiveOp::kRecompute:
+      ok &= r.object(ptr, {"op", "filter", "mode", "comment"}, index, "recompute");
+      need_filter();
+      r.choice<RecomputeMode>(ptr, "mode", d.recompute,
+                              {{"full", RecomputeMode::kFull},
+                               {"selective", RecomputeMode::kSelective}},
+                              false, index);
+      break;
+    case DirectiveOp::kShard:
+      ok &= r.object(ptr, {"op", "filter", "devices", "stream", "comment"}, index, "shard");
+      need_filter();
+      need_devices();
+      r.string(ptr, "stream", d.stream, false, index);
+      break;
+    case DirectiveOp::kShardTensor: {
+      ok &= r.object(ptr, {"op", "filter", "devices", "stream", "sequence_parallel", "comment"},
+                     index, "shard_tensor");
+      need_filter();
+      r.string(ptr, "stream", d.stream, false, index);
+      r.boolean(ptr, "sequence_parallel", d.sequence_parallel, index);
+      const Json* dv = r.at(ptr + "/devices");
+      if (!dv || !dv->is_array() || dv->empty()) {
+        r.error(dv ? ptr + "/devices" : ptr, "'shard_tensor' needs 'devices': a list of TP groups",
+                "e.g. \"devices\": [[0,1,2,3],[4,5,6,7]] (one group per placed replica)", index);
+        ok = false;
+        break;
+      }
+      if ((*dv)[0].is_array()) {
+        for (size_t g = 0; g < dv->size(); ++g) {
+          d.device_groups.emplace_back();
+          ok &= r.int_list(ptr + "/devices/" + std::to_string(g), d.device_groups.back(), index,
+                           false);
+        }
+      } else {
+        d.device_groups.emplace_back();
+        ok &= r.int_list(ptr + "/devices", d.device_groups.back(), index, false);
+      }
+      size_t tp = d.device_groups[0].size();
+      for (size_t g = 0; g < d.device_groups.size(); ++g)
+        if (d.device_groups[g].size() != tp) {
+          r.error(ptr + "/devices/" + std::to_string(g),
+                  fmt::format("TP group {} has {} devices, group 0 has {}", g,
+                              d.device_groups[g].size(), tp),
+                  "all TP groups of one directive have the same size", index);
+          ok = false;
+        }
+      break;
+    }
+    case DirectiveOp::kSplit:
+      ok &= r.object(ptr, {"op", "filter", "dim_name", "num_microbatches", "comment"}, index,
+                     "split");
+      need_filter();
+      d.dim_name = "MB";
+      r.string(ptr, "dim_name", d.dim_name, false, index);
+      if (d.dim_name != "MB") {
+        r.error(ptr + "/dim_name", fmt::format("cannot split along '{}'", d.dim_name),
+                "only \"MB\" (microbatches) is supported", index);
+        ok = false;
+      }
+      ok &= r.number(ptr, "num_microbatches", d.num_microbatches, 1, 1e6, true, index);
+      break;
+    case DirectiveOp::kOrder: {
+      ok &= r.object(ptr, {"op", "filters", "comment"}, index, "order");
+      const Json* fs = r.at(ptr + "/filters");
+      if (!fs || !fs->is_array()) {
+        r.error(fs ? ptr + "/filters" : ptr, "'order' needs 'filters': a list of filter groups",
+                "e.g. \"filters\": [[{\"MB\":0,\"PASS\":\"F\"}], [{\"MB\":1,\"PASS\":\"F\"}]]",
+                index);
+        ok = false;
+        break;
+      }
+      for (size_t g = 0; g < fs->size(); ++g) {
+        std::string gp = ptr + "/filters/" + std::to_string(g);
+        const Json& gj = (*fs)[g];
+        d.groups.emplace_back();
+        if (gj.is_object()) {  // a lone filter is a group of one
+          Filter f;
+          ok &= detail::parse_filter_into(r, gp, f, index);
+          d.groups.back().push_back(std::move(f));
+          continue;
+        }
+        if (!gj.is_array() || gj.empty()) {
+          r.error(gp, "each order group is a non-empty list of filters",
+                  "filters in one group may run interleaved; groups run one after another", index);
+          ok = false;
+          continue;
+        }
+        for (size_t k = 0; k < gj.size(); ++k) {
+          Filter f;
+          ok &= detail::parse_filter_into(r, gp + "/" + std::to_string(k), f, index);
+          d.groups.back().push_back(std::move(f));
+        }
+      }
+      break;
+    }
+  }
+  return ok;
+}
+
+}  // namespace
+
+Expected<std::vector<Directive>> parse_directives(const JsonSource& src,
+                                                  const std::string& pointer) {
+  Diagnostics diags;
+  Reader r(src, diags);
+  std::vector<Directive> out;
+  const Json* j = r.at(pointer);
+  if (!j || !j->is_array()) {
+    r.error(pointer, "a schedule must be a list of directives",
+            "e.g. [{\"op\": \"place\", \"filter\": {\"PP\": 0}, \"devices\": [0]}]");
+    return fail(std::move(diags));
+  }
+  for (size_t i = 0; i < j->size(); ++i) {
+    Directive d;
+    if (parse_directive(r, pointer + "/" + std::to_string(i), static_cast<int>(i), d))
+      out.push_back(std::move(d));
+  }
+  if (!diags.empty()) return fail(std::move(diags));
+  return out;
+}
+
+Expected<Filter> parse_filter(const JsonSource& src, const std::string& pointer) {
+  Diagnostics diags;
+  Reader r(src, diags);
+  Filter f;
+  detail::parse_filter_into(r, pointer, f, -1);
+  if (!diags.empty()) return fail(std::move(diags));
+  return f;
+}
+
+Expected<Plan> parse_plan(const JsonSource& src) {
+  Diagnostics diags;
+  Reader r(src, diags);
+  Plan plan;
+  plan.file = src.file();
+  if (!r.object("", {"model", "cluster", "costmodel", "schedule", "name", "comment", "optimizer"},
+                -1, "the plan"))
+    return fail(std::move(diags));
+  for (const char* k : {"model", "cluster", "schedule"})
+    if (!r.has("", k))
+      r.error("", fmt::format("the plan has no '{}'", k),
+              "a plan has \"model\", \"cluster\", \"costmodel\" (optional) and \"schedule\"");
+  if (r.has("", "model")) parse_model(r, plan.model);
+  if (r.has("", "cluster")) parse_cluster(r, plan.cluster);
+  parse_costmodel(r, plan.costmodel, r.has("", "costmodel"));
+  if (r.has("", "optimizer")) parse_optimizer(r, plan.optimizer);
+  if (r.has("", "schedule")) {
+    const Json* s = r.at("/schedule");
+    if (s->is_object()) {
+      BuilderCall b;
+      const std::string P = "/schedule";
+      if (r.object(P, {"builder", "ranks", "stages_per_rank", "microbatches", "base", "layout"},
+                   -1, "a builder call")) {
+        r.string(P, "builder", b.builder, true);
+        r.number(P, "ranks", b.ranks, 1, 1e5, !r.has(P, "base") && !r.has(P, "layout"));
+        if (r.has(P, "layout")) b.layout = parse_layout(src, P + "/layout", diags);  // layout.h
+        r.number(P, "stages_per_rank", b.stages_per_rank, 1, 1e4, false);
+        r.number(P, "microbatches", b.microbatches, 1, 1e6, true);
+        if (r.has(P, "base")) {
+          auto base = parse_directives(src, P + "/base");
+          if (base)
+            b.base = std::move(*base);
+          else
+            diags.insert(diags.end(), base.error().begin(), base.error().end());
+        }
+      }
+      plan.builder = std::move(b);
+    } else {
+      auto ds = parse_directives(src, "/schedule");
+      if (ds)
+        plan.schedule = std::move(*ds);
+      else
+        diags.insert(diags.end(), ds.error().begin(), ds.error().end());
+    }
+  }
+  if (!diags.empty()) return fail(std::move(diags));
+  return plan;
+}
+
+Json filter_to_json(const Filter& f) {
+  Json j = Json::object();
+  for (size_t i = 0; i < f.cond.size(); ++i) {
+    const auto& c = f.cond[i];
+    std::string k(kTagKeyNames[i]);
+    if (c.kind == TagCond::kEquals)
+      j[k] = c.value;
+    else if (c.kind == TagCond::kPresent)
+      j[k] = "*";
+    else if (c.kind == TagCond::kAbsentOnly)
+      j[k] = "-";
+  }
+  if (f.pass) j["PASS"] = std::string(pass_name(*f.pass));
+  return j;
+}
+
+Json directives_to_json(const std::vector<Directive>& ds) {
+  Json arr = Json::array();
+  for (const auto& d : ds) {
+    Json j;
+    j["op"] = std::string(directive_op_name(d.op));
+    if (d.op != DirectiveOp::kOrder) j["filter"] = filter_to_json(d.filter);
+    switch (d.op) {
+      case DirectiveOp::kPlace:
+      case DirectiveOp::kShard:
+        j["devices"] = d.devices;
+        if (!d.stream.empty()) j["stream"] = d.stream;
+        break;
+      case DirectiveOp::kReplicate:
+        j["devices"] = d.devices;
+        if (!d.reduce_stream.empty()) j["reduce_stream"] = d.reduce_stream;
+        if (!d.gather_stream.empty()) j["gather_stream"] = d.gather_stream;
+        j["bucket_size"] = d.bucket_size_MB;
+        if (d.shard_grads) j["shard_grads"] = true;
+        if (d.shard_params) j["shard_params"] = true;
+        if (d.shard_optimizer && !d.shard_grads) j["shard_optimizer"] = true;
+        if (d.shard_params && d.prefetch != 1) j["prefetch"] = d.prefetch;
+        if (d.shard_params && !d.reshard_after_forward) j["reshard_after_forward"] = false;
+        break;
+      case DirectiveOp::kRecompute:
+        j["mode"] = d.recompute == RecomputeMode::kFull ? "full" : "selective";
+        break;
+      case DirectiveOp::kShardTensor:
+        j["devices"] = d.device_groups;
+        if (!d.stream.empty()) j["stream"] = d.stream;
+        if (d.sequence_parallel) j["sequence_parallel"] = true;
+        break;
+      case DirectiveOp::kSplit:
+        j["dim_name"] = d.dim_name.empty() ? "MB" : d.dim_name;
+        j["num_microbatches"] = d.num_microbatches;
+        break;
+      case DirectiveOp::kOrder: {
+        Json gs = Json::array();
+        for (const auto& g : d.groups) {
+          Json ga = Json::array();
+          for (const auto& f : g) ga.push_back(filter_to_json(f));
+          gs.push_back(std::move(ga));
+        }
+        j["filters"] = std::move(gs);
+        break;
+      }
+    }
+    arr.push_back(std::move(j));
+  }
+  return arr;
+}
+
+std::vector<std::string> cluster_preset_names() {
+  std::vector<std::string> v;
+  for (const auto& p : kPresets) v.push_back(p.name);
+  return v;
+}
+
+}  // namespace stretto

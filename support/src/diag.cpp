@@ -1,0 +1,92 @@
+#include "stretto/support/diag.h"
+
+#include "stretto/support/limits.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace stretto {
+
+std::string SourceLoc::str() const {
+  std::string s = file.empty() ? std::string("<input>") : file;
+  if (line) s += fmt::format(":{}:{}", line, col);
+  if (!json_pointer.empty()) s += fmt::format(" ({})", json_pointer);
+  return s;
+}
+
+std::string Diagnostic::render() const {
+  static constexpr const char* kSev[] = {"error", "warning", "note"};
+  // "[directive N]" goes at the end of the first line of a multi-line message.
+  const size_t nl = message.find('\n');
+  std::string first = message.substr(0, nl);
+  std::string out = fmt::format("{}: {}: {}", loc.str(), kSev[static_cast<int>(severity)], first);
+  if (directive >= 0) out += fmt::format(" [directive {}]", directive);
+  if (nl != std::string::npos) out += message.substr(nl);
+  out += '\n';
+  if (!source_line.empty() && loc.col > 0) {
+    uint32_t caret = caret_col ? caret_col : loc.col;
+    const std::string shown =
+        caret_col || source_line.size() <= kMaxEchoedLine ? source_line
+                                                          : window_line(source_line, caret);
+    out += "  " + shown + "\n  ";
+    // Keep tabs so the caret lines up with the echoed line.
+    for (uint32_t i = 1; i < caret && i <= shown.size(); ++i)
+      out += shown[i - 1] == '\t' ? '\t' : ' ';
+    out += "^\n";
+  }
+  if (!hint.empty()) out += "  hint: " + hint + "\n";
+  for (const auto& n : notes) out += fmt::format("  note: {}: {}\n", n.loc.str(), n.message);
+  return out;
+}
+
+std::string render_all(const Diagnostics& ds) {
+  std::string out;
+  // (cap + 1: all of them, so that cap_diagnostics' own "... and N more" note is shown)
+  const size_t shown = ds.size() <= kMaxDiagnostics + 1 ? ds.size() : kMaxDiagnostics;
+  for (size_t i = 0; i < shown; ++i) out += ds[i].render();
+  if (ds.size() > shown) {
+    Diagnostics rest(1);
+    rest[0].severity = Severity::kNote;
+    rest[0].loc.file = ds[shown].loc.file;
+    const size_t more = ds.size() - shown;
+    rest[0].message = fmt::format("... and {} more (not shown)", fmt::group_digits(more));
+    rest[0].hint = "fix the first ones and run again";
+    out += rest[0].render();
+  }
+  return out;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t sub = prev[j - 1] + (std::tolower(a[i - 1]) == std::tolower(b[j - 1]) ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string nearest(std::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  // Plausible typo: at most a third of the word's letters wrong (and at least one allowed).
+  size_t limit = std::max<size_t>(2, word.size() / 3);
+  return best_d <= limit ? best : std::string();
+}
+
+void assert_fail(const char* cond, const char* why, const char* file, int line) {
+  std::fprintf(stderr, "stretto internal error: %s:%d: assertion '%s' failed: %s\n", file, line,
+               cond, why);
+  std::abort();
+}
+
+}  // namespace stretto

@@ -1,0 +1,114 @@
+// Plan parser: locations (line:column and JSON pointer), hints, all errors collected.
+#include <gtest/gtest.h>
+
+#include "stretto/plan/plan.h"
+
+using namespace stretto;
+
+namespace {
+Diagnostics parse_errors(const std::string& text) {
+  auto src = JsonSource::parse(text, "p.json");
+  if (!src) return src.error();
+  auto plan = parse_plan(*src);
+  return plan ? Diagnostics{} : plan.error();
+}
+const char* kHead =
+    "{\n"
+    "  \"model\": {\"family\": \"synthetic\", \"layers\": 2, \"pp_regions\": 2},\n"
+    "  \"cluster\": {\"preset\": \"h100-sxm\", \"devices_per_node\": 2},\n"
+    "  \"schedule\": [\n";
+}  // namespace
+
+TEST(Parser, SyntaxErrorHasLineAndColumn) {
+  auto ds = parse_errors("{\n  \"model\": {\"layers\": 2}\n  \"cluster\": {}\n}\n");
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].loc.line, 3u);
+  EXPECT_EQ(ds[0].loc.col, 3u);
+  EXPECT_NE(ds[0].message.find("invalid JSON"), std::string::npos);
+}
+
+TEST(Parser, UnknownKeyPointsAtKeyWithHint) {
+  std::string t = std::string(kHead) +
+                  "    {\"op\": \"place\", \"filter\": {\"PP\": 0}, \"devics\": [0]}\n  ]\n}\n";
+  auto ds = parse_errors(t);
+  ASSERT_GE(ds.size(), 1u);
+  const Diagnostic* d = nullptr;
+  for (const auto& x : ds)
+    if (x.message.find("devics") != std::string::npos) d = &x;
+  ASSERT_NE(d, nullptr) << render_all(ds);
+  EXPECT_EQ(d->loc.line, 5u);
+  EXPECT_EQ(d->loc.col, 42u);  // the key's opening quote
+  EXPECT_EQ(d->loc.json_pointer, "/schedule/0/devics");
+  EXPECT_EQ(d->hint, "did you mean 'devices'?");
+  EXPECT_EQ(d->directive, 0);
+}
+
+TEST(Parser, CollectsEveryErrorBeforeFailing) {
+  std::string t = std::string(kHead) +
+                  "    {\"op\": \"plase\", \"filter\": {}, \"devices\": [0]},\n"
+                  "    {\"op\": \"order\", \"filters\": [[{\"PP\": 0, \"PASS\": \"Bw\"}]]},\n"
+                  "    {\"op\": \"place\", \"filter\": {\"pp\": 1}, \"devices\": [-1]}\n  ]\n}\n";
+  auto ds = parse_errors(t);
+  ASSERT_EQ(ds.size(), 4u) << render_all(ds);
+  EXPECT_EQ(ds[0].hint, "did you mean 'place'?");
+  EXPECT_EQ(ds[1].hint, "did you mean 'BW'?");
+  EXPECT_EQ(ds[1].loc.json_pointer, "/schedule/1/filters/0/0/PASS");
+  EXPECT_EQ(ds[2].hint, "did you mean 'PP'?");
+  EXPECT_EQ(ds[3].loc.json_pointer, "/schedule/2/devices/0");
+}
+
+TEST(Parser, DirectivesRoundTripThroughJson) {
+  std::string t = std::string(kHead) +
+                  "    {\"op\": \"place\", \"filter\": {\"PP\": 0, \"EP\": \"*\"}, \"devices\": "
+                  "[0], \"stream\": \"pp\"},\n"
+                  "    {\"op\": \"replicate\", \"filter\": {\"LAYER\": \"-\"}, \"devices\": [0, "
+                  "1], \"shard_grads\": true},\n"
+                  "    {\"op\": \"split\", \"filter\": {}, \"num_microbatches\": 4},\n"
+                  "    {\"op\": \"order\", \"filters\": [[{\"MB\": 0, \"PASS\": \"F\"}], [{\"MB\": "
+                  "1, \"PASS\": \"F\"}, {\"MB\": 0, \"PASS\": \"BW\"}]]}\n"
+                  "  ]\n}\n";
+  auto src = JsonSource::parse(t, "p.json");
+  ASSERT_TRUE(src);
+  auto plan = parse_plan(*src);
+  ASSERT_TRUE(plan) << render_all(plan.error());
+  Json j = directives_to_json(plan->schedule);
+  auto again = parse_directives(JsonSource::from_json(j), "");
+  ASSERT_TRUE(again) << render_all(again.error());
+  EXPECT_EQ(directives_to_json(*again), j);
+  EXPECT_TRUE(plan->schedule[1].shard_optimizer);  // ZeRO-2 implies ZeRO-1
+  EXPECT_EQ(plan->schedule[3].groups[1].size(), 2u);
+}
+
+TEST(Parser, FixedCostModelUnits) {
+  std::string t =
+      std::string(kHead) +
+      "  ],\n  \"costmodel\": {\"kind\": \"fixed\", \"F\": 1, \"B\": 2, \"unit\": \"us\"}\n}\n";
+  auto src = JsonSource::parse(t, "p.json");
+  ASSERT_TRUE(src);
+  auto plan = parse_plan(*src);
+  ASSERT_TRUE(plan) << render_all(plan.error());
+  EXPECT_EQ(plan->costmodel.f_ns, 1000);
+  EXPECT_EQ(plan->costmodel.b_ns, 2000);
+  EXPECT_EQ(plan->costmodel.bi_ns, 1000);  // B split in halves when BI/BW are not given
+  EXPECT_EQ(plan->costmodel.bw_ns, 1000);
+}
+
+// JsonSource::find resolves RFC 6901 pointers like nlohmann's at(), returning null (not
+// throwing) where at() would throw.
+TEST(Parser, JsonSourceFindMatchesPointerSemantics) {
+  auto src = JsonSource::parse(R"({"a": {"b/c": [10, 20, {"~k": true}], "": 5}, "n": null})", "p.json");
+  ASSERT_TRUE(src);
+  const std::vector<std::string> ptrs = {"",       "/a",        "/a/b~1c",   "/a/b~1c/0", "/a/b~1c/2/~0k",
+                                         "/a/",    "/n",        "/a/b~1c/3", "/a/b~1c/-", "/a/b~1c/01",
+                                         "/a/b~1c/x", "/zz",    "/a/b~1c/0/q", "a",       "/a/b~1c/-1"};
+  for (const auto& p : ptrs) {
+    const Json* viaNlohmann = nullptr;
+    try {
+      viaNlohmann = &src->root().at(Json::json_pointer(p));
+    } catch (const std::exception&) {
+    }
+    EXPECT_EQ(src->find(p), viaNlohmann) << p;
+  }
+  EXPECT_NE(src->find("/a/b~1c/2/~0k"), nullptr);
+  EXPECT_EQ(src->find("/a/b~1c/-"), nullptr);
+}
