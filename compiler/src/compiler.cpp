@@ -974,11 +974,12 @@ void Compiler::build_nodes() {
       }
     }
     if (rc) u.rc_gather = gather;
-    // TP with sequence parallelism: all-gather the sequence before column-parallel GEMMs.
+    // TP with sequence parallelism: all-gather the sequence before column-parallel GEMMs. Its
+    // bytes are NCCL's (docs/costmodel.md): the gathered output, the whole b x s x h input.
     if (sp && (op.tp == TpSplit::kColumn) && op.kind != OpKind::kMlpAct &&
         op.kind != OpKind::kLoss && u.tp > 1) {
       uint32_t ag = collective(CommKind::kAllGather, CommPurpose::kTensorPar, o, mb, pass,
-                               tp_groups(u), tp_stream(u), op.saved_input_bytes / u.tp, u.tp_dir);
+                               tp_groups(u), tp_stream(u), op.saved_input_bytes, u.tp_dir);
       for (uint32_t d : deps) edge(d, ag);
       deps = {ag};
     }
@@ -1079,9 +1080,10 @@ void Compiler::build_nodes() {
       if (u.rc >= 0) deps.push_back(u.rf);
       const Pass bp = u.split_bwd ? Pass::kBI : Pass::kB;
       if (u.tp > 1 && op.tp == TpSplit::kRow && sp) {
-        // Backward of the forward reduce-scatter: all-gather the output gradient.
+        // Backward of the forward reduce-scatter: all-gather the output gradient (the
+        // gathered output: the whole gradient, as the forward reduce-scatter's input).
         uint32_t ag = collective(CommKind::kAllGather, CommPurpose::kTensorPar, o, mb, bp,
-                                 tp_groups(u), tp_stream(u), op.out_bytes / u.tp, u.tp_dir);
+                                 tp_groups(u), tp_stream(u), op.out_bytes, u.tp_dir);
         for (uint32_t d : deps) edge(d, ag);
         deps = {ag};
       }

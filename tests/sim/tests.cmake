@@ -1,2 +1,6 @@
 # sim/inspect.h (memory by category, wait causes) and Session::from_text
 stretto_test(sim_inspect_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/inspect_test.cpp LIBS stretto::sim)
+# Every collective and transfer the compiler emits: NCCL's bytes and the α–β time the cost
+# model gives them, as the simulator asks it (sim::CostQueries)
+stretto_test(sim_collectives_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/collective_bytes_test.cpp
+  LIBS stretto::sim)
