@@ -9,8 +9,9 @@
 // Megatron's rank layout). The measured iteration time is the CSV's derived_iteration_time_s:
 // the paper's Eq. 3 FLOPs over its measured aggregate PFLOP/s.
 //
-// The test prints measured vs predicted per row and asserts a loose bound; docs/fidelity.md
-// records the real errors. Run it alone with:
+// The test prints measured vs predicted per row and asserts every row, the mean and the worst
+// at the errors it gives today plus a small margin (kTable1 below; docs/fidelity.md quotes the
+// same table), and that the margin rejects the model without the A100's sustained clock. Run it alone with:
 //   ctest --test-dir build -R Narayanan2021 --output-on-failure -V
 #include <gtest/gtest.h>
 
@@ -268,39 +269,95 @@ std::string plan_path(const std::string& label) {
   return std::string(STRETTO_TEST_DATA) + "/fidelity/narayanan2021/table1_" + f + ".json";
 }
 
-TEST(Narayanan2021, Table1IterationTimes) {
-  const auto rows = table1_rows();
-  ASSERT_EQ(rows.size(), 10u) << "narayanan2021_table1.csv has the paper's 10 rows";
-  double sum_abs = 0, worst = 0;
-  std::string report = "\nNarayanan et al. 2021, Table 1 (A100, full recompute): iteration time\n";
-  report += "  model      measured s   predicted s    error\n";
+// The errors the simulator gives today (deterministic), one row per model, and the bounds
+// asserted: each row's |error| may grow by at most kRowSlack, the mean and the worst by at
+// most kSummarySlack. After a deliberate model change, re-measure (the test prints the table)
+// and update this table and docs/fidelity.md together.
+struct Table1Error {
+  const char* label;
+  double err_pct;  // (predicted - measured) / measured, in percent, as printed
+};
+constexpr Table1Error kTable1[] = {
+    {"1.7B", -4.6}, {"3.6B", -4.7}, {"7.5B", -2.7}, {"18B", -3.4},  {"39B", -0.2},
+    {"76B", -8.1},  {"145B", -3.2}, {"310B", -3.7}, {"530B", -4.1}, {"1T", +1.4},
+};
+constexpr double kTable1Mean = 3.6, kTable1Worst = 8.1;  // percent
+constexpr double kRowSlack = 1.0, kSummarySlack = 0.4;   // percentage points
+
+struct Table1Result {
+  std::vector<double> err_pct;  // per row of table1_rows()
+  double mean_pct = 0, worst_pct = 0;
+  std::string report;
+};
+
+// Simulates every row of Table 1, with `costmodel_options` merged into each plan's costmodel.
+Table1Result simulate_table1(const std::vector<Row>& rows, const json& costmodel_options) {
+  Table1Result out;
+  out.report = "\nNarayanan et al. 2021, Table 1 (A100, full recompute): iteration time";
+  if (!costmodel_options.empty()) out.report += " with costmodel " + costmodel_options.dump();
+  out.report += "\n  model      measured s   predicted s    error\n";
   for (const auto& row : rows) {
-    auto s = sim::Session::open(plan_path(row.label));
-    ASSERT_TRUE(s) << row.label << ": " << s.error()[0].message;
+    std::ifstream in(plan_path(row.label));
+    json plan = json::parse(in, nullptr, false);
+    EXPECT_TRUE(plan.is_object()) << row.label;
+    if (!plan.is_object()) return out;
+    plan["costmodel"].update(costmodel_options);
+    auto s = testing::session_of(plan);
+    EXPECT_TRUE(s) << row.label << ": " << (s ? "" : s.error()[0].message);
+    if (!s) return out;
     sim::SimOptions opt;
     opt.fold_replicas = true;  // identical data-parallel replicas: simulate one
     opt.memory_curves = false;
     auto r = s->simulate(opt);
-    ASSERT_TRUE(r) << row.label << ": " << r.error()[0].message;
+    EXPECT_TRUE(r) << row.label << ": " << (r ? "" : r.error()[0].message);
+    if (!r) return out;
     const double predicted = static_cast<double>(r->step_time) * 1e-9;
-    const double err = (predicted - row.measured_s) / row.measured_s;
-    sum_abs += std::abs(err);
-    worst = std::max(worst, std::abs(err));
+    const double err = 100 * (predicted - row.measured_s) / row.measured_s;
+    out.err_pct.push_back(err);
+    out.mean_pct += std::abs(err) / static_cast<double>(rows.size());
+    out.worst_pct = std::max(out.worst_pct, std::abs(err));
     char buf[128];
     std::snprintf(buf, sizeof buf, "  %-8s %10.2f   %11.2f   %+6.1f %%\n", row.label.c_str(),
-                  row.measured_s, predicted, 100 * err);
-    report += buf;
+                  row.measured_s, predicted, err);
+    out.report += buf;
   }
-  const double mean = sum_abs / static_cast<double>(rows.size());
   char buf[128];
-  std::snprintf(buf, sizeof buf, "  mean |error| %.1f %%, worst %.1f %%\n", 100 * mean,
-                100 * worst);
-  report += buf;
-  std::printf("%s", report.c_str());
-  // Loose CI bound (the target, every row within 10 % and mean <= 5 %, is reported, not
-  // asserted, so that a deliberate model change elsewhere does not break CI by a hair).
-  EXPECT_LE(worst, 0.15) << report;
-  EXPECT_LE(mean, 0.08) << report;
+  std::snprintf(buf, sizeof buf, "  mean |error| %.1f %%, worst %.1f %%\n", out.mean_pct,
+                out.worst_pct);
+  out.report += buf;
+  return out;
+}
+
+TEST(Narayanan2021, Table1IterationTimes) {
+  const auto rows = table1_rows();
+  ASSERT_EQ(rows.size(), std::size(kTable1)) << "narayanan2021_table1.csv has the paper's 10 rows";
+  const Table1Result t = simulate_table1(rows, json::object());
+  std::printf("%s", t.report.c_str());
+  ASSERT_EQ(t.err_pct.size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    ASSERT_EQ(rows[i].label, kTable1[i].label);
+    EXPECT_LE(std::abs(t.err_pct[i]), std::abs(kTable1[i].err_pct) + kRowSlack)
+        << rows[i].label << " got worse (kTable1 holds " << kTable1[i].err_pct << " %)";
+  }
+  EXPECT_LE(t.mean_pct, kTable1Mean + kSummarySlack) << t.report;
+  EXPECT_LE(t.worst_pct, kTable1Worst + kSummarySlack) << t.report;
+}
+
+// The control: without the A100's sustained clock (the model at its boost clock, about 8 %
+// faster on compute-bound work) the same bounds fail: docs/fidelity.md gives mean 8.9 %, rows
+// -5.3 % to -13.3 %. A bound that this passes would not catch such a change.
+TEST(Narayanan2021, BoundsRejectTheBoostClock) {
+  const auto rows = table1_rows();
+  ASSERT_EQ(rows.size(), std::size(kTable1));
+  const Table1Result t = simulate_table1(rows, {{"sustained_clock_ratio", 1}});
+  std::printf("%s", t.report.c_str());
+  ASSERT_EQ(t.err_pct.size(), rows.size());
+  EXPECT_GT(t.mean_pct, kTable1Mean + kSummarySlack);
+  EXPECT_GT(t.worst_pct, kTable1Worst + kSummarySlack);
+  size_t rows_out = 0;
+  for (size_t i = 0; i < rows.size(); ++i)
+    rows_out += std::abs(t.err_pct[i]) > std::abs(kTable1[i].err_pct) + kRowSlack;
+  EXPECT_EQ(rows_out, rows.size()) << t.report;
 }
 
 }  // namespace
