@@ -1,13 +1,17 @@
 // Golden files: every plan in tests/data/schedules/ok and examples/ compiles to the summary in
 // its .expected file; every plan in tests/data/schedules/bad fails with the diagnostic text in
-// its .expected file (message, location, caret line, hint). Run with STRETTO_UPDATE_GOLDEN=1
-// to rewrite the .expected files after a deliberate change, then review the diff.
+// its .expected file (message, location, caret line, hint). A difference prints a line diff and
+// fails; after a deliberate change run with STRETTO_UPDATE_GOLDEN=accept to rewrite the
+// .expected files (tests/golden.h), then review the diff.
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
+#include "../golden.h"
 #include "stretto/compiler/compiler.h"
 
 namespace fs = std::filesystem;
@@ -15,16 +19,9 @@ using namespace stretto;
 
 namespace {
 
-std::string read(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 // Compiles `path`, naming it `display` in locations; returns summary or diagnostics text.
 std::pair<bool, std::string> run(const fs::path& path, const std::string& display) {
-  auto src = JsonSource::parse(read(path), display);
+  auto src = JsonSource::parse(stretto::testing::read_text(path), display);
   if (!src) return {false, render_all(src.error())};
   auto plan = parse_plan(*src);
   if (!plan) return {false, render_all(plan.error())};
@@ -35,7 +32,6 @@ std::pair<bool, std::string> run(const fs::path& path, const std::string& displa
 
 void check_dir(const fs::path& dir, const fs::path& expected_dir, const std::string& prefix,
                bool expect_ok) {
-  const bool update = std::getenv("STRETTO_UPDATE_GOLDEN") != nullptr;
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().extension() == ".json") files.push_back(e.path());
@@ -45,13 +41,7 @@ void check_dir(const fs::path& dir, const fs::path& expected_dir, const std::str
     SCOPED_TRACE(p.string());
     auto [ok, text] = run(p, prefix + p.filename().string());
     EXPECT_EQ(ok, expect_ok) << text;
-    fs::path exp = expected_dir / (p.stem().string() + ".expected");
-    if (update) {
-      std::ofstream(exp, std::ios::binary) << text;
-      continue;
-    }
-    ASSERT_TRUE(fs::exists(exp)) << "missing " << exp << " (run with STRETTO_UPDATE_GOLDEN=1)";
-    EXPECT_EQ(text, read(exp));
+    stretto::testing::check_golden(expected_dir / (p.stem().string() + ".expected"), text);
   }
 }
 
@@ -70,4 +60,30 @@ TEST(Golden, ExamplesCompileToExpectedSummary) {
 TEST(Golden, BadPlansGiveExpectedDiagnostics) {
   fs::path d = fs::path(STRETTO_TEST_DATA) / "schedules" / "bad";
   check_dir(d, d, "bad/", false);
+}
+
+// The refresh itself: a difference fails with its diff unless STRETTO_UPDATE_GOLDEN is
+// "accept"; any other value writes nothing.
+TEST(Golden, RefreshNeedsAccept) {
+  const fs::path f = fs::path(::testing::TempDir()) / ("stretto_golden_" + std::to_string(::getpid()));
+  std::ofstream(f, std::ios::binary) << "step 10\nbusy 4\n";
+  const char* before = std::getenv("STRETTO_UPDATE_GOLDEN");
+  const std::string saved = before ? before : "";
+  for (const char* value : {"", "1"}) {
+    if (*value)
+      ::setenv("STRETTO_UPDATE_GOLDEN", value, 1);
+    else
+      ::unsetenv("STRETTO_UPDATE_GOLDEN");
+    EXPECT_NONFATAL_FAILURE(stretto::testing::check_golden(f, "step 10\nbusy 5\n"),
+                            "-2: busy 4\n+2: busy 5");
+    EXPECT_EQ(stretto::testing::read_text(f), "step 10\nbusy 4\n") << "value '" << value << "'";
+  }
+  ::setenv("STRETTO_UPDATE_GOLDEN", "accept", 1);
+  stretto::testing::check_golden(f, "step 10\nbusy 5\n");
+  EXPECT_EQ(stretto::testing::read_text(f), "step 10\nbusy 5\n");
+  if (before)
+    ::setenv("STRETTO_UPDATE_GOLDEN", saved.c_str(), 1);
+  else
+    ::unsetenv("STRETTO_UPDATE_GOLDEN");
+  fs::remove(f);
 }
