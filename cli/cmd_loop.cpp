@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "stretto/costmodel/profile_table.h"
+#include "stretto/sim/session.h"
 #include "stretto/traces/compare.h"
 #include "stretto/traces/kineto.h"
 
@@ -13,8 +14,9 @@ namespace stretto::cli {
 void add_loop_commands(CLI::App& app, CLI::App& import_app, Commands& out) {
   struct KOpts {
     std::vector<std::string> traces;
-    std::string output, format;
+    std::string output, format, plan;
     int skip_steps = -1, nodes = 1;
+    double link_GBps = 0;
   };
   auto k = std::make_shared<KOpts>();
   auto* ki = import_app.add_subcommand(
@@ -30,10 +32,24 @@ void add_loop_commands(CLI::App& app, CLI::App& import_app, Commands& out) {
       ->check(CLI::Range(0, 1000000));
   ki->add_option("--nodes", k->nodes, "Nodes each collective group spans (default 1)")
       ->check(CLI::Range(1, 1000000));
+  ki->add_option("--link-GBps", k->link_GBps,
+                 "The fastest link a device has (GB/s per direction): a collective whose bus "
+                 "bandwidth exceeds it is refused (default 900, NVLink 5)")
+      ->check(CLI::Range(1e-3, 1e7));
+  ki->add_option("--plan", k->plan,
+                 "Take --link-GBps from this plan's cluster (the faster of its intra- and "
+                 "inter-node links)");
   out.push_back({ki, [k] {
                    traces::KinetoImportOptions o;
                    o.skip_steps = k->skip_steps;
                    o.nodes = k->nodes;
+                   if (!k->plan.empty()) {
+                     auto s = sim::Session::open(k->plan);
+                     if (!s) return report(s.error());
+                     const ClusterSpec& cl = s->plan().cluster;
+                     o.link_GBps = std::max(cl.intra_node.bandwidth_GBps, cl.inter_node.bandwidth_GBps);
+                   }
+                   if (k->link_GBps > 0) o.link_GBps = k->link_GBps;
                    auto r = traces::import_kineto(k->traces, o);
                    if (!r) return report(r.error());
                    // The table must read back as a valid profile (a bug otherwise).
@@ -49,6 +65,8 @@ void add_loop_commands(CLI::App& app, CLI::App& import_app, Commands& out) {
                    std::string text;
                    if (f == "json") {
                      Json j = traces::kineto_summary_json(*r);
+                     // the table format prints them with the summary
+                     for (const auto& w : r->warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
                      j["profile"] = r->table;
                      if (!k->output.empty()) j["profile_file"] = k->output;
                      text = j.dump(2) + "\n";

@@ -157,6 +157,81 @@ TEST(KinetoImport, DuplicateRankIsAnError) {
   EXPECT_NE(first_error(k.error()).find("rank 0 appears twice"), std::string::npos);
 }
 
+// Collectives joined to their NCCL kernels five ways (tests/data/traces/make_nccl_kernels.py):
+// every one timed by its kernel, none by the host's launch-side op, an impossible one refused.
+TEST(KinetoImport, CollectivesTimedByTheirNcclKernels) {
+  auto k = import_kineto({kData + "nccl_kernels_rank0.json", kData + "nccl_kernels_rank1.json"});
+  ASSERT_TRUE(k) << first_error(k.error());
+  auto find = [&](const std::string& kind, int64_t bytes) -> const KinetoCollective* {
+    for (const auto& c : k->collectives)
+      if (c.kind == kind && c.bytes == bytes && c.timing == "kernel") return &c;
+    return nullptr;
+  };
+  // A: "external id" (lower case) on the launch and kernel names the nccl:all_reduce range nested
+  // in record_param_comms: one call, timed by its kernel (1500 + 100 r us), args from the outer op
+  const KinetoCollective* a = find("all_reduce", 64 << 20);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->ns.count, 4u);  // 2 ranks x 2 steps: the nested range is not a second call
+  EXPECT_EQ(a->ns.median, 1500000);
+  EXPECT_EQ(a->ns.max, 1600000);
+  EXPECT_EQ(a->group_size, 2);
+  EXPECT_FALSE(a->host_timed);
+  // B: the launch names no op but lies inside record_param_comms on its thread
+  const KinetoCollective* b = find("reduce_scatter", 16 << 20);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->ns.count, 4u);
+  EXPECT_EQ(b->ns.median, 700000);
+  // C: no launch recorded: stream order (the all_reduce call D with no kernel does not take it)
+  const KinetoCollective* c = find("all_gather", 8 << 20);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->ns.count, 4u);
+  EXPECT_EQ(c->ns.median, 300000);
+  // D: no kernel: reported with its host time, not filed
+  size_t host = 0, refused = 0;
+  for (const auto& x : k->collectives) {
+    if (x.timing == "host") {
+      ++host;
+      EXPECT_EQ(x.bytes, 4096 * 4);
+      EXPECT_EQ(x.ns.median, 25000);
+    }
+    // E: 256 MiB in 50 us is 5.4 TB/s: refused with a warning
+    if (x.refused) {
+      ++refused;
+      EXPECT_EQ(x.bytes, 256 << 20);
+      EXPECT_GT(x.busbw_GBps, 5000);
+    }
+  }
+  EXPECT_EQ(host, 1u);
+  EXPECT_EQ(refused, 1u);
+  ASSERT_EQ(k->warnings.size(), 1u);
+  EXPECT_NE(k->warnings[0].find("faster than the 900 GB/s link"), std::string::npos) << k->warnings[0];
+  EXPECT_EQ(k->unattributed.at("collectives with no GPU kernel (host launch time only; not in the table)"), 4u);
+  // the table: the three kernel-timed collectives only
+  const Json& t = k->table["collectives"];
+  ASSERT_EQ(t.size(), 3u) << t.dump();
+  std::map<std::string, int64_t> ns;
+  for (const auto& e : t) ns[e["kind"].get<std::string>() + "/" + std::to_string(e["bytes"].get<int64_t>())] = e["ns"];
+  EXPECT_EQ(ns.at("all_reduce/67108864"), 1500000);
+  EXPECT_EQ(ns.at("reduce_scatter/16777216"), 700000);
+  EXPECT_EQ(ns.at("all_gather/8388608"), 300000);
+  // kernels, memcpy and memset apart: per rank and used step one compute and four NCCL kernels
+  for (const auto& r : k->ranks) {
+    EXPECT_EQ(r.kernels, 10u);
+    EXPECT_EQ(r.memcpy, 2u);
+    EXPECT_EQ(r.memcpy_ns, 60000);
+    EXPECT_EQ(r.memset, 2u);
+    EXPECT_EQ(r.memset_ns, 10000);
+  }
+  for (const auto& [name, s] : k->top_kernels) EXPECT_EQ(name.find("Mem"), std::string::npos) << name;
+  // a slower link refuses more: at 40 GB/s the 64 MiB all-reduce (44.7 GB/s) goes too
+  KinetoImportOptions slow;
+  slow.link_GBps = 40;
+  auto k2 = import_kineto({kData + "nccl_kernels_rank0.json", kData + "nccl_kernels_rank1.json"}, slow);
+  ASSERT_TRUE(k2);
+  EXPECT_EQ(k2->warnings.size(), 2u);
+  EXPECT_EQ(k2->table["collectives"].size(), 2u);
+}
+
 // Written by PyTorch 2.11's profiler (two Gloo ranks, CUDA kernels on an H100):
 // scripts/kineto_sample.py.
 TEST(KinetoImport, RealProfilerOutput) {
@@ -174,7 +249,11 @@ TEST(KinetoImport, RealProfilerOutput) {
   EXPECT_EQ(ar->bytes, 4096 * 1024 * 4);
   EXPECT_EQ(ar->group_size, 2);
   EXPECT_TRUE(ar->host_timed);
+  EXPECT_EQ(ar->timing, "cpu_thread");  // gloo:all_reduce: Gloo's own thread did the work
   EXPECT_EQ(ar->ns.count, 6u);
+  EXPECT_FALSE(k->table["collectives"].empty());
+  // GPU memcpy and memset records are counted apart from the kernels
+  EXPECT_GT(k->ranks[0].memcpy + k->ranks[0].memset, 0u);
   const KinetoCollective* ag = find_coll(*k, "all_gather");
   ASSERT_NE(ag, nullptr);
   EXPECT_EQ(ag->bytes, 2 * 65536 * 4);  // the gathered output

@@ -88,18 +88,21 @@ struct CpuOp {
   int32_t coll = -1;
 };
 
+enum class GpuWork : uint8_t { kKernel, kMemcpy, kMemset };
+
 struct Kernel {
   int64_t start = 0, dur = 0;
   uint32_t name = 0;
   int64_t corr = -1, ext = -1;
   int32_t coll = -1;
   uint32_t label = kNone;  // args.piper_dag_node
-  bool memory = false;
+  GpuWork work = GpuWork::kKernel;
 };
 
 struct Launch {
   int64_t ts = 0;
   uint32_t thread = 0;
+  int64_t ext = -1;
 };
 
 // A sorted vector of (key, value) with unique keys (first wins): half the memory of a hash map
@@ -275,11 +278,26 @@ std::string table_dtype(std::string_view torch_type) {
   return "";
 }
 
+// What timed a collective (KinetoCollective::timing).
+enum class Timing : uint8_t { kKernel, kCpuThread, kHost };
+
+const char* timing_name(Timing t) {
+  switch (t) {
+    case Timing::kKernel:
+      return "kernel";
+    case Timing::kCpuThread:
+      return "cpu_thread";
+    case Timing::kHost:
+      return "host";
+  }
+  return "";
+}
+
 // Aggregates across files.
 struct Totals {
   std::map<std::string, std::vector<int64_t>> kernel_times;  // by kernel name
-  // (kind, group, bytes, dtype, host) -> durations
-  std::map<std::tuple<std::string, int, int64_t, std::string, bool>, std::vector<int64_t>> colls;
+  // (kind, group, bytes, dtype, timing) -> durations
+  std::map<std::tuple<std::string, int, int64_t, std::string, Timing>, std::vector<int64_t>> colls;
   std::map<std::string, std::vector<int64_t>> op_times;  // by label key without MB
   std::map<std::string, std::string> op_table_name;
   // table kernels: (op, pass, dtype, m, n, k, batch) -> durations
@@ -356,6 +374,8 @@ class FileImporter {
       auto it = args.find(k);
       return it == args.end() ? std::nullopt : as_int(*it);
     };
+    // older Kineto writes "external id" on GPU and runtime records
+    const int64_t ext = arg_int("External id").value_or(arg_int("external id").value_or(-1));
     if (step) {
       if (cat != "gpu_user_annotation")
         f_.steps.push_back({e.ts_ns, e.ts_ns + e.dur_ns, f_.thread(ev), f_.names.id(e.name)});
@@ -385,7 +405,7 @@ class FileImporter {
         c.dtype = (*t)[0].get<std::string>();
       coll = static_cast<int32_t>(f_.colls.size());
       f_.colls.push_back(std::move(c));
-      add_op(e, ev, coll, args, arg_int("External id").value_or(-1));
+      add_op(e, ev, coll, args, ext);
       return std::nullopt;
     }
     if (kernel || mem) {
@@ -394,16 +414,16 @@ class FileImporter {
       k.dur = e.dur_ns;
       k.name = f_.names.id(e.name);
       k.corr = arg_int("correlation").value_or(-1);
-      k.ext = arg_int("External id").value_or(-1);
+      k.ext = ext;
       k.coll = coll;
-      k.memory = mem;
+      if (mem) k.work = cat.find("memset") != std::string::npos ? GpuWork::kMemset : GpuWork::kMemcpy;
       if (auto it = args.find("piper_dag_node"); it != args.end() && it->is_string())
         k.label = f_.names.id(it->get_ref<const std::string&>());
       f_.kernels.push_back(k);
     } else if (launch) {
-      if (auto c = arg_int("correlation")) f_.launches.add(*c, {e.ts_ns, f_.thread(ev)});
+      if (auto c = arg_int("correlation")) f_.launches.add(*c, {e.ts_ns, f_.thread(ev), ext});
     } else if (cpu) {
-      add_op(e, ev, coll, args, arg_int("External id").value_or(-1));
+      add_op(e, ev, coll, args, ext);
     } else if (annot && cat == "user_annotation") {
       const OpLabel l = parse_op_label(e.name);
       if (l.logical)
@@ -495,9 +515,8 @@ class FileImporter {
       }
     }
 
+    time_collectives(used_step);
     // kernels
-    std::unordered_set<int64_t> coll_ext_done;
-    std::unordered_map<int64_t, std::vector<uint32_t>> comm_kernels_by_ext;
     // per labelled range: summed kernel time
     std::unordered_map<int64_t, int64_t> label_kernel_ns;
     for (uint32_t ki = 0; ki < f_.kernels.size(); ++ki) {
@@ -519,17 +538,18 @@ class FileImporter {
                                 : "kernels in warm-up steps (dropped)"];
         continue;
       }
-      ++r.kernels;
-      r.kernel_ns += k.dur;
-      tot_.kernel_times[f_.names.str(k.name)].push_back(k.dur);
-      const std::string& kname = f_.names.str(k.name);
-      const bool comm = k.coll >= 0 || starts_with_ci(kname, "nccl") || starts_with_ci(kname, "gloo");
-      if (k.coll >= 0) {
-        add_coll(f_.colls[static_cast<size_t>(k.coll)], k.dur, false);
-        if (k.ext >= 0) coll_ext_done.insert(k.ext);
-      } else if (comm && k.ext >= 0) {
-        comm_kernels_by_ext[k.ext].push_back(ki);
+      if (k.work == GpuWork::kMemcpy) {
+        ++r.memcpy;
+        r.memcpy_ns += k.dur;
+      } else if (k.work == GpuWork::kMemset) {
+        ++r.memset;
+        r.memset_ns += k.dur;
+      } else {
+        ++r.kernels;
+        r.kernel_ns += k.dur;
+        tot_.kernel_times[f_.names.str(k.name)].push_back(k.dur);
       }
+      const bool comm = is_comm_kernel(k);
       // logical op
       if (k.label != kNone) {
         add_label_time(f_.names.str(k.label), -1 - static_cast<int64_t>(k.label), k.dur,
@@ -544,26 +564,10 @@ class FileImporter {
           ++tot_.unattributed["kernels in no labelled op range"];
       }
     }
-    // collectives known from CPU ops only
-    for (const CpuOp& o : f_.ops) {
-      if (o.coll < 0) continue;
-      if (!used_step(o.start)) continue;
-      const int64_t ext = o.ext;
-      if (ext >= 0 && coll_ext_done.count(ext)) continue;
-      const Coll& c = f_.colls[static_cast<size_t>(o.coll)];
-      auto ks = comm_kernels_by_ext.find(ext);
-      if (ks != comm_kernels_by_ext.end()) {
-        int64_t d = 0;
-        for (uint32_t ki : ks->second) d += f_.kernels[ki].dur;
-        add_coll(c, d, false);
-      } else {
-        add_coll(c, o.end - o.start, true);
-      }
-    }
     for (const CpuOp& o : f_.ops)
       if (used_step(o.start)) ++r.cpu_ops;
     // labelled ranges: GPU traces time them by their kernels, CPU traces by the range itself
-    const bool gpu = r.kernels > 0;
+    const bool gpu = r.kernels + r.memcpy + r.memset > 0;
     if (r.device.empty()) r.device = gpu ? "gpu" : "cpu";
     // forward GEMM shapes by op identity (label key without PASS and MB)
     std::map<std::string, std::tuple<int64_t, int64_t, int64_t, int64_t, std::string>> fwd_shape;
@@ -653,6 +657,160 @@ class FileImporter {
     r.peak_memory = f_.peak_mem;
   }
 
+  // The collective kind in an NCCL kernel's name ("ncclDevKernel_AllGather_RING_LL" ->
+  // "all_gather"), or "".
+  static std::string kernel_kind(std::string_view name) {
+    for (std::string_view p : {"ncclDevKernel_", "ncclKernel_"}) {
+      if (name.rfind(p, 0) != 0) continue;
+      std::string_view rest = name.substr(p.size());
+      return collective_kind(rest.substr(0, rest.find_first_of("_(")));
+    }
+    return "";
+  }
+
+  bool is_comm_kernel(const Kernel& k) const {
+    if (k.work != GpuWork::kKernel) return false;
+    const std::string& n = f_.names.str(k.name);
+    return k.coll >= 0 || starts_with_ci(n, "nccl") || starts_with_ci(n, "gloo");
+  }
+
+  // One collective call: its CPU records (a c10d range nested in record_param_comms is the same
+  // call), the op whose args describe it, and the GPU kernels matched to it.
+  struct Call {
+    int32_t coll = -1;
+    int64_t start = 0, end = 0;
+    uint32_t thread = kNone;
+    bool cpu_backend = false;  // a gloo: range: the CPU backend ran the collective on it
+    size_t kernels = 0;
+    int64_t kernel_ns = 0;
+  };
+
+  // Fills the fields `outer` lacks from `inner` (the same call described twice).
+  void merge_coll(Coll& outer, const Coll& inner) {
+    if (outer.in_nelems < 0) outer.in_nelems = inner.in_nelems;
+    if (outer.out_nelems < 0) outer.out_nelems = inner.out_nelems;
+    if (outer.group <= 0) outer.group = inner.group;
+    if (outer.dtype.empty()) outer.dtype = inner.dtype;
+    if (outer.seq < 0) outer.seq = inner.seq;
+  }
+
+  // The collective calls of the file's CPU records, and an index from External id to call.
+  std::vector<Call> collective_calls(std::unordered_map<int64_t, size_t>& by_ext) {
+    std::vector<uint32_t> order;
+    for (uint32_t i = 0; i < f_.ops.size(); ++i)
+      if (f_.ops[i].coll >= 0) order.push_back(i);
+    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+      const CpuOp &x = f_.ops[a], &y = f_.ops[b];
+      return std::tuple(x.thread, x.start, -x.end) < std::tuple(y.thread, y.start, -y.end);
+    });
+    std::vector<Call> calls;
+    std::vector<size_t> open;  // calls of the current thread still open, outermost first
+    for (uint32_t i : order) {
+      const CpuOp& o = f_.ops[i];
+      while (!open.empty() && (calls[open.back()].thread != o.thread || calls[open.back()].end < o.start))
+        open.pop_back();
+      Coll& c = f_.colls[static_cast<size_t>(o.coll)];
+      if (!open.empty() && o.end <= calls[open.back()].end) {
+        Call& outer = calls[open.back()];
+        Coll& oc = f_.colls[static_cast<size_t>(outer.coll)];
+        if (oc.kind == c.kind || oc.kind.empty() || c.kind.empty()) {
+          merge_coll(oc, c);
+          if (o.ext >= 0) by_ext.emplace(o.ext, open.back());
+          continue;
+        }
+      }
+      Call call;
+      call.coll = o.coll;
+      call.start = o.start;
+      call.end = o.end;
+      call.thread = o.thread;
+      call.cpu_backend = f_.names.str(o.name).rfind("gloo:", 0) == 0;
+      if (o.ext >= 0) by_ext.emplace(o.ext, calls.size());
+      open.push_back(calls.size());
+      calls.push_back(call);
+    }
+    return calls;
+  }
+
+  // The call (index) whose CPU record encloses `ts` on `thread`, or -1.
+  static int64_t call_at(const std::vector<Call>& calls, uint32_t thread, int64_t ts) {
+    int64_t best = -1;
+    for (size_t i = 0; i < calls.size(); ++i)
+      if (calls[i].thread == thread && calls[i].start <= ts && ts <= calls[i].end &&
+          (best < 0 || calls[i].start >= calls[static_cast<size_t>(best)].start))
+        best = static_cast<int64_t>(i);
+    return best;
+  }
+
+  // Times every collective call by its GPU kernels (kineto.h, "collectives") and files it.
+  template <class UsedStep>
+  void time_collectives(const UsedStep& used_step) {
+    std::unordered_map<int64_t, size_t> by_ext;
+    std::vector<Call> calls = collective_calls(by_ext);
+    std::vector<uint32_t> unmatched;  // communication kernels left for stream order
+    for (uint32_t ki = 0; ki < f_.kernels.size(); ++ki) {
+      const Kernel& k = f_.kernels[ki];
+      if (!is_comm_kernel(k)) continue;
+      const Launch* l = f_.launches.find(k.corr);
+      int64_t call = -1;
+      for (int64_t ext : {k.ext, l ? l->ext : int64_t{-1}})
+        if (auto it = by_ext.find(ext); call < 0 && ext >= 0 && it != by_ext.end())
+          call = static_cast<int64_t>(it->second);
+      if (call < 0 && l) call = call_at(calls, l->thread, l->ts);
+      if (call < 0 && k.coll >= 0) {  // the kernel carries the args: a call of its own
+        Call c;
+        c.coll = k.coll;
+        c.start = c.end = l ? l->ts : k.start;
+        call = static_cast<int64_t>(calls.size());
+        calls.push_back(c);
+      }
+      if (call < 0) {
+        unmatched.push_back(ki);
+        continue;
+      }
+      Call& c = calls[static_cast<size_t>(call)];
+      if (k.coll >= 0) merge_coll(f_.colls[static_cast<size_t>(c.coll)], f_.colls[static_cast<size_t>(k.coll)]);
+      ++c.kernels;
+      c.kernel_ns += k.dur;
+    }
+    // stream order: per kind (from the kernel's name), the n-th unmatched kernel to the n-th
+    // unmatched call that began before it
+    std::map<std::string, std::vector<size_t>> waiting;  // kind -> calls by start
+    for (size_t i = 0; i < calls.size(); ++i)
+      if (calls[i].kernels == 0 && !calls[i].cpu_backend)
+        waiting[f_.colls[static_cast<size_t>(calls[i].coll)].kind].push_back(i);
+    for (auto& [kind, w] : waiting)
+      std::sort(w.begin(), w.end(), [&](size_t a, size_t b) { return calls[a].start < calls[b].start; });
+    std::sort(unmatched.begin(), unmatched.end(),
+              [&](uint32_t a, uint32_t b) { return f_.kernels[a].start < f_.kernels[b].start; });
+    std::map<std::string, size_t> next;
+    for (uint32_t ki : unmatched) {
+      const Kernel& k = f_.kernels[ki];
+      const std::string kind = kernel_kind(f_.names.str(k.name));
+      auto w = waiting.find(kind);
+      size_t& n = next[kind];
+      if (w != waiting.end() && n < w->second.size() && calls[w->second[n]].start <= k.start) {
+        Call& c = calls[w->second[n++]];
+        ++c.kernels;
+        c.kernel_ns += k.dur;
+      } else if (used_step(k.start)) {
+        ++tot_.unattributed["NCCL kernels matched to no collective call"];
+      }
+    }
+    for (const Call& c : calls) {
+      if (!used_step(c.start)) continue;
+      const Coll& coll = f_.colls[static_cast<size_t>(c.coll)];
+      if (c.kernels > 0) {
+        add_coll(coll, c.kernel_ns, Timing::kKernel);
+      } else if (c.cpu_backend) {
+        add_coll(coll, c.end - c.start, Timing::kCpuThread);
+      } else {
+        add_coll(coll, c.end - c.start, Timing::kHost);
+        ++tot_.unattributed["collectives with no GPU kernel (host launch time only; not in the table)"];
+      }
+    }
+  }
+
   // identity of a model op instance across passes: op, PP, EP, LAYER
   static std::string identity(const OpLabel& l) {
     return fmt::format("{}/{}/{}/{}", l.op ? static_cast<int>(*l.op) : -1, l.tags.pp(), l.tags.ep(),
@@ -693,7 +851,7 @@ class FileImporter {
     piper_labels_[key] = label;
   }
 
-  void add_coll(const Coll& c, int64_t ns, bool host) {
+  void add_coll(const Coll& c, int64_t ns, Timing timing) {
     if (c.kind.empty()) {
       ++tot_.unattributed[fmt::format("collectives of unknown kind '{}'", c.name)];
       return;
@@ -710,7 +868,7 @@ class FileImporter {
       ++tot_.unattributed["collectives with no group size (ranks list truncated)"];
       return;
     }
-    tot_.colls[{c.kind, g, bytes, lower(c.dtype), host}].push_back(ns);
+    tot_.colls[{c.kind, g, bytes, lower(c.dtype), timing}].push_back(ns);
   }
 
   const std::string& path_;
@@ -806,28 +964,40 @@ Expected<KinetoImport> import_kineto(const std::vector<std::string>& paths,
   table["device"] = device;
   Json kernels = Json::array(), colls = Json::array();
   for (auto& [key, v] : tot.colls) {
-    auto& [kind, g, bytes, dtype, host] = key;
+    auto& [kind, g, bytes, dtype, timing] = key;
     KinetoCollective c;
     c.kind = kind;
     c.group_size = g;
     c.bytes = bytes;
     c.dtype = dtype;
-    c.host_timed = host;
+    c.timing = timing_name(timing);
+    c.host_timed = timing != Timing::kKernel;
     c.ns = spread_of(v);
     if (c.ns.median > 0) {
       c.algbw_GBps = static_cast<double>(bytes) / static_cast<double>(c.ns.median);
       c.busbw_GBps = c.algbw_GBps * busbw_factor(kind, g);
     }
+    // Physics: no collective moves its bus bytes faster than a device's fastest link.
+    if (timing != Timing::kHost && c.busbw_GBps > opt.link_GBps) {
+      c.refused = true;
+      out.warnings.push_back(fmt::format(
+          "{} of {} bytes over {} ranks ({}-timed, {} instances): median {:.3f} ms is {:.0f} GB/s "
+          "of bus bandwidth, faster than the {:.0f} GB/s link allows; not filed (a kernel matched "
+          "to the wrong call, or a clock error?)",
+          kind, bytes, g, c.timing, c.ns.count, static_cast<double>(c.ns.median) / 1e6,
+          c.busbw_GBps, opt.link_GBps));
+    }
     out.collectives.push_back(c);
   }
-  // the table: one entry per (kind, group, bytes); when several dtypes or timing sources share
-  // a size, the device-timed one with most samples wins
+  // the table: one entry per (kind, group, bytes) of the collectives timed by their kernels (or
+  // by a CPU backend's own thread) and not refused; when several dtypes share a size, the
+  // kernel-timed one with most samples wins
   std::map<std::tuple<std::string, int, int64_t>, const KinetoCollective*> best;
   for (const auto& c : out.collectives) {
     if (c.kind != "all_reduce" && c.kind != "all_gather" && c.kind != "reduce_scatter" &&
         c.kind != "all_to_all" && c.kind != "send_recv")
       continue;
-    if (c.ns.median <= 0) continue;
+    if (c.ns.median <= 0 || c.refused || c.timing == "host") continue;
     auto& b = best[{c.kind, c.group_size, c.bytes}];
     if (!b || (b->host_timed && !c.host_timed) ||
         (b->host_timed == c.host_timed && c.ns.count > b->ns.count))
@@ -906,6 +1076,10 @@ Json kineto_summary_json(const KinetoImport& k) {
               {"step", spread_json(r.step)},
               {"kernels", r.kernels},
               {"kernel_ms", ms(r.kernel_ns)},
+              {"memcpy", r.memcpy},
+              {"memcpy_ms", ms(r.memcpy_ns)},
+              {"memset", r.memset},
+              {"memset_ms", ms(r.memset_ns)},
               {"cpu_ops", r.cpu_ops},
               {"labelled_ops", r.labelled_ops}};
     Json pm = Json::object();
@@ -930,6 +1104,8 @@ Json kineto_summary_json(const KinetoImport& k) {
                                 {"bytes", c.bytes},
                                 {"dtype", c.dtype},
                                 {"host_timed", c.host_timed},
+                                {"timing", c.timing},
+                                {"refused", c.refused},
                                 {"algbw_GBps", c.algbw_GBps},
                                 {"busbw_GBps", c.busbw_GBps}}));
   j["collectives"] = std::move(colls);
@@ -937,6 +1113,7 @@ Json kineto_summary_json(const KinetoImport& k) {
   for (const auto& o : k.ops) ops.push_back(with(o.ns, {{"key", o.key}, {"op", o.op}}));
   j["ops"] = std::move(ops);
   j["unattributed"] = k.unattributed;
+  j["warnings"] = k.warnings;
   j["table_kernels"] = k.table_kernels;
   j["table_collectives"] = k.table_collectives;
   return j;
@@ -944,13 +1121,18 @@ Json kineto_summary_json(const KinetoImport& k) {
 
 std::string kineto_summary_table(const KinetoImport& k) {
   std::string o;
-  size_t kernels = 0, steps = 0;
-  int64_t kns = 0;
-  for (const auto& r : k.ranks) kernels += r.kernels, kns += r.kernel_ns, steps += r.steps_used;
+  size_t kernels = 0, steps = 0, memcpy = 0, memset = 0;
+  int64_t kns = 0, cns = 0, sns = 0;
+  for (const auto& r : k.ranks) {
+    kernels += r.kernels, kns += r.kernel_ns, steps += r.steps_used;
+    memcpy += r.memcpy, cns += r.memcpy_ns, memset += r.memset, sns += r.memset_ns;
+  }
   o += fmt::format("ranks          {}\n", k.ranks.size());
   o += fmt::format("steps used     {} (over all ranks; the first step of each rank is warm-up)\n",
                    steps);
-  o += fmt::format("kernels        {}, {:.3f} ms of kernel time\n\n", kernels, ms(kns));
+  o += fmt::format("kernels        {}, {:.3f} ms of kernel time\n", kernels, ms(kns));
+  o += fmt::format("memcpy         {}, {:.3f} ms\n", memcpy, ms(cns));
+  o += fmt::format("memset         {}, {:.3f} ms\n\n", memset, ms(sns));
   o += fmt::format("{:>5}  {:>6}  {:>11}  {:>9}  {:>8}  {:>11}  {:>8}  {}\n", "rank", "steps",
                    "step ms", "kernels", "cpu ops", "kernel ms", "labelled", "file");
   for (const auto& r : k.ranks) {
@@ -970,6 +1152,7 @@ std::string kineto_summary_table(const KinetoImport& k) {
     // by kind
     std::map<std::string, std::tuple<size_t, int64_t, int64_t, double>> kinds;
     for (const auto& c : k.collectives) {
+      if (c.refused || c.timing == "host") continue;  // listed below, not measured transfers
       auto& [n, bytes, ns, bus_bytes] = kinds[c.kind];
       n += c.ns.count;
       bytes += c.bytes * static_cast<int64_t>(c.ns.count);
@@ -992,7 +1175,10 @@ std::string kineto_summary_table(const KinetoImport& k) {
       o += fmt::format("{:<15}  {:>5}  {:>12}  {:>6}  {:>11.2f}  {:>10.3f}  {:>10.3f}  {}{}\n",
                        c.kind, c.group_size, human_bytes(c.bytes), c.ns.count,
                        static_cast<double>(c.ns.median) / 1e3, c.algbw_GBps, c.busbw_GBps, c.dtype,
-                       c.host_timed ? " (host time: no device kernel)" : "");
+                       c.refused                  ? " (REFUSED: faster than the link; not filed)"
+                       : c.timing == "host"       ? " (host launch time: no GPU kernel; not filed)"
+                       : c.timing == "cpu_thread" ? " (CPU backend thread)"
+                                                  : "");
   }
   if (!k.ops.empty()) {
     o += fmt::format("\n{:>6}  {:>11}  {:>11}  {:>11}  {}\n", "count", "median ms", "min ms",
@@ -1003,6 +1189,7 @@ std::string kineto_summary_table(const KinetoImport& k) {
   }
   o += fmt::format("\nprofiled table  {} kernel entries, {} collective entries\n", k.table_kernels,
                    k.table_collectives);
+  for (const auto& w : k.warnings) o += "\nwarning: " + w + "\n";
   if (!k.unattributed.empty()) {
     o += "\nnot attributed:\n";
     for (const auto& [why, n] : k.unattributed) o += fmt::format("  {:>8}  {}\n", n, why);

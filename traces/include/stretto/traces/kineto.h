@@ -18,8 +18,15 @@
 //    labelled ranges themselves are the measured ops.
 //  * collectives: `Collective name`, `In msg nelems`, `Out msg nelems`, `Group size`, `dtype`,
 //    `Process Group Ranks` (a list, or a string possibly truncated with "..."), `Seq`, read
-//    from the kernel (Kineto copies them there) or from its `record_param_comms` CPU op; timed
-//    by the kernel, or by the CPU op when no kernel carries it (CPU backends: host time).
+//    from the kernel (Kineto copies them there) or from its `record_param_comms` CPU op (a
+//    c10d `nccl:*` range nested in it is the same call). Each call is timed by its GPU kernels
+//    (`nccl*Kernel_*` on the NCCL stream), found in this order: the args on the kernel; the
+//    kernel's `External id` (either spelling) or its launch's; the call enclosing the kernel's
+//    launch on the launching thread; stream order (the n-th unmatched kernel to the n-th
+//    unmatched call). A Gloo range (`gloo:*`) is the CPU backend doing the work: timed by
+//    itself. Any other call with no kernel has only the host's launch time: reported, never
+//    filed in the table. A collective whose bus bandwidth exceeds the link is refused (a
+//    warning, not filed).
 //
 // The profiled table (docs/costmodel.md) gets: every collective (kind, group size, nodes,
 // bytes) with the median time; every labelled op instance that names a model op and a pass,
@@ -40,6 +47,10 @@ struct KinetoImportOptions {
   int skip_steps = -1;
   /// Nodes spanned by every collective group (the traces do not say; 1 = one host).
   int nodes = 1;
+  /// The fastest link a device has, GB/s per direction: no collective's bus bandwidth can
+  /// exceed it. Default: NVLink 5, 1.8 TB/s per GPU both directions together (NVIDIA B200
+  /// data sheet), the fastest link any GPU has; `import kineto --plan` takes the plan's.
+  double link_GBps = 900.0;
 };
 
 /// Distribution of measured durations (ns).
@@ -60,8 +71,10 @@ struct KinetoRank {
   bool gzip = false;
   size_t steps_seen = 0, steps_used = 0;
   Spread step;  // durations of the used steps
-  size_t kernels = 0;  // kernels (and GPU memcpy/memset) in the used steps
+  size_t kernels = 0;  // GPU kernels (compute and communication) in the used steps
   int64_t kernel_ns = 0;
+  size_t memcpy = 0, memset = 0;  // GPU memcpy and memset records in the used steps
+  int64_t memcpy_ns = 0, memset_ns = 0;
   size_t cpu_ops = 0, labelled_ops = 0;
   std::map<std::string, int64_t> peak_memory;  // "cuda:0" -> peak `Total Allocated` bytes
 };
@@ -71,7 +84,11 @@ struct KinetoCollective {
   int group_size = 0;
   int64_t bytes = 0;  // CommQuery::bytes convention
   std::string dtype;
-  bool host_timed = false;  // timed by the CPU op (no device kernel)
+  /// What timed it: "kernel" (its GPU kernels), "cpu_thread" (a Gloo range: the CPU backend's
+  /// own work) or "host" (the host's launch-side CPU op: no kernel found; not in the table).
+  std::string timing = "kernel";
+  bool host_timed = false;  // timing != "kernel"
+  bool refused = false;     // faster than the link allows: not in the table
   Spread ns;
   double algbw_GBps = 0, busbw_GBps = 0;  // at the median time
 };
@@ -88,6 +105,7 @@ struct KinetoImport {
   std::vector<KinetoCollective> collectives;                // by (kind, group, bytes)
   std::vector<KinetoOpStat> ops;                            // labelled ops, by key
   std::map<std::string, size_t> unattributed;               // reason -> count
+  std::vector<std::string> warnings;  // collectives refused as faster than the link allows
   Json table;  // the profiled cost-model table (version 1)
   size_t table_kernels = 0, table_collectives = 0;
 };
