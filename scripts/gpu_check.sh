@@ -8,8 +8,27 @@
 # and the system headers of nlohmann-json, fmt, CLI11, Boost and GoogleTest. Configures a
 # separate build directory (build-gpu) without the GUI, sweeps and benchmarks.
 # GPU_CHECK_ONLY_LOOP=1 builds stretto alone and runs only the last step (profile + validate).
+#
+#   bash scripts/gpu_check.sh --configure-only DIR
+# only configures DIR (emptied first) with the same CMake options, on any machine: CI runs it
+# (ctest: gpu_check_configures), so an option set that no longer configures fails there, not
+# on a lent GPU. Without a GPU the CUDA options are unused (CMake says so) and LibTorch is the
+# one CMake finds (TORCH_PREFIX overrides).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+
+# The GPU build's CMake options: the one list both modes use.
+GPU_CMAKE_OPTIONS=(-G Ninja -DCMAKE_BUILD_TYPE=Release
+  -DSTRETTO_WITH_GUI=OFF -DSTRETTO_WITH_EXPLORE=OFF -DSTRETTO_BUILD_BENCH=OFF
+  -DCUDAToolkit_ROOT=/usr/local/cuda -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0)
+
+if [ "${1:-}" = "--configure-only" ]; then
+  dir=${2:?usage: gpu_check.sh --configure-only DIR}
+  rm -rf "$dir"
+  exec cmake -S . -B "$dir" "${GPU_CMAKE_OPTIONS[@]}" \
+    ${TORCH_PREFIX:+-DCMAKE_PREFIX_PATH=$TORCH_PREFIX} > /dev/null
+fi
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu_check.log") 2>&1
@@ -36,11 +55,8 @@ echo "nccl.h from: ${NCCL_INC:-system}"
 
 step "configure (build-gpu)"
 export CUDACXX=/usr/local/cuda/bin/nvcc CUDA_HOME=/usr/local/cuda
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DSTRETTO_WITH_GUI=OFF -DSTRETTO_WITH_EXPLORE=OFF -DSTRETTO_BUILD_BENCH=OFF \
-  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DCUDAToolkit_ROOT=/usr/local/cuda \
-  -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DTORCH_CUDA_ARCH_LIST=9.0 ${NCCL_INC:+-DCMAKE_CXX_FLAGS=-isystem$NCCL_INC} \
+cmake -S . -B build-gpu "${GPU_CMAKE_OPTIONS[@]}" -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
+  ${NCCL_INC:+-DCMAKE_CXX_FLAGS=-isystem$NCCL_INC} \
   2>&1 | tee "$OUT/configure.log" | tail -25
 grep -q "STRETTO_BACKEND_CUDA" build-gpu/build.ninja && echo "CUDA/NCCL path: compiled in" \
   || { echo "CUDA/NCCL path: NOT compiled in (no torch_cuda target)"; status=1; }
