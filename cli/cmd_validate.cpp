@@ -124,6 +124,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
     std::vector<std::string> plans;
     std::string output, format;
     RunOpts run;
+    bool force = false;
   };
   auto p = std::make_shared<POpts>();
   auto* prof = app.add_subcommand("profile", kProfileSummary);
@@ -132,11 +133,15 @@ void add_validate_commands(CLI::App& app, Commands& out) {
   prof->add_option("--format", p->format, "table (default on a terminal) or json")
       ->check(CLI::IsMember({"table", "json"}));
   add_run_options(prof, p->run);
+  prof->add_flag("--force", p->force,
+                 "File replays with more processes than this host's cores too (their op times "
+                 "then include waiting for a core), and write a table even if nothing was filed");
   out.push_back({prof, [p] {
                    if (!steps_fit(p->run, "profile")) return 2;
                    backend::ProfileSamples samples;
                    if (p->run.device == "cpu")
                      samples.set_host_cores(static_cast<int>(std::thread::hardware_concurrency()));
+                   samples.set_file_oversubscribed(p->force);
                    size_t filed = 0;
                    Diagnostics failed;  // plans that fail are reported and skipped (exit 2)
                    auto sessions = open_all(p->plans, failed);
@@ -163,6 +168,27 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                    const size_t plans_done = static_cast<size_t>(
                        std::count_if(sessions.begin(), sessions.end(), [](const auto& s) { return s.has_value(); }));
                    if (plans_done == 0) return report(failed);
+                   if (filed == 0 && !p->force) {
+                     // A table with no entry would make every later simulation fall back to the
+                     // analytic model without a word: refuse it.
+                     if (!failed.empty()) std::fputs(render_all(failed).c_str(), stderr);
+                     if (!oversubscribed.empty())
+                       std::fprintf(stderr,
+                                    "profile: measured nothing: %zu plan(s) need more processes "
+                                    "than this host's %u cores, so their ops took turns on the "
+                                    "cores and none was filed; no table written\n"
+                                    "hint: profile plans with at most %u processes per host (fewer "
+                                    "devices, or several hosts), or pass --force to file them "
+                                    "anyway (their times then include waiting for a core)\n",
+                                    oversubscribed.size(), std::thread::hardware_concurrency(),
+                                    std::thread::hardware_concurrency());
+                     else
+                       std::fprintf(stderr,
+                                    "profile: measured nothing: the replays recorded no op the "
+                                    "table can file; no table written\n"
+                                    "hint: pass --force to write the empty table anyway\n");
+                     return 2;
+                   }
                    const Json table = samples.table(p->run.device);
                    if (!p->output.empty() && !write_output(p->output, table.dump(2) + "\n")) return 2;
                    const std::string f =
@@ -173,7 +199,8 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                      j["profile"] = table;
                      j["op_instances"] = filed;
                      j["rounds"] = p->run.rounds;
-                     j["plans_not_filed_oversubscribed"] = oversubscribed.size();
+                     j["plans_not_filed_oversubscribed"] = p->force ? 0 : oversubscribed.size();
+                     j["plans_filed_oversubscribed"] = p->force ? oversubscribed.size() : 0;
                      text = j.dump(2) + "\n";
                    } else {
                      text = fmt::format("{} plan(s), {} measured op instances{}, {} kernel and {} "
@@ -183,9 +210,10 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                                         samples.kernel_series(), samples.comm_series());
                      if (!oversubscribed.empty())
                        text += fmt::format(
-                           "{} plan(s) not filed: more processes than this host's {} cores (their "
+                           "{} plan(s) {}: more processes than this host's {} cores (their "
                            "ops took turns on the cores)\n\n",
-                           oversubscribed.size(), std::thread::hardware_concurrency());
+                           oversubscribed.size(), p->force ? "filed (--force)" : "not filed",
+                           std::thread::hardware_concurrency());
                      text += samples.stats_table();
                      if (!p->output.empty())
                        text += fmt::format("\nprofiled table written to {}\n", p->output);

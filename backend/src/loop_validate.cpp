@@ -220,7 +220,7 @@ size_t ProfileSamples::add(const CompiledPlan& cp, const ReplayResult& r) {
       }
       if (op.over_share_ns > 0) oversub_.push_back(std::move(op));
     }
-    return size_t{0};
+    if (!file_oversubscribed_) return size_t{0};
   }
   if (host_cores_ > 0)
     for (const DeviceReport& d : r.devices)

@@ -321,6 +321,34 @@ TEST(Loop, ProfileMeasuresTheShareOfOversubscribedCores) {
   std::remove(table.c_str());
 }
 
+TEST(Loop, ProfileThatMeasuredNothingFailsUnlessForced) {
+  // Four processes on a host of fewer cores: replayed, nothing filed. Writing that empty table
+  // would make every later simulation fall back to the analytic model without a word.
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (cores < 1 || cores >= 4)
+    GTEST_SKIP() << "needs a host of fewer than 4 cores (4 processes oversubscribe it); this one has "
+                 << cores;
+  const std::string table = ::testing::TempDir() + "stretto_loop_nothing_profile.json";
+  std::remove(table.c_str());
+  auto [rc, out] = cli("profile " + kData + "pp2_dp2_tiny.json --iterations 1 --warmup 0 --format json -o " +
+                       table);
+  EXPECT_EQ(rc, 2);
+  const std::string err = stderr_text();
+  EXPECT_NE(err.find("profile: measured nothing: 1 plan(s) need more processes than this host's"),
+            std::string::npos) << err;
+  EXPECT_NE(err.find("--force"), std::string::npos) << err;
+  EXPECT_FALSE(std::ifstream(table).good()) << "no table is written";
+  // --force files them all the same
+  auto [rc2, out2] = cli("profile " + kData + "pp2_dp2_tiny.json --iterations 1 --warmup 0 --force "
+                         "--format json -o " + table);
+  ASSERT_EQ(rc2, 0) << stderr_text();
+  Json stats = Json::parse(out2);
+  EXPECT_EQ(stats["plans_filed_oversubscribed"].get<int>(), 1);
+  EXPECT_GT(stats["op_instances"].get<int>(), 0);
+  EXPECT_FALSE(stats["profile"]["kernels"].empty());
+  std::remove(table.c_str());
+}
+
 TEST(Loop, ValidateProfilesInlineOverRounds) {
   // the table measured from one plan, interleaved with the validated plan over two rounds
   const std::string table = ::testing::TempDir() + "stretto_loop_inline_profile.json";

@@ -44,6 +44,9 @@ class ProfileSamples {
   /// their times are not what one op takes alone; skipped() counts such replays.
   void set_host_cores(int cores) { host_cores_ = cores; }
   size_t skipped() const { return skipped_; }
+  /// `profile --force`: file replays with more processes than cores all the same (their op
+  /// times then include waiting for a core); skipped() still counts them.
+  void set_file_oversubscribed(bool file) { file_oversubscribed_ = file; }
 
   /// The table (version 1, docs/costmodel.md): means of the samples (loop_validate.cpp: mean()).
   Json table(const std::string& device) const;
@@ -111,6 +114,7 @@ class ProfileSamples {
       bytes_;
   int host_cores_ = 0;
   size_t skipped_ = 0;
+  bool file_oversubscribed_ = false;
   std::vector<double> host_op_ns_;  // per (replay, device)
   // (kind, group, nodes) -> bytes -> ns samples
   std::map<std::tuple<std::string, int, int>, std::map<int64_t, std::vector<int64_t>>> comms_;
