@@ -13,6 +13,7 @@
 #include "stretto/costmodel/profile_table.h"
 #include "stretto/compiler/compiler.h"
 #include "stretto/plan/estimate.h"
+#include "stretto/sim/coverage.h"
 #include "stretto/support/limits.h"
 #include "usage.h"
 
@@ -105,23 +106,9 @@ std::string describe(const CompiledPlan& cp, const std::string& path) {
       if (!t) {
         o += "  table           cannot be read: " + t.error()[0].message + "\n";
       } else {
-        std::set<std::string> matched, fell_back;
-        for (const auto& op : cp.model.ops) {
-          bool any = false;
-          for (const auto& [k, s] : t->shape_kernels) any |= std::get<0>(k) == op.kind;
-          for (const auto& [k, s] : t->bytes_kernels) any |= std::get<0>(k) == op.kind;
-          (any ? matched : fell_back).insert(std::string(op_kind_name(op.kind)));
-        }
-        auto list = [](const std::set<std::string>& s) {
-          std::string r;
-          for (const auto& x : s) r += (r.empty() ? "" : ", ") + x;
-          return r.empty() ? std::string("none") : r;
-        };
-        o += fmt::format("  measured        {} ({} kernel series, {} collective series)\n",
-                         list(matched), t->shape_kernels.size() + t->bytes_kernels.size(),
-                         t->collectives.size());
-        o += fmt::format("  analytic        {} (no series in the table: falls back)\n",
-                         list(fell_back));
+        o += fmt::format("  series          {} kernel, {} collective\n",
+                         t->shape_kernels.size() + t->bytes_kernels.size(), t->collectives.size());
+        o += sim::coverage_text(sim::table_coverage(cp, *t), "  ");
       }
     }
   }

@@ -11,6 +11,7 @@
 #include "timeline.h"
 #include "usage.h"
 #include "warnings.h"
+#include "stretto/sim/coverage.h"
 #include "stretto/sim/metrics_json.h"
 #include "stretto/sim/pipeline_metrics.h"
 #include "stretto/sim/session.h"
@@ -306,10 +307,14 @@ void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out) {
          const sim::PipelineMetrics pm = sim::pipeline_metrics(s->compiled(), *r);
          const std::string f = o->format.empty() ? (stdout_is_tty() ? "table" : "json") : o->format;
          std::string text;
+         const auto coverage = sim::profiled_coverage(s->compiled());
          if (f == "json") {
-           text = result_json(s->compiled(), *r, o->critical ? &path : nullptr, pm).dump(2) + "\n";
+           Json j = result_json(s->compiled(), *r, o->critical ? &path : nullptr, pm);
+           if (coverage) j["table_coverage"] = sim::coverage_json(*coverage);
+           text = j.dump(2) + "\n";
          } else {
            text = result_table(s->compiled(), *r, stdout_is_tty(), pm);
+           if (coverage) text += "\n" + sim::coverage_text(*coverage, "");
            if (o->critical) text += critical_table(path);
            if (!o->trace.empty())
              text += fmt::format("\ntrace written to {} (open it in https://ui.perfetto.dev)\n",

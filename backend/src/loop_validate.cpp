@@ -696,6 +696,10 @@ Json validation_json(const std::vector<PlanValidation>& v) {
     e["measured_steps"] = p.measured_steps;
     e["step_err_pct"] = 100 * p.step_err;
     e["measured_tail_ms"] = p.measured_tail_ms;
+    if (p.coverage) {
+      e["table_coverage"] = sim::coverage_json(*p.coverage);
+      e["table_coverage_low"] = p.coverage->percent() < sim::kLowCoveragePercent;
+    }
     plans.push_back(std::move(e));
     pred.push_back(ms(p.predicted_ns));
     meas.push_back(p.measured_mean_ms);
@@ -737,6 +741,14 @@ std::string validation_table(const std::vector<PlanValidation>& v) {
                      "{} steps): error {:+.1f}%\n\n",
                      ms(p.predicted_ns), p.measured_mean_ms, p.measured_std_ms, p.measured_min_ms,
                      p.measured_steps, 100 * p.step_err);
+    if (p.coverage) {
+      o += sim::coverage_text(*p.coverage, "");
+      if (p.coverage->percent() < sim::kLowCoveragePercent)
+        o += fmt::format("warning: the table covers under {:.0f} % of this plan: the prediction is "
+                         "partly the analytic model's\n",
+                         sim::kLowCoveragePercent);
+      o += "\n";
+    }
     o += fmt::format("the measured step runs {:.3f} ms past its last op (optimizer step, step-end "
                      "sync: not simulated)\n\n",
                      p.measured_tail_ms);

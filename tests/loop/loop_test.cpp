@@ -74,6 +74,34 @@ TEST(Loop, RankingReversalsAreWeighedAgainstTheMeasuredNoise) {
   EXPECT_NE(t.find("1 pair(s) ranked the other way round; 1 of them"), std::string::npos) << t;
 }
 
+TEST(Loop, ValidateReportsTableCoverageAndWarnsUnderNinetyPercent) {
+  backend::PlanValidation p;
+  p.plan = "a";
+  p.predicted_ns = 100000000;
+  p.measured_mean_ms = 100;
+  sim::TableCoverage c;
+  c.ops = 10;
+  c.ops_measured = 8;
+  c.collectives = 2;
+  c.collectives_measured = 2;
+  c.ops_fell_back = {"attention BW"};
+  p.coverage = c;  // 10 of 12: 83.3 %
+  Json j = backend::validation_json({p});
+  ASSERT_TRUE(j["plans"][0].contains("table_coverage")) << j.dump();
+  EXPECT_NEAR(j["plans"][0]["table_coverage"]["percent"].get<double>(), 100.0 * 10 / 12, 1e-9);
+  EXPECT_EQ(j["plans"][0]["table_coverage"]["ops_fell_back"][0], "attention BW");
+  EXPECT_TRUE(j["plans"][0]["table_coverage_low"].get<bool>());
+  std::string t = backend::validation_table({p});
+  EXPECT_NE(t.find("table covers    83.3 %: 8 of 10 ops, 2 of 2 collectives"), std::string::npos) << t;
+  EXPECT_NE(t.find("analytic ops    attention BW"), std::string::npos) << t;
+  EXPECT_NE(t.find("warning: the table covers under 90 %"), std::string::npos) << t;
+  // at 11 of 12 (91.7 %) no warning
+  p.coverage->ops_measured = 9;
+  t = backend::validation_table({p});
+  EXPECT_EQ(t.find("warning"), std::string::npos) << t;
+  EXPECT_FALSE(backend::validation_json({p})["plans"][0]["table_coverage_low"].get<bool>());
+}
+
 TEST(Loop, ProfileThenValidate) {
   const std::string table = ::testing::TempDir() + "stretto_loop_profile.json";
   auto [rc, out] = cli("profile " + kData + "pp2_1f1b_tiny.json --iterations 2 --format json -o " +

@@ -4,3 +4,5 @@ stretto_test(sim_inspect_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/inspect_test.cpp
 # model gives them, as the simulator asks it (sim::CostQueries)
 stretto_test(sim_collectives_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/collective_bytes_test.cpp
   LIBS stretto::sim)
+# sim/coverage.h: which of a plan's ops and collectives a profiled table prices
+stretto_test(sim_coverage_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/coverage_test.cpp LIBS stretto::sim)

@@ -27,6 +27,7 @@
 
 #include "stretto/backend/replay.h"
 #include "stretto/costmodel/cost_model.h"
+#include "stretto/sim/coverage.h"
 #include "stretto/traces/compare.h"
 
 namespace stretto::backend {
@@ -163,6 +164,9 @@ struct PlanValidation {
   /// synchronisation, which the simulator does not model), ms.
   double measured_tail_ms = 0;
   traces::Comparison ops;  ///< a = measured, b = predicted
+  /// With a profiled cost model: how much of the plan its table prices (the rest fell back to
+  /// the analytic model).
+  std::optional<sim::TableCoverage> coverage;
 };
 
 PlanValidation validate_plan(const CompiledPlan& cp, const sim::Result& predicted,
