@@ -19,10 +19,14 @@ struct Case {
   int64_t (*makespan)(int p, int m);
   // smallest m as a function of p, and whether m must be a multiple of something
   int (*min_m)(int p);
+  // the model's stages: p·v, except DualPipe's p stages, each held by two ranks (one per
+  // direction); each device computes m·v·(F+B) (DualPipe: m·(F+B), half the microbatches
+  // on each of its two stages)
+  bool bidirectional = false;
 };
 
-sim::Result simulate_builder(const char* family, int p, int v, int m) {
-  json plan = {{"model", synthetic_model(p * v, 1 << 20)},
+sim::Result simulate_builder(const char* family, int p, int v, int m, int stages) {
+  json plan = {{"model", synthetic_model(stages, 1 << 20)},
                {"cluster", {{"preset", "h100-sxm"}, {"nodes", 1}, {"devices_per_node", p}}},
                {"costmodel", fixed_costs()},
                {"schedule",
@@ -57,15 +61,25 @@ TEST(ClosedForms, EveryFamilyMatchesTheSpec) {
       // DualPipeV: 2m(F+B) + (p-1)(F&B + B - 3W), F&B = F + B
       {"dualpipev", 2, [](int p, int m) -> int64_t { return 6 * m + 2 * (p - 1); },
        [](int p) { return 2 * p; }},
+      // ZB-H2: the steady state has no bubble ((p-1)(F+I-2W) = 0 at F = I = W), so the last
+      // rank, idle until the fill (p-1)F has reached it, then works without a gap:
+      // m(F+I+W) + (p-1)F. The warm-up of up to 2p-1 microbatches needs m >= 2p here.
+      {"zb-h2", 1, [](int p, int m) -> int64_t { return 3 * m + (p - 1); },
+       [](int p) { return 2 * p; }},
+      // DualPipe (p even, p stages, half the microbatches per direction): DeepSeek's
+      // m(F+B) + (p/2-1)(F&B + B - 3W), F&B = F + B: 3m + (p/2-1)(3 + 2 - 3).
+      {"dualpipe", 2, [](int p, int m) -> int64_t { return 3 * m + (p / 2 - 1) * 2; },
+       [](int p) { return 2 * p; }, true},
   };
   for (const auto& c : cases)
     for (int p = 2; p <= 8; ++p)
       for (int k : {1, 2, 3}) {
+        if (c.bidirectional && p % 2 != 0) continue;
         int m = c.min_m(p) * k;
-        auto r = simulate_builder(c.family, p, c.v, m);
+        auto r = simulate_builder(c.family, p, c.v, m, c.bidirectional ? p : p * c.v);
         EXPECT_EQ(r.step_time, c.makespan(p, m) * kMs) << c.family << " p=" << p << " m=" << m;
-        // All work is compute here: busy = m·v·(F+B) per device.
-        int64_t work = static_cast<int64_t>(m) * c.v * 3 * kMs;
+        // All work is compute here: busy = m·v·(F+B) per device (DualPipe m·(F+B)).
+        int64_t work = static_cast<int64_t>(m) * (c.bidirectional ? 1 : c.v) * 3 * kMs;
         double ratio =
             1.0 - static_cast<double>(work) / static_cast<double>(c.makespan(p, m) * kMs);
         EXPECT_NEAR(r.bubble_ratio, ratio, 1e-9) << c.family << " p=" << p << " m=" << m;
