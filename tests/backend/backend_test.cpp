@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -380,6 +381,56 @@ TEST(Replay, PooledRoundsAreOneMeasurement) {
   EXPECT_EQ(p.devices[0].breakdown[0], 7);
   // one replay is returned as it is
   EXPECT_EQ(pool_results({a}).step_ns, a.step_ns);
+}
+
+// The `replay` commands the user documentation gives on the CPU examples (README.md, docs/*.md:
+// lines `build/stretto replay examples/cpu_...`), run as written from the repository root, the
+// trace path moved to a temporary directory: each exits 0, and a `--check` passes.
+TEST(Replay, DocumentedCpuExampleCommandsRun) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(STRETTO_EXAMPLES).parent_path();
+  std::vector<fs::path> pages = {root / "README.md"};
+  for (const auto& e : fs::directory_iterator(root / "docs"))
+    if (e.path().extension() == ".md") pages.push_back(e.path());
+  std::set<std::string> commands;
+  const std::string prefix = "build/stretto replay examples/cpu_";
+  for (const auto& page : pages) {
+    std::ifstream in(page);
+    for (std::string line; std::getline(in, line);) {
+      const size_t at = line.find(prefix);
+      if (at == std::string::npos) continue;
+      std::string cmd = line.substr(at + std::string("build/stretto ").size());
+      cmd = cmd.substr(0, cmd.find('#'));
+      cmd = cmd.substr(0, cmd.find('`'));
+      while (!cmd.empty() && cmd.back() == ' ') cmd.pop_back();
+      commands.insert(cmd);
+    }
+  }
+  ASSERT_GE(commands.size(), 2u) << "the README's replay commands on examples/cpu_* moved";
+  const std::string tmp = ::testing::TempDir() + "stretto_doc_replay_" + std::to_string(::getpid());
+  fs::create_directories(tmp);
+  size_t checks = 0;
+  for (std::string cmd : commands) {
+    SCOPED_TRACE(cmd);
+    for (size_t i; (i = cmd.find(" out/")) != std::string::npos;) cmd.replace(i, 5, " " + tmp + "/");
+    const std::string out_path = tmp + "/stdout.json";
+    const int rc = std::system(("cd " + root.string() + " && " + STRETTO_BINARY + " " + cmd +
+                                " > " + out_path + " 2> " + tmp + "/stderr.txt")
+                                   .c_str());
+    ASSERT_EQ(rc, 0) << std::ifstream(tmp + "/stderr.txt").rdbuf();
+    const Json j = Json::parse(std::ifstream(out_path), nullptr, false);
+    ASSERT_TRUE(j.is_object());
+    EXPECT_GT(j["step_time_ms"].get<double>(), 0);
+    if (cmd.find("--check") != std::string::npos) {
+      ++checks;
+      EXPECT_TRUE(j["check"]["passed"].get<bool>()) << j["check"].dump();
+    }
+    if (cmd.find("--trace") != std::string::npos) {
+      EXPECT_GT(count_entries(tmp), 2);  // the trace, besides stdout and stderr
+    }
+  }
+  EXPECT_GE(checks, 1u);
+  fs::remove_all(tmp);
 }
 
 TEST(Replay, CudaOneGpu) {
