@@ -102,7 +102,8 @@ v = json.load(open(sys.argv[1]))
 for p in v["plans"]:
     print(f"{p['plan']:<50} predicted {p['predicted_step_ms']:9.3f}  measured {p['measured_step_ms']:9.3f}"
           f" (std {p['measured_step_std_ms']:7.3f}, {p['measured_steps']} steps, tail"
-          f" {p['measured_tail_ms']:6.3f})  error {p['step_err_pct']:+6.1f}%")
+          f" {p['measured_tail_ms']:6.3f})  error {p['step_err_pct']:+6.1f}%"
+          f"  noise ±{p.get('noise_pct', float('nan')):.1f}%")
 print({k: v[k] for k in v if k != "plans"})
 PY
 

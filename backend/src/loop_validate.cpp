@@ -624,6 +624,23 @@ traces::Timeline timeline_from_replay(const CompiledPlan& cp, const ReplayResult
   return t;
 }
 
+double measured_noise_pct(const std::vector<int64_t>& step_ns) {
+  const size_t n = step_ns.size();
+  if (n < 4) return std::nan("");
+  auto mean = [&](size_t from, size_t to) {
+    double sum = 0;
+    for (size_t i = from; i < to; ++i) sum += static_cast<double>(step_ns[i]);
+    return sum / static_cast<double>(to - from);
+  };
+  const double m = mean(0, n);
+  if (m <= 0) return std::nan("");
+  double var = 0;
+  for (int64_t x : step_ns) var += (static_cast<double>(x) - m) * (static_cast<double>(x) - m);
+  const double se = std::sqrt(var / static_cast<double>(n - 1) / static_cast<double>(n));
+  const double halves = std::fabs(mean(0, n / 2) - mean(n - n / 2, n));
+  return 100.0 * std::max(2 * se, halves) / m;
+}
+
 PlanValidation validate_plan(const CompiledPlan& cp, const sim::Result& predicted,
                              const ReplayResult& measured, const traces::CompareOptions& opt) {
   PlanValidation v;
@@ -633,6 +650,7 @@ PlanValidation validate_plan(const CompiledPlan& cp, const sim::Result& predicte
   v.measured_std_ms = measured.step_std_ms;
   v.measured_min_ms = measured.step_min_ms;
   v.measured_steps = static_cast<int>(measured.step_ns.size());
+  v.noise_pct = measured_noise_pct(measured.step_ns);
   v.step_err = measured.step_mean_ms > 0
                    ? (ms(predicted.step_time) - measured.step_mean_ms) / measured.step_mean_ms
                    : 0;
@@ -681,6 +699,28 @@ std::vector<Reversal> ranking_reversals(const std::vector<PlanValidation>& v) {
 
 }  // namespace
 
+namespace {
+
+// Over the plans whose noise was measured: its mean, and how many errors lie within it.
+struct NoiseSummary {
+  double mean_pct = 0;
+  int within = 0, plans = 0;
+};
+std::optional<NoiseSummary> noise_summary(const std::vector<PlanValidation>& v) {
+  NoiseSummary n;
+  for (const auto& p : v) {
+    if (!std::isfinite(p.noise_pct)) continue;
+    n.mean_pct += p.noise_pct;
+    n.within += std::fabs(100 * p.step_err) <= p.noise_pct;
+    ++n.plans;
+  }
+  if (n.plans == 0) return std::nullopt;
+  n.mean_pct /= n.plans;
+  return n;
+}
+
+}  // namespace
+
 Json validation_json(const std::vector<PlanValidation>& v) {
   Json j;
   Json plans = Json::array();
@@ -696,6 +736,10 @@ Json validation_json(const std::vector<PlanValidation>& v) {
     e["measured_steps"] = p.measured_steps;
     e["step_err_pct"] = 100 * p.step_err;
     e["measured_tail_ms"] = p.measured_tail_ms;
+    if (std::isfinite(p.noise_pct)) {
+      e["noise_pct"] = p.noise_pct;
+      e["error_within_noise"] = std::fabs(100 * p.step_err) <= p.noise_pct;
+    }
     if (p.coverage) {
       e["table_coverage"] = sim::coverage_json(*p.coverage);
       e["table_coverage_low"] = p.coverage->percent() < sim::kLowCoveragePercent;
@@ -710,6 +754,10 @@ Json validation_json(const std::vector<PlanValidation>& v) {
   if (!v.empty()) {
     j["mean_abs_step_err_pct"] = 100 * sum / static_cast<double>(v.size());
     j["worst_abs_step_err_pct"] = 100 * worst;
+    if (auto n = noise_summary(v)) {
+      j["mean_noise_pct"] = n->mean_pct;
+      j["errors_within_noise"] = n->within;
+    }
   }
   if (v.size() >= 2) {
     j["kendall_tau"] = traces::kendall_tau(pred, meas);
@@ -733,14 +781,26 @@ Json validation_json(const std::vector<PlanValidation>& v) {
   return j;
 }
 
+namespace {
+
+// " (measured noise ±2.1 %: within it)" after an error, or "" when not measured.
+std::string noise_note(const PlanValidation& p) {
+  if (!std::isfinite(p.noise_pct)) return "";
+  return fmt::format(" (measured noise ±{:.1f}%{})", p.noise_pct,
+                     std::fabs(100 * p.step_err) <= p.noise_pct ? ": within it, not told from noise"
+                                                                : "");
+}
+
+}  // namespace
+
 std::string validation_table(const std::vector<PlanValidation>& v) {
   std::string o;
   for (const auto& p : v) {
     o += fmt::format("== {}\n", p.plan);
     o += fmt::format("step time: predicted {:.3f} ms, measured {:.3f} ms (std {:.3f}, min {:.3f}, "
-                     "{} steps): error {:+.1f}%\n\n",
+                     "{} steps): error {:+.1f}%{}\n\n",
                      ms(p.predicted_ns), p.measured_mean_ms, p.measured_std_ms, p.measured_min_ms,
-                     p.measured_steps, 100 * p.step_err);
+                     p.measured_steps, 100 * p.step_err, noise_note(p));
     if (p.coverage) {
       o += sim::coverage_text(*p.coverage, "");
       if (p.coverage->percent() < sim::kLowCoveragePercent)
@@ -758,11 +818,12 @@ std::string validation_table(const std::vector<PlanValidation>& v) {
   if (v.size() >= 2) {
     std::vector<double> pred, meas;
     double sum = 0, worst = 0;
-    o += fmt::format("{:<50} {:>12} {:>12} {:>9} {:>9}\n", "plan", "predicted ms", "measured ms",
-                     "std ms", "error");
+    o += fmt::format("{:<50} {:>12} {:>12} {:>9} {:>9} {:>9}\n", "plan", "predicted ms",
+                     "measured ms", "std ms", "error", "noise");
     for (const auto& p : v) {
-      o += fmt::format("{:<50} {:>12.3f} {:>12.3f} {:>9.3f} {:>+8.1f}%\n", p.plan, ms(p.predicted_ns),
-                       p.measured_mean_ms, p.measured_std_ms, 100 * p.step_err);
+      o += fmt::format("{:<50} {:>12.3f} {:>12.3f} {:>9.3f} {:>+8.1f}% {:>9}\n", p.plan,
+                       ms(p.predicted_ns), p.measured_mean_ms, p.measured_std_ms, 100 * p.step_err,
+                       std::isfinite(p.noise_pct) ? fmt::format("±{:.1f}%", p.noise_pct) : "-");
       pred.push_back(ms(p.predicted_ns));
       meas.push_back(p.measured_mean_ms);
       sum += std::fabs(p.step_err);
@@ -771,6 +832,9 @@ std::string validation_table(const std::vector<PlanValidation>& v) {
     o += fmt::format("\nstep-time error: mean |err| {:.1f}%, worst {:.1f}%; ranking Kendall tau {:.3f}\n",
                      100 * sum / static_cast<double>(v.size()), 100 * worst,
                      traces::kendall_tau(pred, meas));
+    if (auto n = noise_summary(v))
+      o += fmt::format("measured noise: mean ±{:.1f}%; {} of {} plans' errors within their noise\n",
+                       n->mean_pct, n->within, n->plans);
     const auto rev = ranking_reversals(v);
     int resolved = 0;
     for (const Reversal& r : rev) resolved += r.resolved;

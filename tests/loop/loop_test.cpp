@@ -102,6 +102,44 @@ TEST(Loop, ValidateReportsTableCoverageAndWarnsUnderNinetyPercent) {
   EXPECT_FALSE(backend::validation_json({p})["plans"][0]["table_coverage_low"].get<bool>());
 }
 
+TEST(Loop, ValidateReportsTheMeasuredNoiseNextToTheError) {
+  const int64_t ms = 1000000;
+  // a drift between the two halves (rounds) dominates: half means 10 and 20, mean 15
+  EXPECT_NEAR(backend::measured_noise_pct({10 * ms, 10 * ms, 10 * ms, 10 * ms, 20 * ms, 20 * ms,
+                                           20 * ms, 20 * ms}),
+              100.0 * 10 / 15, 1e-9);
+  // alternating steps, no drift: twice the standard error of the mean, 2 sqrt(200/7/8) / 15
+  EXPECT_NEAR(backend::measured_noise_pct({10 * ms, 20 * ms, 10 * ms, 20 * ms, 10 * ms, 20 * ms,
+                                           10 * ms, 20 * ms}),
+              100.0 * 2 * std::sqrt(200.0 / 7 / 8) / 15, 1e-9);
+  EXPECT_TRUE(std::isnan(backend::measured_noise_pct({10 * ms, 20 * ms, 10 * ms})));
+  // in the report: per plan, and how many errors lie within their noise
+  backend::PlanValidation a, b;
+  a.plan = "a";
+  a.predicted_ns = 103 * ms;
+  a.measured_mean_ms = 100;
+  a.step_err = 0.03;
+  a.noise_pct = 5;
+  b = a;
+  b.plan = "b";
+  b.predicted_ns = 240 * ms;
+  b.measured_mean_ms = 200;
+  b.step_err = 0.2;
+  b.noise_pct = 4;
+  const Json j = backend::validation_json({a, b});
+  EXPECT_EQ(j["plans"][0]["noise_pct"], 5.0);
+  EXPECT_TRUE(j["plans"][0]["error_within_noise"].get<bool>());
+  EXPECT_FALSE(j["plans"][1]["error_within_noise"].get<bool>());
+  EXPECT_EQ(j["mean_noise_pct"], 4.5);
+  EXPECT_EQ(j["errors_within_noise"], 1);
+  const std::string t = backend::validation_table({a, b});
+  EXPECT_NE(t.find("error +3.0% (measured noise ±5.0%: within it, not told from noise)"),
+            std::string::npos) << t;
+  EXPECT_NE(t.find("error +20.0% (measured noise ±4.0%)"), std::string::npos) << t;
+  EXPECT_NE(t.find("measured noise: mean ±4.5%; 1 of 2 plans' errors within their noise"),
+            std::string::npos) << t;
+}
+
 // validate's step error on these tiny plans, with a table profiled seconds before on the same
 // host: -3.5 % and +6.6 % on an idle machine, but anywhere from -76 % to +530 % on a shared
 // 2-core machine at load average 11-13 (the replays' wall time, mostly waits for the peer,

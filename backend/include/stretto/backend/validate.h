@@ -19,6 +19,7 @@
 //   - measured) / measured).
 
 #include <array>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -163,11 +164,20 @@ struct PlanValidation {
   /// Measured step time after the last recorded op ends (the optimizer step and the step-end
   /// synchronisation, which the simulator does not model), ms.
   double measured_tail_ms = 0;
+  /// The measurement's own noise, percent of the measured mean (NaN with fewer than 4 steps):
+  /// the larger of twice the standard error of the mean (2 std / sqrt(n): steps taken as
+  /// independent, a lower bound) and the difference between the means of the first and the
+  /// second half of the steps in the order measured (the host's drift over the measurement,
+  /// rounds included). An error within it cannot be told from noise.
+  double noise_pct = std::numeric_limits<double>::quiet_NaN();
   traces::Comparison ops;  ///< a = measured, b = predicted
   /// With a profiled cost model: how much of the plan its table prices (the rest fell back to
   /// the analytic model).
   std::optional<sim::TableCoverage> coverage;
 };
+
+/// PlanValidation::noise_pct of measured step times (ns, in the order measured).
+double measured_noise_pct(const std::vector<int64_t>& step_ns);
 
 PlanValidation validate_plan(const CompiledPlan& cp, const sim::Result& predicted,
                              const ReplayResult& measured, const traces::CompareOptions& opt = {});
