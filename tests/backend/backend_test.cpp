@@ -116,7 +116,8 @@ TEST_P(GradientCheck, EqualsSingleProcessReference) {
 INSTANTIATE_TEST_SUITE_P(Schedules, GradientCheck,
                          ::testing::Values("pp2_1f1b.json", "pp2_interleaved_v2.json",
                                            "pp2_zbh1.json", "pp2_dualpipev.json",
-                                           "pp2_dp2_zero1.json", "dp2_zero3.json", "ep2_moe.json",
+                                           "pp2_dp2_zero1.json", "dp2_zero2.json", "dp2_zero3.json",
+                                           "ep2_moe.json",
                                            "tp2.json", "pp2_recompute.json",
                                            "pp2_gpt_adam.json"),
                          [](const auto& info) {
