@@ -436,6 +436,7 @@ Json result_json(const CompiledPlan& cp, const ReplayResult& r, const sim::Resul
     c["loss"] = r.check->loss;
     c["reference_loss"] = r.check->reference_loss;
     c["params_compared"] = r.check->params.size();
+    c["unmatched"] = r.check->unmatched;
     j["check"] = std::move(c);
   }
   if (pred) {
@@ -485,6 +486,7 @@ std::string result_table(const CompiledPlan& cp, const ReplayResult& r, const si
         c.passed ? "PASSED" : "FAILED", c.params.size(), c.max_abs_diff, c.max_rel_diff,
         c.tolerance, c.worst_param);
     o += fmt::format("               loss {:.6f}, reference {:.6f}\n", c.loss, c.reference_loss);
+    for (const auto& u : c.unmatched) o += fmt::format("               unmatched: {}\n", u);
   }
   (void)cp;
   return o;

@@ -166,13 +166,35 @@ CheckReport check_against_reference(const CompiledPlan& cp, const ReplayOptions&
   rep.tolerance = low_precision ? 5e-2 : 1e-4;
   for (size_t rank = 0; rank < ranks.size(); ++rank)
     for (const auto& d : ranks[rank]) {
+      // A gradient the reference cannot be matched with fails the check (it is not skipped:
+      // a skipped parameter would pass unchecked).
       auto it = by_name.find(d.name);
-      if (it == by_name.end()) continue;
+      if (it == by_name.end()) {
+        rep.unmatched.push_back(fmt::format(
+            "{} on device {}: no parameter of that name in the reference", d.name, rank));
+        continue;
+      }
       at::Tensor ref = it->second;
+      const int64_t full = d.dim >= 0 && d.dim < ref.dim() ? ref.size(d.dim) : 0;
+      const bool in_shape =
+          d.dim < ref.dim() &&
+          (d.dim < 0 || (d.start >= 0 && d.length >= 0 && d.start + d.length <= full));
+      if (!in_shape) {
+        rep.unmatched.push_back(fmt::format(
+            "{} on device {}: slice [{}, +{}) of dimension {} is outside the reference's shape",
+            d.name, rank, d.start, d.length, d.dim));
+        continue;
+      }
+      if (d.owned_end <= d.owned_begin) continue;  // this rank owns none of it (a ZeRO shard)
       if (d.dim >= 0) ref = ref.narrow(d.dim, d.start, d.length);
       ref = ref.contiguous().view({-1});
-      if (d.owned_end <= d.owned_begin || static_cast<int64_t>(d.values.size()) != ref.numel())
+      if (static_cast<int64_t>(d.values.size()) != ref.numel() || d.owned_begin < 0 ||
+          d.owned_end > ref.numel()) {
+        rep.unmatched.push_back(fmt::format(
+            "{} on device {}: {} values (owned [{}, {})), the reference's slice has {}", d.name,
+            rank, d.values.size(), d.owned_begin, d.owned_end, ref.numel()));
         continue;
+      }
       const at::Tensor mine =
           at::from_blob(const_cast<float*>(d.values.data()), {static_cast<int64_t>(d.values.size())},
                         at::TensorOptions().dtype(at::kFloat))
@@ -192,7 +214,7 @@ CheckReport check_against_reference(const CompiledPlan& cp, const ReplayOptions&
       rep.max_abs_diff = std::max(rep.max_abs_diff, gc.max_abs_diff);
       rep.params.push_back(std::move(gc));
     }
-  rep.passed = !rep.params.empty() && rep.max_rel_diff <= rep.tolerance &&
+  rep.passed = !rep.params.empty() && rep.unmatched.empty() && rep.max_rel_diff <= rep.tolerance &&
                std::abs(rep.loss - rep.reference_loss) <=
                    rep.tolerance * std::max(1.0, std::abs(rep.reference_loss));
   return rep;

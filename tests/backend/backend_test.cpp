@@ -17,6 +17,7 @@
 
 #include "stretto/backend/replay.h"
 #include "stretto/compiler/compiler.h"
+#include "../../backend/src/torch_executor.h"
 
 namespace stretto::backend {
 namespace {
@@ -190,6 +191,29 @@ TEST(Replay, CheckNoticesLostData) {
   ASSERT_TRUE(r->check.has_value());
   EXPECT_FALSE(r->check->passed);
   EXPECT_GT(r->check->max_rel_diff, 1e-3);
+}
+
+TEST(Replay, CheckRefusesGradientsItCannotMatch) {
+  // Gradients whose name or size matches nothing in the single-process reference fail the
+  // check with what did not match (they used to be skipped, so a lost parameter passed).
+  const CompiledPlan cp = load("pp2_1f1b.json");
+  ReplayOptions opt;
+  opt.device = DeviceKind::kCpu;
+  detail::GradDump unknown;
+  unknown.name = "layer0.no_such.weight";
+  unknown.values = {1, 2};
+  unknown.owned_end = 2;
+  detail::GradDump wrong_size;
+  wrong_size.name = "layer0.mlp_norm.weight";
+  wrong_size.values = {1, 2, 3};
+  wrong_size.owned_end = 3;
+  const CheckReport c = detail::check_against_reference(cp, opt, {{unknown}, {wrong_size}}, 0);
+  EXPECT_FALSE(c.passed);
+  ASSERT_EQ(c.unmatched.size(), 2u);
+  EXPECT_NE(c.unmatched[0].find("layer0.no_such.weight on device 0: no parameter"),
+            std::string::npos) << c.unmatched[0];
+  EXPECT_NE(c.unmatched[1].find("layer0.mlp_norm.weight on device 1: 3 values"),
+            std::string::npos) << c.unmatched[1];
 }
 
 TEST(Replay, ExecutedOrderIsTheCompiledProgram) {

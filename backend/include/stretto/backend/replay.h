@@ -132,6 +132,9 @@ struct CheckReport {
   double tolerance = 1e-4;  ///< max_rel_diff must not exceed it
   bool passed = false;
   double loss = 0, reference_loss = 0;  ///< the step's summed loss, replayed and reference
+  /// Gradients a rank returned that match no parameter (or no slice) of the reference: each
+  /// fails the check, with what did not match.
+  std::vector<std::string> unmatched;
 };
 
 /// What one rank sends back to the launcher (or to rank 0 in multi-host mode).
