@@ -141,12 +141,13 @@ TEST(Loop, ValidateReportsTheMeasuredNoiseNextToTheError) {
 }
 
 // validate's step error on these tiny plans, with a table profiled seconds before on the same
-// host: -3.5 % and +6.6 % on an idle machine, but anywhere from -76 % to +530 % on a shared
+// host: -3.5 % and +6.6 % on an idle machine, but anywhere from -76 % to +749 % on a shared
 // 2-core machine at load average 11-13 (the replays' wall time, mostly waits for the peer,
-// follows the neighbours; a tighter bound would be a timed test). So this is a sanity bound,
-// predicted / measured within a factor of 10 either way, not an accuracy target: it catches a
-// table read in the wrong unit or not at all (ProfileThenValidate's control).
-constexpr double kStepRatioSanity = 10;
+// follows the neighbours, and the table profiled seconds before may have been timed under
+// another load; a tighter bound would be a timed test). So this is a sanity bound, predicted /
+// measured within a factor of 20 either way, not an accuracy target: it catches a table read in
+// the wrong unit or not at all (ProfileThenValidate's control).
+constexpr double kStepRatioSanity = 20;
 
 TEST(Loop, ProfileThenValidate) {
   const std::string table = ::testing::TempDir() + "stretto_loop_profile.json";
