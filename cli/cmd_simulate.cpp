@@ -59,16 +59,18 @@ std::string result_table(const CompiledPlan& cp, const sim::Result& r, bool colo
       "bubble ratio   {:.2f} %   (time devices do no compute / (devices x step time))\n",
       100 * r.bubble_ratio);
   o += fmt::format(
-      "pipeline bubble {:.2f} %  (idle between each computing device's first and last op / "
-      "those spans)\n",
+      "pipeline bubble {:.2f} %  (waiting for the pipeline between each computing device's "
+      "first and last op / those spans)\n",
       100 * pm.pipeline_bubble_ratio);
   o += fmt::format(
       "exposed comm   {:.3f} ms per device  (communication no compute hides; {:.3f} ms summed "
-      "over devices)\n",
-      pm.exposed_comm_ms_per_device, ms(r.exposed_comm));
+      "over devices), of which TP/EP/DP collectives {:.3f} ms\n",
+      pm.exposed_comm_ms_per_device, ms(r.exposed_comm), pm.exposed_collectives_ms_per_device);
   o += fmt::format(
       "MFU            {:.1f} %   ({:.3g} model FLOPs, peak {:.0f} TFLOP/s x {} devices)\n",
-      100 * r.mfu, r.model_flops, cp.plan.cluster.device.peak_tflops, r.devices.size());
+      100 * r.mfu, r.model_flops,
+      cp.plan.cluster.device.peak_tflops * cost::dtype_peak_factor(cp.model.dtype),
+      r.devices.size());
   o += fmt::format("throughput     {:.0f} tokens/s\n", r.tokens_per_s);
   o += fmt::format(
       "simulated      {} events in {:.1f} ms (build {:.1f}, prepare {:.1f}, run {:.1f}, metrics "

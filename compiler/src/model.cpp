@@ -151,7 +151,8 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
       op.out_bytes = spec.boundary_bytes;
       if (l > 0) op.inputs.push_back(static_cast<uint32_t>(l - 1));
       g.total_params += op.param_count;
-      g.model_flops_per_microbatch += op.fwd_flops + op.bi_flops + op.bw_flops;
+      g.model_flops_per_microbatch +=
+        (op.fwd_flops + op.bi_flops + op.bw_flops) * op.model_flops_share;
       b.add(std::move(op));
     }
     return std::move(g);
@@ -329,6 +330,7 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
     ex.gemm = {std::max<int64_t>(1, slots / E), up_n + h, h, E};
     double gf = 2.0 * static_cast<double>(slots) * h * (up_n + ef);
     ex.fwd_flops = ex.bi_flops = ex.bw_flops = gf;
+    ex.model_flops_share = static_cast<double>(T * k) / static_cast<double>(slots);
     ex.param_count = E * (h * up_n + ef * h);
     ex.param_bytes = ex.param_count * dt;
     const int64_t act_in = slots * (h + up_n + ef) * dt;  // inputs of up, act, down

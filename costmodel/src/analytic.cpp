@@ -14,22 +14,6 @@ namespace stretto::cost {
 
 namespace {
 
-// Peak relative to the dense BF16/FP16 tensor-core peak in DeviceSpec::peak_tflops. H100 SXM
-// data sheet (dense): FP8 1979, BF16 989, TF32 495 TFLOPS. FP32 GEMMs are assumed to run on
-// TF32 tensor cores (Megatron / torch.backends.cuda.matmul.allow_tf32 setting).
-double dtype_peak_factor(DType d) {
-  switch (d) {
-    case DType::kFP8:
-      return 2.0;
-    case DType::kBF16:
-    case DType::kFP16:
-      return 1.0;
-    case DType::kFP32:
-      return 0.5;
-  }
-  return 1.0;
-}
-
 // DeepSeek-V3 technical report (arXiv 2412.19437): 20 of the H800's 132 SMs run communication.
 constexpr double kCommSms = 20.0;
 constexpr double kDefaultSms = 132.0;

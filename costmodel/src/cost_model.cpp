@@ -11,6 +11,21 @@
 
 namespace stretto::cost {
 
+double dtype_peak_factor(DType d) {
+  // H100 SXM data sheet (dense): FP8 1979, BF16 989, TF32 495 TFLOPS. FP32 GEMMs are assumed to
+  // run on TF32 tensor cores (Megatron / torch.backends.cuda.matmul.allow_tf32 setting).
+  switch (d) {
+    case DType::kFP8:
+      return 2.0;
+    case DType::kBF16:
+    case DType::kFP16:
+      return 1.0;
+    case DType::kFP32:
+      return 0.5;
+  }
+  return 1.0;
+}
+
 namespace {
 
 // Keys of the plan's costmodel object itself (consumed by the plan parser; tolerated if they

@@ -1,43 +1,97 @@
 #include "stretto/sim/pipeline_metrics.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace stretto::sim {
 
+namespace {
+
+using Interval = std::pair<SimTime, SimTime>;
+
+// Sorts and merges `v` in place into disjoint intervals; returns their total length.
+SimTime merge(std::vector<Interval>& v) {
+  std::sort(v.begin(), v.end());
+  size_t k = 0;
+  for (const Interval& x : v) {
+    if (x.second <= x.first) continue;
+    if (k > 0 && x.first <= v[k - 1].second)
+      v[k - 1].second = std::max(v[k - 1].second, x.second);
+    else
+      v[k++] = x;
+  }
+  v.resize(k);
+  SimTime total = 0;
+  for (const Interval& x : v) total += x.second - x.first;
+  return total;
+}
+
+// Length of (a minus b) inside [lo, hi); a and b merged.
+SimTime uncovered(const std::vector<Interval>& a, const std::vector<Interval>& b, SimTime lo,
+                  SimTime hi) {
+  SimTime total = 0;
+  size_t j = 0;
+  for (const Interval& x : a) {
+    SimTime s = std::max(x.first, lo);
+    const SimTime e = std::min(x.second, hi);
+    if (s >= e) continue;
+    while (j < b.size() && b[j].second <= s) ++j;
+    for (size_t k = j; k < b.size() && b[k].first < e && s < e; ++k) {
+      if (b[k].first > s) total += b[k].first - s;
+      s = std::max(s, b[k].second);
+    }
+    if (s < e) total += e - s;
+  }
+  return total;
+}
+
+}  // namespace
+
 PipelineMetrics pipeline_metrics(const CompiledPlan& cp, const Result& r) {
-  (void)cp;
   PipelineMetrics m;
   const size_t D = r.devices.size();
   m.devices.assign(D, {});
   const Program& p = r.program;
+  std::vector<std::vector<Interval>> compute(D), collectives(D);
   for (uint32_t t = 0; t < p.tasks.size(); ++t) {
     const Task& tk = p.tasks[t];
-    if (tk.kind != TaskKind::kCompute || tk.part_count == 0) continue;
-    const uint32_t d = p.participants[tk.part_begin].device;
-    if (d >= D) continue;
+    if (tk.part_count == 0) continue;
     const TaskTiming& tm = r.timing[t];
-    DevicePipeline& dp = m.devices[d];
-    if (!dp.computes) {
-      dp.computes = true;
-      dp.first_start = tm.start;
-      dp.last_end = tm.end;
-    } else {
-      dp.first_start = std::min(dp.first_start, tm.start);
-      dp.last_end = std::max(dp.last_end, tm.end);
+    if (tk.kind == TaskKind::kCompute) {
+      const uint32_t d = p.participants[tk.part_begin].device;
+      if (d < D) compute[d].push_back({tm.start, tm.end});
+    } else if (tk.kind == TaskKind::kComm && tk.node < cp.dag.nodes.size() &&
+               cp.dag.nodes[tk.node].kind == NodeKind::kCollective) {
+      for (uint32_t i = 0; i < tk.part_count; ++i) {
+        const uint32_t d = p.participants[tk.part_begin + i].device;
+        if (d < D) collectives[d].push_back({tm.start, tm.end});
+      }
     }
-    dp.compute += tm.end - tm.start;
+  }
+  for (size_t d = 0; d < D; ++d) {
+    DevicePipeline& dp = m.devices[d];
+    const SimTime busy = merge(compute[d]);
+    merge(collectives[d]);
+    if (!compute[d].empty()) {
+      dp.computes = true;
+      dp.first_start = compute[d].front().first;
+      dp.last_end = compute[d].back().second;
+      dp.compute = busy;
+      dp.exposed_collectives_in_span =
+          uncovered(collectives[d], compute[d], dp.first_start, dp.last_end);
+    }
+    dp.exposed_collectives = uncovered(collectives[d], compute[d], 0, r.step_time);
   }
   for (size_t d = 0; d < D; ++d) {
     const int rep = r.devices[d].representative;
     if (r.devices[d].folded && rep >= 0 && static_cast<size_t>(rep) < D)
       m.devices[d] = m.devices[static_cast<size_t>(rep)];
-    DevicePipeline& dp = m.devices[d];
-    dp.compute = std::min(dp.compute, dp.last_end - dp.first_start);
   }
-  double idle = 0, span = 0;
+  double idle = 0, span = 0, coll = 0;
   SimTime worst = 0;
   for (size_t d = 0; d < D; ++d) {
     const DevicePipeline& dp = m.devices[d];
+    coll += static_cast<double>(dp.exposed_collectives);
     if (!dp.computes) continue;
     idle += static_cast<double>(dp.idle());
     span += static_cast<double>(dp.last_end - dp.first_start);
@@ -49,6 +103,7 @@ PipelineMetrics pipeline_metrics(const CompiledPlan& cp, const Result& r) {
   m.pipeline_bubble_ratio = span > 0 ? idle / span : 0;
   m.exposed_comm_ms_per_device =
       D ? static_cast<double>(r.exposed_comm) / 1e6 / static_cast<double>(D) : 0;
+  m.exposed_collectives_ms_per_device = D ? coll / 1e6 / static_cast<double>(D) : 0;
   return m;
 }
 

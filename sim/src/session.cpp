@@ -166,10 +166,14 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
                : n.tags.pass == Pass::kB  ? op.bi_flops + op.bw_flops
                : n.tags.pass == Pass::kBI ? op.bi_flops
                                           : op.bw_flops;
-    flops += f * static_cast<double>(dag.device_sets[n.devs].devices.size() / n.tp);
+    // (MoE: a balanced router's FLOPs; imbalance and capacity padding cost time, not FLOPs)
+    flops += f * op.model_flops_share *
+             static_cast<double>(dag.device_sets[n.devs].devices.size() / n.tp);
   }
   r.model_flops = flops;
-  const double peak = cp.plan.cluster.device.peak_tflops * 1e12;
+  // Against the peak of the dtype the GEMMs run in (an fp8 plan's tensor cores peak at twice
+  // the bf16 rate), as the cost model prices them.
+  const double peak = cp.plan.cluster.device.peak_tflops * 1e12 * cost::dtype_peak_factor(cp.model.dtype);
   r.mfu = r.step_time > 0 ? flops / (r.step_time * 1e-9 * D * peak) : 0;
   // tokens: every microbatch of every data-parallel replica of the first op
   int64_t replicas = 0;

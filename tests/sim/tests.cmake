@@ -6,3 +6,5 @@ stretto_test(sim_collectives_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/collective_b
   LIBS stretto::sim)
 # sim/coverage.h: which of a plan's ops and collectives a profiled table prices
 stretto_test(sim_coverage_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/coverage_test.cpp LIBS stretto::sim)
+# sim/pipeline_metrics.h and Result's MFU: what each step metric counts
+stretto_test(sim_metrics_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/metrics_test.cpp LIBS stretto::sim)

@@ -70,6 +70,10 @@ struct ModelOp {
   int64_t saved_input_bytes = 0;  // the part of saved_bytes that is the op's input (what a
                                   // recompute checkpoint keeps; the size of its input gradient)
   int64_t out_bytes = 0;         // output activation (sent across a stage boundary)
+  /// The share of the op's FLOPs that are model FLOPs (what MFU counts): the routed experts of
+  /// an imbalanced or capacity-padded router compute more slots than a balanced router's T·k,
+  /// which costs time but is not model work; 1 for every other op.
+  double model_flops_share = 1.0;
   /// Activation-by-activation GEMM (attention scores / context): both input gradients are BI
   /// work (dQ and dK, or dP and dV); BW is empty.
   bool act_gemm = false;
@@ -89,7 +93,8 @@ struct ModelGraph {
   int layers = 0;
   DType dtype = DType::kBF16;
   int64_t tokens_per_microbatch = 0;
-  double model_flops_per_microbatch = 0;  // forward + backward, for MFU (6·N·T + attention)
+  double model_flops_per_microbatch = 0;  // forward + backward, for MFU (6·N·T + attention;
+                                          // MoE: a balanced router's top_k experts per token)
   int64_t total_params = 0;
 };
 

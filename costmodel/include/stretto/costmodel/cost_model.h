@@ -81,6 +81,11 @@ struct CommCost {
   bool inter_node = false;  // bottleneck is the inter-node link
 };
 
+/// Tensor-core peak of GEMMs in `d` over DeviceSpec::peak_tflops (the dense BF16/FP16 peak):
+/// FP8 2, BF16/FP16 1, FP32 0.5 (TF32), per the H100 data sheet. The analytic model's roofline
+/// and MFU's denominator both use it.
+double dtype_peak_factor(DType d);
+
 /// Time to push `wire_bytes` at `rate_cap` bytes/ns, rounded up to whole ns (0 for no bytes).
 /// The one place where CommCost's fluid description is turned into a duration.
 inline int64_t transfer_ns(int64_t wire_bytes, double rate_cap) {

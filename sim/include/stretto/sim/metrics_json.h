@@ -17,7 +17,7 @@
 namespace stretto::sim {
 
 /// Top level: plan, step_time_ms, bubble_ratio, pipeline_bubble_ratio, exposed_comm_ms,
-/// exposed_comm_ms_per_device, mfu, tokens_per_s, model_flops, events, sim_wall_ms,
+/// exposed_comm_ms_per_device, exposed_collectives_ms_per_device, mfu, tokens_per_s, model_flops, events, sim_wall_ms,
 /// folded_replicas, not_modelled, costmodel, peak_memory_bytes and peak_memory_time_ms (of the
 /// device with the largest peak), over_capacity (any device over its memory), and `devices`.
 nlohmann::json metrics_json(const CompiledPlan& cp, const Result& r, const PipelineMetrics& pm);
@@ -45,6 +45,7 @@ void step_fields(W& w, const CompiledPlan& cp, const Result& r, const PipelineMe
   w.number("pipeline_bubble_ratio", pm.pipeline_bubble_ratio);
   w.number("exposed_comm_ms", ms(r.exposed_comm));
   w.number("exposed_comm_ms_per_device", pm.exposed_comm_ms_per_device);
+  w.number("exposed_collectives_ms_per_device", pm.exposed_collectives_ms_per_device);
   w.number("mfu", r.mfu);
   w.number("tokens_per_s", r.tokens_per_s);
   w.number("model_flops", r.model_flops);
@@ -71,6 +72,7 @@ void device_fields(W& w, const DeviceMetrics& d, const DevicePipeline& dp, bool 
   w.number("bubble_ratio", d.bubble_ratio);
   w.number("pipeline_bubble_ms", dp.computes ? ms(dp.idle()) : 0.0);
   w.number("exposed_comm_ms", ms(d.exposed_comm));
+  w.number("exposed_collectives_ms", ms(dp.exposed_collectives));
   w.number("comm_ms", ms(d.comm));
   w.integer("peak_memory_bytes", d.peak_memory);
   w.number("peak_memory_time_ms", ms(d.peak_time));
@@ -88,6 +90,7 @@ inline bool same_fields_but_id(const DeviceMetrics& a, const DevicePipeline& pa,
          a.exposed_comm == b.exposed_comm && a.comm == b.comm &&
          a.peak_memory == b.peak_memory && a.peak_time == b.peak_time &&
          a.breakdown == b.breakdown && pa.computes == pb.computes &&
+         pa.exposed_collectives == pb.exposed_collectives &&
          (!pa.computes || pa.idle() == pb.idle());
 }
 

@@ -1,12 +1,24 @@
 #pragma once
-// Derived step metrics with plain definitions (docs/semantics.md):
+// Derived step metrics with plain definitions (docs/semantics.md, "The numbers"):
 //
-// - pipeline bubble ratio: over the devices that run compute, the idle time between each
-//   device's first compute op start and its last compute op end, divided by the sum of those
-//   spans. Unlike Result::bubble_ratio (idle compute over devices x step time), it does not
-//   count the warm-up before a late stage starts or the tail after an early stage finishes
-//   its last backward; it is the "bubble" of pipeline papers.
-// - exposed communication per device: Result::exposed_comm / number of devices.
+// Per device, over the step (every one from the task timings of the engine):
+// - compute: the union of the device's compute op intervals; its span runs from its first
+//   compute op's start to its last compute op's end.
+// - exposed collectives: the time a collective of the device (TP, SP, EP, DP and ZeRO, the
+//   tied-embedding and gradient-norm all-reduces: every communication but the pipeline's
+//   send/recv) runs while none of its compute ops runs. It is the part of the engine's exposed
+//   communication (DeviceMetrics::exposed_comm: any communication op, no compute) that is not
+//   pipeline traffic.
+// - pipeline bubble: the time in the span when the device neither computes nor runs an exposed
+//   collective: waiting for the pipeline (its neighbours' activations and gradients, their
+//   send/recv, the schedule's warm-up and cool-down inside the span).
+//   span = compute + exposed collectives in the span + pipeline bubble, exactly.
+// Over the step:
+// - pipeline bubble ratio: Σ pipeline bubble / Σ span over the devices that compute: the
+//   "bubble" of pipeline papers ((p−1)/(v·m) for an ideal interleaved 1F1B), without the
+//   ramp-up before a late stage starts, the tail after an early stage ends, and without the
+//   exposed TP/EP/DP communication (its own field).
+// - exposed comm per device and exposed collectives per device: means over the devices.
 //
 // Folded results (replica folding) use each folded device's representative.
 
@@ -20,13 +32,17 @@ namespace stretto::sim {
 struct DevicePipeline {
   bool computes = false;  // runs at least one compute op
   SimTime first_start = 0, last_end = 0;
-  SimTime compute = 0;  // sum of compute op durations (clamped to the span)
-  SimTime idle() const { return (last_end - first_start) - compute; }
+  SimTime compute = 0;  // union of the compute op intervals
+  /// Collectives running while no compute runs: over the step, and inside the compute span.
+  SimTime exposed_collectives = 0, exposed_collectives_in_span = 0;
+  /// Pipeline bubble: the span's time with neither compute nor an exposed collective.
+  SimTime idle() const { return (last_end - first_start) - compute - exposed_collectives_in_span; }
 };
 
 struct PipelineMetrics {
   double pipeline_bubble_ratio = 0;
   double exposed_comm_ms_per_device = 0;
+  double exposed_collectives_ms_per_device = 0;
   std::vector<DevicePipeline> devices;  // by device id
   /// Index of the device with the largest pipeline idle time, -1 when no device is idle.
   int largest_bubble_device = -1;

@@ -1,0 +1,133 @@
+// The step metrics mean what their names say (docs/semantics.md, "The numbers"): the pipeline
+// bubble counts only pipeline idle time, exposed TP/EP/DP collectives are their own field, MFU
+// is against the peak of the GEMMs' dtype, and MoE MFU counts a balanced router's FLOPs.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "stretto/sim/metrics_json.h"
+#include "stretto/sim/session.h"
+
+namespace stretto::sim {
+namespace {
+
+using nlohmann::json;
+
+json transformer(int layers) {
+  return {{"family", "transformer"}, {"layers", layers},      {"hidden", 1024},
+          {"heads", 16},             {"ffn_hidden", 4096},    {"vocab", 32768},
+          {"seq_len", 1024},         {"microbatch_size", 1}};
+}
+json fixed(double comm_ms) {
+  return {{"kind", "fixed"}, {"F", 1}, {"B", 2}, {"comm", comm_ms}, {"unit", "ms"}};
+}
+json plan(json model, json costmodel, json layout, int devices, int microbatches = 1) {
+  return {{"model", std::move(model)},
+          {"cluster", {{"preset", "h100-sxm"}, {"nodes", 1}, {"devices_per_node", devices}}},
+          {"costmodel", std::move(costmodel)},
+          {"schedule",
+           {{"builder", "1f1b"}, {"microbatches", microbatches}, {"layout", std::move(layout)}}}};
+}
+
+struct Simulated {
+  Result r;
+  PipelineMetrics pm;
+  json j;
+};
+Simulated run(const json& p) {
+  auto s = Session::from_text(p.dump(), "metrics.json");
+  if (!s) {
+    ADD_FAILURE() << render_all(s.error());
+    return {};
+  }
+  auto r = s->simulate();
+  if (!r) {
+    ADD_FAILURE() << render_all(r.error());
+    return {};
+  }
+  Simulated out{std::move(*r), {}, {}};
+  out.pm = pipeline_metrics(s->compiled(), out.r);
+  out.j = metrics_json(s->compiled(), out.r, out.pm);
+  return out;
+}
+
+TEST(PipelineBubble, ExposedTensorParallelCollectivesAreNotPipelineIdle) {
+  // One stage (no pipeline), TP 2, fixed costs: the forward's ops share F = 1 ms, the
+  // backward's B = 2 ms, every collective takes 1 ms and runs alone (its inputs come from the
+  // compute before it, its output feeds the compute after it). One layer without sequence
+  // parallelism has six TP all-reduces per microbatch: forward after the embedding, the
+  // attention output projection and the MLP down projection; backward before the QKV, the MLP
+  // up projection and the head's input gradients. Each device computes 3 ms and waits 6 ms for
+  // its collectives inside its compute span: no pipeline bubble (the old definition called
+  // 6 / 9 of the span "pipeline bubble").
+  const Simulated x = run(plan(transformer(1), fixed(1), {{"tp", 2}}, 2));
+  EXPECT_DOUBLE_EQ(x.j["step_time_ms"].get<double>(), 9.0);
+  EXPECT_DOUBLE_EQ(x.j["pipeline_bubble_ratio"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(x.j["exposed_collectives_ms_per_device"].get<double>(), 6.0);
+  EXPECT_DOUBLE_EQ(x.j["exposed_comm_ms_per_device"].get<double>(), 6.0);
+  for (const auto& d : x.j["devices"]) {
+    EXPECT_DOUBLE_EQ(d["pipeline_bubble_ms"].get<double>(), 0.0);
+    EXPECT_DOUBLE_EQ(d["exposed_collectives_ms"].get<double>(), 6.0);
+  }
+}
+
+TEST(PipelineBubble, PipelineIdleStaysAndSendRecvIsPartOfIt) {
+  // Two stages, TP 2, 1F1B with m = 4, fixed costs, 1 ms per communication. Each device's span
+  // = its compute + its exposed TP collectives + its pipeline bubble, exactly; the pipeline
+  // bubble is positive (warm-up and cool-down of stage 0 inside its span, send/recv waits) and
+  // the exposed TP collectives are not in it.
+  json m = transformer(2);
+  m["pp_regions"] = 2;
+  const Simulated x = run(plan(m, fixed(1), {{"tp", 2}, {"pp", 2}}, 4, 4));
+  ASSERT_EQ(x.pm.devices.size(), 4u);
+  double bubble = 0;
+  for (size_t d = 0; d < x.pm.devices.size(); ++d) {
+    const DevicePipeline& dp = x.pm.devices[d];
+    ASSERT_TRUE(dp.computes);
+    EXPECT_EQ(dp.last_end - dp.first_start,
+              dp.compute + dp.exposed_collectives_in_span + dp.idle());
+    EXPECT_GT(dp.exposed_collectives_in_span, 0);
+    EXPECT_GE(dp.idle(), 0);
+    bubble += static_cast<double>(dp.idle());
+  }
+  EXPECT_GT(bubble, 0);
+}
+
+TEST(Mfu, AgainstThePeakOfTheGemmDtype) {
+  // Fixed costs: the fp8 and bf16 plans take the same time and count the same model FLOPs;
+  // fp8 GEMMs peak at twice the bf16 rate (H100: 1979 against 989 dense TFLOP/s), so the fp8
+  // plan's MFU is half the bf16 plan's.
+  json bf16 = transformer(1), fp8 = transformer(1);
+  fp8["dtype"] = "fp8";
+  const Simulated a = run(plan(bf16, fixed(0), json::object(), 1));
+  const Simulated b = run(plan(fp8, fixed(0), json::object(), 1));
+  ASSERT_EQ(a.r.step_time, b.r.step_time);
+  ASSERT_DOUBLE_EQ(a.r.model_flops, b.r.model_flops);
+  EXPECT_DOUBLE_EQ(b.r.mfu, a.r.mfu / 2);
+  EXPECT_DOUBLE_EQ(a.r.mfu, a.r.model_flops / (static_cast<double>(a.r.step_time) * 1e-9 *
+                                               989.4e12));
+}
+
+TEST(Mfu, MoeCountsABalancedRoutersFlops) {
+  // Two experts' worth of imbalance (the busiest expert gets twice the mean) or a capacity
+  // factor of 2 make the grouped GEMMs and the all-to-alls longer, not the model bigger: the
+  // model FLOPs equal the balanced router's (top_k experts per token) and MFU falls.
+  auto moe_plan = [](json routing) {
+    json m = transformer(2);
+    m["moe"] = {{"experts", 8}, {"top_k", 2}, {"expert_ffn_hidden", 1024}};
+    for (auto& [k, v] : routing.items()) m["moe"][k] = v;
+    return plan(m, {{"kind", "analytic"}}, {{"dp", 2}, {"ep", 2}}, 2);
+  };
+  const Simulated balanced = run(moe_plan(json::object()));
+  for (const json& routing : {json{{"imbalance", 2}}, json{{"capacity_factor", 2}}}) {
+    SCOPED_TRACE(routing.dump());
+    const Simulated skewed = run(moe_plan(routing));
+    EXPECT_NEAR(skewed.r.model_flops / balanced.r.model_flops, 1.0, 1e-12);
+    EXPECT_GT(skewed.r.step_time, balanced.r.step_time);
+    EXPECT_LT(skewed.r.mfu, balanced.r.mfu);
+  }
+}
+
+}  // namespace
+}  // namespace stretto::sim
