@@ -144,7 +144,8 @@ void BM_Estimate(benchmark::State& state) {
   auto plan = parse_plan(src);
   auto est = Estimator::make(*plan, s.spec.base_dir);
   std::vector<Resolved> rs;
-  for (const auto& p : s.grid.points) rs.push_back(resolve(s.spec.base, p.params));
+  for (const auto& p : s.grid.points)
+    if (auto r = resolve(s.spec.base, p.params)) rs.push_back(*r);
   size_t n = 0;
   double sink = 0;
   for (auto _ : state)

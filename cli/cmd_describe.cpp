@@ -14,6 +14,7 @@
 #include "stretto/compiler/compiler.h"
 #include "stretto/plan/estimate.h"
 #include "stretto/sim/coverage.h"
+#include "stretto/sim/session.h"
 #include "stretto/support/limits.h"
 #include "usage.h"
 
@@ -124,13 +125,23 @@ std::string describe(const CompiledPlan& cp, const std::string& path) {
 
 void add_describe_command(CLI::App& app, Commands& out) {
   auto path = std::make_shared<std::string>();
+  auto format = std::make_shared<std::string>("text");
   auto* cmd = app.add_subcommand(
       "describe", "Show what a plan resolves to: cluster, links, model, cost model, estimate");
   cmd->add_option("PLAN", *path, "Plan file (JSON); - reads it from standard input")->required();
+  cmd->add_option("--format", *format,
+                  "text (default) or json: the resolved plan, every value with its source "
+                  "(docs/plan-format.md)")
+      ->check(CLI::IsMember({"text", "json"}));
   add_limit_options(cmd);
-  out.push_back({cmd, [path] {
+  out.push_back({cmd, [path, format] {
                    auto cp = compile_file(*path);
                    if (!cp) return report(cp.error());
+                   if (*format == "json") {
+                     Json j = sim::resolve_plan(*cp).to_json();
+                     j["plan"] = *path;
+                     return write_output("", j.dump(2) + "\n") ? 0 : 2;
+                   }
                    return write_output("", describe(*cp, *path)) ? 0 : 2;
                  }});
 }

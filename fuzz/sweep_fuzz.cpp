@@ -81,7 +81,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (!small_plan(*plan)) continue;
     const auto resolved = stretto::explore::resolve(spec->base, p.params);
-    if (auto e = stretto::explore::estimate(*plan, resolved); !e)
+    if (!resolved) {
+      (void)stretto::render_all(resolved.error());
+      continue;
+    }
+    if (auto e = stretto::explore::estimate(*plan, *resolved); !e)
       (void)stretto::render_all(e.error());
     stretto::CompileOptions copt;
     copt.class_programs = false;

@@ -1482,6 +1482,7 @@ Expected<CompiledPlan> compile(const Plan& plan_in, const JsonSource* src,
   if (!c.run()) return located(std::move(diags));
   // (order_and_lower finalizes the DAG once its temporal edges are in)
   if (!detail::order_and_lower(cp, src, opt.class_programs, diags)) return located(std::move(diags));
+  cp.resolved = resolve_structure(plan_in, cp.plan.schedule, file_src);
   return cp;
 }
 

@@ -237,6 +237,46 @@ AnalyticParams calibrated_defaults(const std::string& device_kind) {
   return p;
 }
 
+std::vector<ResolvedField> resolved_options(const CostModelSpec& spec, const ClusterSpec& cluster) {
+  std::vector<ResolvedField> out;
+  if (spec.kind == CostModelSpec::Kind::kFixed) return out;
+  const Json options = spec.options.is_object() ? spec.options : Json::object();
+  auto parsed = parse_analytic_params(options, cluster, spec.pointer, "");
+  if (!parsed) return out;
+  const AnalyticParams plain;
+  const AnalyticParams preset = calibrated_defaults(cluster.device.kind);
+  // The scalar options, by key: (parsed, preset default, plain default).
+  auto add = [&](const char* key, auto AnalyticParams::*member) {
+    const ValueSource s = options.contains(key)                ? ValueSource::kPlan
+                          : preset.*member != plain.*member ? ValueSource::kPreset
+                                                             : ValueSource::kDefault;
+    out.push_back({key, spec.pointer + "/" + key, Json((*parsed).*member), s});
+  };
+  add("gemm_efficiency", &AnalyticParams::gemm_efficiency);
+  add("attention_efficiency", &AnalyticParams::attention_efficiency);
+  add("attention_seq_half", &AnalyticParams::attention_seq_half);
+  add("attention_waves_half", &AnalyticParams::attention_waves_half);
+  add("attention_bwd_ratio", &AnalyticParams::attention_bwd_ratio);
+  add("memory_efficiency", &AnalyticParams::memory_efficiency);
+  add("gemm_tile_m", &AnalyticParams::gemm_tile_m);
+  add("gemm_tile_n", &AnalyticParams::gemm_tile_n);
+  add("gemm_k_half", &AnalyticParams::gemm_k_half);
+  add("gemm_split_k_min", &AnalyticParams::gemm_split_k_min);
+  add("wave_quantization", &AnalyticParams::wave_quantization);
+  add("sustained_clock_ratio", &AnalyticParams::sustained_clock_ratio);
+  add("launch_floor_us", &AnalyticParams::launch_floor_us);
+  add("dispatch_us", &AnalyticParams::dispatch_us);
+  add("comm_sm_share", &AnalyticParams::comm_sm_share);
+  add("comm_hbm_share", &AnalyticParams::comm_hbm_share);
+  add("host_cores", &AnalyticParams::host_cores);
+  add("host_compute", &AnalyticParams::host_compute);
+  add("host_op_us", &AnalyticParams::host_op_us);
+  add("host_share_efficiency", &AnalyticParams::host_share_efficiency);
+  add("p2p_latency_us", &AnalyticParams::p2p_latency_us);
+  add("nccl_intra_GBps", &AnalyticParams::nccl_intra_GBps);
+  return out;
+}
+
 Expected<AnalyticParams> parse_analytic_params(const Json& options, const ClusterSpec& cluster,
                                                const std::string& pointer,
                                                const std::string& file) {

@@ -86,8 +86,11 @@ std::vector<PointResult> simulate_points(const Json& base, const std::string& ba
 Expected<std::vector<Json>> search_space(const Json& base, const SearchOptions& opt) {
   if (opt.devices < 1) return fail(plain("--devices must be at least 1"));
   const ModelFacts mf = facts(base);
-  const Resolved rb = resolve(base, Json::object());
-  const int64_t gbs = rb.global_batch();
+  // The base's global batch (microbatch_size x microbatches x dp, resolved by plan/: a layout
+  // plan's dp counts): every point of the space trains on the same number of sequences.
+  auto rb = resolve(base, Json::object());
+  if (!rb) return fail(std::move(rb).error());
+  const int64_t gbs = rb->global_batch();
   std::vector<Json> out;
   for (int tp : divisors(opt.devices)) {
     if (tp > mf.dpn || mf.heads % tp != 0) continue;
@@ -133,7 +136,9 @@ Expected<std::vector<Json>> search_space(const Json& base, const SearchOptions& 
 
 std::vector<Json> megatron_defaults(const Json& base, int devices) {
   const ModelFacts mf = facts(base);
-  const int64_t gbs = resolve(base, Json::object()).global_batch();
+  auto rb = resolve(base, Json::object());
+  if (!rb) return {};  // search_space reports it
+  const int64_t gbs = rb->global_batch();
   int node_tp = 1;
   for (int t : {8, 4, 2})
     if (t <= mf.dpn && mf.heads % t == 0 && devices % t == 0) {
@@ -170,7 +175,7 @@ Expected<SearchResult> search(const Json& base, const std::string& base_dir,
   auto space = search_space(base, opt);
   if (!space) return fail(std::move(space).error());
   res.space = space->size();
-  res.global_batch = resolve(base, Json::object()).global_batch();
+  res.global_batch = resolve(base, Json::object())->global_batch();  // (search_space checked it)
   auto probe_doc = point_plan(base, (*space)[0]);
   if (!probe_doc) return fail(std::move(probe_doc).error());
   JsonSource probe_src = JsonSource::from_json(*probe_doc, "search");
@@ -188,9 +193,11 @@ Expected<SearchResult> search(const Json& base, const std::string& base_dir,
   std::vector<Cand> cands;
   const auto te = Clock::now();
   const double cap_bytes = cap * static_cast<double>(1LL << 30);
-  const Resolved base_values = base_defaults(base);
+  const Resolved base_values = *base_defaults(base);  // (search_space checked it)
   for (size_t i = 0; i < space->size(); ++i) {
-    auto e = (*est)(resolve_from(base_values, (*space)[i]));
+    auto r = resolve_from(base_values, (*space)[i]);
+    if (!r) continue;
+    auto e = (*est)(*r);
     if (!e) continue;
     ++res.estimated;
     if (static_cast<double>(e->peak_memory_bytes) > 1.1 * cap_bytes) {

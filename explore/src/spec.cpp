@@ -9,6 +9,9 @@
 #include <set>
 
 #include "stretto/pipelines/builders.h"
+#include "stretto/plan/layout.h"
+#include "stretto/plan/plan.h"
+#include "stretto/plan/resolved.h"
 
 namespace stretto::explore {
 
@@ -211,6 +214,21 @@ class SpecReader {
           break;
         }
       }
+    // Each value as the plan parser checks it (its words), at the value.
+    if (a.name[0] != '/' && v.is_array())
+      for (size_t i = 0; i < a.values.size(); ++i) {
+        std::vector<std::pair<std::string, Json>> keys;
+        if (a.name == "layout" && a.values[i].is_object())
+          for (const auto& [k, x] : a.values[i].items()) keys.emplace_back(k, x);
+        else if (a.name != "layout")
+          keys.emplace_back(a.name, a.values[i]);
+        for (const auto& [k, x] : keys)
+          if (auto d = check_axis_value(k, x)) {
+            error(fmt::format("{}/{}", ptr, i),
+                  fmt::format("axis '{}' value {}: {}", k, x.dump(), d->message), d->hint);
+            break;
+          }
+      }
     for (const auto& s : spec.axes)
       if (s.name == a.name) error(ptr, fmt::format("axis '{}' given twice", a.name), "", true);
     spec.axes.push_back(std::move(a));
@@ -374,18 +392,22 @@ Expected<SweepSpec> spec_from_canonical(const Json& canonical, const std::string
   return finish(std::move(spec), src, canonical["base"]);
 }
 
-Bindings bindings_of(const Json& base_plan, const Json& params) {
-  return bindings_from(base_defaults(base_plan), params);
+Expected<Bindings> bindings_of(const Json& base_plan, const Json& params) {
+  auto d = base_defaults(base_plan);
+  if (!d) return fail(std::move(d).error());
+  return bindings_from(*d, params);
 }
 
-Bindings bindings_from(const Resolved& defaults, const Json& params) {
+Expected<Bindings> bindings_from(const Resolved& defaults, const Json& params) {
   Bindings b;
   for (const auto& [k, v] : params.items()) {
     if (v.is_number()) b[k] = v.get<double>();
     else if (v.is_boolean()) b[k] = v.get<bool>() ? 1.0 : 0.0;
     else if (v.is_string()) b[k] = v.get<std::string>();
   }
-  const Resolved r = resolve_from(defaults, params);
+  auto rr = resolve_from(defaults, params);
+  if (!rr) return fail(std::move(rr).error());
+  const Resolved& r = *rr;
   b.try_emplace("tp", static_cast<double>(r.tp));
   b.try_emplace("pp", static_cast<double>(r.pp));
   b.try_emplace("dp", static_cast<double>(r.dp));
@@ -445,10 +467,19 @@ Expected<Grid> enumerate(const SweepSpec& spec,
   };
   std::set<std::string> seen;
   Diagnostics errs;
-  const Resolved defaults = base_defaults(spec.base);  // (not re-read for every point)
+  // The base's resolved values (not re-read for every point); a base the parser refuses is
+  // refused here, with the parser's diagnostics.
+  auto base_values = base_defaults(spec.base);
+  if (!base_values) return fail(std::move(base_values).error());
+  const Resolved& defaults = *base_values;
   // 1 kept (its hash in `hash`), 0 pruned or a duplicate, -1 error.
   auto admit = [&](const Json& p, std::string& hash) -> int {
-    Bindings b = bindings_from(defaults, p);
+    auto bb = bindings_from(defaults, p);
+    if (!bb) {
+      errs = std::move(bb).error();
+      return -1;
+    }
+    const Bindings& b = *bb;
     for (const auto& c : spec.constraints) {
       auto ok = c.test(b);
       if (!ok) {
@@ -528,72 +559,128 @@ Expected<Grid> enumerate(const SweepSpec& spec,
   return g;
 }
 
-Resolved base_defaults(const Json& base) {
-  Resolved r;
-  const Json* sched = base.contains("schedule") ? &base["schedule"] : nullptr;
-  const Json* dirs = nullptr;
-  if (sched && sched->is_object()) {
-    if (sched->contains("builder") && (*sched)["builder"].is_string())
-      r.family = canonical_family((*sched)["builder"].get<std::string>()).value_or("");
-    r.pp = sched->value("ranks", 0);
-    r.stages_per_rank = sched->value("stages_per_rank", 0);
-    r.microbatches = sched->value("microbatches", 1);
-    if (sched->contains("base") && (*sched)["base"].is_array()) dirs = &(*sched)["base"];
-  } else if (sched && sched->is_array()) {
-    dirs = sched;
+bool Resolved::same_schedule(const Resolved& o) const {
+  return family == o.family && tp == o.tp && pp == o.pp && dp == o.dp && ep == o.ep &&
+         stages_per_rank == o.stages_per_rank && microbatches == o.microbatches &&
+         zero == o.zero && bucket_size_MB == o.bucket_size_MB && recompute == o.recompute &&
+         streams == o.streams && prefetch == o.prefetch &&
+         sequence_parallel == o.sequence_parallel && order == o.order;
+}
+
+Expected<Resolved> base_defaults(const Json& base) {
+  if (!base.is_object()) return fail(plain("the base plan is not a JSON object"));
+  const JsonSource src = JsonSource::from_json(base, "<base plan>");
+  auto plan = parse_plan(src);
+  if (!plan) return fail(std::move(plan).error());
+  std::vector<Directive> expanded = plan->schedule;
+  if (plan->builder) {
+    auto ds = expand_builder(*plan->builder);
+    if (!ds) return fail(std::move(ds).error());
+    expanded = std::move(*ds);
   }
-  std::set<std::vector<int>> place_lists;
-  bool have_rep = false, have_tp = false;
-  if (dirs)
-    for (const auto& d : *dirs) {
-      if (!d.is_object() || !d.contains("op") || !d["op"].is_string()) continue;
-      const std::string op = d["op"];
-      try {
-        if (op == "place" && d.contains("devices")) {
-          auto devs = d["devices"].get<std::vector<int>>();
-          place_lists.insert(devs);
-          r.dp = static_cast<int>(devs.size());
-        } else if (op == "replicate" && !have_rep) {
-          have_rep = true;
-          r.zero = d.value("shard_params", false)      ? 3
-                   : d.value("shard_grads", false)     ? 2
-                   : d.value("shard_optimizer", false) ? 1
-                                                       : 0;
-          r.bucket_size_MB = d.value("bucket_size", 25.0);
-          if (d.contains("prefetch")) r.prefetch = d["prefetch"];
-        } else if (op == "shard") {
-          r.ep = -1;  // = dp, fixed below
-        } else if (op == "shard_tensor" && !have_tp && d.contains("devices") &&
-                   d["devices"].is_array() && !d["devices"].empty()) {
-          have_tp = true;
-          r.tp = static_cast<int>(d["devices"][0].size());
-          r.sequence_parallel = d.value("sequence_parallel", false);
-        } else if (op == "split") {
-          if (!(sched && sched->is_object())) r.microbatches = d.value("num_microbatches", 1);
-        } else if (op == "recompute") {
-          r.recompute = d.value("mode", std::string("full"));
-        }
-      } catch (const std::exception&) {
-        // A malformed base is reported by the plan parser when the point compiles.
-      }
-    }
-  if (r.pp <= 0) r.pp = std::max<int>(1, static_cast<int>(place_lists.size()));
-  if (base.contains("model") && base["model"].is_object())
-    r.microbatch_size = base["model"].value("microbatch_size", int64_t{1});
+  const ResolvedPlan rp = resolve_structure(*plan, expanded, &src);
+  Resolved r;
+  if (plan->builder) {
+    r.family = canonical_family(plan->builder->builder).value_or(plan->builder->builder);
+    // 0 = the family's default, so that a family axis picks each family's own v.
+    r.stages_per_rank = plan->builder->stages_per_rank;
+    r.layout_base = plan->builder->layout.has_value();
+  }
+  r.tp = rp.tp;
+  r.pp = rp.ranks;
+  r.dp = rp.dp;
+  r.ep = rp.ep;
+  r.microbatches = rp.microbatches;
+  r.microbatch_size = rp.microbatch_size;
+  r.zero = rp.zero;
+  r.bucket_size_MB = rp.bucket_size_MB;
+  r.recompute = rp.recompute;
+  r.streams = rp.streams;
+  if (rp.zero == 3 && rp.prefetch != 1) r.prefetch = rp.prefetch;
+  r.sequence_parallel = rp.sequence_parallel;
+  r.order = rp.order;
   return r;
 }
 
-Resolved resolve(const Json& base, const Json& params) {
-  return resolve_from(base_defaults(base), params);
+Expected<Resolved> resolve(const Json& base, const Json& params) {
+  auto d = base_defaults(base);
+  if (!d) return fail(std::move(d).error());
+  return resolve_from(std::move(*d), params);
 }
 
-Resolved resolve_from(Resolved r, const Json& params) {
-  auto num = [&](const char* k, auto& dst) {
-    if (params.contains(k) && params[k].is_number())
-      dst = static_cast<std::decay_t<decltype(dst)>>(params[k].get<double>());
+std::optional<Diagnostic> check_axis_value(const std::string& axis, const Json& v) {
+  // Layout keys: the layout parser's own check (plan/layout.h), on a one-key layout.
+  if (axis == "tp" || axis == "pp" || axis == "dp" || axis == "ep" || axis == "zero" ||
+      axis == "sequence_parallel") {
+    if (axis == "ep" && v == "dp") return std::nullopt;
+    Json l = {{axis, v}};
+    if (axis == "ep") l["dp"] = v;  // ep is 1 or dp: check the value alone
+    const JsonSource src = JsonSource::from_json(Json{{"layout", l}}, "<axis>");
+    Diagnostics ds;
+    if (!parse_layout(src, "/layout", ds) && !ds.empty()) return ds[0];
+    return std::nullopt;
+  }
+  // Builder-call and model numbers: the plan parser's words (plan.cpp Reader::number).
+  auto integer = [&](const char* key, int64_t lo, int64_t hi) -> std::optional<Diagnostic> {
+    if (!v.is_number_integer())
+      return plain(fmt::format("'{}' must be an integer, found {}", key, v.type_name()));
+    if (v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+      return plain(fmt::format("'{}' = {} is out of range [{}, {}]", key, v.dump(), lo, hi));
+    return std::nullopt;
   };
-  for (const auto& [k, v] : params.items())
+  if (axis == "microbatches") return integer("microbatches", 1, 1000000);
+  if (axis == "stages_per_rank") return integer("stages_per_rank", 1, 10000);
+  if (axis == "microbatch_size") return integer("microbatch_size", 1, int64_t{1} << 40);
+  // Directive values: the directive parser on a one-directive list.
+  auto directive = [&](Json d) -> std::optional<Diagnostic> {
+    const JsonSource src = JsonSource::from_json(Json::array({std::move(d)}), "<axis>");
+    auto ds = parse_directives(src, "");
+    if (!ds) return ds.error()[0];
+    return std::nullopt;
+  };
+  if (axis == "recompute") {
+    if (v == "none") return std::nullopt;
+    return directive({{"op", "recompute"}, {"filter", Json::object()}, {"mode", v}});
+  }
+  if (axis == "bucket_size_MB")
+    return directive(
+        {{"op", "replicate"}, {"filter", Json::object()}, {"devices", {0}}, {"bucket_size", v}});
+  if (axis == "prefetch")
+    return directive({{"op", "replicate"},
+                      {"filter", Json::object()},
+                      {"devices", {0}},
+                      {"shard_grads", true},
+                      {"shard_params", true},
+                      {"prefetch", v}});
+  if (axis == "family") {
+    if (!v.is_string()) return plain(fmt::format("'builder' must be a string, found {}", v.type_name()));
+    if (!canonical_family(v.get<std::string>()))
+      return plain(fmt::format("unknown pipeline schedule '{}'", v.get<std::string>()),
+                   fmt::format("families: {}", fmt::join(schedule_family_names(), ", ")));
+    return std::nullopt;
+  }
+  if (axis == "streams" && v != "separate" && v != "shared")
+    return plain(fmt::format("streams = {}", v.dump()),
+                 "separate (pp, dp, ep, tp streams) or shared (one 'comm' stream)");
+  return std::nullopt;
+}
+
+Expected<Resolved> resolve_from(Resolved r, const Json& params) {
+  Diagnostics bad;
+  for (const auto& [k, v] : params.items()) {
     if (schedule_axis(k)) r.schedule_axes = true;
+    if (k.empty() || k[0] == '/') continue;
+    if (auto d = check_axis_value(k, v)) {
+      d->message = fmt::format("axis '{}' = {}: {}", k, v.dump(), d->message);
+      bad.push_back(std::move(*d));
+    }
+  }
+  if (!bad.empty()) return fail(std::move(bad));
+  auto num = [&](const char* k, auto& dst) {
+    if (params.contains(k)) dst = static_cast<std::decay_t<decltype(dst)>>(params[k].get<double>());
+  };
+  // ep follows dp when the base spreads experts over every replica and the point moves dp.
+  const bool ep_is_dp = r.ep > 1 && r.ep == r.dp;
   num("tp", r.tp);
   num("pp", r.pp);
   num("dp", r.dp);
@@ -602,21 +689,13 @@ Resolved resolve_from(Resolved r, const Json& params) {
   num("microbatch_size", r.microbatch_size);
   num("zero", r.zero);
   num("bucket_size_MB", r.bucket_size_MB);
-  if (params.contains("family") && params["family"].is_string()) {
-    const std::string f = params["family"];
-    r.family = canonical_family(f).value_or(f);
-  }
-  if (params.contains("recompute") && params["recompute"].is_string())
-    r.recompute = params["recompute"];
-  if (params.contains("streams") && params["streams"].is_string()) r.streams = params["streams"];
+  if (params.contains("family")) r.family = *canonical_family(params["family"].get<std::string>());
+  if (params.contains("recompute")) r.recompute = params["recompute"];
+  if (params.contains("streams")) r.streams = params["streams"];
   if (params.contains("prefetch")) r.prefetch = params["prefetch"];
-  if (params.contains("sequence_parallel") && params["sequence_parallel"].is_boolean())
-    r.sequence_parallel = params["sequence_parallel"];
-  if (params.contains("ep")) {
-    if (params["ep"] == "dp") r.ep = -1;
-    else if (params["ep"].is_number()) r.ep = static_cast<int>(params["ep"].get<double>());
-  }
-  if (r.ep == -1) r.ep = r.dp;
+  if (params.contains("sequence_parallel")) r.sequence_parallel = params["sequence_parallel"];
+  if (params.contains("ep")) r.ep = params["ep"] == "dp" ? -1 : params["ep"].get<int>();
+  if (r.ep == -1 || (!params.contains("ep") && ep_is_dp)) r.ep = r.dp;
   if (r.family.empty() && r.schedule_axes) r.family = "1f1b";
   return r;
 }
@@ -641,7 +720,13 @@ Expected<GeneratedSchedule> layout_schedule(const Resolved& r) {
   if (!sched) return fail(std::move(sched).error());
   const int stages = sched->stages;
   const bool shared = r.streams == "shared";
-  auto dev = [&](int t, int d, int p) { return t + r.tp * (d + r.dp * p); };
+  // Device numbering in the base's rank order (innermost first; Megatron's tp-dp-pp default).
+  Layout order;
+  order.tp = r.tp;
+  order.pp = r.pp;
+  order.dp = r.dp;
+  order.order = r.order;
+  auto dev = [&](int t, int d, int p) { return layout_device(order, t, d, p); };
   auto rank_devices = [&](int rank) {
     Json a = Json::array();
     for (int d = 0; d < r.dp; ++d) a.push_back(dev(0, d, rank));
@@ -697,6 +782,47 @@ Expected<GeneratedSchedule> layout_schedule(const Resolved& r) {
   return g;
 }
 
+std::string point_name(const Json& base_plan, const Json& params) {
+  std::string base = base_plan.is_object() && base_plan.contains("name") &&
+                             base_plan["name"].is_string()
+                         ? base_plan["name"].get<std::string>()
+                         : std::string("plan");
+  std::string edits;
+  for (const auto& [k, v] : params.items())
+    edits += fmt::format("{}{}={}", edits.empty() ? "" : ", ", k,
+                         v.is_string() ? v.get<std::string>() : v.dump());
+  return edits.empty() ? base : fmt::format("{} (sweep point: {})", base, edits);
+}
+
+namespace {
+
+// Sizes the cluster to the point's devices: whole nodes of devices_per_node (one partial node
+// below).
+Expected<void> size_cluster(Json& plan, int n) {
+  if (!plan.contains("cluster") || !plan["cluster"].is_object()) return {};
+  Json& c = plan["cluster"];
+  const int dpn = c.value("devices_per_node", 0);
+  if (dpn <= 0 || n <= dpn) {
+    c["nodes"] = 1;
+    c["devices_per_node"] = n;
+  } else {
+    if (n % dpn != 0)
+      return fail(plain(
+          fmt::format("the layout uses {} devices, not a whole number of {}-device nodes", n, dpn)));
+    c["nodes"] = n / dpn;
+  }
+  return {};
+}
+
+// On a base written with the layout shorthand, a point that changes only what the shorthand
+// expresses edits the builder call: the layout's order and everything else stay as written.
+bool layout_expressible(const Resolved& base, const Resolved& r) {
+  return base.layout_base && r.recompute == base.recompute && r.streams == base.streams &&
+         r.bucket_size_MB == base.bucket_size_MB && r.prefetch == base.prefetch;
+}
+
+}  // namespace
+
 Expected<Json> point_plan(const Json& base_plan, const Json& params) {
   Json plan = base_plan;
   if (!plan.is_object()) return fail(plain("the base plan is not a JSON object"));
@@ -718,34 +844,49 @@ Expected<Json> point_plan(const Json& base_plan, const Json& params) {
       return fail(plain(fmt::format("axis '{}': {}", k, e.what())));
     }
   }
-  const Resolved r = resolve(plan, params);
-  if (params.contains("microbatch_size")) {
+  auto base_values = base_defaults(plan);
+  if (!base_values) return fail(std::move(base_values).error());
+  auto rr = resolve_from(*base_values, params);
+  if (!rr) return fail(std::move(rr).error());
+  const Resolved& r = *rr;
+  if (!params.empty()) plan["name"] = point_name(base_plan, params);
+  if (params.contains("microbatch_size") && r.microbatch_size != base_values->microbatch_size) {
     if (!plan.contains("model") || !plan["model"].is_object())
       return fail(plain("the base plan has no model"));
     plan["model"]["microbatch_size"] = r.microbatch_size;
   }
-  if (!r.schedule_axes) return plan;
+  // Pinning every schedule value to the base's own changes nothing (a hand-written schedule
+  // has no family: only a family axis gives it one).
+  Resolved same = r;
+  if (base_values->family.empty() && !params.contains("family")) same.family.clear();
+  if (!r.schedule_axes || same.same_schedule(*base_values)) return plan;
+  if (layout_expressible(*base_values, r)) {
+    auto sched = build_schedule(r.family, r.pp, r.stages_per_rank, r.microbatches);
+    if (!sched) return fail(std::move(sched).error());
+    Json& s = plan["schedule"];
+    s["builder"] = r.family;
+    s["microbatches"] = r.microbatches;
+    s.erase("ranks");
+    if (r.stages_per_rank > 0) s["stages_per_rank"] = r.stages_per_rank;
+    else s.erase("stages_per_rank");
+    Json& l = s["layout"];
+    l["tp"] = r.tp;
+    l["pp"] = r.pp;
+    l["dp"] = r.dp;
+    l["ep"] = r.ep;
+    l["zero"] = r.zero;
+    l["sequence_parallel"] = r.sequence_parallel;
+    if (plan.contains("model") && plan["model"].is_object())
+      plan["model"]["pp_regions"] = sched->stages;
+    if (auto ok = size_cluster(plan, r.devices()); !ok) return fail(std::move(ok).error());
+    return plan;
+  }
   auto g = layout_schedule(r);
   if (!g) return fail(std::move(g).error());
   plan["schedule"] = std::move(g->schedule);
   if (plan.contains("model") && plan["model"].is_object())
     plan["model"]["pp_regions"] = g->pp_regions;
-  // Size the cluster to the layout: whole nodes of devices_per_node (one partial node below).
-  if (plan.contains("cluster") && plan["cluster"].is_object()) {
-    Json& c = plan["cluster"];
-    const int n = r.devices();
-    const int dpn = c.value("devices_per_node", 0);
-    if (dpn <= 0 || n <= dpn) {
-      c["nodes"] = 1;
-      c["devices_per_node"] = n;
-    } else {
-      if (n % dpn != 0)
-        return fail(plain(fmt::format("the layout uses {} devices, not a whole number of "
-                                      "{}-device nodes",
-                                      n, dpn)));
-      c["nodes"] = n / dpn;
-    }
-  }
+  if (auto ok = size_cluster(plan, r.devices()); !ok) return fail(std::move(ok).error());
   return plan;
 }
 

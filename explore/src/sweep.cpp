@@ -93,7 +93,9 @@ std::optional<Estimate> estimate_point(const SweepSpec& spec, const Json& doc, c
     c.cluster = cluster;
     c.costmodel = costmodel;
   }
-  auto est = (*c.estimator)(resolve(doc, params));
+  auto r = resolve(doc, params);
+  if (!r) return std::nullopt;
+  auto est = (*c.estimator)(*r);
   if (!est) return std::nullopt;
   return *est;
 }

@@ -291,6 +291,9 @@ std::string App::state_json() const {
     j["lanes"] = current->timeline.lanes.size();
     j["ops"] = current->timeline.ops;
     j["microbatches"] = current->session->compiled().num_microbatches;
+    // What the Parameters tab shows, keyed by field name: describe --format json's values.
+    j["parameters"] =
+        nlohmann::ordered_json::parse(sim::resolve_plan(current->session->compiled()).values().dump());
   }
   if (baseline) j["baseline_step_time_ns"] = baseline->result.step_time;
   if (measured) j["measured"] = {{"path", measured->path}, {"slices", measured->timeline.ops}, {"end_ns", measured->end}};

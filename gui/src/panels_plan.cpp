@@ -13,6 +13,7 @@
 
 #include "stretto/gui/app.h"
 #include "stretto/pipelines/builders.h"
+#include "stretto/sim/session.h"
 
 namespace stretto::gui {
 namespace {
@@ -91,6 +92,44 @@ void edit_bool(App& app, const char* label, const std::string& pointer, bool fal
   ImGui::PushID(pointer.c_str());
   if (ImGui::Checkbox(label, &x)) app.doc.set(pointer, x);
   ImGui::PopID();
+}
+
+// A resolved value (plan/resolved.h) as an editor row: it shows what the plan resolves to,
+// edits it at the plan path that holds it, and marks a value the plan does not write with
+// where it comes from (default, preset, layout, builder). Values no plan key holds are shown,
+// not edited.
+void source_mark(const ResolvedField& f) {
+  if (f.source == ValueSource::kPlan) return;
+  ImGui::SameLine();
+  ImGui::TextColored(kGrey, "(%s)", std::string(value_source_name(f.source)).c_str());
+}
+
+void field_int(App& app, const ResolvedPlan& rp, const char* name, int64_t lo, int64_t hi) {
+  const ResolvedField* f = rp.field(name);
+  if (!f) return;
+  if (f->path.empty() || !f->value.is_number()) {
+    ImGui::TextUnformatted(fmt::format("{} {}", f->value.dump(), name).c_str());
+  } else {
+    edit_int(app, name, f->path, f->value.get<int64_t>(), lo, hi, name);
+  }
+  source_mark(*f);
+}
+
+void field_float(App& app, const ResolvedPlan& rp, const char* name, double lo, double hi,
+                 const char* format = "%.3f", bool log = false) {
+  const ResolvedField* f = rp.field(name);
+  if (!f || !f->value.is_number()) return;
+  edit_float(app, name, f->path, f->value.get<double>(), lo, hi, format, log);
+  app.hook(name);
+  source_mark(*f);
+}
+
+void field_bool(App& app, const ResolvedPlan& rp, const char* name) {
+  const ResolvedField* f = rp.field(name);
+  if (!f || !f->value.is_boolean()) return;
+  if (f->path.empty()) ImGui::TextUnformatted(fmt::format("{} {}", f->value.dump(), name).c_str());
+  else edit_bool(app, name, f->path, f->value.get<bool>());
+  source_mark(*f);
 }
 
 void edit_string(App& app, const char* label, const std::string& pointer) {
@@ -279,9 +318,14 @@ void parameters_tab(App& app) {
     ImGui::TextColored(kRed, "The plan is not valid JSON: fix it in the JSON tab.");
     return;
   }
-  const CompiledPlan* cp = app.current ? &app.current->session->compiled() : nullptr;
+  if (!app.current) {
+    ImGui::TextColored(kGrey, "No simulated plan yet: its resolved values show here.");
+    return;
+  }
+  // What the plan resolves to (describe --format json shows the same values).
+  const ResolvedPlan rp = sim::resolve_plan(app.current->session->compiled());
   ImGui::PushItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-  // ---- schedule: a builder call, or the first split's microbatch count
+  // Bounds are the parser's (plan.cpp, layout.cpp; docs/plan-format.md).
   const OJson* sched = at(app, "/schedule");
   if (sched && sched->is_object() && sched->contains("builder")) {
     section("Builder");
@@ -294,29 +338,28 @@ void parameters_tab(App& app) {
       ImGui::EndCombo();
     }
     app.hook("family");
-    edit_int(app, "ranks", "/schedule/ranks", 0, 0, 4096, "ranks");
-    edit_int(app, "stages per rank", "/schedule/stages_per_rank", 1, 1, 64, "stages_per_rank");
-    edit_int(app, "microbatches", "/schedule/microbatches", cp ? cp->num_microbatches : 1, 1,
-             100000, "microbatches");
-  } else if (sched && sched->is_array()) {
-    for (size_t i = 0; i < sched->size(); ++i) {
-      const OJson& d = (*sched)[i];
-      if (d.is_object() && d.value("op", "") == "split") {
-        section("Schedule");
-        edit_int(app, "microbatches", fmt::format("/schedule/{}/num_microbatches", i),
-                 cp ? cp->num_microbatches : 1, 1, 100000, "microbatches");
-        break;
-      }
-    }
+  } else {
+    section("Schedule");
+  }
+  const bool layout = sched && sched->is_object() && sched->contains("layout");
+  field_int(app, rp, "ranks", 1, layout ? 4096 : 100000);
+  field_int(app, rp, "stages_per_rank", 1, 10000);
+  field_int(app, rp, "microbatches", 1, 1000000);
+  field_int(app, rp, "tp", 1, 1024);
+  field_int(app, rp, "dp", 1, 1 << 20);
+  field_int(app, rp, "ep", 1, 1 << 20);
+  field_int(app, rp, "zero", 0, 3);
+  field_bool(app, rp, "sequence_parallel");
+  ImGui::TextUnformatted(fmt::format("recompute {}, streams {}, global batch {} sequences",
+                                     rp.recompute, rp.streams, rp.global_batch())
+                             .c_str());
+  if (sched && sched->is_array()) {
     // One slider for every replicate directive's bucket size.
     std::vector<size_t> reps;
     for (size_t i = 0; i < sched->size(); ++i)
       if ((*sched)[i].is_object() && (*sched)[i].value("op", "") == "replicate") reps.push_back(i);
     if (!reps.empty()) {
-      const OJson& d0 = (*sched)[reps[0]];
-      float b = static_cast<float>(d0.contains("bucket_size") && d0["bucket_size"].is_number()
-                                       ? d0["bucket_size"].get<double>()
-                                       : 25.0);
+      float b = static_cast<float>(rp.bucket_size_MB);
       if (ImGui::SliderFloat("bucket size (MB, all replicate)", &b, 1, 1000, "%.0f",
                              ImGuiSliderFlags_Logarithmic)) {
         OJson nj = *j;
@@ -329,25 +372,18 @@ void parameters_tab(App& app) {
   }
   // ---- model
   section("Model");
-  const ModelSpec* m = cp ? &cp->plan.model : nullptr;
-  edit_int(app, "layers", "/model/layers", m ? m->layers : 0, 1, 1000);
-  edit_int(app, "hidden", "/model/hidden", m ? m->hidden : 0, 1, 1 << 20);
-  edit_int(app, "seq_len", "/model/seq_len", m ? m->seq_len : 0, 1, 1 << 22);
-  edit_int(app, "microbatch_size", "/model/microbatch_size", m ? m->microbatch_size : 1, 1, 4096,
-           "microbatch_size");
-  edit_int(app, "pp_regions", "/model/pp_regions", m ? m->pp_regions : 1, 1, 1024);
+  field_int(app, rp, "layers", 1, 1 << 20);
+  if (rp.field("hidden")) field_int(app, rp, "hidden", 1, int64_t{1} << 40);
+  if (rp.field("seq_len")) field_int(app, rp, "seq_len", 1, int64_t{1} << 40);
+  field_int(app, rp, "microbatch_size", 1, int64_t{1} << 40);
+  field_int(app, rp, "pp_regions", 1, 1 << 20);
   // ---- cluster
   section("Cluster");
-  const ClusterSpec* c = cp ? &cp->plan.cluster : nullptr;
-  edit_int(app, "nodes", "/cluster/nodes", c ? c->nodes : 1, 1, 100000);
-  edit_int(app, "devices_per_node", "/cluster/devices_per_node", c ? c->devices_per_node : 1, 1,
-           1024);
-  edit_float(app, "intra-node GB/s", "/cluster/intra_node/bandwidth_GBps",
-             c ? c->intra_node.bandwidth_GBps : 450, 1, 2000, "%.0f", true);
-  edit_float(app, "inter-node GB/s", "/cluster/inter_node/bandwidth_GBps",
-             c ? c->inter_node.bandwidth_GBps : 50, 1, 2000, "%.0f", true);
-  edit_float(app, "memory GiB", "/cluster/memory_GiB", c ? c->device.memory_GiB : 80, 1, 1024,
-             "%.0f");
+  field_int(app, rp, "nodes", 1, 100000);
+  field_int(app, rp, "devices_per_node", 1, 1024);
+  field_float(app, rp, "intra_node_GBps", 1, 2000, "%.0f", true);
+  field_float(app, rp, "inter_node_GBps", 1, 2000, "%.0f", true);
+  field_float(app, rp, "memory_GiB", 1, 1024, "%.0f");
   // ---- cost model
   section("Cost model");
   const OJson* kind = at(app, "/costmodel/kind");
@@ -356,14 +392,13 @@ void parameters_tab(App& app) {
     for (const char* key : {"F", "B", "BI", "BW", "comm"})
       edit_float(app, key, std::string("/costmodel/") + key, 0, 0, 100, "%.3g");
   } else {
-    edit_float(app, "dispatch_us", "/costmodel/dispatch_us", 5, 0, 100, "%.3g");
-    app.hook("dispatch_us");
-    const double sms = c && c->device.sms > 0 ? c->device.sms : 132;
-    edit_float(app, "comm_sm_share", "/costmodel/comm_sm_share", 20.0 / sms, 0, 0.9, "%.3f");
-    edit_float(app, "comm_hbm_share", "/costmodel/comm_hbm_share", 0.10, 0, 0.9, "%.3f");
-    edit_float(app, "gemm_efficiency", "/costmodel/gemm_efficiency", 0.80, 0.05, 1, "%.2f");
-    edit_float(app, "attention_efficiency", "/costmodel/attention_efficiency", 0.40, 0.05, 1,
-               "%.2f");
+    // The analytic options' ranges (costmodel/src/analytic.cpp parse_analytic_params).
+    field_float(app, rp, "dispatch_us", 0, 100, "%.3g");
+    field_float(app, rp, "comm_sm_share", 0, 1);
+    field_float(app, rp, "comm_hbm_share", 0, 1);
+    field_float(app, rp, "gemm_efficiency", 0.01, 1);
+    field_float(app, rp, "attention_efficiency", 0.01, 1);
+    field_float(app, rp, "memory_efficiency", 0.01, 1);
   }
   ImGui::PopItemWidth();
 }
@@ -378,18 +413,21 @@ std::vector<KeySpec> keys_of(const std::string& op) {
   using K = KeySpec;
   if (op == "place" || op == "shard")
     return {{"filter", K::kJson}, {"devices", K::kJson}, {"stream", K::kString}};
+  // Bounds and defaults are the parser's (plan.cpp parse_directive, docs/plan-format.md).
   if (op == "replicate")
     return {{"filter", K::kJson},         {"devices", K::kJson},
             {"reduce_stream", K::kString}, {"gather_stream", K::kString},
-            {"bucket_size", K::kFloat, 1, 1000, 25}, {"shard_optimizer", K::kBool},
-            {"shard_grads", K::kBool},     {"shard_params", K::kBool}};
+            {"bucket_size", K::kFloat, 1e-6, 1e9, 25}, {"shard_optimizer", K::kBool},
+            {"shard_grads", K::kBool},     {"shard_params", K::kBool},
+            {"prefetch", K::kInt, 0, 1e6, 1}, {"reshard_after_forward", K::kBool, 0, 1, 1}};
+  if (op == "recompute") return {{"filter", K::kJson}, {"mode", K::kString}};
   if (op == "shard_tensor")
     return {{"filter", K::kJson},
             {"devices", K::kJson},
             {"stream", K::kString},
             {"sequence_parallel", K::kBool}};
   if (op == "split")
-    return {{"filter", K::kJson}, {"dim_name", K::kString}, {"num_microbatches", K::kInt, 1, 100000, 1}};
+    return {{"filter", K::kJson}, {"dim_name", K::kString}, {"num_microbatches", K::kInt, 1, 1e6, 1}};
   if (op == "order") return {{"filters", K::kJson}};
   return {};
 }
@@ -403,6 +441,7 @@ OJson directive_template(const std::string& op) {
     return {{"op", "shard_tensor"}, {"filter", OJson::object()}, {"devices", {{0, 1}}}};
   if (op == "split")
     return {{"op", "split"}, {"filter", OJson::object()}, {"dim_name", "MB"}, {"num_microbatches", 4}};
+  if (op == "recompute") return {{"op", "recompute"}, {"filter", OJson::object()}, {"mode", "full"}};
   return {{"op", "order"}, {"filters", OJson::array()}};
 }
 
@@ -461,7 +500,7 @@ void directives_tab(App& app) {
             edit_float(app, ks.key, ptr, ks.def, ks.lo, ks.hi, "%.3g", true);
             break;
           case KeySpec::kBool:
-            edit_bool(app, ks.key, ptr, false);
+            edit_bool(app, ks.key, ptr, ks.def != 0);
             break;
         }
       }
@@ -474,7 +513,8 @@ void directives_tab(App& app) {
     ImGui::PopID();
   }
   static int add_op = 0;
-  static constexpr const char* kOps[] = {"place", "replicate", "shard", "shard_tensor", "split", "order"};
+  static constexpr const char* kOps[] = {"place", "replicate", "shard",    "shard_tensor",
+                                         "split", "order",     "recompute"};
   ImGui::SetNextItemWidth(140);
   ImGui::Combo("##addop", &add_op, kOps, IM_ARRAYSIZE(kOps));
   ImGui::SameLine();

@@ -1,6 +1,7 @@
 // Session, metrics, memory timeline and critical path (see session.h, result.h).
 #include "stretto/sim/session.h"
 
+#include "stretto/costmodel/analytic.h"
 #include "stretto/plan/estimate.h"
 
 #include <fmt/format.h>
@@ -289,6 +290,23 @@ std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r)
 }
 
 // ---------------------------------------------------------------- Session
+
+ResolvedPlan resolve_plan(const CompiledPlan& cp) {
+  ResolvedPlan r = cp.resolved;
+  const CostModelSpec& cm = cp.plan.costmodel;
+  const char* kind = cm.kind == CostModelSpec::Kind::kFixed      ? "fixed"
+                     : cm.kind == CostModelSpec::Kind::kProfiled ? "profiled"
+                                                                 : "analytic";
+  // "analytic" is the default kind: the source says whether the plan writes it.
+  const bool written = cm.options.contains("kind") || cm.kind != CostModelSpec::Kind::kAnalytic;
+  r.fields.push_back({"costmodel", cm.pointer + "/kind", kind,
+                      written ? ValueSource::kPlan : ValueSource::kDefault});
+  for (ResolvedField& f : cost::resolved_options(cm, cp.plan.cluster))
+    r.fields.push_back(std::move(f));
+  return r;
+}
+
+ResolvedPlan Session::resolved() const { return resolve_plan(*cp_); }
 
 Expected<Session> Session::open(const std::string& path) {
   auto src = JsonSource::load(path);

@@ -695,10 +695,11 @@ TEST(Estimate, AgreesWithTheSimulatorOverTheLayoutSweep) {
 
 // A spec over a synthetic model (one op per layer) on 8 devices under fixed per-pass costs
 // (F, BI, BW in ms per region pass) and free communication; points set family, pp, m, layers.
+// The base is a valid plan (2 ranks, 2 regions): a point equal to it is the base itself.
 Expected<SweepSpec> fixed_cost_spec(double f, double bi, double bw) {
   const Json base = {
       {"model",
-       {{"family", "synthetic"}, {"layers", 8}, {"pp_regions", 8}, {"activation_bytes", 1 << 20},
+       {{"family", "synthetic"}, {"layers", 8}, {"pp_regions", 2}, {"activation_bytes", 1 << 20},
         {"param_bytes", 1 << 20}, {"boundary_bytes", 0}, {"flops", 1e9}}},
       {"cluster", {{"preset", "h100-sxm"}, {"nodes", 1}, {"devices_per_node", 8}}},
       {"costmodel",

@@ -1,4 +1,5 @@
 stretto_test(explore_test SOURCES explore/explore_test.cpp explore/sweep_cli_test.cpp
+  explore/door_consistency_test.cpp
   LIBS stretto::explore)
 add_dependencies(explore_test stretto)
 # The single-node Slurm check (scripts/slurm_test.sh): skips itself (exit 77) where the

@@ -58,6 +58,41 @@ TEST_F(Panels, OpeningAnExampleDrawsLanesBoxesAndTheMemoryCurve) {
   EXPECT_EQ(st["devices"].get<int>(), 8);
 }
 
+// The Parameters tab shows what the plan resolves to, the values describe --format json
+// prints: a layout plan's ranks and stages per rank, the h100-sxm preset's fitted GEMM and
+// attention efficiencies (not AnalyticParams' generic 0.80 / 0.40).
+TEST_F(Panels, ParametersAreTheResolvedPlanDescribePrints) {
+  const std::string plan = kEx + "/layout_llama7b_pp4_dp4_interleaved.json";
+  run("open " + plan + "\nwait\nclick tab parameters\nframes 2\n");
+  ASSERT_TRUE(app.current);
+  const auto st = nlohmann::json::parse(app.state_json());
+  ASSERT_TRUE(st.contains("parameters"));
+  const auto& p = st["parameters"];
+  EXPECT_EQ(p["ranks"], 4);
+  EXPECT_EQ(p["stages_per_rank"], 2);
+  EXPECT_EQ(p["dp"], 4);
+  EXPECT_EQ(p["zero"], 1);
+  EXPECT_EQ(p["global_batch"], 64);
+  EXPECT_DOUBLE_EQ(p["gemm_efficiency"].get<double>(), 0.711);
+  EXPECT_DOUBLE_EQ(p["attention_efficiency"].get<double>(), 0.711);
+  // describe --format json's values, field by field.
+  auto cp = compile_file(plan);
+  ASSERT_TRUE(cp);
+  const ResolvedPlan rp = sim::resolve_plan(*cp);
+  ASSERT_EQ(p.size(), rp.fields.size());
+  for (const ResolvedField& f : rp.fields) EXPECT_EQ(p[f.name].dump(), f.value.dump()) << f.name;
+  EXPECT_EQ(rp.field("gemm_efficiency")->source, ValueSource::kPreset);
+  EXPECT_EQ(rp.field("stages_per_rank")->source, ValueSource::kBuilder);
+  EXPECT_EQ(rp.field("dp")->source, ValueSource::kPlan);
+  EXPECT_EQ(rp.field("tp")->source, ValueSource::kDefault);
+  // The editor's rows are there (hooks named by field), and +1 on ranks edits the layout's pp.
+  EXPECT_TRUE(app.hooks.count("ranks") && app.hooks.count("stages_per_rank") &&
+              app.hooks.count("gemm_efficiency"));
+  run("click ranks+\nframes 1\n");
+  EXPECT_EQ((*app.doc.json())["schedule"]["layout"]["pp"].get<int>(), 5);
+  EXPECT_FALSE((*app.doc.json())["schedule"].contains("ranks"));
+}
+
 TEST_F(Panels, ZoomingInShowsLabelsZoomingOutMergesOps) {
   run("open " + k1f1b + "\nwait\nframes 2\n");
   const int boxes_fit = app.tl.boxes_drawn;

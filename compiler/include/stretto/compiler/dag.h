@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "stretto/compiler/model.h"
+#include "stretto/plan/resolved.h"
 #include "stretto/plan/plan.h"
 #include "stretto/plan/tags.h"
 
@@ -173,6 +174,9 @@ struct CompiledPlan {
   std::vector<StaticMemory> static_mem;  // per device
   int zero_level = 0;                    // max over replicate directives
   Diagnostics warnings;
+  /// The plan's resolved structure (plan/resolved.h), from the plan as written and the directives
+  /// above; sim::resolve_plan adds the cost model's options.
+  ResolvedPlan resolved;
 };
 
 }  // namespace stretto

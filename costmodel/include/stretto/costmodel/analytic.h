@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "stretto/costmodel/cost_model.h"
+#include "stretto/plan/resolved.h"
 #include "stretto/costmodel/nccl.h"
 
 namespace stretto::cost {
@@ -196,6 +197,13 @@ AnalyticParams calibrated_defaults(const std::string& device_kind);
 /// + "/key" in `file`.
 Expected<AnalyticParams> parse_analytic_params(const Json& options, const ClusterSpec& cluster,
                                                const std::string& pointer, const std::string& file);
+
+/// The cost-model options of a resolved plan (plan/resolved.h): the scalar options of the
+/// analytic (and profiled) model after `options` are read over calibrated_defaults, each with
+/// its source (plan: written in the costmodel object; preset: the device kind's calibrated
+/// value; default: AnalyticParams{}). Names and paths are the option keys under /costmodel.
+/// Empty for the fixed model and when the options do not parse (the compile reports why).
+std::vector<ResolvedField> resolved_options(const CostModelSpec& spec, const ClusterSpec& cluster);
 
 /// Fraction of dense peak reached by one GEMM of `shape` (output rows x cols, reduction depth,
 /// `batch` independent GEMMs) on `dev`: gemm_efficiency * fill * depth. In (0, gemm_efficiency].

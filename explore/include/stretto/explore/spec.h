@@ -78,10 +78,13 @@ struct Grid {
 Expected<Grid> enumerate(const SweepSpec& spec,
                          const std::function<void(size_t, size_t)>& progress = {});
 
-/// Every parameter of a point's plan, the point's own values completed from the base plan.
+/// Every parameter of a point's plan, the point's own values completed from the base plan's
+/// resolved values (plan/resolved.h): a point is "the resolved base plus its edits".
 struct Resolved {
-  std::string family;  // canonical builder family ("" = keep the base schedule)
-  int tp = 1, pp = 1, dp = 1, ep = 1, stages_per_rank = 0, microbatches = 1;
+  std::string family;  // canonical builder family ("" = the base's hand-written directives)
+  int tp = 1, pp = 1, dp = 1, ep = 1;
+  int stages_per_rank = 0;  // 0: the family's default
+  int microbatches = 1;
   int64_t microbatch_size = 1;
   int zero = 0;
   double bucket_size_MB = 25;
@@ -89,22 +92,39 @@ struct Resolved {
   std::string streams = "separate";  // separate | shared
   Json prefetch;                     // null: not set
   bool sequence_parallel = false;
+  std::vector<std::string> order = {"tp", "dp", "pp"};  // rank order, innermost first
+  bool layout_base = false;    // the base is a builder call with the "layout" shorthand
   bool schedule_axes = false;  // the point changes the schedule: it is regenerated
   int devices() const { return tp * pp * dp; }
   int64_t global_batch() const { return microbatch_size * microbatches * dp; }
+  /// The same schedule (every field a schedule axis sets).
+  bool same_schedule(const Resolved& o) const;
 };
-Resolved resolve(const Json& base_plan, const Json& params);
-/// The base plan's own values, which resolve() completes a point from: read once per spec and
-/// passed to resolve_from() / bindings_from() when many points share the base.
-Resolved base_defaults(const Json& base_plan);
-Resolved resolve_from(Resolved defaults, const Json& params);
+/// The base plan's own values: the base parsed and resolved by plan/ (resolve_structure over
+/// its expanded builder call), read once per spec and passed to resolve_from() /
+/// bindings_from() when many points share the base. A base the parser refuses is an error
+/// with the parser's diagnostics (never a silent default).
+Expected<Resolved> base_defaults(const Json& base_plan);
+/// base_defaults + resolve_from; a point value of the wrong type is an error.
+Expected<Resolved> resolve(const Json& base_plan, const Json& params);
+Expected<Resolved> resolve_from(Resolved defaults, const Json& params);
+
+/// Checks one value of a known axis with the plan parser's rules and words (the diagnostic
+/// `simulate` gives for the same value in a plan), located at `pointer` of the spec.
+std::optional<Diagnostic> check_axis_value(const std::string& axis, const Json& value);
 
 /// Constraint bindings of a point: its parameters plus devices, global_batch, stages.
-Bindings bindings_of(const Json& base_plan, const Json& params);
-Bindings bindings_from(const Resolved& defaults, const Json& params);
+Expected<Bindings> bindings_of(const Json& base_plan, const Json& params);
+Expected<Bindings> bindings_from(const Resolved& defaults, const Json& params);
 
-/// The plan document of a point. Diagnostics say why the point is invalid.
+/// The plan document of a point: the resolved base plus the point's edits. A point that sets
+/// every schedule value to the base's own leaves the schedule as written; on a base with the
+/// layout shorthand, a point the shorthand can express edits the builder call (keeping the
+/// layout's order); otherwise the schedule is regenerated (layout_schedule). The plan's
+/// `name` says which point it is. Diagnostics say why the point is invalid.
 Expected<Json> point_plan(const Json& base_plan, const Json& params);
+/// "<base name> (sweep point: family=1f1b, zero=2)": the `name` point_plan writes.
+std::string point_name(const Json& base_plan, const Json& params);
 
 /// Layout directives for tp x pp x dp (x ep) with a builder family: the `schedule` value of a
 /// plan (a builder call) and the number of PP regions the model must be cut into.

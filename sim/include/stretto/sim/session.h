@@ -78,6 +78,11 @@ struct CriticalPathBreakdown {
 };
 CriticalPathBreakdown breakdown(const std::vector<CriticalStep>& path);
 
+/// The resolved plan (plan/resolved.h): the compiled plan's structure plus the cost model's
+/// options with their sources. What `describe --format json`, the GUI's Parameters tab and
+/// Python's `Plan.resolved()` show.
+ResolvedPlan resolve_plan(const CompiledPlan& cp);
+
 class Session {
  public:
   static Expected<Session> open(const std::string& path);
@@ -93,6 +98,8 @@ class Session {
   const CompiledPlan& compiled() const { return *cp_; }
   const Plan& plan() const { return cp_->plan; }
   const cost::CostModel& cost_model() const { return *cm_; }
+  /// resolve_plan(compiled()).
+  ResolvedPlan resolved() const;
 
   Expected<Result> simulate(const SimOptions& opt = {}) const;
 
