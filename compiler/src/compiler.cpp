@@ -216,6 +216,12 @@ class Compiler {
   bool apply_split();
   bool apply_place();
   bool apply_tensor_parallel();
+  // Megatron's refusal: attention is split by heads, so every TP degree divides heads and
+  // kv_heads.
+  bool check_heads_divisible();
+  // Megatron's vocabulary padding (--make-vocab-size-divisible-by x TP): re-expands the model
+  // with the padded vocabulary once the embedding's and head's TP degrees are known.
+  void pad_vocab();
   bool check_replication();
   void mark_split_backward();
   bool apply_recompute();
@@ -699,6 +705,60 @@ bool Compiler::apply_recompute() {
                            : 0;
     }
   return true;
+}
+
+bool Compiler::check_heads_divisible() {
+  const ModelSpec& m = plan_.model;
+  if (m.family != ModelSpec::Family::kTransformer) return true;
+  const int kv = m.kv_heads > 0 ? m.kv_heads : m.heads;
+  std::vector<char> reported(plan_.schedule.size(), 0);
+  bool ok = true;
+  for (uint32_t o = 0; o < nops(); ++o) {
+    const ModelOp& op = cp_.model.ops[o];
+    if (op.kind != OpKind::kQKV && op.tp != TpSplit::kHeads) continue;
+    for (int mb = 0; mb < M_; ++mb) {
+      const UnitInfo& u = unit(o, mb);
+      if (u.tp <= 1 || u.tp_dir < 0 || reported[static_cast<size_t>(u.tp_dir)]) continue;
+      if (m.heads % u.tp == 0 && kv % u.tp == 0) continue;
+      reported[static_cast<size_t>(u.tp_dir)] = 1;
+      const bool heads_bad = m.heads % u.tp != 0;
+      error(plan_.schedule[u.tp_dir].pointer,
+            fmt::format("tensor parallelism of degree {} splits attention by heads, but {} ({}) "
+                        "is not divisible by {}",
+                        u.tp, heads_bad ? "heads" : "kv_heads", heads_bad ? m.heads : kv, u.tp),
+            fmt::format("use a TP degree that divides both heads ({}) and kv_heads ({}), as "
+                        "Megatron-LM requires",
+                        m.heads, kv),
+            u.tp_dir,
+            {{loc(m.pointer + (heads_bad ? "/heads" : "/kv_heads")),
+              heads_bad ? "heads is set here" : "kv_heads is set here"}});
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+void Compiler::pad_vocab() {
+  const ModelSpec& m = plan_.model;
+  if (m.family != ModelSpec::Family::kTransformer || m.vocab <= 0) return;
+  int tp = 1;
+  for (uint32_t o = 0; o < nops(); ++o) {
+    const OpKind k = cp_.model.ops[o].kind;
+    if (k == OpKind::kEmbedding || k == OpKind::kHead || k == OpKind::kLoss)
+      for (int mb = 0; mb < M_; ++mb) tp = std::max(tp, unit(o, mb).tp);
+  }
+  // Megatron-LM's _vocab_size_with_padding: the next multiple of
+  // --make-vocab-size-divisible-by (its default, 128) x the TP degree.
+  constexpr int64_t kMakeVocabSizeDivisibleBy = 128;
+  const int64_t multiple = kMakeVocabSizeDivisibleBy * tp;
+  const int64_t padded = (m.vocab + multiple - 1) / multiple * multiple;
+  if (padded == m.vocab) return;
+  ModelSpec spec = m;
+  spec.vocab = padded;
+  auto model = expand_model(spec, src_);
+  STRETTO_ASSERT(model && model->ops.size() == cp_.model.ops.size(),
+                 "the padded vocabulary changes sizes, not the ops");
+  cp_.model = std::move(*model);
 }
 
 void Compiler::tie_embeddings() {
@@ -1402,7 +1462,10 @@ bool Compiler::run() {
   bool ok = true;
   for (const auto& d : plan_.schedule) ok &= check_devices(d);
   if (!ok || !apply_split()) return false;
-  if (!apply_place() || !apply_tensor_parallel() || !check_replication()) return false;
+  if (!apply_place() || !apply_tensor_parallel() || !check_heads_divisible() ||
+      !check_replication())
+    return false;
+  pad_vocab();
   mark_split_backward();
   if (!apply_recompute()) return false;
   tie_embeddings();

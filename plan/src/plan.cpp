@@ -343,7 +343,8 @@ void parse_model(Reader& r, ModelSpec& m) {
   r.number(P, "hidden", m.hidden, 1, 1e7, true);
   r.number(P, "heads", m.heads, 1, 1e5, true);
   r.number(P, "kv_heads", m.kv_heads, 1, 1e5, false);
-  r.number(P, "ffn_hidden", m.ffn_hidden, 1, 1e8, true);
+  // ffn_hidden: required unless every layer is an MoE layer (checked below, with `moe` read).
+  r.number(P, "ffn_hidden", m.ffn_hidden, 1, 1e8, false);
   r.number(P, "vocab", m.vocab, 1, 1e8, true);
   r.number(P, "seq_len", m.seq_len, 1, 1e8, true);
   r.boolean(P, "gated_mlp", m.gated_mlp);
@@ -381,6 +382,13 @@ void parse_model(Reader& r, ModelSpec& m) {
       m.moe = moe;
     }
   }
+  // A dense layer needs ffn_hidden; a model whose every layer is an MoE layer does not.
+  const bool all_moe = m.moe && m.moe->first_layer == 0 && m.moe->every == 1;
+  if (m.ffn_hidden == 0 && !all_moe && !r.has(P, "ffn_hidden"))
+    r.error(P, "missing required key 'ffn_hidden'",
+            m.moe ? "only a model whose every layer is an MoE layer (moe.first_layer 0, "
+                    "moe.every 1) has no dense MLP and may leave it out"
+                  : "the width of every layer's MLP");
 }
 
 struct Preset {

@@ -1,5 +1,6 @@
 # compiler/: passes, lowering, golden compile summaries, published-shape compiles.
 stretto_test(compiler_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/golden_test.cpp ${CMAKE_CURRENT_LIST_DIR}/compiler_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/megatron_rules_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/fidelity_compile_test.cpp
   LIBS stretto::compiler)
