@@ -1,4 +1,4 @@
-// `stretto simulate PLAN [--trace FILE] [--format table|json] [--critical-path] [--fold-replicas]`
+// `stretto simulate PLAN [--trace FILE] [--format table|json] [--critical-path[=full]] [--fold-replicas]`
 // `stretto export chrome PLAN [-o FILE]`
 #include <fmt/format.h>
 #include <unistd.h>
@@ -12,6 +12,7 @@
 #include "usage.h"
 #include "warnings.h"
 #include "stretto/sim/coverage.h"
+#include "stretto/sim/critical_path.h"
 #include "stretto/sim/metrics_json.h"
 #include "stretto/sim/pipeline_metrics.h"
 #include "stretto/sim/session.h"
@@ -29,21 +30,10 @@ std::string gib(int64_t b) {
 }
 
 Json result_json(const CompiledPlan& cp, const sim::Result& r,
-                 const std::vector<sim::CriticalStep>* path, const sim::PipelineMetrics& pm) {
+                 const std::vector<sim::CriticalStep>* path, bool full_path,
+                 const sim::PipelineMetrics& pm) {
   Json j = sim::metrics_json(cp, r, pm);
-  if (path) {
-    Json cpj = Json::array();
-    for (const auto& s : *path)
-      cpj.push_back({{"op", s.what},
-                     {"device", s.device},
-                     {"start_ms", ms(s.start)},
-                     {"end_ms", ms(s.end)},
-                     {"waited_for", s.waited_for}});
-    j["critical_path"] = std::move(cpj);
-    const sim::CriticalPathBreakdown b = sim::breakdown(*path);
-    j["critical_path_breakdown_ms"] = {
-        {"compute", ms(b.compute)}, {"communication", ms(b.comm)}, {"waiting", ms(b.wait)}};
-  }
+  if (path) j.update(sim::critical_path_json(cp, r, *path, full_path));
   return j;
 }
 
@@ -126,46 +116,19 @@ std::string result_table(const CompiledPlan& cp, const sim::Result& r, bool colo
   return o;
 }
 
-std::string critical_table(const std::vector<sim::CriticalStep>& path) {
-  // Consecutive steps of one region pass on one device are folded into one line.
-  std::string o = "\ncritical path (what determines the step time):\n";
-  const sim::CriticalPathBreakdown b = sim::breakdown(path);
-  const double total = static_cast<double>(std::max<sim::SimTime>(1, b.compute + b.comm + b.wait));
-  o += fmt::format(
-      "  {:.3f} ms = compute {:.3f} ms ({:.0f}%) + communication {:.3f} ms ({:.0f}%) + waiting "
-      "{:.3f} ms ({:.0f}%, host dispatch and rendezvous)\n",
-      (b.compute + b.comm + b.wait) / 1e6, b.compute / 1e6, 100 * b.compute / total, b.comm / 1e6,
-      100 * b.comm / total, b.wait / 1e6, 100 * b.wait / total);
-  o += fmt::format("  {:>10}  {:>10}  {:>6}  {}\n", "start ms", "end ms", "device",
-                   "op / why it started then");
-  for (size_t i = 0; i < path.size();) {
-    size_t j = i + 1;
-    // Region pass key: the tags without LAYER, plus the device.
-    auto key = [](const sim::CriticalStep& s) {
-      std::string t = s.what.substr(0, s.what.find(" ("));
-      std::string k;
-      size_t pos = 0;
-      while (pos < t.size()) {
-        size_t e = t.find(' ', pos);
-        std::string tok = t.substr(pos, e == std::string::npos ? std::string::npos : e - pos);
-        if (tok.rfind("LAYER", 0) != 0) k += tok + " ";
-        if (e == std::string::npos) break;
-        pos = e + 1;
-      }
-      return k + std::to_string(s.device);
-    };
-    while (j < path.size() && key(path[j]) == key(path[i]) &&
-           path[j].waited_for.rfind("waited for its", 0) == 0)
-      ++j;
-    o += fmt::format("  {:>10.3f}  {:>10.3f}  {:>6}  {}{}\n", path[i].start / 1e6,
-                     path[j - 1].end / 1e6, path[i].device, path[i].what,
-                     j - i > 1 ? fmt::format("  (+{} more ops)", j - i - 1) : "");
-    o += fmt::format("  {:>10}  {:>10}  {:>6}    {}\n", "", "", "", path[i].waited_for);
-    i = j;
-  }
-  return o;
+
+// A trace larger than this gets the hints to write less.
+constexpr uint64_t kLargeTraceBytes = uint64_t{100} << 20;
+
+bool ends_with_gz(const std::string& path) {
+  return path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
 }
 
+std::string human_bytes(uint64_t b) {
+  if (b >= (uint64_t{1} << 30)) return fmt::format("{:.1f} GiB", static_cast<double>(b) / (1 << 30));
+  if (b >= (uint64_t{1} << 20)) return fmt::format("{:.0f} MiB", static_cast<double>(b) / (1 << 20));
+  return fmt::format("{:.0f} KiB", static_cast<double>(b) / 1024);
+}
 
 // "0-7,64" -> a mask of num_devices entries; a diagnostic on a malformed list or an id out of
 // range.
@@ -223,23 +186,27 @@ bool parse_window(const std::string& text, sim::SimTime& begin, sim::SimTime& en
 
 void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out) {
   struct Opts {
-    std::string plan, trace, format, output, trace_devices, trace_window;
-    bool critical = false, fold = false, timeline = false, timeline_streams = false;
+    std::string plan, trace, format, output, trace_devices, trace_window, critical;
+    bool fold = false, timeline = false, timeline_streams = false;
     bool fail_over_capacity = false;
     int timeline_width = 0;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("simulate", "Simulate one training step of a plan");
   cmd->add_option("PLAN", o->plan, "Plan file (JSON); - reads it from standard input")->required();
-  cmd->add_option("--trace", o->trace, "Write a Chrome/Perfetto trace to FILE");
+  cmd->add_option("--trace", o->trace,
+                  "Write a Chrome/Perfetto trace to FILE (gzip-compressed when FILE ends in .gz)");
   cmd->add_option("--trace-devices", o->trace_devices,
                   "Only these devices in the trace and the timeline, e.g. 0-7,64");
   cmd->add_option("--trace-window", o->trace_window,
                   "Only slices overlapping START:END (ms) in the trace, e.g. 0:50 or 120:");
   cmd->add_option("--format", o->format, "table (default on a terminal) or json")
       ->check(CLI::IsMember({"table", "json"}));
-  cmd->add_flag("--critical-path", o->critical,
-                "Report the chain of ops and waits that sets the step time");
+  cmd->add_flag("--critical-path{summary}", o->critical,
+                "Report what sets the step time: a summary (time by stage x pass x kind, the "
+                "20 longest segments, what the path waited on); --critical-path=full lists "
+                "every op")
+      ->check(CLI::IsMember({"summary", "full"}));
   cmd->add_flag("--fold-replicas", o->fold,
                 "Simulate one of each group of identical data-parallel replicas");
   cmd->add_flag("--timeline", o->timeline,
@@ -299,9 +266,22 @@ void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out) {
          if (!r) return report(r.error());
          print_warnings(s->compiled(), *r, o->fold);
          std::vector<sim::CriticalStep> path;
-         if (o->critical) path = sim::critical_path(s->compiled(), *r);
+         const bool critical = !o->critical.empty(), full_path = o->critical == "full";
+         if (critical) path = sim::critical_path(s->compiled(), *r);
          if (trace_out) {
-           if (!traces::write_chrome_trace(trace_out->file(), s->compiled(), *r, topt)) {
+           // Say how big the trace will be before writing it, and how to make it smaller.
+           const traces::ChromeTraceSize z = traces::estimate_chrome_trace(s->compiled(), *r, topt);
+           const bool gz = ends_with_gz(o->trace);
+           std::string note = fmt::format("trace {}: {} events, about {}{}", o->trace, z.events(),
+                                          human_bytes(z.approx_bytes),
+                                          gz ? " before gzip compression" : "");
+           if (z.approx_bytes >= kLargeTraceBytes)
+             note += fmt::format(
+                 "; --trace-devices 0-7 (some devices) or --trace-window START:END (ms) write "
+                 "less{}",
+                 gz ? "" : ", and a path ending in .json.gz compresses it (Perfetto opens it)");
+           std::fprintf(stderr, "%s\n", note.c_str());
+           if (!traces::write_chrome_trace(trace_out->file(), s->compiled(), *r, topt, gz)) {
              trace_out->write("");  // marks nothing; commit() reports the failed write
            }
            if (!trace_out->commit()) return 2;
@@ -311,13 +291,17 @@ void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out) {
          std::string text;
          const auto coverage = sim::profiled_coverage(s->compiled());
          if (f == "json") {
-           Json j = result_json(s->compiled(), *r, o->critical ? &path : nullptr, pm);
+           Json j = result_json(s->compiled(), *r, critical ? &path : nullptr, full_path, pm);
            if (coverage) j["table_coverage"] = sim::coverage_json(*coverage);
            text = j.dump(2) + "\n";
          } else {
            text = result_table(s->compiled(), *r, stdout_is_tty(), pm);
            if (coverage) text += "\n" + sim::coverage_text(*coverage, "");
-           if (o->critical) text += critical_table(path);
+           if (full_path)
+             text += sim::critical_path_full_text(path);
+           else if (critical)
+             text += sim::critical_path_summary_text(
+                 sim::summarize_critical_path(s->compiled(), *r, path));
            if (!o->trace.empty())
              text += fmt::format("\ntrace written to {} (open it in https://ui.perfetto.dev)\n",
                                  o->trace);
@@ -327,6 +311,7 @@ void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out) {
            t.per_stream = o->timeline_streams;
            t.devices = topt.devices;
            t.width = o->timeline_width > 0 ? o->timeline_width : terminal_width() - 14;
+           t.scale_to_passes = o->timeline_width <= 0;
            // With JSON on stdout the drawing goes to stderr (people read it, machines the JSON).
            if (f == "json") {
              t.color = isatty(STDERR_FILENO) != 0;
@@ -361,7 +346,9 @@ void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out) {
                    if (!s) return report(s.error());
                    auto r = s->simulate();
                    if (!r) return report(r.error());
-                   traces::write_chrome_trace(f->file(), s->compiled(), *r);
+                   if (!traces::write_chrome_trace(f->file(), s->compiled(), *r, {},
+                                                   ends_with_gz(o->output)))
+                     f->write("");  // commit() reports the failed write
                    return f->commit() ? 0 : 2;
                  }});
 }

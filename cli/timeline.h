@@ -10,8 +10,13 @@
 
 namespace stretto::cli {
 
+inline constexpr int kMaxColumns = 2000;
+
 struct TimelineOptions {
-  int width = 100;              // columns of the time axis
+  int width = 100;              // columns of the time axis (per band with scale_to_passes)
+  /// Enough columns for two per median compute pass (at most kMaxColumns), drawn in bands of
+  /// `width` columns, so that short passes do not blur into one letter.
+  bool scale_to_passes = false;
   bool per_stream = false;      // a row per (device, stream) instead of per device
   bool color = false;           // ANSI colours
   std::vector<char> devices;    // rows to draw (by device id; empty = all, up to max_rows)

@@ -237,16 +237,28 @@ std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r)
     int64_t best_end = -1;
     uint32_t best = UINT32_MAX;
     std::string why;
+    PathWait wait = PathWait::kDispatch;
     auto feeds = [&](uint32_t pred_task) {
       const uint32_t n = r.node_of(cur), pn = r.node_of(pred_task);
       for (uint32_t k = cp.dag.pred_begin[n]; k < cp.dag.pred_begin[n + 1]; ++k)
         if (cp.dag.edges[cp.dag.pred[k]].from == pn) return true;
       return false;
     };
+    // An input: an order directive's edge (through a barrier, or a temporal DAG edge), data
+    // over a link (a transfer or collective) or a compute op's output.
+    auto input_kind = [&](uint32_t d) {
+      if (p.tasks[d].kind == TaskKind::kBarrier) return PathWait::kOrder;
+      const uint32_t n = r.node_of(cur), pn = r.node_of(d);
+      for (uint32_t k = cp.dag.pred_begin[n]; k < cp.dag.pred_begin[n + 1]; ++k) {
+        const Edge& e = cp.dag.edges[cp.dag.pred[k]];
+        if (e.from == pn && e.kind == EdgeKind::kTemporal) return PathWait::kOrder;
+      }
+      return p.tasks[d].kind == TaskKind::kComm ? PathWait::kLink : PathWait::kData;
+    };
     auto consider_input = [&](uint32_t d) {
       const int64_t e = r.timing[d].end;
       if (e > best_end || (e == best_end && d < best))
-        best_end = e, best = d, why = "waited for its input";
+        best_end = e, best = d, why = "waited for its input", wait = input_kind(d);
     };
     for (uint32_t d : p.deps_of(cur)) consider_input(d);
     uint32_t lane_only = UINT32_MAX;  // the latest stream predecessor that is no input
@@ -257,7 +269,8 @@ std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r)
         lane_only = d;
     }
     if (lane_only != UINT32_MAX && r.timing[lane_only].end > best_end)
-      best_end = r.timing[lane_only].end, best = lane_only, why = "waited for its stream";
+      best_end = r.timing[lane_only].end, best = lane_only, why = "waited for its stream",
+      wait = PathWait::kStream;
     CriticalStep s;
     s.task = cur;
     s.what = name(cur);
@@ -267,12 +280,14 @@ std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r)
     s.end = r.timing[cur].end;
     if (best == UINT32_MAX || best_end <= 0) {
       s.waited_for = start > 0 ? "host dispatch" : "nothing (step start)";
+      s.wait = start > 0 ? PathWait::kDispatch : PathWait::kStart;
       out.push_back(std::move(s));
       break;
     }
     if (best_end < start)
       why += fmt::format(", then {} ns more (dispatch or a rendezvous peer)", start - best_end);
     s.waited_for = why;
+    s.wait = wait;
     out.push_back(std::move(s));
     cur = best;
   }

@@ -7,6 +7,7 @@
 
 #include "run_stretto.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -212,4 +213,57 @@ TEST(Newcomer, BuildScheduleLayoutShowAndCsvToPlan) {
   EXPECT_TRUE(Json::accept(t.out)) << t.out;
   EXPECT_NE(t.err.find("device 7 |"), std::string::npos) << t.err;
   EXPECT_EQ(t.code, 0) << t.err;
+}
+
+// Outputs sized for people: the critical path as a summary (every op only with =full), the
+// trace's size said first and a .gz path compressed, the optimizer step drawn apart.
+TEST(Newcomer, OutputsSizedForPeople) {
+  const std::string plan = example("layout_llama7b_pp4_dp4_interleaved.json");
+  const Result sum = sh("simulate " + plan + " --format table --critical-path");
+  ASSERT_EQ(sum.code, 0) << sum.err;
+  const auto lines = [](const std::string& s) { return std::count(s.begin(), s.end(), '\n'); };
+  const Result full = sh("simulate " + plan + " --format table --critical-path=full");
+  ASSERT_EQ(full.code, 0) << full.err;
+  EXPECT_LT(lines(sum.out), 110) << sum.out;
+  EXPECT_GT(lines(full.out), 10 * lines(sum.out));
+  for (const char* s : {"what it waited on", "time by stage x pass x kind", "20 longest segments",
+                        "--critical-path=full"})
+    EXPECT_NE(sum.out.find(s), std::string::npos) << s << "\n" << sum.out;
+  EXPECT_EQ(sh("simulate " + plan + " --critical-path=most").code, 2);
+  const Result js = sh("simulate " + plan + " --format json --critical-path");
+  const Json j = Json::parse(js.out);
+  EXPECT_TRUE(j.contains("critical_path_summary"));
+  EXPECT_FALSE(j.contains("critical_path"));
+
+  // The trace: its size on stderr first; gzip when the path ends in .gz.
+  const fs::path plain = tmpdir() / "t.json", gz = tmpdir() / "t.json.gz";
+  const Result tp = sh("simulate " + plan + " --format json --trace " + plain.string());
+  ASSERT_EQ(tp.code, 0) << tp.err;
+  EXPECT_NE(tp.err.find("events, about"), std::string::npos) << tp.err;
+  const Result tg = sh("simulate " + plan + " --format json --trace " + gz.string());
+  ASSERT_EQ(tg.code, 0) << tg.err;
+  EXPECT_NE(tg.err.find("before gzip compression"), std::string::npos) << tg.err;
+  const std::string head = slurp(gz).substr(0, 2);
+  EXPECT_EQ(head, std::string("\x1f\x8b"));  // the gzip magic
+  EXPECT_LT(fs::file_size(gz) * 5, fs::file_size(plain));
+  const Result unz = sh("--version", "; gzip -dc " + gz.string() + " | cmp - " + plain.string() +
+                                         " && echo SAME");
+  EXPECT_NE(unz.out.find("SAME"), std::string::npos) << unz.out << unz.err;
+
+  // The optimizer step is drawn as O and named in the legend.
+  Json opt = Json::parse(slurp(example("gpt_pp4_dp2_1f1b.json")));
+  opt["optimizer"] = {{"kind", "adam"}};
+  const Result t = sh("simulate " + write("with_adam.json", opt).string() +
+                      " --format table --timeline");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("O optimizer step"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("|"), std::string::npos);
+  bool drawn = false;  // an O inside a device row (the step ends with it: the last band)
+  std::istringstream rows(t.out);
+  for (std::string l; std::getline(rows, l);)
+    if (l.find("device ") != std::string::npos && l.find(" |") != std::string::npos &&
+        l.substr(l.find(" |")).find('O') != std::string::npos)
+      drawn = true;
+  EXPECT_TRUE(drawn) << t.out;
+  EXPECT_NE(t.out.find("half the median pass"), std::string::npos) << t.out;
 }

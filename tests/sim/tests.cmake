@@ -8,3 +8,5 @@ stretto_test(sim_collectives_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/collective_b
 stretto_test(sim_coverage_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/coverage_test.cpp LIBS stretto::sim)
 # sim/pipeline_metrics.h and Result's MFU: what each step metric counts
 stretto_test(sim_metrics_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/metrics_test.cpp LIBS stretto::sim)
+# sim/critical_path.h: the critical path's summary and JSON
+stretto_test(sim_critical_path_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/critical_path_test.cpp LIBS stretto::sim)

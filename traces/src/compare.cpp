@@ -188,6 +188,7 @@ Expected<Timeline> load_stretto_trace(const std::string& path) {
       return std::nullopt;
     }
     if (e.ph != "X") return std::nullopt;
+    if (e.cat == "pass") return std::nullopt;  // a region pass's enclosing slice, not an op
     if (!e.has_ts || !e.has_dur) return EventError{"dur", "a slice needs numeric 'ts' and 'dur'", ""};
     auto pid = ev.find("pid");
     std::optional<int64_t> dev = pid == ev.end() ? std::nullopt : as_int(*pid);

@@ -36,6 +36,13 @@ struct DeviceMetrics {
   bool over_capacity = false;
 };
 
+/// What a critical-path step waited for last (the dependency that set its start): the output of
+/// a compute op (data), data arriving over a link (a transfer or collective), an order
+/// directive's edge, the previous op of its stream, or nothing but its host thread (dispatch;
+/// also the path's first op).
+enum class PathWait : uint8_t { kStart, kData, kLink, kOrder, kStream, kDispatch };
+inline constexpr size_t kPathWaits = 6;
+
 /// One link of the critical path: an op, when it ran, and what it waited for.
 struct CriticalStep {
   uint32_t task = 0;
@@ -44,6 +51,7 @@ struct CriticalStep {
   int device = -1;
   SimTime start = 0, end = 0;
   std::string waited_for;  // "data from ...", "stream order", "rendezvous with device 3", ...
+  PathWait wait = PathWait::kStart;
 };
 
 struct Result {

@@ -29,7 +29,22 @@ struct ChromeTraceOptions {
   /// Time window [begin_ns, end_ns): slices overlapping it are kept (end_ns < 0 = no end).
   sim::SimTime begin_ns = 0;
   sim::SimTime end_ns = -1;
+  /// One enclosing slice per (stage, microbatch, pass) on a device's stream ("F mb3 PP1"),
+  /// with that pass's ops nested under it, so a viewer shows the schedule zoomed out and the
+  /// ops zoomed in. A region pass whose span overlaps another's on the same stream (an overlap
+  /// group) gets none: its ops would not nest.
+  bool region_slices = true;
 };
+
+/// What a trace will hold, counted before writing it: its events and about how many bytes
+/// (from the mean size of each kind of event), so that a caller can say so first.
+struct ChromeTraceSize {
+  uint64_t slices = 0, flows = 0, counters = 0, metadata = 0;
+  uint64_t events() const { return slices + flows + counters + metadata; }
+  uint64_t approx_bytes = 0;
+};
+ChromeTraceSize estimate_chrome_trace(const CompiledPlan& cp, const sim::Result& r,
+                                      const ChromeTraceOptions& opt = {});
 
 /// Streams the trace to `write` in chunks of about 64 KiB (memory bounded by the chunk size
 /// and one name per DAG node, not by the trace). `write` returns false to stop (a failed
@@ -38,9 +53,10 @@ bool chrome_trace_stream(const CompiledPlan& cp, const sim::Result& r,
                          const ChromeTraceOptions& opt,
                          const std::function<bool(std::string_view)>& write);
 
-/// Streams the trace to an open file; false on a write error (errno set).
+/// Streams the trace to an open file; false on a write error (errno set). `gzip`: compressed
+/// (a .json.gz that Perfetto opens as it is).
 bool write_chrome_trace(std::FILE* f, const CompiledPlan& cp, const sim::Result& r,
-                        const ChromeTraceOptions& opt = {});
+                        const ChromeTraceOptions& opt = {}, bool gzip = false);
 
 /// The whole trace as a JSON string (small plans, tests).
 std::string chrome_trace(const CompiledPlan& cp, const sim::Result& r,
