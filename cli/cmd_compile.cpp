@@ -36,7 +36,7 @@ void add_compile_command(CLI::App& app, Commands& out) {
                    }
                    std::string text =
                        fmt_ == "json" ? summary_json(*cp, s).dump(2) + "\n" : summary_table(*cp, s);
-                   return write_output("", text) ? 0 : 1;
+                   return write_output("", text) ? 0 : 2;
                  }});
 }
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "output.h"
 #include "stretto/gui/script.h"
 #include "stretto/gui/window.h"
 
@@ -34,6 +35,11 @@ void add_gui_command(CLI::App& app, Commands& out) {
                      std::fprintf(stderr, "error: --screenshot needs --frames N (or a script)\n");
                      return 2;
                    }
+                   // Neither output may replace the plan, the script or the other output.
+                   if (auto ok = check_output(o->screenshot, {o->plan, o->script, o->dump_state}); !ok)
+                     return report(ok.error());
+                   if (auto ok = check_output(o->dump_state, {o->plan, o->script}); !ok)
+                     return report(ok.error());
                    gui::App a;
                    if (!o->script.empty()) {
                      auto s = gui::load_script(o->script);

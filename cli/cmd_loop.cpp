@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "output.h"
 #include "stretto/costmodel/profile_table.h"
 #include "stretto/sim/session.h"
 #include "stretto/traces/compare.h"
@@ -40,6 +41,7 @@ void add_loop_commands(CLI::App& app, CLI::App& import_app, Commands& out) {
                  "Take --link-GBps from this plan's cluster (the faster of its intra- and "
                  "inter-node links)");
   out.push_back({ki, [k] {
+                   if (auto ok = check_output(k->output, k->traces); !ok) return report(ok.error());
                    traces::KinetoImportOptions o;
                    o.skip_steps = k->skip_steps;
                    o.nodes = k->nodes;
@@ -75,7 +77,7 @@ void add_loop_commands(CLI::App& app, CLI::App& import_app, Commands& out) {
                      if (!k->output.empty())
                        text += fmt::format("\nprofiled table written to {}\n", k->output);
                    }
-                   return write_output("", text) ? 0 : 1;
+                   return write_output("", text) ? 0 : 2;
                  }});
 
   struct COpts {
@@ -109,7 +111,7 @@ void add_loop_commands(CLI::App& app, CLI::App& import_app, Commands& out) {
                        c->format.empty() ? (stdout_is_tty() ? "table" : "json") : c->format;
                    const std::string text = f == "json" ? traces::comparison_json(cmp).dump(2) + "\n"
                                                         : traces::comparison_table(cmp);
-                   return write_output("", text) ? 0 : 1;
+                   return write_output("", text) ? 0 : 2;
                  }});
 }
 

@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "commands.h"
+#include "output.h"
 #include "stretto/backend/replay.h"
 #include "stretto/sim/session.h"
 
@@ -43,6 +44,7 @@ int diag_exit(const std::string& msg, const std::string& hint = "") {
 }
 
 int run_replay(const ReplayOpts& o) {
+  if (auto ok = check_output(o.trace, {o.plan}); !ok) return report(ok.error());
   auto s = sim::Session::open(o.plan);
   if (!s) return report(s.error());
   const CompiledPlan& cp = s->compiled();
@@ -164,7 +166,7 @@ int run_replay(const ReplayOpts& o) {
                                  : backend::result_table(cp, result, pp);
   if (f != "json" && !o.trace.empty())
     text += fmt::format("\ntrace written to {} (open it in https://ui.perfetto.dev)\n", o.trace);
-  if (!write_output("", text)) return 1;
+  if (!write_output("", text)) return 2;
   return result.check && !result.check->passed ? 1 : 0;
 }
 

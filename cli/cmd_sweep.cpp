@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "output.h"
 #include "stretto/explore/search.h"
 #include "stretto/explore/sweep.h"
 
@@ -167,7 +168,7 @@ int report(const explore::Store& store, const ReportOpts& ro) {
         if (r.status == "invalid" && shown++ < 3) text += r.hash + ": " + r.diagnostic + "\n";
     }
   }
-  if (!write_output("", text)) return 1;
+  if (!write_output("", text)) return 2;
   if (!ro.emit_best.empty()) {
     auto best = explore::top_n(rows, 1);
     if (best.empty()) {
@@ -231,6 +232,15 @@ bool parse_shard(const std::string& s, int& index, int& count) {
   return true;
 }
 
+// The base plan's file as the spec names it, resolved from the spec's directory ("" when the
+// base plan is inline).
+std::string base_plan_path(const explore::SweepSpec& spec, const std::string& spec_file) {
+  if (spec.base_path.empty()) return "";
+  const std::filesystem::path p(spec.base_path);
+  return p.is_absolute() ? p.string()
+                         : (std::filesystem::path(spec_file).parent_path() / p).string();
+}
+
 }  // namespace
 
 void add_sweep_commands(CLI::App& app, Commands& out) {
@@ -262,6 +272,10 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
   merge->add_option("IN", o->merge_in, "Shard databases")->required();
   add_report_options(merge, o->ro);
   out.push_back({merge, [o] {
+                   std::vector<std::string> inputs = o->merge_in;
+                   inputs.push_back(o->merge_out);
+                   if (auto ok = check_output(o->ro.emit_best, inputs); !ok)
+                     return cli::report(ok.error());
                    auto first = explore::Store::open_existing(o->merge_in[0]);
                    if (!first) return cli::report(first.error());
                    // Every input is checked before any is merged: a bad one leaves OUT as it was.
@@ -311,6 +325,11 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
            if (sn > 1) db += fmt::format(".shard{}of{}", si, sn);
            db += ".db";
          }
+         // --emit-best must not replace the spec, its base plan or the database (checked
+         // before the database is opened or any point runs).
+         if (auto ok = check_output(o->ro.emit_best, {o->spec, db, base_plan_path(*spec, o->spec)});
+             !ok)
+           return cli::report(ok.error());
          auto store = explore::Store::open(db, spec->canonical, spec->hash,
                                            fmt::format("{}/{}", si, sn));
          if (!store) return cli::report(store.error());
@@ -364,6 +383,8 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
   s->add_option("--format", o->search_format, "table (default on a terminal) or json")
       ->check(CLI::IsMember({"table", "json"}));
   out.push_back({s, [o, hw] {
+                   if (auto ok = check_output(o->emit, {o->plan}); !ok)
+                     return cli::report(ok.error());
                    auto src = JsonSource::load(o->plan);
                    if (!src) return cli::report(src.error());
                    explore::SearchOptions so;
@@ -410,7 +431,7 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
                        beat.push_back(row_json(r->results[i]));
                      j["runners_up"] = std::move(beat);
                      if (!o->emit.empty()) j["emitted"] = o->emit;
-                     return write_output("", j.dump(2) + "\n") ? 0 : 1;
+                     return write_output("", j.dump(2) + "\n") ? 0 : 2;
                    }
                    std::string t;
                    t += fmt::format(
@@ -445,7 +466,7 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
                    t += rows_table(r->results, idx);
                    t += fmt::format("\nsearch time {:.1f} s{}\n", r->total_s,
                                     o->emit.empty() ? "" : ", best plan written to " + o->emit);
-                   return write_output("", t) ? 0 : 1;
+                   return write_output("", t) ? 0 : 2;
                  }});
 }
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "output.h"
 #include "stretto/backend/validate.h"
 #include "stretto/sim/session.h"
 
@@ -138,6 +139,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                  "then include waiting for a core), and write a table even if nothing was filed");
   out.push_back({prof, [p] {
                    if (!steps_fit(p->run, "profile")) return 2;
+                   if (auto ok = check_output(p->output, p->plans); !ok) return report(ok.error());
                    backend::ProfileSamples samples;
                    if (p->run.device == "cpu")
                      samples.set_host_cores(static_cast<int>(std::thread::hardware_concurrency()));
@@ -218,7 +220,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                      if (!p->output.empty())
                        text += fmt::format("\nprofiled table written to {}\n", p->output);
                    }
-                   if (!write_output("", text)) return 1;
+                   if (!write_output("", text)) return 2;
                    if (!failed.empty()) {
                      std::fputs(render_all(failed).c_str(), stderr);
                      std::fprintf(stderr, "profile: %zu of %zu plan(s) could not be replayed\n",
@@ -256,6 +258,17 @@ void add_validate_commands(CLI::App& app, Commands& out) {
   add_run_options(val, v->run);
   out.push_back({val, [v] {
                    if (!steps_fit(v->run, "validate")) return 2;
+                   {
+                     // Neither output may replace a plan, the table read or the other output.
+                     std::vector<std::string> inputs = v->plans;
+                     inputs.insert(inputs.end(), v->profile_from.begin(), v->profile_from.end());
+                     inputs.push_back(v->profile);
+                     std::vector<std::string> with_trace = inputs;
+                     with_trace.push_back(v->trace);
+                     if (auto ok = check_output(v->save_profile, with_trace); !ok)
+                       return report(ok.error());
+                     if (auto ok = check_output(v->trace, inputs); !ok) return report(ok.error());
+                   }
                    if (!v->save_profile.empty() && v->profile_from.empty()) {
                      std::fprintf(stderr, "validate: --save-profile needs --profile-from\n");
                      return 2;
@@ -361,7 +374,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                                                   : backend::validation_table(results);
                    if (f != "json" && !v->trace.empty())
                      text += fmt::format("\ntrace written to {}\n", v->trace);
-                   if (!write_output("", text)) return 1;
+                   if (!write_output("", text)) return 2;
                    if (!failed.empty()) {
                      std::fputs(render_all(failed).c_str(), stderr);
                      std::fprintf(stderr, "validate: %zu of %zu plan(s) could not be validated\n",

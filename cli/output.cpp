@@ -32,6 +32,29 @@ void note_input(const std::string& path) {
   noted_inputs().push_back(path);
 }
 
+Expected<void> check_output(const std::string& path, const std::vector<std::string>& inputs) {
+  namespace fs = std::filesystem;
+  if (path.empty() || path == "-") return {};
+  std::error_code ec;
+  std::vector<std::string> all = inputs;
+  all.insert(all.end(), noted_inputs().begin(), noted_inputs().end());
+  const fs::path canon = fs::weakly_canonical(path, ec);
+  for (const std::string& in : all) {
+    if (in.empty() || in == "-") continue;
+    std::error_code e1, e2;
+    const bool same_file = fs::exists(path, e1) && fs::exists(in, e1) && fs::equivalent(path, in, e2);
+    std::error_code e3;
+    const fs::path in_canon = fs::weakly_canonical(in, e3);
+    if (same_file || (!ec && !e3 && canon == in_canon))
+      return fail(out_diag(path, fmt::format("refusing to overwrite the input file '{}'", in),
+                           "write the output to another file; nothing was run"));
+  }
+  if (fs::exists(path, ec) && fs::is_directory(path, ec))
+    return fail(out_diag(path, fmt::format("cannot write '{}': it is a directory", path),
+                         "name a file"));
+  return {};
+}
+
 Expected<OutputFile> OutputFile::open(const std::string& path,
                                       const std::vector<std::string>& inputs) {
   namespace fs = std::filesystem;
@@ -43,17 +66,7 @@ Expected<OutputFile> OutputFile::open(const std::string& path,
     return o;
   }
   std::error_code ec;
-  std::vector<std::string> all = inputs;
-  all.insert(all.end(), noted_inputs().begin(), noted_inputs().end());
-  for (const std::string& in : all) {
-    if (in.empty() || in == "-") continue;
-    if (fs::exists(path, ec) && fs::equivalent(path, in, ec))
-      return fail(out_diag(path, fmt::format("refusing to overwrite the input file '{}'", in),
-                           "write the output to another file"));
-  }
-  if (fs::exists(path, ec) && fs::is_directory(path, ec))
-    return fail(out_diag(path, fmt::format("cannot write '{}': it is a directory", path),
-                         "name a file"));
+  if (auto ok = check_output(path, inputs); !ok) return fail(ok.error());
   if (fs::exists(path, ec) && !fs::is_regular_file(path, ec)) {
     // A device or a pipe (/dev/null, /dev/stdout, a FIFO): written in place, never replaced.
     o.f_ = std::fopen(path.c_str(), "wb");

@@ -16,6 +16,11 @@ namespace stretto::cli {
 /// Registers a file this command reads: OutputFile::open refuses to write over it.
 void note_input(const std::string& path);
 
+/// Checks, before any work, that writing `path` would not replace one of `inputs` or a noted
+/// input (the same file, or the same path for one not created yet, such as a database the
+/// command is about to create) and is no directory. "" and "-" (standard output) pass.
+Expected<void> check_output(const std::string& path, const std::vector<std::string>& inputs = {});
+
 class OutputFile {
  public:
   /// Opens `path` for writing ("" or "-": standard output). `inputs` are files this command

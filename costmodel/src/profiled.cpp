@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -113,7 +114,8 @@ class EntryReader {
   }
 
   // A positive number (integers for sizes, any number for ns).
-  std::optional<double> positive(const std::string& key, bool required, bool integer) {
+  std::optional<double> positive(const std::string& key, bool required, bool integer,
+                                 double max = std::numeric_limits<double>::max()) {
     if (!obj_.contains(key)) {
       if (required) missing(key);
       return std::nullopt;
@@ -127,6 +129,12 @@ class EntryReader {
     double x = v.get<double>();
     if (!(x > 0) || !std::isfinite(x)) {
       error(ptr(key), "field '" + key + "' must be > 0 (got " + v.dump() + ")");
+      return std::nullopt;
+    }
+    if (x > max) {
+      error(ptr(key), fmt::format("field '{}' must be at most {:g} (got {}): no op of a step "
+                                  "takes longer than 1,000 s",
+                                  key, max, v.dump()));
       return std::nullopt;
     }
     return x;
@@ -208,7 +216,7 @@ void parse_kernels(const Json& arr, const std::string& file, Diagnostics& ds,
     std::optional<DType> dtype = DType::kBF16;
     if (r.has("dtype"))
       dtype = r.name<DType>("dtype", true, detail::parse_dtype, detail::dtype_names, "dtype");
-    auto ns = r.positive("ns", true, false);
+    auto ns = r.positive("ns", true, false, detail::kMaxOpNs);
     const bool has_shape = r.has("m") || r.has("n") || r.has("k") || r.has("batch");
     const bool has_bytes = r.has("bytes");
     if (has_shape && has_bytes) {
@@ -253,7 +261,7 @@ void parse_collectives(const Json& arr, const std::string& file, Diagnostics& ds
     std::optional<double> nodes = 1.0;
     if (r.has("nodes")) nodes = r.positive("nodes", true, true);
     auto b = r.positive("bytes", true, true);
-    auto ns = r.positive("ns", true, false);
+    auto ns = r.positive("ns", true, false, detail::kMaxOpNs);
     if (g && nodes && *nodes > *g)
       r.error(r.ptr("nodes"), "'nodes' (" + std::to_string(static_cast<int64_t>(*nodes)) +
                                   ") exceeds 'group_size' (" +

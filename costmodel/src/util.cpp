@@ -209,6 +209,7 @@ std::vector<std::string> comm_names() {
 
 int64_t ceil_ns(double ns) {
   if (!(ns > 0)) return 0;
+  if (ns >= kMaxOpNs) return static_cast<int64_t>(kMaxOpNs);
   // Guard against values that are integral up to rounding noise (e.g. 2999.9999999996).
   double r = std::round(ns);
   if (std::fabs(ns - r) < 1e-6 * std::max(1.0, r)) return static_cast<int64_t>(r);

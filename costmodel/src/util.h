@@ -61,6 +61,12 @@ std::optional<CommKind> parse_comm(std::string_view s);
 std::vector<std::string> comm_names();
 
 /// Integer nanoseconds from a non-negative duration in ns (rounded up: never shorter).
+/// The longest a single op may cost: 1,000 s, far beyond any kernel or collective of a
+/// training step, so that a step's sum of op times stays far from int64 overflow (9.2e18 ns)
+/// however a table's times are extrapolated.
+inline constexpr double kMaxOpNs = 1e12;
+
+/// `ns` rounded up to whole nanoseconds, saturated at kMaxOpNs (0 for non-positive values).
 int64_t ceil_ns(double ns);
 
 }  // namespace stretto::cost::detail

@@ -28,10 +28,14 @@ Diagnostic plain(std::string msg, std::string hint = {}) {
 }
 
 std::vector<int> divisors(int n) {
-  std::vector<int> d;
-  for (int i = 1; i <= n; ++i)
-    if (n % i == 0) d.push_back(i);
-  return d;
+  std::vector<int> lo, hi;
+  for (int64_t i = 1; i * i <= n; ++i)
+    if (n % i == 0) {
+      lo.push_back(static_cast<int>(i));
+      if (i * i != n) hi.push_back(static_cast<int>(n / i));
+    }
+  lo.insert(lo.end(), hi.rbegin(), hi.rend());
+  return lo;
 }
 
 struct ModelFacts {
@@ -85,6 +89,12 @@ std::vector<PointResult> simulate_points(const Json& base, const std::string& ba
 
 Expected<std::vector<Json>> search_space(const Json& base, const SearchOptions& opt) {
   if (opt.devices < 1) return fail(plain("--devices must be at least 1"));
+  // The largest device count a sweep factorises (docs/sweeps.md): beyond it the candidates'
+  // collectives hold millions of participants each.
+  if (opt.devices > kMaxSearchDevices)
+    return fail(plain(fmt::format("--devices {} is more than a search plans for ({})", opt.devices,
+                                  kMaxSearchDevices),
+                      "search at most 1048576 devices"));
   const ModelFacts mf = facts(base);
   // The base's global batch (microbatch_size x microbatches x dp, resolved by plan/: a layout
   // plan's dp counts): every point of the space trains on the same number of sequences.

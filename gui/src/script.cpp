@@ -4,8 +4,11 @@
 #include <fmt/format.h>
 #include <imgui.h>
 
+#include "stretto/support/limits.h"
+
 #include <cctype>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -51,7 +54,7 @@ Expected<std::vector<Action>> parse_script(const std::string& text, const std::s
       d.loc.file = file;
       d.loc.line = static_cast<uint32_t>(ln);
       d.loc.col = 1;
-      d.source_line = line;
+      d.source_line = window_line(line, d.loc.col);  // a long line is not echoed whole
       d.hint = std::move(hint);
       ds.push_back(std::move(d));
     };
@@ -110,6 +113,29 @@ Expected<std::vector<Action>> parse_script(const std::string& text, const std::s
         continue;
       }
     }
+    if (a.verb == "frames") {  // as --frames: a whole number of frames, 1 to 10,000,000
+      size_t used = 0;
+      long long n = 0;
+      try {
+        n = std::stoll(a.args[0], &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != a.args[0].size() || n < 1 || n > kMaxScriptFrames) {
+        diag(fmt::format("'frames {}': a whole number of frames from 1 to {} is due", a.args[0],
+                         kMaxScriptFrames),
+             "e.g. frames 3");
+        continue;
+      }
+    }
+    if (a.verb == "set") {  // the value is JSON: its nesting is bounded before it is parsed
+      if (auto at = find_excess_nesting(a.args[1])) {
+        diag(fmt::format("the value nests deeper than {} levels (at byte {} of it)", kMaxJsonDepth,
+                         *at + 1),
+             "set a plan field to a number, a string or a shallow JSON value");
+        continue;
+      }
+    }
     out.push_back(std::move(a));
   }
   if (!ds.empty()) return fail(std::move(ds));
@@ -117,6 +143,20 @@ Expected<std::vector<Action>> parse_script(const std::string& text, const std::s
 }
 
 Expected<std::vector<Action>> load_script(const std::string& path) {
+  // A script is a small text file: a device (/dev/zero), a folder or a huge file is refused
+  // before reading it.
+  std::error_code ec;
+  const bool regular = std::filesystem::is_regular_file(path, ec);
+  const auto size = regular ? std::filesystem::file_size(path, ec) : 0;
+  if (std::filesystem::exists(path, ec) && (!regular || size > kMaxScriptBytes)) {
+    Diagnostic d;
+    d.message = !regular ? fmt::format("the script '{}' is not a regular file", path)
+                         : fmt::format("the script '{}' is {} bytes, more than a script holds ({})",
+                                       path, size, kMaxScriptBytes);
+    d.loc.file = path;
+    d.hint = "a script is a text file of UI actions, one per line";
+    return fail(std::move(d));
+  }
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     Diagnostic d;

@@ -343,3 +343,147 @@ TEST(Hostile, SweepSpecsThatWouldExhaustTheMachineAreRefused) {
                  "nothing was merged");
   EXPECT_FALSE(fs::exists(out));
 }
+
+// Outputs that named an input replaced it with exit 0: the sweep's spec and its database (the
+// emitted plan renamed over the open database: rows lost), search's plan, a Kineto trace, and
+// the GUI's plan. Each is refused, with exit 2, before any work, and the input is unchanged.
+TEST(Hostile, OutputsThatWouldReplaceAnInputAreRefusedBeforeTheWork) {
+  const fs::path dir = tmpdir() / "over_inputs";
+  fs::create_directories(dir);
+  const fs::path spec = dir / "spec.json", plan = dir / "plan.json", db = dir / "spec.db";
+  put(plan, slurp(example("gpt_pp4_dp2_1f1b.json")));
+  put(spec, slurp(std::string(STRETTO_TEST_DATA) + "/explore/small.json"));
+  // small.json names its base relative to tests/data/explore: use an absolute base.
+  auto sj = nlohmann::json::parse(slurp(spec));
+  sj["base"] = plan.string();
+  put(spec, sj.dump());
+  const std::string spec_before = slurp(spec), plan_before = slurp(plan);
+
+  expect_refusal(sh("sweep " + spec.string() + " --db " + db.string() + " --emit-best " +
+                    spec.string()),
+                 "refusing to overwrite the input file");
+  EXPECT_EQ(slurp(spec), spec_before);
+  EXPECT_FALSE(fs::exists(db)) << "the sweep ran before its output was checked";
+  // The database, before it exists and once it holds rows.
+  expect_refusal(sh("sweep " + spec.string() + " --db " + db.string() + " --emit-best " +
+                    db.string()),
+                 "refusing to overwrite the input file");
+  EXPECT_FALSE(fs::exists(db));
+  ASSERT_EQ(sh("sweep " + spec.string() + " --db " + db.string() + " --limit 2 --format json",
+               "", ">/dev/null")
+                .code,
+            0);
+  const std::string db_before = slurp(db);
+  expect_refusal(sh("sweep " + spec.string() + " --db " + db.string() + " --emit-best " +
+                    db.string()),
+                 "refusing to overwrite the input file");
+  EXPECT_EQ(slurp(db), db_before);
+  expect_refusal(sh("sweep " + spec.string() + " --db " + db.string() + " --emit-best " +
+                    plan.string()),
+                 "refusing to overwrite the input file");  // the spec's base plan
+  EXPECT_EQ(slurp(plan), plan_before);
+  const fs::path merged = dir / "merged.db";
+  expect_refusal(sh("sweep merge " + merged.string() + " " + db.string() + " --emit-best " +
+                    db.string()),
+                 "refusing to overwrite the input file");
+  EXPECT_EQ(slurp(db), db_before);
+  EXPECT_FALSE(fs::exists(merged));
+
+  expect_refusal(sh("search " + plan.string() + " --devices 8 --budget 1 --emit " + plan.string()),
+                 "refusing to overwrite the input file");
+  EXPECT_EQ(slurp(plan), plan_before);
+
+  const fs::path trace = dir / "rank0.json";
+  put(trace, slurp(std::string(STRETTO_TEST_DATA) + "/traces/kineto_rank0.json"));
+  const std::string trace_before = slurp(trace);
+  expect_refusal(sh("import kineto " + trace.string() + " -o " + trace.string()),
+                 "refusing to overwrite the input file");
+  EXPECT_EQ(slurp(trace), trace_before);
+
+  // The GUI refuses before it opens a window (no display is needed to see it).
+  expect_refusal(sh("gui " + plan.string() + " --frames 1 --screenshot " + plan.string()),
+                 "refusing to overwrite the input file");
+  expect_refusal(sh("gui " + plan.string() + " --frames 1 --dump-state " + plan.string()),
+                 "refusing to overwrite the input file");
+  EXPECT_EQ(slurp(plan), plan_before);
+}
+
+// A failed write to standard output is exit 2 (README), not 1, in every command that prints.
+TEST(Hostile, AFailedWriteToStandardOutputIsExit2) {
+  const std::string plan = example("gpt_pp4_dp2_1f1b.json");
+  const std::string small = std::string(STRETTO_TEST_DATA) + "/explore/small.json";
+  const std::string db = (tmpdir() / "stdout_full.db").string();
+  const std::string rank0 = std::string(STRETTO_TEST_DATA) + "/traces/kineto_rank0.json";
+  for (const std::string& args :
+       {"simulate " + plan + " --format json", "compile " + plan + " --format json",
+        "sweep " + small + " --db " + db + " --format json",
+        "search " + plan + " --devices 8 --budget 1 --format json",
+        "import kineto " + rank0 + " --format json", "compare " + plan + " " + plan + " --format json"}) {
+    SCOPED_TRACE(args);
+    const Result r = sh(args, "", ">/dev/full");
+    EXPECT_EQ(r.code, 2) << r.err.substr(0, 2000);
+    EXPECT_NE(r.err.find("standard output"), std::string::npos) << r.err.substr(0, 2000);
+  }
+}
+
+// `search --devices 2147483647` died of SIGFPE (an int overflow in the divisor loop, after 20 s):
+// refused at once above the largest device count a sweep factorises.
+TEST(Hostile, SearchRefusesMoreDevicesThanItPlansFor) {
+  const std::string plan = example("gpt_pp4_dp2_1f1b.json");
+  expect_refusal(sh("search " + plan + " --devices 2147483647 --budget 1"),
+                 "--devices 2147483647 is more than a search plans for (1048576)");
+  expect_refusal(sh("search " + plan + " --devices 1048577 --budget 1"), "more than a search plans for");
+}
+
+// A profiled table with a huge `ns` aborted the engine ("event in the past") or said "internal
+// error: negative work": one bad row killed a whole sweep. Table values above 1,000 s are
+// refused where they stand; what a table extrapolates saturates at 1,000 s per op.
+TEST(Hostile, ProfiledTablesWithHugeTimesAreBoundedAndLocated) {
+  const fs::path dir = tmpdir() / "huge_ns";
+  fs::create_directories(dir);
+  auto plan_with = [&](const std::string& ns) {
+    put(dir / "table.json",
+        "{\"version\": 1, \"device\": \"h100-sxm\", \"kernels\": [\n"
+        "  {\"op\": \"norm\", \"pass\": \"F\", \"dtype\": \"bf16\", \"bytes\": 1, \"ns\": " +
+            ns + "}]}\n");
+    auto p = example_json("gpt_pp4_dp2_1f1b.json");
+    p["costmodel"] = {{"kind", "profiled"}, {"profile", "table.json"}};
+    return write_plan("huge_ns/plan.json", p).string();
+  };
+  for (const std::string ns : {"1e15", "9e18", "1e308", "9223372036854775807"}) {
+    SCOPED_TRACE(ns);
+    const Result r = sh("simulate " + plan_with(ns) + " --format json");
+    expect_refusal(r, "(/kernels/0/ns)");
+    EXPECT_NE(r.err.find("must be at most 1e+12"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("table.json:2:"), std::string::npos) << r.err;
+  }
+  // 1e11 ns for one byte, extrapolated to a norm's megabytes: saturated, simulated.
+  const Result ok = sh("simulate " + plan_with("1e11") + " --format json");
+  ASSERT_EQ(ok.code, 0) << ok.err.substr(0, 2000);
+  const auto j = nlohmann::json::parse(ok.out);
+  EXPECT_GE(j["step_time_ms"].get<double>(), 1e6);  // at least one op of 1,000 s
+  EXPECT_LT(j["step_time_ms"].get<double>(), 1e12);
+}
+
+// GUI scripts: `frames 99999999999` said "internal error: stoi", `set` with 50,000 nested
+// brackets overflowed the stack, `--script /dev/zero` read 4 GiB and a folder ran as an empty
+// script, a 2 MB line was echoed whole. Each is a located refusal before any window opens.
+TEST(Hostile, GuiScriptsAreBoundedBeforeAnyWindowOpens) {
+  const fs::path dir = tmpdir() / "gui_scripts";
+  fs::create_directories(dir);
+  auto script = [&](const std::string& name, const std::string& text) {
+    put(dir / name, text);
+    return (dir / name).string();
+  };
+  const Result frames = sh("gui --script " + script("frames.script", "wait\nframes 99999999999\n"));
+  expect_refusal(frames, "frames.script:2:");
+  EXPECT_NE(frames.err.find("a whole number of frames from 1 to 10000000"), std::string::npos)
+      << frames.err;
+  const Result deep = sh("gui --script " + script("deep.script", "set /model/layers " +
+                                                                     std::string(50000, '[') + "\n"));
+  expect_refusal(deep, "deep.script:1:");
+  EXPECT_NE(deep.err.find("nests deeper than 256 levels"), std::string::npos) << deep.err;
+  EXPECT_LT(deep.err.size(), 4000u);  // the 50 KB line is windowed, not echoed whole
+  expect_refusal(sh("gui --script /dev/zero"), "is not a regular file");
+  expect_refusal(sh("gui --script " + dir.string()), "is not a regular file");
+}

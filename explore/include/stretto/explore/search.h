@@ -26,6 +26,9 @@
 
 namespace stretto::explore {
 
+/// The most devices a search plans for: the largest device count a sweep factorises.
+inline constexpr int kMaxSearchDevices = 1048576;
+
 struct SearchOptions {
   int devices = 0;
   double memory_cap_GiB = 0;  // 0: the device's memory

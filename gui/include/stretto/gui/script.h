@@ -28,6 +28,7 @@
 // Widget names are those app.hooks records: "path", "open", "microbatches", "microbatches+",
 // "microbatches-", "timeline", "memory", "fit", "pin", "tab json", "tab devices", ...
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,11 @@
 #include "stretto/support/diag.h"
 
 namespace stretto::gui {
+
+/// The most frames a `frames N` action renders (as `stretto gui --frames`).
+inline constexpr long long kMaxScriptFrames = 10000000;
+/// The largest script file read (a script is a text of UI actions).
+inline constexpr uintmax_t kMaxScriptBytes = uintmax_t{16} << 20;
 
 /// Parses a script; unknown actions and missing arguments are diagnostics (file:line).
 Expected<std::vector<Action>> parse_script(const std::string& text, const std::string& file);
