@@ -13,13 +13,13 @@ using namespace stretto;
 
 namespace {
 
-struct Run {
+struct SimRun {
   sim::Session s;
   sim::Result r;
   std::vector<sim::CriticalStep> path;
 };
 
-Run run(const char* example) {
+SimRun run(const char* example) {
   auto s = sim::Session::open(std::string(STRETTO_EXAMPLES) + "/" + example);
   EXPECT_TRUE(s) << example;
   auto r = s->simulate();
@@ -34,7 +34,7 @@ TEST(CriticalPathSummary, SharesPartitionTheStepTime) {
   for (const char* e : {"gpt_pp4_dp2_1f1b.json", "piper_qwen3_moe_pp2_dp2_ep2.json",
                         "layout_llama7b_pp4_dp4_interleaved.json"}) {
     SCOPED_TRACE(e);
-    const Run x = run(e);
+    const SimRun x = run(e);
     ASSERT_GT(x.path.size(), 20u);
     const auto all = sim::summarize_critical_path(x.s.compiled(), x.r, x.path, SIZE_MAX);
     EXPECT_EQ(all.step_time, x.r.step_time);
@@ -56,7 +56,10 @@ TEST(CriticalPathSummary, SharesPartitionTheStepTime) {
     // compute outputs within a pass.
     EXPECT_GT(all.waited_links[static_cast<size_t>(sim::PathWait::kLink)], 0u);
     EXPECT_GT(all.waited_links[static_cast<size_t>(sim::PathWait::kData)], 0u);
-    EXPECT_EQ(all.waited_links[static_cast<size_t>(sim::PathWait::kStart)], 1u);
+    // The first op waited for nothing but its host thread (or started at 0); no other did.
+    EXPECT_TRUE(x.path.front().wait == sim::PathWait::kStart ||
+                x.path.front().wait == sim::PathWait::kDispatch);
+    EXPECT_LE(all.waited_links[static_cast<size_t>(sim::PathWait::kStart)], 1u);
     // longest first; the default keeps the 20 longest
     for (size_t i = 1; i < all.cells.size(); ++i) EXPECT_GE(all.cells[i - 1].time, all.cells[i].time);
     const auto top = sim::summarize_critical_path(x.s.compiled(), x.r, x.path);
@@ -67,7 +70,7 @@ TEST(CriticalPathSummary, SharesPartitionTheStepTime) {
 }
 
 TEST(CriticalPathSummary, JsonHasEveryOpOnlyWhenFull) {
-  const Run x = run("gpt_pp4_dp2_1f1b.json");
+  const SimRun x = run("gpt_pp4_dp2_1f1b.json");
   const auto sum = sim::critical_path_json(x.s.compiled(), x.r, x.path, false);
   EXPECT_FALSE(sum.contains("critical_path"));
   ASSERT_TRUE(sum.contains("critical_path_summary"));

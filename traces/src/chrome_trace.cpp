@@ -151,9 +151,11 @@ std::string region_name(const Region& rg) {
                      mb_pp(rg.tags));
 }
 
-// Per-event sizes used by the estimate: the mean sizes of each kind of event in the traces of
-// the examples (a compute slice with its args is about 230 bytes, a comm slice 260).
-constexpr uint64_t kSliceBytes = 240, kFlowBytes = 120, kCounterBytes = 90, kMetaBytes = 110;
+// Per-event sizes used by the estimate: the mean sizes of each kind of event, with its
+// separator, in the traces of gpt_pp4_dp2_1f1b, piper_qwen3_moe_pp2_dp2_ep2 and
+// layout_llama7b_pp4_dp4_interleaved (202-207, 249-259, 129-137, 95-109, 89-91, 76-78 bytes).
+constexpr uint64_t kComputeBytes = 205, kCommBytes = 255, kRegionBytes = 135, kFlowBytes = 103,
+                   kCounterBytes = 90, kMetaBytes = 77;
 
 }  // namespace
 
@@ -179,20 +181,21 @@ ChromeTraceSize estimate_chrome_trace(const CompiledPlan& cp, const sim::Result&
     uint32_t n = 0;
     for (uint32_t k = 0; k < tk.part_count; ++k) n += wanted(p.participants[tk.part_begin + k].device);
     z.slices += n;
+    z.approx_bytes += n * (tk.kind == sim::TaskKind::kCompute ? kComputeBytes : kCommBytes);
     if (opt.flows && cp.dag.nodes[tk.node].kind == NodeKind::kTransfer && tk.part_count == 2 && n == 2)
       z.flows += 2;
   }
   if (opt.region_slices) {
     const Regions g = region_passes(cp, r);
     for (const Region& rg : g.list)
-      if (rg.nests && wanted(rg.device) && in_window(rg.start, rg.end)) ++z.slices;
+      if (rg.nests && wanted(rg.device) && in_window(rg.start, rg.end))
+        ++z.slices, z.approx_bytes += kRegionBytes;
   }
   if (opt.memory_counters)
     for (const auto& dm : r.devices)
       if (devices.count(static_cast<uint32_t>(dm.id)))
         for (const auto& s : dm.memory) z.counters += in_window(s.t, s.t);
-  z.approx_bytes = z.slices * kSliceBytes + z.flows * kFlowBytes + z.counters * kCounterBytes +
-                   z.metadata * kMetaBytes;
+  z.approx_bytes += z.flows * kFlowBytes + z.counters * kCounterBytes + z.metadata * kMetaBytes;
   return z;
 }
 
