@@ -39,18 +39,6 @@ std::string params_str(const Json& p) {
   return s;
 }
 
-Json row_json(const PointResult& r) {
-  Json j = {{"hash", r.hash},         {"params", r.params},     {"status", r.status},
-            {"wall_ms", r.wall_ms}};
-  if (!r.diagnostic.empty()) j["diagnostic"] = r.diagnostic;
-  if (r.simulated()) {
-    j["metrics"] = r.metrics.empty() ? Json() : Json::parse(r.metrics, nullptr, false);
-    j["estimate"] = {{"step_time_ms", r.estimate_step_ms},
-                     {"peak_memory_bytes", r.estimate_memory_bytes}};
-  }
-  return j;
-}
-
 std::string csv_cell(std::string s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string o = "\"";
@@ -143,11 +131,11 @@ int report(const explore::Store& store, const ReportOpts& ro) {
               {"over_capacity", over},
               {"invalid", invalid}};
     Json list = Json::array();
-    for (size_t i : idx) list.push_back(row_json(rows[i]));
+    for (size_t i : idx) list.push_back(explore::point_json(rows[i]));
     j[ro.pareto ? "pareto" : ro.top > 0 ? "top" : "results"] = std::move(list);
     if (ro.pareto) {
       Json inf = Json::array();
-      for (size_t i : faster_infeasible) inf.push_back(row_json(rows[i]));
+      for (size_t i : faster_infeasible) inf.push_back(explore::point_json(rows[i]));
       j["infeasible_faster"] = std::move(inf);
     }
     text = j.dump(2) + "\n";
@@ -409,27 +397,7 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
                                              : o->search_format;
                    const PointResult* base = r->baseline ? &*r->baseline : nullptr;
                    if (f == "json") {
-                     Json j = {{"devices", o->devices},
-                               {"global_batch", r->global_batch},
-                               {"space", r->space},
-                               {"estimated", r->estimated},
-                               {"over_memory_by_estimate", r->over_memory},
-                               {"simulated", r->simulated},
-                               {"extra_batches", r->batches},
-                               {"invalid", r->invalid},
-                               {"infeasible", r->infeasible},
-                               {"estimate_s", r->estimate_s},
-                               {"simulate_s", r->simulate_s},
-                               {"search_s", r->total_s}};
-                     j["best"] = r->best ? row_json(*r->best) : Json();
-                     j["megatron_default"] = base ? row_json(*base) : Json();
-                     if (r->best && base)
-                       j["speedup_vs_megatron_default"] =
-                           base->step_time_ms / r->best->step_time_ms;
-                     Json beat = Json::array();
-                     for (size_t i = 1; i < r->results.size() && i < 11; ++i)
-                       beat.push_back(row_json(r->results[i]));
-                     j["runners_up"] = std::move(beat);
+                     Json j = explore::search_json(*r, o->devices);
                      if (!o->emit.empty()) j["emitted"] = o->emit;
                      return write_output("", j.dump(2) + "\n") ? 0 : 2;
                    }

@@ -177,6 +177,29 @@ std::vector<Json> megatron_defaults(const Json& base, int devices) {
   return out;
 }
 
+Json search_json(const SearchResult& r, int devices) {
+  Json j = {{"devices", devices},
+            {"global_batch", r.global_batch},
+            {"space", r.space},
+            {"estimated", r.estimated},
+            {"over_memory_by_estimate", r.over_memory},
+            {"simulated", r.simulated},
+            {"extra_batches", r.batches},
+            {"invalid", r.invalid},
+            {"infeasible", r.infeasible},
+            {"estimate_s", r.estimate_s},
+            {"simulate_s", r.simulate_s},
+            {"search_s", r.total_s}};
+  j["best"] = r.best ? point_json(*r.best) : Json();
+  j["megatron_default"] = r.baseline ? point_json(*r.baseline) : Json();
+  if (r.best && r.baseline)
+    j["speedup_vs_megatron_default"] = r.baseline->step_time_ms / r.best->step_time_ms;
+  Json beat = Json::array();
+  for (size_t i = 1; i < r.results.size() && i < 11; ++i) beat.push_back(point_json(r.results[i]));
+  j["runners_up"] = std::move(beat);
+  return j;
+}
+
 Expected<SearchResult> search(const Json& base, const std::string& base_dir,
                               const SearchOptions& opt) {
   const auto t0 = Clock::now();

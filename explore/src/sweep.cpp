@@ -440,6 +440,17 @@ std::vector<size_t> top_n(const std::vector<PointResult>& rows, size_t n) {
   return idx;
 }
 
+Json point_json(const PointResult& r) {
+  Json j = {{"hash", r.hash}, {"params", r.params}, {"status", r.status}, {"wall_ms", r.wall_ms}};
+  if (!r.diagnostic.empty()) j["diagnostic"] = r.diagnostic;
+  if (r.simulated()) {
+    j["metrics"] = r.metrics.empty() ? Json() : Json::parse(r.metrics, nullptr, false);
+    j["estimate"] = {{"step_time_ms", r.estimate_step_ms},
+                     {"peak_memory_bytes", r.estimate_memory_bytes}};
+  }
+  return j;
+}
+
 std::vector<size_t> pareto_front(const std::vector<PointResult>& rows) {
   // Sorted by (time, memory): a point is on the front iff its memory is below every faster
   // point's (ties in time: the smaller memory comes first and dominates the rest).

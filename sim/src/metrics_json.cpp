@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "stretto/sim/session.h"
+
 namespace stretto::sim {
 
 namespace {

@@ -65,6 +65,11 @@ struct SearchResult {
 Expected<SearchResult> search(const Json& base, const std::string& base_dir,
                               const SearchOptions& opt);
 
+/// The report of `stretto search --format json` for a search on `devices` devices: the counts
+/// and times, `best` and `megatron_default` (point_json rows or null),
+/// `speedup_vs_megatron_default`, and the next ten simulated candidates as `runners_up`.
+Json search_json(const SearchResult& r, int devices);
+
 /// The points `search` enumerates (parameters as in a sweep point), for comparing with a full
 /// grid sweep over the same space.
 Expected<std::vector<Json>> search_space(const Json& base, const SearchOptions& opt);

@@ -69,6 +69,11 @@ struct SweepOptions {
 Expected<Progress> run_sweep(const SweepSpec& spec, const Grid& grid, Store& store,
                              const SweepOptions& opt);
 
+/// One finished point as `stretto sweep --format json` lists it: hash, params, status,
+/// wall_ms, the diagnostic (when there is one), and for simulated points `metrics` (the
+/// stored `simulate --format json` object) and `estimate` (step_time_ms, peak_memory_bytes).
+Json point_json(const PointResult& r);
+
 /// Pareto front of step time against peak memory over feasible points: indices into `rows`,
 /// by increasing step time. A point is on it when no other feasible point is at least as fast
 /// and at most as large, and strictly better in one.
