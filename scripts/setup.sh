@@ -2,7 +2,7 @@
 # Installs every Debian package Stretto's build and tests need. Idempotent and quick when
 # everything is already present (checks with dpkg before calling apt-get).
 # Usage: scripts/setup.sh   (everything CI builds and tests: simulator, LibTorch backend, GUI,
-# sweeps with SQLite, the single-node Slurm test)
+# sweeps with SQLite, the Python module and its pytest suite, the single-node Slurm test)
 set -euo pipefail
 pkgs=(cmake g++ make ninja-build ccache pkg-config
       nlohmann-json3-dev libfmt-dev libcli11-dev libboost-graph-dev libeigen3-dev
@@ -10,6 +10,7 @@ pkgs=(cmake g++ make ninja-build ccache pkg-config
       libsqlite3-dev sqlite3 zlib1g-dev libjemalloc-dev
       libtorch-dev libgloo-dev libopenblas0-pthread
       libimgui-dev libglfw3-dev libstb-dev xvfb xauth
+      pybind11-dev python3-dev python3-pytest python3-numpy python3-pandas
       slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${pkgs[@]}"; do
