@@ -2,6 +2,7 @@
 
 import gc
 import os
+import sys
 import threading
 
 import stretto
@@ -40,6 +41,28 @@ def test_parallel_simulate_from_two_threads_gives_the_sequential_results():
     assert len(results) == 20
     for (i, _, which), got in results.items():
         assert got == (expected[i] if which == "own" else expected[0])
+
+
+def test_simulate_releases_the_gil():
+    # With a switch interval of 1,000 s a thread that holds the GIL keeps it until it blocks or
+    # releases it. The main thread, waiting in Thread.start() for the worker to begin, can
+    # only run again when the worker releases the GIL: inside one of its simulate() calls if
+    # simulating releases it (the first in which the OS schedules the main thread), else only
+    # once the worker has finished all of them.
+    plan = stretto.Plan.load("examples/layout_gpt13b_tp8_pp2_dp2_1f1b.json")
+    n = 20
+    done = []
+    worker = threading.Thread(target=lambda: [done.append(stretto.simulate(plan)) for _ in range(n)])
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1000)
+    try:
+        worker.start()
+        finished_when_main_ran = len(done)
+        worker.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert len(done) == n
+    assert finished_when_main_ran < n
 
 
 def rss_bytes():
