@@ -27,7 +27,7 @@ Directive = Dict[str, Any]
 
 
 def families() -> List[str]:
-    """Canonical family names (DESIGN.md §4 order)."""
+    """Canonical family names, in the order `stretto build-schedule --help` lists them."""
     return list(_native.family_names())
 
 
