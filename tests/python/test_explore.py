@@ -86,3 +86,24 @@ def test_validation_results_load_as_results():
         assert row["step_err_pct"] == entry["step_err_pct"]
         assert [d["id"] for d in m.devices] == [d["id"] for d in entry["devices"]]
         assert m.devices[0]["busy_ms"] == entry["devices"][0]["a"]["busy_ms"]
+
+
+def test_replay_json_loads_as_a_result(tmp_path):
+    import pathlib
+
+    from conftest import BINARY, run_cli
+
+    if not pathlib.Path(BINARY).with_name("stretto-backend").exists():
+        pytest.skip("built without the LibTorch backend (STRETTO_WITH_TORCH)")
+    plan = "tests/data/loop/dp2_tiny.json"
+    out = tmp_path / "replay.json"
+    out.write_text(run_cli("replay", plan, "--device", "cpu", "--format", "json").stdout)
+    measured, predicted = stretto.Result.load(out), stretto.simulate(plan)
+    assert (measured.kind, predicted.kind) == ("replay", "simulate")
+    # Measured and predicted steps under the same names, per step and per device.
+    shared = {"plan", "step_time_ms", "bubble_ratio", "exposed_comm_ms", "devices"}
+    assert shared <= set(measured) and shared <= set(predicted)
+    device_fields = {"id", "busy_ms", "bubble_ms", "bubble_ratio", "exposed_comm_ms", "comm_ms",
+                     "peak_memory_bytes", "memory_breakdown"}
+    assert device_fields <= set(measured.devices[0]) & set(predicted.devices[0])
+    assert measured.step_time_ms > 0 and len(measured.devices) == len(predicted.devices)
