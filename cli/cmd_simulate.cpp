@@ -29,14 +29,6 @@ std::string gib(int64_t b) {
   return fmt::format("{:.2f}", static_cast<double>(b) / (1 << 30));
 }
 
-Json result_json(const CompiledPlan& cp, const sim::Result& r,
-                 const std::vector<sim::CriticalStep>* path, bool full_path,
-                 const sim::PipelineMetrics& pm) {
-  Json j = sim::metrics_json(cp, r, pm);
-  if (path) j.update(sim::critical_path_json(cp, r, *path, full_path));
-  return j;
-}
-
 std::string result_table(const CompiledPlan& cp, const sim::Result& r, bool color,
                          const sim::PipelineMetrics& pm) {
   std::string o;
@@ -289,14 +281,14 @@ void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out) {
          const sim::PipelineMetrics pm = sim::pipeline_metrics(s->compiled(), *r);
          const std::string f = o->format.empty() ? (stdout_is_tty() ? "table" : "json") : o->format;
          std::string text;
-         const auto coverage = sim::profiled_coverage(s->compiled());
          if (f == "json") {
-           Json j = result_json(s->compiled(), *r, critical ? &path : nullptr, full_path, pm);
-           if (coverage) j["table_coverage"] = sim::coverage_json(*coverage);
-           text = j.dump(2) + "\n";
+           text = sim::simulate_json(s->compiled(), *r, pm, critical ? &path : nullptr, full_path)
+                      .dump(2) +
+                  "\n";
          } else {
            text = result_table(s->compiled(), *r, stdout_is_tty(), pm);
-           if (coverage) text += "\n" + sim::coverage_text(*coverage, "");
+           if (const auto coverage = sim::profiled_coverage(s->compiled()))
+             text += "\n" + sim::coverage_text(*coverage, "");
            if (full_path)
              text += sim::critical_path_full_text(path);
            else if (critical)

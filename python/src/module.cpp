@@ -122,12 +122,14 @@ struct NativeResult {
   sim::PipelineMetrics pm;
   std::vector<sim::CriticalStep> critical;
   bool has_critical = false;
+  bool full_critical = false;  // every op (--critical-path=full), not the summary
 };
 
 NativeResult simulate(const NativePlan& p, bool fold_replicas, bool memory_curves,
-                      bool critical_path) {
+                      bool critical_path, bool full_critical_path) {
   NativeResult r;
   r.session = p.session;
+  r.full_critical = full_critical_path;
   {
     py::gil_scoped_release nogil;
     sim::SimOptions so;
@@ -135,7 +137,7 @@ NativeResult simulate(const NativePlan& p, bool fold_replicas, bool memory_curve
     so.memory_curves = memory_curves;
     r.result = take(p.session->simulate(so));
     r.pm = sim::pipeline_metrics(p.session->compiled(), r.result);
-    if (critical_path) {
+    if (critical_path || full_critical_path) {
       r.critical = sim::critical_path(p.session->compiled(), r.result);
       r.has_critical = true;
     }
@@ -146,9 +148,9 @@ NativeResult simulate(const NativePlan& p, bool fold_replicas, bool memory_curve
 /// The JSON text `stretto simulate --format json` prints for this result.
 std::string result_json(const NativeResult& r) {
   const CompiledPlan& cp = r.session->compiled();
-  Json j = sim::metrics_json(cp, r.result, r.pm);
-  if (r.has_critical) sim::add_critical_path_json(j, r.critical);
-  return j.dump();
+  return sim::simulate_json(cp, r.result, r.pm, r.has_critical ? &r.critical : nullptr,
+                           r.full_critical)
+      .dump();
 }
 
 const sim::DeviceMetrics& device_metrics(const NativeResult& r, int device) {
@@ -381,7 +383,7 @@ PYBIND11_MODULE(_stretto, m) {
   m.def("plan_from_text", &plan_from_text, py::arg("text"), py::arg("file"),
         py::arg("base_dir"));
   m.def("simulate", &simulate, py::arg("plan"), py::arg("fold_replicas"),
-        py::arg("memory_curves"), py::arg("critical_path"));
+        py::arg("memory_curves"), py::arg("critical_path"), py::arg("full_critical_path"));
   m.def("result_json", &result_json);
   m.def("memory_curve", &memory_curve);
   m.def("ops", &ops);

@@ -279,17 +279,22 @@ def simulate(
     *,
     fold_replicas: bool = False,
     memory_curves: bool = True,
-    critical_path: bool = False,
+    critical_path: Union[bool, str] = False,
 ) -> Result:
     """Simulates one training step of ``plan`` (a Plan, a plan file's path or a plan dict).
 
-    Options are the CLI's: ``fold_replicas`` (``--fold-replicas``), ``critical_path``
-    (``--critical-path``: adds ``critical_path`` and ``critical_path_breakdown_ms``);
+    Options are the CLI's: ``fold_replicas`` (``--fold-replicas``), ``critical_path=True``
+    (``--critical-path``: adds ``critical_path_summary`` and ``critical_path_breakdown_ms``) or
+    ``critical_path="full"`` (``--critical-path=full``: also ``critical_path``, every op);
     ``memory_curves=False`` keeps only each device's peak, not its allocated-memory curve
     (faster on large plans; the trace then has no memory counters; :meth:`Result.memory_curve`
     still works). The GIL is released while it runs."""
     p = _as_plan(plan)
-    native = _native.simulate(p._native, bool(fold_replicas), bool(memory_curves), bool(critical_path))
+    if critical_path not in (False, True, "full"):
+        raise ValueError(f"critical_path takes True, False or 'full', not {critical_path!r}")
+    full = critical_path == "full"
+    native = _native.simulate(p._native, bool(fold_replicas), bool(memory_curves),
+                              bool(critical_path), full)
     return Result(json.loads(_native.result_json(native)), native)
 
 

@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "stretto/sim/coverage.h"
+#include "stretto/sim/critical_path.h"
 #include "stretto/sim/session.h"
 
 namespace stretto::sim {
@@ -42,6 +44,14 @@ nlohmann::json metrics_json(const CompiledPlan& cp, const Result& r, const Pipel
   }
   step_fields(top, cp, r, pm, over);
   j["devices"] = std::move(devs);
+  return j;
+}
+
+nlohmann::json simulate_json(const CompiledPlan& cp, const Result& r, const PipelineMetrics& pm,
+                             const std::vector<CriticalStep>* path, bool full_path) {
+  nlohmann::json j = metrics_json(cp, r, pm);
+  if (const auto coverage = profiled_coverage(cp)) j["table_coverage"] = coverage_json(*coverage);
+  if (path) j.update(critical_path_json(cp, r, *path, full_path));
   return j;
 }
 

@@ -19,7 +19,11 @@ def test_there_are_example_plans():
     assert len(example_plans()) >= 10
 
 
-@pytest.mark.parametrize("plan", example_plans())
+# And a plan under a profiled cost table (its JSON adds table_coverage).
+PROFILED = "tests/data/traces/options/plan.json"
+
+
+@pytest.mark.parametrize("plan", example_plans() + [PROFILED])
 def test_simulate_equals_cli_json(plan):
     expected = cli_json("simulate", plan, "--format", "json")
     got = stretto.simulate(plan)
@@ -27,15 +31,22 @@ def test_simulate_equals_cli_json(plan):
     assert got.kind == "simulate"
     assert got.step_time_ms == expected["step_time_ms"]
     assert got["devices"] == expected["devices"]
+    assert ("table_coverage" in got) == (plan == PROFILED)
 
 
 def test_options_equal_cli_flags():
     plan = "examples/gpt_pp4_dp2_1f1b.json"
-    expected = cli_json("simulate", plan, "--format", "json", "--critical-path", "--fold-replicas")
-    got = stretto.simulate(stretto.Plan.load(plan), critical_path=True, fold_replicas=True)
+    expected = cli_json("simulate", plan, "--format", "json", "--critical-path=full", "--fold-replicas")
+    got = stretto.simulate(stretto.Plan.load(plan), critical_path="full", fold_replicas=True)
     assert got.folded_replicas is True
     assert got["critical_path"] and got["critical_path_breakdown_ms"]
     assert without_wall_clock(got.to_dict()) == without_wall_clock(expected)
+    summary = cli_json("simulate", plan, "--format", "json", "--critical-path")
+    got = stretto.simulate(stretto.Plan.load(plan), critical_path=True)
+    assert got["critical_path_summary"] and "critical_path" not in got
+    assert without_wall_clock(got.to_dict()) == without_wall_clock(summary)
+    with pytest.raises(ValueError):
+        stretto.simulate(stretto.Plan.load(plan), critical_path="some")
 
 
 def test_plan_from_dict_and_path_agree():

@@ -22,6 +22,13 @@ namespace stretto::sim {
 /// device with the largest peak), over_capacity (any device over its memory), and `devices`.
 nlohmann::json metrics_json(const CompiledPlan& cp, const Result& r, const PipelineMetrics& pm);
 
+/// The whole object `stretto simulate --format json` prints (the CLI and the Python module):
+/// metrics_json, `table_coverage` for a plan under a profiled cost model (coverage.h), and with
+/// a critical path (`--critical-path`) the fields of critical_path_json (critical_path.h): the
+/// summary, or every op with `full_path` (`--critical-path=full`).
+nlohmann::json simulate_json(const CompiledPlan& cp, const Result& r, const PipelineMetrics& pm,
+                             const std::vector<CriticalStep>* path, bool full_path = false);
+
 /// The device with the largest memory peak (the first of them); null without devices.
 inline const DeviceMetrics* largest_peak(const Result& r) {
   const DeviceMetrics* worst = nullptr;
