@@ -145,6 +145,14 @@ NativeResult simulate(const NativePlan& p, bool fold_replicas, bool memory_curve
   return r;
 }
 
+/// The JSON text `stretto describe PATH --format json` prints: the resolved plan, every value
+/// with its source (sim::resolve_plan, as the CLI).
+std::string resolved_json(const NativePlan& p) {
+  nlohmann::json j = p.session->resolved().to_json();
+  j["plan"] = p.file;
+  return j.dump();
+}
+
 /// The JSON text `stretto simulate --format json` prints for this result.
 std::string result_json(const NativeResult& r) {
   const CompiledPlan& cp = r.session->compiled();
@@ -385,6 +393,7 @@ PYBIND11_MODULE(_stretto, m) {
   m.def("simulate", &simulate, py::arg("plan"), py::arg("fold_replicas"),
         py::arg("memory_curves"), py::arg("critical_path"), py::arg("full_critical_path"));
   m.def("result_json", &result_json);
+  m.def("resolved_json", &resolved_json);
   m.def("memory_curve", &memory_curve);
   m.def("ops", &ops);
   m.def("write_trace", &write_trace);

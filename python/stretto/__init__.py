@@ -144,6 +144,12 @@ class Plan:
         """The plan document, as written (a fresh dict each call)."""
         return json.loads(self._native.text)
 
+    def resolved(self) -> Dict[str, Any]:
+        """What the plan resolves to, every value with its source (plan, layout, directives,
+        builder, preset, default, derived): the document ``stretto describe PLAN --format json``
+        prints."""
+        return json.loads(_native.resolved_json(self._native))
+
     def simulate(self, **options: Any) -> "Result":
         """Same as :func:`stretto.simulate` (plan, **options)."""
         return simulate(self, **options)

@@ -5,7 +5,7 @@ import pathlib
 import pytest
 
 import stretto
-from conftest import ROOT, run_cli
+from conftest import ROOT, cli_json, example_plans, run_cli
 
 BAD = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests/data/schedules/bad").glob("*.json"))
 
@@ -68,3 +68,11 @@ def test_plan_properties():
     assert p.base_dir == "examples"
     assert p.text == pathlib.Path("examples/gpt_pp4_dp2_1f1b.json").read_text()
     assert "gpt_pp4_dp2_1f1b" in repr(p)
+
+
+@pytest.mark.parametrize("plan", example_plans())
+def test_resolved_is_what_describe_prints(plan):
+    expected = cli_json("describe", plan, "--format", "json")
+    got = stretto.Plan.load(plan).resolved()
+    assert got == expected
+    assert got["plan"] == plan
