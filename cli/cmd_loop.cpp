@@ -36,7 +36,8 @@ void add_loop_commands(CLI::App& app, CLI::App& import_app, Commands& out) {
   ki->add_option("--link-GBps", k->link_GBps,
                  "The fastest link a device has (GB/s per direction): a collective whose bus "
                  "bandwidth exceeds it is refused (default 900, NVLink 5)")
-      ->check(CLI::Range(1e-3, 1e7));
+      ->check(CLI::Range(1e-3, 1e7))
+      ->check(finite_number("--link-GBps", "GB/s"));
   ki->add_option("--plan", k->plan,
                  "Take --link-GBps from this plan's cluster (the faster of its intra- and "
                  "inter-node links)");

@@ -354,17 +354,7 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
       ->check(CLI::Range(0.0, 1e9));
   s->add_option("--budget", o->budget, "Seconds for the simulation phase (default 60)")
       ->check(CLI::Range(0.0, 1e9))
-      ->check(CLI::Validator(
-          [](const std::string& v) -> std::string {
-            double x = 0;
-            try {
-              x = std::stod(v);
-            } catch (...) {
-              return {};  // (the option's own parse reports it)
-            }
-            return std::isfinite(x) ? std::string() : "--budget must be a finite number of seconds";
-          },
-          "SECONDS"));
+      ->check(finite_number("--budget", "seconds"));
   s->add_option("-j,--jobs", o->jobs, "Worker threads (default: all cores)")
       ->check(CLI::Range(1, 1024));
   s->add_option("--emit", o->emit, "Write the best plan to FILE");

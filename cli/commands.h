@@ -67,6 +67,10 @@ void add_describe_command(CLI::App& app, Commands& out);
 int parse_and_run(CLI::App& app, Commands& cmds, int argc, char** argv);
 /// Prints diagnostics to stderr; returns 2.
 int report(const Diagnostics& ds);
+
+/// An option check that refuses NaN and infinities, which CLI::Range lets through (a NaN
+/// compares false both ways): "`option` must be a finite number of `unit`".
+CLI::Validator finite_number(const std::string& option, const std::string& unit);
 /// Writes `text` to `path`, or stdout when path is "" or "-". Returns false (and prints) on error.
 bool write_output(const std::string& path, const std::string& text);
 /// True when stdout is a terminal (tables for people, JSON for machines).

@@ -1,6 +1,7 @@
 // Helpers every `stretto` binary shares (commands.h).
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -51,6 +52,20 @@ int parse_and_run(CLI::App& app, Commands& cmds, int argc, char** argv) {
     return 1;
   }
   return 2;
+}
+
+CLI::Validator finite_number(const std::string& option, const std::string& unit) {
+  return CLI::Validator(
+      [option, unit](const std::string& v) -> std::string {
+        double x = 0;
+        try {
+          x = std::stod(v);
+        } catch (...) {
+          return {};  // (the option's own parse reports it)
+        }
+        return std::isfinite(x) ? std::string() : option + " must be a finite number of " + unit;
+      },
+      "NUMBER");
 }
 
 }  // namespace stretto::cli

@@ -334,6 +334,9 @@ TEST(Hostile, SweepSpecsThatWouldExhaustTheMachineAreRefused) {
   EXPECT_EQ(typo.err.find("unknown command"), std::string::npos) << typo.err;
   expect_refusal(sh("search " + base + " --devices 8 --memory-cap -1"), "--memory-cap");
   expect_refusal(sh("search " + base + " --devices 8 --budget nan"), "finite");
+  // A NaN link speed passed CLI::Range and turned the importer's physics check off.
+  const std::string rank0_trace = std::string(STRETTO_TEST_DATA) + "/traces/kineto_rank0.json";
+  expect_refusal(sh("import kineto " + rank0_trace + " --link-GBps nan"), "finite");
   // Merging shards of two specs committed the first input's points before refusing the second.
   const std::string resume = std::string(STRETTO_TEST_DATA) + "/explore/resume.json";
   const std::string other = (dir / "other.db").string(), out = (dir / "merged.db").string();
