@@ -13,6 +13,7 @@
 #include "output.h"
 #include "stretto/backend/validate.h"
 #include "stretto/sim/session.h"
+#include "stretto/sim/warnings.h"
 
 namespace stretto::cli {
 
@@ -356,14 +357,11 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                      results.push_back(backend::validate_plan(
                          s->compiled(), *pred, backend::pool_results(std::move(measured[i])), co));
                      results.back().coverage = sim::profiled_coverage(s->compiled());
-                     if (const auto& c = results.back().coverage;
-                         c && c->percent() < sim::kLowCoveragePercent)
-                       std::fprintf(stderr,
-                                    "warning: %s: the profiled table covers %.1f %% of the plan "
-                                    "(%zu of %zu ops, %zu of %zu collectives and transfers); the "
-                                    "rest fell back to the analytic model\n",
-                                    v->plans[i].c_str(), c->percent(), c->ops_measured, c->ops,
-                                    c->collectives_measured, c->collectives);
+                     if (const auto& c = results.back().coverage)
+                       if (const auto w = sim::coverage_warning(*c))
+                         std::fprintf(stderr, "warning: %s: %s\n  hint: %s\n",
+                                      v->plans[i].c_str(), w->diag.message.c_str(),
+                                      w->diag.hint.c_str());
                    }
                    if (!v->trace.empty() &&
                        !write_output(v->trace, backend::validation_trace(results)))

@@ -3,6 +3,8 @@
 
 #include <chrono>
 
+#include "stretto/sim/warnings.h"
+
 namespace stretto::gui {
 
 SimWorker::SimWorker() : thread_([this] { loop(); }) {}
@@ -97,6 +99,10 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
       snap->lanes_ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_lanes).count();
       o.diags = session->compiled().warnings;
+      // The warnings `simulate` prints (unused devices, imbalance, fold hint, low coverage).
+      for (sim::Warning& w :
+           sim::result_warnings(session->compiled(), snap->result, opt.fold_replicas))
+        o.diags.push_back(std::move(w.diag));
       snap->session = std::move(session);
       snap->wall_ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -30,6 +30,7 @@
 #include "stretto/sim/metrics_json.h"
 #include "stretto/sim/pipeline_metrics.h"
 #include "stretto/sim/session.h"
+#include "stretto/sim/warnings.h"
 #include "stretto/traces/chrome_trace.h"
 
 namespace py = pybind11;
@@ -123,6 +124,7 @@ struct NativeResult {
   std::vector<sim::CriticalStep> critical;
   bool has_critical = false;
   bool full_critical = false;  // every op (--critical-path=full), not the summary
+  sim::Warnings warnings;      // sim::result_warnings: what `simulate` prints on stderr
 };
 
 NativeResult simulate(const NativePlan& p, bool fold_replicas, bool memory_curves,
@@ -141,6 +143,7 @@ NativeResult simulate(const NativePlan& p, bool fold_replicas, bool memory_curve
       r.critical = sim::critical_path(p.session->compiled(), r.result);
       r.has_critical = true;
     }
+    r.warnings = sim::result_warnings(p.session->compiled(), r.result, fold_replicas);
   }
   return r;
 }
@@ -194,8 +197,18 @@ py::dict memory_curve(const NativeResult& r, int device) {
   return o;
 }
 
-/// Every (task, participant device) the step ran, named as the Chrome trace's slices. Folded
-/// replicas were not simulated: only their representatives' ops are listed.
+/// For each device, the device simulated for it: itself, or a folded replica's representative
+/// (whose ops and memory curve stand for it).
+std::vector<int> representatives(const NativeResult& r) {
+  std::vector<int> out;
+  for (const sim::DeviceMetrics& d : r.result.devices)
+    out.push_back(d.folded ? d.representative : d.id);
+  return out;
+}
+
+/// Every (task, participant device) the step ran: the op slices of its Chrome trace, named as
+/// they are. Folded replicas were not simulated: only their representatives' ops are listed,
+/// as in the trace.
 py::dict ops(const NativeResult& r) {
   const CompiledPlan& cp = r.session->compiled();
   const sim::Program& prog = r.result.program;
@@ -228,6 +241,17 @@ py::dict ops(const NativeResult& r) {
   o["stream"] = stream;
   o["kind"] = kind;
   return o;
+}
+
+/// The result's warnings as diagnostic dicts (the package raises them as StrettoWarning).
+py::list result_warnings(const NativeResult& r) {
+  py::list out;
+  for (const sim::Warning& w : r.warnings) {
+    py::dict d = diagnostic_dict(w.diag);
+    d["code"] = w.code;
+    out.append(d);
+  }
+  return out;
 }
 
 void write_trace(const NativeResult& r, const std::string& path) {
@@ -396,6 +420,8 @@ PYBIND11_MODULE(_stretto, m) {
   m.def("resolved_json", &resolved_json);
   m.def("memory_curve", &memory_curve);
   m.def("ops", &ops);
+  m.def("result_warnings", &result_warnings);
+  m.def("representatives", &representatives);
   m.def("write_trace", &write_trace);
   m.def("build_directives", &build_directives, py::arg("call"), py::arg("where"));
   m.def("family_names", [] { return schedule_family_names(); });

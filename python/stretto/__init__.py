@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import os
+import warnings as _pywarnings
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 from . import _stretto as _native
-from .errors import Diagnostic, Note, PlanError
+from .errors import Diagnostic, Note, PlanError, StrettoWarning, _diagnostic
 
 try:  # optional: arrays for curves and op tables
     import numpy as _np
@@ -32,6 +33,7 @@ __all__ = [
     "Plan",
     "PlanError",
     "Result",
+    "StrettoWarning",
     "builders",
     "load_validation",
     "search",
@@ -183,12 +185,15 @@ class Result(Mapping):
     ``"measured"`` (the two sides of ``stretto validate``).
     """
 
-    __slots__ = ("_fields", "_native", "kind")
+    __slots__ = ("_fields", "_native", "kind", "_warnings")
 
     def __init__(self, fields: Dict[str, Any], native: Any = None, kind: str = "simulate"):
         self._fields = fields
         self._native = native
         self.kind = kind
+        self._warnings: List[Diagnostic] = (
+            [_diagnostic(d) for d in _native.result_warnings(native)] if native is not None else []
+        )
 
     # Mapping
     def __getitem__(self, key: str) -> Any:
@@ -218,6 +223,12 @@ class Result(Mapping):
         return json.loads(json.dumps(self._fields))
 
     @property
+    def warnings(self) -> List[Diagnostic]:
+        """The warnings :func:`simulate` raised for this step (as :class:`StrettoWarning`), the
+        ones ``stretto simulate`` prints on stderr; empty for a loaded result."""
+        return list(self._warnings)
+
+    @property
     def devices(self) -> List[Dict[str, Any]]:
         """Per-device rows (id, busy_ms, bubble_ms, peak_memory_bytes, memory_breakdown, ...)."""
         return self._fields["devices"]
@@ -235,10 +246,22 @@ class Result(Mapping):
         cols = _native.memory_curve(self._detail("memory_curve"), int(device))
         return _columns(cols)
 
+    def representative(self, device: int) -> int:
+        """The device simulated for ``device``: itself, or with ``fold_replicas=True`` the
+        representative of a folded replica, whose ops (:meth:`ops`) and memory curve stand
+        for it (a folded replica's ``devices`` row is its representative's metrics)."""
+        reps = _native.representatives(self._detail("representative"))
+        if not 0 <= int(device) < len(reps):
+            raise IndexError(f"no device {device} (the plan has {len(reps)})")
+        return reps[int(device)]
+
     def ops(self) -> Any:
         """Every op of the step, one row per (op, device taking part): ``task``, ``device``,
         ``start_ns``, ``end_ns``, ``name`` (the trace's slice name), ``stream``, ``kind``
-        (compute or comm). With NumPy a structured array, else a list of dicts."""
+        (compute or comm): the op slices of :meth:`write_trace`'s trace, row for row. With
+        ``fold_replicas=True`` those are the simulated devices' only (a folded replica's ops
+        are its :meth:`representative`'s). With NumPy a structured array, else a list of
+        dicts."""
         cols = _native.ops(self._detail("ops"))
         table = _columns(cols)
         if _np is None:
@@ -294,14 +317,21 @@ def simulate(
     ``critical_path="full"`` (``--critical-path=full``: also ``critical_path``, every op);
     ``memory_curves=False`` keeps only each device's peak, not its allocated-memory curve
     (faster on large plans; the trace then has no memory counters; :meth:`Result.memory_curve`
-    still works). The GIL is released while it runs."""
+    still works). The GIL is released while it runs.
+
+    Each warning ``stretto simulate`` prints on stderr for the plan is raised as a
+    :class:`StrettoWarning` (``warnings.warn``; filter them with the ``warnings`` module) and
+    listed in :attr:`Result.warnings`."""
     p = _as_plan(plan)
     if critical_path not in (False, True, "full"):
         raise ValueError(f"critical_path takes True, False or 'full', not {critical_path!r}")
     full = critical_path == "full"
     native = _native.simulate(p._native, bool(fold_replicas), bool(memory_curves),
                               bool(critical_path), full)
-    return Result(json.loads(_native.result_json(native)), native)
+    result = Result(json.loads(_native.result_json(native)), native)
+    for d in result.warnings:
+        _pywarnings.warn(StrettoWarning(d), stacklevel=2)
+    return result
 
 
 def load_validation(path: PathLike) -> List[Dict[str, Any]]:

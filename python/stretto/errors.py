@@ -1,4 +1,5 @@
-"""Errors raised by stretto: a plan (or spec, or builder output) that cannot be used."""
+"""Errors raised by stretto (a plan, spec or builder output that cannot be used) and the
+warnings a simulation raises."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ class Diagnostic:
 
     ``line``/``column`` are 1-based (0: unknown); ``json_pointer`` is RFC 6901 ("" = the whole
     document); ``directive`` is the index into the schedule (-1: not about a directive);
-    ``text`` is the CLI's rendering (location, message, source line with a caret, hint, notes).
+    ``text`` is the CLI's rendering (location, message, source line with a caret, hint, notes);
+    ``code`` names the kind of a warning (``"unused-devices"``, ...; empty for errors).
     """
 
     severity: str
@@ -37,6 +39,7 @@ class Diagnostic:
     source_line: str
     text: str
     notes: List[Note] = field(default_factory=list)
+    code: str = ""
 
     @property
     def location(self) -> str:
@@ -62,10 +65,31 @@ class PlanError(ValueError):
         self.diagnostics = diagnostics
 
 
+class StrettoWarning(UserWarning):
+    """A warning about a simulated step, the one ``stretto simulate`` prints on stderr
+    (devices the plan never uses, compute imbalance above 10 %, a large plan simulated without
+    folding replicas, a profiled table covering under 90 % of the plan).
+
+    ``str(w)`` is the CLI's message and hint; ``w.code`` its kind (``"unused-devices"``,
+    ``"compute-imbalance"``, ``"fold-replicas-hint"``, ``"low-table-coverage"``);
+    ``w.diagnostic`` the whole :class:`Diagnostic` (location in the plan, message, hint).
+    """
+
+    def __init__(self, diagnostic: Diagnostic):
+        text = diagnostic.message
+        if diagnostic.hint:
+            text += f"\n  hint: {diagnostic.hint}"
+        super().__init__(text)
+        self.diagnostic = diagnostic
+        self.code = diagnostic.code
+
+
+def _diagnostic(d: dict) -> Diagnostic:
+    d = dict(d)
+    notes = [Note(**n) for n in d.pop("notes")]
+    return Diagnostic(notes=notes, **d)
+
+
 def _from_native(text: str, diags: list) -> PlanError:
     """Builds the PlanError the native module raises (it passes plain dicts)."""
-    out = []
-    for d in diags:
-        notes = [Note(**n) for n in d.pop("notes")]
-        out.append(Diagnostic(notes=notes, **d))
-    return PlanError(text, out)
+    return PlanError(text, [_diagnostic(d) for d in diags])

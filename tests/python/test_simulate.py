@@ -119,3 +119,49 @@ def test_loaded_result_has_the_same_fields(tmp_path):
     assert without_wall_clock(loaded.to_dict()) == without_wall_clock(stretto.simulate(plan).to_dict())
     with pytest.raises(ValueError, match="simulated here"):
         loaded.ops()
+
+
+def trace_op_slices(path):
+    """(device, start_ns, end_ns) of each op slice (compute or comm) of a Chrome trace."""
+    events = json.loads(path.read_text())["traceEvents"]
+    out = []
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("compute", "comm"):
+            # ts and dur are microseconds with exact nanosecond digits ("12.345")
+            start = round(float(e["ts"]) * 1000)
+            out.append((e["pid"], start, start + round(float(e["dur"]) * 1000)))
+    return sorted(out)
+
+
+def op_rows(ops):
+    rows = ops if isinstance(ops, list) else [dict(zip(ops.dtype.names, r)) for r in ops.tolist()]
+    return sorted((int(o["device"]), int(o["start_ns"]), int(o["end_ns"])) for o in rows)
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_ops_are_the_trace_slices_and_folded_devices_have_representatives(fold, tmp_path):
+    plan = "examples/gpt_pp4_dp2_1f1b.json"
+    r = stretto.simulate(plan, fold_replicas=fold)
+    trace = tmp_path / "t.json"
+    r.write_trace(trace)
+    rows = op_rows(r.ops())
+    assert rows == trace_op_slices(trace)
+    reps = [r.representative(d["id"]) for d in r.devices]
+    simulated = {d for d, rep in enumerate(reps) if rep == d}
+    assert {d for d, _, _ in rows} == simulated
+    if not fold:
+        assert simulated == set(range(8))
+        return
+    # PP4 x DP2: one replica of each stage simulated; the other's rows are its representative's.
+    assert len(simulated) == 4 and len(r.devices) == 8
+    full = stretto.simulate(plan)
+    full_rows = op_rows(full.ops())
+    for d in range(8):
+        rep = reps[d]
+        assert r.devices[d]["busy_ms"] == r.devices[rep]["busy_ms"]
+        assert list(r.memory_curve(d)["total"]) == list(r.memory_curve(rep)["total"])
+        # Folding is exact: the folded replica's ops, simulated without folding, are its
+        # representative's at the same times.
+        assert [(s, e) for dev, s, e in full_rows if dev == d] == [(s, e) for dev, s, e in rows if dev == rep]
+    with pytest.raises(IndexError):
+        r.representative(8)
