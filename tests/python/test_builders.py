@@ -103,6 +103,19 @@ def test_python_builder_that_deadlocks_is_refused_with_a_located_message():
     assert "<builder pipeline_2dev>:9:5 (/schedule/3): error: deadlock" in str(e.value)
 
 
+def test_python_builder_that_contradicts_dataflow_is_refused_with_a_located_message():
+    # Stage 1 orders microbatch 0's backward before its forward, which the backward needs.
+    with pytest.raises(stretto.PlanError) as e:
+        stretto.Plan.from_builder(SYNTHETIC_2DEV, pipeline_2dev, 2,
+                                  [(0, "B"), (0, "F"), (1, "F"), (1, "B")])
+    d = e.value.diagnostics[0]
+    assert d.message.startswith("order contradicts dataflow")
+    assert d.file == "<builder pipeline_2dev>"
+    assert d.json_pointer == "/schedule/4" and d.directive == 4
+    assert d.line == 6 + 4 and d.source_line.strip().startswith('{"op": "order"')
+    assert "<builder pipeline_2dev>:10:5 (/schedule/4): error: order contradicts dataflow" in str(e.value)
+
+
 def test_python_builder_must_return_a_list():
     with pytest.raises(TypeError, match="not a list"):
         stretto.Plan.from_builder(SYNTHETIC_2DEV, lambda: {"op": "place"})

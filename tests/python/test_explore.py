@@ -61,6 +61,25 @@ def test_sweep_results_as_a_dataframe(tmp_path):
     assert sorted(df["step_time_ms"]) == sorted(r["step_time_ms"] for r in rows)
 
 
+def test_sweep_results_without_pandas(tmp_path, monkeypatch):
+    # pandas is optional: without it sweep_results gives the list, and frame=True says why not.
+    import builtins
+
+    stretto.sweep(SPEC, db=tmp_path / "f.db", jobs=2)
+    real_import = builtins.__import__
+
+    def no_pandas(name, *args, **kwargs):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ImportError("No module named 'pandas'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pandas)
+    rows = stretto.sweep_results(tmp_path / "f.db")
+    assert isinstance(rows, list) and len(rows) == 8 and "step_time_ms" in rows[0]
+    with pytest.raises(ImportError):
+        stretto.sweep_results(tmp_path / "f.db", frame=True)
+
+
 def test_search_equals_the_clis():
     plan = "examples/cpu_gpt_pp2_1f1b.json"
     cli = cli_json("search", plan, "--devices", 2, "--budget", 60, "-j", 1, "--format", "json")

@@ -91,6 +91,19 @@ def test_numpy_arrays_when_numpy_is_present():
     assert (d0["end_ns"] - d0["start_ns"]).sum() / 1e6 == pytest.approx(busy0)
 
 
+def test_lists_without_numpy(monkeypatch):
+    # NumPy is optional: without it curves are dicts of lists and ops() a list of dicts.
+    with_numpy = stretto.simulate("examples/cpu_gpt_pp2_1f1b.json")
+    monkeypatch.setattr(stretto, "_np", None)
+    r = stretto.simulate("examples/cpu_gpt_pp2_1f1b.json")
+    curve, ops = r.memory_curve(0), r.ops()
+    assert isinstance(curve, dict) and isinstance(curve["t_ns"], list)
+    assert list(curve["total"]) == [int(v) for v in with_numpy.memory_curve(0)["total"]]
+    assert isinstance(ops, list) and isinstance(ops[0], dict)
+    assert set(ops[0]) == {"task", "device", "start_ns", "end_ns", "name", "stream", "kind"}
+    assert op_rows(ops) == op_rows(with_numpy.ops())
+
+
 def test_memory_curve_of_a_folded_replica_and_a_missing_device():
     r = stretto.simulate("examples/gpt_pp4_dp2_1f1b.json", fold_replicas=True, memory_curves=False)
     assert r.folded_replicas
