@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <imgui.h>
+#include <imgui_internal.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +26,16 @@ std::string format_time(double ns) {
   if (a < 1e6) return fmt::format("{:.3g} us", ns / 1e3);
   if (a < 1e9) return fmt::format("{:.4g} ms", ns / 1e6);
   return fmt::format("{:.4g} s", ns / 1e9);
+}
+
+std::string format_tick(double ns, double step) {
+  if (ns == 0) return "0";
+  const double a = std::max(std::fabs(ns), step);
+  const double unit = a < 1e3 ? 1 : a < 1e6 ? 1e3 : a < 1e9 ? 1e6 : 1e9;
+  const char* name = unit == 1 ? "ns" : unit == 1e3 ? "us" : unit == 1e6 ? "ms" : "s";
+  // Enough decimals that consecutive ticks differ.
+  const int dec = std::clamp(static_cast<int>(std::ceil(-std::log10(step / unit) - 1e-9)), 0, 6);
+  return fmt::format("{:.{}f} {}", ns / unit, dec, name);
 }
 
 std::string format_bytes(double b) {
@@ -173,6 +184,64 @@ std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> logical_spans(c
   return m;
 }
 
+std::vector<CompareRow> compare_rows(const Spans& now, const Spans& base) {
+  std::vector<CompareRow> rows;
+  for (const auto& [k, v] : now) {
+    CompareRow r{std::get<0>(k), std::get<1>(k), std::get<2>(k), -1, -1, v.first, v.second};
+    if (auto it = base.find(k); it != base.end()) r.s0 = it->second.first, r.e0 = it->second.second;
+    rows.push_back(r);
+  }
+  for (const auto& [k, v] : base)
+    if (!now.count(k)) rows.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k), v.first, v.second, -1, -1});
+  std::stable_sort(rows.begin(), rows.end(), [](const CompareRow& a, const CompareRow& b) {
+    if (a.both() != b.both()) return a.both();
+    return std::llabs(a.delta()) > std::llabs(b.delta());
+  });
+  return rows;
+}
+
+void App::update_search() {
+  SearchState& s = search;
+  if (!current || s.query.find_first_not_of(" \t") == std::string::npos) {
+    s.for_query.clear();
+    s.tasks.clear();
+    s.lane_prefix.clear();
+    s.for_snap.reset();
+    return;
+  }
+  if (s.for_query == s.query && s.for_snap.lock() == current) return;
+  const auto& cp = current->session->compiled();
+  const auto& r = current->result;
+  if (s.text_for.lock() != current) {  // the names of a new result, once
+    s.text_for = current;
+    s.node_text.resize(cp.dag.nodes.size());
+    for (uint32_t n = 0; n < cp.dag.nodes.size(); ++n) s.node_text[n] = search_text(cp, n);
+  }
+  s.for_query = s.query;
+  s.for_snap = current;
+  const auto words = search_words(s.query);
+  std::vector<char> node_match(s.node_text.size());
+  for (size_t n = 0; n < node_match.size(); ++n) node_match[n] = search_match(s.node_text[n], words);
+  auto matches = [&](uint32_t task) {
+    const uint32_t n = r.node_of(task);
+    return n < node_match.size() && node_match[n];
+  };
+  const Timeline& T = current->timeline;
+  s.lane_prefix.assign(T.lanes.size(), {});
+  for (size_t li = 0; li < T.lanes.size(); ++li) {
+    const auto& ops = T.lanes[li].ops;
+    auto& p = s.lane_prefix[li];
+    p.resize(ops.size() + 1);
+    p[0] = 0;
+    for (size_t i = 0; i < ops.size(); ++i) p[i + 1] = p[i] + (matches(ops[i].task) ? 1 : 0);
+  }
+  s.tasks.clear();
+  for (uint32_t t = 0; t < T.where.size(); ++t)
+    if (T.where[t].first != UINT32_MAX && matches(t)) s.tasks.push_back(t);
+  std::stable_sort(s.tasks.begin(), s.tasks.end(),
+                   [&](uint32_t a, uint32_t b) { return r.timing[a].start < r.timing[b].start; });
+}
+
 bool App::open_trace(const std::string& path) {
   SimTime first = 0;
   if (current && !current->result.timing.empty()) {
@@ -239,20 +308,36 @@ void App::hook(const std::string& name) {
   hooks[name] = {a.x, a.y, b.x, b.y};
 }
 
-const std::vector<sim::CategorySample>& App::memory_curve(int device) {
-  if (mem_cache_snap.lock() != current || mem_cache_dev != device) {
-    mem_cache_snap = current;
-    mem_cache_dev = device;
-    mem_cache.clear();
-    if (current) {
-      const auto& r = current->result;
+namespace {
+
+const std::vector<sim::CategorySample>& cached_curve(const std::shared_ptr<const Snapshot>& snap, int device,
+                                                     std::weak_ptr<const Snapshot>& for_snap, int& for_dev,
+                                                     std::vector<sim::CategorySample>& curve) {
+  if (for_snap.lock() != snap || for_dev != device) {
+    for_snap = snap;
+    for_dev = device;
+    curve.clear();
+    if (snap) {
+      const auto& r = snap->result;
       int d = device;
       if (d >= 0 && static_cast<size_t>(d) < r.devices.size() && r.devices[d].folded)
         d = r.devices[d].representative;
-      mem_cache = sim::memory_by_category(current->session->compiled(), r, d);
+      if (d >= 0 && static_cast<size_t>(d) < r.devices.size())
+        curve = sim::memory_by_category(snap->session->compiled(), r, d);
     }
   }
-  return mem_cache;
+  return curve;
+}
+
+}  // namespace
+
+const std::vector<sim::CategorySample>& App::memory_curve(int device) {
+  return cached_curve(current, device, mem_cache_snap, mem_cache_dev, mem_cache);
+}
+
+const std::vector<sim::CategorySample>& App::baseline_memory_curve(int device) {
+  const auto b = baseline && baseline != current ? baseline : nullptr;
+  return cached_curve(b, device, base_mem_snap, base_mem_dev, base_mem_cache);
 }
 
 void App::ensure_critical() {
@@ -296,12 +381,40 @@ std::string App::state_json() const {
         nlohmann::ordered_json::parse(sim::resolve_plan(current->session->compiled()).values().dump());
   }
   if (baseline) j["baseline_step_time_ns"] = baseline->result.step_time;
+  if (current && (baseline || measured)) {
+    // The Compare table's rows, in its order (the first 20).
+    const auto rows = compare_rows(logical_spans(*current), measured ? measured->spans : logical_spans(*baseline));
+    nlohmann::ordered_json c = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < rows.size() && i < 20; ++i) {
+      const CompareRow& r = rows[i];
+      nlohmann::ordered_json row;
+      row["op"] = fmt::format("PP{} MB{} {}", r.pp, r.mb, pass_name(static_cast<Pass>(r.pass)));
+      if (r.both())
+        row["end_delta_ns"] = r.delta();
+      else
+        row["end_delta_ns"] = r.e0 < 0 ? "new" : "gone";
+      c.push_back(row);
+    }
+    j["compare"] = {{"rows", rows.size()}, {"first", c}};
+  }
+  if (search.active() && current) {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    const auto& cp = current->session->compiled();
+    for (size_t i = 0; i < search.tasks.size() && i < 50; ++i)
+      list.push_back(cp.dag.node_name(current->result.node_of(search.tasks[i]), cp.model));
+    j["search"] = {{"query", search.for_query}, {"matches", search.tasks.size()}, {"first", list}};
+  }
   if (measured) j["measured"] = {{"path", measured->path}, {"slices", measured->timeline.ops}, {"end_ns", measured->end}};
   nlohmann::ordered_json v;
   v["t0_ns"] = tl.t0;
   v["t1_ns"] = tl.t0 + tl.ns_per_px * tl.width;
   v["boxes_drawn"] = tl.boxes_drawn;
   v["lanes_drawn"] = tl.lanes_drawn;
+  v["devices_drawn"] = tl.devices_drawn;
+  v["reference_rows_drawn"] = tl.reference_rows_drawn;
+  v["tooltip_shown"] = tooltip_shown;
+  v["one_lane_per_device"] = tl.one_lane_per_device;
+  v["labels"] = tl.labels.size() > 400 ? std::vector<std::string>(tl.labels.begin(), tl.labels.begin() + 400) : tl.labels;
   j["view"] = v;
   if (sel.valid() && current && sel.task < current->result.program.tasks.size()) {
     const auto& r = current->result;
@@ -324,9 +437,12 @@ std::string App::state_json() const {
     j["frame_ms"] = {{"ui_median", median(frame_ui_ms)}, {"gl_median", median(frame_gl_ms)},
                      {"frames", frame_ui_ms.size()}};
   nlohmann::ordered_json w;
-  for (const char* name : {"timeline", "memory", "status", "microbatches"})
+  for (const char* name : {"timeline", "memory", "status", "microbatches", "minimap", "minimap viewport", "search",
+                           "pin", "devices table", "ruler first label", "memory axis"})
     if (auto it = hooks.find(name); it != hooks.end())
       w[name] = {it->second.x0, it->second.y0, it->second.x1, it->second.y1};
+  for (const auto& [name, r] : hooks)
+    if (name.rfind("device ", 0) == 0) w[name] = {r.x0, r.y0, r.x1, r.y1};
   j["widgets"] = w;
   if (!script_error.empty()) j["script_error"] = script_error;
   return j.dump(2) + "\n";
@@ -380,6 +496,7 @@ void handle_shortcuts(App& app) {
   if (!ctrl && pressed(key_of('R')) && app.tl.range_t0 >= 0 && app.tl.range_t1 != app.tl.range_t0)
     app.zoom(std::min(app.tl.range_t0, app.tl.range_t1), std::max(app.tl.range_t0, app.tl.range_t1));
   if (!ctrl && pressed(key_of('C'))) app.tl.show_critical = !app.tl.show_critical;
+  if (!ctrl && pressed(key_of('L'))) app.tl.one_lane_per_device = !app.tl.one_lane_per_device;
   if ((!ctrl && pressed(key_of('H'))) || pressed(kKeyF1)) app.show_help = !app.show_help;
   const double w = app.tl.ns_per_px * app.tl.width;
   if (!ctrl && pressed(key_of('W'))) app.zoom(app.tl.t0 + w * 0.25, app.tl.t0 + w * 0.75);
@@ -425,6 +542,8 @@ void draw_app(App& app) {
   if (ImGui::Begin("Numbers", nullptr, fixed)) draw_numbers_panel(app);
   ImGui::End();
   if (app.show_help) draw_help_window(app);
+  const ImGuiWindow* tip = ImGui::FindWindowByName("##Tooltip_00");
+  app.tooltip_shown = tip && tip->Active;
 }
 
 void draw_help_window(App& app) {
@@ -447,6 +566,8 @@ void draw_help_window(App& app) {
         {"Esc", "clear the selection"},
         {"P", "pin / unpin the current result as the baseline"},
         {"C", "highlight the critical path"},
+        {"L", "one lane per device (its compute lane's passes) / every lane"},
+        {"search field", "ops whose name has every word: PP3 MB5, layer19.mlp, all-gather"},
         {"H / F1", "this window"},
     };
     if (ImGui::BeginTable("keys", 2, ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders)) {

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "stretto/gui/app.h"
+#include "stretto/support/limits.h"
 #include "stretto/pipelines/builders.h"
 #include "stretto/sim/session.h"
 
@@ -233,6 +234,14 @@ void menu_bar(App& app) {
   ImGui::EndMenuBar();
 }
 
+// SameLine when a button labelled `label` fits the rest of the row, else a new row (a button
+// is never cut at the panel's edge).
+void same_line_if_fits(const char* label) {
+  const float w = ImGui::CalcTextSize(label).x + ImGui::GetStyle().FramePadding.x * 2;
+  ImGui::SameLine();
+  if (ImGui::GetContentRegionAvail().x < w) ImGui::NewLine();
+}
+
 void file_row(App& app) {
   ImGuiIO& io = ImGui::GetIO();
   if (io.KeyCtrl && ImGui::IsKeyPressed('O', false)) ImGui::SetKeyboardFocusHere();
@@ -255,23 +264,23 @@ void file_row(App& app) {
   app.hook("save as");
   if (ImGui::Button("Undo")) app.doc.undo();
   app.hook("undo");
-  ImGui::SameLine();
+  same_line_if_fits("Redo");
   if (ImGui::Button("Redo")) app.doc.redo();
   app.hook("redo");
-  ImGui::SameLine();
+  same_line_if_fits("Save");
   if (ImGui::Button("Save")) {
     std::string err;
     app.status = app.doc.save({}, &err) ? "saved " + app.doc.path() : err;
   }
   app.hook("save");
-  ImGui::SameLine();
+  same_line_if_fits("Export trace");
   if (ImGui::Button("Export trace")) {
     const std::string p = (app.doc.path().empty() ? std::string("plan") : app.doc.path()) + ".trace.json";
     std::string err;
     app.status = app.export_trace(p, &err) ? "wrote " + p : err;
   }
   app.hook("export trace");
-  ImGui::SameLine();
+  same_line_if_fits("torch CSV");
   if (ImGui::Button("torch CSV")) {
     const std::string p = (app.doc.path().empty() ? std::string("plan") : app.doc.path()) + ".csv";
     std::string err;
@@ -279,14 +288,14 @@ void file_row(App& app) {
   }
   app.hook("torch csv");
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("torch.distributed.pipelining's CSV action table of this schedule");
-  ImGui::SameLine();
+  same_line_if_fits("PNG");
   if (ImGui::Button("PNG")) {
     app.screenshot_request =
         (app.doc.path().empty() ? std::string("plan") : app.doc.path()) + ".png";
     app.status = "wrote " + app.screenshot_request;
   }
   app.hook("png");
-  ImGui::SameLine();
+  same_line_if_fits(app.baseline ? "Unpin" : "Pin baseline");
   if (ImGui::Button(app.baseline ? "Unpin" : "Pin baseline")) app.pin_baseline(!app.baseline);
   app.hook("pin");
 
@@ -297,7 +306,8 @@ void file_row(App& app) {
     auto [phase, f] = app.worker.progress();
     ImGui::TextColored(kYellow, "STALE - simulating (%s %.0f%%)", phase.c_str(), f * 100);
   } else if (app.last_failed) {
-    ImGui::TextColored(kRed, "ERROR - %zu diagnostic(s); showing the last good result",
+    ImGui::TextColored(kRed, app.current ? "ERROR - %zu diagnostic(s); showing the last good result"
+                                         : "ERROR - %zu diagnostic(s); nothing simulated yet (see Diagnostics)",
                        app.diags.size());
   } else if (app.current) {
     ImGui::TextColored(kGreen, "up to date - step %s, simulated in %.1f ms",
@@ -676,15 +686,45 @@ void json_tab(App& app) {
   }
 }
 
+// A diagnostic as Diagnostic::render() prints it, but for a proportional font and word wrap:
+// the message, hint and notes wrap; the echoed source line does not, and the caret is drawn
+// under the column's measured x (spaces would not line up with proportional glyphs).
+void diagnostic_text(const Diagnostic& d, const ImVec4& color) {
+  Diagnostic head = d;
+  head.source_line.clear();
+  head.hint.clear();
+  head.notes.clear();
+  std::string h = head.render();
+  while (!h.empty() && h.back() == '\n') h.pop_back();
+  ImGui::PushTextWrapPos(0);
+  ImGui::TextColored(color, "%s", h.c_str());
+  ImGui::PopTextWrapPos();
+  if (!d.source_line.empty() && d.loc.col > 0) {
+    uint32_t caret = d.caret_col ? d.caret_col : d.loc.col;
+    const std::string shown = d.caret_col || d.source_line.size() <= kMaxEchoedLine ? d.source_line
+                                                                                    : window_line(d.source_line, caret);
+    const std::string before = shown.substr(0, std::min<size_t>(caret - 1, shown.size()));
+    ImGui::Indent();
+    const float x = ImGui::GetCursorScreenPos().x;
+    ImGui::TextUnformatted(shown.c_str());
+    const float cx = x + ImGui::CalcTextSize(before.c_str()).x;
+    ImGui::SetCursorScreenPos(ImVec2(cx - ImGui::CalcTextSize("^").x * 0.5f, ImGui::GetCursorScreenPos().y));
+    ImGui::TextColored(color, "^");
+    ImGui::Unindent();
+  }
+  ImGui::PushTextWrapPos(0);
+  if (!d.hint.empty()) ImGui::TextColored(color, "  hint: %s", d.hint.c_str());
+  for (const auto& n : d.notes) ImGui::TextColored(color, "  note: %s: %s", n.loc.str().c_str(), n.message.c_str());
+  ImGui::PopTextWrapPos();
+}
+
 void diagnostics_tab(App& app) {
   if (app.diags.empty()) {
     ImGui::TextColored(kGreen, "No problems.");
     return;
   }
   for (const auto& d : app.diags) {
-    ImGui::PushTextWrapPos(0);
-    ImGui::TextColored(d.severity == Severity::kError ? kRed : kYellow, "%s", d.render().c_str());
-    ImGui::PopTextWrapPos();
+    diagnostic_text(d, d.severity == Severity::kError ? kRed : kYellow);
     ImGui::Separator();
   }
 }

@@ -1,22 +1,20 @@
-// Timeline, Memory and Numbers panels.
+// Memory and Numbers panels (the timeline: panels_timeline.cpp).
 #include <fmt/format.h>
 #include <imgui.h>
 #include <imgui_internal.h>
 
 #include <algorithm>
 #include <array>
-#include <memory>
 #include <cmath>
 #include <map>
-#include <unordered_map>
+#include <memory>
 
 #include "stretto/gui/app.h"
-#include "stretto/engine/engine.h"
-#include "stretto/traces/chrome_trace.h"
+#include "view_common.h"
 
 namespace stretto::gui {
 
-using Stat = KindStat;
+using namespace view;
 
 std::array<KindStat, static_cast<size_t>(OpClass::kCount)> kind_stats(const Timeline& tl, double a,
                                                                       double b, int lane) {
@@ -35,415 +33,6 @@ std::array<KindStat, static_cast<size_t>(OpClass::kCount)> kind_stats(const Time
     }
   }
   return stats;
-}
-struct CompareRow {
-  int pp, mb, pass;
-  SimTime s0, e0, s1, e1;
-};
-struct App::PanelCache {
-  float scroll_y = 0;            // timeline lanes
-  std::vector<int> device_order;  // devices table, sorted
-  std::weak_ptr<const Snapshot> order_for;
-  std::weak_ptr<const Snapshot> stats_for;
-  double stats_a = -1, stats_b = -1;
-  int stats_lane = -1;
-  std::array<Stat, static_cast<size_t>(OpClass::kCount)> stats{};
-  std::weak_ptr<const Snapshot> cmp_now, cmp_base;
-  std::weak_ptr<const Measured> cmp_measured;
-  std::vector<CompareRow> rows;
-};
-
-namespace {
-
-App::PanelCache& cache(App& app) {
-  if (!app.panel_cache) app.panel_cache = std::make_shared<App::PanelCache>();
-  return *app.panel_cache;
-}
-
-const ImVec4 kGrey(0.65f, 0.65f, 0.65f, 1.0f), kRed(1.0f, 0.42f, 0.38f, 1.0f),
-    kGreen(0.45f, 0.9f, 0.5f, 1.0f), kYellow(1.0f, 0.85f, 0.3f, 1.0f);
-
-ImU32 class_color(OpClass c, int alpha = 255) {
-  static constexpr unsigned char kC[][3] = {
-      {66, 133, 244},  // F
-      {230, 126, 34},  // B
-      {241, 196, 15},  // BI
-      {192, 57, 43},   // BW
-      {142, 68, 173},  // compute
-      {39, 174, 96},   // send/recv
-      {22, 160, 133},  // all-reduce
-      {0, 188, 212},   // reduce-scatter
-      {233, 30, 99},   // all-gather
-      {205, 220, 57},  // all-to-all
-      {120, 120, 120}, // barrier
-  };
-  const auto i = std::min<size_t>(static_cast<size_t>(c), std::size(kC) - 1);
-  return IM_COL32(kC[i][0], kC[i][1], kC[i][2], alpha);
-}
-
-ImU32 cause_color(sim::WaitCause c) {
-  switch (c) {
-    case sim::WaitCause::kTransfer:
-      return IM_COL32(39, 174, 96, 70);
-    case sim::WaitCause::kCollective:
-    case sim::WaitCause::kRendezvous:
-      return IM_COL32(22, 160, 133, 70);
-    case sim::WaitCause::kOrder:
-      return IM_COL32(200, 60, 60, 70);
-    case sim::WaitCause::kDispatch:
-      return IM_COL32(180, 180, 180, 60);
-    case sim::WaitCause::kInput:
-      return IM_COL32(66, 133, 244, 60);
-    case sim::WaitCause::kNone:
-      break;
-  }
-  return 0;
-}
-
-// A "nice" tick step (1, 2, 5 x 10^k ns) at least `min_ns` long.
-double nice_step(double min_ns) {
-  double p = std::pow(10.0, std::floor(std::log10(std::max(min_ns, 1.0))));
-  for (double m : {1.0, 2.0, 5.0, 10.0})
-    if (p * m >= min_ns) return p * m;
-  return p * 10;
-}
-
-std::string op_name(const Snapshot& s, uint32_t task) {
-  const auto& cp = s.session->compiled();
-  const uint32_t n = s.result.node_of(task);
-  return n < cp.dag.nodes.size() ? traces::slice_name(cp, n) : "?";
-}
-
-void op_tooltip_body(const Snapshot& s, uint32_t task, SimTime lane_free, const std::string& lane) {
-  const auto& cp = s.session->compiled();
-  const auto& r = s.result;
-  const uint32_t n = r.node_of(task);
-  const auto& tm = r.timing[task];
-  ImGui::TextUnformatted(n < cp.dag.nodes.size() ? cp.dag.node_name(n, cp.model).c_str() : "?");
-  ImGui::Separator();
-  if (n < cp.dag.nodes.size()) {
-    const Node& nd = cp.dag.nodes[n];
-    ImGui::Text("tags       %s", nd.tags.str().c_str());
-    ImGui::Text("directive  %s", nd.directive >= 0 ? fmt::format("#{}", nd.directive).c_str() : "model");
-    if (nd.kind != NodeKind::kCompute)
-      ImGui::Text("bytes      %s", format_bytes(static_cast<double>(nd.bytes)).c_str());
-  }
-  ImGui::Text("device     %d   stream %s", r.device_of(task), lane.c_str());
-  ImGui::Text("start      %s", format_time(static_cast<double>(tm.start)).c_str());
-  ImGui::Text("end        %s", format_time(static_cast<double>(tm.end)).c_str());
-  ImGui::Text("duration   %s", format_time(static_cast<double>(tm.end - tm.start)).c_str());
-  ImGui::Text("slowdown   x%.3f (interference)", sim::slowdown(r.program, task, tm));
-  if (lane_free >= 0) {
-    const sim::Wait w = sim::wait_cause(cp, r, task, lane_free);
-    if (w.cause != sim::WaitCause::kNone)
-      ImGui::Text("idle before %s: %s%s", format_time(static_cast<double>(tm.start - lane_free)).c_str(),
-                  std::string(sim::wait_cause_name(w.cause)).c_str(),
-                  w.blocker != UINT32_MAX ? (" (" + op_name(s, w.blocker) + ")").c_str() : "");
-  }
-}
-
-}  // namespace
-
-// ------------------------------------------------------------------------------- Timeline
-
-void draw_timeline_panel(App& app) {
-  TimelineState& tl = app.tl;
-  tl.boxes_drawn = 0;
-  tl.lanes_drawn = 0;
-  if (!app.current) {
-    ImGui::TextColored(kGrey, app.worker.busy() ? "Simulating..." : "Open a plan (path field, recent files, or drop a file on the window).");
-    if (app.last_failed) ImGui::TextColored(kRed, "The plan has errors: see Diagnostics.");
-    return;
-  }
-  const Snapshot& s = *app.current;
-  const Timeline& T = s.timeline;
-  const auto& cp = s.session->compiled();
-  // ---- toolbar
-  if (ImGui::Button("Fit")) app.fit();
-  app.hook("fit");
-  const bool has_range = tl.range_t0 >= 0 && tl.range_t1 != tl.range_t0;
-  ImGui::SameLine();
-  if (ImGui::Button("Zoom to range") && has_range)
-    app.zoom(std::min(tl.range_t0, tl.range_t1), std::max(tl.range_t0, tl.range_t1));
-  app.hook("zoom to range");
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Right-drag on the timeline to select a range (R zooms to it)");
-  ImGui::SameLine();
-  ImGui::Checkbox("bubbles", &tl.show_bubbles);
-  ImGui::SameLine();
-  ImGui::Checkbox("critical path", &tl.show_critical);
-  app.hook("critical");
-  ImGui::SameLine();
-  ImGui::Checkbox("flows", &tl.show_flows);
-  if (app.baseline || app.measured) {
-    ImGui::SameLine();
-    ImGui::Checkbox(app.measured ? "measured" : "baseline", &tl.show_baseline);
-  }
-  ImGui::SameLine();
-  ImGui::TextColored(kGrey, "%zu ops, %zu lanes, step %s", T.ops, T.lanes.size(),
-                     format_time(static_cast<double>(s.result.step_time)).c_str());
-  if (app.stale()) {
-    ImGui::SameLine();
-    ImGui::TextColored(app.last_failed ? kRed : kYellow, app.last_failed ? "[last good result: the edit failed]" : "[STALE]");
-    app.hook("stale");
-  }
-  if (tl.show_critical) app.ensure_critical();
-
-  // ---- geometry
-  const float scale = app.font_scale;
-  const float label_w = 110 * scale, ruler_h = 22 * scale;
-  const float row_h = std::round(ImGui::GetTextLineHeight() + 6), head_h = std::round(ImGui::GetTextLineHeight() + 2);
-  const ImVec2 p0 = ImGui::GetCursorScreenPos();
-  ImVec2 avail = ImGui::GetContentRegionAvail();
-  avail.x = std::max(avail.x, 50.0f);
-  avail.y = std::max(avail.y, 50.0f);
-  ImGui::InvisibleButton("canvas", avail,
-                         ImGuiButtonFlags_MouseButtonLeft | ImGuiButtonFlags_MouseButtonRight);
-  app.hook("timeline");
-  const bool hovered = ImGui::IsItemHovered();
-  const ImVec2 p1(p0.x + avail.x, p0.y + avail.y);
-  View v;
-  v.x_origin = p0.x + label_w;
-  v.width = avail.x - label_w;
-  tl.width = v.width;
-  const double end = static_cast<double>(std::max<SimTime>(T.end, 1));
-  if (tl.ns_per_px <= 0) {
-    tl.ns_per_px = end * 1.04 / v.width;
-    tl.t0 = -end * 0.02;
-  }
-  ImGuiIO& io = ImGui::GetIO();
-  // ---- input: wheel zooms at the mouse (Shift+wheel scrolls lanes), left drag pans, right
-  // drag selects a range
-  if (tl.collapsed.size() != T.by_device.size()) tl.collapsed.assign(T.by_device.size(), 0);
-  float total_h = 0;
-  for (size_t d = 0; d < T.by_device.size(); ++d)
-    if (!T.by_device[d].empty())
-      total_h += head_h + (tl.collapsed[d] ? 0 : row_h * static_cast<float>(T.by_device[d].size()));
-  float& scroll_y = cache(app).scroll_y;
-  const float lanes_h = avail.y - ruler_h;
-  if (hovered && io.MouseWheel != 0) {
-    if (io.KeyShift) {
-      scroll_y -= io.MouseWheel * row_h * 3;
-    } else {
-      const double tm = tl.t0 + static_cast<double>(io.MousePos.x - v.x_origin) * tl.ns_per_px;
-      const double f = std::pow(1.25, -static_cast<double>(io.MouseWheel));
-      tl.ns_per_px = std::clamp(tl.ns_per_px * f, 0.01, end);
-      tl.fitted = false;
-      tl.t0 = tm - static_cast<double>(io.MousePos.x - v.x_origin) * tl.ns_per_px;
-    }
-  }
-  if (ImGui::IsItemActive() && ImGui::IsMouseDragging(ImGuiMouseButton_Left, 2.0f)) {
-    tl.t0 -= static_cast<double>(io.MouseDelta.x) * tl.ns_per_px;
-    scroll_y -= io.MouseDelta.y;
-    if (io.MouseDelta.x != 0) tl.fitted = false;
-  }
-  scroll_y = std::clamp(scroll_y, 0.0f, std::max(0.0f, total_h - lanes_h));
-  v.t0 = tl.t0;
-  v.ns_per_px = tl.ns_per_px;
-  const double mouse_t = v.t(io.MousePos.x);
-  tl.cursor = hovered && io.MousePos.x >= v.x_origin ? mouse_t : -1;
-  if (hovered && ImGui::IsMouseClicked(ImGuiMouseButton_Right)) {
-    tl.range_t0 = tl.range_t1 = mouse_t;
-    tl.dragging_range = true;
-  }
-  if (tl.dragging_range) {
-    tl.range_t1 = mouse_t;
-    if (!ImGui::IsMouseDown(ImGuiMouseButton_Right)) {
-      tl.dragging_range = false;
-      if (tl.range_t1 < tl.range_t0) std::swap(tl.range_t0, tl.range_t1);
-      if (tl.range_t1 - tl.range_t0 < 3 * tl.ns_per_px) tl.range_t0 = tl.range_t1 = -1;
-    }
-  }
-
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-  dl->PushClipRect(p0, p1, true);
-  dl->AddRectFilled(p0, p1, IM_COL32(24, 26, 30, 255));
-  // ---- ruler
-  const double step = nice_step(90.0 * static_cast<double>(scale) * v.ns_per_px);
-  dl->AddRectFilled(p0, ImVec2(p1.x, p0.y + ruler_h), IM_COL32(40, 43, 50, 255));
-  for (double t = std::floor(v.t0 / step) * step; t <= v.t1(); t += step) {
-    const float x = v.x(t);
-    if (x < v.x_origin) continue;
-    dl->AddLine(ImVec2(x, p0.y + ruler_h * 0.5f), ImVec2(x, p1.y), IM_COL32(70, 74, 84, 255));
-    const std::string lab = format_time(t);
-    dl->AddText(ImVec2(x + 3, p0.y + 2), IM_COL32(200, 200, 200, 255), lab.c_str());
-    for (int k = 1; k < 5; ++k) {
-      const float xs = v.x(t + step * k / 5);
-      dl->AddLine(ImVec2(xs, p0.y + ruler_h * 0.75f), ImVec2(xs, p0.y + ruler_h), IM_COL32(110, 110, 120, 255));
-    }
-  }
-  // The step's end.
-  dl->AddLine(ImVec2(v.x(end), p0.y), ImVec2(v.x(end), p1.y), IM_COL32(255, 255, 255, 90));
-
-  // ---- rows
-  const float y_top = p0.y + ruler_h;
-  dl->PushClipRect(ImVec2(p0.x, y_top), p1, true);
-  std::vector<float> lane_y(T.lanes.size(), -1.0f);
-  std::vector<Box> boxes;
-  std::unordered_map<std::string, uint32_t> base_lane;  // "device/stream" -> baseline lane
-  // Reference lanes under the current ones: a measured trace, else the pinned baseline.
-  const Timeline* ref = app.measured ? &app.measured->timeline
-                        : app.baseline && app.baseline.get() != app.current.get() ? &app.baseline->timeline
-                                                                                  : nullptr;
-  const bool show_base = ref && tl.show_baseline;
-  if (show_base)
-    for (uint32_t i = 0; i < ref->lanes.size(); ++i) {
-      const Lane& l = ref->lanes[i];
-      base_lane[fmt::format("{}/{}", l.device, l.name)] = i;
-    }
-  struct Hover {
-    uint32_t lane = UINT32_MAX;
-    long op = -1;
-  } hover;
-  float y = y_top - scroll_y;
-  const float min_label_w = ImGui::CalcTextSize("F0").x + 6;
-  for (size_t d = 0; d < T.by_device.size(); ++d) {
-    if (T.by_device[d].empty()) continue;
-    // Device header: click toggles the group.
-    if (y + head_h >= y_top && y <= p1.y) {
-      dl->AddRectFilled(ImVec2(p0.x, y), ImVec2(p1.x, y + head_h), IM_COL32(34, 37, 44, 255));
-      const std::string h = fmt::format("{} device {}", tl.collapsed[d] ? "+" : "-", d);
-      dl->AddText(ImVec2(p0.x + 4, y), IM_COL32(230, 230, 230, 255), h.c_str());
-      if (hovered && ImGui::IsMouseReleased(ImGuiMouseButton_Left) && io.MousePos.x < v.x_origin &&
-          io.MousePos.y >= y && io.MousePos.y < y + head_h && !ImGui::IsMouseDragPastThreshold(ImGuiMouseButton_Left))
-        tl.collapsed[d] = !tl.collapsed[d];
-      if (d < 4) app.hooks[fmt::format("device {}", d)] = {p0.x, y, v.x_origin, y + head_h};
-    }
-    y += head_h;
-    if (tl.collapsed[d]) {
-      for (uint32_t li : T.by_device[d]) lane_y[li] = y - head_h * 0.5f;
-      continue;
-    }
-    for (uint32_t li : T.by_device[d]) {
-      const Lane& lane = T.lanes[li];
-      lane_y[li] = y + row_h * 0.5f;
-      if (y + row_h < y_top || y > p1.y) {
-        y += row_h;
-        continue;
-      }
-      ++tl.lanes_drawn;
-      if (li < 16) app.hooks[fmt::format("lane {}", li)] = {v.x_origin, y, p1.x, y + row_h};
-      if (tl.lane == static_cast<int>(li))
-        dl->AddRectFilled(ImVec2(p0.x, y), ImVec2(v.x_origin, y + row_h), IM_COL32(70, 90, 140, 255));
-      dl->AddText(ImVec2(p0.x + 14, y + 3), IM_COL32(170, 170, 170, 255), lane.name.c_str());
-      if (li < 16) app.hooks[fmt::format("lane {} name", li)] = {p0.x, y, v.x_origin, y + row_h};
-      if (hovered && ImGui::IsMouseReleased(ImGuiMouseButton_Left) && io.MousePos.x < v.x_origin &&
-          io.MousePos.y >= y && io.MousePos.y < y + row_h && !ImGui::IsMouseDragPastThreshold(ImGuiMouseButton_Left))
-        tl.lane = tl.lane == static_cast<int>(li) ? -1 : static_cast<int>(li);
-      const float by0 = y + 2, by1 = y + row_h - 2;
-      boxes.clear();
-      layout_lane(lane, v, boxes);
-      tl.boxes_drawn += static_cast<int>(boxes.size());
-      for (const Box& b : boxes) {
-        const float x0 = std::max(b.x0, v.x_origin - 2), x1 = std::min(b.x1, p1.x + 2);
-        // Idle time before a single op, shaded with its cause.
-        if (tl.show_bubbles && b.count == 1 && b.first > 0) {
-          const Op& prev = lane.ops[b.first - 1];
-          const float gx0 = v.x(static_cast<double>(prev.end));
-          if (b.x0 - gx0 >= 3) {
-            const sim::Wait w = sim::wait_cause(cp, s.result, lane.ops[b.first].task, prev.end);
-            if (ImU32 c = cause_color(w.cause))
-              dl->AddRectFilled(ImVec2(std::max(gx0, v.x_origin), by0), ImVec2(b.x0, by1), c);
-          }
-        }
-        if (b.count == 1) {
-          dl->AddRectFilled(ImVec2(x0, by0), ImVec2(std::max(x1, x0 + 1), by1), class_color(b.cls));
-          if (b.x1 - b.x0 >= 4) dl->AddRect(ImVec2(x0, by0), ImVec2(x1, by1), IM_COL32(0, 0, 0, 110));
-          if (x1 - x0 >= min_label_w) {
-            const std::string name = op_name(s, lane.ops[b.first].task);
-            const float tw = ImGui::CalcTextSize(name.c_str()).x;
-            if (tw + 4 <= x1 - x0) {
-              dl->AddText(ImVec2(x0 + 2, by0), IM_COL32(255, 255, 255, 255), name.c_str());
-              if (tl.labels.size() < 4000) tl.labels.push_back(name);
-            }
-          }
-          if (tl.show_critical && lane.ops[b.first].task < app.critical.size() &&
-              app.critical[lane.ops[b.first].task])
-            dl->AddRect(ImVec2(x0 - 1, by0 - 1), ImVec2(x1 + 1, by1 + 1), IM_COL32(255, 235, 59, 255), 0, 0, 2.5f);
-        } else {
-          // A merged run: the middle op's colour, hatched lighter so it reads as many ops.
-          dl->AddRectFilled(ImVec2(x0, by0 + 2), ImVec2(std::max(x1, x0 + 1), by1 - 2), class_color(b.cls, 200));
-        }
-        if (app.sel.valid() && b.count == 1 && lane.ops[b.first].task == app.sel.task)
-          dl->AddRect(ImVec2(x0 - 1, by0 - 1), ImVec2(x1 + 1, by1 + 1), IM_COL32(255, 255, 255, 255), 0, 0, 2);
-      }
-      if (show_base) {
-        auto it = base_lane.find(fmt::format("{}/{}", lane.device, lane.name));
-        if (it != base_lane.end()) {
-          boxes.clear();
-          layout_lane(ref->lanes[it->second], v, boxes);
-          for (const Box& b : boxes)
-            dl->AddRectFilled(ImVec2(b.x0, by1 - 1), ImVec2(std::max(b.x1, b.x0 + 1), by1 + 2),
-                              class_color(b.cls, 150));
-        }
-      }
-      if (hovered && io.MousePos.y >= y && io.MousePos.y < y + row_h && io.MousePos.x >= v.x_origin) {
-        hover.lane = li;
-        hover.op = op_at(lane, mouse_t, 2 * v.ns_per_px);
-      }
-      y += row_h;
-    }
-  }
-  // ---- flows of the selection: its inputs' ends to its start, and its other participants
-  if (app.sel.valid() && tl.show_flows && app.sel.task < T.where.size()) {
-    const auto [sl, si] = T.where[app.sel.task];
-    if (sl != UINT32_MAX) {
-      const auto& r = s.result;
-      const float sx = v.x(static_cast<double>(r.timing[app.sel.task].start));
-      const float sy = lane_y[sl];
-      for (uint32_t dep : r.program.deps_of(app.sel.task)) {
-        // Through barriers (order junctions) to real ops.
-        std::vector<uint32_t> stack{dep};
-        for (int guard = 0; !stack.empty() && guard < 64; ++guard) {
-          const uint32_t t = stack.back();
-          stack.pop_back();
-          if (r.program.tasks[t].kind == sim::TaskKind::kBarrier) {
-            for (uint32_t d2 : r.program.deps_of(t)) stack.push_back(d2);
-            continue;
-          }
-          const auto [dl2, di2] = T.where[t];
-          if (dl2 == UINT32_MAX) continue;
-          const ImVec2 a(v.x(static_cast<double>(r.timing[t].end)), lane_y[dl2]), b(sx, sy);
-          dl->AddBezierCubic(a, ImVec2(a.x + 30, a.y), ImVec2(b.x - 30, b.y), b,
-                             IM_COL32(255, 255, 255, 200), 1.5f);
-          dl->AddTriangleFilled(ImVec2(b.x, b.y), ImVec2(b.x - 7, b.y - 4), ImVec2(b.x - 7, b.y + 4),
-                                IM_COL32(255, 255, 255, 220));
-        }
-      }
-      const sim::Task& tk = r.program.tasks[app.sel.task];
-      if (tk.part_count > 1) {
-        float ymin = sy, ymax = sy;
-        for (size_t li = 0; li < T.lanes.size(); ++li)
-          if (lane_y[li] >= 0 && !T.lanes[li].ops.empty()) {
-            const long k = op_at(T.lanes[li], static_cast<double>(r.timing[app.sel.task].start) + 0.5, 0);
-            if (k >= 0 && T.lanes[li].ops[static_cast<size_t>(k)].task == app.sel.task)
-              ymin = std::min(ymin, lane_y[li]), ymax = std::max(ymax, lane_y[li]);
-          }
-        dl->AddLine(ImVec2(sx, ymin), ImVec2(sx, ymax), IM_COL32(255, 255, 255, 160), 1.5f);
-      }
-    }
-  }
-  // ---- range and cursor
-  if (tl.range_t0 >= 0 && tl.range_t1 != tl.range_t0)
-    dl->AddRectFilled(ImVec2(v.x(std::min(tl.range_t0, tl.range_t1)), y_top),
-                      ImVec2(v.x(std::max(tl.range_t0, tl.range_t1)), p1.y), IM_COL32(120, 160, 255, 40));
-  if (tl.cursor >= 0)
-    dl->AddLine(ImVec2(io.MousePos.x, p0.y), ImVec2(io.MousePos.x, p1.y), IM_COL32(255, 255, 255, 70));
-  dl->PopClipRect();
-  dl->PopClipRect();
-  // ---- hover and click
-  if (hover.lane != UINT32_MAX && hover.op >= 0) {
-    const Lane& lane = T.lanes[hover.lane];
-    const Op& op = lane.ops[static_cast<size_t>(hover.op)];
-    ImGui::BeginTooltip();
-    const SimTime free_at = hover.op > 0 ? lane.ops[static_cast<size_t>(hover.op) - 1].end : 0;
-    op_tooltip_body(s, op.task, free_at, lane.name);
-    ImGui::EndTooltip();
-    if (ImGui::IsMouseReleased(ImGuiMouseButton_Left) && !ImGui::IsMouseDragPastThreshold(ImGuiMouseButton_Left))
-      app.sel.task = op.task;
-  } else if (hovered && ImGui::IsMouseReleased(ImGuiMouseButton_Left) &&
-             !ImGui::IsMouseDragPastThreshold(ImGuiMouseButton_Left) && io.MousePos.x >= v.x_origin) {
-    app.sel = {};
-  }
 }
 
 // ------------------------------------------------------------------------------- Memory
@@ -476,17 +65,25 @@ void draw_memory_panel(App& app) {
                      format_time(static_cast<double>(dm.peak_time)).c_str(),
                      format_bytes(capacity).c_str(), dm.over_capacity ? "  OVER CAPACITY" : "");
   const auto& curve = app.memory_curve(app.memory_device);
-  // Legend.
+  const auto& base_curve = app.baseline_memory_curve(app.memory_device);
+  // Legend: items wrap to the next line rather than run past the panel's edge.
   static constexpr OpClass kCatColor[] = {OpClass::kF, OpClass::kBW, OpClass::kCompute, OpClass::kB,
                                           OpClass::kSendRecv, OpClass::kReduceScatter, OpClass::kAllGather};
-  for (size_t c = 0; c < sim::kMemCategories; ++c) {
-    if (c) ImGui::SameLine();
-    ImGui::ColorButton(std::string(sim::memory_category_name(c)).c_str(),
-                       ImGui::ColorConvertU32ToFloat4(class_color(kCatColor[c])),
-                       ImGuiColorEditFlags_NoTooltip, ImVec2(10, 10));
+  const float sw = std::round(ImGui::GetTextLineHeight() * 0.7f);
+  auto legend_item = [&](bool first, const std::string& name, ImU32 color) {
+    const float w = sw + 3 + ImGui::CalcTextSize(name.c_str()).x;
+    if (!first) {
+      ImGui::SameLine();
+      if (ImGui::GetContentRegionAvail().x < w) ImGui::NewLine();
+    }
+    ImGui::ColorButton(name.c_str(), ImGui::ColorConvertU32ToFloat4(color), ImGuiColorEditFlags_NoTooltip, ImVec2(sw, sw));
     ImGui::SameLine(0, 3);
-    ImGui::TextUnformatted(std::string(sim::memory_category_name(c)).c_str());
-  }
+    ImGui::TextUnformatted(name.c_str());
+  };
+  for (size_t c = 0; c < sim::kMemCategories; ++c)
+    legend_item(c == 0, std::string(sim::memory_category_name(c)), class_color(kCatColor[c]));
+  if (!base_curve.empty()) legend_item(false, "baseline total", kBaselineMemory);
+  app.hook("memory legend");
   const ImVec2 p0 = ImGui::GetCursorScreenPos();
   ImVec2 avail = ImGui::GetContentRegionAvail();
   avail.x = std::max(avail.x, 50.0f);
@@ -501,13 +98,16 @@ void draw_memory_panel(App& app) {
   const double step_end = static_cast<double>(std::max<SimTime>(r.step_time, 1));
   double t0 = app.tl.t0, t1 = app.tl.t0 + app.tl.ns_per_px * app.tl.width;
   if (!(t1 > t0)) t0 = 0, t1 = step_end;
-  const float axis_w = 60;
+  const float axis_w = 60, axis_h = ImGui::GetTextLineHeight() + 4;  // bytes left, time below
   const float x0 = p0.x + axis_w, w = avail.x - axis_w;
+  const float plot_bottom = p1.y - axis_h, plot_h = avail.y - axis_h;
   auto X = [&](double t) { return x0 + static_cast<float>((t - t0) / (t1 - t0)) * w; };
-  double ymax = app.memory_to_peak ? static_cast<double>(dm.peak_memory) * 1.1
-                                   : std::max(capacity, static_cast<double>(dm.peak_memory)) * 1.05;
+  double base_peak = 0;
+  for (const auto& c : base_curve) base_peak = std::max(base_peak, static_cast<double>(c.total()));
+  const double peak = std::max(static_cast<double>(dm.peak_memory), base_peak);
+  double ymax = app.memory_to_peak ? peak * 1.1 : std::max(capacity, peak) * 1.05;
   if (ymax <= 0) ymax = 1;
-  auto Y = [&](double b) { return p1.y - 4 - static_cast<float>(b / ymax) * (avail.y - 8); };
+  auto Y = [&](double b) { return plot_bottom - 4 - static_cast<float>(b / ymax) * (plot_h - 8); };
   // Stacked categories: one column per pixel, at the largest total within the column (so a
   // short peak is never lost).
   if (!curve.empty()) {
@@ -526,13 +126,29 @@ void draw_memory_panel(App& app) {
       }
       float yb = Y(0);
       for (size_t c = 0; c < sim::kMemCategories; ++c) {
-        const float yt = Y(static_cast<double>(curve[best].bytes[c]) + (Y(0) - yb) / (avail.y - 8) * ymax);
+        const float yt = Y(static_cast<double>(curve[best].bytes[c]) + (Y(0) - yb) / (plot_h - 8) * ymax);
         if (yt < yb) dl->AddRectFilled(ImVec2(x, yt), ImVec2(x + 1, yb), class_color(kCatColor[c]));
         yb = std::min(yb, yt);
       }
     }
   }
-  // Capacity, peak, cursor, axis.
+  // The baseline's total, as a line over the current stack.
+  if (!base_curve.empty()) {
+    std::vector<ImVec2> pts;
+    size_t i = 0;
+    for (float x = std::max(x0, X(0)); x < p1.x; x += 1.0f) {
+      const double ct0 = t0 + static_cast<double>(x - x0) / w * (t1 - t0);
+      const double ct1 = t0 + static_cast<double>(x + 1 - x0) / w * (t1 - t0);
+      while (i + 1 < base_curve.size() && static_cast<double>(base_curve[i + 1].t) <= ct0) ++i;
+      if (static_cast<double>(base_curve[i].t) > ct1) continue;
+      int64_t top = base_curve[i].total();
+      for (size_t k = i + 1; k < base_curve.size() && static_cast<double>(base_curve[k].t) < ct1; ++k)
+        top = std::max(top, base_curve[k].total());
+      pts.emplace_back(x, Y(static_cast<double>(top)));
+    }
+    if (pts.size() > 1) dl->AddPolyline(pts.data(), static_cast<int>(pts.size()), kBaselineMemory, 0, 2.0f);
+  }
+  // Capacity, peak, cursor, axes.
   if (capacity <= ymax) {
     dl->AddLine(ImVec2(x0, Y(capacity)), ImVec2(p1.x, Y(capacity)), IM_COL32(255, 80, 80, 255), 1.5f);
     dl->AddText(ImVec2(x0 + 4, Y(capacity) - ImGui::GetTextLineHeight()), IM_COL32(255, 120, 120, 255), "capacity");
@@ -545,8 +161,25 @@ void draw_memory_panel(App& app) {
   dl->AddText(ImVec2(px + 6, py - ImGui::GetTextLineHeight()), IM_COL32(255, 255, 255, 255), "peak");
   for (int k = 0; k <= 4; ++k) {
     const double b = ymax * k / 4;
-    dl->AddText(ImVec2(p0.x + 2, Y(b) - 7), IM_COL32(170, 170, 170, 255), format_bytes(b).c_str());
+    dl->AddText(ImVec2(p0.x + 2, std::max(p0.y, Y(b) - 7)), IM_COL32(170, 170, 170, 255), format_bytes(b).c_str());
     dl->AddLine(ImVec2(x0, Y(b)), ImVec2(p1.x, Y(b)), IM_COL32(60, 60, 70, 255));
+  }
+  {  // time axis, in the ruler's units
+    const double step = nice_step(90.0 * static_cast<double>(app.font_scale) * (t1 - t0) / static_cast<double>(w));
+    dl->AddLine(ImVec2(x0, plot_bottom), ImVec2(p1.x, plot_bottom), IM_COL32(110, 110, 120, 255));
+    bool first = true;
+    for (double t = std::max(0.0, std::ceil(t0 / step) * step); t <= t1; t += step) {
+      const float x = X(t);
+      dl->AddLine(ImVec2(x, plot_bottom), ImVec2(x, plot_bottom + 4), IM_COL32(170, 170, 170, 255));
+      const std::string lab = format_tick(t, step);
+      if (x + 2 + ImGui::CalcTextSize(lab.c_str()).x > p1.x) break;  // the edge would cut it
+      dl->AddText(ImVec2(x + 2, plot_bottom + 2), IM_COL32(170, 170, 170, 255), lab.c_str());
+      if (first) {
+        const ImVec2 sz = ImGui::CalcTextSize(lab.c_str());
+        app.hooks["memory axis"] = {x + 2, plot_bottom + 2, x + 2 + sz.x, plot_bottom + 2 + sz.y};
+        first = false;
+      }
+    }
   }
   double cursor = app.tl.cursor;
   if (ImGui::IsItemHovered()) cursor = t0 + static_cast<double>(ImGui::GetIO().MousePos.x - x0) / w * (t1 - t0);
@@ -634,7 +267,10 @@ void devices_tab(App& app) {
     order.resize(r.devices.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
   }
+  // Columns fit their header and contents (a header is never cut); the table scrolls
+  // sideways when the panel is narrower.
   const ImGuiTableFlags f = ImGuiTableFlags_Sortable | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY |
+                            ImGuiTableFlags_ScrollX | ImGuiTableFlags_SizingFixedFit |
                             ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_Resizable;
   if (ImGui::BeginTable("devices", 7, f)) {
     ImGui::TableSetupScrollFreeze(0, 1);
@@ -775,22 +411,10 @@ void compare_tab(App& app) {
     pc.cmp_now = app.current;
     pc.cmp_base = app.baseline;
     pc.cmp_measured = app.measured;
-    rows.clear();
-    auto now = logical_spans(*app.current);
-    auto base = app.measured ? app.measured->spans : logical_spans(*app.baseline);
-    for (const auto& [k, v] : now) {
-      Row r{std::get<0>(k), std::get<1>(k), std::get<2>(k), -1, -1, v.first, v.second};
-      if (auto it = base.find(k); it != base.end()) r.s0 = it->second.first, r.e0 = it->second.second;
-      rows.push_back(r);
-    }
-    for (const auto& [k, v] : base)
-      if (!now.count(k)) rows.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k), v.first, v.second, -1, -1});
-    std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
-      return std::llabs((a.e1 - a.e0)) > std::llabs((b.e1 - b.e0));
-    });
+    rows = compare_rows(logical_spans(*app.current), app.measured ? app.measured->spans : logical_spans(*app.baseline));
   }
-  ImGui::Text("Logical ops aligned by (PP, MB, PASS), largest change of end time first (%s):",
-              app.measured ? "measured vs predicted" : "baseline vs now");
+  ImGui::TextWrapped("Logical ops aligned by (PP, MB, PASS), largest change of end time first, then new and gone ones (%s):",
+                     app.measured ? "measured vs predicted" : "baseline vs now");
   app.hook("diff table");
   if (ImGui::BeginTable("diff", 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_BordersInnerV)) {
     ImGui::TableSetupScrollFreeze(0, 1);
@@ -821,6 +445,51 @@ void compare_tab(App& app) {
         } else {
           ImGui::TextUnformatted(r.e0 < 0 ? "new" : "gone");
         }
+      }
+    ImGui::EndTable();
+  }
+}
+
+// The search's matches, by start time: click one to select it and show it.
+void search_tab(App& app) {
+  app.update_search();
+  const SearchState& sr = app.search;
+  if (!sr.active()) {
+    ImGui::TextColored(kGrey, "Type in the timeline's search field: words of an op's name and tags "
+                              "(PP3 MB5, layer19.mlp, all-gather); every word must match.");
+    return;
+  }
+  ImGui::Text("%zu ops match '%s'", sr.tasks.size(), sr.for_query.c_str());
+  const Snapshot& s = *app.current;
+  const auto& cp = s.session->compiled();
+  if (ImGui::BeginTable("matches", 4, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_BordersInnerV)) {
+    ImGui::TableSetupScrollFreeze(0, 1);
+    ImGui::TableSetupColumn("op", ImGuiTableColumnFlags_WidthStretch, 5.0f);
+    for (const char* c : {"device", "start", "duration"}) ImGui::TableSetupColumn(c, ImGuiTableColumnFlags_WidthStretch, 1.0f);
+    ImGui::TableHeadersRow();
+    ImGuiListClipper clip;
+    clip.Begin(static_cast<int>(sr.tasks.size()));
+    while (clip.Step())
+      for (int i = clip.DisplayStart; i < clip.DisplayEnd; ++i) {
+        const uint32_t t = sr.tasks[static_cast<size_t>(i)];
+        const auto& tm = s.result.timing[t];
+        ImGui::TableNextRow();
+        ImGui::TableNextColumn();
+        ImGui::PushID(i);
+        const std::string name = cp.dag.node_name(s.result.node_of(t), cp.model);
+        if (ImGui::Selectable(name.c_str(), app.sel.task == t, ImGuiSelectableFlags_SpanAllColumns)) {
+          app.sel.task = t;
+          const double len = static_cast<double>(std::max<SimTime>(tm.end - tm.start, 1));
+          app.zoom(static_cast<double>(tm.start) - len * 4, static_cast<double>(tm.end) + len * 4);
+        }
+        if (i < 8) app.hook(fmt::format("match {}", i));
+        ImGui::PopID();
+        ImGui::TableNextColumn();
+        ImGui::Text("%d", s.result.device_of(t));
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(format_time(static_cast<double>(tm.start)).c_str());
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(format_time(static_cast<double>(tm.end - tm.start)).c_str());
       }
     ImGui::EndTable();
   }
@@ -878,6 +547,9 @@ void draw_numbers_panel(App& app) {
     tab("Devices", "tab devices", [&] { devices_tab(app); });
     tab("Selection", "tab selection", [&] { selection_tab(app); });
     tab("Compare", "tab compare", [&] { compare_tab(app); });
+    const std::string search_label =
+        app.search.active() ? fmt::format("Search ({})###search", app.search.tasks.size()) : std::string("Search###search");
+    tab(search_label.c_str(), "tab search", [&] { search_tab(app); });
     tab("Critical path", "tab critical", [&] { critical_tab(app); });
     ImGui::EndTabBar();
   }

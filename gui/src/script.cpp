@@ -7,6 +7,7 @@
 #include "stretto/support/limits.h"
 
 #include <cctype>
+#include <cfloat>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +27,7 @@ constexpr VerbSpec kVerbs[] = {
     {"zoom", 2, 2},  {"range", 2, 2},  {"fit", 0, 0},    {"pin", 0, 0},    {"unpin", 0, 0}, {"wait", 0, 0},
     {"frames", 1, 1}, {"undo", 0, 0},  {"redo", 0, 0},   {"save", 1, -1}, {"export-trace", 1, -1},
     {"screenshot", 1, -1}, {"quit", 0, 0}, {"open-trace", 1, -1}, {"export-torch-csv", 1, -1},
+    {"search", 0, -1},
 };
 
 constexpr int kKeyEnter = 257, kKeyA = 'A';  // GLFW_KEY_ENTER, GLFW_KEY_A
@@ -63,7 +65,7 @@ Expected<std::vector<Action>> parse_script(const std::string& text, const std::s
       for (const auto& v : kVerbs) names.emplace_back(v.verb);
       const std::string near = nearest(a.verb, names);
       diag(fmt::format("unknown script action '{}'", a.verb),
-           near.empty() ? "actions: open, open-trace, set, click, hover, key, type, wheel, zoom, range, fit, pin, unpin, wait, frames, undo, redo, save, export-trace, export-torch-csv, screenshot, quit"
+           near.empty() ? "actions: open, open-trace, set, click, hover, key, type, wheel, zoom, range, fit, pin, unpin, search, wait, frames, undo, redo, save, export-trace, export-torch-csv, screenshot, quit"
                         : "did you mean '" + near + "'?");
       continue;
     }
@@ -90,7 +92,7 @@ Expected<std::vector<Action>> parse_script(const std::string& text, const std::s
         out.push_back(std::move(a));
       continue;
     }
-    const int want = spec->max_args < 0 ? spec->min_args : spec->max_args;
+    const int want = spec->max_args < 0 ? std::max(spec->min_args, 1) : spec->max_args;
     for (int k = 0; k < want && !rest.empty(); ++k) {
       if (k + 1 == want && spec->max_args < 0) {
         a.args.push_back(rest);
@@ -172,8 +174,14 @@ Expected<std::vector<Action>> load_script(const std::string& path) {
 bool step_script(App& app, ImGuiIO& io) {
   if (!app.script_error.empty()) return false;
   static auto wait_started = std::chrono::steady_clock::now();
-  // Clear injected one-frame input from the previous frame.
+  // Clear injected one-frame input from the previous frame. The scripted mouse stays where the
+  // action in progress (or a `hover`) put it; otherwise, in automation, it leaves the window
+  // (the backend wrote the real cursor's position).
   io.MouseWheel = 0;
+  if (app.click_phase != 0 || app.hover_hold)
+    io.MousePos = app.script_mouse;
+  else if (app.no_hover)
+    io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);
   for (int guard = 0; guard < 1000 && !app.script.empty(); ++guard) {
     Action& a = app.script.front();
     auto fail_with = [&](std::string msg) {
@@ -219,6 +227,7 @@ bool step_script(App& app, ImGuiIO& io) {
       app.script.pop_front();
       return true;
     }
+    if (a.verb == "click" || a.verb == "type" || a.verb == "wheel" || a.verb == "drag") app.hover_hold = false;
     if (a.verb == "drag") {
       // Widget names may contain spaces: FROM and TO are separated by " -> ".
       auto fi = app.hooks.find(a.args[0]), ti = app.hooks.find(a.args[1]);
@@ -231,19 +240,20 @@ bool step_script(App& app, ImGuiIO& io) {
       app.click_phase = phase + 1;
       const Rect f = fi->second, t = ti->second;
       io.KeyShift = a.args.size() > 2 && a.args[2] == "shift";
+      io.MousePos = app.script_mouse;
       switch (phase) {
         case 100:
-          io.MousePos = ImVec2(f.cx(), f.cy());
+          io.MousePos = app.script_mouse = ImVec2(f.cx(), f.cy());
           return true;
         case 101:
           io.MouseDown[0] = true;
           return true;
         case 102:  // past the drag threshold: the drag starts
-          io.MousePos = ImVec2(f.cx() + 12, f.cy() + 3);
+          io.MousePos = app.script_mouse = ImVec2(f.cx() + 12, f.cy() + 3);
           return true;
         case 103:
         case 104:
-          io.MousePos = ImVec2(t.cx(), t.cy());
+          io.MousePos = app.script_mouse = ImVec2(t.cx(), t.cy());
           return true;
         case 105:
           io.MouseDown[0] = false;
@@ -264,7 +274,8 @@ bool step_script(App& app, ImGuiIO& io) {
       const Rect r = it->second;
       const int phase = app.click_phase < 100 ? 100 : app.click_phase;
       app.click_phase = phase + 1;
-      io.MousePos = ImVec2(r.cx(), r.cy());
+      io.MousePos = app.script_mouse = ImVec2(r.cx(), r.cy());
+      if (a.verb == "hover") app.hover_hold = true;
       if (a.verb == "wheel" || a.verb == "hover") {
         if (a.verb == "wheel") io.MouseWheel = std::stof(a.args[1]);
         app.click_phase = 0;
@@ -336,6 +347,9 @@ bool step_script(App& app, ImGuiIO& io) {
       app.tl.range_t1 = std::stod(a.args[1]) * 1e6;
     } else if (a.verb == "fit") {
       app.fit();
+    } else if (a.verb == "search") {
+      app.search.query = a.args.empty() ? std::string() : a.args[0];
+      app.update_search();
     } else if (a.verb == "pin") {
       if (!app.current) return fail_with("nothing to pin yet (add 'wait' first)");
       app.pin_baseline(true);

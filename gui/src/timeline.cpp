@@ -3,7 +3,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
+#include <tuple>
+
+#include "stretto/traces/chrome_trace.h"
 
 namespace stretto::gui {
 
@@ -50,6 +54,55 @@ OpClass op_class(const CompiledPlan& cp, const sim::Result& r, uint32_t task) {
       return OpClass::kSendRecv;
   }
 }
+
+namespace {
+
+// The enclosing slices of a lane: runs of consecutive ops of one (stage, microbatch, pass),
+// and of one layer within such a run. A level that would only repeat the ops (one op per
+// slice) is left empty.
+void nest_lane(Lane& l, const sim::Result& r, const CompiledPlan& cp) {
+  using Key = std::tuple<int32_t, int32_t, int, int32_t>;  // PP, MB, pass, layer
+  const auto& nodes = cp.dag.nodes;
+  std::vector<Span> passes, layers;
+  Key open_pass{-2, -2, -2, -2}, open_layer{-2, -2, -2, -2};
+  for (uint32_t i = 0; i < l.ops.size(); ++i) {
+    const Op& o = l.ops[i];
+    const uint32_t n = r.node_of(o.task);
+    const bool nested = n < nodes.size() && nodes[n].kind == NodeKind::kCompute &&
+                        nodes[n].tags.pass != Pass::kNone;
+    if (!nested) {
+      open_pass = open_layer = Key{-2, -2, -2, -2};
+      continue;
+    }
+    const Tags& tg = nodes[n].tags;
+    const Key pk{tg.pp(), tg.mb(), static_cast<int>(tg.pass), -1};
+    if (pk == open_pass) {
+      passes.back().end = o.end;
+      passes.back().last = i;
+    } else {
+      passes.push_back({o.start, o.end, i, i, o.cls});
+      open_pass = pk;
+      open_layer = Key{-2, -2, -2, -2};
+    }
+    if (tg.layer() == kAbsent) {
+      open_layer = Key{-2, -2, -2, -2};
+      continue;
+    }
+    const Key lk{tg.pp(), tg.mb(), static_cast<int>(tg.pass), tg.layer()};
+    if (lk == open_layer) {
+      layers.back().end = o.end;
+      layers.back().last = i;
+    } else {
+      layers.push_back({o.start, o.end, i, i, o.cls});
+      open_layer = lk;
+    }
+  }
+  auto repeats = [](const std::vector<Span>& a, size_t below) { return a.empty() || a.size() == below; };
+  if (!repeats(layers, l.ops.size()) && layers.size() != passes.size()) l.layers = std::move(layers);
+  if (!repeats(passes, l.layers.empty() ? l.ops.size() : l.layers.size())) l.passes = std::move(passes);
+}
+
+}  // namespace
 
 Timeline build_timeline(const sim::Result& r, const CompiledPlan& cp) {
   Timeline tl;
@@ -104,24 +157,27 @@ Timeline build_timeline(const sim::Result& r, const CompiledPlan& cp) {
       tl.end = std::max(tl.end, l.ops[i].end);
     }
     tl.ops += l.ops.size();
+    if (l.stream == 0) nest_lane(l, r, cp);
   }
   return tl;
 }
 
-void layout_lane(const Lane& lane, const View& v, std::vector<Box>& out) {
-  const auto& ops = lane.ops;
+namespace {
+
+template <class T>
+void layout_boxes(const std::vector<T>& ops, const View& v, std::vector<Box>& out) {
   const size_t n = ops.size();
   if (n == 0 || v.width <= 0 || v.ns_per_px <= 0) return;
   const double t0 = v.t0, t1 = v.t1();
   // First op that ends after t0 (ends are non-decreasing in a FIFO lane).
   size_t i = static_cast<size_t>(
       std::partition_point(ops.begin(), ops.end(),
-                           [&](const Op& o) { return static_cast<double>(o.end) < t0; }) -
+                           [&](const T& o) { return static_cast<double>(o.end) < t0; }) -
       ops.begin());
   auto first_start_at_or_after = [&](size_t from, double t) {
     return static_cast<size_t>(std::partition_point(ops.begin() + static_cast<long>(from),
                                                     ops.end(),
-                                                    [&](const Op& o) {
+                                                    [&](const T& o) {
                                                       return static_cast<double>(o.start) < t;
                                                     }) -
                                ops.begin());
@@ -160,6 +216,52 @@ void layout_lane(const Lane& lane, const View& v, std::vector<Box>& out) {
     out.push_back({x0, rx1, static_cast<uint32_t>(i), static_cast<uint32_t>(len), best});
     i = j;
   }
+}
+
+}  // namespace
+
+void layout_lane(const Lane& lane, const View& v, std::vector<Box>& out) {
+  layout_boxes(lane.ops, v, out);
+}
+
+void layout_spans(const std::vector<Span>& spans, const View& v, std::vector<Box>& out) {
+  layout_boxes(spans, v, out);
+}
+
+std::vector<std::string> search_words(std::string_view query) {
+  std::vector<std::string> words;
+  std::string w;
+  for (char c : query) {
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      if (!w.empty()) words.push_back(std::move(w));
+      w.clear();
+    } else {
+      w += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+  }
+  if (!w.empty()) words.push_back(std::move(w));
+  return words;
+}
+
+bool search_match(std::string_view text, const std::vector<std::string>& words) {
+  auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  for (const std::string& w : words) {
+    bool found = false;
+    for (size_t at = text.find(w); at != std::string_view::npos; at = text.find(w, at + 1)) {
+      const size_t after = at + w.size();
+      if (digit(w.back()) && after < text.size() && digit(text[after])) continue;
+      found = true;
+      break;
+    }
+    if (!found) return false;
+  }
+  return true;
+}
+
+std::string search_text(const CompiledPlan& cp, uint32_t node) {
+  std::string s = cp.dag.node_name(node, cp.model) + " | " + traces::slice_name(cp, node);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
 long op_at(const Lane& lane, double t, double slack) {

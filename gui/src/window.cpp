@@ -87,6 +87,8 @@ int run_window(App& app, const WindowOptions& opt) {
   ImGui_ImplGlfw_InitForOpenGL(win, true);
   ImGui_ImplOpenGL3_Init("#version 330 core");
 
+  // Automation (--frames): only the script moves the mouse, so screenshots show no hover.
+  if (opt.frames > 0) app.no_hover = true;
   int rc = 0;
   std::vector<unsigned char> px;
   for (int f = 0; !glfwWindowShouldClose(win) && !app.quit; ++f) {

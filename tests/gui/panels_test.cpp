@@ -211,11 +211,13 @@ TEST_F(Panels, ClickingAnOpSelectsItAndShowsItsDetails) {
 
 TEST_F(Panels, DeviceGroupsCollapse) {
   run("open " + k1f1b + "\nwait\nframes 2\n");
-  const int lanes = app.tl.lanes_drawn;
+  const int devices = app.tl.devices_drawn;
+  EXPECT_TRUE(app.hooks.count("lane 0"));
   run("click device 0\nframes 2\n");
   ASSERT_EQ(app.tl.collapsed.size(), 8u);
   EXPECT_TRUE(app.tl.collapsed[0]);
-  EXPECT_LT(app.tl.lanes_drawn, lanes);
+  EXPECT_FALSE(app.hooks.count("lane 0")) << "device 0's lanes are hidden";
+  EXPECT_GT(app.tl.devices_drawn, devices) << "and the next devices move up";
 }
 
 TEST_F(Panels, PinnedBaselineComparesMetricsAndLogicalOps) {
@@ -426,6 +428,25 @@ TEST(Format, TimesAndBytesCarryUnits) {
   EXPECT_EQ(format_time(3.21e6), "3.21 ms");
   EXPECT_EQ(format_time(1.5e9), "1.5 s");
   EXPECT_EQ(format_bytes(2.0 * 1024 * 1024 * 1024), "2.00 GiB");
+}
+
+
+// Zoomed in, an op is named by its model op ("layer1.mlp.down") under slices naming the pass
+// ("B mb0 PP0") and the layer ("layer 1"), so the pass's name is drawn once per slice, not on
+// every op.
+TEST_F(Panels, ZoomedInOpsAreNamedByTheirLayerOpUnderThePass) {
+  run("open " + k1f1b + "\nwait\nzoom 60 62\nframes 2\n");
+  ASSERT_TRUE(app.current);
+  size_t layer_ops = 0, pass_labels = 0, layer_labels = 0;
+  for (const std::string& l : app.tl.labels) {
+    if (l.rfind("layer", 0) == 0 && l.find('.') != std::string::npos) ++layer_ops;
+    if (l.rfind("layer ", 0) == 0) ++layer_labels;
+    if (l.size() > 4 && (l[0] == 'F' || l[0] == 'B') && l.find(" mb") == 1) ++pass_labels;
+  }
+  EXPECT_GE(layer_ops, 8u);
+  EXPECT_GE(layer_labels, 2u);
+  EXPECT_GE(pass_labels, 1u);
+  EXPECT_LE(pass_labels, static_cast<size_t>(app.tl.lanes_drawn)) << "the pass named on every op";
 }
 
 }  // namespace

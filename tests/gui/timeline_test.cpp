@@ -141,5 +141,57 @@ TEST(Lod, OpAtFindsTheOpUnderATime) {
   EXPECT_EQ(op_at(l, 1e9, 0), -1);
 }
 
+
+// Search words match whole numbers: PP3 is not PP31, layer1. is not layer19.; every word must
+// occur, case aside.
+TEST(Search, EveryWordMatchesAndNumbersEndWhereTheyEnd) {
+  const auto w = search_words("  PP3   MB5 ");
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0], "pp3");
+  EXPECT_TRUE(search_match("pp3 mb5 f (layer19.mlp.up) on device 3", w));
+  EXPECT_FALSE(search_match("pp31 mb5 f", w));
+  EXPECT_FALSE(search_match("pp3 mb51 f", w));
+  EXPECT_TRUE(search_match("pp31 pp3 mb5", w));  // a later occurrence counts
+  EXPECT_FALSE(search_match("pp3 f", w));
+  EXPECT_TRUE(search_match("x (layer19.mlp.up)", search_words("layer19.mlp")));
+  EXPECT_FALSE(search_match("x (layer1.mlp.up)", search_words("layer19.mlp")));
+  EXPECT_FALSE(search_match("x (layer19.mlp.up)", search_words("layer1.")));
+  EXPECT_TRUE(search_match("all-gather param-gather pp0", search_words("ALL-GATHER")));
+}
+
+// Compute lanes nest their ops: one slice per run of one (stage, microbatch, pass), one per
+// layer within it; each slice spans exactly its ops, and the ops of a slice share its tags.
+TEST(Timeline, ComputeLanesNestPassLayerOp) {
+  auto s = sim::Session::open(std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json");
+  ASSERT_TRUE(s);
+  auto r = s->simulate();
+  ASSERT_TRUE(r);
+  const Timeline tl = build_timeline(*r, s->compiled());
+  const auto& nodes = s->compiled().dag.nodes;
+  const Lane& l = tl.lanes[tl.by_device[0][0]];
+  ASSERT_EQ(l.name, "compute");
+  ASSERT_EQ(l.depth(), 3);
+  // 8 microbatches x (F, B) on stage 0, each one run of ops in 1F1B.
+  EXPECT_EQ(l.passes.size(), 16u);
+  EXPECT_GT(l.layers.size(), l.passes.size());
+  for (const auto* level : {&l.passes, &l.layers})
+    for (const Span& sp : *level) {
+      EXPECT_EQ(sp.start, l.ops[sp.first].start);
+      EXPECT_EQ(sp.end, l.ops[sp.last].end);
+      const Tags& a = nodes[r->node_of(l.ops[sp.first].task)].tags;
+      for (uint32_t i = sp.first; i <= sp.last; ++i) {
+        const Tags& b = nodes[r->node_of(l.ops[i].task)].tags;
+        EXPECT_EQ(a.pp(), b.pp());
+        EXPECT_EQ(a.mb(), b.mb());
+        EXPECT_EQ(a.pass, b.pass);
+        if (level == &l.layers) {
+          EXPECT_EQ(a.layer(), b.layer());
+        }
+      }
+    }
+  // Communication lanes have no nesting.
+  EXPECT_EQ(tl.lanes[tl.by_device[0][1]].depth(), 1);
+}
+
 }  // namespace
 }  // namespace stretto::gui

@@ -15,6 +15,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "stretto/gui/timeline.h"
+#include "stretto/sim/session.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -74,6 +77,8 @@ TEST(GuiWindow, EditMicrobatchesThroughTheUiUnderXvfb) {
                            "wait\n"
                            "type microbatches 12\n"
                            "wait\n"
+                           "click tab compare\n"
+                           "key L\n"
                            "frames 3\n"
                            "save " << edited.string() << "\n";
   const std::string plan = std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b_builder.json";
@@ -158,3 +163,174 @@ TEST(GuiCli, NoDisplayBadScriptAndBadArgumentsAreClearErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+// Runs `stretto gui PLAN --script S --frames 2 --screenshot SHOT --dump-state STATE` under Xvfb
+// at 1600x900; returns the state.
+json run_gui(const std::string& plan, const std::string& script_text, const fs::path& shot, const std::string& tag) {
+  const fs::path dir = STRETTO_GUI_SHOTS;
+  fs::create_directories(dir);
+  const fs::path script = dir / (tag + ".script"), state = dir / (tag + "_state.json");
+  std::ofstream(script) << script_text;
+  const std::string cmd = "xvfb-run -a -s '-screen 0 1600x900x24' " + std::string(STRETTO_BINARY) + " gui " + plan +
+                          " --script " + script.string() + " --frames 2 --screenshot " + shot.string() +
+                          " --dump-state " + state.string();
+  int rc = 0;
+  std::string out = run(cmd, &rc);
+  if (rc != 0 && out.find("Failed to open display") != std::string::npos) out = run(cmd, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  return rc == 0 ? json::parse(std::ifstream(state)) : json::object();
+}
+
+json rect_of(const json& st, const std::string& widget) {
+  return st["widgets"].contains(widget) ? st["widgets"][widget] : json::array({0, 0, 0, 0});
+}
+
+}  // namespace
+
+// Search `PP1 MB5`: the count is every op of stage 1's microbatch 5 (the DAG's tags, counted
+// here apart from the GUI's text search: compute and collectives tagged PP1 MB5, and sends
+// from or to it), the listed names carry both words, matches are outlined in cyan and the
+// rest dimmed in the screenshot.
+TEST(GuiWindow, SearchHighlightsAndListsTheMatchingOps) {
+  if (!have_xvfb()) GTEST_SKIP() << "xvfb-run not installed";
+  const fs::path dir = STRETTO_GUI_SHOTS;
+  const fs::path plain = dir / "search_off.png", shot = dir / "search_pp1_mb5.png",
+                 listed = dir / "search_list.png";
+  const std::string plan = std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json";
+  const json st = run_gui(plan,
+                          "wait\nframes 2\nscreenshot " + plain.string() + "\nsearch PP1 MB5\nframes 2\nscreenshot " +
+                              shot.string() + "\nclick tab search\nframes 2\nclick match 2\nframes 2\n",
+                          listed, "search");
+  ASSERT_TRUE(st.contains("search")) << st.dump(2);
+  auto s = stretto::sim::Session::open(plan);
+  ASSERT_TRUE(s);
+  auto r = s->simulate();
+  ASSERT_TRUE(r);
+  const auto& dag = s->compiled().dag;
+  const auto tl = stretto::gui::build_timeline(*r, s->compiled());
+  size_t want = 0;
+  for (uint32_t t = 0; t < r->program.tasks.size(); ++t) {
+    if (tl.where[t].first == UINT32_MAX) continue;
+    const auto& n = dag.nodes[r->node_of(t)];
+    const auto& a = n.tags;
+    if (n.kind == stretto::NodeKind::kTransfer) {
+      const auto b = dag.consumer_tags_of(n);
+      want += (a.pp() == 1 || b.pp() == 1) && (a.mb() == 5 || b.mb() == 5);
+    } else {
+      want += a.pp() == 1 && a.mb() == 5;
+    }
+  }
+  EXPECT_GT(want, 10u);
+  EXPECT_EQ(st["search"]["matches"].get<size_t>(), want);
+  EXPECT_EQ(st["search"]["query"], "PP1 MB5");
+  ASSERT_FALSE(st["search"]["first"].empty());
+  for (const auto& name : st["search"]["first"]) {
+    const std::string n = name.get<std::string>();
+    EXPECT_NE(n.find("PP1"), std::string::npos) << n;
+    EXPECT_NE(n.find("MB5"), std::string::npos) << n;
+  }
+  // The Search tab lists them; a click on the third selects it and shows it.
+  ASSERT_FALSE(st["selection"].is_null());
+  EXPECT_EQ(st["selection"]["name"], st["search"]["first"][2]);
+  EXPECT_LE(st["view"]["t0_ns"].get<double>(), st["selection"]["start_ns"].get<double>());
+  EXPECT_GE(st["view"]["t1_ns"].get<double>(), st["selection"]["end_ns"].get<double>());
+  EXPECT_LT(st["view"]["t1_ns"].get<double>() - st["view"]["t0_ns"].get<double>(), 20e6);
+  const json& tlr = st["widgets"]["timeline"];
+  Image off(plain.string()), on(shot.string());
+  EXPECT_EQ(off.count(tlr, 0, 255, 255, 20), 0u);
+  EXPECT_GT(on.count(tlr, 0, 255, 255, 20), 300u);  // the matches' outlines
+  // The other ops are dimmed: far fewer full-colour backward pixels.
+  EXPECT_LT(on.count(tlr, 230, 126, 34), off.count(tlr, 230, 126, 34) / 2);
+}
+
+// Nested slices name the pass once and the layer ops under it; one lane per device shows all
+// 8 devices (5 fit with their lanes); the minimap frames the viewport, and a click on it
+// centres the view there.
+TEST(GuiWindow, OneLanePerDeviceAndTheMinimapFramesTheView) {
+  if (!have_xvfb()) GTEST_SKIP() << "xvfb-run not installed";
+  const fs::path dir = STRETTO_GUI_SHOTS;
+  const fs::path zoomed = dir / "minimap_50_60ms.png", shot = dir / "one_lane_per_device.png";
+  const std::string plan = std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json";
+  const json st = run_gui(plan,
+                          "wait\nframes 2\nzoom 50 60\nframes 2\nscreenshot " + zoomed.string() +
+                              "\nclick minimap\nframes 2\nkey L\nframes 2\n",
+                          shot, "onelane");
+  ASSERT_TRUE(st.contains("view")) << st.dump(2);
+  const double step = st["step_time_ns"].get<double>();
+  // One row per device: all 8 on screen, each with drawn passes.
+  EXPECT_TRUE(st["view"]["one_lane_per_device"].get<bool>());
+  EXPECT_EQ(st["view"]["devices_drawn"].get<int>(), 8);
+  Image img(shot.string());
+  const json& tlr = st["widgets"]["timeline"];
+  for (int d = 0; d < 8; ++d) {
+    const json dev = rect_of(st, "device " + std::to_string(d));
+    ASSERT_GT(dev[3].get<double>(), dev[1].get<double>()) << d;
+    const json row = {dev[2].get<int>(), dev[1].get<int>(), tlr[2].get<int>(), dev[3].get<int>()};
+    EXPECT_GT(img.count(row, 66, 133, 244) + img.count(row, 230, 126, 34), 500u) << "device " << d;
+  }
+  // The click at the minimap's middle centred the 10 ms view on the step's middle.
+  const double t0 = st["view"]["t0_ns"].get<double>(), t1 = st["view"]["t1_ns"].get<double>();
+  EXPECT_NEAR(t1 - t0, 10e6, 1e4);
+  EXPECT_NEAR((t0 + t1) / 2, step / 2, step * 0.01);
+  // In the zoomed screenshot the viewport's white frame spans 50..60 ms of the minimap.
+  const json mm = rect_of(st, "minimap");
+  const double x0 = mm[0].get<double>(), w = mm[2].get<double>() - x0;
+  const int fx0 = static_cast<int>(std::lround(x0 + 50e6 / step * w)), fx1 = static_cast<int>(std::lround(x0 + 60e6 / step * w));
+  Image z(zoomed.string());
+  const int my0 = mm[1].get<int>(), my1 = mm[3].get<int>();
+  EXPECT_GT(z.count(json::array({fx0 - 1, my0, fx0 + 2, my1}), 255, 255, 255, 40), 10u);
+  EXPECT_GT(z.count(json::array({fx1 - 1, my0, fx1 + 2, my1}), 255, 255, 255, 40), 10u);
+  EXPECT_EQ(z.count(json::array({(fx0 + fx1) / 2 - 1, my0 + 3, (fx0 + fx1) / 2 + 2, my1 - 3}), 255, 255, 255, 20), 0u);
+}
+
+// Compare: rows present in both come first, by |end delta|, then the new microbatches; the
+// baseline's rows are drawn under the current lanes and its memory total over the current
+// stack.
+TEST(GuiWindow, CompareSortsByDeltaAndDrawsTheBaselineAndItsMemory) {
+  if (!have_xvfb()) GTEST_SKIP() << "xvfb-run not installed";
+  const fs::path dir = STRETTO_GUI_SHOTS;
+  const fs::path shot = dir / "compare_baseline.png";
+  const std::string plan = std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b_builder.json";
+  const json st = run_gui(plan, "wait\npin\ntype microbatches 12\nwait\nclick tab compare\nframes 2\n", shot, "compare");
+  ASSERT_TRUE(st.contains("compare")) << st.dump(2);
+  const auto& rows = st["compare"]["first"];
+  ASSERT_EQ(rows.size(), 20u);
+  int64_t last = INT64_MAX;
+  for (const auto& row : rows) {
+    ASSERT_TRUE(row["end_delta_ns"].is_number()) << row.dump() << ": a new op before an op in both";
+    const int64_t d = std::llabs(row["end_delta_ns"].get<int64_t>());
+    EXPECT_LE(d, last);
+    last = d;
+  }
+  EXPECT_GT(std::llabs(rows[0]["end_delta_ns"].get<int64_t>()), 0);
+  EXPECT_GT(st["view"]["reference_rows_drawn"].get<int>(), 4);
+  Image img(shot.string());
+  EXPECT_GT(img.count(st["widgets"]["memory"], 170, 230, 255, 10), 150u);  // the baseline's total
+}
+
+// Screenshots carry no tooltip (automation ignores the real mouse and parks the scripted one
+// after each action); the ruler starts at "0" and names one unit ("20 ms"), not "0 ns"; the
+// Plan panel's buttons are whole; the memory plot has a time axis and its legend stays inside.
+TEST(GuiWindow, ScreenshotsHaveNoHoverAndReadableAxesAndButtons) {
+  if (!have_xvfb()) GTEST_SKIP() << "xvfb-run not installed";
+  const fs::path dir = STRETTO_GUI_SHOTS;
+  const fs::path shot = dir / "no_hover.png";
+  const std::string plan = std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json";
+  const json st = run_gui(plan, "wait\nframes 2\nclick lane 0\nframes 3\n", shot, "nohover");
+  ASSERT_TRUE(st.contains("view")) << st.dump(2);
+  EXPECT_FALSE(st["view"]["tooltip_shown"].get<bool>());
+  EXPECT_FALSE(st["selection"].is_null()) << "the click selected an op";
+  std::vector<std::string> ruler;
+  for (const auto& l : st["view"]["labels"])
+    if (l.get<std::string>().rfind("ruler: ", 0) == 0) ruler.push_back(l.get<std::string>().substr(7));
+  ASSERT_GE(ruler.size(), 3u);
+  EXPECT_EQ(ruler[0], "0");
+  for (size_t i = 1; i < ruler.size(); ++i) EXPECT_NE(ruler[i].find(" ms"), std::string::npos) << ruler[i];
+  const json pin = rect_of(st, "pin"), timeline = rect_of(st, "timeline"), mem = rect_of(st, "memory"),
+             axis = rect_of(st, "memory axis");
+  EXPECT_LT(pin[2].get<double>(), timeline[0].get<double>() - 4) << "the Pin baseline button is cut";
+  EXPECT_GT(axis[1].get<double>(), mem[1].get<double>());
+  EXPECT_LE(axis[3].get<double>(), mem[3].get<double>() + 1);
+}

@@ -7,7 +7,10 @@
 // diagnostics), Timeline, Memory, Numbers (metrics, devices, selection statistics, compare),
 // Help. Every simulation goes through sim::Session on the worker thread.
 
+#include <imgui.h>
+
 #include <array>
+#include <cfloat>
 #include <deque>
 #include <map>
 #include <memory>
@@ -21,7 +24,7 @@
 #include "stretto/gui/worker.h"
 #include "stretto/sim/inspect.h"
 
-struct ImGuiIO;
+
 
 namespace stretto::gui {
 
@@ -54,6 +57,36 @@ Expected<Measured> load_measured(const std::string& path, SimTime first_start = 
 /// (PP, MB, PASS) -> first start, last end of a simulated step's compute ops.
 std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> logical_spans(const Snapshot& s);
 
+/// One row of the Compare table: a logical op (PP, MB, PASS) in the baseline (s0, e0) and now
+/// (s1, e1); -1 where it is absent.
+struct CompareRow {
+  int pp, mb, pass;
+  SimTime s0, e0, s1, e1;
+  bool both() const { return e0 >= 0 && e1 >= 0; }
+  SimTime delta() const { return both() ? e1 - e0 : 0; }
+};
+/// Rows aligned by (PP, MB, PASS): the ops in both first, by |end delta| (largest first),
+/// then the new and the gone ones.
+using Spans = std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>>;
+std::vector<CompareRow> compare_rows(const Spans& now, const Spans& base);
+
+/// The search field and what it matches in the current result (App::update_search).
+struct SearchState {
+  std::string query;
+  std::string for_query;                   // the query `tasks` was computed for
+  std::weak_ptr<const Snapshot> for_snap;  // and the result
+  std::vector<std::string> node_text;      // search_text of each DAG node (first search)
+  std::weak_ptr<const Snapshot> text_for;
+  std::vector<uint32_t> tasks;                     // matching drawn ops, by start time
+  std::vector<std::vector<uint32_t>> lane_prefix;  // per lane: matching ops among [0, i)
+  bool active() const { return !for_query.empty(); }
+  /// Matches among ops [first, last] of lane `lane`.
+  uint32_t in_lane(uint32_t lane, uint32_t first, uint32_t last) const {
+    const auto& p = lane_prefix[lane];
+    return p[last + 1] - p[first];
+  }
+};
+
 struct TimelineState {
   double t0 = 0, ns_per_px = 0;  // ns_per_px 0: fit on the next frame
   bool fitted = true;            // showing the whole step: a new result re-fits
@@ -64,9 +97,12 @@ struct TimelineState {
   bool dragging_range = false;
   int lane = -1;  // selected lane (click its name): statistics of that lane only
   bool show_bubbles = true, show_critical = false, show_flows = true, show_baseline = true;
+  bool one_lane_per_device = false;  // collapse: each device one row (its compute lane's passes)
   int boxes_drawn = 0;  // last frame, for tests and the benchmark
   int lanes_drawn = 0;
   std::vector<std::string> labels;  // text labels drawn last frame (tests read them)
+  int devices_drawn = 0;            // device rows (headers) on screen last frame
+  int reference_rows_drawn = 0;     // baseline (or measured) rows under current lanes
 };
 
 struct Selection {
@@ -96,6 +132,7 @@ struct App {
   std::string path_field;
   std::deque<std::string> recent;
   TimelineState tl;
+  SearchState search;
   Selection sel;
   int memory_device = 0;
   bool memory_to_peak = false;  // scale the memory plot to the peak instead of the capacity
@@ -105,6 +142,7 @@ struct App {
   float font_scale = 1.0f;
   int frame = 0;
   std::map<std::string, Rect> hooks;  // widget name -> rect, recorded each frame
+  bool tooltip_shown = false;         // a tooltip was drawn last frame
   std::vector<std::string> dropped;   // paths dropped onto the window this frame
   std::string screenshot_request;     // set by the UI or a script; the window writes it
   std::string critical_for;           // text of the snapshot critical_ was computed for
@@ -113,6 +151,9 @@ struct App {
   std::weak_ptr<const Snapshot> mem_cache_snap;
   int mem_cache_dev = -1;
   std::vector<sim::CategorySample> mem_cache;
+  std::weak_ptr<const Snapshot> base_mem_snap;
+  int base_mem_dev = -1;
+  std::vector<sim::CategorySample> base_mem_cache;
 
   /// Panel state and caches derived from a snapshot (panels_view.cpp).
   struct PanelCache;
@@ -126,6 +167,11 @@ struct App {
   std::deque<Action> script;
   int script_wait_frames = 0;
   int click_phase = 0;
+  /// Automation (--frames): the real mouse is ignored and the scripted one leaves the window
+  /// after each action, so that screenshots carry no tooltip or hover; `hover` holds it.
+  bool no_hover = false;
+  bool hover_hold = false;
+  ImVec2 script_mouse{-FLT_MAX, -FLT_MAX};  // where the script's mouse is
   std::string script_error;
   bool quit = false;
 
@@ -161,6 +207,10 @@ struct App {
   void hook(const std::string& name);
   /// Category curve of a device of the current result (cached).
   const std::vector<sim::CategorySample>& memory_curve(int device);
+  /// The same of the pinned baseline (empty without one, or when it is the current result).
+  const std::vector<sim::CategorySample>& baseline_memory_curve(int device);
+  /// Recomputes the search's matches when the query or the result changed.
+  void update_search();
   /// Critical path flags of the current result (computed on first use).
   void ensure_critical();
 };
@@ -193,5 +243,8 @@ std::array<KindStat, static_cast<size_t>(OpClass::kCount)> kind_stats(const Time
 /// Time with a unit that fits its size: "850 ns", "12.4 us", "3.21 ms", "1.502 s".
 std::string format_time(double ns);
 std::string format_bytes(double bytes);
+/// A ruler tick at `ns` for ticks `step` ns apart: one unit chosen by the larger of the two
+/// ("0", "20 ms", "100.25 ms"), with the decimals the step needs.
+std::string format_tick(double ns, double step);
 
 }  // namespace stretto::gui

@@ -38,12 +38,25 @@ struct Op {
   OpClass cls = OpClass::kCompute;
 };
 
+/// An enclosing slice of a compute lane: consecutive ops [first, last] of one (stage,
+/// microbatch, pass), or of one layer within it. Ends are sorted like the ops'.
+struct Span {
+  SimTime start = 0, end = 0;
+  uint32_t first = 0, last = 0;  // op indices in the lane
+  OpClass cls = OpClass::kCompute;
+};
+
 /// One (device, stream) FIFO. Ops never overlap, so both starts and ends are sorted.
 struct Lane {
   int device = 0;
   uint16_t stream = 0;  // Program::stream_names index
   std::string name;     // "compute", "dp", "pp:1"
   std::vector<Op> ops;
+  /// Nested slices (pass -> layer -> op), as Perfetto draws a pass's ops under it: empty when
+  /// the level would repeat the level below (one op per pass, ops without layers).
+  std::vector<Span> passes, layers;
+  /// Rows the lane draws: the nested levels present, then the ops.
+  int depth() const { return 1 + !passes.empty() + !layers.empty(); }
 };
 
 struct Timeline {
@@ -79,6 +92,17 @@ struct View {
 
 /// Appends the boxes of `lane` visible in `view` to `out`: O(visible boxes x log ops).
 void layout_lane(const Lane& lane, const View& view, std::vector<Box>& out);
+/// The same for a level of nested slices (Box::first indexes `spans`).
+void layout_spans(const std::vector<Span>& spans, const View& view, std::vector<Box>& out);
+
+/// Search: the query's words, lower-cased. An op matches when each word occurs in its
+/// search text (search_text), a word ending in a digit not followed by another digit, so
+/// that `PP3` does not match `PP31` nor `layer1.` match `layer19.`.
+std::vector<std::string> search_words(std::string_view query);
+bool search_match(std::string_view text, const std::vector<std::string>& words);
+/// Lower-cased text a DAG node is searched by: its name (tags, model op, communication kind,
+/// devices) and its timeline label ("f mb3 pp1", "all-gather param-gather pp0 mb2 ...").
+std::string search_text(const CompiledPlan& cp, uint32_t node);
 
 /// Index of the op of `lane` under time `t` (within `slack` ns), or -1.
 long op_at(const Lane& lane, double t, double slack);
