@@ -535,7 +535,8 @@ void critical_tab(App& app) {
 
 void draw_numbers_panel(App& app) {
   if (!app.current) return;
-  if (ImGui::BeginTabBar("numbers")) {
+  // Tabs keep their whole labels; a narrow panel scrolls them.
+  if (ImGui::BeginTabBar("numbers", ImGuiTabBarFlags_FittingPolicyScroll)) {
     auto tab = [&](const char* label, const char* hook_name, auto&& body) {
       const bool open = ImGui::BeginTabItem(label);
       app.hook(hook_name);
