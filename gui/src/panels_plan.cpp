@@ -689,7 +689,7 @@ void json_tab(App& app) {
 // A diagnostic as Diagnostic::render() prints it, but for a proportional font and word wrap:
 // the message, hint and notes wrap; the echoed source line does not, and the caret is drawn
 // under the column's measured x (spaces would not line up with proportional glyphs).
-void diagnostic_text(const Diagnostic& d, const ImVec4& color) {
+void diagnostic_text(App& app, size_t index, const Diagnostic& d, const ImVec4& color) {
   Diagnostic head = d;
   head.source_line.clear();
   head.hint.clear();
@@ -707,9 +707,11 @@ void diagnostic_text(const Diagnostic& d, const ImVec4& color) {
     ImGui::Indent();
     const float x = ImGui::GetCursorScreenPos().x;
     ImGui::TextUnformatted(shown.c_str());
+    if (index < 8) app.hook(fmt::format("diagnostic {} source", index));
     const float cx = x + ImGui::CalcTextSize(before.c_str()).x;
     ImGui::SetCursorScreenPos(ImVec2(cx - ImGui::CalcTextSize("^").x * 0.5f, ImGui::GetCursorScreenPos().y));
     ImGui::TextColored(color, "^");
+    if (index < 8) app.hook(fmt::format("diagnostic {} caret", index));
     ImGui::Unindent();
   }
   ImGui::PushTextWrapPos(0);
@@ -723,8 +725,9 @@ void diagnostics_tab(App& app) {
     ImGui::TextColored(kGreen, "No problems.");
     return;
   }
-  for (const auto& d : app.diags) {
-    diagnostic_text(d, d.severity == Severity::kError ? kRed : kYellow);
+  for (size_t i = 0; i < app.diags.size(); ++i) {
+    const Diagnostic& d = app.diags[i];
+    diagnostic_text(app, i, d, d.severity == Severity::kError ? kRed : kYellow);
     ImGui::Separator();
   }
 }

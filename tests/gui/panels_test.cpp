@@ -1,6 +1,8 @@
 // The explorer's panels, driven headless (ImGui without a window) with injected input through
 // the same script actions `stretto gui --script` replays.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <imgui.h>
 
 #include <filesystem>
 #include <fstream>
@@ -447,6 +449,34 @@ TEST_F(Panels, ZoomedInOpsAreNamedByTheirLayerOpUnderThePass) {
   EXPECT_GE(layer_labels, 2u);
   EXPECT_GE(pass_labels, 1u);
   EXPECT_LE(pass_labels, static_cast<size_t>(app.tl.lanes_drawn)) << "the pass named on every op";
+}
+
+
+// The Diagnostics tab echoes the source line unwrapped (one line, though wider than the panel)
+// and puts the caret right under the column's measured x, not under a count of spaces that a
+// proportional font and word wrap would misplace.
+TEST_F(Panels, DiagnosticCaretSitsUnderItsColumn) {
+  const fs::path bad = tmp("caret.json");
+  const std::string line =
+      R"({"model": {"family": "transformer", "name": "gpt", "layers": "many", "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 50304, "seq_len": 2048}})";
+  std::ofstream(bad) << line << "\n";
+  run("open " + bad.string() + "\nwait\nclick tab diagnostics\nframes 2\n");
+  ASSERT_FALSE(app.current);
+  size_t k = app.diags.size();
+  for (size_t i = 0; i < app.diags.size(); ++i)
+    if (app.diags[i].message.find("'layers'") != std::string::npos) k = i;
+  ASSERT_LT(k, app.diags.size());
+  const uint32_t col = app.diags[k].caret_col ? app.diags[k].caret_col : app.diags[k].loc.col;
+  EXPECT_EQ(line.substr(col - 1, 6), "\"many\"");
+  ASSERT_TRUE(app.hooks.count(fmt::format("diagnostic {} source", k)));
+  const Rect src = app.hooks[fmt::format("diagnostic {} source", k)];
+  const Rect caret = app.hooks[fmt::format("diagnostic {} caret", k)];
+  const float line_h = ImGui::GetTextLineHeight();
+  EXPECT_NEAR(src.y1 - src.y0, line_h, 1.0f) << "the source line was wrapped";
+  EXPECT_NEAR(caret.y0, src.y1, ImGui::GetStyle().ItemSpacing.y + 1) << "the caret is not under the line";
+  const float want = src.x0 + ImGui::CalcTextSize(line.substr(0, col - 1).c_str()).x;
+  EXPECT_NEAR(caret.cx(), want, 2.0f);
+  EXPECT_GT(want, src.x0 + 200) << "column 62 is far right of the line's start";
 }
 
 }  // namespace
