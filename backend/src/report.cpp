@@ -356,6 +356,9 @@ Json result_json(const CompiledPlan& cp, const ReplayResult& r, const sim::Resul
   j["step_times_ms"] = steps;
   j["bubble_ratio"] = r.bubble_ratio;
   j["exposed_comm_ms"] = ms(r.exposed_comm_ns);
+  // Per device as simulate's (exposed_comm_ms / devices, ms).
+  j["exposed_comm_ms_per_device"] =
+      r.devices.empty() ? 0.0 : ms(r.exposed_comm_ns) / static_cast<double>(r.devices.size());
   const double tokens = static_cast<double>(cp.model.tokens_per_microbatch) * cp.num_microbatches;
   j["loss"] = r.loss;
   j["wall_ms"] = r.wall_ms;
@@ -442,7 +445,11 @@ Json result_json(const CompiledPlan& cp, const ReplayResult& r, const sim::Resul
   if (pred) {
     j["predicted"] = {{"step_time_ms", ms(pred->step_time)},
                       {"bubble_ratio", pred->bubble_ratio},
-                      {"exposed_comm_ms", ms(pred->exposed_comm)}};
+                      {"exposed_comm_ms", ms(pred->exposed_comm)},
+                      {"exposed_comm_ms_per_device",
+                       pred->devices.empty() ? 0.0
+                                             : ms(pred->exposed_comm) /
+                                                   static_cast<double>(pred->devices.size())}};
   }
   return j;
 }

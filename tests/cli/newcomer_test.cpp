@@ -32,14 +32,10 @@ Result sh(const std::string& args, const std::string& redirect = "") {
   return stretto_test::run_shell(cmd, err);
 }
 
-std::string example(const std::string& name) {
-  return std::string(STRETTO_EXAMPLES) + "/" + name;
-}
+using stretto_test::example;
 
 fs::path write(const std::string& name, const Json& j) {
-  const fs::path p = tmpdir() / name;
-  std::ofstream(p) << j.dump(2);
-  return p;
+  return stretto_test::write_file(name, j.dump(2));
 }
 
 Json sim_json(const std::string& plan) {

@@ -43,4 +43,16 @@ inline Result run_shell(const std::string& shell_command, const std::filesystem:
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out, slurp(err)};
 }
 
+/// An example plan's path (examples/NAME).
+inline std::string example(const std::string& name) {
+  return std::string(STRETTO_EXAMPLES) + "/" + name;
+}
+
+/// Writes `text` to NAME in the temporary folder; returns its path.
+inline std::filesystem::path write_file(const std::string& name, const std::string& text) {
+  const std::filesystem::path p = tmpdir() / name;
+  std::ofstream(p) << text;
+  return p;
+}
+
 }  // namespace stretto_test

@@ -8,6 +8,8 @@ stretto_test(hostile_input_test SOURCES cli/hostile_input_test.cpp LIBS nlohmann
 add_dependencies(hostile_input_test stretto)
 stretto_test(newcomer_test SOURCES cli/newcomer_test.cpp LIBS nlohmann_json::nlohmann_json)
 add_dependencies(newcomer_test stretto)
+stretto_test(door_cli_test SOURCES cli/door_cli_test.cpp LIBS nlohmann_json::nlohmann_json)
+add_dependencies(door_cli_test stretto)
 stretto_test(csv_fuzz_replay_test SOURCES ${PROJECT_SOURCE_DIR}/fuzz/replay_dirs_test.cpp ${PROJECT_SOURCE_DIR}/fuzz/csv_fuzz.cpp
   LIBS stretto::pipelines)
 target_compile_definitions(csv_fuzz_replay_test PRIVATE

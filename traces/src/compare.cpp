@@ -649,6 +649,9 @@ Json comparison_json(const Comparison& c) {
                 {"step_time_ms", ms(t.step)},
                 {"bubble_ratio", bubble_ratio(t)},
                 {"exposed_comm_ms", ms(exposed(t))},
+                {"exposed_comm_ms_per_device",
+                 t.devices.empty() ? 0.0
+                                   : ms(exposed(t)) / static_cast<double>(t.devices.size())},
                 {"ops", t.ops.size()}};
   };
   j["a"] = side(c.a);

@@ -1,0 +1,218 @@
+// One plan, one answer, through the real binaries (docs/semantics.md "Doors"): what `search`
+// prints is what `simulate` gives for the plan it emits; the GUI's --dump-state `parameters` are
+// `describe --format json`'s resolved values; `replay` and `compare` report a step under
+// `simulate --format json`'s field names and units (ms, bytes), exposed communication per
+// device included. tests/explore/door_consistency_test.cpp checks the library side.
+#include <gtest/gtest.h>
+
+#include "run_stretto.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+namespace {
+
+using namespace stretto_test;  // Result, run_shell, slurp, tmpdir, example, write_file
+
+Result sh(const std::string& args) {
+  const fs::path err = tmpdir() / "door_stderr.txt";
+  return run_shell(std::string(STRETTO_BINARY) + " " + args + " 2>" + err.string(),
+                                 err);
+}
+
+Json json_of(const std::string& args) {
+  const Result r = sh(args);
+  EXPECT_EQ(r.code, 0) << args << "\n" << r.err;
+  return r.code == 0 ? Json::parse(r.out) : Json::object();
+}
+
+
+// describe --format json's resolved values: {field: value}.
+Json described_values(const std::string& plan) {
+  const Json d = json_of("describe " + plan + " --format json");
+  Json v = Json::object();
+  for (const auto& [k, f] : d["fields"].items()) v[k] = f["value"];
+  return v;
+}
+
+// Layout plans small enough to search in a test: the Llama example (PP4 x DP4 on 16 devices) and
+// the same model shrunk to TP2 x PP2 x DP2 with sequence parallelism on 8.
+std::vector<fs::path> layout_plans() {
+  std::vector<fs::path> out = {example("layout_llama7b_pp4_dp4_interleaved.json")};
+  Json p = Json::parse(slurp(out[0]));
+  p["model"]["layers"] = 8;
+  p["model"]["pp_regions"] = 2;
+  p["cluster"]["nodes"] = 1;
+  p["schedule"] = {{"builder", "1f1b"},
+                   {"microbatches", 8},
+                   {"layout", {{"tp", 2}, {"pp", 2}, {"dp", 2}, {"sequence_parallel", true}}}};
+  out.push_back(write_file("door_layout_tp2_pp2_dp2_sp.json", p.dump(2)));
+  return out;
+}
+
+// `simulate --format json`'s fields that depend on how the step was run, not on the plan: the
+// plan's name, wall-clock time, events and replica folding (search simulates folded), and
+// search's memory cap.
+Json without_run_fields(Json j) {
+  for (const char* k : {"plan", "sim_wall_ms", "events", "folded_replicas", "memory_cap_GiB"})
+    j.erase(k);
+  return j;
+}
+
+}  // namespace
+
+// search's best plan, as printed (table and JSON), is what `simulate` gives for the plan
+// `--emit` writes, field for field; and that plan trains the base's global batch.
+TEST(DoorCli, SearchPrintsWhatItsEmittedPlanSimulatesTo) {
+  for (const fs::path& base : layout_plans()) {
+    SCOPED_TRACE(base.string());
+    const int devices = described_values(base.string())["cluster_devices"].get<int>();
+    const fs::path emitted = tmpdir() / ("door_emit_" + base.filename().string());
+    const std::string args = "search " + base.string() + " --devices " +
+                             std::to_string(devices) + " --budget 30 -j 1";
+    const Json s = json_of(args + " --emit " + emitted.string() + " --format json");
+    ASSERT_TRUE(s.contains("best") && s["best"].is_object()) << s.dump().substr(0, 400);
+    const Json sim = json_of("simulate " + emitted.string() + " --format json");
+    EXPECT_EQ(without_run_fields(s["best"]["metrics"]), without_run_fields(sim));
+    // The table says the same step time and peak memory.
+    const Result table = sh(args + " --format table");
+    ASSERT_EQ(table.code, 0) << table.err;
+    const std::smatch m = [&] {
+      std::smatch mm;
+      std::regex_search(table.out, mm, std::regex(R"(step time ([0-9.]+) ms, peak memory ([0-9.]+) GiB)"));
+      return mm;
+    }();
+    ASSERT_EQ(m.size(), 3u) << table.out;
+    char want[64];
+    std::snprintf(want, sizeof want, "%.3f", sim["step_time_ms"].get<double>());
+    EXPECT_EQ(m[1].str(), want);
+    std::snprintf(want, sizeof want, "%.2f",
+                  static_cast<double>(sim["peak_memory_bytes"].get<int64_t>()) / (1 << 30));
+    EXPECT_EQ(m[2].str(), want);
+    // The same batch: search's, the base's and the emitted plan's global batch agree.
+    const int64_t gbs = described_values(base.string())["global_batch"].get<int64_t>();
+    EXPECT_EQ(s["global_batch"].get<int64_t>(), gbs);
+    EXPECT_EQ(described_values(emitted.string())["global_batch"].get<int64_t>(), gbs);
+  }
+}
+
+// What the GUI's editor shows (--dump-state's `parameters`, keyed by plan field name) is
+// describe's resolved values, for a layout plan as opened and after an edit through the UI.
+TEST(DoorCli, GuiParametersAreDescribesResolvedValues) {
+  if (std::system("command -v xvfb-run >/dev/null 2>&1") != 0) GTEST_SKIP() << "no xvfb-run";
+  const fs::path plan = layout_plans()[1], edited = tmpdir() / "door_gui_edited.json";
+  const fs::path script = tmpdir() / "door_gui.script", state = tmpdir() / "door_gui_state.json",
+                 state_edited = tmpdir() / "door_gui_state_edited.json";
+  auto gui = [&](const std::string& script_text, const fs::path& dump) {
+    std::ofstream(script) << script_text;
+    const std::string cmd = "xvfb-run -a -s '-screen 0 1280x800x24' " +
+                            std::string(STRETTO_BINARY) + " gui " + plan.string() + " --script " +
+                            script.string() + " --frames 2 --size 1280x800 --dump-state " +
+                            dump.string();
+    for (int attempt = 0; attempt < 2; ++attempt) {  // one retry: Xvfb start races (window_test)
+      const Result r = run_shell(cmd + " 2>" + (tmpdir() / "gui_err.txt").string(),
+                                               tmpdir() / "gui_err.txt");
+      if (r.code == 0) return true;
+      if (r.err.find("Failed to open display") == std::string::npos) {
+        ADD_FAILURE() << r.err;
+        return false;
+      }
+    }
+    return false;
+  };
+  ASSERT_TRUE(gui("wait\nframes 2\n", state));
+  const Json st = Json::parse(slurp(state));
+  ASSERT_FALSE(st["failed"].get<bool>()) << st["diagnostics"].dump();
+  EXPECT_EQ(st["parameters"], described_values(plan.string()));
+  EXPECT_EQ(st["parameters"]["tp"], 2);
+  ASSERT_TRUE(gui("wait\nset /schedule/microbatches 4\nwait\nframes 2\nsave " + edited.string() +
+                      "\n",
+                  state_edited));
+  const Json se = Json::parse(slurp(state_edited));
+  EXPECT_EQ(se["parameters"]["microbatches"], 4);
+  EXPECT_EQ(se["parameters"], described_values(edited.string()));
+}
+
+// replay --format json has simulate's field names, in simulate's units: per step and per device
+// (exposed communication per device included), and its `predicted` parts are simulate's values.
+TEST(DoorCli, ReplayReportsAStepUnderSimulatesNamesAndUnits) {
+  if (!fs::exists(fs::path(STRETTO_BINARY).parent_path() / "stretto-backend"))
+    GTEST_SKIP() << "built without the LibTorch backend";
+  const std::string plan = std::string(STRETTO_TEST_DATA) + "/loop/dp2_tiny.json";
+  const Json sim = json_of("simulate " + plan + " --format json");
+  const Result rr = sh("replay " + plan + " --device cpu --iterations 2 --warmup 1 --format json");
+  ASSERT_EQ(rr.code, 0) << rr.err;
+  const Json rep = Json::parse(rr.out);
+  for (const char* k : {"plan", "step_time_ms", "bubble_ratio", "exposed_comm_ms",
+                        "exposed_comm_ms_per_device", "devices"}) {
+    ASSERT_TRUE(rep.contains(k)) << k;
+    EXPECT_EQ(rep[k].type(), sim[k].type()) << k;
+  }
+  ASSERT_EQ(rep["devices"].size(), sim["devices"].size());
+  const double step = rep["step_time_ms"].get<double>();
+  double exposed = 0;
+  for (size_t i = 0; i < rep["devices"].size(); ++i) {
+    const Json& d = rep["devices"][i];
+    const Json& s = sim["devices"][i];
+    for (const char* k : {"id", "busy_ms", "bubble_ms", "bubble_ratio", "exposed_comm_ms",
+                          "comm_ms", "peak_memory_bytes", "memory_breakdown"}) {
+      ASSERT_TRUE(d.contains(k)) << k;
+      EXPECT_EQ(d[k].type() == Json::value_t::number_unsigned ? Json::value_t::number_integer
+                                                               : d[k].type(),
+                s[k].type() == Json::value_t::number_unsigned ? Json::value_t::number_integer
+                                                               : s[k].type())
+          << k;
+    }
+    std::vector<std::string> cats, sim_cats;
+    for (const auto& [c, v] : d["memory_breakdown"].items()) cats.push_back(c);
+    for (const auto& [c, v] : s["memory_breakdown"].items()) sim_cats.push_back(c);
+    EXPECT_EQ(cats, sim_cats);
+    // Units as simulate's: ms that add up to the step (busy + bubble = step, as simulate
+    // defines bubble), exposed communication within the device's communication time.
+    EXPECT_NEAR(d["busy_ms"].get<double>() + d["bubble_ms"].get<double>(), step, 1e-3 * step);
+    EXPECT_LE(d["exposed_comm_ms"].get<double>(), d["comm_ms"].get<double>() + 1e-9);
+    EXPECT_LE(d["exposed_comm_ms"].get<double>(), step);
+    exposed += d["exposed_comm_ms"].get<double>();
+    // The prediction shown next to it is simulate's, under the same names.
+    for (const char* k : {"busy_ms", "bubble_ms", "bubble_ratio", "exposed_comm_ms",
+                          "peak_memory_bytes"})
+      EXPECT_EQ(d["predicted"][k], s[k]) << k;
+  }
+  EXPECT_NEAR(rep["exposed_comm_ms"].get<double>(), exposed, 1e-6);
+  EXPECT_NEAR(rep["exposed_comm_ms_per_device"].get<double>(),
+              exposed / static_cast<double>(rep["devices"].size()), 1e-6);
+  for (const char* k : {"step_time_ms", "bubble_ratio", "exposed_comm_ms",
+                        "exposed_comm_ms_per_device"})
+    EXPECT_EQ(rep["predicted"][k], sim[k]) << k;
+}
+
+// compare's JSON reports each side under simulate's names and units: per step (exposed
+// communication summed and per device) and per device, equal to simulate's for a plan.
+TEST(DoorCli, CompareReportsSimulatesPerDeviceExposedCommunication) {
+  const std::string a = example("cpu_gpt_pp2_1f1b.json"), b = example("cpu_gpt_pp2_dp2_zero1.json");
+  const Json c = json_of("compare " + a + " " + b + " --format json");
+  for (const auto& [side, plan] : {std::pair{"a", a}, std::pair{"b", b}}) {
+    SCOPED_TRACE(side);
+    const Json sim = json_of("simulate " + plan + " --format json");
+    for (const char* k : {"step_time_ms", "bubble_ratio", "exposed_comm_ms",
+                          "exposed_comm_ms_per_device"})
+      EXPECT_NEAR(c[side][k].get<double>(), sim[k].get<double>(), 1e-9) << k;
+    size_t n = 0;
+    for (const Json& d : c["devices"]) {
+      if (!d.contains(side)) continue;
+      const Json& s = sim["devices"][d["id"].get<size_t>()];
+      for (const char* k : {"busy_ms", "bubble_ms", "exposed_comm_ms"})
+        EXPECT_NEAR(d[side][k].get<double>(), s[k].get<double>(), 1e-9) << k;
+      EXPECT_EQ(d[side]["peak_memory_bytes"], s["peak_memory_bytes"]);
+      ++n;
+    }
+    EXPECT_EQ(n, sim["devices"].size());
+  }
+}
