@@ -7,7 +7,6 @@
 #include <cmath>
 #include <tuple>
 
-#include "stretto/traces/chrome_trace.h"
 
 namespace stretto::gui {
 
@@ -259,7 +258,7 @@ bool search_match(std::string_view text, const std::vector<std::string>& words) 
 }
 
 std::string search_text(const CompiledPlan& cp, uint32_t node) {
-  std::string s = cp.dag.node_name(node, cp.model) + " | " + traces::slice_name(cp, node);
+  std::string s = cp.dag.node_name(node, cp.model);
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }

@@ -100,8 +100,9 @@ void layout_spans(const std::vector<Span>& spans, const View& view, std::vector<
 /// that `PP3` does not match `PP31` nor `layer1.` match `layer19.`.
 std::vector<std::string> search_words(std::string_view query);
 bool search_match(std::string_view text, const std::vector<std::string>& words);
-/// Lower-cased text a DAG node is searched by: its name (tags, model op, communication kind,
-/// devices) and its timeline label ("f mb3 pp1", "all-gather param-gather pp0 mb2 ...").
+/// Lower-cased text a DAG node is searched by: its name (tags, model op, communication kind
+/// and purpose, devices), e.g. "pp1 layer19 mb5 f (layer19.mlp.up) on device 1",
+/// "all-gather param-gather pp0 mb2 f (...) on devices [0,4]".
 std::string search_text(const CompiledPlan& cp, uint32_t node);
 
 /// Index of the op of `lane` under time `t` (within `slack` ns), or -1.
