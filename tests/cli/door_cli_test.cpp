@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
@@ -138,6 +140,40 @@ TEST(DoorCli, GuiParametersAreDescribesResolvedValues) {
   const Json se = Json::parse(slurp(state_edited));
   EXPECT_EQ(se["parameters"]["microbatches"], 4);
   EXPECT_EQ(se["parameters"], described_values(edited.string()));
+}
+
+// The warnings `simulate` prints on stderr are the ones the GUI's Diagnostics tab lists
+// (--dump-state), message and hint (tests/python/test_warnings.py adds stretto.simulate's).
+TEST(DoorCli, SimulateAndTheGuiShowTheSameWarnings) {
+  if (std::system("command -v xvfb-run >/dev/null 2>&1") != 0) GTEST_SKIP() << "no xvfb-run";
+  const std::string data = STRETTO_TEST_DATA;
+  for (const std::string& plan : {data + "/warnings/unused_devices.json",
+                                 data + "/traces/options/plan.json",
+                                 example("layout_llama7b_pp4_dp4_interleaved.json")}) {
+    SCOPED_TRACE(plan);
+    const Result cli = sh("simulate " + plan + " --format json");
+    ASSERT_EQ(cli.code, 0) << cli.err;
+    std::vector<std::pair<std::string, std::string>> printed, shown;
+    const std::regex warning(R"(warning: (.*)\n  hint: (.*)\n)");
+    for (auto it = std::sregex_iterator(cli.err.begin(), cli.err.end(), warning);
+         it != std::sregex_iterator(); ++it)
+      printed.emplace_back((*it)[1].str(), (*it)[2].str());
+    const fs::path script = tmpdir() / "door_warn.script", state = tmpdir() / "door_warn.json";
+    std::ofstream(script) << "wait\nclick tab diagnostics\nframes 2\n";
+    const fs::path err = tmpdir() / "door_warn_err.txt";
+    const Result gui = run_shell("xvfb-run -a -s '-screen 0 1280x800x24' " +
+                                     std::string(STRETTO_BINARY) + " gui " + plan + " --script " +
+                                     script.string() + " --frames 2 --size 1280x800 --dump-state " +
+                                     state.string() + " 2>" + err.string(),
+                                 err);
+    ASSERT_EQ(gui.code, 0) << gui.err;
+    const Json st = Json::parse(slurp(state));
+    ASSERT_FALSE(st["failed"].get<bool>()) << st["diagnostics"].dump();
+    for (const Json& d : st["diagnostics"])
+      if (d["severity"] == "warning") shown.emplace_back(d["message"], d["hint"]);
+    EXPECT_EQ(shown, printed);
+    EXPECT_EQ(printed.empty(), plan.find("layout_llama") != std::string::npos) << cli.err;
+  }
 }
 
 // replay --format json has simulate's field names, in simulate's units: per step and per device
