@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "models.h"
@@ -38,6 +39,88 @@ constexpr Calibration kCalibrations[] = {
     // h200_kernels_measured_raw.json (NVIDIA H200), fit_curves.py
     {"h200", 0.704, 191, 321, 0.701, 546, 1.19, 0.852},
 };
+// Memory-bound op classes (MemOpClass) under kernel_style fused / eager: bytes per ns each op
+// class and pass reaches in PyTorch kernels measured on one H200 (torch 2.11.0+cu130), on the
+// byte counts the compiler gives the op (compiler/src/model.cpp), Llama-3-8B layer shapes
+// (4096 tokens, hidden 4096, ffn 14336, vocab 32000, bf16).
+// Sources: M = tests/data/costmodel/h200_pytorch_ops_measured.json (20 back-to-back calls,
+// field results.<row>.F_ms / B_ms); S = tests/data/costmodel/h200_kernels_measured_raw.json
+// (kind "memory", median of the rows of >= 200 MB). A backward in M also writes the output
+// gradient (torch.ones_like) and accumulates every input's .grad (never zeroed: read two, write
+// one); that time is taken out at the stream rate S measures for `add` (4237 GB/s, 9 rows):
+// kernel ns = B - (3 x input bytes + output bytes) / 4237 (m_backward_ns below).
+struct MemRates {
+  double norm_f, norm_b, act_f, act_b, loss_f, loss_b, emb_f, emb_b;
+};
+constexpr double kAddGBps = 4237.0;  // S: add, F
+constexpr double m_backward_ns(double b_ms, double input_bytes, double output_bytes) {
+  return b_ms * 1e6 - (3 * input_bytes + output_bytes) / kAddGBps;
+}
+constexpr double kHidden = 33554432;                       // [T,h] bf16
+constexpr double kActIn = 234881024, kActOut = 117440512;  // SwiGLU in [T,2f], out [T,f] bf16
+constexpr double kLogits = 262144000;                      // [T,V] bf16
+constexpr double kEmbWeight = 262144000;                   // [V,h] bf16
+constexpr double kNormW = 8192;                            // [h] bf16
+// H200 at the data-sheet 4800 GB/s HBM.
+constexpr MemRates kH200Fused = {
+    // M rmsnorm_aten_rms_norm F 0.0254 ms; bytes 2 x T x h x 2 + h x 2
+    (2 * kHidden + kNormW) / 25400.0,
+    // S layer_norm B, 2401 GB/s on 3 x T x h x 2 (Transformer Engine-style fused backward: one
+    // sweep reads x and dY and writes dX, the dW partials come from the same sweep; PyTorch
+    // 2.11's rms_norm backward is not one kernel: M rmsnorm_aten_rms_norm B runs at ~500 GB/s)
+    2401.0,
+    // M swiglu_compiled F 0.0875 ms (one fused kernel); bytes 3 x T x f x 2
+    (kActIn + kActOut) / 87500.0,
+    // M swiglu_eager B 0.4585 ms (the fastest backward measured; swiglu_compiled B is slower,
+    // 0.5549 ms); bytes 4 x T x f x 2
+    (kActIn + 2 * kActOut) / m_backward_ns(0.4585, kActIn, kActOut),
+    // M cross_entropy_compiled F 0.2002 ms (bf16 logits read, fp32 softmax); bytes T x V x 6
+    kLogits * 3 / 200200.0,
+    // M cross_entropy_compiled B 0.5604 ms; bytes 2 x T x V x 6 (scalar output)
+    kLogits * 6 / m_backward_ns(0.5604, kLogits, 0),
+    // M embedding F 0.0206 ms; bytes T x h x 2 + T x 8
+    (kHidden + 32768) / 20600.0,
+    // M embedding B 0.6289 ms: the dense index-add over vocab x hidden (ATen
+    // embedding_dense_backward); bytes 2 x T x h x 2 + V x h x 2
+    (2 * kHidden + kEmbWeight) / m_backward_ns(0.6289, kEmbWeight, kHidden),
+};
+constexpr MemRates kH200Eager = {
+    // M rmsnorm_eager F 0.2431 ms (fp32 upcast, pow, mean, rsqrt, two multiplies, cast)
+    (2 * kHidden + kNormW) / 243100.0,
+    // M rmsnorm_eager B 0.5701 ms; BI + BW bytes 5 x T x h x 2 + 2 x h x 2
+    (5 * kHidden + 2 * kNormW) / m_backward_ns(0.5701, kHidden + kNormW, kHidden),
+    // M swiglu_eager F 0.1475 ms (silu, then a multiply)
+    (kActIn + kActOut) / 147500.0,
+    kH200Fused.act_b,  // M swiglu_eager B (above)
+    // M cross_entropy_eager_fp32 F 0.8212 ms (logits cast to fp32, log-softmax, nll)
+    kLogits * 3 / 821200.0,
+    // M cross_entropy_eager_fp32 B 1.0388 ms
+    kLogits * 6 / m_backward_ns(1.0388, kLogits, 0),
+    kH200Fused.emb_f,  // the same ATen kernels either way
+    kH200Fused.emb_b,
+};
+// H100 SXM: the classes S measures on both GPUs (h100_kernels_measured_raw.json, same rows)
+// scaled by the H100 / H200 rate of their proxy: layer norm F 1836 / 2279, layer norm B measured
+// (1790), GeLU F 2756 / 3006, GeLU B 2982 / 3376; loss and embedding were measured on the H200
+// only and are scaled by the HBM ratio 3350 / 4800 (taken as bandwidth-bound).
+constexpr double kH100Hbm = 3350.0 / 4800.0;
+constexpr MemRates h100_of(const MemRates& r, double norm_b) {
+  return {r.norm_f * 1836.0 / 2279.0, norm_b,
+          r.act_f * 2756.0 / 3006.0,  r.act_b * 2982.0 / 3376.0,
+          r.loss_f * kH100Hbm,        r.loss_b * kH100Hbm,
+          r.emb_f * kH100Hbm,         r.emb_b * kH100Hbm};
+}
+constexpr MemRates kH100Fused = h100_of(kH200Fused, 1790.0);
+constexpr MemRates kH100Eager = h100_of(kH200Eager, kH200Eager.norm_b * 1790.0 / 2401.0);
+struct MemCalibration {
+  const char* kind;
+  MemRates fused, eager;
+};
+constexpr MemCalibration kMemCalibrations[] = {
+    {"h100-sxm", kH100Fused, kH100Eager},
+    {"h200", kH200Fused, kH200Eager},
+};
+
 // PCIe 5.0 x16 moves 64 GB/s per direction; a faster intra-node link is taken to be NVLink.
 constexpr double kPcieGen5x16GBps = 64.0;
 // Fused attention kernels tile the query rows by 128 (FlashAttention-2/3 block size on H100).
@@ -214,10 +297,41 @@ const std::vector<std::string>& analytic_option_names() {
       "nccl_cpu",             "p2p_latency_us",       "nccl_intra_GBps",
       "sustained_clock_ratio", "host_cores",          "host_compute",
       "host_op_us",           "host_cold_factor",     "host_share_efficiency",
-      "host_reuse_factor",
+      "host_reuse_factor",    "kernel_style",
   };
   return names;
 }
+
+const char* kernel_style_name(KernelStyle s) {
+  switch (s) {
+    case KernelStyle::kFused:
+      return "fused";
+    case KernelStyle::kEager:
+      return "eager";
+    default:
+      return "roofline";
+  }
+}
+
+namespace {
+
+// The rates of `style` on `device_kind`; false when that kind has no measured kernels (only
+// roofline is then available).
+bool set_kernel_style(AnalyticParams& p, const std::string& device_kind, KernelStyle style) {
+  p.kernel_style = style;
+  p.op_GBps.fill(0);
+  if (style == KernelStyle::kRoofline) return true;
+  for (const MemCalibration& c : kMemCalibrations) {
+    if (!detail::iequals(device_kind, c.kind)) continue;
+    const MemRates& r = style == KernelStyle::kFused ? c.fused : c.eager;
+    p.op_GBps = {r.norm_f, r.norm_b, r.act_f, r.act_b, r.loss_f, r.loss_b, r.emb_f, r.emb_b};
+    return true;
+  }
+  p.kernel_style = KernelStyle::kRoofline;
+  return false;
+}
+
+}  // namespace
 
 AnalyticParams calibrated_defaults(const std::string& device_kind) {
   AnalyticParams p;
@@ -234,6 +348,9 @@ AnalyticParams calibrated_defaults(const std::string& device_kind) {
     p.attention_waves_half = c.attention_waves_half;
     p.attention_bwd_ratio = c.attention_bwd_ratio;
   }
+  for (const MemCalibration& c : kMemCalibrations)
+    if (detail::iequals(device_kind, c.kind)) p.kernel_style = KernelStyle::kFused;
+  set_kernel_style(p, device_kind, p.kernel_style);
   return p;
 }
 
@@ -274,6 +391,11 @@ std::vector<ResolvedField> resolved_options(const CostModelSpec& spec, const Clu
   add("host_share_efficiency", &AnalyticParams::host_share_efficiency);
   add("p2p_latency_us", &AnalyticParams::p2p_latency_us);
   add("nccl_intra_GBps", &AnalyticParams::nccl_intra_GBps);
+  out.push_back({"kernel_style", spec.pointer + "/kernel_style",
+                 Json(kernel_style_name(parsed->kernel_style)),
+                 options.contains("kernel_style")               ? ValueSource::kPlan
+                 : preset.kernel_style != plain.kernel_style ? ValueSource::kPreset
+                                                               : ValueSource::kDefault});
   return out;
 }
 
@@ -432,6 +554,18 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
         }
       } else if (key == "nccl_intra_GBps") {
         r.number(key, v, 0, inf, true, p.nccl_intra_GBps);
+      } else if (key == "kernel_style") {
+        std::string st;
+        if (r.string(key, v, st)) {
+          const int i = r.choice(key, st, {"roofline", "fused", "eager"});
+          if (i >= 0 && !set_kernel_style(p, cluster.device.kind, static_cast<KernelStyle>(i)))
+            ds.push_back(detail::diag_at(
+                file, r.ptr(key),
+                "kernel_style '" + st + "' has no measured kernels on device kind '" +
+                    cluster.device.kind + "'",
+                "the fused and eager rates were measured on h100-sxm and h200; use "
+                "\"roofline\" (memory_efficiency x HBM) or a profiled table"));
+        }
       } else {
         std::vector<std::string> candidates = analytic_option_names();
         for (auto k : kPlanKeys) candidates.emplace_back(k);
@@ -510,6 +644,43 @@ double gemm_efficiency(const AnalyticParams& p, const DeviceSpec& dev, const Gem
   return gemm_efficiency(p, dev, g.m, g.n, g.k, g.batch);
 }
 
+namespace {
+
+// A memory-bound op's time at the measured rate of its class and pass under the kernel style
+// (AnalyticParams::op_GBps), or nothing when that class has no measured rate (roofline).
+std::optional<double> measured_mem_ns(const AnalyticParams& p, const ComputeQuery& q) {
+  if (p.kernel_style == KernelStyle::kRoofline) return std::nullopt;
+  const bool fwd = q.pass == Pass::kF;
+  MemOpClass cls;
+  double bytes = static_cast<double>(q.bytes);
+  switch (q.kind) {
+    case OpKind::kNorm:
+      cls = fwd ? MemOpClass::kNormF : MemOpClass::kNormB;
+      // A fused norm backward reads x and dY once for dX and the dW partials.
+      if (q.pass == Pass::kB && p.kernel_style == KernelStyle::kFused)
+        bytes -= static_cast<double>(q.bw_bytes);
+      break;
+    case OpKind::kMlpAct:
+      cls = fwd ? MemOpClass::kActF : MemOpClass::kActB;
+      break;
+    case OpKind::kLoss:
+      cls = fwd ? MemOpClass::kLossF : MemOpClass::kLossB;
+      break;
+    case OpKind::kEmbedding:
+      cls = fwd ? MemOpClass::kEmbeddingF : MemOpClass::kEmbeddingB;
+      // The backward is a dense index-add into the vocab x hidden weight gradient.
+      if (!fwd) bytes += static_cast<double>(q.param_bytes);
+      break;
+    default:
+      return std::nullopt;
+  }
+  const double rate = p.op_GBps[static_cast<size_t>(cls)];
+  if (rate <= 0 || bytes <= 0) return std::nullopt;
+  return bytes / rate;
+}
+
+}  // namespace
+
 ComputeCost analytic_compute(const AnalyticParams& p, const DeviceSpec& dev,
                              const ComputeQuery& q) {
   ComputeCost c;
@@ -524,8 +695,8 @@ ComputeCost analytic_compute(const AnalyticParams& p, const DeviceSpec& dev,
   const double hbm = dev.hbm_GBps * p.memory_efficiency;  // bytes per ns
   const double t_mem = (q.bytes > 0 && hbm > 0) ? static_cast<double>(q.bytes) / hbm : 0.0;
 
-  if (!gemm && !attention) {  // memory-bound: Norm, MlpAct, Loss, Embedding
-    c.ns = detail::ceil_ns(std::max(floor_ns, t_mem));
+  if (!gemm && !attention) {  // memory-bound: Norm, MlpAct, Loss, Embedding, ...
+    c.ns = detail::ceil_ns(std::max(floor_ns, measured_mem_ns(p, q).value_or(t_mem)));
     c.mem_bound = true;
     return c;
   }

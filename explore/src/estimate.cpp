@@ -60,7 +60,7 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
   for (const ModelOp& op : g->ops) {
     const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
     const int t = split ? tp : 1;
-    auto time = [&](Pass pass, double flops, int64_t bytes) {
+    auto time = [&](Pass pass, double flops, int64_t bytes, int64_t bw_bytes = 0) {
       cost::ComputeQuery q;
       q.kind = op.kind;
       q.pass = pass;
@@ -75,11 +75,17 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
       q.gemm = gs;
       q.flops = flops / t;
       q.bytes = bytes / t;
+      q.bw_bytes = bw_bytes / t;
+      q.param_bytes = op.param_bytes / t;
       return static_cast<double>(cm_->compute(q).ns);
     };
     const double f = time(Pass::kF, op.fwd_flops, op.fwd_bytes);
     const double bi = time(Pass::kBI, op.bi_flops, op.bi_bytes);
-    const double bw = time(Pass::kBW, op.bw_flops, op.bw_bytes);
+    // The weight-gradient share of the whole backward (B), as the simulator prices an unsplit
+    // backward: a fused kernel (a norm's) may do both gradients in one sweep.
+    const double b = time(Pass::kB, op.bi_flops + op.bw_flops, op.bi_bytes + op.bw_bytes,
+                          op.bw_bytes);
+    const double bw = std::max(0.0, b - bi);
     const double saved = static_cast<double>(op.saved_bytes) / ((split || sp) ? tp : 1);
     const double params = static_cast<double>(op.param_count) / t;
     const int layer = op.tags.layer();

@@ -141,7 +141,7 @@ cost::ComputeQuery CostQueries::compute(const Node& nd) const {
   q.region_k = nd.region_k;
   q.region_n = nd.region_n;
   double flops = 0;
-  int64_t bytes = 0;
+  int64_t bytes = 0, bw_bytes = 0;
   // A recomputed forward does the op's forward work (tagged with its backward's pass).
   const Pass pass = nd.recompute ? Pass::kF : nd.tags.pass;
   q.pass = pass;
@@ -157,6 +157,7 @@ cost::ComputeQuery CostQueries::compute(const Node& nd) const {
       break;
     case Pass::kB:
       flops = op.bi_flops + op.bw_flops, bytes = op.bi_bytes + op.bw_bytes;
+      bw_bytes = op.bw_bytes;
       break;
     case Pass::kBI:
       flops = op.bi_flops, bytes = op.bi_bytes;
@@ -173,11 +174,15 @@ cost::ComputeQuery CostQueries::compute(const Node& nd) const {
     // Sequence parallelism: replicated ops work on this rank's 1/tp of the tokens.
     flops /= nd.tp;
     bytes /= nd.tp;
+    bw_bytes /= nd.tp;
     g.m = std::max<int64_t>(1, g.m / nd.tp);
   }
+  int64_t param_bytes = op.param_bytes;
   if (nd.tp > 1 && split) {
     flops /= nd.tp;
     bytes /= nd.tp;
+    bw_bytes /= nd.tp;
+    param_bytes /= nd.tp;
     if (op.tp == TpSplit::kColumn)
       g.n = std::max<int64_t>(1, g.n / nd.tp);
     else if (op.tp == TpSplit::kRow)
@@ -188,6 +193,8 @@ cost::ComputeQuery CostQueries::compute(const Node& nd) const {
   q.gemm = g;
   q.flops = flops;
   q.bytes = bytes;
+  q.bw_bytes = bw_bytes;
+  q.param_bytes = param_bytes;
   return q;
 }
 

@@ -131,7 +131,10 @@ TEST(AnalyticCompute, RooflineAndPasses) {
 
 TEST(AnalyticCompute, MemoryBoundOpIsBytesOverHbmWithinLaunchFloor) {
   const ClusterSpec cl = testing::h100_cluster();
-  auto m = testing::make_or_die(testing::analytic_spec({{"memory_efficiency", 1.0}}), cl);
+  // kernel_style roofline: the norms, activations, loss and embedding at memory_efficiency x
+  // HBM (the h100-sxm default, fused, prices them at measured rates: KernelStyle below).
+  auto m = testing::make_or_die(
+      testing::analytic_spec({{"memory_efficiency", 1.0}, {"kernel_style", "roofline"}}), cl);
   ASSERT_TRUE(m);
   const double floor_ns = 3000;  // launch_floor_us default
   for (OpKind k : {OpKind::kNorm, OpKind::kMlpAct, OpKind::kLoss, OpKind::kEmbedding}) {
@@ -150,10 +153,11 @@ TEST(AnalyticCompute, MemoryBoundOpIsBytesOverHbmWithinLaunchFloor) {
       EXPECT_GE(c.ns, static_cast<int64_t>(floor_ns));
     }
   }
-  // The default 0.9 efficiency slows large streams by exactly 1/0.9.
+  // The default 0.9 efficiency slows large streams by exactly 1/0.9 (a residual add: no
+  // measured rate in any kernel style).
   auto d = testing::make_or_die(testing::analytic_spec(), cl);
   ComputeQuery q;
-  q.kind = OpKind::kNorm;
+  q.kind = OpKind::kResidual;
   q.bytes = int64_t{1} << 30;
   EXPECT_NEAR(static_cast<double>(d->compute(q).ns), q.bytes / (cl.device.hbm_GBps * 0.9), 1.0);
 }
@@ -281,6 +285,94 @@ TEST(AnalyticModel, Defaults) {
   EXPECT_DOUBLE_EQ(o->interference().comm_sm_share, 0.25);
   EXPECT_DOUBLE_EQ(o->interference().comm_hbm_share, 0.3);
   EXPECT_EQ(o->dispatch_ns(), 0);
+}
+
+}  // namespace
+}  // namespace stretto::cost
+
+namespace stretto::cost {
+namespace {
+
+ClusterSpec h200_cluster() {
+  ClusterSpec c = testing::h100_cluster();
+  c.preset = c.device.kind = "h200";
+  c.device.hbm_GBps = 4800;
+  return c;
+}
+
+ComputeQuery mem_query(OpKind k, Pass pass, int64_t bytes) {
+  ComputeQuery q;
+  q.kind = k;
+  q.pass = pass;
+  q.bytes = bytes;
+  return q;
+}
+
+TEST(KernelStyle, FusedAndEagerRatesOnH200) {
+  const ClusterSpec cl = h200_cluster();
+  auto fused = testing::make_or_die(testing::analytic_spec({}), cl);  // the default
+  auto eager = testing::make_or_die(testing::analytic_spec({{"kernel_style", "eager"}}), cl);
+  auto roof = testing::make_or_die(testing::analytic_spec({{"kernel_style", "roofline"}}), cl);
+  ASSERT_TRUE(fused && eager && roof);
+  // A Llama-3-8B RMSNorm forward (T = h = 4096, bf16): 2 x 4096 x 4096 x 2 + 4096 x 2 =
+  // 67,117,056 bytes. Fused: F.rms_norm measured 0.0254 ms on the H200 (2642.4 GB/s) ->
+  // 25,400 ns; eager: the fp32 formula, 0.2431 ms -> 243,100 ns; roofline: at 0.9 x 4800 GB/s
+  // -> 15,536.4 -> 15,537 ns.
+  const ComputeQuery nf = mem_query(OpKind::kNorm, Pass::kF, 67117056);
+  EXPECT_EQ(fused->compute(nf).ns, 25400);
+  EXPECT_EQ(eager->compute(nf).ns, 243100);
+  EXPECT_EQ(roof->compute(nf).ns, 15537);
+  // Its backward (B = BI 3 x T x h x 2 + h x 2 = 100,671,488 and BW 2 x T x h x 2 + h x 2 =
+  // 67,117,056 bytes): fused reads x and dY once, so only the BI bytes at the layer-norm
+  // backward's measured 2401 GB/s: 41,928.1 -> 41,929 ns; a split BW pass pays its own bytes.
+  ComputeQuery nb = mem_query(OpKind::kNorm, Pass::kB, 100671488 + 67117056);
+  nb.bw_bytes = 67117056;
+  EXPECT_EQ(fused->compute(nb).ns, 41929);
+  EXPECT_EQ(fused->compute(mem_query(OpKind::kNorm, Pass::kBW, 67117056)).ns, 27954);  // /2401
+  // Eager: all 167,788,544 bytes at 311.63 GB/s (rmsnorm_eager B 0.5701 ms less the input's
+  // grad accumulation and the output-gradient write, 134,250,496 bytes at 4237 GB/s).
+  const double eager_b = 0.5701e6 - (3.0 * (33554432 + 8192) + 33554432) / 4237;
+  EXPECT_EQ(eager->compute(nb).ns, static_cast<int64_t>(std::ceil(167788544 / (
+                                       (5.0 * 33554432 + 2 * 8192) / eager_b))));
+  // Embedding backward: the dense index-add over vocab x hidden. Compiler bytes 2 x T x h x 2
+  // = 67,108,864 plus the 32000 x 4096 x 2 = 262,144,000-byte gradient; measured 0.6289 ms
+  // less (3 x 262,144,000 + 33,554,432) / 4237 -> 435,369.5 ns, so the same op costs that.
+  ComputeQuery eb = mem_query(OpKind::kEmbedding, Pass::kB, 67108864);
+  eb.param_bytes = 262144000;
+  EXPECT_NEAR(static_cast<double>(fused->compute(eb).ns),
+              0.6289e6 - (3.0 * 262144000 + 33554432) / 4237, 1.0);
+  // Roofline leaves the parameter bytes out (the model before the measured rates).
+  EXPECT_EQ(roof->compute(eb).ns, static_cast<int64_t>(std::ceil(67108864 / 4320.0)));
+  // Residual adds keep memory_efficiency x HBM in every style.
+  const ComputeQuery add = mem_query(OpKind::kResidual, Pass::kF, 100663296);
+  EXPECT_EQ(fused->compute(add).ns, roof->compute(add).ns);
+  EXPECT_EQ(eager->compute(add).ns, roof->compute(add).ns);
+}
+
+TEST(KernelStyle, H100ScalesTheH200RatesByTheSweepsRatios) {
+  auto h100 = testing::make_or_die(testing::analytic_spec({}), testing::h100_cluster());
+  ASSERT_TRUE(h100);
+  // Norm forward: 2642.4 GB/s x 1836 / 2279 (layer norm F in the H100 and H200 sweeps) =
+  // 2128.8 GB/s: 67,117,056 bytes -> 31,528.4 -> 31,529 ns.
+  EXPECT_EQ(h100->compute(mem_query(OpKind::kNorm, Pass::kF, 67117056)).ns, 31529);
+}
+
+TEST(KernelStyle, MeasuredStylesOnlyWhereMeasured) {
+  ClusterSpec a100 = testing::h100_cluster();
+  a100.preset = a100.device.kind = "a100-sxm";
+  auto p = parse_analytic_params({{"kernel_style", "eager"}}, a100, "/costmodel", "plan.json");
+  ASSERT_FALSE(p);
+  EXPECT_EQ(p.error()[0].loc.json_pointer, "/costmodel/kernel_style");
+  EXPECT_EQ(p.error()[0].message,
+            "kernel_style 'eager' has no measured kernels on device kind 'a100-sxm'");
+  auto bad = parse_analytic_params({{"kernel_style", "fusd"}}, a100, "/costmodel", "plan.json");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error()[0].message.find("unknown value 'fusd'"), std::string::npos);
+  // The default elsewhere is roofline, and it parses.
+  auto roof = parse_analytic_params({}, a100, "/costmodel", "plan.json");
+  ASSERT_TRUE(roof);
+  EXPECT_EQ(roof->kernel_style, KernelStyle::kRoofline);
+  EXPECT_EQ(calibrated_defaults("h200").kernel_style, KernelStyle::kFused);
 }
 
 }  // namespace

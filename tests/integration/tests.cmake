@@ -3,5 +3,5 @@ stretto_test(integration_test
     integration/simulated_golden_test.cpp
   LIBS stretto::traces)
 stretto_test(fidelity_test
-  SOURCES integration/fidelity_test.cpp
+  SOURCES integration/fidelity_test.cpp integration/op_class_fidelity_test.cpp
   LIBS stretto::sim stretto::traces)

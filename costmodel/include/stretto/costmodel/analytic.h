@@ -19,7 +19,12 @@
 //       eff = attention_efficiency * s / (s + attention_seq_half)
 //             * waves / (waves + attention_waves_half)  [* attention_bwd_ratio in backward];
 //   a zero half-point drops its term. Memory-bound ops (Norm, MlpAct, Loss, Embedding) take
-//   bytes / (hbm * efficiency).
+//   bytes / rate: with kernel_style "roofline" rate = hbm * memory_efficiency; with "fused" or
+//   "eager" (the h100-sxm and h200 kinds, where the kernels were measured) the rate the measured
+//   PyTorch kernels of that style reach for the op class and pass (op_GBps). A fused norm's
+//   backward reads its inputs once for both gradients (bytes - bw_bytes); an embedding's
+//   backward adds the dense vocab x hidden gradient (param_bytes). Residual adds, softmax and the
+//   optimizer step stay at hbm * memory_efficiency (a stream, as measured for `add`).
 //   Every pass that does any work lasts at least launch_floor_us per kernel (B = 2 kernels).
 //
 // Communication:
@@ -51,6 +56,19 @@
 
 namespace stretto::cost {
 
+/// How the memory-bound ops (norms, activations, loss, embedding) run: `roofline` at
+/// memory_efficiency x HBM on the compiler's byte counts (no measured kernels); `fused` as
+/// Megatron-Core / Transformer Engine runs them (one fused kernel per op and pass: the fastest
+/// kernel measured for each); `eager` as an unfused PyTorch program runs them (the fp32 eager
+/// formulas, several kernels per op). Default: fused on h100-sxm and h200, roofline elsewhere.
+enum class KernelStyle : uint8_t { kRoofline, kFused, kEager };
+const char* kernel_style_name(KernelStyle s);
+
+/// The memory-bound op classes and passes with a measured rate (AnalyticParams::op_GBps).
+enum class MemOpClass : uint8_t {
+  kNormF, kNormB, kActF, kActB, kLossF, kLossB, kEmbeddingF, kEmbeddingB, kCount
+};
+
 /// Tunables of the analytic model. Option keys in the plan are the member names.
 struct AnalyticParams {
   // --- compute -------------------------------------------------------------------------------
@@ -81,6 +99,12 @@ struct AnalyticParams {
   /// Achieved fraction of nominal HBM bandwidth for streaming kernels. A guess informed by
   /// STREAM-like results on HBM GPUs (typically 85-92% of the data-sheet number).
   double memory_efficiency = 0.90;
+  /// Kernel style of the memory-bound ops (see KernelStyle); option `kernel_style`.
+  KernelStyle kernel_style = KernelStyle::kRoofline;
+  /// Achieved bytes per ns (GB/s) of each MemOpClass under kernel_style fused / eager, from
+  /// measured kernels (calibrated_defaults(); sources in costmodel/src/analytic.cpp); 0 = no
+  /// measurement (roofline).
+  std::array<double, static_cast<size_t>(MemOpClass::kCount)> op_GBps{};
   /// Output tile of a GEMM CTA: 128x128 is the common CUTLASS/cuBLAS Hopper BF16 tile.
   int gemm_tile_m = 128;
   int gemm_tile_n = 128;

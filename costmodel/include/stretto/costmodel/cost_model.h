@@ -48,6 +48,12 @@ struct ComputeQuery {
   GemmShape gemm;        // already divided by the TP degree where the op is split
   double flops = 0;      // for this pass, this instance (after TP split)
   int64_t bytes = 0;     // HBM traffic for this pass, this instance
+  // Of `bytes` in a B pass: the weight-gradient (BW) part, so a kernel that computes both
+  // gradients in one sweep over its inputs can leave it out (fused norms). 0 otherwise.
+  int64_t bw_bytes = 0;
+  // The op's parameter bytes on this instance (after the TP split): the dense gradient an
+  // embedding backward writes over vocab x hidden.
+  int64_t param_bytes = 0;
   DType dtype = DType::kBF16;
   int tp = 1;
   // region bookkeeping for the fixed model
