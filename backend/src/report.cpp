@@ -439,6 +439,12 @@ Json result_json(const CompiledPlan& cp, const ReplayResult& r, const sim::Resul
     c["loss"] = r.check->loss;
     c["reference_loss"] = r.check->reference_loss;
     c["params_compared"] = r.check->params.size();
+    c["optimizer"] = r.check->optimizer;
+    c["grad_clip"] = r.check->grad_clip;
+    c["weights_compared"] = r.check->weights.size();
+    c["max_abs_diff_weights"] = r.check->max_abs_diff_weights;
+    c["max_rel_diff_weights"] = r.check->max_rel_diff_weights;
+    c["worst_weight"] = r.check->worst_weight;
     c["unmatched"] = r.check->unmatched;
     j["check"] = std::move(c);
   }
@@ -492,6 +498,11 @@ std::string result_table(const CompiledPlan& cp, const ReplayResult& r, const si
         "{:.3g}, max rel diff {:.3g} (tolerance {:.0e}; worst {})\n",
         c.passed ? "PASSED" : "FAILED", c.params.size(), c.max_abs_diff, c.max_rel_diff,
         c.tolerance, c.worst_param);
+    o += fmt::format(
+        "               {} parameters after the {} step{}, max abs diff {:.3g}, max rel diff "
+        "{:.3g} of the update (worst {})\n",
+        c.weights.size(), c.optimizer, c.grad_clip ? " (gradients clipped)" : "",
+        c.max_abs_diff_weights, c.max_rel_diff_weights, c.worst_weight);
     o += fmt::format("               loss {:.6f}, reference {:.6f}\n", c.loss, c.reference_loss);
     for (const auto& u : c.unmatched) o += fmt::format("               unmatched: {}\n", u);
   }

@@ -158,6 +158,7 @@ class RankRun {
   std::vector<std::pair<int64_t, int64_t>> owned_;  // op-flat range this rank updates
   std::vector<std::vector<at::Tensor>> adam_m_, adam_v_;
   std::vector<char> stepped_;
+  std::vector<char> synced_;  // per op: a ZeRO-1/2 all-gather wrote every shard's step this step
   int adam_t_ = 0;
   // Plan ops of the merged compiler: forwards recomputed on this device (per (op, mb) key),
   // and gradient clipping (the global norm from the kGradNorm all-reduce scales the step).
@@ -165,7 +166,6 @@ class RankRun {
   std::vector<int64_t> copies_of_op_;  // devices computing each op (for the global norm)
   std::vector<int64_t> zero_shards_;   // ZeRO reduce-scatter group of each op (1: none)
   double clip_scale_ = 1;
-  static constexpr double kMaxGradNorm = 1.0;  // Megatron-LM's --clip-grad default
   // per (op, mb)
   std::vector<at::Tensor> val_, grad_acc_, pending_out_, ep_in_, ep_dy_;
   std::vector<std::vector<at::Tensor>> pending_dx_;
@@ -429,6 +429,7 @@ void RankRun::setup() {
   ctx_.assign(keys, {});
   saved_inputs_.assign(keys, {});
   stepped_.assign(nops, 0);
+  synced_.assign(nops, 0);
   setup_plan_ops();
 }
 
@@ -451,11 +452,7 @@ void RankRun::setup_plan_ops() {
         n.comm == CommKind::kReduceScatter)
       for (uint32_t b : bucket_of_node_[o.node]) zero_shards_[b] = static_cast<int64_t>(o.group.size());
   }
-  // A plan with an `optimizer` names the step the compiler scheduled: Adam or SGD.
-  if (cp_.plan.optimizer.given)
-    opt_.optimizer = cp_.plan.optimizer.kind == OptimizerSpec::Kind::kSgd    ? Optimizer::kSgd
-                     : cp_.plan.optimizer.kind == OptimizerSpec::Kind::kAdam ? Optimizer::kAdam
-                                                                              : Optimizer::kNone;
+  opt_.optimizer = step_optimizer(cp_, opt_);
 }
 
 at::Tensor RankRun::local_grad_sq_norm() const {
@@ -546,6 +543,9 @@ void RankRun::write_grads(uint32_t o, const at::Tensor& flat, int64_t keep_begin
 void RankRun::optimizer_step(uint32_t o) {
   if (stepped_[o] || params_[o].empty() || opt_.optimizer == Optimizer::kNone) return;
   stepped_[o] = 1;
+  // Fault "skip-step" (tests): this rank leaves model op `fault_op`'s shard unstepped, which
+  // --check must notice in the parameters (the gradients stay right).
+  if (opt_.fault_kind == "skip-step" && me_ == opt_.fault_rank && o == opt_.fault_op) return;
   at::NoGradGuard ng;
   const auto [ob, oe] = owned_[o];
   int64_t off = 0;
@@ -722,7 +722,7 @@ void RankRun::finish_forward(uint32_t o, int mb, const at::Tensor& t) {
 
 void RankRun::fault_check() {
   if (me_ != opt_.fault_rank || op_counter_ != opt_.fault_op) return;
-  if (opt_.fault_kind == "drop") return;  // applied in finalize()
+  if (opt_.fault_kind == "drop" || opt_.fault_kind == "skip-step") return;  // finalize, optimizer_step
   if (opt_.fault_kind == "hang") {
     for (;;) ::pause();
   }
@@ -1097,6 +1097,7 @@ void RankRun::finalize(size_t i) {
         std::vector<at::Tensor> chunks;
         for (int64_t q = 0; q < R; ++q) chunks.push_back(gather_out_[i][q].narrow(0, off, c));
         write_params(o, at::cat(chunks).narrow(0, 0, n_o));
+        if (n.purpose == CommPurpose::kParamSync) synced_[o] = 1;  // every shard's step is here
         off += c;
       }
       mem_.add(n.purpose == CommPurpose::kParamGather ? kGathered : kCommBuf,
@@ -1151,6 +1152,7 @@ void RankRun::step(bool measured, RankResult& rr) {
     for (auto& p : ps) p.grad.zero_();
   for (auto& s : st_) s = OpState{};
   std::fill(stepped_.begin(), stepped_.end(), 0);
+  std::fill(synced_.begin(), synced_.end(), 0);
   clip_scale_ = 1;
   for (auto* v : {&val_, &grad_acc_, &pending_out_, &ep_in_, &ep_dy_})
     for (auto& t : *v) t = at::Tensor();
@@ -1290,6 +1292,10 @@ RankResult RankRun::run(std::vector<GradDump>* grads) {
         off += n_p;
         const at::Tensor f = p.grad.detach().to(at::kCPU).to(at::kFloat).contiguous().view({-1});
         g.values.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+        g.stepped_begin = synced_[o] ? 0 : g.owned_begin;
+        g.stepped_end = synced_[o] ? n_p : g.owned_end;
+        const at::Tensor w = p.value.detach().to(at::kCPU).to(at::kFloat).contiguous().view({-1});
+        g.weights.assign(w.data_ptr<float>(), w.data_ptr<float>() + w.numel());
         grads->push_back(std::move(g));
       }
     }
@@ -1299,6 +1305,25 @@ RankResult RankRun::run(std::vector<GradDump>* grads) {
 }
 
 }  // namespace
+
+Optimizer step_optimizer(const CompiledPlan& cp, const ReplayOptions& opt) {
+  // A plan with an `optimizer` names the step the compiler scheduled: Adam or SGD.
+  if (!cp.plan.optimizer.given) return opt.optimizer;
+  switch (cp.plan.optimizer.kind) {
+    case OptimizerSpec::Kind::kSgd:
+      return Optimizer::kSgd;
+    case OptimizerSpec::Kind::kAdam:
+      return Optimizer::kAdam;
+    case OptimizerSpec::Kind::kNone:
+      return Optimizer::kNone;
+  }
+  return Optimizer::kNone;
+}
+
+bool clips_gradients(const CompiledPlan& cp) {
+  return cp.plan.optimizer.given && cp.plan.optimizer.grad_clip;
+}
+
 }  // namespace detail
 
 Expected<ReplayResult> run_rank(const CompiledPlan& cp, const RankSpec& spec,

@@ -8,8 +8,11 @@
 
 namespace stretto::backend::detail {
 
-/// A parameter's gradient as a rank holds it after one step (--check): the local tensor (a TP
-/// slice or the whole parameter) and the flat range of it that this rank owns (ZeRO shards).
+/// A parameter as a rank holds it after one step (--check): its gradient and its value after
+/// the optimizer step, each the local tensor (a TP slice or the whole parameter) flattened; the
+/// flat range of the gradient this rank owns (ZeRO-2/3 shards), and the range of the value
+/// that holds the step (this rank's shard, or the whole tensor where a ZeRO-1/2 all-gather
+/// brought every shard's step back).
 struct GradDump {
   std::string name;
   std::vector<int64_t> full_shape;
@@ -17,12 +20,21 @@ struct GradDump {
   int64_t start = 0, length = 0;
   int64_t owned_begin = 0, owned_end = 0;
   std::vector<float> values;  // the local gradient, flattened
+  int64_t stepped_begin = 0, stepped_end = 0;
+  std::vector<float> weights;  // the local parameter after the step, flattened
 };
 
 std::vector<uint8_t> encode_grads(const std::vector<GradDump>& g);
 std::vector<GradDump> decode_grads(const std::vector<uint8_t>& b);
 
-/// Compares the ranks' gradients with a single-process run of the same global batch.
+/// The optimizer a replay steps with: the plan's `optimizer` when it has one, else --optimizer.
+Optimizer step_optimizer(const CompiledPlan& cp, const ReplayOptions& opt);
+/// Whether the step clips gradients to a global norm of kMaxGradNorm (the plan's `grad_clip`).
+bool clips_gradients(const CompiledPlan& cp);
+inline constexpr double kMaxGradNorm = 1.0;  // Megatron-LM's --clip-grad default
+
+/// Compares the ranks' gradients, and their parameters after the optimizer step, with a
+/// single-process run of the same global batch stepped by LibTorch's own optimizer.
 CheckReport check_against_reference(const CompiledPlan& cp, const ReplayOptions& opt,
                                     const std::vector<std::vector<GradDump>>& ranks,
                                     double replayed_loss);

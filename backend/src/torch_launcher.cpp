@@ -1,5 +1,5 @@
-// launch_local (fork + exec one process per device, TCP store hosted here), the gradient check
-// against a single-process reference, and the gradient dump format.
+// launch_local (fork + exec one process per device, TCP store hosted here), the check of
+// gradients and stepped parameters against a single-process reference, and their dump format.
 #include <dirent.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -10,13 +10,19 @@
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/types.h>  // before clip_grad.h, which uses torch::Tensor without it
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "stretto/backend/replay.h"
@@ -69,8 +75,11 @@ std::vector<uint8_t> encode_grads(const std::vector<GradDump>& g) {
                  {"length", d.length},
                  {"owned_begin", d.owned_begin},
                  {"owned_end", d.owned_end},
-                 {"n", d.values.size()}});
-    floats += d.values.size();
+                 {"n", d.values.size()},
+                 {"stepped_begin", d.stepped_begin},
+                 {"stepped_end", d.stepped_end},
+                 {"n_weights", d.weights.size()}});
+    floats += d.values.size() + d.weights.size();
   }
   const std::string hs = h.dump();
   std::vector<uint8_t> out(8 + hs.size() + floats * sizeof(float));
@@ -78,10 +87,11 @@ std::vector<uint8_t> encode_grads(const std::vector<GradDump>& g) {
   std::memcpy(out.data(), &len, 8);
   std::memcpy(out.data() + 8, hs.data(), hs.size());
   size_t off = 8 + hs.size();
-  for (const auto& d : g) {
-    std::memcpy(out.data() + off, d.values.data(), d.values.size() * sizeof(float));
-    off += d.values.size() * sizeof(float);
-  }
+  for (const auto& d : g)
+    for (const auto* v : {&d.values, &d.weights}) {
+      std::memcpy(out.data() + off, v->data(), v->size() * sizeof(float));
+      off += v->size() * sizeof(float);
+    }
   return out;
 }
 
@@ -102,27 +112,36 @@ std::vector<GradDump> decode_grads(const std::vector<uint8_t>& b) {
     d.length = e.at("length").get<int64_t>();
     d.owned_begin = e.at("owned_begin").get<int64_t>();
     d.owned_end = e.at("owned_end").get<int64_t>();
-    const size_t n = e.at("n").get<size_t>();
-    if (off + n * sizeof(float) > b.size()) break;
+    d.stepped_begin = e.at("stepped_begin").get<int64_t>();
+    d.stepped_end = e.at("stepped_end").get<int64_t>();
+    const size_t n = e.at("n").get<size_t>(), nw = e.at("n_weights").get<size_t>();
+    if (off + (n + nw) * sizeof(float) > b.size()) break;
     d.values.resize(n);
     std::memcpy(d.values.data(), b.data() + off, n * sizeof(float));
     off += n * sizeof(float);
+    d.weights.resize(nw);
+    std::memcpy(d.weights.data(), b.data() + off, nw * sizeof(float));
+    off += nw * sizeof(float);
     out.push_back(std::move(d));
   }
   return out;
 }
 
-CheckReport check_against_reference(const CompiledPlan& cp, const ReplayOptions& opt,
-                                    const std::vector<std::vector<GradDump>>& ranks,
-                                    double replayed_loss) {
-  CheckReport rep;
-  rep.loss = replayed_loss;
+namespace {
+
+// The single-process reference: the plan's global batch (every replica's microbatches) through
+// the whole model without any parallelism. Gradients and initial parameters by name.
+struct Reference {
+  std::map<std::string, at::Tensor> grad, before;
+  double loss = 0;
+};
+
+Reference run_reference(const CompiledPlan& cp, const ReplayOptions& opt) {
+  Reference ref;
   TorchModel model(cp, opt.seed, at::TensorOptions().dtype(at::kFloat));
   const auto& ops = cp.model.ops;
   std::vector<std::vector<Param>> params(ops.size());
-  std::map<std::string, at::Tensor> by_name;
   for (uint32_t o = 0; o < ops.size(); ++o) params[o] = model.make_params(o, OpPlacement{});
-  // The global batch: every replica of the loss op, every microbatch.
   int R = 1;
   for (const Node& n : cp.dag.nodes)
     if (n.kind == NodeKind::kCompute && n.tags.pass == Pass::kF && model.is_last(n.op)) {
@@ -131,7 +150,6 @@ CheckReport check_against_reference(const CompiledPlan& cp, const ReplayOptions&
     }
   const int M = std::max(1, cp.num_microbatches);
   const double scale = 1.0 / (static_cast<double>(R) * M);
-  double loss_sum = 0;
   for (int r = 0; r < R; ++r)
     for (int mb = 0; mb < M; ++mb) {
       std::vector<at::Tensor> val(ops.size());
@@ -146,75 +164,203 @@ CheckReport check_against_reference(const CompiledPlan& cp, const ReplayOptions&
         val[o] = v;
         if (model.is_last(o)) loss = v;
       }
-      loss_sum += loss.item<double>();
+      ref.loss += loss.item<double>();
       torch::autograd::backward({loss});
     }
-  rep.reference_loss = loss_sum;
-  for (uint32_t o = 0; o < ops.size(); ++o)
-    for (auto& p : params[o]) {
-      at::Tensor g = p.value.grad();
-      by_name[p.slice.name] = g.defined() ? g.detach() : at::zeros_like(p.value).detach();
+  for (auto& ps : params)
+    for (auto& p : ps) {
+      const at::Tensor g = p.value.grad();
+      ref.grad[p.slice.name] = g.defined() ? g.detach().clone() : at::zeros_like(p.value).detach();
+      ref.before[p.slice.name] = p.value.detach().clone();
     }
+  return ref;
+}
+
+// LibTorch's own step on full tensors: clip_grad_norm_ (the plan's `grad_clip`), then
+// torch::optim with PyTorch's defaults (SGD without momentum; Adam's betas 0.9, 0.999 and eps
+// 1e-8; no weight decay), the step the replay takes (the plan's `optimizer`, else --optimizer).
+std::map<std::string, at::Tensor> libtorch_step(const CompiledPlan& cp, const ReplayOptions& opt,
+                                                const std::map<std::string, at::Tensor>& params,
+                                                const std::map<std::string, at::Tensor>& grads) {
+  std::map<std::string, at::Tensor> out;
+  std::vector<at::Tensor> leaves;
+  for (const auto& [name, p] : params) {
+    at::Tensor w = p.clone().set_requires_grad(true);
+    w.mutable_grad() = grads.at(name).clone();
+    out[name] = w;
+    leaves.push_back(w);
+  }
+  if (clips_gradients(cp)) torch::nn::utils::clip_grad_norm_(leaves, kMaxGradNorm);
+  switch (step_optimizer(cp, opt)) {
+    case Optimizer::kSgd:
+      torch::optim::SGD(leaves, torch::optim::SGDOptions(opt.lr)).step();
+      break;
+    case Optimizer::kAdam:
+      torch::optim::Adam(leaves, torch::optim::AdamOptions(opt.lr)).step();
+      break;
+    case Optimizer::kNone:
+      break;
+  }
+  for (auto& [name, w] : out) w = w.detach();
+  return out;
+}
+
+// The elements of the reference tensor that the flat range [begin, end) of a rank's local
+// tensor holds (`d` names the TP slice), as flat indices.
+at::Tensor flat_indices(const GradDump& d, const at::Tensor& ref, int64_t begin, int64_t end) {
+  at::Tensor idx = at::arange(ref.numel(), at::kLong).view(ref.sizes());
+  if (d.dim >= 0) idx = idx.narrow(d.dim, d.start, d.length);
+  return idx.contiguous().view({-1}).narrow(0, begin, end - begin);
+}
+
+// Which elements of every reference parameter some rank's values were compared with.
+class Coverage {
+ public:
+  explicit Coverage(const std::map<std::string, at::Tensor>& ref) {
+    for (const auto& [name, t] : ref) seen_[name] = at::zeros({t.numel()}, at::kBool);
+  }
+  void mark(const std::string& name, const at::Tensor& flat_idx) {
+    seen_.at(name).index_fill_(0, flat_idx, true);
+  }
+  // "name: k of n elements" for every parameter not fully compared.
+  void report(const char* what, std::vector<std::string>& out) const {
+    for (const auto& [name, s] : seen_) {
+      const int64_t missed = s.numel() - s.sum().item<int64_t>();
+      if (missed > 0)
+        out.push_back(fmt::format("{}: {} of its {} {} were compared on no device", name, missed,
+                                  s.numel(), what));
+    }
+  }
+
+ private:
+  std::map<std::string, at::Tensor> seen_;
+};
+
+// One rank's values of a parameter (its local tensor, flattened) over [begin, end), against
+// the same elements of the reference, relative to the reference's largest |x - base| there
+// (`base` zero for gradients; the initial parameters for stepped ones: relative to the update),
+// after `ulps` x |x| of float rounding. A rank's tensor that matches no parameter or slice of
+// the reference is refused (a line in `unmatched`), not skipped: a skipped parameter would
+// pass unchecked.
+std::optional<GradCheck> compare(const GradDump& d, size_t rank, const char* what,
+                                 const std::vector<float>& values, int64_t begin, int64_t end,
+                                 at::Tensor ref, at::Tensor base, double floor, double ulps,
+                                 std::vector<std::string>& unmatched) {
+  const int64_t full = d.dim >= 0 && d.dim < ref.dim() ? ref.size(d.dim) : 0;
+  const bool in_shape = d.dim < ref.dim() && (d.dim < 0 || (d.start >= 0 && d.length >= 0 &&
+                                                             d.start + d.length <= full));
+  if (!in_shape) {
+    unmatched.push_back(fmt::format(
+        "{} on device {}: slice [{}, +{}) of dimension {} is outside the reference's shape", d.name,
+        rank, d.start, d.length, d.dim));
+    return std::nullopt;
+  }
+  if (d.dim >= 0) ref = ref.narrow(d.dim, d.start, d.length), base = base.narrow(d.dim, d.start, d.length);
+  ref = ref.contiguous().view({-1});
+  base = base.contiguous().view({-1});
+  if (static_cast<int64_t>(values.size()) != ref.numel() || begin < 0 || end > ref.numel() ||
+      begin > end) {
+    unmatched.push_back(fmt::format("{} on device {}: {} {} (range [{}, {})), the reference's slice has {}",
+                                    d.name, rank, values.size(), what, begin, end, ref.numel()));
+    return std::nullopt;
+  }
+  const at::Tensor mine =
+      at::from_blob(const_cast<float*>(values.data()), {static_cast<int64_t>(values.size())},
+                    at::TensorOptions().dtype(at::kFloat))
+          .narrow(0, begin, end - begin);
+  const at::Tensor b = base.narrow(0, begin, end - begin);
+  const at::Tensor refp = ref.narrow(0, begin, end - begin);
+  GradCheck gc;
+  gc.param = d.name;
+  gc.device = static_cast<int>(rank);
+  gc.elements = end - begin;
+  if (gc.elements == 0) return gc;
+  // Both runs round their result to float: up to one unit in the last place of |x| apart
+  // without any error (a parameter's update is small against the parameter it is added to).
+  const at::Tensor diff = ((mine - refp).abs() - ulps * refp.abs()).clamp_min(0);
+  gc.max_abs_diff = diff.max().item<double>();
+  const double scale_ref = std::max((refp - b).abs().max().item<double>(), floor);
+  gc.max_rel_diff = scale_ref > 0 ? gc.max_abs_diff / scale_ref : gc.max_abs_diff;
+  return gc;
+}
+
+}  // namespace
+
+CheckReport check_against_reference(const CompiledPlan& cp, const ReplayOptions& opt,
+                                    const std::vector<std::vector<GradDump>>& ranks,
+                                    double replayed_loss) {
+  CheckReport rep;
+  rep.loss = replayed_loss;
+  const Reference ref = run_reference(cp, opt);
+  rep.reference_loss = ref.loss;
+  rep.optimizer = std::array{"sgd", "adam", "none"}[static_cast<int>(step_optimizer(cp, opt))];
+  rep.grad_clip = clips_gradients(cp);
   // fp32 everywhere (CPU, or fp32 plans on GPU): agreement to float rounding. bf16/fp16 on
   // GPU: to that precision.
   // A gradient that is zero analytically (a key bias: softmax ignores a per-query constant) is
   // float rounding noise in both runs: relative differences are taken against at least 1e-3 of
-  // the model's largest gradient, not against that noise.
-  double global_scale = 0;
-  for (const auto& [name, g] : by_name) global_scale = std::max(global_scale, g.abs().max().item<double>());
+  // the model's largest gradient (largest update, for parameters), not against that noise.
   const bool low_precision = opt.device == DeviceKind::kCuda && cp.model.dtype != DType::kFP32;
   rep.tolerance = low_precision ? 5e-2 : 1e-4;
+  double grad_floor = 0;
+  for (const auto& [name, g] : ref.grad) grad_floor = std::max(grad_floor, 1e-3 * g.abs().max().item<double>());
+  auto record = [](GradCheck&& gc, std::vector<GradCheck>& list, double& max_rel, double& max_abs,
+                   std::string& worst) {
+    if (gc.elements == 0) return;
+    if (gc.max_rel_diff >= max_rel) {
+      max_rel = gc.max_rel_diff;
+      worst = fmt::format("{} on device {}", gc.param, gc.device);
+    }
+    max_abs = std::max(max_abs, gc.max_abs_diff);
+    list.push_back(std::move(gc));
+  };
+  // Gradients, and the replayed gradient assembled from every rank's owned part.
+  std::map<std::string, at::Tensor> replayed;
+  for (const auto& [name, g] : ref.grad) replayed[name] = at::zeros_like(g);
+  Coverage grads_seen(ref.grad), weights_seen(ref.grad);
   for (size_t rank = 0; rank < ranks.size(); ++rank)
     for (const auto& d : ranks[rank]) {
-      // A gradient the reference cannot be matched with fails the check (it is not skipped:
-      // a skipped parameter would pass unchecked).
-      auto it = by_name.find(d.name);
-      if (it == by_name.end()) {
+      auto it = ref.grad.find(d.name);
+      if (it == ref.grad.end()) {
         rep.unmatched.push_back(fmt::format(
             "{} on device {}: no parameter of that name in the reference", d.name, rank));
         continue;
       }
-      at::Tensor ref = it->second;
-      const int64_t full = d.dim >= 0 && d.dim < ref.dim() ? ref.size(d.dim) : 0;
-      const bool in_shape =
-          d.dim < ref.dim() &&
-          (d.dim < 0 || (d.start >= 0 && d.length >= 0 && d.start + d.length <= full));
-      if (!in_shape) {
-        rep.unmatched.push_back(fmt::format(
-            "{} on device {}: slice [{}, +{}) of dimension {} is outside the reference's shape",
-            d.name, rank, d.start, d.length, d.dim));
-        continue;
-      }
-      if (d.owned_end <= d.owned_begin) continue;  // this rank owns none of it (a ZeRO shard)
-      if (d.dim >= 0) ref = ref.narrow(d.dim, d.start, d.length);
-      ref = ref.contiguous().view({-1});
-      if (static_cast<int64_t>(d.values.size()) != ref.numel() || d.owned_begin < 0 ||
-          d.owned_end > ref.numel()) {
-        rep.unmatched.push_back(fmt::format(
-            "{} on device {}: {} values (owned [{}, {})), the reference's slice has {}", d.name,
-            rank, d.values.size(), d.owned_begin, d.owned_end, ref.numel()));
-        continue;
-      }
-      const at::Tensor mine =
-          at::from_blob(const_cast<float*>(d.values.data()), {static_cast<int64_t>(d.values.size())},
-                        at::TensorOptions().dtype(at::kFloat))
-              .narrow(0, d.owned_begin, d.owned_end - d.owned_begin);
-      const at::Tensor refp = ref.narrow(0, d.owned_begin, d.owned_end - d.owned_begin);
-      GradCheck gc;
-      gc.param = d.name;
-      gc.device = static_cast<int>(rank);
-      gc.elements = mine.numel();
-      gc.max_abs_diff = (mine - refp).abs().max().item<double>();
-      const double scale_ref = std::max(refp.abs().max().item<double>(), 1e-3 * global_scale);
-      gc.max_rel_diff = scale_ref > 0 ? gc.max_abs_diff / scale_ref : gc.max_abs_diff;
-      if (gc.max_rel_diff >= rep.max_rel_diff) {
-        rep.max_rel_diff = gc.max_rel_diff;
-        rep.worst_param = fmt::format("{} on device {}", d.name, rank);
-      }
-      rep.max_abs_diff = std::max(rep.max_abs_diff, gc.max_abs_diff);
-      rep.params.push_back(std::move(gc));
+      auto g = compare(d, rank, "gradient values", d.values, d.owned_begin, d.owned_end,
+                       it->second, at::zeros_like(it->second), grad_floor, 0, rep.unmatched);
+      if (!g) continue;
+      const at::Tensor idx = flat_indices(d, it->second, d.owned_begin, d.owned_end);
+      grads_seen.mark(d.name, idx);
+      replayed.at(d.name).view({-1}).index_put_(
+          {idx}, at::tensor(at::ArrayRef<float>(d.values)).narrow(0, d.owned_begin,
+                                                                  d.owned_end - d.owned_begin));
+      record(std::move(*g), rep.params, rep.max_rel_diff, rep.max_abs_diff, rep.worst_param);
     }
-  rep.passed = !rep.params.empty() && rep.unmatched.empty() && rep.max_rel_diff <= rep.tolerance &&
+  grads_seen.report("gradient elements", rep.unmatched);
+  // Parameters after the step, against LibTorch's optimizer stepping the initial parameters
+  // with the gradients the replay reduced (compared above with the reference's): Adam divides
+  // by |g|, so a gradient that is float noise in both runs would give the reference an update
+  // of unrelated sign. Only when every gradient element was returned.
+  if (rep.unmatched.empty()) {
+    const auto stepped = libtorch_step(cp, opt, ref.before, replayed);
+    double step_floor = 0;
+    for (const auto& [name, w] : stepped)
+      step_floor = std::max(step_floor, 1e-3 * (w - ref.before.at(name)).abs().max().item<double>());
+    constexpr double kFloatUlp = 1.0 / (1 << 23);
+    for (size_t rank = 0; rank < ranks.size(); ++rank)
+      for (const auto& d : ranks[rank]) {
+        auto w = compare(d, rank, "parameter values", d.weights, d.stepped_begin, d.stepped_end,
+                         stepped.at(d.name), ref.before.at(d.name), step_floor, kFloatUlp,
+                         rep.unmatched);
+        if (!w) continue;
+        weights_seen.mark(d.name, flat_indices(d, ref.grad.at(d.name), d.stepped_begin, d.stepped_end));
+        record(std::move(*w), rep.weights, rep.max_rel_diff_weights, rep.max_abs_diff_weights,
+               rep.worst_weight);
+      }
+    weights_seen.report("stepped parameter elements", rep.unmatched);
+  }
+  rep.passed = !rep.params.empty() && !rep.weights.empty() && rep.unmatched.empty() &&
+               rep.max_rel_diff <= rep.tolerance && rep.max_rel_diff_weights <= rep.tolerance &&
                std::abs(rep.loss - rep.reference_loss) <=
                    rep.tolerance * std::max(1.0, std::abs(rep.reference_loss));
   return rep;
@@ -400,6 +546,14 @@ Expected<ReplayResult> launch_local(const CompiledPlan& cp, const ReplayOptions&
         if (alive[r])
           notes.push_back(fmt::format("rank {} was stopped by the launcher (last op: {})", r,
                                       read_status(dir, r)));
+      // How long the group ran on without progress before it was stopped (a rank's --timeout,
+      // then the grace period), as polled here: what a stuck run costs.
+      if (!interrupted)
+        notes.push_back(fmt::format(
+            "the group was stopped {:.2f} s after a rank last made progress (--timeout {:.0f} s, "
+            "then {:.0f} s of grace)",
+            std::chrono::duration<double>(now - last_progress).count(), opt.timeout_ms / 1000.0,
+            grace.count() / 1000.0));
       killed = true;
       kill_all(SIGKILL);
     }

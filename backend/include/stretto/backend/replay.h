@@ -52,8 +52,9 @@ struct ReplayOptions {
   Optimizer optimizer = Optimizer::kSgd;
   double lr = 1e-3;
   uint64_t seed = 1234;  ///< parameters and synthetic data
-  /// --check: one step, then every parameter's gradient (after the DP reduction) is compared
-  /// with a single-process run of the same global batch without any parallelism.
+  /// --check: one step, then every parameter's gradient (after the DP reduction) and its value
+  /// after the optimizer step are compared with a single-process run of the same global batch
+  /// without any parallelism, stepped by LibTorch's optimizer.
   bool check = false;
   /// Keep every op's times (per-op durations, traces). Off, only step times and metrics.
   bool record_ops = true;
@@ -67,8 +68,8 @@ struct ReplayOptions {
   int threads = 1;
   /// Tests only: rank `fault_rank` fails at its `fault_op`-th op (0-based, counted over the
   /// whole run) -- `fault_kind` "crash" (abort), "kill" (SIGKILL), "exit" (exit 7) or "hang"
-  /// (sleeps forever) -- or, with "drop", loses the `fault_op`-th data it receives (--check
-  /// must then fail).
+  /// (sleeps forever) -- or, with "drop", loses the `fault_op`-th data it receives, or, with
+  /// "skip-step", leaves its shard of model op `fault_op` unstepped (--check must then fail).
   int fault_rank = -1;
   int64_t fault_op = -1;
   std::string fault_kind = "crash";
@@ -117,23 +118,34 @@ struct DeviceReport {
 };
 
 /// One parameter's gradient compared with the single-process reference (--check).
+/// One parameter on one device compared with the reference: its gradient, or its update
+/// (value after the optimizer step minus the initial value).
 struct GradCheck {
   std::string param;  ///< "layer3.mlp.up.weight"
   int device = 0;
   int64_t elements = 0;      ///< compared elements (a ZeRO shard or TP slice compares its part)
-  double max_abs_diff = 0;   ///< max |g - g_ref|
-  double max_rel_diff = 0;   ///< max |g - g_ref| / max |g_ref| over the parameter
+  double max_abs_diff = 0;   ///< max |x - x_ref|
+  double max_rel_diff = 0;   ///< max |x - x_ref| / max |x_ref| over the parameter
 };
 
 struct CheckReport {
-  std::vector<GradCheck> params;
+  std::vector<GradCheck> params;  ///< gradients after the DP reduction
   double max_abs_diff = 0, max_rel_diff = 0;
   std::string worst_param;
-  double tolerance = 1e-4;  ///< max_rel_diff must not exceed it
+  /// Parameters after the optimizer step (this rank's ZeRO shard, or the whole tensor once a
+  /// ZeRO-1/2 all-gather brought every shard back), against LibTorch's optimizer stepping the
+  /// reference; differences relative to the reference's update.
+  std::vector<GradCheck> weights;
+  double max_abs_diff_weights = 0, max_rel_diff_weights = 0;
+  std::string worst_weight;
+  std::string optimizer;   ///< "sgd", "adam" or "none": the step both took
+  bool grad_clip = false;  ///< both clipped gradients to a global norm of 1 first
+  double tolerance = 1e-4;  ///< max_rel_diff and max_rel_diff_weights must not exceed it
   bool passed = false;
   double loss = 0, reference_loss = 0;  ///< the step's summed loss, replayed and reference
-  /// Gradients a rank returned that match no parameter (or no slice) of the reference: each
-  /// fails the check, with what did not match.
+  /// What could not be matched, each failing the check: a gradient or parameter a rank
+  /// returned that matches no parameter (or no slice) of the reference, and elements of a
+  /// reference parameter that no device's gradient or stepped value was compared with.
   std::vector<std::string> unmatched;
 };
 
