@@ -1,4 +1,5 @@
-// `stretto simulate PLAN [--trace FILE] [--format table|json] [--critical-path[=full]] [--fold-replicas]`
+// `stretto simulate PLAN [--trace FILE] [--format table|json] [--critical-path[=full]] [--fold-replicas]
+//   [--granularity op|pass]`
 // `stretto export chrome PLAN [-o FILE]`
 #include <fmt/format.h>
 #include <unistd.h>
@@ -179,6 +180,7 @@ bool parse_window(const std::string& text, sim::SimTime& begin, sim::SimTime& en
 void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out) {
   struct Opts {
     std::string plan, trace, format, output, trace_devices, trace_window, critical;
+    std::string granularity = "op";
     bool fold = false, timeline = false, timeline_streams = false;
     bool fail_over_capacity = false;
     int timeline_width = 0;
@@ -201,6 +203,11 @@ void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out) {
       ->check(CLI::IsMember({"summary", "full"}));
   cmd->add_flag("--fold-replicas", o->fold,
                 "Simulate one of each group of identical data-parallel replicas");
+  cmd->add_option("--granularity", o->granularity,
+                  "op (default: every op is an engine task) or pass (a region pass's "
+                  "consecutive ops are one task: equal under fixed costs, faster, approximate "
+                  "under interference; docs/semantics.md)")
+      ->check(CLI::IsMember({"op", "pass"}));
   cmd->add_flag("--timeline", o->timeline,
                 "Draw the step in the terminal: a row per device, time left to right");
   cmd->add_flag("--timeline-streams", o->timeline_streams,
@@ -240,6 +247,7 @@ void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out) {
          }
          sim::SimOptions so;
          so.fold_replicas = o->fold;
+         so.granularity = *sim::parse_granularity(o->granularity);  // (checked by the option)
          if (tty_err) {
            // one status line, rewritten in place when the phase or the whole percent changes
            so.progress = [plan = o->plan, last = std::string()](std::string_view phase,

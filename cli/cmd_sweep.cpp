@@ -241,6 +241,7 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
     std::vector<std::string> merge_in;
     // search
     std::string plan, emit, search_format;
+    std::string search_granularity = "pass";
     int devices = 0;
     double cap = 0, budget = 60;
   };
@@ -357,6 +358,10 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
       ->check(finite_number("--budget", "seconds"));
   s->add_option("-j,--jobs", o->jobs, "Worker threads (default: all cores)")
       ->check(CLI::Range(1, 1024));
+  s->add_option("--granularity", o->search_granularity,
+                "Engine tasks of the search's rounds: pass (default: a region pass's ops are "
+                "one task) or op; the finalists are simulated again at op granularity")
+      ->check(CLI::IsMember({"op", "pass"}));
   s->add_option("--emit", o->emit, "Write the best plan to FILE");
   s->add_option("--format", o->search_format, "table (default on a terminal) or json")
       ->check(CLI::IsMember({"table", "json"}));
@@ -369,6 +374,7 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
                    so.devices = o->devices;
                    so.memory_cap_GiB = o->cap;
                    so.budget_s = o->budget;
+                   so.granularity = *sim::parse_granularity(o->search_granularity);  // (checked)
                    so.jobs = o->jobs > 0 ? o->jobs : hw;
                    const bool tty = isatty(STDERR_FILENO) != 0;
                    if (tty)
@@ -395,10 +401,12 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
                    t += fmt::format(
                        "searched {} plans for {} devices (global batch {} sequences): estimated {} "
                        "in {:.2f} s ({:.0f}/s), {} over the memory cap by estimate, simulated {} "
-                       "in {:.1f} s ({} batches after the first; {} invalid, {} over the cap)\n",
+                       "in {:.1f} s ({} batches after the first; {} invalid, {} over the cap; "
+                       "at {} granularity, {} finalists again at op granularity)\n",
                        r->space, o->devices, r->global_batch, r->estimated, r->estimate_s,
                        r->estimates_per_s, r->over_memory, r->simulated, r->simulate_s,
-                       r->batches, r->invalid, r->infeasible);
+                       r->batches, r->invalid, r->infeasible, sim::granularity_name(r->granularity),
+                       r->finalists);
                    if (!r->best) {
                      t += "no simulated candidate fits; raise --memory-cap or --budget\n";
                      write_output("", t);

@@ -57,11 +57,12 @@ ModelFacts facts(const Json& base) {
 // Runs the points through the simulator (as a sweep into an in-memory database) with a budget.
 std::vector<PointResult> simulate_points(const Json& base, const std::string& base_dir,
                                          double cap, const std::vector<Json>& params, int jobs,
-                                         double budget_s) {
+                                         double budget_s, sim::Granularity granularity) {
   SweepSpec spec;
   spec.base = base;
   spec.base_dir = base_dir;
   spec.memory_cap_GiB = cap;
+  spec.granularity = granularity;
   spec.canonical = {{"base", base}, {"search", true}};
   spec.hash = stable_hash(spec.canonical);
   Grid g;
@@ -185,6 +186,8 @@ Json search_json(const SearchResult& r, int devices) {
             {"over_memory_by_estimate", r.over_memory},
             {"simulated", r.simulated},
             {"extra_batches", r.batches},
+            {"granularity", sim::granularity_name(r.granularity)},
+            {"finalists_at_op_granularity", r.finalists},
             {"invalid", r.invalid},
             {"infeasible", r.infeasible},
             {"estimate_s", r.estimate_s},
@@ -204,6 +207,7 @@ Expected<SearchResult> search(const Json& base, const std::string& base_dir,
                               const SearchOptions& opt) {
   const auto t0 = Clock::now();
   SearchResult res;
+  res.granularity = opt.granularity;
   // Size the base cluster to N devices so the estimate sees the right topology.
   auto space = search_space(base, opt);
   if (!space) return fail(std::move(space).error());
@@ -274,7 +278,8 @@ Expected<SearchResult> search(const Json& base, const std::string& base_dir,
   if (opt.progress)
     opt.progress(fmt::format("simulating {} candidates on {} threads ...", pick.size(), opt.jobs));
   const auto ts = Clock::now();
-  res.results = simulate_points(base, base_dir, cap, pick, opt.jobs, opt.budget_s);
+  res.results =
+      simulate_points(base, base_dir, cap, pick, opt.jobs, opt.budget_s, opt.granularity);
   // Then further down the estimate's ranking, a batch at a time, until `patience` batches in a
   // row find no faster feasible plan or the budget is spent (the estimate ranks some families
   // and layouts too low; this walks past them).
@@ -298,7 +303,7 @@ Expected<SearchResult> search(const Json& base, const std::string& base_dir,
       opt.progress(fmt::format("simulating {} more candidates (best so far {:.3f} ms) ...",
                                batch.size(), best));
     auto more = simulate_points(base, base_dir, cap, batch, opt.jobs,
-                                opt.budget_s - since_s(ts));
+                                opt.budget_s - since_s(ts), opt.granularity);
     const double b = best_of(more);
     res.results.insert(res.results.end(), more.begin(), more.end());
     ++res.batches;
@@ -309,9 +314,39 @@ Expected<SearchResult> search(const Json& base, const std::string& base_dir,
       ++idle;
     }
   }
+  // The finalists and the defaults again at op granularity (not bounded by the budget: they
+  // are few, and the answer must be op granularity's), replacing their earlier rows.
+  size_t exact_rows = res.results.size();  // rows simulated at op granularity, first
+  if (opt.granularity != sim::Granularity::kOp) {
+    std::vector<Json> again;
+    for (size_t i : top_n(res.results, opt.finalists)) again.push_back(res.results[i].params);
+    for (const auto& r : res.results)
+      if (defaults.count(r.hash) && !std::any_of(again.begin(), again.end(), [&](const Json& p) {
+            return point_hash(p) == r.hash;
+          }))
+        again.push_back(r.params);
+    if (opt.progress)
+      opt.progress(fmt::format("simulating {} finalists at op granularity ...", again.size()));
+    auto exact = simulate_points(base, base_dir, cap, again, opt.jobs, 1e9, sim::Granularity::kOp);
+    res.finalists = exact.size();
+    std::map<std::string, PointResult> by_hash;
+    for (auto& r : exact) by_hash.emplace(r.hash, std::move(r));
+    for (auto& r : res.results)
+      if (auto it = by_hash.find(r.hash); it != by_hash.end()) r = it->second;
+    // Only op-granularity rows may win: the others are ranked after the finalists.
+    exact_rows = static_cast<size_t>(
+        std::stable_partition(res.results.begin(), res.results.end(),
+                              [&](const PointResult& r) { return by_hash.count(r.hash) > 0; }) -
+        res.results.begin());
+  }
   res.simulate_s = since_s(ts);
-  // Fastest feasible first.
+  // Fastest feasible first (the op-granularity rows before the others).
+  const std::vector<PointResult> tail(res.results.begin() + static_cast<ptrdiff_t>(exact_rows),
+                                      res.results.end());
+  res.results.resize(exact_rows);
   std::vector<size_t> order = top_n(res.results, 0);
+  for (size_t i : top_n(tail, 0)) order.push_back(exact_rows + i);
+  res.results.insert(res.results.end(), tail.begin(), tail.end());
   std::vector<PointResult> sorted;
   for (size_t i : order) sorted.push_back(res.results[i]);
   for (const auto& r : res.results) {

@@ -253,11 +253,12 @@ Expected<SweepSpec> finish(SweepSpec spec, const JsonSource& src, const Json& ba
   if (!root.is_object()) return fail(src.error_at("", "a sweep spec is a JSON object"));
   for (const auto& [k, v] : root.items())
     if (k != "base" && k != "axes" && k != "constraints" && k != "sample" &&
-        k != "memory_cap_GiB" && k != "name" && k != "description") {
-      std::string near =
-          nearest(k, {"base", "axes", "constraints", "sample", "memory_cap_GiB", "name"});
+        k != "memory_cap_GiB" && k != "granularity" && k != "name" && k != "description") {
+      std::string near = nearest(
+          k, {"base", "axes", "constraints", "sample", "memory_cap_GiB", "granularity", "name"});
       rd.error("/" + pointer_escape(k), fmt::format("unknown key '{}' in a sweep spec", k),
-               near.empty() ? "keys: base, axes, constraints, sample, memory_cap_GiB, name"
+               near.empty() ? "keys: base, axes, constraints, sample, memory_cap_GiB, "
+                              "granularity, name"
                             : fmt::format("did you mean '{}'?", near),
                true);
     }
@@ -313,6 +314,17 @@ Expected<SweepSpec> finish(SweepSpec spec, const JsonSource& src, const Json& ba
       rd.error("/memory_cap_GiB", "'memory_cap_GiB' must be a positive number");
     else
       spec.memory_cap_GiB = root["memory_cap_GiB"].get<double>();
+  }
+  if (root.contains("granularity")) {
+    const Json& g = root["granularity"];
+    const auto parsed =
+        g.is_string() ? sim::parse_granularity(g.get<std::string>()) : std::nullopt;
+    if (!parsed)
+      rd.error("/granularity", "'granularity' must be \"op\" or \"pass\"",
+               "\"pass\" merges each region pass's ops into one engine task (faster, "
+               "approximate under interference; docs/semantics.md)");
+    else
+      spec.granularity = *parsed;
   }
   if (!diags.empty()) return fail(std::move(diags));
   Json canon = root;

@@ -288,6 +288,7 @@ PointResult evaluate_point(const SweepSpec& spec, const Point& p, EvalCache* cac
     sim::SimOptions so;
     so.fold_replicas = true;
     so.memory_curves = false;
+    so.granularity = spec.granularity;
     auto r = session->simulate(so);
     if (!r) return invalid(r.error());
     out.metrics = result_json_text(session->compiled(), *r, cap);

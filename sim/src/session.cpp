@@ -62,6 +62,11 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
   };
   if (opt.progress) opt.progress("building", 0.0);
   r.program = build_program(cp, cm, r.folded ? &keep : nullptr);
+  // Pass granularity: the engine runs the merged program; op timings are rebuilt from it.
+  std::optional<PassProgram> passes;
+  if (opt.granularity == Granularity::kPass) passes = coarsen_to_passes(cp, r.program);
+  const Program& engine_program = passes ? passes->program : r.program;
+  r.engine_tasks = engine_program.tasks.size();
   r.phases.build_ms = ms_since(t0);
   RunResult run;
   {
@@ -75,7 +80,7 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
                      total > 0 ? static_cast<double>(finished) / static_cast<double>(total) : 1.0);
       };
     }
-    if (auto errs = engine.run_checked(r.program, run, ro); !errs.empty()) {
+    if (auto errs = engine.run_checked(engine_program, run, ro); !errs.empty()) {
       Diagnostic d;
       d.message = "internal error: the engine program is malformed: " + errs.front();
       d.loc.file = cp.plan.file;
@@ -91,13 +96,20 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
     d.message = "the simulation stalled (deadlock at run time); blocked ops:";
     for (size_t i = 0; i < run.stall.blocked_tasks.size() && i < 6; ++i) {
       uint32_t t = run.stall.blocked_tasks[i];
+      if (passes) t = passes->members[passes->member_begin[t]];
       d.message += "\n    " + cp.dag.node_name(r.node_of(t), cp.model);
     }
     d.loc.file = cp.plan.file;
     d.hint = "a send/recv or collective is ordered differently on its peers";
     return fail(std::move(d));
   }
-  r.timing = std::move(run.timing);
+  if (passes) {
+    r.timing = expand_timing(*passes, r.program, run.timing);
+    passes.reset();
+    run.counters = op_counters(r.program, r.timing, opt.memory_curves);
+  } else {
+    r.timing = std::move(run.timing);
+  }
   r.step_time = run.makespan;
   r.events = run.stats.events;
 

@@ -445,6 +445,49 @@ TEST(Points, MetricsTextIsTheResultJson) {
   }
 }
 
+// A spec's "granularity": a point simulated as `stretto simulate --granularity pass` would, part
+// of the spec's hash (a database holds one granularity); anything else is a located diagnostic.
+TEST(Spec, GranularityIsTheSpecsAndReachesThePoints) {
+  auto op = spec_of({{"base", "gpt_pp4_dp2_1f1b.json"}, {"axes", {{"microbatches", {8}}}}});
+  auto pass = spec_of({{"base", "gpt_pp4_dp2_1f1b.json"},
+                       {"axes", {{"microbatches", {8}}}},
+                       {"granularity", "pass"}});
+  ASSERT_TRUE(op && pass);
+  EXPECT_EQ(op->granularity, sim::Granularity::kOp);
+  EXPECT_EQ(pass->granularity, sim::Granularity::kPass);
+  EXPECT_NE(op->hash, pass->hash);
+  Point p{{{"microbatches", 8}}, ""};
+  p.hash = point_hash(p.params);
+  const PointResult a = evaluate_point(*op, p), b = evaluate_point(*pass, p);
+  ASSERT_EQ(a.status, "ok") << a.diagnostic;
+  ASSERT_EQ(b.status, "ok") << b.diagnostic;
+  // What simulate says of the point's plan at each granularity (folded, as a sweep runs it).
+  auto doc = point_plan(op->base, p.params);
+  ASSERT_TRUE(doc);
+  auto plan = parse_plan(JsonSource::from_json(*doc, "point"));
+  ASSERT_TRUE(plan);
+  auto session = sim::Session::from_plan(std::move(*plan), op->base_dir);
+  ASSERT_TRUE(session);
+  for (auto [g, row] : {std::pair{sim::Granularity::kOp, &a}, {sim::Granularity::kPass, &b}}) {
+    sim::SimOptions so;
+    so.fold_replicas = true;
+    so.granularity = g;
+    auto r = session->simulate(so);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(row->step_time_ms, static_cast<double>(r->step_time) / 1e6);
+  }
+  EXPECT_NE(a.step_time_ms, b.step_time_ms);  // (this plan's dispatch costs differ by 0.08 %)
+  auto src = JsonSource::parse(R"({"base": "gpt_pp4_dp2_1f1b.json", "granularity": "coarse"})",
+                               "g.json");
+  ASSERT_TRUE(src);
+  auto bad = parse_spec(*src, STRETTO_EXAMPLES);
+  ASSERT_FALSE(bad);
+  const std::string all = render_all(bad.error());
+  EXPECT_NE(all.find("g.json:1:50 (/granularity): error: 'granularity' must be \"op\" or \"pass\""),
+            std::string::npos)
+      << all;
+}
+
 TEST(Points, OverCapacityPointsAreInfeasibleAndSaySo) {
   auto s = load_spec(data("small.json"));
   ASSERT_TRUE(s);

@@ -14,7 +14,11 @@
 //    and of each layout, and the best of each (layout, family) pair (the estimate's errors
 //    differ by family and layout), until the time
 //    budget is spent; then further batches down the estimate's ranking until two batches in a
-//    row find no faster feasible plan. The simulator's fastest feasible plan wins.
+//    row find no faster feasible plan. These rounds run at `granularity` (pass by default:
+//    each region pass one engine task, sim/granularity.h).
+// 5. Simulate the `finalists` fastest feasible candidates and the Megatron-style defaults
+//    again at op granularity; the fastest feasible of those wins, so the printed prediction is
+//    what `stretto simulate` says of the emitted plan.
 // Also simulates Megatron-style default plans on the same devices for comparison.
 
 #include <functional>
@@ -40,6 +44,8 @@ struct SearchOptions {
   size_t per_layout_family = 1;  // and of each (layout, family) pair
   size_t batch = 64;          // then batches further down the ranking ...
   size_t patience = 2;        // ... until this many in a row find nothing faster
+  sim::Granularity granularity = sim::Granularity::kPass;  // of the rounds above
+  size_t finalists = 8;       // re-simulated at op granularity (as the defaults are)
   std::vector<std::string> families = {"1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipev"};
   std::function<void(const std::string&)> progress;  // one-line status updates (stderr on a TTY)
 };
@@ -50,6 +56,8 @@ struct SearchResult {
   size_t over_memory = 0;      // dropped: estimated memory over the cap
   size_t simulated = 0, invalid = 0, infeasible = 0;
   size_t batches = 0;  // extra batches simulated after the first
+  sim::Granularity granularity = sim::Granularity::kPass;  // of the rounds
+  size_t finalists = 0;  // candidates re-simulated at op granularity (defaults included)
   double estimate_s = 0, simulate_s = 0, total_s = 0;
   double estimates_per_s = 0;
   int64_t global_batch = 0;

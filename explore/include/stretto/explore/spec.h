@@ -23,6 +23,7 @@
 
 #include "stretto/explore/expr.h"
 #include "stretto/plan/json_source.h"
+#include "stretto/sim/granularity.h"
 
 namespace stretto::explore {
 
@@ -41,6 +42,9 @@ struct SweepSpec {
   std::optional<size_t> sample_n;  // seeded random sample of the pruned grid
   uint64_t seed = 0;
   double memory_cap_GiB = 0;  // 0: the device's memory
+  /// What the engine runs as one task at each point (sim/granularity.h): the spec's
+  /// "granularity", "op" unless it says "pass".
+  sim::Granularity granularity = sim::Granularity::kOp;
   /// The spec with the base plan inlined, canonical: stored in the database (a database
   /// belongs to one spec) and enough to rebuild any point's plan.
   Json canonical;

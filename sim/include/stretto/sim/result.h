@@ -63,6 +63,7 @@ struct Result {
   double model_flops = 0;
   std::vector<DeviceMetrics> devices;
   uint64_t events = 0;
+  size_t engine_tasks = 0;  // tasks the engine ran (fewer than the program's at pass granularity)
   double sim_wall_ms = 0;
   /// Where sim_wall_ms went: program construction, engine setup (validation and derived
   /// structure), the event loop, and metrics (busy, exposed comm, memory curves, FLOPs).

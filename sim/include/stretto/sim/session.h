@@ -16,6 +16,7 @@
 
 #include "stretto/costmodel/cost_model.h"
 #include "stretto/compiler/compiler.h"
+#include "stretto/sim/granularity.h"
 #include "stretto/sim/result.h"
 
 namespace stretto::sim {
@@ -29,6 +30,10 @@ struct SimOptions {
   /// Off, only the peak, its time and its breakdown are kept: at 1,024 devices the curves are
   /// ~0.45 GB and a noticeable part of the run time.
   bool memory_curves = true;
+  /// What the engine simulates as one task: each op (exact), or each region pass's consecutive
+  /// ops merged (granularity.h: equal under fixed costs, an approximation under interference
+  /// and dispatch costs, fewer events). Either way the Result has every op's timing.
+  Granularity granularity = Granularity::kOp;
   /// Progress, for long runs (the CLI on a terminal, a GUI): called with the phase ("building",
   /// "simulating", "metrics") and the fraction of it done; "building" and "metrics" once at
   /// their start (0), "simulating" from 0 to 1 by tasks finished, about every 65 k events. On
