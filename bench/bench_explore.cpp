@@ -112,6 +112,7 @@ std::vector<PointResult> run(const Space& s, int threads, double* seconds, doubl
 void BM_SweepThroughput(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   Space s = space_of(0, 0);
+  if (state.range(1) != 0) s.spec.granularity = stretto::sim::Granularity::kPass;
   size_t ok = 0, n = 0;
   double secs = 0, sim_ms = 0, cpu = 0;
   for (auto _ : state) {
@@ -135,7 +136,15 @@ void BM_SweepThroughput(benchmark::State& state) {
     return getloadavg(l, 1) == 1 ? l[0] : 0.0;
   }();
 }
-BENCHMARK(BM_SweepThroughput)->Arg(1)->Arg(2)->UseManualTime()->Iterations(1)->Unit(benchmark::kSecond);
+// threads, pass granularity
+BENCHMARK(BM_SweepThroughput)
+    ->Args({1, 0})
+    ->Args({2, 0})
+    ->Args({1, 1})
+    ->Args({2, 1})
+    ->UseManualTime()
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond);
 
 void BM_Estimate(benchmark::State& state) {
   Space s = space_of(static_cast<int>(state.range(0)), 0);

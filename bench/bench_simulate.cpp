@@ -88,11 +88,14 @@ void BM_Reference(benchmark::State& state) {
   const int mbs = static_cast<int>(state.range(2));
   const bool fold = state.range(3) != 0;
   const bool curves = state.range(4) != 0;
+  const bool pass = state.range(5) != 0;
   auto s = open(stretto::bench::reference_plan(pp, dp, mbs), state);
   if (!s) return;
   stretto::sim::SimOptions opt;
   opt.fold_replicas = fold;
   opt.memory_curves = curves;
+  opt.granularity = pass ? stretto::sim::Granularity::kPass : stretto::sim::Granularity::kOp;
+  size_t engine_tasks = 0;
   uint64_t events = 0;
   size_t tasks = 0;
   double step_ms = 0, wall = 0;
@@ -105,6 +108,7 @@ void BM_Reference(benchmark::State& state) {
     }
     events = r->events;
     tasks = r->program.tasks.size();
+    engine_tasks = r->engine_tasks;
     state.counters["participants"] = static_cast<double>(r->program.participants.size());
     state.counters["deps"] = static_cast<double>(r->program.deps.size());
     state.counters["task_links"] = static_cast<double>(r->program.task_links.size());
@@ -118,16 +122,20 @@ void BM_Reference(benchmark::State& state) {
   state.counters["metrics_ms"] = phases.metrics_ms;
   state.counters["events"] = static_cast<double>(events);
   state.counters["tasks"] = static_cast<double>(tasks);
+  state.counters["engine_tasks"] = static_cast<double>(engine_tasks);
   state.counters["events_per_s"] = events / (wall / 1e3);
   state.counters["step_ms"] = step_ms;
   state.counters["peak_rss_MiB"] = peak_rss_mib();
 }
-// pp, dp, microbatches, fold, memory curves (`stretto simulate` keeps them only with --trace)
+// pp, dp, microbatches, fold, memory curves (`stretto simulate` keeps them only with --trace),
+// pass granularity
 BENCHMARK(BM_Reference)
-    ->Args({4, 8, 16, 0, 1})
-    ->Args({16, 64, 256, 1, 0})
-    ->Args({16, 64, 256, 0, 0})
-    ->Args({16, 64, 256, 0, 1})
+    ->Args({4, 8, 16, 0, 1, 0})
+    ->Args({16, 64, 256, 1, 0, 0})
+    ->Args({16, 64, 256, 0, 0, 0})
+    ->Args({16, 64, 256, 0, 1, 0})
+    ->Args({16, 64, 256, 1, 0, 1})
+    ->Args({16, 64, 256, 0, 0, 1})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
 
@@ -138,6 +146,7 @@ void BM_CompileSimulateFolded(benchmark::State& state) {
   const int pp = static_cast<int>(state.range(0)), dp = static_cast<int>(state.range(1));
   const int mbs = static_cast<int>(state.range(2));
   const int layers = static_cast<int>(state.range(3));
+  const bool pass = state.range(4) != 0;
   auto src = stretto::JsonSource::parse(stretto::bench::reference_plan(pp, dp, mbs, layers).dump(),
                                         "bench.json");
   auto plan = stretto::parse_plan(*src);
@@ -147,7 +156,7 @@ void BM_CompileSimulateFolded(benchmark::State& state) {
   }
   using Clock = std::chrono::steady_clock;
   double compile_ms = 0, build_ms = 0, prepare_ms = 0, run_ms = 0, metrics_ms = 0;
-  size_t nodes = 0, tasks = 0, edges = 0, temporal = 0;
+  size_t nodes = 0, tasks = 0, edges = 0, temporal = 0, engine_tasks = 0;
   uint64_t events = 0;
   double step_ms = 0;
   bool folded = false;
@@ -164,11 +173,13 @@ void BM_CompileSimulateFolded(benchmark::State& state) {
     stretto::sim::SimOptions opt;
     opt.fold_replicas = true;
     opt.memory_curves = false;
+    opt.granularity = pass ? stretto::sim::Granularity::kPass : stretto::sim::Granularity::kOp;
     auto r = s->simulate(opt);
     if (!r) {
       state.SkipWithError(stretto::render_all(r.error()).c_str());
       return;
     }
+    engine_tasks = r->engine_tasks;
     build_ms += r->phases.build_ms;
     prepare_ms += r->phases.prepare_ms;
     run_ms += r->phases.run_ms;
@@ -195,16 +206,21 @@ void BM_CompileSimulateFolded(benchmark::State& state) {
   state.counters["edges"] = static_cast<double>(edges);
   state.counters["temporal_edges"] = static_cast<double>(temporal);
   state.counters["tasks"] = static_cast<double>(tasks);
+  state.counters["engine_tasks"] = static_cast<double>(engine_tasks);
   state.counters["events"] = static_cast<double>(events);
   state.counters["floor_queue_ms"] = fl.queue_ms;
   state.counters["floor_touch_ms"] = fl.touch_ms;
   state.counters["step_ms"] = step_ms;
   state.counters["peak_rss_MiB"] = peak_rss_mib();
 }
-// pp, dp, microbatches, MoE layers per stage (2 stages per rank)
+// pp, dp, microbatches, MoE layers per stage (2 stages per rank), pass granularity; the last
+// is 65,536 devices (PP16 x DP4096, 64 microbatches)
 BENCHMARK(BM_CompileSimulateFolded)
-    ->Args({16, 64, 256, 4})
-    ->Args({16, 4, 256, 4})
+    ->Args({16, 64, 256, 4, 0})
+    ->Args({16, 4, 256, 4, 0})
+    ->Args({16, 64, 256, 4, 1})
+    ->Args({16, 4, 256, 4, 1})
+    ->Args({16, 4096, 64, 4, 1})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3);
 
