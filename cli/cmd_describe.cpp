@@ -51,6 +51,7 @@ std::string describe(const CompiledPlan& cp, const std::string& path) {
                      "seq_len {}, microbatch {}\n",
                      m.layers, m.hidden, m.heads, m.kv_heads ? m.kv_heads : m.heads, m.ffn_hidden,
                      m.vocab, m.seq_len, m.microbatch_size);
+    if (m.head_dim > 0) o += fmt::format("  head_dim        {}\n", m.head_dim);
     if (m.moe)
       o += fmt::format("  MoE             {} experts, top-{}, expert ffn {}, {} shared\n",
                        m.moe->experts, m.moe->top_k, m.moe->expert_ffn_hidden,

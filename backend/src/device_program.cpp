@@ -179,7 +179,8 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
                          ((n.purpose == CommPurpose::kDispatch || n.purpose == CommPurpose::kCombine) &&
                           n.comm == CommKind::kAllToAll) ||
                          (n.purpose == CommPurpose::kTensorPar && n.comm == CommKind::kAllReduce) ||
-                         (n.purpose == CommPurpose::kGradNorm && n.comm == CommKind::kAllReduce);
+                         (n.purpose == CommPurpose::kGradNorm && n.comm == CommKind::kAllReduce) ||
+                         (n.purpose == CommPurpose::kLossReduce && n.comm == CommKind::kAllReduce);
       if (!known)
         unknown.insert(fmt::format("{} {}", comm_kind_name(n.comm), comm_purpose_name(n.purpose)));
     }
@@ -208,6 +209,9 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
   }
   if (m.family == ModelSpec::Family::kTransformer) {
     const int kv = m.kv_heads > 0 ? m.kv_heads : m.heads;
+    if (m.head_dim > 0 && m.head_dim * m.heads != m.hidden)
+      refuse("replay builds heads of width hidden / heads; this plan's head_dim differs",
+             "simulate the plan instead", "/model/head_dim");
     if (m.heads <= 0 || m.hidden % m.heads != 0 || m.heads % kv != 0)
       refuse("replay needs hidden divisible by heads and heads divisible by kv_heads", "",
              "/model");

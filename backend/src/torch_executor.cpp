@@ -1005,6 +1005,10 @@ void RankRun::post_comm(size_t i) {
       works.push_back(g.alltoall(buf2_[i], buf_[i]));
       break;
     }
+    case CommPurpose::kLossReduce:
+      // The vocab-parallel loss's three all-reduces run inside the loss op's forward
+      // (TorchModel, OpKind::kLoss): the node only marks their place in the schedule.
+      break;
     default:
       throw std::runtime_error(fmt::format("replay cannot execute {}", op_label(i)));
   }

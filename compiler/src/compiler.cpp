@@ -33,7 +33,7 @@ std::string_view comm_purpose_name(CommPurpose p) {
   static constexpr std::string_view kN[] = {"none",        "activation",   "gradient",
                                             "grad-reduce", "param-gather", "param-sync",
                                             "dispatch",    "combine",      "tensor-parallel",
-                                            "grad-norm",   "tied-grad"};
+                                            "grad-norm",   "tied-grad",    "loss-reduce"};
   return kN[static_cast<size_t>(p)];
 }
 std::string_view mem_category_name(MemCategory c) {
@@ -748,9 +748,9 @@ void Compiler::pad_vocab() {
       for (int mb = 0; mb < M_; ++mb) tp = std::max(tp, unit(o, mb).tp);
   }
   // Megatron-LM's _vocab_size_with_padding: the next multiple of
-  // --make-vocab-size-divisible-by (its default, 128) x the TP degree.
-  constexpr int64_t kMakeVocabSizeDivisibleBy = 128;
-  const int64_t multiple = kMakeVocabSizeDivisibleBy * tp;
+  // --make-vocab-size-divisible-by (the plan's make_vocab_size_divisible_by, default 128 as
+  // Megatron's) x the TP degree.
+  const int64_t multiple = m.vocab_divisible_by * tp;
   const int64_t padded = (m.vocab + multiple - 1) / multiple * multiple;
   if (padded == m.vocab) return;
   ModelSpec spec = m;
@@ -1065,6 +1065,20 @@ void Compiler::build_nodes() {
       edge(out, a2a);
       out = a2a;
     }
+    // Vocab-parallel cross-entropy (Megatron-Core's _VocabParallelCrossEntropy.forward): each
+    // TP rank holds 1/t of the logits, so the max logit (MAX), the target's logit and the sum
+    // of exponentials (SUM) of every token are all-reduced over the TP group, one fp32 per
+    // token each, in that order. The backward needs no communication (each rank's softmax
+    // slice is local once the sums are known).
+    if (u.tp > 1 && op.kind == OpKind::kLoss) {
+      for (int i = 0; i < 3; ++i) {
+        uint32_t ar = collective(CommKind::kAllReduce, CommPurpose::kLossReduce, o, mb, pass,
+                                 tp_groups(u), tp_stream(u),
+                                 cp_.model.tokens_per_microbatch * 4, u.tp_dir);
+        edge(out, ar);
+        out = ar;
+      }
+    }
     // TP: row-parallel outputs are partial sums.
     if (u.tp > 1 && (op.tp == TpSplit::kRow)) {
       uint32_t cl = collective(sp ? CommKind::kReduceScatter : CommKind::kAllReduce,
@@ -1160,6 +1174,21 @@ void Compiler::build_nodes() {
         for (uint32_t d : deps) edge(d, a2a);
         deps = {a2a};
       }
+      // Sequence parallelism: a column-parallel GEMM saved only its 1/t sequence shard of the
+      // input, so its backward all-gathers the input again for the weight gradient
+      // (Megatron-Core's LinearWithGradAccumulationAndAsyncCommunication.backward, and
+      // Transformer Engine's Linear with sequence_parallel). It is launched with the backward
+      // and overlaps the input-gradient GEMM; the weight gradient waits for it. The gathered
+      // input (b·s·h) is held until the weight gradient is done.
+      uint32_t regather = kNone;
+      const int64_t regather_bytes = op.saved_input_bytes;
+      if (sp && u.tp > 1 && op.tp == TpSplit::kColumn && op.kind != OpKind::kMlpAct &&
+          op.kind != OpKind::kLoss && op.has_weight_grad()) {
+        regather = collective(CommKind::kAllGather, CommPurpose::kTensorPar, o, mb, bp,
+                              tp_groups(u), tp_stream(u), regather_bytes, u.tp_dir);
+        for (uint32_t d : deps) edge(d, regather);
+        mem(regather, false, MemCategory::kCommBuffers, regather_bytes);
+      }
       const int64_t saved = act_bytes(o, u, op.saved_bytes);
       const int64_t saved_bw = act_bytes(o, u, op.saved_bw_bytes);
       uint32_t first;
@@ -1179,6 +1208,10 @@ void Compiler::build_nodes() {
         mem(u.bi, true, MemCategory::kActivations, -(saved - saved_bw));
         mem(u.bw, true, MemCategory::kActivations, -saved_bw);
         if (gather != kNone) mem(u.bw, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+        if (regather != kNone) {
+          edge(regather, u.bw);
+          mem(u.bw, true, MemCategory::kCommBuffers, -regather_bytes);
+        }
         note_pass(o, mb, true, u, u.bi);
       } else {
         u.b = first = compute(o, mb, Pass::kB);
@@ -1200,6 +1233,12 @@ void Compiler::build_nodes() {
                                 CommPurpose::kTensorPar, o, mb, bp, tp_groups(u), tp_stream(u),
                                 op.saved_input_bytes, u.tp_dir);
         edge(out, c);
+        // One backward node (B) holds both GEMMs: the re-gather overlaps it, and its buffer is
+        // freed once both are done (the reduce-scatter follows both).
+        if (regather != kNone && !u.split_bwd) {
+          edge(regather, c);
+          mem(c, true, MemCategory::kCommBuffers, -regather_bytes);
+        }
         out = c;
       }
       // Producers wait for the complete input gradient.

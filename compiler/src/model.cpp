@@ -1,7 +1,8 @@
 // Model expansion (see model.h). FLOP and byte counts follow the usual Megatron accounting:
 // a GEMM [m,k]x[k,n] costs 2mkn FLOPs forward, and the same again for each of the input
 // gradient (dX = dY W^T, "BI") and the weight gradient (dW = X^T dY, "BW"). Core attention is
-// either causal flash attention: 2·b·s²·h forward (half of the dense 4·b·s²·h), backward 2.5x
+// either causal flash attention: 2·b·s²·a·d forward (half of the dense 4·b·s²·a·d; a·d = h
+// unless the plan's head_dim differs from h / a), backward 2.5x
 // forward (recomputes the softmax); or unfused (Megatron-LM 2021-22): Q K^T and P V as batched
 // GEMMs over the dense s x s matrix (masked half included: 2·b·s²·h each forward, twice that
 // backward), a scale-mask-softmax kernel and dropout over b·a·s² elements. Elementwise ops,
@@ -159,7 +160,11 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
   }
 
   const int64_t bs = spec.microbatch_size, s = spec.seq_len, T = bs * s, h = spec.hidden;
-  const int64_t a = spec.heads, kv = spec.kv_heads, d = h / a, f = spec.ffn_hidden;
+  // Head width d: the plan's head_dim, or h / a. Attention works on a·d wide queries and
+  // outputs (= h unless head_dim says otherwise: Qwen3, Gemma), keys and values kv·d wide.
+  const int64_t a = spec.heads, kv = spec.kv_heads, d = spec.attention_head_dim(),
+                f = spec.ffn_hidden;
+  const int64_t ad = a * d;  // query / attention-output width
   const int64_t V = spec.vocab, qkv_n = (a + 2 * kv) * d;
   g.tokens_per_microbatch = T;
 
@@ -237,19 +242,19 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
       att.kind = OpKind::kAttention;
       att.tp = TpSplit::kHeads;
       att.gemm = {s, s, d, bs * a};  // per head: [s,d]x[d,s]
-      att.fwd_flops = 2.0 * static_cast<double>(bs) * s * s * h;
+      att.fwd_flops = 2.0 * static_cast<double>(bs) * s * s * ad;
       att.bi_flops = 2.5 * att.fwd_flops;
-      att.fwd_bytes = T * qkv_n * dt + T * h * dt;
-      att.bi_bytes = 2 * att.fwd_bytes + T * h * dt;
-      att.saved_bytes = T * qkv_n * dt + T * h * dt + T * a * 4;  // q, k, v, output, logsumexp
+      att.fwd_bytes = T * qkv_n * dt + T * ad * dt;
+      att.bi_bytes = 2 * att.fwd_bytes + T * ad * dt;
+      att.saved_bytes = T * qkv_n * dt + T * ad * dt + T * a * 4;  // q, k, v, output, logsumexp
       att.saved_input_bytes = T * qkv_n * dt;
-      att.out_bytes = T * h * dt;
+      att.out_bytes = T * ad * dt;
       core = chain(std::move(att), {qkv});
     } else {
       // Unfused: S = QK^T over the dense s x s matrix per head, softmax (+ dropout), O = PV.
       const int64_t P = bs * a * s * s;  // score elements
-      const int64_t qk = T * h * dt + T * kv * d * dt, v = T * kv * d * dt;
-      const double mm = 2.0 * static_cast<double>(bs) * s * s * h;  // one dense s x s GEMM
+      const int64_t qk = T * ad * dt + T * kv * d * dt, v = T * kv * d * dt;
+      const double mm = 2.0 * static_cast<double>(bs) * s * s * ad;  // one dense s x s GEMM
       ModelOp sc;
       sc.name = name("attn.scores");
       sc.kind = OpKind::kAttnScores;
@@ -284,16 +289,16 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
       cx.gemm = {s, d, s, bs * a};  // per head: [s,s]x[s,d]
       cx.fwd_flops = mm;
       cx.bi_flops = 2 * mm;  // dP' = dO V^T, dV = P'^T dO
-      cx.fwd_bytes = P * dt + v + T * h * dt;
-      cx.bi_bytes = T * h * dt + 2 * P * dt + 2 * v;
+      cx.fwd_bytes = P * dt + v + T * ad * dt;
+      cx.bi_bytes = T * ad * dt + 2 * P * dt + 2 * v;
       // V, and the dropped-out probabilities when they differ from the softmax output
       cx.saved_bytes = v + (drop ? P * dt : 0);
       cx.saved_input_bytes = v;  // V comes from QKV; the probabilities from inside the core
-      cx.out_bytes = T * h * dt;
+      cx.out_bytes = T * ad * dt;
       core = chain(std::move(cx), {smid, qkv});
     }
     uint32_t proj =
-        chain(b.gemm(name("attn.out_proj"), OpKind::kOutProj, TpSplit::kRow, T, h, h), {core});
+        chain(b.gemm(name("attn.out_proj"), OpKind::kOutProj, TpSplit::kRow, T, ad, h), {core});
     uint32_t r1 = chain(residual(name("attn.residual")), {proj, layer_in});
     uint32_t n2 = chain(norm(name("mlp_norm")), {r1});
     const bool is_moe = spec.moe && l >= spec.moe->first_layer &&

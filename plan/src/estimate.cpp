@@ -105,8 +105,16 @@ Diagnostics check_plan_sizes(const Plan& plan, const JsonSource* src) {
                             vocab >= 3 * ffn ? "vocab" : "3 x ffn_hidden",
                             vocab >= 3 * ffn ? m.vocab : m.ffn_hidden, dt),
                 hint);
+    // Attention works on heads x head_dim wide queries (= hidden unless head_dim is given).
+    const double ad = static_cast<double>(m.heads) * static_cast<double>(m.attention_head_dim());
+    if (m.head_dim > 0)  // (otherwise a·d = hidden, checked above)
+      bad |= over(tokens * ad * dt, kMaxQuantity, "head_dim",
+                  fmt::format("one attention output (seq_len {} x microbatch_size {} x heads {} "
+                              "x head_dim {} x {} B)",
+                              m.seq_len, m.microbatch_size, m.heads, m.head_dim, dt),
+                  hint);
     // Attention FLOPs grow with seq_len^2: keep them finite and the time sums in range.
-    bad |= over(tokens * static_cast<double>(m.seq_len) * h * 4, 1e30, "seq_len",
+    bad |= over(tokens * static_cast<double>(m.seq_len) * std::max(h, ad) * 4, 1e30, "seq_len",
                 "the attention FLOPs of one layer", hint);
     if (m.moe) {
       const double e = m.moe->experts, ef = static_cast<double>(m.moe->expert_ffn_hidden);

@@ -266,7 +266,7 @@ const std::vector<std::string> kModelKeys = {
     "family",         "name",  "layers",     "hidden",           "heads",       "kv_heads",
     "ffn_hidden",     "vocab", "seq_len",    "microbatch_size",  "dtype",       "gated_mlp",
     "tie_embeddings", "moe",   "pp_regions", "activation_bytes", "param_bytes", "boundary_bytes",
-    "flops",          "attention", "bias", "dropout"};
+    "flops",          "attention", "bias", "dropout", "head_dim", "make_vocab_size_divisible_by"};
 const std::vector<std::string> kMoeKeys = {
     "experts",     "top_k", "expert_ffn_hidden", "shared_experts",
     "first_layer", "every", "capacity_factor",   "imbalance"};
@@ -332,8 +332,9 @@ void parse_model(Reader& r, ModelSpec& m) {
     r.number(P, "param_bytes", m.param_bytes, 0, 1e15, false);
     r.number(P, "boundary_bytes", m.boundary_bytes, 0, 1e15, false);
     r.number(P, "flops", m.flops, 0, 1e20, false);
-    for (const char* k : {"hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "moe",
-                          "attention", "bias", "dropout"})
+    for (const char* k : {"hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab",
+                          "make_vocab_size_divisible_by", "seq_len", "moe", "attention", "bias",
+                          "dropout"})
       if (r.has(P, k))
         r.error(P + "/" + k, fmt::format("'{}' does not apply to a synthetic model", k),
                 "synthetic models take activation_bytes, param_bytes, boundary_bytes, flops", -1,
@@ -343,9 +344,11 @@ void parse_model(Reader& r, ModelSpec& m) {
   r.number(P, "hidden", m.hidden, 1, 1e7, true);
   r.number(P, "heads", m.heads, 1, 1e5, true);
   r.number(P, "kv_heads", m.kv_heads, 1, 1e5, false);
+  r.number(P, "head_dim", m.head_dim, 1, 1e5, false);
   // ffn_hidden: required unless every layer is an MoE layer (checked below, with `moe` read).
   r.number(P, "ffn_hidden", m.ffn_hidden, 1, 1e8, false);
   r.number(P, "vocab", m.vocab, 1, 1e8, true);
+  r.number(P, "make_vocab_size_divisible_by", m.vocab_divisible_by, 1, 1e8, false);
   r.number(P, "seq_len", m.seq_len, 1, 1e8, true);
   r.boolean(P, "gated_mlp", m.gated_mlp);
   r.boolean(P, "tie_embeddings", m.tie_embeddings);
@@ -357,9 +360,11 @@ void parse_model(Reader& r, ModelSpec& m) {
   for (const char* k : {"activation_bytes", "param_bytes", "boundary_bytes", "flops"})
     if (r.has(P, k))
       r.error(P + "/" + k, fmt::format("'{}' only applies to a synthetic model", k), "", -1, true);
-  if (m.heads > 0 && m.hidden % m.heads != 0)
+  // Megatron-LM asserts hidden % heads == 0 only when --kv-channels (head_dim) is not given.
+  if (m.heads > 0 && m.head_dim == 0 && m.hidden % m.heads != 0)
     r.error(P + "/heads",
-            fmt::format("hidden ({}) is not divisible by heads ({})", m.hidden, m.heads));
+            fmt::format("hidden ({}) is not divisible by heads ({})", m.hidden, m.heads),
+            "give the head width as 'head_dim' when it is not hidden / heads (Qwen3, Gemma)");
   if (m.kv_heads == 0) m.kv_heads = m.heads;
   if (m.heads > 0 && m.kv_heads > 0 && m.heads % m.kv_heads != 0)
     r.error(P + "/kv_heads",

@@ -251,13 +251,16 @@ TEST(Compiler, ExpertShardInsertsAllToAll) {
 TEST(Compiler, TensorParallelInsertion) {
   // Megatron TP8 x PP2 x DP2, SP on. Per dense layer and microbatch, forward: all-gather
   // before qkv and before mlp.up, reduce-scatter after out_proj and mlp.down (4); backward
-  // mirrors them (4). Embedding (vocab-parallel, row-like): reduce-scatter forward and the
-  // mirrored all-gather backward (2); head (column): all-gather forward, reduce-scatter
-  // backward (2). 40 layers x 8 MB x 8 + 8 MB x 4 = 2592 TP collectives.
+  // mirrors them (4) and all-gathers the inputs of qkv and mlp.up again for their weight
+  // gradients (2, Megatron-Core keeps only the sequence shard). Embedding (vocab-parallel,
+  // row-like): reduce-scatter forward and the mirrored all-gather backward (2); head (column):
+  // all-gather forward, reduce-scatter backward and the re-gather (3). 40 layers x 8 MB x 10 +
+  // 8 MB x 5 = 3240 TP collectives, and the vocab-parallel loss's 3 all-reduces per microbatch.
   auto cp = compile_file(std::string(STRETTO_EXAMPLES) + "/megatron_gpt13b_tp8_pp2_dp2.json");
   ASSERT_TRUE(cp) << errors(cp);
   auto c = count(*cp);
-  EXPECT_EQ(c.purpose[CommPurpose::kTensorPar], 40u * 8 * 8 + 8 * 4);
+  EXPECT_EQ(c.purpose[CommPurpose::kTensorPar], 40u * 8 * 10 + 8 * 5);
+  EXPECT_EQ(c.purpose[CommPurpose::kLossReduce], 8u * 3);
   // TP groups are the 8 devices of a node; compute nodes run on 16 devices each.
   for (const auto& n : cp->dag.nodes) {
     if (n.purpose == CommPurpose::kTensorPar) {

@@ -83,6 +83,63 @@ TEST(MegatronRules, VocabularyPaddedToDivisibleByTimesTp) {
   EXPECT_EQ(head_width(8, 32768), 32768);  // already a multiple of 1024
 }
 
+TEST(MegatronRules, VocabularyPaddingMultipleIsAPlanKey) {
+  // --make-vocab-size-divisible-by 64 at TP 2: 50,257 -> 50,304 (a multiple of 128), where the
+  // default 128 x 2 gives 50,432.
+  json m = transformer(16, 16, 50257);
+  m["make_vocab_size_divisible_by"] = 64;
+  auto cp = compile_json(plan_of(m, 2));
+  ASSERT_TRUE(cp) << render_all(cp.error());
+  EXPECT_EQ(op_named(*cp, "head")->gemm.n, 50304);
+  m["make_vocab_size_divisible_by"] = 1;  // no padding beyond TP's
+  cp = compile_json(plan_of(m, 1));
+  ASSERT_TRUE(cp) << render_all(cp.error());
+  EXPECT_EQ(op_named(*cp, "head")->gemm.n, 50257);
+}
+
+TEST(MegatronRules, HeadDimWiderThanHiddenOverHeads) {
+  // Qwen3-8B's attention: hidden 4096, 32 heads of width 128, 8 KV heads: a·d = h. Qwen3-32B:
+  // hidden 5120, 64 heads of width 128 (a·d = 8192 > h), 8 KV heads (Qwen3 technical report,
+  // config.json). The QKV GEMM is h -> (a + 2kv)·d, the output projection a·d -> h, core
+  // attention 2·b·s²·a·d forward (causal flash), and the saved q, k, v and output a·d wide.
+  const int64_t h = 5120, a = 64, kv = 8, d = 128, s = 512, ffn = 25600;
+  json m = {{"family", "transformer"}, {"layers", 2},    {"hidden", h},
+            {"heads", a},              {"kv_heads", kv}, {"head_dim", d},
+            {"ffn_hidden", ffn},       {"vocab", 151936}, {"seq_len", s}};
+  auto cp = compile_json(plan_of(m, 8));
+  ASSERT_TRUE(cp) << render_all(cp.error());
+  const ModelOp* qkv = op_named(*cp, "layer0.attn.qkv");
+  const ModelOp* core = op_named(*cp, "layer0.attn.core");
+  const ModelOp* proj = op_named(*cp, "layer0.attn.out_proj");
+  ASSERT_TRUE(qkv && core && proj);
+  EXPECT_EQ(qkv->gemm.k, h);
+  EXPECT_EQ(qkv->gemm.n, (a + 2 * kv) * d);  // 10,240, not (64 + 16) x 80 = 6,400
+  EXPECT_EQ(qkv->param_count, h * (a + 2 * kv) * d);
+  EXPECT_EQ(proj->gemm.k, a * d);
+  EXPECT_EQ(proj->gemm.n, h);
+  EXPECT_EQ(proj->param_count, a * d * h);
+  EXPECT_DOUBLE_EQ(core->fwd_flops, 2.0 * s * s * a * d);
+  EXPECT_EQ(core->gemm.k, d);
+  // q, k, v (a + 2kv)·d, output a·d, fp32 logsumexp per head, bf16.
+  EXPECT_EQ(core->saved_bytes, s * (a + 2 * kv) * d * 2 + s * a * d * 2 + s * a * 4);
+  EXPECT_EQ(proj->saved_bytes, s * a * d * 2);
+
+  // Without head_dim the head width is h / a, and hidden must divide by heads (Megatron asserts
+  // it when --kv-channels is not given); with head_dim it need not.
+  m.erase("head_dim");
+  cp = compile_json(plan_of(m, 8));
+  ASSERT_TRUE(cp) << render_all(cp.error());
+  EXPECT_EQ(op_named(*cp, "layer0.attn.qkv")->gemm.n, (a + 2 * kv) * (h / a));
+  m["heads"] = 48;
+  m["kv_heads"] = 8;
+  auto bad = compile_json(plan_of(m, 8));  // 5120 / 48 is not an integer
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error()[0].loc.json_pointer, "/model/heads");
+  EXPECT_NE(bad.error()[0].hint.find("head_dim"), std::string::npos);
+  m["head_dim"] = 128;
+  EXPECT_TRUE(compile_json(plan_of(m, 8)));
+}
+
 TEST(MegatronRules, FfnHiddenOnlyForDenseLayers) {
   // Every layer an MoE layer: no dense MLP, no ffn_hidden needed.
   json m = transformer(16, 16, 32000);

@@ -2,8 +2,9 @@
 //
 // For each way a plan makes communication (TP with and without sequence parallelism, DP
 // gradient buckets, ZeRO-1/2/3, EP dispatch and combine, pipeline send/recv, tied embeddings,
-// the gradient-norm all-reduce), on groups of 2, 4, 8 and 16 ranks and at two model sizes, the
-// test compiles a plan and checks every communication node of the DAG:
+// the gradient-norm all-reduce, the vocab-parallel loss), on groups of 2, 4, 8 and 16 ranks
+// and at two model sizes, the test compiles a plan and checks every communication node of the
+// DAG (and, under TP, how many of each the forward and backward of a microbatch make):
 //
 //  * its bytes are what nccl-tests calls the size of the operation (docs/costmodel.md,
 //    "Conventions"): the whole buffer of an all-reduce, the gathered output of an all-gather,
@@ -28,6 +29,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "stretto/sim/session.h"
 
@@ -50,23 +53,54 @@ constexpr Size kSizes[] = {{256, 16, 256, 1, 4096}, {1024, 16, 1024, 2, 16384}};
 constexpr int64_t kDtype = 2;  // bf16
 constexpr int kExperts = 16, kTopK = 2;
 
+// How many TP nodes of one (purpose, kind, forward or backward) a microbatch has. The models
+// have 2 layers: 5 column-parallel GEMMs (QKV and MLP up per layer, the head) and 5
+// row-parallel ops (the vocab-parallel embedding, the output projection and MLP down per layer).
+struct Count {
+  CommPurpose purpose;
+  CommKind kind;
+  bool forward;
+  int per_microbatch;
+};
+constexpr int kColumn = 5, kRow = 5, kMicrobatches = 2;
+
 // A scenario: the layout that makes the communication, for a group size n.
 struct Scenario {
   const char* name;
   json (*layout)(int n);
   bool moe = false;
   bool tied = false;
+  std::vector<Count> counts = {};  // TP nodes per microbatch (checked when not empty)
 };
 
+// Megatron-LM with TP (Shoeybi et al. 2019, Fig. 3): the row-parallel outputs are all-reduced
+// in the forward, the column-parallel inputs' gradients in the backward; the vocab-parallel
+// cross-entropy all-reduces the max logit, the target logit and the sum of exponentials.
+const std::vector<Count> kTpCounts = {
+    {CommPurpose::kTensorPar, CommKind::kAllReduce, true, kRow},
+    {CommPurpose::kTensorPar, CommKind::kAllReduce, false, kColumn},
+    {CommPurpose::kLossReduce, CommKind::kAllReduce, true, 3}};
+// With sequence parallelism (Korthikanti et al. 2022, Fig. 5): g = all-gather / reduce-scatter
+// in the forward, ḡ = reduce-scatter / all-gather in the backward, and Megatron-Core's column-
+// parallel backward all-gathers its sequence-sharded input again for the weight gradient.
+const std::vector<Count> kSpCounts = {
+    {CommPurpose::kTensorPar, CommKind::kReduceScatter, true, kRow},
+    {CommPurpose::kTensorPar, CommKind::kAllGather, true, kColumn},
+    {CommPurpose::kTensorPar, CommKind::kAllGather, false, kRow + kColumn},
+    {CommPurpose::kTensorPar, CommKind::kReduceScatter, false, kColumn},
+    {CommPurpose::kLossReduce, CommKind::kAllReduce, true, 3}};
+
 const Scenario kScenarios[] = {
-    {"TP", [](int n) { return json{{"tp", n}}; }},
-    {"TP+SP", [](int n) { return json{{"tp", n}, {"sequence_parallel", true}}; }},
+    {"TP", [](int n) { return json{{"tp", n}}; }, false, false, kTpCounts},
+    {"TP+SP", [](int n) { return json{{"tp", n}, {"sequence_parallel", true}}; }, false, false,
+     kSpCounts},
     {"DP", [](int n) { return json{{"dp", n}}; }},
     {"ZeRO-1", [](int n) { return json{{"dp", n}, {"zero", 1}}; }},
     {"ZeRO-2", [](int n) { return json{{"dp", n}, {"zero", 2}}; }},
     {"ZeRO-3", [](int n) { return json{{"dp", n}, {"zero", 3}}; }},
     {"EP", [](int n) { return json{{"dp", n}, {"ep", n}}; }, true},
-    {"PP+TP, tied embeddings", [](int n) { return json{{"pp", 2}, {"tp", n}}; }, false, true},
+    {"PP+TP, tied embeddings", [](int n) { return json{{"pp", 2}, {"tp", n}}; }, false, true,
+     kTpCounts},
     {"PP+DP", [](int n) { return json{{"pp", 2}, {"dp", n}}; }},
 };
 
@@ -91,7 +125,7 @@ json plan_of(const Scenario& sc, int n, const Size& z) {
             {"nccl_proto", "simple"},
             {"nccl_intra_GBps", kLinkGBps}}},
           {"optimizer", {{"kind", "adam"}}},
-          {"schedule", {{"builder", "1f1b"}, {"microbatches", 2}, {"layout", layout}}}};
+          {"schedule", {{"builder", "1f1b"}, {"microbatches", kMicrobatches}, {"layout", layout}}}};
 }
 
 // The α–β time of one collective or transfer of `bytes` over g ranks on the test cluster.
@@ -151,10 +185,13 @@ TEST(CollectiveBytes, EveryCollectiveCarriesNcclTestsBytesAndAlphaBetaTime) {
             dense_param_bytes += op.param_count * kDtype;
         CostQueries queries(cp);
         std::map<std::pair<CommPurpose, CommKind>, Seen> seen;
+        std::map<std::tuple<CommPurpose, CommKind, bool>, int> per_pass;
         for (const Node& nd : cp.dag.nodes) {
           if (nd.kind != NodeKind::kCollective && nd.kind != NodeKind::kTransfer) continue;
           const auto key = std::make_pair(nd.purpose, nd.comm);
           covered.insert(key);
+          if (nd.purpose == CommPurpose::kTensorPar || nd.purpose == CommPurpose::kLossReduce)
+            ++per_pass[{nd.purpose, nd.comm, nd.tags.pass == Pass::kF}];
           Seen& k = seen[key];
           ++k.nodes;
           k.bytes += nd.bytes;
@@ -185,6 +222,9 @@ TEST(CollectiveBytes, EveryCollectiveCarriesNcclTestsBytesAndAlphaBetaTime) {
               want = z.vocab * z.hidden * kDtype / tp;
               group = 2;
               break;
+            case CommPurpose::kLossReduce:  // vocab-parallel loss: one fp32 per token, over TP
+              want = T * 4;
+              break;
             case CommPurpose::kGradNorm:  // one fp32 scalar over every device with parameters
               want = 4;
               group = tp * layout.value("dp", 1) * layout.value("pp", 1);
@@ -207,6 +247,20 @@ TEST(CollectiveBytes, EveryCollectiveCarriesNcclTestsBytesAndAlphaBetaTime) {
                       2.0)
               << what << ", " << nd.bytes << " bytes over " << q.group_size << " ranks ("
               << c.algo << "/" << c.proto << ")";
+        }
+        // Every TP collective the scenario's Megatron counterpart makes, and no other.
+        if (!sc.counts.empty()) {
+          std::map<std::tuple<CommPurpose, CommKind, bool>, int> want;
+          for (const Count& c : sc.counts)
+            want[{c.purpose, c.kind, c.forward}] = c.per_microbatch * kMicrobatches;
+          for (const auto& [k, v] : want)
+            EXPECT_EQ(per_pass[k], v)
+                << comm_purpose_name(std::get<0>(k)) << " " << comm_kind_name(std::get<1>(k))
+                << (std::get<2>(k) ? " forward" : " backward");
+          for (const auto& [k, v] : per_pass)
+            EXPECT_TRUE(want.count(k))
+                << v << " unexpected " << comm_purpose_name(std::get<0>(k)) << " "
+                << comm_kind_name(std::get<1>(k)) << (std::get<2>(k) ? " forward" : " backward");
         }
         // Gradient buckets (all-reduce, or ZeRO's reduce-scatter) hold every replicated
         // gradient once, whole; ZeRO-1/2 all-gather every updated parameter, whole.
@@ -237,6 +291,7 @@ TEST(CollectiveBytes, EveryCollectiveCarriesNcclTestsBytesAndAlphaBetaTime) {
            {CommPurpose::kActivation, CommKind::kSendRecv},
            {CommPurpose::kGradient, CommKind::kSendRecv},
            {CommPurpose::kTiedGrad, CommKind::kAllReduce},
+           {CommPurpose::kLossReduce, CommKind::kAllReduce},
            {CommPurpose::kGradNorm, CommKind::kAllReduce}})
     EXPECT_TRUE(covered.count(want)) << comm_purpose_name(want.first) << " "
                                      << comm_kind_name(want.second);

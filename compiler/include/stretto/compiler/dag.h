@@ -58,6 +58,9 @@ enum class CommPurpose : uint8_t {
                  //   over every device holding parameters, before the optimizer step
   kTiedGrad,     // tied embeddings: all-reduce of the word-embedding gradient between the
                  //   embedding's devices and the head's copy (first and last stage), pairwise
+  kLossReduce,   // vocab-parallel cross-entropy under TP (Megatron's _VocabParallelCrossEntropy):
+                 //   three all-reduces of b·s fp32 over the TP group in the loss's forward, the
+                 //   logits' max, the predicted (target) logit and the sum of exponentials
 };
 std::string_view comm_purpose_name(CommPurpose p);
 

@@ -55,6 +55,12 @@ struct ModelSpec {
   int64_t hidden = 0;
   int heads = 0;
   int kv_heads = 0;  // 0 = heads (MHA)
+  /// Width of one attention head (Megatron's --kv-channels): Qwen3 and Gemma use head_dim !=
+  /// hidden / heads. 0 = hidden / heads (attention_head_dim() gives the value in use).
+  int64_t head_dim = 0;
+  /// Megatron-LM's --make-vocab-size-divisible-by: the vocabulary is padded to a multiple of
+  /// this x the TP degree of the embedding and head.
+  int64_t vocab_divisible_by = 128;
   int64_t ffn_hidden = 0;
   int64_t vocab = 0;
   int64_t seq_len = 0;
@@ -77,6 +83,11 @@ struct ModelSpec {
   /// (region i holds layers [floor(i*L/N), floor((i+1)*L/N))).
   std::vector<int> region_layers;
   std::string pointer = "/model";
+
+  /// The head width in use: head_dim, or hidden / heads when the plan leaves it out.
+  int64_t attention_head_dim() const {
+    return head_dim > 0 ? head_dim : (heads > 0 ? hidden / heads : 0);
+  }
 };
 
 struct LinkSpec {
