@@ -97,7 +97,7 @@ std::vector<PointResult> run(const Space& s, int threads, double* seconds, doubl
   auto pr = run_sweep(s.spec, s.grid, *store, so);
   *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (cpu) *cpu = cpu_seconds() - cpu0;
-  auto rows = store->rows();
+  auto rows = *store->rows();
   if (const char* keep = std::getenv("STRETTO_BENCH_KEEP_DB"))  // a folder, for a closer look
     for (const char* ext : {"", "-wal"})
       if (fs::exists(db.string() + ext))

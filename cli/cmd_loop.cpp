@@ -5,8 +5,10 @@
 
 #include "commands.h"
 #include "output.h"
+#include "usage.h"
 #include "stretto/costmodel/profile_table.h"
 #include "stretto/sim/session.h"
+#include "stretto/support/limits.h"
 #include "stretto/traces/compare.h"
 #include "stretto/traces/kineto.h"
 
@@ -69,12 +71,14 @@ void add_loop_commands(CLI::App& app, CLI::App& import_app, Commands& out) {
                    if (f == "json") {
                      Json j = traces::kineto_summary_json(*r);
                      // the table format prints them with the summary
-                     for (const auto& w : r->warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+                     for (const auto& w : r->warnings)
+                       std::fprintf(stderr, "warning: %s\n", printable(w, true).c_str());
                      j["profile"] = r->table;
                      if (!k->output.empty()) j["profile_file"] = k->output;
                      text = j.dump(2) + "\n";
                    } else {
-                     text = traces::kineto_summary_table(*r);
+                     // names come from the traces: no terminal escapes pass through
+                     text = printable(traces::kineto_summary_table(*r), true);
                      if (!k->output.empty())
                        text += fmt::format("\nprofiled table written to {}\n", k->output);
                    }
@@ -96,6 +100,7 @@ void add_loop_commands(CLI::App& app, CLI::App& import_app, Commands& out) {
       ->check(CLI::IsMember({"table", "json"}));
   cmp->add_option("--top", c->top, "Ops listed among those that moved most (default 10)")
       ->check(CLI::Range(0, 100000));
+  add_limit_options(cmp);
   out.push_back({cmp, [c] {
                    auto a = traces::load_timeline(c->a);
                    auto b = traces::load_timeline(c->b);
@@ -111,7 +116,7 @@ void add_loop_commands(CLI::App& app, CLI::App& import_app, Commands& out) {
                    const std::string f =
                        c->format.empty() ? (stdout_is_tty() ? "table" : "json") : c->format;
                    const std::string text = f == "json" ? traces::comparison_json(cmp).dump(2) + "\n"
-                                                        : traces::comparison_table(cmp);
+                                                        : printable(traces::comparison_table(cmp), true);
                    return write_output("", text) ? 0 : 2;
                  }});
 }

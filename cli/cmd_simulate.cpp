@@ -213,7 +213,8 @@ void add_simulate_commands(CLI::App& app, CLI::App& export_app, Commands& out) {
   cmd->add_flag("--timeline-streams", o->timeline_streams,
                 "With --timeline: a row per device and stream");
   cmd->add_option("--timeline-width", o->timeline_width,
-                  "Columns of the timeline (default: the terminal's width)");
+                  "Columns of the timeline (default: the terminal's width)")
+      ->check(CLI::Range(10, 10000));
   cmd->add_flag("--fail-over-capacity", o->fail_over_capacity,
                 "Exit with code 3 when a device's memory peak exceeds its capacity");
   add_limit_options(cmd);

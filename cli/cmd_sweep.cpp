@@ -6,12 +6,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <atomic>
+#include <csignal>
 #include <filesystem>
+#include <optional>
+#include <string_view>
 #include <set>
 #include <thread>
 
 #include "commands.h"
 #include "output.h"
+#include "usage.h"
 #include "stretto/explore/search.h"
 #include "stretto/explore/sweep.h"
 
@@ -89,7 +94,9 @@ std::string rows_table(const std::vector<PointResult>& rows, const std::vector<s
 
 // Prints what the options ask for over a store's rows; writes --emit-best.
 int report(const explore::Store& store, const ReportOpts& ro) {
-  const std::vector<PointResult> rows = store.rows();
+  auto read = store.rows();
+  if (!read) return cli::report(read.error());
+  const std::vector<PointResult>& rows = *read;
   const std::string f = ro.format.empty() ? (stdout_is_tty() ? "table" : "json") : ro.format;
   size_t ok = 0, over = 0, invalid = 0;
   for (const auto& r : rows)
@@ -105,8 +112,16 @@ int report(const explore::Store& store, const ReportOpts& ro) {
     title = fmt::format("fastest {} of {} feasible points", idx.size(), ok);
   } else {
     idx = explore::top_n(rows, 0);
+    // Then the infeasible points, fastest first (over capacity, simulated), then the invalid.
+    std::vector<size_t> rest;
     for (size_t i = 0; i < rows.size(); ++i)
-      if (!rows[i].feasible()) idx.push_back(i);
+      if (!rows[i].feasible()) rest.push_back(i);
+    std::stable_sort(rest.begin(), rest.end(), [&](size_t a, size_t b) {
+      const auto &x = rows[a], &y = rows[b];
+      if (x.simulated() != y.simulated()) return x.simulated();
+      return x.simulated() && x.step_time_ms < y.step_time_ms;
+    });
+    idx.insert(idx.end(), rest.begin(), rest.end());
     title = "all points, fastest feasible first";
   }
   // Infeasible points faster than everything feasible: what a bigger device would buy.
@@ -188,27 +203,65 @@ std::string fmt_duration(double s) {
                    : fmt::format("{}:{:02}", t / 60, t % 60);
 }
 
+// Ctrl-C (or SIGTERM) during a sweep: the points running finish and are committed, then the
+// sweep says what it saved and how to resume. A second Ctrl-C ends it at once.
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_interrupt(int sig) {
+  if (g_interrupted.exchange(true)) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  static const char kMsg[] =
+      "\ninterrupted: finishing the points that are running (Ctrl-C again to stop at once)\n";
+  (void)!::write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
+}
+
+// A shard number: decimal digits only, at most kMaxShards (no sign, no wrap-around).
+constexpr int64_t kMaxShards = 1000000;
+std::optional<int64_t> shard_number(std::string_view s) {
+  if (s.empty() || s.size() > 7 ||
+      !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  const int64_t v = std::stoll(std::string(s));
+  return v <= kMaxShards ? std::optional<int64_t>(v) : std::nullopt;
+}
+
 // "I/N", else SLURM_ARRAY_TASK_ID (minus SLURM_ARRAY_TASK_MIN) / SLURM_ARRAY_TASK_COUNT.
 bool parse_shard(const std::string& s, int& index, int& count) {
   index = 0;
   count = 1;
   if (!s.empty()) {
-    int i = -1, n = -1;
-    char tail = 0;
-    if (std::sscanf(s.c_str(), "%d/%d%c", &i, &n, &tail) != 2 || n < 1 || i < 0 || i >= n) {
-      std::fprintf(stderr, "error: --shard '%s': expected I/N with 0 <= I < N\n", s.c_str());
+    const size_t slash = s.find('/');
+    const auto i = shard_number(std::string_view(s).substr(0, slash));
+    const auto n = slash == std::string::npos ? std::nullopt
+                                              : shard_number(std::string_view(s).substr(slash + 1));
+    if (!i || !n || *n < 1 || *i >= *n) {
+      std::fprintf(stderr,
+                   "error: --shard '%s': expected I/N with 0 <= I < N <= %lld\n"
+                   "  hint: e.g. --shard 0/4 runs the first of four shards\n",
+                   s.c_str(), static_cast<long long>(kMaxShards));
       return false;
     }
-    index = i;
-    count = n;
+    index = static_cast<int>(*i);
+    count = static_cast<int>(*n);
     return true;
   }
   const char* id = std::getenv("SLURM_ARRAY_TASK_ID");
   const char* n = std::getenv("SLURM_ARRAY_TASK_COUNT");
   if (id && n) {
     const char* mn = std::getenv("SLURM_ARRAY_TASK_MIN");
-    index = std::atoi(id) - (mn ? std::atoi(mn) : 0);
-    count = std::atoi(n);
+    const auto vi = shard_number(id), vn = shard_number(n);
+    const auto vmin = mn ? shard_number(mn) : std::optional<int64_t>(0);
+    if (!vi || !vn || !vmin) {
+      std::fprintf(stderr,
+                   "error: SLURM_ARRAY_TASK_ID=%s, SLURM_ARRAY_TASK_COUNT=%s, "
+                   "SLURM_ARRAY_TASK_MIN=%s: each must be a whole number from 0 to %lld\n",
+                   id, n, mn ? mn : "(unset)", static_cast<long long>(kMaxShards));
+      return false;
+    }
+    index = static_cast<int>(*vi - *vmin);
+    count = static_cast<int>(*vn);
     if (count < 1 || index < 0 || index >= count) {
       std::fprintf(stderr,
                    "error: SLURM_ARRAY_TASK_ID=%s, SLURM_ARRAY_TASK_COUNT=%s: not a shard; use a "
@@ -256,6 +309,7 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
                   "Run shard I of N (I/N); default from SLURM_ARRAY_TASK_ID/COUNT when set");
   cmd->add_option("--limit", o->limit, "Stop after N new points (0: all)");
   add_report_options(cmd, o->ro);
+  add_limit_options(cmd);  // (the memory refusals' hints name --max-memory)
   auto* merge = cmd->add_subcommand("merge", "Join shard databases into one");
   merge->add_option("OUT", o->merge_out, "Merged database (created if missing)")->required();
   merge->add_option("IN", o->merge_in, "Shard databases")->required();
@@ -327,6 +381,9 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
          so.shard_index = si;
          so.shard_count = sn;
          so.limit = o->limit;
+         so.stop = &g_interrupted;
+         std::signal(SIGINT, on_interrupt);
+         std::signal(SIGTERM, on_interrupt);
          const bool tty = isatty(STDERR_FILENO) != 0;
          if (tty)
            so.progress = [](const explore::Progress& p) {
@@ -337,8 +394,18 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
                           fmt_duration(p.eta_s).c_str());
            };
          auto pr = explore::run_sweep(*spec, *grid, *store, so);
+         std::signal(SIGINT, SIG_DFL);
+         std::signal(SIGTERM, SIG_DFL);
          if (tty) std::fprintf(stderr, "\n");
          if (!pr) return cli::report(pr.error());
+         if (g_interrupted.load()) {
+           std::fprintf(stderr,
+                        "sweep interrupted: %zu of %zu points of shard %d/%d are saved in %s "
+                        "(%zu this run); run the same command again to resume (saved points are "
+                        "not run again)\n",
+                        pr->done, pr->total, si, sn, db.c_str(), pr->done - pr->resumed);
+           return 130;
+         }
          std::fprintf(stderr,
                       "sweep: %zu points in shard %d/%d (grid %zu, %zu pruned by constraints); "
                       "%zu resumed, %zu run in %.1f s (%.1f points/s) -> %s\n",
@@ -363,6 +430,7 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
                 "one task) or op; the finalists are simulated again at op granularity")
       ->check(CLI::IsMember({"op", "pass"}));
   s->add_option("--emit", o->emit, "Write the best plan to FILE");
+  add_limit_options(s);
   s->add_option("--format", o->search_format, "table (default on a terminal) or json")
       ->check(CLI::IsMember({"table", "json"}));
   out.push_back({s, [o, hw] {

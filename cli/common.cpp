@@ -40,12 +40,16 @@ int parse_and_run(CLI::App& app, Commands& cmds, int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  const CLI::App* running = nullptr;
   try {
     for (auto& c : cmds)
-      if (c.app->parsed()) return c.run();
+      if (c.app->parsed()) {
+        running = c.app;
+        return c.run();
+      }
   } catch (const std::bad_alloc&) {
     // Not an internal error: the plan needs more memory than this machine could give.
-    std::fputs(out_of_memory_message().c_str(), stderr);
+    std::fputs(out_of_memory_message(running).c_str(), stderr);
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "internal error: %s\n", e.what());

@@ -126,13 +126,17 @@ void add_limit_options(CLI::App* cmd) {
       ->type_name("SIZE");
 }
 
-std::string out_of_memory_message() {
+std::string out_of_memory_message(const CLI::App* cmd) {
+  auto has = [&](const char* name) { return cmd && cmd->get_option_no_throw(name) != nullptr; };
   return fmt::format(
       "error: out of memory: this plan needs more memory than the machine could give "
       "(available now: {})\n"
-      "  hint: use --fold-replicas, fewer microbatches or devices, or set --max-memory to have "
-      "large plans refused up front with an estimate\n",
-      human_bytes(static_cast<double>(available_memory_bytes())));
+      "  hint: use {}fewer microbatches or devices{}\n",
+      human_bytes(static_cast<double>(available_memory_bytes())),
+      has("--fold-replicas") ? "--fold-replicas, " : "",
+      has("--max-memory") ? ", or set --max-memory to have large plans refused up front with an "
+                            "estimate"
+                          : "");
 }
 
 }  // namespace stretto::cli

@@ -16,6 +16,7 @@ int unknown_subcommand(const CLI::App& app, int argc, char** argv);
 /// --max-memory SIZE and --max-input-size SIZE (e.g. 8G, 512M).
 void add_limit_options(CLI::App* cmd);
 /// What to print when an allocation fails.
-std::string out_of_memory_message();
+/// The out-of-memory refusal; its hint names only the options `cmd` has.
+std::string out_of_memory_message(const CLI::App* cmd);
 
 }  // namespace stretto::cli

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 #include "stretto/pipelines/builders.h"
@@ -83,7 +84,9 @@ std::vector<PointResult> simulate_points(const Json& base, const std::string& ba
   (void)run_sweep(spec, g, *store, so);
   finished.store(true);
   timer.join();
-  return store->rows();
+  auto rows = store->rows();  // an in-memory database: a failed read is an internal error
+  if (!rows) throw std::runtime_error(rows.error()[0].message);
+  return std::move(*rows);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "stretto/pipelines/builders.h"
@@ -310,8 +311,10 @@ Expected<SweepSpec> finish(SweepSpec spec, const JsonSource& src, const Json& ba
     }
   }
   if (root.contains("memory_cap_GiB")) {
-    if (!root["memory_cap_GiB"].is_number() || root["memory_cap_GiB"].get<double>() <= 0)
-      rd.error("/memory_cap_GiB", "'memory_cap_GiB' must be a positive number");
+    // At most 1e9 GiB (as search --memory-cap): the cap is compared in bytes, in 64 bits.
+    if (!root["memory_cap_GiB"].is_number() || !(root["memory_cap_GiB"].get<double>() > 0) ||
+        root["memory_cap_GiB"].get<double>() > 1e9)
+      rd.error("/memory_cap_GiB", "'memory_cap_GiB' must be a number in (0, 1e9]");
     else
       spec.memory_cap_GiB = root["memory_cap_GiB"].get<double>();
   }
@@ -492,10 +495,15 @@ Expected<Grid> enumerate(const SweepSpec& spec,
       return -1;
     }
     const Bindings& b = *bb;
-    for (const auto& c : spec.constraints) {
-      auto ok = c.test(b);
+    for (size_t ci = 0; ci < spec.constraints.size(); ++ci) {
+      auto ok = spec.constraints[ci].test(b);
       if (!ok) {
         errs = ok.error();
+        for (Diagnostic& d : errs) {  // at the constraint, with the point that failed it
+          d.loc.file = spec.file;
+          d.loc.json_pointer = fmt::format("/constraints/{}", ci);
+          if (d.hint.empty()) d.hint = fmt::format("at the point {}", p.dump());
+        }
         return -1;
       }
       if (!*ok) return 0;
@@ -715,7 +723,9 @@ Expected<Resolved> resolve_from(Resolved r, const Json& params) {
 Expected<GeneratedSchedule> layout_schedule(const Resolved& r) {
   auto bad = [](std::string m, std::string h = {}) { return fail(plain(std::move(m), std::move(h))); };
   if (r.tp < 1 || r.pp < 1 || r.dp < 1) return bad("tp, pp and dp must be at least 1");
-  if (static_cast<int64_t>(r.tp) * r.pp * r.dp > (1 << 20)) return bad("more than 2^20 devices");
+  if (r.devices() > kMaxLayoutDevices)
+    return bad(fmt::format("the layout uses {} devices, more than 2^20", r.devices()),
+               "tp x pp x dp is at most 1048576");
   if (r.ep != 1 && r.ep != r.dp)
     return bad(fmt::format("ep = {} with dp = {}: experts are sharded over the data-parallel "
                            "group, so ep must be 1 or dp",
@@ -810,11 +820,14 @@ namespace {
 
 // Sizes the cluster to the point's devices: whole nodes of devices_per_node (one partial node
 // below).
-Expected<void> size_cluster(Json& plan, int n) {
+Expected<void> size_cluster(Json& plan, int64_t n) {
+  if (n > kMaxLayoutDevices)
+    return fail(plain(fmt::format("the layout uses {} devices, more than 2^20", n),
+                      "tp x pp x dp is at most 1048576"));
   if (!plan.contains("cluster") || !plan["cluster"].is_object()) return {};
   Json& c = plan["cluster"];
   const int dpn = c.value("devices_per_node", 0);
-  if (dpn <= 0 || n <= dpn) {
+  if (dpn <= 0 || n <= int64_t{dpn}) {
     c["nodes"] = 1;
     c["devices_per_node"] = n;
   } else {
@@ -824,6 +837,43 @@ Expected<void> size_cluster(Json& plan, int n) {
     c["nodes"] = n / dpn;
   }
   return {};
+}
+
+// Where `ptr` walks through a list at an index past its end (beyond the one-past-the-end that
+// appends): what is wrong, else nothing.
+std::optional<std::string> index_past_end(const Json& doc, const Json::json_pointer& ptr) {
+  std::vector<std::string> tokens;
+  for (Json::json_pointer p = ptr; !p.empty(); p.pop_back()) tokens.push_back(p.back());
+  const Json* cur = &doc;
+  for (size_t i = tokens.size(); i-- > 0;) {
+    const std::string& t = tokens[i];
+    const bool last = i == 0;
+    if (cur->is_array()) {
+      if (t == "-" && last) return std::nullopt;
+      const bool digits =
+          !t.empty() && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (!digits) return std::nullopt;  // the pointer's own error follows
+      const uint64_t idx = t.size() <= 18 ? std::stoull(t) : UINT64_MAX;
+      if (idx > cur->size() || (idx == cur->size() && !last))
+        return fmt::format("index {} is past the end of a list of {} (at most {}, or '-' to append)",
+                           t, cur->size(), cur->size());
+      if (idx == cur->size()) return std::nullopt;
+      cur = &(*cur)[idx];
+    } else if (cur->is_object() && cur->contains(t)) {
+      cur = &(*cur)[t];
+    } else {
+      // A new field: the pointer creates what follows, a list for a numeric token (padded up
+      // to its index as well).
+      for (size_t j = i; j-- > 0;) {
+        const std::string& u = tokens[j];
+        if (!u.empty() && u != "0" &&
+            std::all_of(u.begin(), u.end(), [](char c) { return c >= '0' && c <= '9'; }))
+          return fmt::format("index {} of a list the axis would create (only 0 or '-')", u);
+      }
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
 }
 
 // On a base written with the layout shorthand, a point that changes only what the shorthand
@@ -851,6 +901,9 @@ Expected<Json> point_plan(const Json& base_plan, const Json& params) {
       if (!plan.contains(Json::json_pointer(top)))
         return fail(plain(fmt::format("axis '{}': the base plan has no '{}'", k, top),
                           "pointer axes start at model, cluster, costmodel or schedule"));
+      // An index into a list names an element or the end ('-' or the size): the pointer's
+      // assignment would pad the list with nulls up to any index (10^8 of them).
+      if (auto far = index_past_end(plan, ptr)) return fail(plain(fmt::format("axis '{}': {}", k, *far)));
       plan[ptr] = v;
     } catch (const std::exception& e) {
       return fail(plain(fmt::format("axis '{}': {}", k, e.what())));

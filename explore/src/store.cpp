@@ -2,12 +2,16 @@
 #include "stretto/explore/store.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/file.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
+#include <optional>
+#include <vector>
 #include <utility>
 
 namespace stretto::explore {
@@ -15,6 +19,16 @@ namespace stretto::explore {
 namespace {
 
 constexpr int kSchemaVersion = 1;
+
+// A read that stopped before the end (a corrupted page, an I/O error): the rows after it
+// would vanish from every report and be run again, so the read fails.
+Diagnostic read_error(const std::string& path, sqlite3* db) {
+  Diagnostic d;
+  d.loc.file = path;
+  d.message = fmt::format("cannot read the results database: {}", sqlite3_errmsg(db));
+  d.hint = "the file is damaged; restore it, or give another --db to start over";
+  return d;
+}
 
 Diagnostic db_error(const std::string& path, const std::string& what, sqlite3* db) {
   Diagnostic d;
@@ -101,7 +115,58 @@ PointResult read_row(const Stmt& s) {
   return r;
 }
 
+// What makes `path` no results database, checked before SQLite writes anything to it: a
+// device or folder (SQLite would put PATH-journal next to /dev/null), or an SQLite file of
+// some other program (opened read-only: its tables are listed, none is added, WAL stays off).
+std::optional<Diagnostic> foreign(const std::string& path) {
+  Diagnostic d;
+  d.loc.file = path;
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) return std::nullopt;  // created as a new database
+  if (!std::filesystem::is_regular_file(st)) {
+    d.message = std::filesystem::is_directory(st) ? "the results database is a directory"
+                                                  : "the results database is not a regular file";
+    d.hint = "give --db a file path (created if missing)";
+    return d;
+  }
+  if (std::filesystem::file_size(path, ec) == 0) return std::nullopt;
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr) !=
+      SQLITE_OK) {
+    d.message = fmt::format("cannot open the results database: {}",
+                            db ? sqlite3_errmsg(db) : "cannot open");
+    sqlite3_close(db);
+    return d;
+  }
+  std::vector<std::string> tables;
+  int rc = SQLITE_OK;
+  {
+    Stmt st(db, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
+    if (!st) rc = sqlite3_errcode(db);
+    while (st && (rc = st.step()) == SQLITE_ROW) tables.push_back(st.col_text(0));
+  }
+  if (rc != SQLITE_OK && rc != SQLITE_DONE) {
+    d.message = fmt::format("not a usable results database: {}", sqlite3_errmsg(db));
+    d.hint = "nothing was written to it; give another --db";
+    sqlite3_close(db);
+    return d;
+  }
+  sqlite3_close(db);
+  const bool ours = tables.empty() || tables == std::vector<std::string>{"meta", "points"};
+  if (ours) return std::nullopt;
+  d.message = fmt::format("not a sweep results database: its tables are {}",
+                          fmt::join(tables.size() > 8 ? std::vector<std::string>(
+                                                            tables.begin(), tables.begin() + 8)
+                                                      : tables,
+                                    ", "));
+  d.hint = "nothing was written to it; give another --db";
+  return d;
+}
+
 Expected<sqlite3*> open_db(const std::string& path, bool create) {
+  if (path != ":memory:")
+    if (auto d = foreign(path)) return fail(std::move(*d));
   sqlite3* db = nullptr;
   const int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) |
                     SQLITE_OPEN_NOMUTEX;
@@ -150,7 +215,10 @@ Store::~Store() {
 
 Expected<void> Store::lock_for_run() {
   if (lock_fd_ >= 0 || path_ == ":memory:") return {};
-  const std::string lock = path_ + ".lock";
+  // One lock per file, however it is named (a symbolic link, a relative path).
+  std::error_code ec;
+  const auto canon = std::filesystem::weakly_canonical(path_, ec);
+  const std::string lock = (ec ? path_ : canon.string()) + ".lock";
   const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   Diagnostic d;
   d.loc.file = path_;
@@ -237,10 +305,12 @@ std::string Store::spec_hash() const {
   return meta("spec_hash");
 }
 
-std::set<std::string> Store::hashes() const {
+Expected<std::set<std::string>> Store::hashes() const {
   std::set<std::string> out;
   Stmt st(db_, "SELECT hash FROM points");
-  while (st.step() == SQLITE_ROW) out.insert(st.col_text(0));
+  int rc = st ? SQLITE_ROW : SQLITE_ERROR;
+  while (st && (rc = st.step()) == SQLITE_ROW) out.insert(st.col_text(0));
+  if (rc != SQLITE_DONE) return fail(read_error(path_, db_));
   return out;
 }
 
@@ -281,10 +351,12 @@ Expected<void> Store::put(const PointResult& r) {
   return {};
 }
 
-std::vector<PointResult> Store::rows() const {
+Expected<std::vector<PointResult>> Store::rows() const {
   std::vector<PointResult> out;
   Stmt st(db_, fmt::format("SELECT {} FROM points ORDER BY hash", kColumns).c_str());
-  while (st.step() == SQLITE_ROW) out.push_back(read_row(st));
+  int rc = st ? SQLITE_ROW : SQLITE_ERROR;
+  while (st && (rc = st.step()) == SQLITE_ROW) out.push_back(read_row(st));
+  if (rc != SQLITE_DONE) return fail(read_error(path_, db_));
   return out;
 }
 
@@ -309,7 +381,9 @@ Expected<size_t> Store::merge_from(const std::string& other_path) {
   const size_t before = count();
   char* err = nullptr;
   sqlite3_exec(db_, "BEGIN", nullptr, nullptr, nullptr);
-  for (const PointResult& r : other->rows()) {
+  auto theirs = other->rows();
+  if (!theirs) return fail(std::move(theirs).error());
+  for (const PointResult& r : *theirs) {
     auto ok = put(r);
     if (!ok) {
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);

@@ -12,11 +12,14 @@
 #include <iterator>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string_view>
 #include <thread>
 #include <type_traits>
 
 #include "stretto/explore/estimate.h"
+#include "stretto/plan/estimate.h"
+#include "stretto/support/limits.h"
 #include "stretto/sim/metrics_json.h"
 #include "stretto/sim/pipeline_metrics.h"
 
@@ -318,6 +321,16 @@ PointResult evaluate_point(const SweepSpec& spec, const Point& p, EvalCache* cac
     } else {
       out.status = "ok";
     }
+  } catch (const std::bad_alloc&) {
+    // Not an internal error: the point is larger than the memory this process could get (the
+    // estimates before compile and simulation passed it, as they are estimates).
+    Diagnostic d;
+    d.message = fmt::format(
+        "out of memory: the point needs more memory than this process could get (available "
+        "now: {})",
+        human_bytes(static_cast<double>(available_memory_bytes())));
+    d.hint = "fewer devices or microbatches, or fewer sweep jobs (-j) at once";
+    return invalid({d});
   } catch (const std::exception& e) {
     Diagnostic d;
     d.message = fmt::format("internal error while evaluating the point: {}", e.what());
@@ -338,7 +351,9 @@ Expected<Progress> run_sweep(const SweepSpec& spec, const Grid& grid, Store& sto
   const auto t0 = Clock::now();
   Progress pr;
   if (auto locked = store.lock_for_run(); !locked) return fail(std::move(locked).error());
-  const std::set<std::string> have = store.hashes();
+  auto stored = store.hashes();
+  if (!stored) return fail(std::move(stored).error());
+  const std::set<std::string>& have = *stored;
   std::vector<const Point*> todo;
   for (const auto& p : grid.points) {
     if (!in_shard(p.hash, opt.shard_index, opt.shard_count)) continue;
@@ -350,13 +365,16 @@ Expected<Progress> run_sweep(const SweepSpec& spec, const Grid& grid, Store& sto
     todo.push_back(&p);
   }
   // Count the statuses of what the store already has for this shard.
-  if (pr.resumed > 0)
-    for (const auto& r : store.rows()) {
+  if (pr.resumed > 0) {
+    auto rows = store.rows();
+    if (!rows) return fail(std::move(rows).error());
+    for (const auto& r : *rows) {
       if (!in_shard(r.hash, opt.shard_index, opt.shard_count)) continue;
       if (r.status == "ok") ++pr.ok;
       else if (r.status == "over_capacity") ++pr.over_capacity;
       else ++pr.invalid;
     }
+  }
   pr.done = pr.resumed;
   if (opt.limit > 0 && todo.size() > opt.limit) todo.resize(opt.limit);
 

@@ -1,6 +1,8 @@
 // The edited plan document (see document.h).
 #include "stretto/gui/document.h"
 
+#include "stretto/support/limits.h"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -8,14 +10,15 @@
 namespace stretto::gui {
 
 bool Document::load(const std::string& path, std::string* error) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    if (error) *error = "cannot read '" + path + "'";
+  // As every plan read: a device (/dev/zero), a folder or a file over the input limit is
+  // refused before it is read.
+  auto text = read_input_file(path, "plan");
+  if (!text) {
+    if (error) *error = render_all(text.error());
+    while (error && !error->empty() && error->back() == '\n') error->pop_back();
     return false;
   }
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  reset(ss.str(), path);
+  reset(std::move(*text), path);
   return true;
 }
 

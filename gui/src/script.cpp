@@ -32,6 +32,16 @@ constexpr VerbSpec kVerbs[] = {
 
 constexpr int kKeyEnter = 257, kKeyA = 'A';  // GLFW_KEY_ENTER, GLFW_KEY_A
 
+// A message quotes what the script wrote (a verb, a widget name, a value): a 2 MB line is
+// quoted by its first 200 bytes and its length, not whole.
+std::string clipped(std::string msg) {
+  constexpr size_t kKeep = 200;
+  if (msg.size() <= kKeep + 40) return msg;
+  const size_t n = msg.size();
+  msg.resize(kKeep);
+  return msg + fmt::format("... ({} bytes in all)", n);
+}
+
 }  // namespace
 
 Expected<std::vector<Action>> parse_script(const std::string& text, const std::string& file) {
@@ -52,7 +62,7 @@ Expected<std::vector<Action>> parse_script(const std::string& text, const std::s
       if (a.verb == v.verb) spec = &v;
     auto diag = [&](std::string msg, std::string hint) {
       Diagnostic d;
-      d.message = std::move(msg);
+      d.message = clipped(std::move(msg));
       d.loc.file = file;
       d.loc.line = static_cast<uint32_t>(ln);
       d.loc.col = 1;
@@ -185,7 +195,7 @@ bool step_script(App& app, ImGuiIO& io) {
   for (int guard = 0; guard < 1000 && !app.script.empty(); ++guard) {
     Action& a = app.script.front();
     auto fail_with = [&](std::string msg) {
-      app.script_error = fmt::format("script line {}: {}", a.line, msg);
+      app.script_error = fmt::format("script line {}: {}", a.line, clipped(std::move(msg)));
       app.script.clear();
       return false;
     };

@@ -9,6 +9,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include "stretto/plan/json_source.h"
 #include "stretto/support/limits.h"
 
@@ -263,6 +266,15 @@ uint64_t available_memory_bytes() {
       avail = avail ? std::min(avail, room) : room;
     }
   }
+  // An address-space limit (ulimit -v) caps what this process can allocate, whatever is free.
+  if (rlimit rl{}; getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    uint64_t pages = 0;
+    std::ifstream statm("/proc/self/statm");
+    statm >> pages;
+    const uint64_t used = pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t room = rl.rlim_cur > used ? rl.rlim_cur - used : 1;
+    avail = avail ? std::min(avail, room) : room;
+  }
   return avail;
 }
 
@@ -305,9 +317,10 @@ Diagnostics check_memory_budget(const Plan& plan, const JsonSource* src, bool fo
         "devices_per_node)",
         num(static_cast<double>(e.devices_declared)), e.devices_used);
   } else if (simulate && !fold_replicas && e.replication > 1) {
+    // (`simulate` has the option; gui and compare take the plan as written)
     hint = fmt::format(
-        "use --fold-replicas (simulates one of each group of {} identical replicas), fewer "
-        "microbatches, or raise --max-memory",
+        "fold the replicas (`stretto simulate --fold-replicas` simulates one of each group of {} "
+        "identical replicas), use fewer microbatches, or raise --max-memory",
         e.replication);
   } else {
     hint = fmt::format("use fewer microbatches ({} now) or fewer layers, or raise --max-memory",

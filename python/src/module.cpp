@@ -364,7 +364,7 @@ std::string sweep_rows(const std::string& db) {
   py::gil_scoped_release nogil;
   auto store = take(explore::Store::open_existing(db));
   Json out = Json::array();
-  for (const auto& r : store.rows()) out.push_back(explore::point_json(r));
+  for (const auto& r : take(store.rows())) out.push_back(explore::point_json(r));
   return out.dump();
 }
 

@@ -3,6 +3,7 @@
 
 #include "stretto/costmodel/analytic.h"
 #include "stretto/plan/estimate.h"
+#include "stretto/support/limits.h"
 
 #include <fmt/format.h>
 
@@ -21,6 +22,35 @@ std::string_view memory_category_name(size_t i) {
       "comm_buffers", "grad_buckets", "gathered_params"};
   return i < kMemCategories ? kN[i] : "?";
 }
+
+namespace {
+
+// build_program's arrays per collective participant, at least: the participant (4 B), its two
+// task links (8 B) and one dependency (4 B); see the reserves in build_program.cpp.
+constexpr double kBytesPerParticipant = 16;
+
+Diagnostics check_participants(const CompiledPlan& cp) {
+  double parts = 0;
+  for (const Node& n : cp.dag.nodes)
+    if (n.kind == NodeKind::kCollective)
+      parts += static_cast<double>(cp.dag.device_sets[n.devs].devices.size());
+  const double need = parts * kBytesPerParticipant;
+  if (need <= kUncheckedBytes) return {};
+  const uint64_t budget = memory_budget_bytes();
+  if (budget == 0 || need <= static_cast<double>(budget)) return {};
+  Diagnostic d;
+  d.loc.file = cp.plan.file;
+  d.loc.json_pointer = "/schedule";
+  d.message = fmt::format(
+      "the plan's collectives have {:.3g} participants, which need at least {} to simulate, "
+      "more than the {} this process may use",
+      parts, human_bytes(need), human_bytes(static_cast<double>(budget)));
+  d.hint = "use fewer data-parallel replicas or devices (folding replicas does not shrink a "
+           "collective's participants)";
+  return {d};
+}
+
+}  // namespace
 
 Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
                           const SimOptions& opt) {
@@ -56,6 +86,10 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
     }
   }
   r.folded = !keep.empty();
+  // Folded or not, every collective keeps all of its participants (a folded DP all-reduce over
+  // 10^6 replicas still lists 10^6): refuse a program whose participant arrays alone exceed
+  // the budget, before build_program reserves them.
+  if (auto big = check_participants(cp); !big.empty()) return fail(std::move(big));
   using Clock = std::chrono::steady_clock;
   auto ms_since = [](Clock::time_point a) {
     return std::chrono::duration<double, std::milli>(Clock::now() - a).count();

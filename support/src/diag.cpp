@@ -19,24 +19,33 @@ std::string Diagnostic::render() const {
   static constexpr const char* kSev[] = {"error", "warning", "note"};
   // "[directive N]" goes at the end of the first line of a multi-line message.
   const size_t nl = message.find('\n');
-  std::string first = message.substr(0, nl);
-  std::string out = fmt::format("{}: {}: {}", loc.str(), kSev[static_cast<int>(severity)], first);
+  // What a diagnostic quotes from a file (names, lines) is printed with its control characters
+  // escaped (limits.h printable): a file cannot drive the terminal through an error message.
+  std::string first = printable(std::string_view(message).substr(0, nl));
+  std::string out = fmt::format("{}: {}: {}", printable(loc.str()), kSev[static_cast<int>(severity)],
+                                first);
   if (directive >= 0) out += fmt::format(" [directive {}]", directive);
-  if (nl != std::string::npos) out += message.substr(nl);
+  if (nl != std::string::npos) out += printable(std::string_view(message).substr(nl), true);
   out += '\n';
   if (!source_line.empty() && loc.col > 0) {
     uint32_t caret = caret_col ? caret_col : loc.col;
-    const std::string shown =
+    std::string shown =
         caret_col || source_line.size() <= kMaxEchoedLine ? source_line
                                                           : window_line(source_line, caret);
+    if (printable(shown, true).size() != shown.size()) {  // escapes widen what precedes the caret
+      const size_t before = std::min<size_t>(caret > 0 ? caret - 1 : 0, shown.size());
+      caret = static_cast<uint32_t>(printable(std::string_view(shown).substr(0, before), true).size() + 1);
+      shown = printable(shown, true);
+    }
     out += "  " + shown + "\n  ";
     // Keep tabs so the caret lines up with the echoed line.
     for (uint32_t i = 1; i < caret && i <= shown.size(); ++i)
       out += shown[i - 1] == '\t' ? '\t' : ' ';
     out += "^\n";
   }
-  if (!hint.empty()) out += "  hint: " + hint + "\n";
-  for (const auto& n : notes) out += fmt::format("  note: {}: {}\n", n.loc.str(), n.message);
+  if (!hint.empty()) out += "  hint: " + printable(hint, true) + "\n";
+  for (const auto& n : notes)
+    out += fmt::format("  note: {}: {}\n", printable(n.loc.str()), printable(n.message, true));
   return out;
 }
 

@@ -154,6 +154,33 @@ Diagnostics cap_diagnostics(Diagnostics ds, size_t cap) {
   return ds;
 }
 
+std::string printable(std::string_view s, bool keep_layout) {
+  auto control = [&](size_t i) -> size_t {  // bytes of a control character at i, else 0
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20) return keep_layout && (c == '\n' || c == '\t') ? 0 : 1;
+    if (c == 0x7f) return 1;
+    if (c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) >= 0x80 &&
+        static_cast<unsigned char>(s[i + 1]) <= 0x9f)
+      return 2;
+    return 0;
+  };
+  size_t i = 0;
+  while (i < s.size() && control(i) == 0) ++i;
+  if (i == s.size()) return std::string(s);
+  std::string out(s.substr(0, i));
+  while (i < s.size()) {
+    const size_t n = control(i);
+    if (n == 0) {
+      out += s[i++];
+      continue;
+    }
+    for (size_t k = 0; k < n; ++k)
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(s[i + k]));
+    i += n;
+  }
+  return out;
+}
+
 std::string window_line(std::string_view line, uint32_t& col) {
   if (line.size() <= kMaxEchoedLine) return std::string(line);
   const size_t half = kMaxEchoedLine / 2;

@@ -16,6 +16,8 @@
 #include <set>
 #include <string>
 
+#include <sys/wait.h>
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -489,4 +491,295 @@ TEST(Hostile, GuiScriptsAreBoundedBeforeAnyWindowOpens) {
   EXPECT_LT(deep.err.size(), 4000u);  // the 50 KB line is windowed, not echoed whole
   expect_refusal(sh("gui --script /dev/zero"), "is not a regular file");
   expect_refusal(sh("gui --script " + dir.string()), "is not a regular file");
+}
+
+// Sweep specs, points and databases (issue 28): a constraint's division by zero said
+// "<input>"; a layout of 2^42 devices passed the device check (the product wrapped in int) and
+// said "devices_per_node = 0"; a pointer axis /schedule/99999999 padded the list with 10^8
+// nulls; memory_cap_GiB 1e10 overflowed the byte cap; shard numbers wrapped or read "abc" as 0.
+TEST(Hostile, SweepSpecsAndShardsAreCheckedWhereTheyStand) {
+  const fs::path dir = tmpdir() / "sweep_spec_where";
+  fs::create_directories(dir);
+  const std::string base = example("gpt_pp4_dp2_1f1b.json");
+  auto spec = [&](const std::string& name, nlohmann::json j) {
+    j["base"] = base;
+    return write_plan("sweep_spec_where/" + name, j).string();
+  };
+  const std::string db = " --db " + (dir / "s.db").string();
+  const Result div = sh("sweep " +
+                        spec("div.json", {{"axes", {{"microbatches", {4, 8}}}},
+                                          {"constraints", {"devices == 8", "microbatches / 0 > 1"}}}) +
+                        db);
+  expect_refusal(div, "div.json (/constraints/1)");
+  EXPECT_NE(div.err.find("division by zero"), std::string::npos) << div.err;
+  EXPECT_EQ(div.err.find("<input>"), std::string::npos) << div.err;
+
+  expect_refusal(sh("sweep " + spec("cap.json", {{"axes", {{"microbatches", {4}}}},
+                                                  {"memory_cap_GiB", 1e10}}) + db),
+                 "(/memory_cap_GiB)");
+
+  // Points: each is an invalid point with what is wrong, the sweep goes on.
+  const Result pts =
+      sh("sweep " +
+             spec("points.json",
+                  {{"axes",
+                    {{"layout", {{{"tp", 1024}, {"pp", 4096}, {"dp", 1048576}}}},
+                     {"/schedule/99999999", {1}}}}}) +
+             " --db " + (dir / "points.db").string() + " --format json",
+         "", "", 4000000);
+  ASSERT_EQ(pts.code, 0) << pts.err.substr(0, 2000);
+  const auto j = nlohmann::json::parse(pts.out);
+  ASSERT_EQ(j["results"].size(), 1u) << pts.out.substr(0, 2000);
+  const std::string why = j["results"][0]["diagnostic"].get<std::string>();
+  EXPECT_NE(why.find("index 99999999 is past the end of a list of 13"), std::string::npos) << why;
+  const Result big = sh("sweep " +
+                            spec("big.json", {{"axes",
+                                               {{"layout", {{{"tp", 1024}, {"pp", 4096}, {"dp", 1048576}}}}}}}) +
+                            " --db " + (dir / "big.db").string() + " --format json",
+                        "", "", 4000000);
+  ASSERT_EQ(big.code, 0) << big.err.substr(0, 2000);
+  const std::string bwhy =
+      nlohmann::json::parse(big.out)["results"][0]["diagnostic"].get<std::string>();
+  EXPECT_NE(bwhy.find("the layout uses 4398046511104 devices, more than 2^20"), std::string::npos)
+      << bwhy;
+
+  const std::string small = std::string(STRETTO_TEST_DATA) + "/explore/small.json";
+  expect_refusal(sh("sweep " + small + db + " --shard 0/99999999999"), "--shard '0/99999999999'");
+  expect_refusal(sh("sweep " + small + db + " --shard 4294967296/4294967297"), "--shard");
+  expect_refusal(sh("sweep " + small + db, "SLURM_ARRAY_TASK_ID=abc SLURM_ARRAY_TASK_COUNT=4"),
+                 "SLURM_ARRAY_TASK_ID=abc");
+  expect_refusal(sh("sweep " + small + db, "SLURM_ARRAY_TASK_ID=1 SLURM_ARRAY_TASK_COUNT=4294967297"),
+                 "each must be a whole number from 0 to 1000000");
+  EXPECT_FALSE(fs::exists(dir / "s.db"));
+}
+
+// Results databases (issue 28): a damaged file reported "8 resumed" then listed 0 points with
+// exit 0; a foreign SQLite file got the sweep's tables and WAL before being refused; --db
+// /dev/null left /dev/null-journal; a database reached through a symbolic link got its own lock.
+TEST(Hostile, SweepDatabasesAreCheckedBeforeTheyAreWritten) {
+  const fs::path dir = tmpdir() / "sweep_db";
+  fs::create_directories(dir);
+  const std::string small = std::string(STRETTO_TEST_DATA) + "/explore/small.json";
+  const fs::path good = dir / "good.db";
+  ASSERT_EQ(sh("sweep " + small + " --db " + good.string() + " --format json", "", ">/dev/null").code, 0);
+  ASSERT_FALSE(fs::exists(good.string() + "-wal"));  // checkpointed at close
+
+  // Damage every leaf page of the points table (the hash index stays readable).
+  std::string bytes = slurp(good);
+  const size_t page = (static_cast<unsigned char>(bytes[16]) << 8) | static_cast<unsigned char>(bytes[17]);
+  ASSERT_GE(page, 512u);
+  size_t damaged = 0;
+  for (size_t p = 2; p < bytes.size() / page; ++p)  // page 1 is the schema, page 2 the meta table
+    if (static_cast<unsigned char>(bytes[p * page]) == 0x0d) {
+      for (size_t i = p * page + 8; i < (p + 1) * page; ++i) bytes[i] = 0x55;
+      ++damaged;
+    }
+  ASSERT_GT(damaged, 0u);
+  const fs::path bad = dir / "bad.db";
+  put(bad, bytes);
+  const Result r = sh("sweep " + small + " --db " + bad.string() + " --format table");
+  expect_refusal(r, "bad.db: error: cannot read the results database");
+  EXPECT_NE(r.err.find("malformed"), std::string::npos) << r.err;
+  expect_refusal(sh("sweep merge " + (dir / "m.db").string() + " " + bad.string()),
+                 "cannot read the results database");
+
+  // Another program's SQLite file: refused, byte for byte unchanged, no WAL started.
+  const fs::path foreign = dir / "foreign.sqlite";
+  fs::copy_file(std::string(STRETTO_TEST_DATA) + "/explore/foreign.sqlite", foreign);
+  const std::string before = slurp(foreign);
+  expect_refusal(sh("sweep " + small + " --db " + foreign.string()),
+                 "not a sweep results database: its tables are users");
+  EXPECT_TRUE(slurp(foreign) == before) << "the foreign database was modified";
+  EXPECT_FALSE(fs::exists(foreign.string() + "-wal"));
+  EXPECT_FALSE(fs::exists(foreign.string() + "-journal"));
+
+  const bool journal_before = fs::exists("/dev/null-journal");  // (left by an older build)
+  expect_refusal(sh("sweep " + small + " --db /dev/null"), "not a regular file");
+  if (!journal_before) {
+    EXPECT_FALSE(fs::exists("/dev/null-journal"));
+  }
+  expect_refusal(sh("sweep " + small + " --db " + dir.string()), "is a directory");
+
+  // One lock per file: through a link, the lock is the target's.
+  fs::create_symlink(good, dir / "link.db");
+  ASSERT_EQ(sh("sweep " + small + " --db " + (dir / "link.db").string() + " --format json", "",
+               ">/dev/null")
+                .code,
+            0);
+  EXPECT_TRUE(fs::exists(good.string() + ".lock"));
+  EXPECT_FALSE(fs::exists((dir / "link.db").string() + ".lock"));
+}
+
+// The full listing put the infeasible points in hash order: now the feasible fastest first,
+// then the over-capacity points fastest first, then the invalid ones.
+TEST(Hostile, SweepListsInfeasiblePointsFastestFirst) {
+  const fs::path dir = tmpdir() / "sweep_order";
+  fs::create_directories(dir);
+  auto j = nlohmann::json::parse(slurp(std::string(STRETTO_TEST_DATA) + "/explore/small.json"));
+  j["base"] = example("gpt_pp4_dp2_1f1b.json");
+  j["memory_cap_GiB"] = 0.001;  // every point over capacity
+  const std::string spec = write_plan("sweep_order/cap.json", j).string();
+  const Result r = sh("sweep " + spec + " --db " + (dir / "o.db").string() + " --format json");
+  ASSERT_EQ(r.code, 0) << r.err.substr(0, 2000);
+  const auto out = nlohmann::json::parse(r.out);
+  ASSERT_EQ(out["ok"].get<int>(), 0);
+  ASSERT_GE(out["over_capacity"].get<int>(), 10);
+  double last = -1;
+  bool seen_invalid = false;
+  for (const auto& p : out["results"]) {
+    if (p["status"] == "invalid") {
+      seen_invalid = true;
+      continue;
+    }
+    EXPECT_FALSE(seen_invalid) << "an over-capacity point after an invalid one";
+    const double t = p["metrics"]["step_time_ms"].get<double>();
+    EXPECT_GE(t, last) << p.dump().substr(0, 300);
+    last = t;
+  }
+}
+
+// Kineto traces (issue 28): a negative `Input Dims` size was found only in the tool's own
+// table (exit 1, "<imported table>"); a small .gz holding one 64 MiB name or an event with
+// 150,000 args was held whole (a 2 GiB name reached 5-6 GiB); names with terminal escapes were
+// printed raw, in the table and in diagnostics.
+TEST(Hostile, KinetoTracesAreBoundedLocatedAndPrintedSafely) {
+  const fs::path dir = tmpdir() / "kineto_hostile";
+  fs::create_directories(dir);
+  const auto base = nlohmann::json::parse(slurp(std::string(STRETTO_TEST_DATA) + "/traces/kineto_rank0.json"));
+  auto edited = [&](const std::string& name, auto edit) {
+    auto j = base;
+    edit(j["traceEvents"]);
+    const fs::path p = dir / name;
+    put(p, j.dump(1));
+    return p.string();
+  };
+  const std::string neg = edited("neg.json", [](nlohmann::json& ev) {
+    for (auto& e : ev)
+      if (e.value("name", "") == "aten::mm") {
+        e["args"]["Input Dims"] = {{1024, -2048}, {2048, 4096}};
+        break;
+      }
+  });
+  const Result r = sh("import kineto " + neg + " --format json", "", ">/dev/null");
+  expect_refusal(r, "neg.json:");
+  EXPECT_NE(r.err.find("(/traceEvents/6/args/Input Dims)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("has size -2048 in input 0"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("<imported table>"), std::string::npos) << r.err;
+
+  const std::string many = edited("many.json", [](nlohmann::json& ev) {
+    for (auto& e : ev)
+      if (e.value("cat", "") == "kernel") {
+        for (int i = 0; i < 150000; ++i) e["args"]["a" + std::to_string(i)] = i;
+        break;
+      }
+  });
+  expect_refusal(sh("import kineto " + many, "", ">/dev/null", 1000000),
+                 "an event with more than 100000 values");
+
+  // 64 MiB of name in ~64 KB of gzip, under a 1 GB address-space limit.
+  const fs::path plain = dir / "bomb.json", bomb = dir / "bomb.json.gz";
+  put(plain, "{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"" + std::string(64 << 20, 'x') + "\"}]}");
+  ASSERT_EQ(std::system(("gzip -1 -f " + plain.string()).c_str()), 0);
+  ASSERT_LT(fs::file_size(bomb), 1u << 20);
+  const Result b = sh("import kineto " + bomb.string(), "", ">/dev/null", 1000000);
+  expect_refusal(b, "a string or number longer than 16 MiB");
+  EXPECT_NE(b.err.find("bomb.json.gz:1:38"), std::string::npos) << b.err.substr(0, 600);
+  EXPECT_LT(b.err.size(), 4000u);
+
+  const std::string esc = edited("esc.json", [](nlohmann::json& ev) {
+    for (auto& e : ev)
+      if (e.contains("name")) e["name"] = e["name"].get<std::string>() + "\x1b]0;owned\x07\x1b[31m";
+  });
+  const Result t = sh("import kineto " + esc + " --format table");
+  ASSERT_EQ(t.code, 0) << t.err.substr(0, 2000);
+  EXPECT_NE(t.out.find("\\x1b[31m"), std::string::npos) << t.out.substr(0, 3000);
+  EXPECT_EQ(t.out.find('\x1b'), std::string::npos);
+  EXPECT_EQ(t.out.find('\x07'), std::string::npos);
+  const std::string esc_bad = edited("esc_bad.json", [](nlohmann::json& ev) {
+    for (auto& e : ev)
+      if (e.value("cat", "") == "cpu_op") {
+        e["name"] = "aten::mm\x1b[2J";
+        e["dur"] = -5;
+        break;
+      }
+  });
+  const Result d = sh("import kineto " + esc_bad);
+  expect_refusal(d, "negative duration");
+  EXPECT_EQ(d.err.find('\x1b'), std::string::npos) << d.err;
+  EXPECT_NE(d.err.find("aten::mm\\x1b[2J"), std::string::npos) << d.err;
+}
+
+// compare (issue 28): a result whose device id is a string was "internal error: type must be
+// number"; its device table printed MiB (everything else prints GiB) and one row per replica.
+TEST(Hostile, CompareChecksResultsAndMergesEqualDeviceRows) {
+  const fs::path dir = tmpdir() / "compare_hostile";
+  fs::create_directories(dir);
+  const std::string plan = example("gpt_pp4_dp2_1f1b.json");
+  const Result sim = sh("simulate " + plan + " --format json");
+  ASSERT_EQ(sim.code, 0);
+  auto j = nlohmann::json::parse(sim.out);
+  put(dir / "good.json", j.dump(1));
+  j["devices"][1]["id"] = "one";
+  put(dir / "bad.json", j.dump(1));
+  const Result r = sh("compare " + (dir / "good.json").string() + " " + (dir / "bad.json").string());
+  expect_refusal(r, "bad.json:");
+  EXPECT_NE(r.err.find("(/devices/1/id)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("found \"one\""), std::string::npos) << r.err;
+
+  const std::string llama = example("layout_llama7b_pp4_dp4_interleaved.json");
+  const Result t = sh("compare " + llama + " " + llama + " --format table");
+  ASSERT_EQ(t.code, 0) << t.err.substr(0, 2000);
+  EXPECT_NE(t.out.find("peak GiB A / B"), std::string::npos) << t.out.substr(0, 2000);
+  EXPECT_EQ(t.out.find("MiB"), std::string::npos) << t.out.substr(0, 2000);
+  // PP4 x DP4: four rows of four identical replicas.
+  EXPECT_NE(t.out.find("      0-3 "), std::string::npos) << t.out.substr(0, 2000);
+  EXPECT_NE(t.out.find("    12-15 "), std::string::npos) << t.out.substr(0, 2000);
+}
+
+// GUI inputs (issue 28): `gui /dev/zero` and a script's `open /dev/zero` read 4 GiB and then
+// blamed the plan ("use --fold-replicas", an option gui does not have); a 2 MB unknown action
+// was echoed whole; --size 16384x16384 took 5.2 GiB for a screenshot.
+TEST(Hostile, GuiFilesSizesAndLongLinesAreBounded) {
+  const fs::path dir = tmpdir() / "gui_files";
+  fs::create_directories(dir);
+  expect_refusal(sh("gui /dev/zero --frames 1", "", "", 1000000), "not a regular file");
+  expect_refusal(sh("gui " + dir.string() + " --frames 1"), "directory");
+  put(dir / "verb.script", std::string(2000000, 'x') + "\n");
+  const Result v = sh("gui --script " + (dir / "verb.script").string());
+  expect_refusal(v, "verb.script:1:");
+  EXPECT_LT(v.err.size(), 2000u);
+  EXPECT_NE(v.err.find(" bytes in all)"), std::string::npos) << v.err.substr(0, 1000);
+  const Result s = sh("gui --size 16384x16384 --frames 1 --screenshot " + (dir / "s.png").string());
+  expect_refusal(s, "--size '16384x16384'");
+  EXPECT_NE(s.err.find("7680x4320"), std::string::npos) << s.err;
+  expect_refusal(sh("gui --size 99999999999x900 --frames 1"), "--size");
+  if (std::system("command -v xvfb-run >/dev/null 2>&1") != 0) GTEST_SKIP() << "no xvfb-run";
+  put(dir / "open.script", "open /dev/zero\n");
+  const std::string cmd = "ulimit -v 3000000; xvfb-run -a " + binary() + " gui --script " +
+                          (dir / "open.script").string() + " --frames 2 2>" +
+                          (dir / "open.err").string();
+  const int rc = std::system(("/bin/bash -c '" + cmd + "'").c_str());
+  ASSERT_TRUE(WIFEXITED(rc));
+  EXPECT_EQ(WEXITSTATUS(rc), 2);
+  const std::string err = slurp(dir / "open.err");
+  EXPECT_NE(err.find("not a regular file"), std::string::npos) << err;
+  EXPECT_EQ(err.find("--fold-replicas"), std::string::npos) << err;
+}
+
+// Hints named options the command does not have: --fold-replicas and --max-memory in search,
+// gui and compare; --timeline-width 1000000000 ran out of memory and blamed the plan.
+TEST(Hostile, HintsNameOnlyOptionsTheCommandHas) {
+  const std::string plan = example("layout_llama7b_pp4_dp4_interleaved.json");
+  const Result c = sh("compare " + plan + " " + plan, "STRETTO_MAX_MEMORY=1M");
+  expect_refusal(c, "raise --max-memory");
+  EXPECT_EQ(c.err.find("use --fold-replicas"), std::string::npos) << c.err;
+  // ... and the options they name exist there now.
+  EXPECT_EQ(sh("compare " + plan + " " + plan + " --max-memory 1M").code, 2);
+  for (const std::string cmd : {"sweep", "search", "gui", "compare"}) {
+    const Result h = sh(cmd + " --help");
+    EXPECT_NE(h.out.find("--max-memory"), std::string::npos) << cmd;
+  }
+  expect_refusal(sh("simulate " + example("gpt_pp4_dp2_1f1b.json") +
+                    " --timeline --timeline-width 1000000000"),
+                 "--timeline-width");
 }

@@ -557,13 +557,14 @@ TEST(Sweep, ShardUnionEqualsTheWhole) {
     auto p = run_sweep(*s, *g, *st, so);
     ASSERT_TRUE(p);
     sum += p->total;
-    for (const auto& r : st->rows()) EXPECT_TRUE(in_shard(r.hash, i, 3));
+    const auto rows = *st->rows();
+    for (const auto& r : rows) EXPECT_TRUE(in_shard(r.hash, i, 3));
   }
   EXPECT_EQ(sum, g->points.size());  // disjoint and covering
   auto merged = Store::open((dir / "merged.db").string(), s->canonical, s->hash, "0/1");
   ASSERT_TRUE(merged);
   for (const auto& p : shard_paths) ASSERT_TRUE(merged->merge_from(p));
-  auto a = whole->rows(), b = merged->rows();
+  auto a = *whole->rows(), b = *merged->rows();
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].hash, b[i].hash);
@@ -607,7 +608,7 @@ TEST(Sweep, ResumeRunsOnlyWhatIsMissing) {
   }
   auto st = Store::open(db, s->canonical, s->hash, "0/1");
   ASSERT_TRUE(st);
-  const auto before = st->rows();
+  const auto before = *st->rows();
   so.limit = 0;
   auto p = run_sweep(*s, *g, *st, so);
   ASSERT_TRUE(p);

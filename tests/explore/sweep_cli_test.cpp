@@ -57,25 +57,34 @@ size_t rows_in(const std::string& db) {
   return s ? s->count() : 0;
 }
 
+// Starts `stretto sweep SPEC --db DB -j 1` (stderr to `err`) and returns once two points are
+// committed (or after 120 s).
+pid_t start_sweep_until_two_rows(const std::string& spec, const std::string& db,
+                                 const std::string& err) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    freopen("/dev/null", "w", stdout);
+    freopen(err.c_str(), "w", stderr);
+    execl(STRETTO_BINARY, STRETTO_BINARY, "sweep", spec.c_str(), "--db", db.c_str(), "-j", "1",
+          "--format", "json", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  while (pid > 0 && rows_in(db) < 2 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return pid;
+}
+
 }  // namespace
 
 TEST(SweepCli, KillNineThenResumeLosesNothingAndRunsNothingTwice) {
   const fs::path dir = scratch("kill");
   const std::string db = (dir / "r.db").string();
   const std::string spec = data("resume.json");
-  const pid_t pid = fork();
+  const pid_t pid = start_sweep_until_two_rows(spec, db, "/dev/null");
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    freopen("/dev/null", "w", stdout);
-    freopen("/dev/null", "w", stderr);
-    execl(STRETTO_BINARY, STRETTO_BINARY, "sweep", spec.c_str(), "--db", db.c_str(), "-j", "1",
-          "--format", "json", static_cast<char*>(nullptr));
-    _exit(127);
-  }
   // Kill it once a few points are committed.
-  const auto t0 = std::chrono::steady_clock::now();
-  while (rows_in(db) < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   int status = 0;
   waitpid(pid, &status, 0);
@@ -84,7 +93,8 @@ TEST(SweepCli, KillNineThenResumeLosesNothingAndRunsNothingTwice) {
   {
     auto s = Store::open_existing(db);
     ASSERT_TRUE(s);
-    for (const auto& r : s->rows()) before[r.hash] = r.wall_ms;
+    const auto rows = *s->rows();
+    for (const auto& r : rows) before[r.hash] = r.wall_ms;
   }
   ASSERT_GE(before.size(), 2u);
   // The same command again: resumes.
@@ -110,6 +120,31 @@ TEST(SweepCli, KillNineThenResumeLosesNothingAndRunsNothingTwice) {
   EXPECT_EQ(again.code, 0);
   EXPECT_NE(again.err.find(std::to_string(total) + " resumed, 0 run"), std::string::npos)
       << again.err;
+  fs::remove_all(dir);
+}
+
+// Ctrl-C ended a sweep silently: now the points running finish and are committed, and the
+// sweep says how many points are saved and how to resume (exit 130).
+TEST(SweepCli, InterruptSaysWhatIsSavedAndHowToResume) {
+  const fs::path dir = scratch("sigint");
+  const std::string db = (dir / "r.db").string();
+  const std::string spec = data("resume.json");
+  const fs::path err = dir / "stderr.txt";
+  const pid_t pid = start_sweep_until_two_rows(spec, db, err.string());
+  ASSERT_GE(pid, 0);
+  ASSERT_EQ(kill(pid, SIGINT), 0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  std::ifstream e(err);
+  const std::string text((std::istreambuf_iterator<char>(e)), std::istreambuf_iterator<char>());
+  const size_t saved = rows_in(db);
+  EXPECT_GE(saved, 2u);
+  EXPECT_NE(text.find("sweep interrupted: " + std::to_string(saved) + " of 90 points"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("run the same command again to resume"), std::string::npos) << text;
   fs::remove_all(dir);
 }
 

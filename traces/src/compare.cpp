@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "stretto/sim/session.h"
+#include "stretto/support/limits.h"
 #include "stretto/traces/chrome_trace.h"
 #include "stretto/traces/kineto.h"
 #include "stretto/traces/op_label.h"
@@ -344,25 +345,67 @@ Expected<Timeline> load_kineto(const std::vector<std::string>& files, const std:
   return t;
 }
 
-Timeline timeline_from_summary(const Json& j, const std::string& path) {
+// A `simulate --format json` result: its fields are checked where they stand (a device id
+// that is a string, a time that is not a number), located by line:column and JSON pointer.
+Expected<Timeline> timeline_from_summary(const JsonSource& src) {
+  const Json& j = src.root();
   Timeline t;
-  t.source = path;
+  t.source = src.file();
   t.kind = "result";
-  auto ns = [](const Json& v) {
-    return v.is_number() ? static_cast<int64_t>(std::llround(v.get<double>() * 1e6)) : 0;
-  };
-  t.step = ns(j.value("step_time_ms", Json(0)));
-  if (auto d = j.find("devices"); d != j.end() && d->is_array())
-    for (const auto& e : *d) {
-      if (!e.is_object()) continue;
-      TimelineDevice td;
-      td.id = e.value("id", 0);
-      td.busy = ns(e.value("busy_ms", Json(0)));
-      td.bubble = ns(e.value("bubble_ms", Json(0)));
-      td.exposed_comm = ns(e.value("exposed_comm_ms", Json(0)));
-      td.peak_memory = e.value("peak_memory_bytes", int64_t{-1});
-      t.devices.push_back(td);
+  Diagnostics ds;
+  // Milliseconds in [0, 1e12] (as a profiled table's bound), as integer nanoseconds.
+  auto ms_field = [&](const Json& obj, const char* key, const std::string& ptr) -> int64_t {
+    auto it = obj.find(key);
+    if (it == obj.end()) return 0;
+    if (!it->is_number() || !(it->get<double>() >= 0) || it->get<double>() > 1e12) {
+      ds.push_back(src.error_at(ptr + "/" + key,
+                                fmt::format("'{}' must be a number of milliseconds from 0 to 1e12, "
+                                            "found {}",
+                                            key, it->dump().substr(0, 40)),
+                                "compare reads `stretto simulate --format json` output"));
+      return 0;
     }
+    return static_cast<int64_t>(std::llround(it->get<double>() * 1e6));
+  };
+  t.step = ms_field(j, "step_time_ms", "");
+  const Json& devs = j["devices"];
+  if (!devs.is_array())
+    ds.push_back(src.error_at("/devices", "'devices' must be a list of device objects"));
+  for (size_t i = 0; devs.is_array() && i < devs.size() && ds.size() < kMaxDiagnostics; ++i) {
+    const Json& e = devs[i];
+    const std::string ptr = fmt::format("/devices/{}", i);
+    if (!e.is_object()) {
+      ds.push_back(src.error_at(ptr, "a device must be an object"));
+      continue;
+    }
+    TimelineDevice td;
+    auto id = e.find("id");
+    if (id == e.end() || !id->is_number_integer() || id->get<int64_t>() < 0 ||
+        id->get<int64_t>() > INT32_MAX) {
+      ds.push_back(src.error_at(ptr + (id == e.end() ? "" : "/id"),
+                                id == e.end() ? std::string("a device has no 'id'")
+                                              : fmt::format("'id' must be a whole number from 0 "
+                                                            "to 2^31 - 1, found {}",
+                                                            id->dump().substr(0, 40))));
+      continue;
+    }
+    td.id = static_cast<int>(id->get<int64_t>());
+    td.busy = ms_field(e, "busy_ms", ptr);
+    td.bubble = ms_field(e, "bubble_ms", ptr);
+    td.exposed_comm = ms_field(e, "exposed_comm_ms", ptr);
+    td.peak_memory = -1;
+    if (auto pm = e.find("peak_memory_bytes"); pm != e.end()) {
+      if (!pm->is_number_integer() || pm->get<int64_t>() < 0)
+        ds.push_back(src.error_at(ptr + "/peak_memory_bytes",
+                                  fmt::format("'peak_memory_bytes' must be a whole number >= 0, "
+                                              "found {}",
+                                              pm->dump().substr(0, 40))));
+      else
+        td.peak_memory = pm->get<int64_t>();
+    }
+    t.devices.push_back(td);
+  }
+  if (!ds.empty()) return fail(cap_diagnostics(std::move(ds)));
   return t;
 }
 
@@ -520,7 +563,7 @@ Expected<Timeline> load_timeline(const std::string& path) {
   if (!src) return fail(std::move(src.error()));
   const Json& j = src->root();
   if (j.is_object() && j.contains("step_time_ms") && j.contains("devices"))
-    return timeline_from_summary(j, path);
+    return timeline_from_summary(*src);
   if (j.is_object() && j.contains("schedule")) {
     auto s = sim::Session::open(path);
     if (!s) return fail(std::move(s.error()));
@@ -724,18 +767,37 @@ std::string comparison_table(const Comparison& c) {
                    100 * (bubble_ratio(c.b) - bubble_ratio(c.a)));
   o += fmt::format("{:<22} {:>12.3f} {:>12.3f} {:>12.3f}\n\n", "exposed comm ms (sum)",
                    ms(exposed(c.a)), ms(exposed(c.b)), ms(exposed(c.b) - exposed(c.a)));
-  o += fmt::format("{:>6}  {:>19}  {:>19}  {:>19}  {:>19}\n", "device", "busy ms A / B",
-                   "bubble ms A / B", "exp.comm ms A / B", "peak MiB A / B");
+  // Memory in GiB (as every other table); consecutive devices whose rows are equal (replicas)
+  // are one row, "0-3".
+  o += fmt::format("{:>9}  {:>19}  {:>19}  {:>19}  {:>19}\n", "device", "busy ms A / B",
+                   "bubble ms A / B", "exp.comm ms A / B", "peak GiB A / B");
   const size_t n = std::max(c.a.devices.size(), c.b.devices.size());
-  auto mib = [](int64_t b) { return b < 0 ? std::string("-") : fmt::format("{:.1f}", b / 1048576.0); };
+  auto gib = [](int64_t b) { return b < 0 ? std::string("-") : fmt::format("{:.2f}", b / 1073741824.0); };
+  std::string prev_row;
+  int first_id = 0, last_id = 0;
+  auto flush = [&] {
+    if (prev_row.empty()) return;
+    const std::string ids =
+        first_id == last_id ? fmt::format("{}", first_id) : fmt::format("{}-{}", first_id, last_id);
+    o += fmt::format("{:>9}{}", ids, prev_row);
+  };
   for (size_t i = 0; i < n; ++i) {
     const TimelineDevice none{static_cast<int>(i), 0, 0, 0, -1};
     const auto& x = i < c.a.devices.size() ? c.a.devices[i] : none;
     const auto& y = i < c.b.devices.size() ? c.b.devices[i] : none;
-    o += fmt::format("{:>6}  {:>9.3f} {:>9.3f}  {:>9.3f} {:>9.3f}  {:>9.3f} {:>9.3f}  {:>9} {:>9}\n",
-                     x.id, ms(x.busy), ms(y.busy), ms(x.bubble), ms(y.bubble), ms(x.exposed_comm),
-                     ms(y.exposed_comm), mib(x.peak_memory), mib(y.peak_memory));
+    const std::string row = fmt::format(
+        "  {:>9.3f} {:>9.3f}  {:>9.3f} {:>9.3f}  {:>9.3f} {:>9.3f}  {:>9} {:>9}\n", ms(x.busy),
+        ms(y.busy), ms(x.bubble), ms(y.bubble), ms(x.exposed_comm), ms(y.exposed_comm),
+        gib(x.peak_memory), gib(y.peak_memory));
+    if (row == prev_row && x.id == last_id + 1) {
+      last_id = x.id;
+      continue;
+    }
+    flush();
+    prev_row = row;
+    first_id = last_id = x.id;
   }
+  flush();
   if (!c.a.has_ops || !c.b.has_ops) {
     o += "\n(no per-op comparison: " +
          std::string(!c.a.has_ops ? "A" : "B") + " has no ops, only summary metrics)\n";

@@ -234,6 +234,26 @@ bool is_gemm(std::string_view op) {
          op == "aten::bmm" || op == "aten::baddbmm";
 }
 
+// What is wrong with an op's `Input Dims` (a list of shapes, each a list of sizes 0..2^40, or
+// for a TensorList input a list of such shapes), else nothing.
+std::optional<std::string> bad_dims(const Json& dims) {
+  if (!dims.is_array()) return "is not a list of shapes";
+  auto bad_size = [](const Json& x) {
+    return x.is_number() && (!x.is_number_integer() || x.get<int64_t>() < 0 ||
+                             x.get<int64_t>() > (int64_t{1} << 40));
+  };
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (!dims[i].is_array()) continue;  // a scalar or non-tensor input
+    for (const auto& x : dims[i]) {
+      if (bad_size(x)) return fmt::format("has size {} in input {}", x.dump().substr(0, 40), i);
+      if (x.is_array())  // a tensor of a TensorList
+        for (const auto& y : x)
+          if (bad_size(y)) return fmt::format("has size {} in input {}", y.dump().substr(0, 40), i);
+    }
+  }
+  return std::nullopt;
+}
+
 // Forward GEMM shape (m, n, k, batch) from an op's `Input Dims`.
 std::optional<std::tuple<int64_t, int64_t, int64_t, int64_t>> gemm_shape(std::string_view op,
                                                                          const Json& dims) {
@@ -381,6 +401,13 @@ class FileImporter {
         f_.steps.push_back({e.ts_ns, e.ts_ns + e.dur_ns, f_.thread(ev), f_.names.id(e.name)});
       return std::nullopt;
     }
+    // Shapes feed the GEMM table and c10d message sizes: each a list of lists of sizes >= 0
+    // (the profiler writes [] for a non-tensor input), refused here where they stand.
+    if (auto d = args.find("Input Dims"); d != args.end() && (cpu || annot))
+      if (auto bad = bad_dims(*d))
+        return EventError{"args/Input Dims",
+                          fmt::format("slice '{}': 'Input Dims' {}", e.name, *bad),
+                          "each input's shape is a list of sizes from 0 to 2^40"};
     int32_t coll = -1;
     if (args.contains("Collective name")) {
       Coll c;

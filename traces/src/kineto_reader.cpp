@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <istream>
+#include <optional>
 #include <streambuf>
 #include <vector>
 
@@ -20,6 +21,11 @@ namespace stretto::traces {
 namespace {
 
 constexpr size_t kChunk = 256 * 1024;
+// The parser holds a whole string or number while it reads it, and an event's values while the
+// event is read: a small .gz can expand to one 2 GiB name, or to 268 M args in one event
+// (5-6 GiB each). Kineto's longest names are a few KiB and its events carry tens of args.
+constexpr uint64_t kMaxToken = 16 << 20;      // bytes of one string or number
+constexpr size_t kMaxEventValues = 100000;    // values in one event (or one kept metadata member)
 
 // A read-only streambuf over a file through zlib's gzread, which reads gzip and plain files
 // alike. Counts the bytes handed out, so the parser's position is known at every callback.
@@ -57,11 +63,13 @@ class GzBuf final : public std::streambuf {
   }
   /// True when the whole input has been handed out.
   bool at_end() { return sgetc() == traits_type::eof(); }
+  /// Where a string or number longer than kMaxToken began (the input stops there), if one did.
+  std::optional<uint64_t> overlong() const { return overlong_; }
 
  protected:
   int_type underflow() override {
     if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
-    if (!f_) return traits_type::eof();
+    if (!f_ || overlong_) return traits_type::eof();
     base_ += static_cast<uint64_t>(egptr() - eback());
     started_ = true;
     int n = gzread(f_, buf_.data(), static_cast<unsigned>(buf_.size()));
@@ -72,14 +80,46 @@ class GzBuf final : public std::streambuf {
       if (code == Z_ERRNO) error_ = std::strerror(errno);
       n = 0;
     }
+    n = static_cast<int>(bound_tokens(static_cast<size_t>(n)));
     setg(buf_.data(), buf_.data(), buf_.data() + n);
     if (n == 0) return traits_type::eof();
     return traits_type::to_int_type(*gptr());
   }
 
  private:
+  // Follows strings (and escapes) and bare tokens through the chunk; returns how many of its
+  // n bytes to hand out: all, or up to where a token grew past kMaxToken.
+  size_t bound_tokens(size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      const char c = buf_[i];
+      if (in_string_) {
+        if (escape_) escape_ = false;
+        else if (c == '\\') escape_ = true;
+        else if (c == '"') in_string_ = false, token_ = 0;
+      } else if (c == '"') {
+        in_string_ = true;
+        token_ = 0;
+        token_start_ = base_ + i;
+      } else if (c == '{' || c == '}' || c == '[' || c == ']' || c == ',' || c == ':' ||
+                 c == ' ' || c == '\n' || c == '\r' || c == '\t') {
+        token_ = 0;
+        continue;
+      } else if (token_ == 0) {
+        token_start_ = base_ + i;
+      }
+      if (++token_ > kMaxToken) {
+        overlong_ = token_start_;
+        return i;
+      }
+    }
+    return n;
+  }
+
   gzFile f_ = nullptr;
   std::vector<char> buf_;
+  bool in_string_ = false, escape_ = false;
+  uint64_t token_ = 0, token_start_ = 0;
+  std::optional<uint64_t> overlong_;
   uint64_t base_ = 0;
   bool gzip_ = false;
   bool started_ = false;
@@ -229,6 +269,14 @@ class Handler {
     const uint64_t off = position > 0 ? position - 1 : 0;
     Diagnostic d;
     std::string hint;
+    if (auto at = buf_.overlong()) {
+      d.message = fmt::format("a string or number longer than {} MiB (byte {}{}): refused",
+                              kMaxToken >> 20, *at, h_.gzip ? " of the decompressed text" : "");
+      d.hint = "not a profiler trace, or a damaged one: Kineto's names are at most a few KiB";
+      place_into(d, path_, locate(path_, *at, false), pointer_here());
+      ds_.push_back(std::move(d));
+      return false;
+    }
     if (!buf_.error().empty()) {
       why = "corrupt or truncated gzip data (" + buf_.error() + ")";
       hint = "the compressed file is damaged or was cut short; re-copy it or re-export the trace";
@@ -267,6 +315,7 @@ class Handler {
   bool scalar(Json v) {
     if (skip_ > 0) return true;
     if (!stack_.empty()) {
+      if (!count_value()) return false;
       insert(std::move(v));
       return true;
     }
@@ -279,6 +328,23 @@ class Handler {
         return root_error("'traceEvents' must be an array");
     }
     return true;
+  }
+
+  // Counts a value of the event (or kept metadata member) being built: false past the bound.
+  bool count_value() {
+    if (++values_ <= kMaxEventValues) return true;
+    Diagnostic d;
+    d.message = building_event_
+                    ? fmt::format("an event with more than {} values (args and their contents)",
+                                  kMaxEventValues)
+                    : fmt::format("'{}' holds more than {} values", top_key_, kMaxEventValues);
+    d.hint = "not a profiler trace, or a damaged one: Kineto's events carry tens of args";
+    place_into(d, path_, locate(path_, building_event_ ? event_offset_ : buf_.consumed() - 1, false),
+               building_event_ ? (bare_ ? fmt::format("/{}", index_)
+                                        : fmt::format("/traceEvents/{}", index_))
+                               : "/" + pointer_escape(top_key_));
+    ds_.push_back(std::move(d));
+    return false;
   }
 
   void insert(Json v) {
@@ -306,6 +372,7 @@ class Handler {
       return true;
     }
     if (!stack_.empty()) {  // inside an event or a kept metadata value
+      if (!count_value()) return false;
       Json child = object ? Json::object() : Json::array();
       Json& top = *stack_.back();
       Json* p;
@@ -328,6 +395,7 @@ class Handler {
       }
       // a new event
       event_ = Json::object();
+      values_ = 0;
       stack_.push_back(&event_);
       building_event_ = true;
       in_args_ = false;
@@ -346,6 +414,7 @@ class Handler {
       }
       if (std::find(kKeptTop.begin(), kKeptTop.end(), top_key_) != kKeptTop.end()) {
         Json& slot = h_.metadata[top_key_] = object ? Json::object() : Json::array();
+        values_ = 0;
         stack_.push_back(&slot);
         return true;
       }
@@ -456,6 +525,7 @@ class Handler {
   std::vector<std::pair<std::string, uint64_t>> keys_;
   uint64_t event_offset_ = 0;
   size_t index_ = 0;
+  size_t values_ = 0;  // values of the event or metadata member being built
 };
 
 }  // namespace

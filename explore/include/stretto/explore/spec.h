@@ -32,6 +32,9 @@ struct Axis {
   std::vector<Json> values;  // "layout": objects {tp, pp, dp[, ep]}
 };
 
+/// The most devices a point's layout (tp x pp x dp) may use: the layout's own dp bound.
+inline constexpr int64_t kMaxLayoutDevices = int64_t{1} << 20;
+
 struct SweepSpec {
   std::string file;       // the spec's path (for messages)
   std::string base_path;  // the base plan's path as written in the spec
@@ -99,7 +102,7 @@ struct Resolved {
   std::vector<std::string> order = {"tp", "dp", "pp"};  // rank order, innermost first
   bool layout_base = false;    // the base is a builder call with the "layout" shorthand
   bool schedule_axes = false;  // the point changes the schedule: it is regenerated
-  int devices() const { return tp * pp * dp; }
+  int64_t devices() const { return int64_t{tp} * pp * dp; }
   int64_t global_batch() const { return microbatch_size * microbatches * dp; }
   /// The same schedule (every field a schedule axis sets).
   bool same_schedule(const Resolved& o) const;

@@ -62,10 +62,12 @@ class Store {
   Store& operator=(Store&&) noexcept;
   ~Store();
 
-  std::set<std::string> hashes() const;
+  /// Every stored hash; a read that fails (a damaged file) is an error, never a short list.
+  Expected<std::set<std::string>> hashes() const;
   /// Commits one point (INSERT OR IGNORE: a hash already present is kept).
   Expected<void> put(const PointResult& r);
-  std::vector<PointResult> rows() const;
+  /// Every stored row, by hash; a read that fails is an error, never a short list.
+  Expected<std::vector<PointResult>> rows() const;
   std::optional<PointResult> row(const std::string& hash) const;
   size_t count() const;
   Json spec() const;

@@ -42,7 +42,8 @@ struct ResourceEstimate {
 ResourceEstimate estimate_resources(const Plan& plan, bool fold_replicas, bool simulate);
 
 /// Memory available to this process: MemAvailable from /proc/meminfo, capped by a cgroup
-/// (v2 or v1) limit; 0 if unknown.
+/// (v2 or v1) limit and by the address-space limit (RLIMIT_AS) less what is mapped; 0 if
+/// unknown.
 uint64_t available_memory_bytes();
 
 /// The budget plans are checked against: set_max_memory_bytes() (the CLI's --max-memory) when

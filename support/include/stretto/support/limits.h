@@ -40,6 +40,11 @@ Expected<std::string> read_input_file(const std::string& path, std::string_view 
 /// "... and N more errors (not shown)".
 Diagnostics cap_diagnostics(Diagnostics ds, size_t cap = kMaxDiagnostics);
 
+/// `s` safe to print on a terminal: control characters (ESC, CR, BEL... and the C1 controls
+/// in UTF-8) as \xNN escapes, so that a name read from a file cannot move the cursor, recolour
+/// or retitle the terminal. Newlines and tabs are kept when `keep_layout`.
+std::string printable(std::string_view s, bool keep_layout = false);
+
 /// A window of at most kMaxEchoedLine bytes of `line` around 1-based column `col`, with "..."
 /// where it was cut; `col` is updated to the caret's column in the window. Lines no longer
 /// than the limit come back unchanged.

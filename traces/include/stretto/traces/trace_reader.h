@@ -7,7 +7,9 @@
 // callback as a small JSON value, then forgets it. Memory is bounded by the largest single
 // event, plus the top-level metadata objects that are kept (`distributedInfo`,
 // `deviceProperties`, `otherData`, `baseTimeNanoseconds`, `displayTimeUnit`, `schemaVersion`,
-// `traceName`); any other top-level member is parsed and dropped.
+// `traceName`); any other top-level member is parsed and dropped. Both are bounded, so that a
+// small .gz cannot expand into gigabytes: a string or number longer than 16 MiB, or an event
+// (or kept member) of more than 100,000 values, is refused where it stands.
 //
 // Timestamps: `ts` and `dur` are microseconds, often with three decimals (nanoseconds). The
 // reader converts their decimal text to integer nanoseconds exactly (no binary rounding), so
