@@ -2,9 +2,11 @@
 // critical path, Chrome trace). Bad input must give diagnostics, never a crash, hang or
 // sanitizer report. Plans whose expansion would be very large (legitimately slow, not a bug)
 // are skipped so the fuzzer explores breadth; only small compiled plans are simulated.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "stretto/costmodel/cost_model.h"
 #include "stretto/compiler/compiler.h"
@@ -27,9 +29,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   int64_t mbs = 1;
   for (const auto& d : plan->schedule)
     if (d.op == stretto::DirectiveOp::kSplit) mbs = d.num_microbatches;
+  // A builder call (1f1b, zb-h2, dualpipe, ...) expands to directives in compile: bounded by
+  // its microbatches, ranks and stages, and its base directives' groups, like a written plan.
+  const std::vector<stretto::Directive>* directives = &plan->schedule;
+  if (plan->builder) {
+    const auto& b = *plan->builder;
+    mbs = std::max(1, b.microbatches);
+    if (b.ranks > 64 || b.stages_per_rank > 16 || b.base.size() > 256) return 0;
+    directives = &b.base;
+  }
   const int64_t devices = plan->cluster.num_devices();
-  if (plan->model.layers * mbs > 4096 || devices > 4096 || plan->builder) return 0;
-  for (const auto& d : plan->schedule)
+  if (plan->model.layers * mbs > 4096 || devices > 4096) return 0;
+  for (const auto& d : *directives)
     for (const auto& g : d.device_groups)
       if (g.size() > 64) return 0;
   auto cp = stretto::compile(*plan, &*src);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds a fuzzer with clang (ASan + UBSan) and runs it.
 # Usage: fuzz/run.sh [seconds] [target]   (default 60 s, plan_fuzz). Targets:
-#   plan_fuzz     plan JSON -> parse -> compile -> simulate; seeds: examples/, tests/data/schedules/
+#   plan_fuzz     plan JSON -> parse -> compile -> simulate; seeds: examples/ (builder plans
+#                 in examples/builders/ too), tests/data/schedules/
 #   csv_fuzz      torch action CSV importer; seeds: tests/data/builders/*.csv, fuzz/corpus-csv/
 #   profile_fuzz  measured cost table reader; seeds: tests/data/costmodel/, fuzz/corpus-profile/
 #   sweep_fuzz    sweep spec (inline base plan) -> grid -> point plans -> compile, estimate,
@@ -18,7 +19,8 @@ case "$target" in
   plan_fuzz)
     work=fuzz/corpus-work; corpus=fuzz/corpus; max_len=16384
     mkdir -p "$work"
-    cp -n examples/*.json tests/data/schedules/ok/*.json tests/data/schedules/bad/*.json "$work"/ 2>/dev/null || true ;;
+    cp -n examples/*.json examples/builders/*.json tests/data/schedules/ok/*.json \
+      tests/data/schedules/bad/*.json "$work"/ 2>/dev/null || true ;;
   csv_fuzz)
     work=fuzz/corpus-csv-work; corpus=fuzz/corpus-csv; max_len=8192
     mkdir -p "$work"

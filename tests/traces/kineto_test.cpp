@@ -1,6 +1,9 @@
 // The streaming trace reader and `import kineto` on hand-made traces (exact numbers from
 // tests/data/traces/make_synthetic.py), on real PyTorch profiler output, and on bad files.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cctype>
@@ -307,24 +310,73 @@ INSTANTIATE_TEST_SUITE_P(
       return n;
     });
 
-// A large trace streams: memory does not grow with the text (the events are dropped as read).
+// Peak memory of `work` run in a forked child: the growth of its resident set's high-water
+// mark (getrusage ru_maxrss, which a forked child starts at its current size), so that what the
+// test binary holds already neither counts nor hides anything. Bytes; -1 if the child failed.
+template <class F>
+int64_t child_peak_growth(F work) {
+  int fd[2];
+  if (::pipe(fd) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fd[0]);
+    rusage before{}, after{};
+    ::getrusage(RUSAGE_SELF, &before);
+    const bool ok = work();
+    ::getrusage(RUSAGE_SELF, &after);
+    const int64_t kb = ok ? after.ru_maxrss - before.ru_maxrss : -1;
+    const bool written = ::write(fd[1], &kb, sizeof kb) == static_cast<ssize_t>(sizeof kb);
+    ::_exit(written ? 0 : 1);
+  }
+  ::close(fd[1]);
+  int64_t kb = -1;
+  if (pid < 0 || ::read(fd[0], &kb, sizeof kb) != static_cast<ssize_t>(sizeof kb)) kb = -1;
+  ::close(fd[0]);
+  int status = 0;
+  if (pid > 0) ::waitpid(pid, &status, 0);
+  return kb < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ? -1 : kb * 1024;
+}
+
+// A large trace streams: the reader's peak memory stays far below the text (the events are
+// dropped as read). Control: holding the decompressed text, as a reader that parses the whole
+// document would at least, exceeds the same bound, so the measurement can see it.
 TEST(TraceReader, LargeGeneratedTraceStreams) {
-  const std::string path = ::testing::TempDir() + "stretto_large_trace.json.gz";
+  const std::string path = ::testing::TempDir() + "stretto_large_trace_" +
+                           std::to_string(::getpid()) + ".json.gz";
   gzFile f = gzopen(path.c_str(), "wb1");
   ASSERT_NE(f, nullptr);
   gzputs(f, "{\"traceEvents\": [\n");
-  const int n = 200000;
+  const int n = 400000;
+  int64_t text_bytes = 0;
   for (int i = 0; i < n; ++i) {
     std::string ev = "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k" + std::to_string(i % 7) +
                      "\", \"pid\": 0, \"tid\": 7, \"ts\": " + std::to_string(i) +
                      ".5, \"dur\": 0.25, \"args\": {\"correlation\": " + std::to_string(i) + "}}";
     ev += i + 1 < n ? ",\n" : "\n";
+    text_bytes += static_cast<int64_t>(ev.size());
     gzputs(f, ev.c_str());
   }
   gzputs(f, "]}\n");
   gzclose(f);
   size_t seen = 0;
   int64_t sum = 0;
+  const int64_t reader_peak = child_peak_growth([&] {
+    auto h = read_trace(path, [&](const RawEvent& e) {
+      ++seen;
+      sum += e.dur_ns;
+      return std::optional<EventError>();
+    });
+    return h && seen == static_cast<size_t>(n) && sum == 250LL * n;
+  });
+  const int64_t slurp_peak = child_peak_growth([&] {
+    gzFile in = gzopen(path.c_str(), "rb");
+    std::string text;
+    char buf[1 << 16];
+    for (int k; in && (k = gzread(in, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(k));
+    if (in) gzclose(in);
+    return static_cast<int64_t>(text.size()) > text_bytes;
+  });
+  // The events themselves, read in this process.
   auto h = read_trace(path, [&](const RawEvent& e) {
     ++seen;
     sum += e.dur_ns;
@@ -334,6 +386,14 @@ TEST(TraceReader, LargeGeneratedTraceStreams) {
   ASSERT_TRUE(h);
   EXPECT_EQ(seen, static_cast<size_t>(n));
   EXPECT_EQ(sum, 250LL * n);
+  std::printf("trace text %.1f MiB: the streaming reader's peak grew %.2f MiB, holding the text "
+              "%.1f MiB\n",
+              text_bytes / 1048576.0, reader_peak / 1048576.0, slurp_peak / 1048576.0);
+  ASSERT_GE(reader_peak, 0) << "the reading child failed";
+  ASSERT_GE(slurp_peak, 0) << "the control child failed";
+  const int64_t bound = text_bytes / 8;
+  EXPECT_LT(reader_peak, bound);
+  EXPECT_GT(slurp_peak, bound);  // control
 }
 
 // PyTorch 2.11 on an H100: one rank's forward GEMMs of mlp_up / mlp_down at ten token counts
