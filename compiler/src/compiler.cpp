@@ -1383,7 +1383,8 @@ void Compiler::add_optimizer(const std::vector<uint32_t>& reduce_of_op,
   const OptimizerSpec& opt = plan_.optimizer;
   if (!opt.given || opt.kind == OptimizerSpec::Kind::kNone) return;
   // Parameters each device updates: its (TP-, EP- and ZeRO-sharded) share of every op it holds.
-  const int dt = dtype_bytes(cp_.model.dtype);
+  // (An fp8 model's weights and gradients are bf16: param_dtype_bytes.)
+  const int dt = detail::param_dtype_bytes(cp_.model.dtype);
   std::vector<int64_t> params(static_cast<size_t>(cp_.num_devices), 0);
   for (uint32_t o = 0; o < nops(); ++o) {
     if (ops[o].param_count == 0) continue;
@@ -1460,8 +1461,13 @@ void Compiler::add_optimizer(const std::vector<uint32_t>& reduce_of_op,
 void Compiler::compute_static_memory() {
   // Mixed-precision Adam accounting of the ZeRO paper: 2 bytes of parameters and 2 of
   // gradients per parameter in bf16/fp16 (dtype bytes in general) and K = 12 bytes of
-  // optimizer state (fp32 master weights, momentum, variance).
-  const int dt = dtype_bytes(cp_.model.dtype);
+  // optimizer state (fp32 master weights, momentum, variance). An fp8 model keeps its weights
+  // and gradients in bf16 and its optimizer state as a bf16 model does (Transformer Engine's
+  // fp8 recipe: param_dtype_bytes), plus the fp8 weight copies TE caches for the GEMMs it runs
+  // in fp8 (fp8_weight_copy_bytes: the transformer layers' linear layers; Megatron-Core's
+  // embedding, output layer and router are not TE modules and stay in bf16).
+  const int dt = detail::param_dtype_bytes(cp_.model.dtype);
+  const int fp8_copy = detail::fp8_weight_copy_bytes(cp_.model.dtype);
   cp_.static_mem.assign(cp_.num_devices, StaticMemory{});
   for (uint32_t o = 0; o < nops(); ++o) {
     if (cp_.model.ops[o].param_count == 0) continue;
@@ -1473,7 +1479,11 @@ void Compiler::compute_static_memory() {
     // paper's mixed-precision Adam (K = 12).
     const OptimizerSpec& os = plan_.optimizer;
     const int64_t k = os.given ? os.state_bytes_per_param(dt) : 12;
-    int64_t params = count * dt, grads = count * dt, opt = count * k;
+    const OpKind kind = cp_.model.ops[o].kind;
+    const bool te_gemm = kind == OpKind::kQKV || kind == OpKind::kOutProj ||
+                         kind == OpKind::kMlpUp || kind == OpKind::kMlpDown ||
+                         kind == OpKind::kExperts || kind == OpKind::kSharedExperts;
+    int64_t params = count * (dt + (te_gemm ? fp8_copy : 0)), grads = count * dt, opt = count * k;
     if (rd && rd->shard_optimizer) opt /= R;
     if (rd && rd->shard_grads) grads /= R;
     if (rd && rd->shard_params) params /= R;

@@ -25,6 +25,17 @@ class DeviceSetTable {
   std::map<std::pair<std::vector<int32_t>, int32_t>, uint32_t> index_;
 };
 
+/// Bytes of one parameter as the model keeps its weights and gradients (and as data-parallel
+/// reductions and ZeRO gathers move them): the dtype's, but 2 (bf16) for fp8. Transformer
+/// Engine runs GEMMs in fp8 from bf16 weights, casting them to fp8 copies it caches
+/// (fp8_weight_copy_bytes), and Megatron-LM keeps fp32 master weights and Adam states beside
+/// them as for bf16.
+inline int param_dtype_bytes(DType d) { return d == DType::kFP8 ? 2 : dtype_bytes(d); }
+/// Bytes per parameter of the fp8 weight copies Transformer Engine caches for a GEMM of an fp8
+/// model: the fp8 weight and its fp8 transpose (the forward GEMM reads one, the input-gradient
+/// GEMM the other: Hopper's fp8 GEMMs take only the TN layout); 0 for other dtypes.
+inline int fp8_weight_copy_bytes(DType d) { return d == DType::kFP8 ? 2 : 0; }
+
 /// Groups over all `order` directives (each adds at most one barrier per class of devices).
 inline size_t order_groups(const Plan& plan) {
   size_t n = 0;

@@ -11,6 +11,8 @@
 // bytes per layer for a GPT layer with biases, dropout and unfused attention in 16 bits.
 #include "stretto/compiler/model.h"
 
+#include "internal.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -30,7 +32,8 @@ namespace {
 
 struct Builder {
   ModelGraph g;
-  int64_t dt = 2;
+  int64_t dt = 2;   // activations and GEMM operands (the model dtype)
+  int64_t pdt = 2;  // parameters as kept and reduced (param_dtype_bytes: bf16 for fp8 models)
 
   uint32_t add(ModelOp op) {
     g.ops.push_back(std::move(op));
@@ -53,7 +56,7 @@ struct Builder {
     op.bi_bytes = y + w + x;   // read dY and W, write dX
     op.bw_bytes = x + y + w;   // read X and dY, write dW
     op.param_count = k * n * batch;
-    op.param_bytes = w;
+    op.param_bytes = k * n * batch * pdt;
     op.saved_bytes = op.saved_bw_bytes = op.saved_input_bytes = x;
     op.out_bytes = y;
     return op;
@@ -73,7 +76,7 @@ struct Builder {
     op.bi_flops = op.fwd_flops * 2;
     op.bw_flops = params ? op.fwd_flops : 0;
     op.param_count = params;
-    op.param_bytes = params * dt;
+    op.param_bytes = params * pdt;
     op.saved_bytes = op.saved_input_bytes = in;
     op.out_bytes = out;
     return op;
@@ -125,6 +128,7 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
                "each pipeline region holds at least one layer");
   Builder b;
   b.dt = dtype_bytes(spec.dtype);
+  b.pdt = detail::param_dtype_bytes(spec.dtype);
   const int64_t dt = b.dt;
   ModelGraph& g = b.g;
   g.pp_regions = spec.pp_regions;
@@ -181,7 +185,7 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
   emb.fwd_bytes = T * h * dt + T * 8;
   emb.bw_bytes = 2 * T * h * dt;
   emb.param_count = V * h;
-  emb.param_bytes = V * h * dt;
+  emb.param_bytes = V * h * b.pdt;
   emb.saved_bytes = emb.saved_input_bytes = T * 8;  // token ids
   emb.out_bytes = T * h * dt;
   tag(emb, 0, -1);
@@ -206,7 +210,7 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
     op.bw_bytes = spec.bias ? e * dt + h * dt : 0;
     op.bw_flops = spec.bias ? static_cast<double>(e) : 0;
     op.param_count = spec.bias ? h : 0;
-    op.param_bytes = op.param_count * dt;
+    op.param_bytes = op.param_count * b.pdt;
     op.saved_bytes = drop ? e : 0;  // the dropout mask (saved_input_bytes 0: nothing to keep)
     op.out_bytes = e * dt;
     return op;
@@ -214,7 +218,7 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
   auto with_bias = [&](ModelOp op) {
     if (!spec.bias) return op;
     op.param_count += op.gemm.n * op.gemm.batch;
-    op.param_bytes += op.gemm.n * op.gemm.batch * dt;
+    op.param_bytes += op.gemm.n * op.gemm.batch * b.pdt;
     return op;
   };
   auto norm = [&](std::string nm) {
@@ -337,9 +341,9 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
     ex.fwd_flops = ex.bi_flops = ex.bw_flops = gf;
     ex.model_flops_share = static_cast<double>(T * k) / static_cast<double>(slots);
     ex.param_count = E * (h * up_n + ef * h);
-    ex.param_bytes = ex.param_count * dt;
+    ex.param_bytes = ex.param_count * b.pdt;
     const int64_t act_in = slots * (h + up_n + ef) * dt;  // inputs of up, act, down
-    ex.fwd_bytes = act_in + ex.param_bytes + slots * h * dt;
+    ex.fwd_bytes = act_in + ex.param_count * dt + slots * h * dt;
     ex.bi_bytes = ex.bw_bytes = ex.fwd_bytes;
     ex.saved_bytes = act_in;
     ex.saved_bw_bytes = slots * (h + ef) * dt;  // GEMM inputs; the act input is needed by BI
@@ -357,7 +361,7 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
       double sfl = 2.0 * T * h * (sup + sf);
       sh.fwd_flops = sh.bi_flops = sh.bw_flops = sfl;
       sh.param_count = h * sup + sf * h;
-      sh.param_bytes = sh.param_count * dt;
+      sh.param_bytes = sh.param_count * b.pdt;
       sh.saved_bytes = T * (h + sup + sf) * dt;
       sh.saved_bw_bytes = T * (h + sf) * dt;
       sh.saved_input_bytes = T * h * dt;

@@ -140,6 +140,44 @@ TEST(MegatronRules, HeadDimWiderThanHiddenOverHeads) {
   EXPECT_TRUE(compile_json(plan_of(m, 8)));
 }
 
+TEST(MegatronRules, Fp8KeepsBf16WeightsAndFp32OptimizerState) {
+  // Transformer Engine's fp8 recipe under Megatron-LM: GEMMs run in fp8 from bf16 weights, with
+  // the fp8 weight and its transpose cached per linear layer; gradients are bf16, and the
+  // distributed optimizer keeps fp32 master weights and Adam's two fp32 moments (12 B) as for
+  // bf16. Same model, one device: bf16 holds 2 + 2 + 12 B per parameter; fp8 the same plus
+  // 2 B per parameter of the transformer layers' linear layers.
+  auto mem = [](const char* dtype) {
+    json m = transformer(16, 16, 32000);
+    m["dtype"] = dtype;
+    json plan = plan_of(m, 1);
+    plan["cluster"]["devices_per_node"] = 1;
+    plan["optimizer"] = {{"kind", "adam"}};
+    auto cp = compile_json(plan);
+    EXPECT_TRUE(cp) << (cp ? "" : render_all(cp.error()));
+    return cp ? std::make_pair(cp->static_mem.at(0), cp->model) : std::make_pair(StaticMemory{}, ModelGraph{});
+  };
+  const auto [bf16, bf16_model] = mem("bf16");
+  const auto [fp8, fp8_model] = mem("fp8");
+  int64_t n = 0, linear = 0;
+  for (const ModelOp& op : bf16_model.ops) {
+    n += op.param_count;
+    if (op.kind == OpKind::kQKV || op.kind == OpKind::kOutProj || op.kind == OpKind::kMlpUp ||
+        op.kind == OpKind::kMlpDown)
+      linear += op.param_count;
+  }
+  ASSERT_GT(linear, 0);
+  EXPECT_EQ(bf16.params, 2 * n);
+  EXPECT_EQ(bf16.grads, 2 * n);
+  EXPECT_EQ(bf16.optimizer, 12 * n);
+  EXPECT_EQ(fp8.params, 2 * n + 2 * linear);  // bf16 weights + fp8 weight and transpose
+  EXPECT_EQ(fp8.grads, 2 * n);
+  EXPECT_EQ(fp8.optimizer, 12 * n);
+  // What data parallelism reduces and ZeRO-3 gathers: the bf16 weights and gradients.
+  ASSERT_EQ(bf16_model.ops.size(), fp8_model.ops.size());
+  for (size_t i = 0; i < fp8_model.ops.size(); ++i)
+    EXPECT_EQ(fp8_model.ops[i].param_bytes, bf16_model.ops[i].param_bytes) << fp8_model.ops[i].name;
+}
+
 TEST(MegatronRules, FfnHiddenOnlyForDenseLayers) {
   // Every layer an MoE layer: no dense MLP, no ffn_hidden needed.
   json m = transformer(16, 16, 32000);
