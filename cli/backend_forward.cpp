@@ -16,7 +16,8 @@ namespace stretto::cli {
 
 namespace {
 constexpr std::pair<const char*, const char*> kBackendCommands[] = {
-    {"replay", kReplaySummary}, {"profile", kProfileSummary}, {"validate", kValidateSummary}};
+    {"replay", kReplaySummary}, {"profile", kProfileSummary}, {"validate", kValidateSummary},
+    {"bench-ops", kBenchOpsSummary}};
 }  // namespace
 
 bool is_backend_command(const char* name) {

@@ -13,5 +13,6 @@ int main(int argc, char** argv) {
   Commands cmds;
   add_replay_command(app, cmds);
   add_validate_commands(app, cmds);
+  add_bench_ops_command(app, cmds);
   return parse_and_run(app, cmds, argc, argv);
 }

@@ -28,14 +28,6 @@ struct ReplayOpts {
   bool check = false, compare = true, recompute = false;
 };
 
-std::string self_exe() {
-  char buf[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "stretto";
-  buf[n] = '\0';
-  return buf;
-}
-
 int diag_exit(const std::string& msg, const std::string& hint = "") {
   Diagnostic d;
   d.message = msg;

@@ -25,14 +25,6 @@ struct RunOpts {
   std::string device = "cpu";
 };
 
-std::string self_exe() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "stretto";
-  buf[n] = '\0';
-  return buf;
-}
-
 // Replays one compiled plan (one process per device) and returns the merged measurement.
 Expected<backend::ReplayResult> replay(const std::string& plan, const CompiledPlan& cp,
                                        const RunOpts& o) {

@@ -44,6 +44,11 @@ inline constexpr const char* kProfileSummary =
 inline constexpr const char* kValidateSummary =
     "Simulate plans (with a profiled table), replay them, and report predicted vs measured per "
     "step, device and op; several plans also get the ranking's Kendall tau";
+inline constexpr const char* kBenchOpsSummary =
+    "Time every distinct op of a plan alone on the replay's code, next to the replay's and the "
+    "cost model's time for it";
+/// This binary's path (/proc/self/exe; "stretto" when unreadable): what a replay's ranks exec.
+std::string self_exe();
 /// Whether `name` is one of the commands above.
 bool is_backend_command(const char* name);
 /// Replaces this process with `stretto-backend` from this binary's directory, same arguments;
@@ -58,6 +63,9 @@ void add_replay_command(CLI::App& app, Commands& out);
 
 /// `profile`, `validate` (in `stretto-backend`).
 void add_validate_commands(CLI::App& app, Commands& out);
+
+/// `bench-ops` (in `stretto-backend`).
+void add_bench_ops_command(CLI::App& app, Commands& out);
 
 /// `describe`.
 void add_describe_command(CLI::App& app, Commands& out);

@@ -1,6 +1,7 @@
 // Helpers every `stretto` binary shares (commands.h).
 #include <unistd.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -11,6 +12,14 @@
 #include "usage.h"
 
 namespace stretto::cli {
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "stretto";
+  buf[n] = '\0';
+  return buf;
+}
 
 int report(const Diagnostics& ds) {
   std::fputs(render_all(ds).c_str(), stderr);

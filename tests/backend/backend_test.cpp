@@ -11,10 +11,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
 
+#include "stretto/backend/bench_ops.h"
 #include "stretto/backend/replay.h"
 #include "stretto/compiler/compiler.h"
 #include "../../backend/src/torch_executor.h"
@@ -599,6 +601,112 @@ TEST(Replay, CudaOneGpu) {
   EXPECT_EQ(r->backend, "nccl (cuda)");
   ASSERT_TRUE(r->check.has_value());
   EXPECT_TRUE(r->check->passed) << r->check->max_rel_diff;
+}
+
+// bench-ops: every distinct op of the plan, each op class of the model present, forward and
+// backward timed (positive, finite, ordered min <= median <= max). No timing assertions.
+TEST(BenchOps, TimesEveryOpClassOfThePlan) {
+  std::set<std::string> all_kinds;
+  for (const char* plan : {"ep2_moe.json", "pp2_gpt_adam.json"}) {
+    SCOPED_TRACE(plan);
+    const CompiledPlan cp = load(plan);
+    BenchOpsOptions opt;
+    opt.device = DeviceKind::kCpu;
+    opt.iterations = 3;
+    opt.warmup = 1;
+    const BenchOpsResult r = bench_ops(cp, opt);
+    EXPECT_EQ(r.device, "cpu");
+    EXPECT_EQ(r.iterations, 3);
+    std::set<std::string> plan_kinds, bench_kinds;
+    int model_ops = 0, instances = 0;
+    for (const ModelOp& op : cp.model.ops)
+      if (op.kind != OpKind::kOptimizer) {
+        plan_kinds.insert(std::string(op_kind_name(op.kind)));
+        ++model_ops;
+      }
+    for (const BenchOp& b : r.ops) {
+      SCOPED_TRACE(b.name);
+      bench_kinds.insert(b.kind);
+      instances += b.instances;
+      EXPECT_EQ(b.kind, op_kind_name(cp.model.ops.at(b.op).kind));
+      EXPECT_EQ(b.input_shapes.size(), cp.model.ops[b.op].inputs.size());
+      for (const BenchTiming& t : {b.forward, b.backward}) {
+        EXPECT_GT(t.min_ns, 0);
+        EXPECT_LE(t.min_ns, t.median_ns);
+        EXPECT_LE(t.median_ns, t.max_ns);
+        EXPECT_LT(t.max_ns, int64_t{60} * 1000 * 1000 * 1000);  // finite, not garbage
+      }
+    }
+    EXPECT_EQ(bench_kinds, plan_kinds);
+    EXPECT_EQ(instances, model_ops);  // every model op is one row's instance
+    // Layers repeat: fewer rows than model ops (two layers of the same shapes are one row).
+    EXPECT_LT(r.ops.size(), static_cast<size_t>(model_ops));
+    all_kinds.insert(bench_kinds.begin(), bench_kinds.end());
+  }
+  for (const char* k : {"embedding", "norm", "qkv", "attention", "out_proj", "mlp_up", "mlp_act",
+                        "mlp_down", "router", "experts", "shared_experts", "head", "loss",
+                        "attn_scores", "softmax", "attn_context", "residual"})
+    EXPECT_TRUE(all_kinds.count(k)) << k;
+}
+
+
+// `stretto bench-ops --format json` on a 2-process plan: a row per distinct op with isolated,
+// replay and predicted times for forward and backward, and every JSON field it writes named in
+// docs/validation.md's bench-ops section (an undocumented field fails).
+TEST(BenchOps, CliJsonHasEveryColumnAndIsDocumented) {
+  namespace fs = std::filesystem;
+  const std::string tmp = ::testing::TempDir() + "stretto_bench_ops_" + std::to_string(::getpid());
+  fs::create_directories(tmp);
+  const int rc = std::system((std::string(STRETTO_BINARY) + " bench-ops " + kData +
+                              "pp2_gpt_adam.json --device cpu --iterations 2 --warmup 1 "
+                              "--replay-iterations 1 --timeout 20 --format json > " + tmp +
+                              "/out.json 2> " + tmp + "/err.txt")
+                                 .c_str());
+  ASSERT_EQ(rc, 0) << std::ifstream(tmp + "/err.txt").rdbuf();
+  const Json j = Json::parse(std::ifstream(tmp + "/out.json"), nullptr, false);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["device"], "cpu");
+  EXPECT_EQ(j["replay_iterations"], 1);
+  ASSERT_GT(j["ops"].size(), 10u);
+  std::set<std::string> kinds;
+  for (const Json& op : j["ops"]) {
+    SCOPED_TRACE(op.dump());
+    kinds.insert(op["kind"].get<std::string>());
+    for (const char* dir : {"forward", "backward"}) {
+      EXPECT_GT(op["isolated"][dir]["median_ns"].get<int64_t>(), 0);
+      // Every op of this plan has a forward and a backward in the replay and the model (the
+      // residual's backward may be priced 0 ns: no bias gradient work is free but priced).
+      EXPECT_GT(op["replay"][std::string(dir) + "_ns"].get<int64_t>(), 0);
+      EXPECT_GE(op["predicted"][std::string(dir) + "_ns"].get<int64_t>(), 0);
+    }
+    EXPECT_GT(op["predicted"]["forward_ns"].get<int64_t>(), 0);
+  }
+  for (const char* k : {"attn_scores", "softmax", "attn_context", "residual", "loss"})
+    EXPECT_TRUE(kinds.count(k)) << k;
+  // The documentation names every field (as `field` or `ops[].field`, nested ones as a.b).
+  std::ifstream in(fs::path(STRETTO_EXAMPLES).parent_path() / "docs" / "validation.md");
+  std::string doc((std::istreambuf_iterator<char>(in)), {});
+  const size_t from = doc.find("## `stretto bench-ops`");
+  ASSERT_NE(from, std::string::npos);
+  doc = doc.substr(from, doc.find("\n## ", from + 1) - from);
+  // Leaves: values that are not objects, and timing objects (median_ns, min_ns, max_ns).
+  std::function<void(const Json&, const std::string&)> walk = [&](const Json& v, const std::string& path) {
+    if (v.is_array() && !v.empty() && v[0].is_object()) return walk(v[0], path + "[]");
+    const bool timing = v.is_object() && v.contains("median_ns");
+    if (!v.is_object() || timing) {
+      EXPECT_NE(doc.find("`" + path + "`"), std::string::npos) << path;
+      if (timing) {
+        for (auto it = v.begin(); it != v.end(); ++it) {
+          EXPECT_NE(doc.find("`" + it.key() + "`"), std::string::npos) << path << "." << it.key();
+        }
+      }
+      return;
+    }
+    for (auto it = v.begin(); it != v.end(); ++it)
+      walk(it.value(), path.empty() ? it.key() : path + "." + it.key());
+  };
+  walk(j, "");
+  fs::remove_all(tmp);
 }
 
 }  // namespace
