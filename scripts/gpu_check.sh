@@ -7,6 +7,7 @@
 # Needs: python3 with torch (CUDA), cmake, ninja, a C++23 compiler, nvcc under /usr/local/cuda,
 # and the system headers of nlohmann-json, fmt, CLI11, Boost and GoogleTest. Configures a
 # separate build directory (build-gpu) without the GUI, sweeps and benchmarks.
+# GPU_BENCH_OPS_PLANS="a.json b.json" adds plans to the per-op comparison (bench-ops).
 # GPU_CHECK_ONLY_LOOP=1 builds stretto alone and runs only the last step (profile + validate).
 #
 #   bash scripts/gpu_check.sh --configure-only DIR
@@ -84,6 +85,28 @@ build-gpu/stretto replay examples/gpu_gpt_1dev.json --device cuda --iterations 1
 build-gpu/stretto replay examples/gpu_gpt_1dev.json --device cuda --iterations 10 --warmup 3 \
   --format json > "$OUT/replay_gpu.json" 2> "$OUT/replay_gpu.err" || status=1
 build-gpu/stretto simulate examples/gpu_gpt_1dev.json --format json > "$OUT/simulate_gpu.json" || status=1
+
+step "per op on one GPU: replay vs isolated vs predicted (bench-ops)"
+# Every distinct op of each plan timed alone on the replay's code, next to the replay's time for
+# it and the cost model's prediction (docs/validation.md, bench-ops); tables here, JSON in $OUT.
+for plan in examples/gpu_gpt_1dev.json ${GPU_BENCH_OPS_PLANS:-}; do
+  name=$(basename "$plan" .json)
+  build-gpu/stretto bench-ops "$plan" --device cuda --iterations 20 --warmup 5 \
+    --replay-iterations 10 --format json > "$OUT/bench_ops_$name.json" \
+    2> "$OUT/bench_ops_$name.err" || status=1
+  python3 - "$OUT/bench_ops_$name.json" <<'PY' | tee "$OUT/bench_ops_$name.txt" || status=1
+import json, sys
+b = json.load(open(sys.argv[1]))
+ms = lambda v: "-" if v is None else f"{v / 1e6:.3f}"
+print(f"{b['plan']}: {b['device']} {b['dtype']}, ms (replay / alone / predicted)")
+for o in b["ops"]:
+    cols = []
+    for d in ("forward", "backward"):
+        cols.append(f"{ms(o['replay'][d + '_ns'])} / {ms(o['isolated'][d]['median_ns'])} / "
+                    f"{ms(o['predicted'][d + '_ns'])}")
+    print(f"{o['kind']:<15} x{o['instances']:<3} F {cols[0]:<26} B {cols[1]}")
+PY
+done
 
 fi  # GPU_CHECK_ONLY_LOOP
 
