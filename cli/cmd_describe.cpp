@@ -13,6 +13,7 @@
 #include "stretto/costmodel/profile_table.h"
 #include "stretto/compiler/compiler.h"
 #include "stretto/plan/estimate.h"
+#include "stretto/plan/schema.h"
 #include "stretto/sim/coverage.h"
 #include "stretto/sim/session.h"
 #include "stretto/support/limits.h"
@@ -125,6 +126,12 @@ std::string describe(const CompiledPlan& cp, const std::string& path) {
 }  // namespace
 
 void add_describe_command(CLI::App& app, Commands& out) {
+  // `stretto schema`: docs/plan.schema.json, generated from the plan's schema table.
+  auto* schema = app.add_subcommand(
+      "schema", "Print the plan's JSON Schema (docs/plan.schema.json), generated from the schema "
+                "table every reader of plans uses");
+  out.push_back({schema, [] { return write_output("", plan_json_schema_text()) ? 0 : 2; }});
+
   auto path = std::make_shared<std::string>();
   auto format = std::make_shared<std::string>("text");
   auto* cmd = app.add_subcommand(

@@ -68,7 +68,7 @@ void add_validate_commands(CLI::App& app, Commands& out);
 void add_bench_ops_command(CLI::App& app, Commands& out);
 
 /// `describe`.
-void add_describe_command(CLI::App& app, Commands& out);
+void add_describe_command(CLI::App& app, Commands& out);  // and `schema`
 
 /// Parses the command line and runs the chosen command; returns its exit code (2 for usage
 /// errors, with suggestions for a mistyped command; 1 for internal errors).

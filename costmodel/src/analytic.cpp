@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "models.h"
+#include "stretto/plan/schema.h"
 #include "util.h"
 
 namespace stretto::cost {
@@ -129,7 +130,6 @@ constexpr double kAttentionBlockRows = 128.0;
 // the costmodel object; they are not options and are ignored here.
 constexpr std::string_view kPlanKeys[] = {"kind", "profile"};
 // Keys of the fixed model: an error here, with a pointed message.
-constexpr std::string_view kFixedKeys[] = {"F", "B", "BI", "BW", "comm", "unit"};
 
 NcclArch arch_from_kind(const std::string& kind) {
   // Device presets are named after the GPU ("h100-sxm", "a100-sxm", "gb200", ...).
@@ -174,6 +174,16 @@ struct OptionReader {
     }
     out = x;
     return true;
+  }
+
+  // An option's range from the plan's schema table (plan/schema.h).
+  bool number(const std::string& key, const Json& v, double& out) {
+    const PlanKey& k = schema_key("costmodel", key);
+    return number(key, v, k.min, k.max, k.min_exclusive, out);
+  }
+  bool integer(const std::string& key, const Json& v, int& out) {
+    const PlanKey& k = schema_key("costmodel", key);
+    return integer(key, v, static_cast<int>(k.min), static_cast<int>(k.max), out);
   }
 
   bool integer(const std::string& key, const Json& v, int lo, int hi, int& out) {
@@ -286,19 +296,16 @@ double nccl_nvlink_ratio(NcclArch arch) {
 }
 
 const std::vector<std::string>& analytic_option_names() {
-  static const std::vector<std::string> names = {
-      "gemm_efficiency",      "attention_efficiency", "attention_seq_half",
-      "attention_waves_half", "attention_bwd_ratio",  "memory_efficiency",
-      "gemm_tile_m",          "gemm_tile_n",          "gemm_k_half",
-      "gemm_split_k_min",     "wave_quantization",    "launch_floor_us",
-      "dispatch_us",          "comm_sm_share",        "comm_hbm_share",
-      "nccl_algo",            "nccl_proto",           "nccl_arch",
-      "nccl_intra_link",      "nccl_net_overhead_us", "nccl_net_latency_us",
-      "nccl_cpu",             "p2p_latency_us",       "nccl_intra_GBps",
-      "sustained_clock_ratio", "host_cores",          "host_compute",
-      "host_op_us",           "host_cold_factor",     "host_share_efficiency",
-      "host_reuse_factor",    "kernel_style",
-  };
+  // The plan's schema table lists the cost-model keys: the plan's own (kind, profile), the
+  // fixed model's, then these.
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    const std::vector<std::string> fixed = fixed_costmodel_keys();
+    for (const std::string& k : section_keys("costmodel"))
+      if (k != "profile" && std::find(fixed.begin(), fixed.end(), k) == fixed.end())
+        v.push_back(k);
+    return v;
+  }();
   return names;
 }
 
@@ -362,9 +369,13 @@ std::vector<ResolvedField> resolved_options(const CostModelSpec& spec, const Clu
   if (!parsed) return out;
   const AnalyticParams plain;
   const AnalyticParams preset = calibrated_defaults(cluster.device.kind);
-  // The scalar options, by key: (parsed, preset default, plain default).
+  // The scalar options, by key: written in the plan; derived from other values where the
+  // schema table says so (comm_sm_share from the SMs, ...); else the preset's calibration when
+  // it differs from the plain default.
   auto add = [&](const char* key, auto AnalyticParams::*member) {
-    const ValueSource s = options.contains(key)                ? ValueSource::kPlan
+    const ValueSource s = options.contains(key) ? ValueSource::kPlan
+                          : schema_key("costmodel", key).when_absent == ValueSource::kDerived
+                              ? ValueSource::kDerived
                           : preset.*member != plain.*member ? ValueSource::kPreset
                                                              : ValueSource::kDefault;
     out.push_back({key, spec.pointer + "/" + key, Json((*parsed).*member), s});
@@ -419,47 +430,48 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
     return fail(std::move(ds));
   }
   bool sm_share_given = false;
+  // Keys of the fixed model: an error here, with a pointed message.
+  const std::vector<std::string> fixed = fixed_costmodel_keys();
   if (options.is_object()) {
     for (const auto& [key, v] : options.items()) {
       if (std::find(std::begin(kPlanKeys), std::end(kPlanKeys), key) != std::end(kPlanKeys))
         continue;
-      if (std::find(std::begin(kFixedKeys), std::end(kFixedKeys), key) != std::end(kFixedKeys)) {
+      if (key != "kind" && std::find(fixed.begin(), fixed.end(), key) != fixed.end()) {
         ds.push_back(detail::diag_at(file, r.ptr(key),
                                      "'" + key + "' applies only to the fixed cost model",
                                      "use \"kind\": \"fixed\" for per-pass constants"));
         continue;
       }
-      const double inf = HUGE_VAL;
       if (key == "gemm_efficiency") {
-        r.number(key, v, 0, 1, true, p.gemm_efficiency);
+        r.number(key, v, p.gemm_efficiency);
       } else if (key == "attention_efficiency") {
-        r.number(key, v, 0, 1, true, p.attention_efficiency);
+        r.number(key, v, p.attention_efficiency);
       } else if (key == "attention_seq_half") {
-        r.number(key, v, 0, inf, false, p.attention_seq_half);
+        r.number(key, v, p.attention_seq_half);
       } else if (key == "attention_waves_half") {
-        r.number(key, v, 0, inf, false, p.attention_waves_half);
+        r.number(key, v, p.attention_waves_half);
       } else if (key == "attention_bwd_ratio") {
-        r.number(key, v, 0, 2, true, p.attention_bwd_ratio);
+        r.number(key, v, p.attention_bwd_ratio);
       } else if (key == "memory_efficiency") {
-        r.number(key, v, 0, 1, true, p.memory_efficiency);
+        r.number(key, v, p.memory_efficiency);
       } else if (key == "gemm_tile_m") {
-        r.integer(key, v, 1, 4096, p.gemm_tile_m);
+        r.integer(key, v, p.gemm_tile_m);
       } else if (key == "gemm_tile_n") {
-        r.integer(key, v, 1, 4096, p.gemm_tile_n);
+        r.integer(key, v, p.gemm_tile_n);
       } else if (key == "gemm_k_half") {
-        r.number(key, v, 0, inf, false, p.gemm_k_half);
+        r.number(key, v, p.gemm_k_half);
       } else if (key == "gemm_split_k_min") {
-        r.number(key, v, 0, inf, true, p.gemm_split_k_min);
+        r.number(key, v, p.gemm_split_k_min);
       } else if (key == "wave_quantization") {
         r.boolean(key, v, p.wave_quantization);
       } else if (key == "launch_floor_us") {
-        r.number(key, v, 0, inf, false, p.launch_floor_us);
+        r.number(key, v, p.launch_floor_us);
       } else if (key == "dispatch_us") {
-        r.number(key, v, 0, inf, false, p.dispatch_us);
+        r.number(key, v, p.dispatch_us);
       } else if (key == "comm_sm_share") {
-        sm_share_given = r.number(key, v, 0, 1, false, p.comm_sm_share);
+        sm_share_given = r.number(key, v, p.comm_sm_share);
       } else if (key == "comm_hbm_share") {
-        r.number(key, v, 0, 1, false, p.comm_hbm_share);
+        r.number(key, v, p.comm_hbm_share);
       } else if (key == "nccl_algo") {
         std::vector<std::string> names;
         for (int a = 0; a < kNcclNumAlgos; ++a)
@@ -491,29 +503,30 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
           if (i >= 0) p.nccl.amd_cpu = i == 1;
         }
       } else if (key == "nccl_net_overhead_us") {
-        r.number(key, v, 0, inf, false, p.nccl.net_overhead_us);
+        r.number(key, v, p.nccl.net_overhead_us);
       } else if (key == "nccl_net_latency_us") {
-        r.number(key, v, 0, inf, false, p.nccl.net_latency_us);
+        r.number(key, v, p.nccl.net_latency_us);
       } else if (key == "p2p_latency_us") {
-        r.number(key, v, 0, inf, false, p.p2p_latency_us);
+        r.number(key, v, p.p2p_latency_us);
       } else if (key == "sustained_clock_ratio") {
-        r.number(key, v, 0, 1, true, p.sustained_clock_ratio);
+        r.number(key, v, p.sustained_clock_ratio);
       } else if (key == "host_compute") {
         bool b = false;
         if (r.boolean(key, v, b)) p.host_compute = b ? 1 : 0;
       } else if (key == "host_cores") {
-        r.number(key, v, 0, 4096, false, p.host_cores);
+        r.number(key, v, p.host_cores);
       } else if (key == "host_op_us") {
-        r.number(key, v, 0, 1e6, false, p.host_op_us);
+        r.number(key, v, p.host_op_us);
       } else if (key == "host_share_efficiency") {
-        r.number(key, v, 0, 1, true, p.host_share_efficiency);
+        r.number(key, v, p.host_share_efficiency);
       } else if (key == "host_reuse_factor") {
         // a number (every distance from 1) or [f1, f2, f3]: by distance, the last one for
         // every larger distance
-        constexpr double kLo = 0.25, kHi = 4;
+        const PlanKey& range = schema_key("costmodel", key);
+        const double kLo = range.min, kHi = range.max;
         if (v.is_number()) {
           double f = 1;
-          if (r.number(key, v, kLo, kHi, false, f))
+          if (r.number(key, v, f))
             std::fill(p.host_reuse_factor.begin() + 1, p.host_reuse_factor.end(), f);
         } else if (v.is_array() && !v.empty() && v.size() < kReuseDistances) {
           OptionReader sub{r.ptr(key), file, ds};
@@ -531,10 +544,11 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
         }
       } else if (key == "host_cold_factor") {
         // a number (every kind) or {"all_gather": 1.2, ...} by communication kind
-        constexpr double kLo = 0.25, kHi = 4;
+        const PlanKey& range = schema_key("costmodel", key);
+        const double kLo = range.min, kHi = range.max;
         if (v.is_number()) {
           double f = 1;
-          if (r.number(key, v, kLo, kHi, false, f)) p.host_cold_factor.fill(f);
+          if (r.number(key, v, f)) p.host_cold_factor.fill(f);
         } else if (v.is_object()) {
           for (const auto& [kind, f] : v.items()) {
             auto k = detail::parse_comm(kind);
@@ -553,7 +567,7 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
               "e.g. {\"all_gather\": 1.25}: a factor per communication kind"));
         }
       } else if (key == "nccl_intra_GBps") {
-        r.number(key, v, 0, inf, true, p.nccl_intra_GBps);
+        r.number(key, v, p.nccl_intra_GBps);
       } else if (key == "kernel_style") {
         std::string st;
         if (r.string(key, v, st)) {

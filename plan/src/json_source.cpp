@@ -425,4 +425,17 @@ Diagnostic JsonSource::error_at(const std::string& pointer, std::string message,
   return d;
 }
 
+void erase_at(Json& doc, const std::string& pointer) {
+  const size_t slash = pointer.rfind('/');
+  if (slash == std::string::npos) return;
+  Json::json_pointer parent(pointer.substr(0, slash));
+  if (!doc.contains(parent)) return;
+  Json& obj = doc[parent];
+  // The last token, unescaped (RFC 6901: "~1" is "/", "~0" is "~").
+  std::string key = pointer.substr(slash + 1);
+  for (size_t p = 0; (p = key.find("~1", p)) != std::string::npos; ++p) key.replace(p, 2, "/");
+  for (size_t p = 0; (p = key.find("~0", p)) != std::string::npos; ++p) key.replace(p, 2, "~");
+  if (obj.is_object()) obj.erase(key);
+}
+
 }  // namespace stretto

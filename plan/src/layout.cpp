@@ -1,18 +1,19 @@
 #include "stretto/plan/layout.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <set>
 
 #include "stretto/plan/json_source.h"
+#include "stretto/plan/schema.h"
 
 namespace stretto {
 
 namespace {
 
-const std::vector<std::string> kLayoutKeys = {"tp", "pp", "dp", "ep", "order", "zero",
-                                              "sequence_parallel"};
+const std::vector<std::string> kLayoutKeys = section_keys("layout");
 
 }  // namespace
 
@@ -33,14 +34,16 @@ std::optional<Layout> parse_layout(const JsonSource& src, const std::string& poi
       const std::string near = nearest(key, kLayoutKeys);
       out.push_back(src.error_at(pointer + "/" + pointer_escape(key),
                                  fmt::format("unknown key '{}' in layout", key),
-                                 near.empty() ? "layout keys: tp, pp, dp, ep, order, zero, "
-                                                "sequence_parallel"
+                                 near.empty() ? fmt::format("layout keys: {}",
+                                                            fmt::join(kLayoutKeys, ", "))
                                               : fmt::format("did you mean '{}'?", near),
                                  true));
     }
   }
-  auto number = [&](const char* key, int& dst, int lo, int hi) {
+  auto number = [&](const char* key, int& dst) {
     if (!j.contains(key)) return;
+    const PlanKey& k = schema_key("layout", key);
+    const int lo = static_cast<int>(k.min), hi = static_cast<int>(k.max);
     const Json& v = j[key];
     if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
       out.push_back(src.error_at(pointer + "/" + key,
@@ -50,11 +53,11 @@ std::optional<Layout> parse_layout(const JsonSource& src, const std::string& poi
     }
     dst = v.get<int>();
   };
-  number("tp", l.tp, 1, 1024);
-  number("pp", l.pp, 1, 4096);
-  number("dp", l.dp, 1, 1 << 20);
-  number("ep", l.ep, 1, 1 << 20);
-  number("zero", l.zero, 0, 3);
+  number("tp", l.tp);
+  number("pp", l.pp);
+  number("dp", l.dp);
+  number("ep", l.ep);
+  number("zero", l.zero);
   if (j.contains("sequence_parallel")) {
     if (j["sequence_parallel"].is_boolean())
       l.sequence_parallel = j["sequence_parallel"].get<bool>();

@@ -3,6 +3,7 @@
 #include "stretto/plan/plan.h"
 
 #include "stretto/plan/layout.h"
+#include "stretto/plan/schema.h"
 
 #include <fmt/format.h>
 
@@ -147,6 +148,39 @@ class Reader {
     return j && j->is_object() && j->contains(key);
   }
 
+  // Checks that `ptr` is an object whose keys are all keys of the schema section `section`.
+  bool section(const std::string& ptr, std::string_view section, int directive = -1,
+               const std::string& what = "") {
+    return object(ptr, section_keys(section), directive, what);
+  }
+
+  // A number of the schema section `section`: type, range and (unless `required` says
+  // otherwise, for keys required only in some cases) requirement from the table.
+  template <class T>
+  bool num(const std::string& obj, std::string_view section, const std::string& key, T& out,
+           int directive = -1) {
+    const PlanKey& k = schema_key(section, key);
+    return number(obj, key, out, k.min, k.max, k.required(), directive);
+  }
+  template <class T>
+  bool num(const std::string& obj, std::string_view section, const std::string& key, T& out,
+           bool required, int directive = -1) {
+    const PlanKey& k = schema_key(section, key);
+    return number(obj, key, out, k.min, k.max, required, directive);
+  }
+
+  // One of the table's `choices` of an enum key; `values[i]` is what choice i means.
+  template <class E>
+  bool pick(const std::string& obj, std::string_view section, const std::string& key, E& out,
+            const std::vector<E>& values, int directive = -1) {
+    const PlanKey& k = schema_key(section, key);
+    STRETTO_ASSERT(k.choices.size() == values.size(), "an enum key's values and choices differ");
+    std::vector<std::pair<std::string, E>> options;
+    for (size_t i = 0; i < values.size(); ++i)
+      options.emplace_back(std::string(k.choices[i]), values[i]);
+    return choice(obj, key, out, options, k.required(), directive);
+  }
+
   template <class T>
   bool number(const std::string& obj, const std::string& key, T& out, double lo, double hi,
               bool required, int directive = -1) {
@@ -262,21 +296,12 @@ class Reader {
   Diagnostics& diags_;
 };
 
-const std::vector<std::string> kModelKeys = {
-    "family",         "name",  "layers",     "hidden",           "heads",       "kv_heads",
-    "ffn_hidden",     "vocab", "seq_len",    "microbatch_size",  "dtype",       "gated_mlp",
-    "tie_embeddings", "moe",   "pp_regions", "activation_bytes", "param_bytes", "boundary_bytes",
-    "flops",          "attention", "bias", "dropout", "head_dim", "make_vocab_size_divisible_by"};
-const std::vector<std::string> kMoeKeys = {
-    "experts",     "top_k", "expert_ffn_hidden", "shared_experts",
-    "first_layer", "every", "capacity_factor",   "imbalance"};
-const std::vector<std::string> kOptimizerKeys = {"kind", "master_weights", "grad_clip", "comment"};
 
 // `pp_regions`: a count (even split) or a list of layers per region.
 void parse_pp_regions(Reader& r, const std::string& P, ModelSpec& m) {
   const Json* j = r.at(P + "/pp_regions");
   if (!j || !j->is_array()) {
-    r.number(P, "pp_regions", m.pp_regions, 1, 1e5, false);
+    r.num(P, "model", "pp_regions", m.pp_regions);
     return;
   }
   const std::string Q = P + "/pp_regions";
@@ -305,33 +330,23 @@ void parse_pp_regions(Reader& r, const std::string& P, ModelSpec& m) {
   }
   m.pp_regions = static_cast<int>(m.region_layers.size());
 }
-const std::vector<std::string> kClusterKeys = {
-    "preset", "nodes",      "devices_per_node", "peak_tflops", "hbm_GBps", "memory_GiB",
-    "sms",    "intra_node", "inter_node",       "islands",     "dcn"};
-const std::vector<std::string> kLinkKeys = {"bandwidth_GBps", "latency_us"};
 
 void parse_model(Reader& r, ModelSpec& m) {
   const std::string P = "/model";
-  if (!r.object(P, kModelKeys, -1, "model")) return;
-  r.choice<ModelSpec::Family>(P, "family", m.family,
-                              {{"transformer", ModelSpec::Family::kTransformer},
-                               {"synthetic", ModelSpec::Family::kSynthetic}},
-                              true);
+  if (!r.section(P, "model", -1, "model")) return;
+  r.pick<ModelSpec::Family>(P, "model", "family", m.family,
+                            {ModelSpec::Family::kTransformer, ModelSpec::Family::kSynthetic});
   r.string(P, "name", m.name, false);
-  r.number(P, "layers", m.layers, 1, 1e5, true);
+  r.num(P, "model", "layers", m.layers);
   parse_pp_regions(r, P, m);
-  r.number(P, "microbatch_size", m.microbatch_size, 1, 1e7, false);
-  r.choice<DType>(P, "dtype", m.dtype,
-                  {{"bf16", DType::kBF16},
-                   {"fp16", DType::kFP16},
-                   {"fp32", DType::kFP32},
-                   {"fp8", DType::kFP8}},
-                  false);
+  r.num(P, "model", "microbatch_size", m.microbatch_size);
+  r.pick<DType>(P, "model", "dtype", m.dtype,
+                {DType::kBF16, DType::kFP16, DType::kFP32, DType::kFP8});
   if (m.family == ModelSpec::Family::kSynthetic) {
-    r.number(P, "activation_bytes", m.activation_bytes, 0, 1e15, false);
-    r.number(P, "param_bytes", m.param_bytes, 0, 1e15, false);
-    r.number(P, "boundary_bytes", m.boundary_bytes, 0, 1e15, false);
-    r.number(P, "flops", m.flops, 0, 1e20, false);
+    r.num(P, "model", "activation_bytes", m.activation_bytes);
+    r.num(P, "model", "param_bytes", m.param_bytes);
+    r.num(P, "model", "boundary_bytes", m.boundary_bytes);
+    r.num(P, "model", "flops", m.flops);
     for (const char* k : {"hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab",
                           "make_vocab_size_divisible_by", "seq_len", "moe", "attention", "bias",
                           "dropout"})
@@ -341,22 +356,21 @@ void parse_model(Reader& r, ModelSpec& m) {
                 true);
     return;
   }
-  r.number(P, "hidden", m.hidden, 1, 1e7, true);
-  r.number(P, "heads", m.heads, 1, 1e5, true);
-  r.number(P, "kv_heads", m.kv_heads, 1, 1e5, false);
-  r.number(P, "head_dim", m.head_dim, 1, 1e5, false);
+  r.num(P, "model", "hidden", m.hidden, true);
+  r.num(P, "model", "heads", m.heads, true);
+  r.num(P, "model", "kv_heads", m.kv_heads);
+  r.num(P, "model", "head_dim", m.head_dim);
   // ffn_hidden: required unless every layer is an MoE layer (checked below, with `moe` read).
-  r.number(P, "ffn_hidden", m.ffn_hidden, 1, 1e8, false);
-  r.number(P, "vocab", m.vocab, 1, 1e8, true);
-  r.number(P, "make_vocab_size_divisible_by", m.vocab_divisible_by, 1, 1e8, false);
-  r.number(P, "seq_len", m.seq_len, 1, 1e8, true);
+  r.num(P, "model", "ffn_hidden", m.ffn_hidden);
+  r.num(P, "model", "vocab", m.vocab, true);
+  r.num(P, "model", "make_vocab_size_divisible_by", m.vocab_divisible_by);
+  r.num(P, "model", "seq_len", m.seq_len, true);
   r.boolean(P, "gated_mlp", m.gated_mlp);
   r.boolean(P, "tie_embeddings", m.tie_embeddings);
-  r.choice<AttentionImpl>(P, "attention", m.attention,
-                          {{"flash", AttentionImpl::kFlash}, {"unfused", AttentionImpl::kUnfused}},
-                          false);
+  r.pick<AttentionImpl>(P, "model", "attention", m.attention,
+                        {AttentionImpl::kFlash, AttentionImpl::kUnfused});
   r.boolean(P, "bias", m.bias);
-  r.number(P, "dropout", m.dropout, 0, 0.999999, false);
+  r.num(P, "model", "dropout", m.dropout);
   for (const char* k : {"activation_bytes", "param_bytes", "boundary_bytes", "flops"})
     if (r.has(P, k))
       r.error(P + "/" + k, fmt::format("'{}' only applies to a synthetic model", k), "", -1, true);
@@ -371,16 +385,16 @@ void parse_model(Reader& r, ModelSpec& m) {
             fmt::format("heads ({}) must be a multiple of kv_heads ({})", m.heads, m.kv_heads));
   if (r.has(P, "moe")) {
     const std::string Q = P + "/moe";
-    if (r.object(Q, kMoeKeys, -1, "moe")) {
+    if (r.section(Q, "moe", -1, "moe")) {
       MoeSpec moe;
-      r.number(Q, "experts", moe.experts, 1, 1e6, true);
-      r.number(Q, "top_k", moe.top_k, 1, 1e4, false);
-      r.number(Q, "expert_ffn_hidden", moe.expert_ffn_hidden, 1, 1e8, true);
-      r.number(Q, "shared_experts", moe.shared_experts, 0, 1e4, false);
-      r.number(Q, "first_layer", moe.first_layer, 0, 1e5, false);
-      r.number(Q, "every", moe.every, 1, 1e5, false);
-      r.number(Q, "capacity_factor", moe.capacity_factor, 0, 1e4, false);
-      r.number(Q, "imbalance", moe.imbalance, 1, 1e4, false);
+      r.num(Q, "moe", "experts", moe.experts);
+      r.num(Q, "moe", "top_k", moe.top_k);
+      r.num(Q, "moe", "expert_ffn_hidden", moe.expert_ffn_hidden);
+      r.num(Q, "moe", "shared_experts", moe.shared_experts);
+      r.num(Q, "moe", "first_layer", moe.first_layer);
+      r.num(Q, "moe", "every", moe.every);
+      r.num(Q, "moe", "capacity_factor", moe.capacity_factor);
+      r.num(Q, "moe", "imbalance", moe.imbalance);
       if (moe.top_k > moe.experts)
         r.error(Q + "/top_k",
                 fmt::format("top_k ({}) exceeds experts ({})", moe.top_k, moe.experts));
@@ -418,14 +432,14 @@ const Preset kPresets[] = {
 void parse_link(Reader& r, const std::string& obj, const std::string& key, LinkSpec& l) {
   if (!r.has(obj, key)) return;
   std::string P = obj + "/" + key;
-  if (!r.object(P, kLinkKeys, -1, key)) return;
-  r.number(P, "bandwidth_GBps", l.bandwidth_GBps, 1e-6, 1e6, false);
-  r.number(P, "latency_us", l.latency_us, 0, 1e7, false);
+  if (!r.section(P, "link", -1, key)) return;
+  r.num(P, "link", "bandwidth_GBps", l.bandwidth_GBps);
+  r.num(P, "link", "latency_us", l.latency_us);
 }
 
 void parse_cluster(Reader& r, ClusterSpec& c) {
   const std::string P = "/cluster";
-  if (!r.object(P, kClusterKeys, -1, "cluster")) return;
+  if (!r.section(P, "cluster", -1, "cluster")) return;
   c.preset = "h100-sxm";
   std::vector<std::string> names;
   for (const auto& p : kPresets) names.push_back(p.name);
@@ -444,15 +458,15 @@ void parse_cluster(Reader& r, ClusterSpec& c) {
       c.inter_node = p.inter;
       c.dcn = LinkSpec{p.inter.bandwidth_GBps / 4, 20.0};
     }
-  r.number(P, "nodes", c.nodes, 1, 1e6, false);
-  r.number(P, "devices_per_node", c.devices_per_node, 1, 1e4, false);
-  r.number(P, "peak_tflops", c.device.peak_tflops, 1e-6, 1e7, false);
-  r.number(P, "hbm_GBps", c.device.hbm_GBps, 1e-6, 1e7, false);
-  r.number(P, "memory_GiB", c.device.memory_GiB, 1e-6, 1e7, false);
-  r.number(P, "sms", c.device.sms, 1, 1e5, false);
+  r.num(P, "cluster", "nodes", c.nodes);
+  r.num(P, "cluster", "devices_per_node", c.devices_per_node);
+  r.num(P, "cluster", "peak_tflops", c.device.peak_tflops);
+  r.num(P, "cluster", "hbm_GBps", c.device.hbm_GBps);
+  r.num(P, "cluster", "memory_GiB", c.device.memory_GiB);
+  r.num(P, "cluster", "sms", c.device.sms);
   parse_link(r, P, "intra_node", c.intra_node);
   parse_link(r, P, "inter_node", c.inter_node);
-  r.number(P, "islands", c.islands, 1, 1e6, false);
+  r.num(P, "cluster", "islands", c.islands);
   parse_link(r, P, "dcn", c.dcn);
   if (c.nodes % c.islands != 0)
     r.error(P + "/islands",
@@ -467,13 +481,11 @@ void parse_costmodel(Reader& r, CostModelSpec& cm, bool present) {
     r.error(P, "costmodel must be an object", "e.g. {\"kind\": \"analytic\"}");
     return;
   }
-  r.choice<CostModelSpec::Kind>(P, "kind", cm.kind,
-                                {{"analytic", CostModelSpec::Kind::kAnalytic},
-                                 {"profiled", CostModelSpec::Kind::kProfiled},
-                                 {"fixed", CostModelSpec::Kind::kFixed}},
-                                true);
+  r.pick<CostModelSpec::Kind>(P, "costmodel", "kind", cm.kind,
+                              {CostModelSpec::Kind::kAnalytic, CostModelSpec::Kind::kProfiled,
+                               CostModelSpec::Kind::kFixed});
   if (cm.kind == CostModelSpec::Kind::kFixed) {
-    r.object(P, {"kind", "F", "B", "BI", "BW", "comm", "unit"}, -1, "a fixed cost model");
+    r.object(P, fixed_costmodel_keys(), -1, "a fixed cost model");
     double scale = 1e6;  // ms
     std::string unit = "ms";
     if (r.string(P, "unit", unit, false)) {
@@ -489,11 +501,11 @@ void parse_costmodel(Reader& r, CostModelSpec& cm, bool present) {
         r.error(P + "/unit", fmt::format("unknown unit '{}'", unit), "use ns, us, ms or s");
     }
     double f = 0, b = 0, bi = -1, bw = -1, comm = 0;
-    r.number(P, "F", f, 0, 1e12, true);
-    r.number(P, "B", b, 0, 1e12, true);
-    r.number(P, "BI", bi, 0, 1e12, false);
-    r.number(P, "BW", bw, 0, 1e12, false);
-    r.number(P, "comm", comm, 0, 1e12, false);
+    r.num(P, "costmodel", "F", f, true);
+    r.num(P, "costmodel", "B", b, true);
+    r.num(P, "costmodel", "BI", bi);
+    r.num(P, "costmodel", "BW", bw);
+    r.num(P, "costmodel", "comm", comm);
     auto ns = [&](double x) { return static_cast<int64_t>(std::llround(x * scale)); };
     cm.f_ns = ns(f);
     cm.b_ns = ns(b);
@@ -515,18 +527,16 @@ void parse_costmodel(Reader& r, CostModelSpec& cm, bool present) {
 
 void parse_optimizer(Reader& r, OptimizerSpec& o) {
   const std::string P = "/optimizer";
-  if (!r.object(P, kOptimizerKeys, -1, "optimizer")) return;
+  if (!r.section(P, "optimizer", -1, "optimizer")) return;
   o.given = true;
-  r.choice<OptimizerSpec::Kind>(P, "kind", o.kind,
-                                {{"adam", OptimizerSpec::Kind::kAdam},
-                                 {"sgd", OptimizerSpec::Kind::kSgd},
-                                 {"none", OptimizerSpec::Kind::kNone}},
-                                false);
+  r.pick<OptimizerSpec::Kind>(P, "optimizer", "kind", o.kind,
+                              {OptimizerSpec::Kind::kAdam, OptimizerSpec::Kind::kSgd,
+                               OptimizerSpec::Kind::kNone});
   r.boolean(P, "master_weights", o.master_weights);
   r.boolean(P, "grad_clip", o.grad_clip);
 }
 
-const std::vector<std::string> kTagKeys = {"PP", "EP", "LAYER", "MB", "PASS"};
+const std::vector<std::string> kTagKeys = section_keys("filter");
 
 }  // namespace
 
@@ -590,8 +600,11 @@ bool parse_filter_into(Reader& r, const std::string& ptr, Filter& f, int directi
 
 namespace {
 
-const std::vector<std::string> kOps = {"place", "replicate", "shard",    "shard_tensor",
-                                       "split", "order",     "recompute"};
+std::vector<std::string> op_names() {
+  std::vector<std::string> v;
+  for (std::string_view op : directive_ops()) v.emplace_back(op);
+  return v;
+}
 
 bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d) {
   d.index = index;
@@ -606,6 +619,7 @@ bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d)
   }
   std::string op;
   if (!r.string(ptr, "op", op, true, index)) return false;
+  const std::vector<std::string> kOps = op_names();
   auto it = std::find(kOps.begin(), kOps.end(), op);
   if (it == kOps.end()) {
     std::string near = nearest(op, kOps);
@@ -633,22 +647,18 @@ bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d)
   };
   switch (d.op) {
     case DirectiveOp::kPlace:
-      ok &= r.object(ptr, {"op", "filter", "devices", "stream", "comment"}, index, "place");
+      ok &= r.section(ptr, "place", index, "place");
       need_filter();
       need_devices();
       r.string(ptr, "stream", d.stream, false, index);
       break;
     case DirectiveOp::kReplicate:
-      ok &= r.object(ptr,
-                     {"op", "filter", "devices", "reduce_stream", "gather_stream", "bucket_size",
-                      "shard_grads", "shard_params", "shard_optimizer", "prefetch",
-                      "reshard_after_forward", "comment"},
-                     index, "replicate");
+      ok &= r.section(ptr, "replicate", index, "replicate");
       need_filter();
       need_devices();
       r.string(ptr, "reduce_stream", d.reduce_stream, false, index);
       r.string(ptr, "gather_stream", d.gather_stream, false, index);
-      r.number(ptr, "bucket_size", d.bucket_size_MB, 1e-6, 1e9, false, index);
+      r.num(ptr, "replicate", "bucket_size", d.bucket_size_MB, index);
       r.boolean(ptr, "shard_grads", d.shard_grads, index);
       r.boolean(ptr, "shard_params", d.shard_params, index);
       r.boolean(ptr, "shard_optimizer", d.shard_optimizer, index);
@@ -658,7 +668,7 @@ bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d)
         ok = false;
       }
       if (d.shard_grads) d.shard_optimizer = true;
-      r.number(ptr, "prefetch", d.prefetch, 0, 1e6, false, index);
+      r.num(ptr, "replicate", "prefetch", d.prefetch, index);
       r.boolean(ptr, "reshard_after_forward", d.reshard_after_forward, index);
       for (const char* k : {"prefetch", "reshard_after_forward"})
         if (r.has(ptr, k) && !d.shard_params) {
@@ -668,22 +678,19 @@ bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d)
         }
       break;
     case DirectiveOp::kRecompute:
-      ok &= r.object(ptr, {"op", "filter", "mode", "comment"}, index, "recompute");
+      ok &= r.section(ptr, "recompute", index, "recompute");
       need_filter();
-      r.choice<RecomputeMode>(ptr, "mode", d.recompute,
-                              {{"full", RecomputeMode::kFull},
-                               {"selective", RecomputeMode::kSelective}},
-                              false, index);
+      r.pick<RecomputeMode>(ptr, "recompute", "mode", d.recompute,
+                            {RecomputeMode::kFull, RecomputeMode::kSelective}, index);
       break;
     case DirectiveOp::kShard:
-      ok &= r.object(ptr, {"op", "filter", "devices", "stream", "comment"}, index, "shard");
+      ok &= r.section(ptr, "shard", index, "shard");
       need_filter();
       need_devices();
       r.string(ptr, "stream", d.stream, false, index);
       break;
     case DirectiveOp::kShardTensor: {
-      ok &= r.object(ptr, {"op", "filter", "devices", "stream", "sequence_parallel", "comment"},
-                     index, "shard_tensor");
+      ok &= r.section(ptr, "shard_tensor", index, "shard_tensor");
       need_filter();
       r.string(ptr, "stream", d.stream, false, index);
       r.boolean(ptr, "sequence_parallel", d.sequence_parallel, index);
@@ -716,8 +723,7 @@ bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d)
       break;
     }
     case DirectiveOp::kSplit:
-      ok &= r.object(ptr, {"op", "filter", "dim_name", "num_microbatches", "comment"}, index,
-                     "split");
+      ok &= r.section(ptr, "split", index, "split");
       need_filter();
       d.dim_name = "MB";
       r.string(ptr, "dim_name", d.dim_name, false, index);
@@ -726,10 +732,10 @@ bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d)
                 "only \"MB\" (microbatches) is supported", index);
         ok = false;
       }
-      ok &= r.number(ptr, "num_microbatches", d.num_microbatches, 1, 1e6, true, index);
+      ok &= r.num(ptr, "split", "num_microbatches", d.num_microbatches, index);
       break;
     case DirectiveOp::kOrder: {
-      ok &= r.object(ptr, {"op", "filters", "comment"}, index, "order");
+      ok &= r.section(ptr, "order", index, "order");
       const Json* fs = r.at(ptr + "/filters");
       if (!fs || !fs->is_array()) {
         r.error(fs ? ptr + "/filters" : ptr, "'order' needs 'filters': a list of filter groups",
@@ -802,8 +808,7 @@ Expected<Plan> parse_plan(const JsonSource& src) {
   Reader r(src, diags);
   Plan plan;
   plan.file = src.file();
-  if (!r.object("", {"model", "cluster", "costmodel", "schedule", "name", "comment", "optimizer"},
-                -1, "the plan"))
+  if (!r.section("", "plan", -1, "the plan"))
     return fail(std::move(diags));
   for (const char* k : {"model", "cluster", "schedule"})
     if (!r.has("", k))
@@ -814,36 +819,64 @@ Expected<Plan> parse_plan(const JsonSource& src) {
   parse_costmodel(r, plan.costmodel, r.has("", "costmodel"));
   if (r.has("", "optimizer")) parse_optimizer(r, plan.optimizer);
   if (r.has("", "schedule")) {
-    const Json* s = r.at("/schedule");
-    if (s->is_object()) {
-      BuilderCall b;
-      const std::string P = "/schedule";
-      if (r.object(P, {"builder", "ranks", "stages_per_rank", "microbatches", "base", "layout"},
-                   -1, "a builder call")) {
-        r.string(P, "builder", b.builder, true);
-        r.number(P, "ranks", b.ranks, 1, 1e5, !r.has(P, "base") && !r.has(P, "layout"));
-        if (r.has(P, "layout")) b.layout = parse_layout(src, P + "/layout", diags);  // layout.h
-        r.number(P, "stages_per_rank", b.stages_per_rank, 1, 1e4, false);
-        r.number(P, "microbatches", b.microbatches, 1, 1e6, true);
-        if (r.has(P, "base")) {
-          auto base = parse_directives(src, P + "/base");
-          if (base)
-            b.base = std::move(*base);
-          else
-            diags.insert(diags.end(), base.error().begin(), base.error().end());
-        }
-      }
-      plan.builder = std::move(b);
+    auto s = parse_schedule(src, "/schedule");
+    if (s) {
+      plan.schedule = std::move(s->directives);
+      plan.builder = std::move(s->builder);
     } else {
-      auto ds = parse_directives(src, "/schedule");
-      if (ds)
-        plan.schedule = std::move(*ds);
-      else
-        diags.insert(diags.end(), ds.error().begin(), ds.error().end());
+      diags.insert(diags.end(), s.error().begin(), s.error().end());
     }
   }
   if (!diags.empty()) return fail(std::move(diags));
   return plan;
+}
+
+Expected<BuilderCall> parse_builder_call(const JsonSource& src, const std::string& pointer) {
+  Diagnostics diags;
+  Reader r(src, diags);
+  BuilderCall b;
+  b.pointer = pointer;
+  const std::string& P = pointer;
+  if (r.section(P, "builder", -1, "a builder call")) {
+    r.string(P, "builder", b.builder, true);
+    r.num(P, "builder", "ranks", b.ranks, !r.has(P, "base") && !r.has(P, "layout"));
+    if (r.has(P, "layout")) b.layout = parse_layout(src, P + "/layout", diags);  // layout.h
+    r.num(P, "builder", "stages_per_rank", b.stages_per_rank);
+    r.num(P, "builder", "microbatches", b.microbatches);
+    if (r.has(P, "base")) {
+      auto base = parse_directives(src, P + "/base");
+      if (base)
+        b.base = std::move(*base);
+      else
+        diags.insert(diags.end(), base.error().begin(), base.error().end());
+    }
+  }
+  if (!diags.empty()) return fail(std::move(diags));
+  return b;
+}
+
+Expected<Schedule> parse_schedule(const JsonSource& src, const std::string& pointer) {
+  Schedule s;
+  const Json* j = src.find(pointer);
+  if (j && j->is_object()) {
+    auto b = parse_builder_call(src, pointer);
+    if (!b) return fail(std::move(b).error());
+    s.builder = std::move(*b);
+    return s;
+  }
+  auto ds = parse_directives(src, pointer);
+  if (!ds) return fail(std::move(ds).error());
+  s.directives = std::move(*ds);
+  return s;
+}
+
+bool is_plan_document(const Json& j) { return j.is_object() && j.contains("schedule"); }
+
+bool is_whole_plan(const Json& j) { return is_plan_document(j) && j.contains("model"); }
+
+std::string plan_name(const JsonSource& src) {
+  const Json* n = src.find("/name");
+  return n && n->is_string() ? n->get<std::string>() : std::string();
 }
 
 Json filter_to_json(const Filter& f) {

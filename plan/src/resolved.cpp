@@ -8,26 +8,6 @@
 
 namespace stretto {
 
-std::string_view value_source_name(ValueSource s) {
-  switch (s) {
-    case ValueSource::kPlan:
-      return "plan";
-    case ValueSource::kLayout:
-      return "layout";
-    case ValueSource::kDirectives:
-      return "directives";
-    case ValueSource::kBuilder:
-      return "builder";
-    case ValueSource::kPreset:
-      return "preset";
-    case ValueSource::kDefault:
-      return "default";
-    case ValueSource::kDerived:
-      return "derived";
-  }
-  return "default";
-}
-
 const ResolvedField* ResolvedPlan::field(std::string_view name) const {
   for (const ResolvedField& f : fields)
     if (f.name == name) return &f;
@@ -227,10 +207,10 @@ ResolvedPlan resolve_structure(const Plan& plan, const std::vector<Directive>& d
   w.add("nodes", "/cluster/nodes", c.nodes, ValueSource::kDefault);
   w.add("devices_per_node", "/cluster/devices_per_node", c.devices_per_node, dev);
   w.add("cluster_devices", "", r.cluster_devices, ValueSource::kDerived);
-  w.add("device_kind", "/cluster/device/kind", c.device.kind, dev);
-  w.add("peak_tflops", "/cluster/device/peak_tflops", c.device.peak_tflops, dev);
-  w.add("hbm_GBps", "/cluster/device/hbm_GBps", c.device.hbm_GBps, dev);
-  w.add("memory_GiB", "/cluster/device/memory_GiB", c.device.memory_GiB, dev);
+  w.add("device_kind", "", c.device.kind, dev);  // the preset's (no plan key)
+  w.add("peak_tflops", "/cluster/peak_tflops", c.device.peak_tflops, dev);
+  w.add("hbm_GBps", "/cluster/hbm_GBps", c.device.hbm_GBps, dev);
+  w.add("memory_GiB", "/cluster/memory_GiB", c.device.memory_GiB, dev);
   w.add("intra_node_GBps", "/cluster/intra_node/bandwidth_GBps", c.intra_node.bandwidth_GBps,
         dev);
   w.add("inter_node_GBps", "/cluster/inter_node/bandwidth_GBps", c.inter_node.bandwidth_GBps,

@@ -4,6 +4,7 @@
 
 #include "helpers.h"
 #include "stretto/costmodel/analytic.h"
+#include "stretto/plan/schema.h"
 
 namespace stretto::cost {
 namespace {
@@ -199,6 +200,42 @@ TEST(CostModelOptions, PlanDiagnosticsGetLineAndColumnFromTheSource) {
   EXPECT_EQ(d.loc.col, 17u);  // the key
   EXPECT_EQ(d.source_line, "                \"gemm_eficiency\": 0.7}");
   EXPECT_EQ(d.hint, "did you mean 'gemm_efficiency'?");
+}
+
+}  // namespace
+}  // namespace stretto::cost
+
+namespace stretto::cost {
+namespace {
+
+// The resolved options' sources follow the plan's schema table: a value derived from other
+// values (comm_sm_share = 20 / SMs, ...) says "derived", a calibrated one "preset"; and every
+// option left to its plain default has the value the table documents.
+TEST(CostModelOptions, ResolvedSourcesAndDefaultsAreTheSchemaTables) {
+  const ClusterSpec cl = testing::h100_cluster(1, 8);
+  const auto fields = resolved_options(testing::analytic_spec(Json::object()), cl);
+  ASSERT_FALSE(fields.empty());
+  size_t defaults = 0;
+  for (const ResolvedField& f : fields) {
+    SCOPED_TRACE(f.name);
+    const PlanKey& k = schema_key("costmodel", f.name);
+    if (k.when_absent == ValueSource::kDerived) {
+      EXPECT_EQ(f.source, ValueSource::kDerived);
+    }
+    if (f.source == ValueSource::kDefault && !k.fallback.empty()) {
+      EXPECT_EQ(f.value, k.default_value());
+      ++defaults;
+    }
+  }
+  auto source_of = [&](std::string_view name) {
+    for (const ResolvedField& f : fields)
+      if (f.name == name) return f.source;
+    return ValueSource::kPlan;
+  };
+  EXPECT_EQ(source_of("comm_sm_share"), ValueSource::kDerived);
+  EXPECT_EQ(source_of("gemm_efficiency"), ValueSource::kPreset);
+  EXPECT_EQ(source_of("dispatch_us"), ValueSource::kDefault);
+  EXPECT_GE(defaults, 5u);
 }
 
 }  // namespace

@@ -7,11 +7,19 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cstdlib>
+#include <regex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "stretto/costmodel/analytic.h"
+#include "stretto/pipelines/builders.h"
+#include "stretto/plan/plan.h"
+#include "stretto/plan/resolved.h"
+#include "stretto/plan/schema.h"
+
 namespace fs = std::filesystem;
-using Json = nlohmann::json;
+using Json = nlohmann::json;  // stretto::Json
 
 namespace {
 
@@ -135,4 +143,199 @@ TEST(PlanSchema, RejectsWhatTheParserRejects) {
   bad = ok;
   bad.erase("model");
   EXPECT_NE(c.check(bad).find("missing model"), std::string::npos);
+}
+
+// ---- the schema table (plan/schema.h) -------------------------------------------------------
+
+namespace {
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Whether `ds` holds a range or type error of the value at `pointer`.
+bool range_error(const stretto::Diagnostics& ds, const std::string& pointer) {
+  for (const auto& d : ds)
+    if (d.loc.json_pointer == pointer &&
+        (d.message.find("out of range") != std::string::npos ||
+         d.message.find("must be an integer in") != std::string::npos))
+      return true;
+  return false;
+}
+
+// A small plan holding every section the parser reads, and where each section sits in it.
+Json plan_with(const std::string& section) {
+  Json p = {{"model",
+             {{"family", "transformer"}, {"layers", 4}, {"hidden", 64}, {"heads", 4},
+              {"ffn_hidden", 128}, {"vocab", 100}, {"seq_len", 16},
+              {"moe", {{"experts", 4}, {"expert_ffn_hidden", 32}}}}},
+            {"cluster", {{"preset", "h100-sxm"}, {"intra_node", {{"bandwidth_GBps", 1}}}}},
+            {"schedule", {{"builder", "1f1b"}, {"microbatches", 2}, {"layout", {{"pp", 1}}}}}};
+  if (section == "replicate")
+    p["schedule"] = Json::array({{{"op", "replicate"}, {"filter", Json::object()},
+                                  {"devices", {0}}, {"shard_grads", true},
+                                  {"shard_params", true}}});
+  if (section == "split")
+    p["schedule"] = Json::array({{{"op", "split"}, {"filter", Json::object()},
+                                  {"num_microbatches", 2}}});
+  if (section == "costmodel") p["costmodel"] = {{"kind", "fixed"}, {"F", 1}, {"B", 2}};
+  return p;
+}
+
+std::string section_pointer(const std::string& section) {
+  if (section == "model") return "/model";
+  if (section == "moe") return "/model/moe";
+  if (section == "cluster") return "/cluster";
+  if (section == "link") return "/cluster/intra_node";
+  if (section == "builder") return "/schedule";
+  if (section == "layout") return "/schedule/layout";
+  if (section == "replicate" || section == "split") return "/schedule/0";
+  if (section == "costmodel") return "/costmodel";
+  return "";
+}
+
+// Values on and around a key's range: its ends, and one step outside each.
+std::vector<double> probes(const stretto::PlanKey& k) {
+  const bool integral = k.type == stretto::KeyType::kInteger || k.type == stretto::KeyType::kOther;
+  std::vector<double> v;
+  for (double end : {k.min, k.max}) {
+    if (!std::isfinite(end)) continue;
+    v.push_back(end);
+    const double step = integral ? 1 : std::max(1e-9, std::abs(end) * 1e-6);
+    v.push_back(end - step);
+    v.push_back(end + step);
+  }
+  return v;
+}
+
+Json number_json(const stretto::PlanKey& k, double x) {
+  const bool integral = k.type == stretto::KeyType::kInteger || k.type == stretto::KeyType::kOther;
+  return integral ? Json(static_cast<int64_t>(x)) : Json(x);
+}
+
+}  // namespace
+
+TEST(PlanSchema, CheckedInFileIsGeneratedFromTheTable) {
+  const fs::path path = fs::path(STRETTO_EXAMPLES) / ".." / "docs" / "plan.schema.json";
+  const char* update = std::getenv("STRETTO_UPDATE_GOLDEN");
+  if (update && std::string(update) == "accept") {
+    std::ofstream(path) << stretto::plan_json_schema_text();  // as `stretto schema` writes it
+  }
+  const std::string file = read_text(path);
+  EXPECT_TRUE(file == stretto::plan_json_schema_text())
+      << "docs/plan.schema.json differs from the schema table (plan/src/schema.cpp); "
+         "regenerate it: build/stretto schema > docs/plan.schema.json";
+}
+
+// The parser's ranges are the table's, key by key: a value in the table's range draws no
+// range error, one outside draws one; and the value an editor clamps to (PlanKey::clamp, what
+// the GUI does) is one the parser takes.
+TEST(PlanSchema, ParserRangesAreTheTables) {
+  size_t checked = 0;
+  for (const stretto::PlanKey& k : stretto::plan_schema()) {
+    const std::string section(k.section);
+    const std::string at = section_pointer(section);
+    if (at.empty() || k.applies == "synthetic") continue;
+    if (section == "costmodel" && k.applies != "fixed") continue;  // the cost model's options
+    if (!k.numeric() && !(k.type == stretto::KeyType::kOther && std::isfinite(k.min))) continue;
+    for (double x : probes(k)) {
+      for (double v : {x, k.clamp(x)}) {
+        Json p = plan_with(section);
+        const std::string ptr = at + "/" + std::string(k.key);
+        p[Json::json_pointer(ptr)] = number_json(k, v);
+        const auto src = stretto::JsonSource::from_json(p, "plan.json");
+        auto parsed = stretto::parse_plan(src);
+        const stretto::Diagnostics ds = parsed ? stretto::Diagnostics{} : parsed.error();
+        SCOPED_TRACE(ptr + " = " + number_json(k, v).dump());
+        EXPECT_EQ(range_error(ds, ptr), !k.in_range(v));
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GE(checked, 200u);
+}
+
+// The analytic cost model's option ranges are the table's.
+TEST(PlanSchema, CostModelOptionRangesAreTheTables) {
+  stretto::ClusterSpec cluster;
+  cluster.device.kind = "h100-sxm";
+  cluster.device.sms = 132;
+  cluster.intra_node.bandwidth_GBps = 450;
+  cluster.inter_node.bandwidth_GBps = 50;
+  size_t checked = 0;
+  for (const stretto::PlanKey& k : stretto::plan_schema()) {
+    if (k.section != "costmodel" || k.applies == "fixed") continue;
+    if (!k.numeric() && !(k.type == stretto::KeyType::kOther && std::isfinite(k.min))) continue;
+    for (double x : probes(k)) {
+      const Json v = k.type == stretto::KeyType::kInteger ? Json(static_cast<int64_t>(x)) : Json(x);
+      SCOPED_TRACE(std::string(k.key) + " = " + v.dump());
+      auto p = stretto::cost::parse_analytic_params(Json{{std::string(k.key), v}}, cluster,
+                                                    "/costmodel", "plan.json");
+      EXPECT_EQ(p.has_value(), k.in_range(x));
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 60u);
+}
+
+// Every key the parser accepts is in the table and every table key is accepted: an unknown
+// key is refused with the table's keys in the hint.
+TEST(PlanSchema, UnknownKeysAreRefusedWithTheTablesKeys) {
+  for (const std::string section : {"model", "moe", "cluster", "link", "builder", "layout"}) {
+    Json p = plan_with(section);
+    const std::string at = section_pointer(section);
+    p[Json::json_pointer(at + "/no_such_key_xyz")] = 1;
+    const auto src = stretto::JsonSource::from_json(p, "plan.json");
+    auto parsed = stretto::parse_plan(src);
+    ASSERT_FALSE(parsed) << section;
+    std::string hint;
+    for (const auto& d : parsed.error())
+      if (d.loc.json_pointer == at + "/no_such_key_xyz") hint = d.hint;
+    for (const std::string& k : stretto::section_keys(section))
+      EXPECT_NE(hint.find(k), std::string::npos) << section << ": " << k << " not in " << hint;
+  }
+}
+
+// Every path a resolved value names is a key of the table, so that an editor writing it
+// there writes a key the parser takes.
+TEST(PlanSchema, ResolvedPathsAreSchemaKeys) {
+  size_t n = 0;
+  for (const char* name : {"layout_llama7b_pp4_dp4_interleaved.json", "gpt_pp4_dp2_1f1b.json"}) {
+    const auto src = stretto::JsonSource::load((fs::path(STRETTO_EXAMPLES) / name).string());
+    ASSERT_TRUE(src) << name;
+    auto plan = stretto::parse_plan(*src);
+    ASSERT_TRUE(plan) << name;
+    std::vector<stretto::Directive> ds = plan->schedule;
+    if (plan->builder) {
+      auto e = stretto::expand_builder(*plan->builder);
+      ASSERT_TRUE(e);
+      ds = *e;
+    }
+    const stretto::ResolvedPlan rp = stretto::resolve_structure(*plan, ds, &*src);
+    for (const auto& f : rp.fields) {
+      if (f.path.empty()) continue;
+      EXPECT_NE(stretto::plan_key_at(src->root(), f.path), nullptr) << name << ": " << f.name
+                                                                     << " at " << f.path;
+      ++n;
+    }
+  }
+  EXPECT_GE(n, 20u);
+}
+
+TEST(PlanSchema, KeysAtPointers) {
+  const Json p = plan_with("replicate");
+  const stretto::PlanKey* k = stretto::plan_key_at(p, "/schedule/0/prefetch");
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->section, "replicate");
+  EXPECT_EQ(k->max, 1e6);
+  EXPECT_EQ(stretto::plan_key_at(p, "/cluster/inter_node/latency_us")->section, "link");
+  EXPECT_EQ(stretto::plan_key_at(plan_with("model"), "/schedule/layout/tp")->max, 1024);
+  EXPECT_EQ(stretto::plan_key_at(p, "/schedule/1/prefetch"), nullptr);
+  EXPECT_EQ(stretto::plan_key_at(p, "/model/nope"), nullptr);
+  EXPECT_EQ(stretto::directive_template("split"),
+            (Json{{"op", "split"}, {"filter", Json::object()}, {"dim_name", "MB"},
+                  {"num_microbatches", 4}}));
 }

@@ -72,6 +72,9 @@ class JsonSource {
   const Pos* find_pos(const std::string& pointer, bool& exact) const;
 };
 
+/// Removes the object member at `pointer` of `doc` (nothing when there is none).
+void erase_at(Json& doc, const std::string& pointer);
+
 /// Escapes a key for use in a JSON pointer ("~" -> "~0", "/" -> "~1").
 std::string pointer_escape(std::string_view key);
 

@@ -217,6 +217,23 @@ struct Plan {
 
 /// Parses a whole plan. `src` keeps positions for later (compile-time) diagnostics.
 Expected<Plan> parse_plan(const JsonSource& src);
+/// A plan's `schedule`: a directive list, or a builder call (not expanded; pipelines'
+/// expand_builder does that).
+struct Schedule {
+  std::vector<Directive> directives;
+  std::optional<BuilderCall> builder;
+};
+/// Parses the schedule at `pointer`: a builder call when it is an object, else a directive list.
+Expected<Schedule> parse_schedule(const JsonSource& src, const std::string& pointer);
+/// Parses one builder call object (`{"builder", "ranks", "stages_per_rank", "microbatches",
+/// "base", "layout"}`) at `pointer`.
+Expected<BuilderCall> parse_builder_call(const JsonSource& src, const std::string& pointer);
+/// Whether `j` looks like a plan (an object with a `schedule`), as opposed to a trace or a
+/// result; and a whole plan (with a `model` too), as opposed to a directive-list file.
+bool is_plan_document(const Json& j);
+bool is_whole_plan(const Json& j);
+/// The plan's top-level `name` ("" when it has none).
+std::string plan_name(const JsonSource& src);
 /// Parses one directive list (a JSON array), e.g. a `--base` file or builder output.
 Expected<std::vector<Directive>> parse_directives(const JsonSource& src,
                                                   const std::string& pointer);

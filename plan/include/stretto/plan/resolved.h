@@ -29,20 +29,9 @@
 
 #include "stretto/plan/json_source.h"
 #include "stretto/plan/plan.h"
+#include "stretto/plan/schema.h"
 
 namespace stretto {
-
-enum class ValueSource : uint8_t {
-  kPlan,
-  kLayout,
-  kDirectives,
-  kBuilder,
-  kPreset,
-  kDefault,
-  kDerived
-};
-/// "plan", "layout", "directives", "builder", "preset", "default", "derived".
-std::string_view value_source_name(ValueSource s);
 
 /// One resolved value (see the header comment).
 struct ResolvedField {
