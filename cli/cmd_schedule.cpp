@@ -50,44 +50,22 @@ Expected<Base> load_base(const std::string& path) {
   Base b;
   b.src = std::make_unique<JsonSource>(std::move(*src));
   const Json& root = b.src->root();
-  std::string ptr;
-  if (root.is_array()) {
-    ptr = "";
-  } else if (root.is_object() && root.contains("schedule") && root["schedule"].is_array()) {
-    ptr = "/schedule";
-  } else {
-    return fail(
-        b.src->error_at("", "a base must be a list of directives",
-                        "e.g. [{\"op\":\"place\",\"filter\":{\"PP\":0},\"devices\":[0,2]}], "
-                        "or a plan whose \"schedule\" is such a list"));
+  if (root.is_array() || is_plan_document(root)) {
+    // The plan parser's reading of a schedule (plan.h): a directive list is a base.
+    auto s = parse_schedule(*b.src, root.is_array() ? "" : "/schedule");
+    if (!s) return fail(std::move(s.error()));
+    if (!s->builder) {
+      b.directives = std::move(s->directives);
+      return b;
+    }
   }
-  auto ds = parse_directives(*b.src, ptr);
-  if (!ds) return fail(std::move(ds.error()));
-  b.directives = std::move(*ds);
-  return b;
+  return fail(b.src->error_at("", "a base must be a list of directives",
+                              "e.g. [{\"op\":\"place\",\"filter\":{\"PP\":0},\"devices\":[0,2]}], "
+                              "or a plan whose \"schedule\" is such a list"));
 }
 
 std::string directives_text(const std::vector<Directive>& ds) {
   return directives_to_json(ds).dump(2) + "\n";
-}
-
-// An integer member of a builder object, with a located diagnostic when it has the wrong type.
-bool read_int(const JsonSource& src, const std::string& obj, const char* key, int& out,
-              bool required, Diagnostics& errs) {
-  const Json& o = src.root().at(nlohmann::json::json_pointer(obj));
-  if (!o.contains(key)) {
-    if (required)
-      errs.push_back(src.error_at(obj, std::string("the builder call has no \"") + key + "\""));
-    return !required;
-  }
-  const Json& v = o[key];
-  if (!v.is_number_integer()) {
-    errs.push_back(
-        src.error_at(obj + "/" + key, std::string("\"") + key + "\" must be an integer"));
-    return false;
-  }
-  out = v.get<int>();
-  return true;
 }
 
 // The schedule of a plan file for export: its directive list, or its builder call built with
@@ -95,43 +73,19 @@ bool read_int(const JsonSource& src, const std::string& obj, const char* key, in
 Expected<PipelineSchedule> schedule_of_plan(const std::string& path) {
   auto src = JsonSource::load(path);
   if (!src) return fail(std::move(src.error()));
-  const Json& root = src->root();
   std::string ptr;
-  if (root.is_array()) {
+  if (src->root().is_array()) {
     ptr = "";
-  } else if (root.is_object() && root.contains("schedule")) {
+  } else if (is_plan_document(src->root())) {
     ptr = "/schedule";
   } else {
     return fail(src->error_at("", "expected a plan with a \"schedule\" (or a directive list)"));
   }
-  const Json& sched = root.at(nlohmann::json::json_pointer(ptr));
-  if (sched.is_object()) {
-    Diagnostics errs;
-    if (!sched.contains("builder") || !sched["builder"].is_string())
-      errs.push_back(src->error_at(ptr, "a builder call needs \"builder\": NAME",
-                                   "e.g. {\"builder\":\"1f1b\",\"ranks\":4,\"microbatches\":8}"));
-    int ranks = 0, v = 0, m = 0;
-    read_int(*src, ptr, "ranks", ranks, false, errs);
-    read_int(*src, ptr, "stages_per_rank", v, false, errs);
-    read_int(*src, ptr, "microbatches", m, true, errs);
-    if (!errs.empty()) return fail(std::move(errs));
-    BuilderCall call;
-    call.builder = sched["builder"].get<std::string>();
-    call.ranks = ranks;
-    call.stages_per_rank = v;
-    call.microbatches = m;
-    call.pointer = ptr;
-    if (sched.contains("base")) {
-      auto base = parse_directives(*src, ptr + "/base");
-      if (!base) return fail(std::move(base.error()));
-      call.base = std::move(*base);
-    }
-    if (sched.contains("layout")) {
-      Diagnostics lerrs;
-      call.layout = parse_layout(*src, ptr + "/layout", lerrs);
-      if (!call.layout) return fail(std::move(lerrs));
-      if (call.ranks == 0) call.ranks = call.layout->pp;
-    }
+  // The plan parser's own reading of the schedule (plan.h), not a second one.
+  auto parsed = parse_schedule(*src, ptr);
+  if (!parsed) return fail(std::move(parsed.error()));
+  if (parsed->builder) {
+    const BuilderCall& call = *parsed->builder;
     // Check the whole call (ranks inferred from the base, base consistency) as the compiler
     // would, then rebuild with torch's padding for the CSV.
     auto ds = expand_builder(call);
@@ -140,11 +94,10 @@ Expected<PipelineSchedule> schedule_of_plan(const std::string& path) {
     if (!from) return from;
     BuildOptions opt;
     opt.torch_padding = true;
-    return build_schedule(call.builder, from->ranks, from->stages_per_rank, m, opt);
+    return build_schedule(call.builder, from->ranks, from->stages_per_rank, call.microbatches,
+                          opt);
   }
-  auto ds = parse_directives(*src, ptr);
-  if (!ds) return fail(std::move(ds.error()));
-  auto s = schedule_from_directives(*ds);
+  auto s = schedule_from_directives(parsed->directives);
   if (!s) return fail(located(std::move(s.error()), &*src, path));
   return s;
 }
@@ -290,7 +243,7 @@ int run_import(const ImportArgs& a) {
   if (!ds) return report(located(std::move(ds.error()), base.src.get(), a.file));
   // A whole plan as the base: write the whole plan with the imported schedule, ready for
   // `stretto simulate` (--timeline, --trace).
-  if (base.src && base.src->root().is_object() && base.src->root().contains("model")) {
+  if (base.src && is_whole_plan(base.src->root())) {
     Json plan = base.src->root();
     plan["schedule"] = directives_to_json(*ds);
     return write_output(a.output, plan.dump(2) + "\n") ? 0 : 2;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "stretto/pipelines/builders.h"
+#include "stretto/plan/plan.h"
 
 namespace stretto::explore {
 
@@ -42,16 +43,17 @@ std::vector<int> divisors(int n) {
 struct ModelFacts {
   int layers = 1, heads = 1, experts = 0, dpn = 1;
 };
-ModelFacts facts(const Json& base) {
+// What the space is bounded by, from the plan parser's reading of the base (the cluster's
+// devices per node as its preset resolves them).
+Expected<ModelFacts> facts(const Json& base) {
+  const JsonSource src = JsonSource::from_json(base, "<base plan>");
+  auto plan = parse_plan(src);
+  if (!plan) return fail(std::move(plan).error());
   ModelFacts f;
-  if (base.contains("model") && base["model"].is_object()) {
-    const Json& m = base["model"];
-    f.layers = std::max(1, m.value("layers", 1));
-    f.heads = std::max(1, m.value("heads", 1));
-    if (m.contains("moe") && m["moe"].is_object()) f.experts = m["moe"].value("experts", 0);
-  }
-  if (base.contains("cluster") && base["cluster"].is_object())
-    f.dpn = std::max(1, base["cluster"].value("devices_per_node", 8));
+  f.layers = std::max(1, plan->model.layers);
+  f.heads = std::max(1, plan->model.heads);
+  if (plan->model.moe) f.experts = plan->model.moe->experts;
+  f.dpn = std::max(1, plan->cluster.devices_per_node);
   return f;
 }
 
@@ -99,7 +101,9 @@ Expected<std::vector<Json>> search_space(const Json& base, const SearchOptions& 
     return fail(plain(fmt::format("--devices {} is more than a search plans for ({})", opt.devices,
                                   kMaxSearchDevices),
                       "search at most 1048576 devices"));
-  const ModelFacts mf = facts(base);
+  auto facts_or = facts(base);
+  if (!facts_or) return fail(std::move(facts_or).error());
+  const ModelFacts& mf = *facts_or;
   // The base's global batch (microbatch_size x microbatches x dp, resolved by plan/: a layout
   // plan's dp counts): every point of the space trains on the same number of sequences.
   auto rb = resolve(base, Json::object());
@@ -149,7 +153,9 @@ Expected<std::vector<Json>> search_space(const Json& base, const SearchOptions& 
 }
 
 std::vector<Json> megatron_defaults(const Json& base, int devices) {
-  const ModelFacts mf = facts(base);
+  auto facts_or = facts(base);
+  if (!facts_or) return {};  // search_space reports it
+  const ModelFacts& mf = *facts_or;
   auto rb = resolve(base, Json::object());
   if (!rb) return {};  // search_space reports it
   const int64_t gbs = rb->global_batch();

@@ -584,6 +584,7 @@ bool Resolved::same_schedule(const Resolved& o) const {
          stages_per_rank == o.stages_per_rank && microbatches == o.microbatches &&
          zero == o.zero && bucket_size_MB == o.bucket_size_MB && recompute == o.recompute &&
          streams == o.streams && prefetch == o.prefetch &&
+         reshard_after_forward == o.reshard_after_forward &&
          sequence_parallel == o.sequence_parallel && order == o.order;
 }
 
@@ -617,6 +618,9 @@ Expected<Resolved> base_defaults(const Json& base) {
   r.recompute = rp.recompute;
   r.streams = rp.streams;
   if (rp.zero == 3 && rp.prefetch != 1) r.prefetch = rp.prefetch;
+  r.reshard_after_forward = rp.zero < 3 || rp.reshard_after_forward;
+  if (const ResolvedField* f = rp.field("devices_per_node"); f && f->source == ValueSource::kPlan)
+    r.written_devices_per_node = f->value.get<int>();
   r.sequence_parallel = rp.sequence_parallel;
   r.order = rp.order;
   return r;
@@ -641,16 +645,18 @@ std::optional<Diagnostic> check_axis_value(const std::string& axis, const Json& 
     return std::nullopt;
   }
   // Builder-call and model numbers: the plan parser's words (plan.cpp Reader::number).
-  auto integer = [&](const char* key, int64_t lo, int64_t hi) -> std::optional<Diagnostic> {
+  // The range is the schema table's (plan/schema.h), the one the parser checks.
+  auto integer = [&](const char* section, const char* key) -> std::optional<Diagnostic> {
+    const PlanKey& k = schema_key(section, key);
     if (!v.is_number_integer())
       return plain(fmt::format("'{}' must be an integer, found {}", key, v.type_name()));
-    if (v.get<int64_t>() < lo || v.get<int64_t>() > hi)
-      return plain(fmt::format("'{}' = {} is out of range [{}, {}]", key, v.dump(), lo, hi));
+    if (!k.in_range(static_cast<double>(v.get<int64_t>())))
+      return plain(fmt::format("'{}' = {} is out of range [{}, {}]", key, v.dump(), k.min, k.max));
     return std::nullopt;
   };
-  if (axis == "microbatches") return integer("microbatches", 1, 1000000);
-  if (axis == "stages_per_rank") return integer("stages_per_rank", 1, 10000);
-  if (axis == "microbatch_size") return integer("microbatch_size", 1, int64_t{1} << 40);
+  if (axis == "microbatches") return integer("builder", "microbatches");
+  if (axis == "stages_per_rank") return integer("builder", "stages_per_rank");
+  if (axis == "microbatch_size") return integer("model", "microbatch_size");
   // Directive values: the directive parser on a one-directive list.
   auto directive = [&](Json d) -> std::optional<Diagnostic> {
     const JsonSource src = JsonSource::from_json(Json::array({std::move(d)}), "<axis>");
@@ -770,6 +776,7 @@ Expected<GeneratedSchedule> layout_schedule(const Resolved& r) {
       if (r.zero >= 2) rep["shard_grads"] = true;
       if (r.zero >= 3) rep["shard_params"] = true;
       if (!r.prefetch.is_null()) rep["prefetch"] = r.prefetch;
+      if (r.zero >= 3 && !r.reshard_after_forward) rep["reshard_after_forward"] = false;
       base.push_back(rep);
       if (r.ep > 1)
         base.push_back({{"op", "shard"},
@@ -805,10 +812,8 @@ Expected<GeneratedSchedule> layout_schedule(const Resolved& r) {
 }
 
 std::string point_name(const Json& base_plan, const Json& params) {
-  std::string base = base_plan.is_object() && base_plan.contains("name") &&
-                             base_plan["name"].is_string()
-                         ? base_plan["name"].get<std::string>()
-                         : std::string("plan");
+  std::string base = plan_name(JsonSource::from_json(base_plan));
+  if (base.empty()) base = "plan";
   std::string edits;
   for (const auto& [k, v] : params.items())
     edits += fmt::format("{}{}={}", edits.empty() ? "" : ", ", k,
@@ -818,23 +823,21 @@ std::string point_name(const Json& base_plan, const Json& params) {
 
 namespace {
 
-// Sizes the cluster to the point's devices: whole nodes of devices_per_node (one partial node
-// below).
-Expected<void> size_cluster(Json& plan, int64_t n) {
+// Sizes the cluster to the point's devices: whole nodes of the base's devices_per_node as
+// written (`dpn`; 0 when the base leaves it to the preset: one node of n devices).
+Expected<void> size_cluster(Json& plan, int64_t n, int dpn) {
   if (n > kMaxLayoutDevices)
     return fail(plain(fmt::format("the layout uses {} devices, more than 2^20", n),
                       "tp x pp x dp is at most 1048576"));
-  if (!plan.contains("cluster") || !plan["cluster"].is_object()) return {};
-  Json& c = plan["cluster"];
-  const int dpn = c.value("devices_per_node", 0);
+  const Json::json_pointer nodes("/cluster/nodes"), per_node("/cluster/devices_per_node");
   if (dpn <= 0 || n <= int64_t{dpn}) {
-    c["nodes"] = 1;
-    c["devices_per_node"] = n;
+    plan[nodes] = 1;
+    plan[per_node] = n;
   } else {
     if (n % dpn != 0)
       return fail(plain(
           fmt::format("the layout uses {} devices, not a whole number of {}-device nodes", n, dpn)));
-    c["nodes"] = n / dpn;
+    plan[nodes] = n / dpn;
   }
   return {};
 }
@@ -886,6 +889,12 @@ bool layout_expressible(const Resolved& base, const Resolved& r) {
 }  // namespace
 
 Expected<Json> point_plan(const Json& base_plan, const Json& params) {
+  auto p = resolve_point(base_plan, params);
+  if (!p) return fail(std::move(p).error());
+  return std::move(p->doc);
+}
+
+Expected<PointPlan> resolve_point(const Json& base_plan, const Json& params) {
   Json plan = base_plan;
   if (!plan.is_object()) return fail(plain("the base plan is not a JSON object"));
   // JSON-pointer axes first, so the layout sees an edited cluster.
@@ -914,45 +923,41 @@ Expected<Json> point_plan(const Json& base_plan, const Json& params) {
   auto rr = resolve_from(*base_values, params);
   if (!rr) return fail(std::move(rr).error());
   const Resolved& r = *rr;
-  if (!params.empty()) plan["name"] = point_name(base_plan, params);
-  if (params.contains("microbatch_size") && r.microbatch_size != base_values->microbatch_size) {
-    if (!plan.contains("model") || !plan["model"].is_object())
-      return fail(plain("the base plan has no model"));
-    plan["model"]["microbatch_size"] = r.microbatch_size;
-  }
+  // Edits go in by JSON pointer, at the keys the schema table names.
+  if (!params.empty()) plan[Json::json_pointer("/name")] = point_name(base_plan, params);
+  if (params.contains("microbatch_size") && r.microbatch_size != base_values->microbatch_size)
+    plan[Json::json_pointer("/model/microbatch_size")] = r.microbatch_size;
   // Pinning every schedule value to the base's own changes nothing (a hand-written schedule
   // has no family: only a family axis gives it one).
   Resolved same = r;
   if (base_values->family.empty() && !params.contains("family")) same.family.clear();
-  if (!r.schedule_axes || same.same_schedule(*base_values)) return plan;
+  if (!r.schedule_axes || same.same_schedule(*base_values)) return PointPlan{std::move(plan), r};
+  const int dpn = base_values->written_devices_per_node;
   if (layout_expressible(*base_values, r)) {
     auto sched = build_schedule(r.family, r.pp, r.stages_per_rank, r.microbatches);
     if (!sched) return fail(std::move(sched).error());
-    Json& s = plan["schedule"];
-    s["builder"] = r.family;
-    s["microbatches"] = r.microbatches;
-    s.erase("ranks");
-    if (r.stages_per_rank > 0) s["stages_per_rank"] = r.stages_per_rank;
-    else s.erase("stages_per_rank");
-    Json& l = s["layout"];
-    l["tp"] = r.tp;
-    l["pp"] = r.pp;
-    l["dp"] = r.dp;
-    l["ep"] = r.ep;
-    l["zero"] = r.zero;
-    l["sequence_parallel"] = r.sequence_parallel;
-    if (plan.contains("model") && plan["model"].is_object())
-      plan["model"]["pp_regions"] = sched->stages;
-    if (auto ok = size_cluster(plan, r.devices()); !ok) return fail(std::move(ok).error());
-    return plan;
+    auto set = [&](const char* ptr, Json v) { plan[Json::json_pointer(ptr)] = std::move(v); };
+    set("/schedule/builder", r.family);
+    set("/schedule/microbatches", r.microbatches);
+    erase_at(plan, "/schedule/ranks");
+    if (r.stages_per_rank > 0) set("/schedule/stages_per_rank", r.stages_per_rank);
+    else erase_at(plan, "/schedule/stages_per_rank");
+    set("/schedule/layout/tp", r.tp);
+    set("/schedule/layout/pp", r.pp);
+    set("/schedule/layout/dp", r.dp);
+    set("/schedule/layout/ep", r.ep);
+    set("/schedule/layout/zero", r.zero);
+    set("/schedule/layout/sequence_parallel", r.sequence_parallel);
+    set("/model/pp_regions", sched->stages);
+    if (auto ok = size_cluster(plan, r.devices(), dpn); !ok) return fail(std::move(ok).error());
+    return PointPlan{std::move(plan), r};
   }
   auto g = layout_schedule(r);
   if (!g) return fail(std::move(g).error());
-  plan["schedule"] = std::move(g->schedule);
-  if (plan.contains("model") && plan["model"].is_object())
-    plan["model"]["pp_regions"] = g->pp_regions;
-  if (auto ok = size_cluster(plan, r.devices()); !ok) return fail(std::move(ok).error());
-  return plan;
+  plan[Json::json_pointer("/schedule")] = std::move(g->schedule);
+  plan[Json::json_pointer("/model/pp_regions")] = g->pp_regions;
+  if (auto ok = size_cluster(plan, r.devices(), dpn); !ok) return fail(std::move(ok).error());
+  return PointPlan{std::move(plan), r};
 }
 
 }  // namespace stretto::explore

@@ -58,47 +58,33 @@ Json result_json(const CompiledPlan& cp, const sim::Result& r, double memory_cap
 
 namespace {
 
-// Whether two models are the same to the estimator: it prices every microbatch size and cuts
-// the layers itself, so it ignores those two fields (which layout axes set).
-bool same_model_for_estimate(const Json& a, const Json& b) {
-  if (!a.is_object() || !b.is_object()) return a == b;
-  auto skip = [](Json::const_iterator it, Json::const_iterator end) {
-    while (it != end && (it.key() == "microbatch_size" || it.key() == "pp_regions")) ++it;
-    return it;
-  };
-  auto ia = skip(a.begin(), a.end()), ib = skip(b.begin(), b.end());
-  for (; ia != a.end() && ib != b.end();
-       ia = skip(std::next(ia), a.end()), ib = skip(std::next(ib), b.end()))
-    if (ia.key() != ib.key() || *ia != *ib) return false;
-  return ia == a.end() && ib == b.end();
+// What an estimator is made for: the plan less what it takes per point (it prices every
+// microbatch size and cuts the layers itself, and the point's resolved values give the
+// schedule). Removed by JSON pointer, at keys the schema table names.
+Json estimate_key(const Json& doc) {
+  Json key = doc;
+  for (const char* ptr : {"/schedule", "/name", "/comment", "/model/microbatch_size",
+                          "/model/pp_regions"})
+    erase_at(key, ptr);
+  return key;
 }
 
 // The point's estimate, from the cached estimator when the point's model, cluster and cost
 // model equal those it was made for (a new one otherwise). Empty when the estimate cannot price
 // the point.
 std::optional<Estimate> estimate_point(const SweepSpec& spec, const Json& doc, const Plan& plan,
-                                       const Json& params, EvalCache* cache) {
+                                       const Resolved& resolved, EvalCache* cache) {
   EvalCache local;
   EvalCache& c = cache ? *cache : local;
-  static const Json kNull;
-  auto part = [&](const char* key) -> const Json& {
-    auto it = doc.find(key);
-    return it == doc.end() ? kNull : *it;
-  };
-  const Json &model = part("model"), &cluster = part("cluster"), &costmodel = part("costmodel");
-  if (!c.estimator || !same_model_for_estimate(c.model, model) || c.cluster != cluster ||
-      c.costmodel != costmodel) {
+  Json key = estimate_key(doc);
+  if (!c.estimator || c.key != key) {
     c.estimator.reset();
     auto e = Estimator::make(plan, spec.base_dir);
     if (!e) return std::nullopt;
     c.estimator = std::move(*e);
-    c.model = model;
-    c.cluster = cluster;
-    c.costmodel = costmodel;
+    c.key = std::move(key);
   }
-  auto r = resolve(doc, params);
-  if (!r) return std::nullopt;
-  auto est = (*c.estimator)(*r);
+  auto est = (*c.estimator)(resolved);
   if (!est) return std::nullopt;
   return *est;
 }
@@ -272,15 +258,18 @@ PointResult evaluate_point(const SweepSpec& spec, const Point& p, EvalCache* cac
     return out;
   };
   try {
-    auto doc = point_plan(spec.base, p.params);
-    if (!doc) return invalid(doc.error());
+    // The base resolved once with the point's edits: the estimate uses these values, the
+    // simulation the plan parsed from the document they wrote.
+    auto point = resolve_point(spec.base, p.params);
+    if (!point) return invalid(point.error());
+    const Json* doc = &point->doc;
     JsonSource src = JsonSource::from_json(*doc, fmt::format("point {}", p.hash));
     auto plan = parse_plan(src);
     if (!plan) return invalid(plan.error());
     const double cap = spec.memory_cap_GiB > 0 ? spec.memory_cap_GiB
                                                : plan->cluster.device.memory_GiB;
     out.memory_cap_GiB = cap;
-    if (auto est = estimate_point(spec, *doc, *plan, p.params, cache)) {
+    if (auto est = estimate_point(spec, *doc, *plan, point->resolved, cache)) {
       out.estimate_step_ms = est->step_ms;
       out.estimate_memory_bytes = est->peak_memory_bytes;
     }

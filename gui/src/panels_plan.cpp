@@ -14,6 +14,7 @@
 #include "stretto/gui/app.h"
 #include "stretto/support/limits.h"
 #include "stretto/pipelines/builders.h"
+#include "stretto/plan/schema.h"
 #include "stretto/sim/session.h"
 
 namespace stretto::gui {
@@ -38,10 +39,17 @@ const OJson* at(const App& app, const std::string& pointer) {
   return &(*j)[p];
 }
 
+// The document as the plan library's JSON type (for plan_key_at: plan/schema.h).
+Json plan_json(const App& app) {
+  const auto& j = app.doc.json();
+  return j ? Json::parse(j->dump()) : Json();
+}
+
 // An integer field of the plan: the value at `pointer`, or `fallback` (the resolved value,
-// e.g. from a cluster preset) when the plan does not set it. Buttons "-" and "+" step it.
+// e.g. from a cluster preset) when the plan does not set it. Buttons "-" and "+" step it;
+// edits are clamped to the schema table's range of the key.
 void edit_int(App& app, const char* label, const std::string& pointer, int64_t fallback,
-              int64_t lo, int64_t hi, const std::string& hook_name = {}) {
+              const PlanKey& key, const std::string& hook_name = {}) {
   const OJson* v = at(app, pointer);
   int64_t x = v && v->is_number() ? v->get<int64_t>() : fallback;
   ImGui::PushID(pointer.c_str());
@@ -61,18 +69,23 @@ void edit_int(App& app, const char* label, const std::string& pointer, int64_t f
   ImGui::SameLine();
   ImGui::TextUnformatted(label);
   ImGui::PopID();
-  if (nx != x) nx = std::clamp(nx, lo, hi);  // only what the user changed is clamped
+  if (nx != x) nx = static_cast<int64_t>(key.clamp(static_cast<double>(nx)));  // only edits
   if (nx != x) {
     if (stepped) app.doc.seal();
     app.doc.set(pointer, nx, !stepped);
   }
 }
 
+// A number field: a slider over [view_lo, view_hi] (a range to drag over, inside the key's);
+// every value, typed (Ctrl+click) or dragged, is clamped to the schema table's range of the
+// key, the parser's.
 void edit_float(App& app, const char* label, const std::string& pointer, double fallback,
-                double lo, double hi, const char* fmt = "%.3g", bool log = false) {
+                const PlanKey& key, double view_lo, double view_hi, const char* fmt = "%.3g",
+                bool log = false) {
   const OJson* v = at(app, pointer);
   float x = static_cast<float>(v && v->is_number() ? v->get<double>() : fallback);
   const float old = x;
+  const double lo = key.clamp(view_lo), hi = key.clamp(view_hi);
   ImGui::PushID(pointer.c_str());
   ImGui::SliderFloat(label, &x, static_cast<float>(lo), static_cast<float>(hi), fmt,
                      log ? ImGuiSliderFlags_Logarithmic : 0);
@@ -81,8 +94,8 @@ void edit_float(App& app, const char* label, const std::string& pointer, double 
     ImGui::SetTooltip("not set in the plan: %s is the resolved value", fmt::format("{:g}", fallback).c_str());
   ImGui::PopID();
   if (x != old) {
-    // Keep round numbers round: 3 significant digits.
-    const double r = std::stod(fmt::format("{:.3g}", x));
+    // Keep round numbers round: 3 significant digits, inside the key's range.
+    const double r = key.clamp(std::stod(fmt::format("{:.3g}", x)));
     app.doc.set(pointer, r, true);
   }
 }
@@ -105,22 +118,29 @@ void source_mark(const ResolvedField& f) {
   ImGui::TextColored(kGrey, "(%s)", std::string(value_source_name(f.source)).c_str());
 }
 
-void field_int(App& app, const ResolvedPlan& rp, const char* name, int64_t lo, int64_t hi) {
+void field_int(App& app, const Json& doc, const ResolvedPlan& rp, const char* name) {
   const ResolvedField* f = rp.field(name);
   if (!f) return;
-  if (f->path.empty() || !f->value.is_number()) {
+  const PlanKey* k = f->path.empty() ? nullptr : plan_key_at(doc, f->path);
+  if (!k || !f->value.is_number()) {
     ImGui::TextUnformatted(fmt::format("{} {}", f->value.dump(), name).c_str());
   } else {
-    edit_int(app, name, f->path, f->value.get<int64_t>(), lo, hi, name);
+    edit_int(app, name, f->path, f->value.get<int64_t>(), *k, name);
   }
   source_mark(*f);
 }
 
-void field_float(App& app, const ResolvedPlan& rp, const char* name, double lo, double hi,
-                 const char* format = "%.3f", bool log = false) {
+void field_float(App& app, const Json& doc, const ResolvedPlan& rp, const char* name,
+                 double view_lo, double view_hi, const char* format = "%.3f", bool log = false) {
   const ResolvedField* f = rp.field(name);
   if (!f || !f->value.is_number()) return;
-  edit_float(app, name, f->path, f->value.get<double>(), lo, hi, format, log);
+  const PlanKey* k = f->path.empty() ? nullptr : plan_key_at(doc, f->path);
+  if (!k) {
+    ImGui::TextUnformatted(fmt::format("{} {}", f->value.dump(), name).c_str());
+    source_mark(*f);
+    return;
+  }
+  edit_float(app, name, f->path, f->value.get<double>(), *k, view_lo, view_hi, format, log);
   app.hook(name);
   source_mark(*f);
 }
@@ -335,147 +355,112 @@ void parameters_tab(App& app) {
   // What the plan resolves to (describe --format json shows the same values).
   const ResolvedPlan rp = sim::resolve_plan(app.current->session->compiled());
   ImGui::PushItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-  // Bounds are the parser's (plan.cpp, layout.cpp; docs/plan-format.md).
-  const OJson* sched = at(app, "/schedule");
-  if (sched && sched->is_object() && sched->contains("builder")) {
+  // Keys, paths and bounds are the schema table's (plan/schema.h), the parser's.
+  const Json doc = plan_json(app);
+  const ResolvedField* family = rp.field("family");
+  if (!rp.family.empty() && family && !family->path.empty()) {
     section("Builder");
     const auto& fams = schedule_family_names();
-    std::string cur = (*sched)["builder"].is_string() ? (*sched)["builder"].get<std::string>() : "";
-    const std::string canon = canonical_family(cur).value_or(cur);
+    const std::string canon = canonical_family(rp.family).value_or(rp.family);
     if (ImGui::BeginCombo("family", canon.c_str())) {
       for (const auto& f : fams)
-        if (ImGui::Selectable(f.c_str(), f == canon)) app.doc.set("/schedule/builder", f);
+        if (ImGui::Selectable(f.c_str(), f == canon)) app.doc.set(family->path, f);
       ImGui::EndCombo();
     }
     app.hook("family");
   } else {
     section("Schedule");
   }
-  const bool layout = sched && sched->is_object() && sched->contains("layout");
-  field_int(app, rp, "ranks", 1, layout ? 4096 : 100000);
-  field_int(app, rp, "stages_per_rank", 1, 10000);
-  field_int(app, rp, "microbatches", 1, 1000000);
-  field_int(app, rp, "tp", 1, 1024);
-  field_int(app, rp, "dp", 1, 1 << 20);
-  field_int(app, rp, "ep", 1, 1 << 20);
-  field_int(app, rp, "zero", 0, 3);
+  field_int(app, doc, rp, "ranks");
+  field_int(app, doc, rp, "stages_per_rank");
+  field_int(app, doc, rp, "microbatches");
+  field_int(app, doc, rp, "tp");
+  field_int(app, doc, rp, "dp");
+  field_int(app, doc, rp, "ep");
+  field_int(app, doc, rp, "zero");
   field_bool(app, rp, "sequence_parallel");
   ImGui::TextUnformatted(fmt::format("recompute {}, streams {}, global batch {} sequences",
                                      rp.recompute, rp.streams, rp.global_batch())
                              .c_str());
-  if (sched && sched->is_array()) {
-    // One slider for every replicate directive's bucket size.
-    std::vector<size_t> reps;
-    for (size_t i = 0; i < sched->size(); ++i)
-      if ((*sched)[i].is_object() && (*sched)[i].value("op", "") == "replicate") reps.push_back(i);
-    if (!reps.empty()) {
-      float b = static_cast<float>(rp.bucket_size_MB);
-      if (ImGui::SliderFloat("bucket size (MB, all replicate)", &b, 1, 1000, "%.0f",
-                             ImGuiSliderFlags_Logarithmic)) {
-        OJson nj = *j;
-        for (size_t i : reps) nj["schedule"][i]["bucket_size"] = std::round(b);
-        app.doc.set_json(nj, true);
-      }
-      if (ImGui::IsItemDeactivatedAfterEdit()) app.doc.seal();
-      app.hook("bucket_size");
+  // One slider for every replicate directive's bucket size (a hand-written directive list).
+  const OJson* sched = at(app, "/schedule");
+  std::vector<std::string> reps;
+  for (size_t i = 0; sched && sched->is_array() && i < sched->size(); ++i)
+    if (section_at(doc, fmt::format("/schedule/{}", i)) == "replicate")
+      reps.push_back(fmt::format("/schedule/{}/bucket_size", i));
+  if (!reps.empty()) {
+    const PlanKey& bucket = schema_key("replicate", "bucket_size");
+    float b = static_cast<float>(rp.bucket_size_MB);
+    if (ImGui::SliderFloat("bucket size (MB, all replicate)", &b,
+                           static_cast<float>(bucket.clamp(1)),
+                           static_cast<float>(bucket.clamp(1000)), "%.0f",
+                           ImGuiSliderFlags_Logarithmic)) {
+      OJson nj = *j;
+      for (const std::string& ptr : reps)
+        nj[OJson::json_pointer(ptr)] = bucket.clamp(std::round(b));
+      app.doc.set_json(nj, true);
     }
+    if (ImGui::IsItemDeactivatedAfterEdit()) app.doc.seal();
+    app.hook("bucket_size");
   }
   // ---- model
   section("Model");
-  field_int(app, rp, "layers", 1, 1 << 20);
-  if (rp.field("hidden")) field_int(app, rp, "hidden", 1, int64_t{1} << 40);
-  if (rp.field("seq_len")) field_int(app, rp, "seq_len", 1, int64_t{1} << 40);
-  field_int(app, rp, "microbatch_size", 1, int64_t{1} << 40);
-  field_int(app, rp, "pp_regions", 1, 1 << 20);
+  field_int(app, doc, rp, "layers");
+  if (rp.field("hidden")) field_int(app, doc, rp, "hidden");
+  if (rp.field("seq_len")) field_int(app, doc, rp, "seq_len");
+  field_int(app, doc, rp, "microbatch_size");
+  field_int(app, doc, rp, "pp_regions");
   // ---- cluster
   section("Cluster");
-  field_int(app, rp, "nodes", 1, 100000);
-  field_int(app, rp, "devices_per_node", 1, 1024);
-  field_float(app, rp, "intra_node_GBps", 1, 2000, "%.0f", true);
-  field_float(app, rp, "inter_node_GBps", 1, 2000, "%.0f", true);
-  field_float(app, rp, "memory_GiB", 1, 1024, "%.0f");
+  field_int(app, doc, rp, "nodes");
+  field_int(app, doc, rp, "devices_per_node");
+  field_float(app, doc, rp, "intra_node_GBps", 1, 2000, "%.0f", true);
+  field_float(app, doc, rp, "inter_node_GBps", 1, 2000, "%.0f", true);
+  field_float(app, doc, rp, "memory_GiB", 1, 1024, "%.0f");
   // ---- cost model
   section("Cost model");
-  const OJson* kind = at(app, "/costmodel/kind");
-  const std::string k = kind && kind->is_string() ? kind->get<std::string>() : "analytic";
-  if (k == "fixed") {
+  const ResolvedField* kind = rp.field("costmodel");
+  if (kind && kind->value == "fixed") {
     for (const char* key : {"F", "B", "BI", "BW", "comm"})
-      edit_float(app, key, std::string("/costmodel/") + key, 0, 0, 100, "%.3g");
+      edit_float(app, key, std::string("/costmodel/") + key, 0, schema_key("costmodel", key), 0,
+                 100, "%.3g");
   } else {
-    // The analytic options' ranges (costmodel/src/analytic.cpp parse_analytic_params).
-    field_float(app, rp, "dispatch_us", 0, 100, "%.3g");
-    field_float(app, rp, "comm_sm_share", 0, 1);
-    field_float(app, rp, "comm_hbm_share", 0, 1);
-    field_float(app, rp, "gemm_efficiency", 0.01, 1);
-    field_float(app, rp, "attention_efficiency", 0.01, 1);
-    field_float(app, rp, "memory_efficiency", 0.01, 1);
+    // Sliders over a useful part of each option's range; values are clamped to the range.
+    field_float(app, doc, rp, "dispatch_us", 0, 100, "%.3g");
+    field_float(app, doc, rp, "comm_sm_share", 0, 1);
+    field_float(app, doc, rp, "comm_hbm_share", 0, 1);
+    field_float(app, doc, rp, "gemm_efficiency", 0.01, 1);
+    field_float(app, doc, rp, "attention_efficiency", 0.01, 1);
+    field_float(app, doc, rp, "memory_efficiency", 0.01, 1);
   }
   ImGui::PopItemWidth();
 }
 
-struct KeySpec {
-  const char* key;
-  enum Type { kJson, kString, kInt, kFloat, kBool } type;
-  double lo = 0, hi = 0, def = 0;
-};
-
-std::vector<KeySpec> keys_of(const std::string& op) {
-  using K = KeySpec;
-  if (op == "place" || op == "shard")
-    return {{"filter", K::kJson}, {"devices", K::kJson}, {"stream", K::kString}};
-  // Bounds and defaults are the parser's (plan.cpp parse_directive, docs/plan-format.md).
-  if (op == "replicate")
-    return {{"filter", K::kJson},         {"devices", K::kJson},
-            {"reduce_stream", K::kString}, {"gather_stream", K::kString},
-            {"bucket_size", K::kFloat, 1e-6, 1e9, 25}, {"shard_optimizer", K::kBool},
-            {"shard_grads", K::kBool},     {"shard_params", K::kBool},
-            {"prefetch", K::kInt, 0, 1e6, 1}, {"reshard_after_forward", K::kBool, 0, 1, 1}};
-  if (op == "recompute") return {{"filter", K::kJson}, {"mode", K::kString}};
-  if (op == "shard_tensor")
-    return {{"filter", K::kJson},
-            {"devices", K::kJson},
-            {"stream", K::kString},
-            {"sequence_parallel", K::kBool}};
-  if (op == "split")
-    return {{"filter", K::kJson}, {"dim_name", K::kString}, {"num_microbatches", K::kInt, 1, 1e6, 1}};
-  if (op == "order") return {{"filters", K::kJson}};
-  return {};
-}
-
-OJson directive_template(const std::string& op) {
-  if (op == "place") return {{"op", "place"}, {"filter", OJson::object()}, {"devices", {0}}};
-  if (op == "replicate")
-    return {{"op", "replicate"}, {"filter", OJson::object()}, {"devices", {0, 1}}, {"bucket_size", 25}};
-  if (op == "shard") return {{"op", "shard"}, {"filter", {{"EP", "*"}}}, {"devices", {0, 1}}};
-  if (op == "shard_tensor")
-    return {{"op", "shard_tensor"}, {"filter", OJson::object()}, {"devices", {{0, 1}}}};
-  if (op == "split")
-    return {{"op", "split"}, {"filter", OJson::object()}, {"dim_name", "MB"}, {"num_microbatches", 4}};
-  if (op == "recompute") return {{"op", "recompute"}, {"filter", OJson::object()}, {"mode", "full"}};
-  return {{"op", "order"}, {"filters", OJson::array()}};
-}
-
 void directives_tab(App& app) {
   const auto& j = app.doc.json();
-  if (!j || !j->is_object() || !j->contains("schedule") || !(*j)["schedule"].is_array()) {
+  const OJson* sched = at(app, "/schedule");
+  if (!sched || !sched->is_array()) {
     ImGui::TextColored(kGrey, "No directive list (a builder call, or the JSON is invalid).");
-    if (j && j->is_object() && j->contains("schedule") && (*j)["schedule"].is_object() &&
-        ImGui::Button("Expand the builder into directives") && app.current) {
+    if (sched && sched->is_object() && ImGui::Button("Expand the builder into directives") &&
+        app.current) {
       OJson nj = *j;
-      nj["schedule"] = OJson::parse(directives_to_json(app.current->session->compiled().plan.schedule).dump());
+      nj[OJson::json_pointer("/schedule")] =
+          OJson::parse(directives_to_json(app.current->session->compiled().plan.schedule).dump());
       app.doc.set_json(nj);
     }
     return;
   }
-  const OJson& sched = (*j)["schedule"];
+  const Json doc = plan_json(app);
   int move_from = -1, move_to = -1, remove = -1;
-  for (size_t i = 0; i < sched.size(); ++i) {
-    const OJson& d = sched[i];
-    const std::string op = d.is_object() ? d.value("op", "?") : "?";
+  for (size_t i = 0; i < sched->size(); ++i) {
+    const std::string at_i = fmt::format("/schedule/{}", i);
+    std::string op = section_at(doc, at_i);  // the directive's op (schema.h), "" if none
+    if (op.empty()) op = "?";
     std::string summary = op;
-    if (d.is_object() && d.contains("filter")) summary += " " + filter_label(d["filter"]);
-    if (op == "order" && d.contains("filters") && d["filters"].is_array())
-      summary += fmt::format(" ({} groups)", d["filters"].size());
+    if (const OJson* f = at(app, at_i + "/filter")) summary += " " + filter_label(*f);
+    const OJson* groups = at(app, at_i + "/filters");
+    if (op == "order" && groups && groups->is_array())
+      summary += fmt::format(" ({} groups)", groups->size());
     bool has_error = false;
     for (const auto& dg : app.diags)
       if (dg.directive == static_cast<int>(i) && dg.severity == Severity::kError) has_error = true;
@@ -487,30 +472,37 @@ void directives_tab(App& app) {
                     ImGui::GetCursorPosX());
     if (ImGui::SmallButton("^") && i > 0) move_from = static_cast<int>(i), move_to = static_cast<int>(i) - 1;
     ImGui::SameLine();
-    if (ImGui::SmallButton("v") && i + 1 < sched.size())
+    if (ImGui::SmallButton("v") && i + 1 < sched->size())
       move_from = static_cast<int>(i), move_to = static_cast<int>(i) + 1;
     ImGui::SameLine();
     if (ImGui::SmallButton("x")) remove = static_cast<int>(i);
     app.hook(fmt::format("directive {} remove", i));
     if (open) {
-      for (const auto& ks : keys_of(op)) {
-        const std::string ptr = fmt::format("/schedule/{}/{}", i, ks.key);
-        switch (ks.type) {
-          case KeySpec::kJson:
-            edit_json_value(app, ks.key, ptr);
+      // The op's keys, types, bounds and defaults: the schema table's (plan/schema.h).
+      for (const PlanKey& k : plan_schema()) {
+        if (k.section != op || k.key == "op" || k.key == "comment") continue;
+        const std::string key(k.key);
+        const std::string ptr = fmt::format("/schedule/{}/{}", i, key);
+        const Json def = k.default_value();
+        switch (k.type) {
+          case KeyType::kObject:
+          case KeyType::kOther:
+            edit_json_value(app, key.c_str(), ptr);
             break;
-          case KeySpec::kString:
-            edit_string(app, ks.key, ptr);
+          case KeyType::kString:
+          case KeyType::kEnum:
+            edit_string(app, key.c_str(), ptr);
             break;
-          case KeySpec::kInt:
-            edit_int(app, ks.key, ptr, static_cast<int64_t>(ks.def), static_cast<int64_t>(ks.lo),
-                     static_cast<int64_t>(ks.hi), fmt::format("directive {} {}", i, ks.key));
+          case KeyType::kInteger:
+            edit_int(app, key.c_str(), ptr, def.is_number() ? def.get<int64_t>() : 0, k,
+                     fmt::format("directive {} {}", i, key));
             break;
-          case KeySpec::kFloat:
-            edit_float(app, ks.key, ptr, ks.def, ks.lo, ks.hi, "%.3g", true);
+          case KeyType::kNumber:
+            edit_float(app, key.c_str(), ptr, def.is_number() ? def.get<double>() : 0, k, k.min,
+                       k.max, "%.3g", true);
             break;
-          case KeySpec::kBool:
-            edit_bool(app, ks.key, ptr, ks.def != 0);
+          case KeyType::kBoolean:
+            edit_bool(app, key.c_str(), ptr, def.is_boolean() && def.get<bool>());
             break;
         }
       }
@@ -523,21 +515,23 @@ void directives_tab(App& app) {
     ImGui::PopID();
   }
   static int add_op = 0;
-  static constexpr const char* kOps[] = {"place", "replicate", "shard",    "shard_tensor",
-                                         "split", "order",     "recompute"};
+  std::vector<const char*> ops;
+  for (std::string_view op : directive_ops()) ops.push_back(op.data());  // literals: 0-ended
   ImGui::SetNextItemWidth(140);
-  ImGui::Combo("##addop", &add_op, kOps, IM_ARRAYSIZE(kOps));
+  ImGui::Combo("##addop", &add_op, ops.data(), static_cast<int>(ops.size()));
   ImGui::SameLine();
   if (ImGui::Button("Add directive")) {
     OJson nj = *j;
-    nj["schedule"].push_back(directive_template(kOps[add_op]));
+    nj[OJson::json_pointer("/schedule/-")] =
+        OJson::parse(directive_template(ops[static_cast<size_t>(add_op)]).dump());
     app.doc.set_json(nj);
   }
   app.hook("add directive");
   if (remove >= 0) app.doc.erase(fmt::format("/schedule/{}", remove));
   if (move_from >= 0) {
     OJson nj = *j;
-    std::swap(nj["schedule"][static_cast<size_t>(move_from)], nj["schedule"][static_cast<size_t>(move_to)]);
+    std::swap(nj[OJson::json_pointer(fmt::format("/schedule/{}", move_from))],
+              nj[OJson::json_pointer(fmt::format("/schedule/{}", move_to))]);
     app.doc.set_json(nj);
   }
 }
@@ -547,26 +541,30 @@ struct CellRef {
 };
 
 void order_tab(App& app) {
-  const auto& j = app.doc.json();
-  if (!j || !j->is_object() || !j->contains("schedule") || !(*j)["schedule"].is_array()) {
+  const OJson* sched = at(app, "/schedule");
+  if (!sched || !sched->is_array()) {
     ImGui::TextColored(kGrey, "No order directives (a builder call, or the JSON is invalid).");
     return;
   }
+  const auto& j = app.doc.json();
+  const Json doc = plan_json(app);
   ImGui::TextWrapped("Drag a cell onto another to move it there; hold Shift when dropping to "
                      "group them (run overlapped). Right-click a group to split it.");
-  const OJson& sched = (*j)["schedule"];
   std::optional<std::pair<CellRef, CellRef>> move;
   bool group = false;
   std::optional<CellRef> split;
   const float cell = ImGui::CalcTextSize("F00|B00").x + 8;
-  for (size_t i = 0; i < sched.size(); ++i) {
-    const OJson& d = sched[i];
-    if (!d.is_object() || d.value("op", "") != "order" || !d.contains("filters") ||
-        !d["filters"].is_array())
+  auto filters_at = [](int directive) {
+    return OJson::json_pointer(fmt::format("/schedule/{}/filters", directive));
+  };
+  for (size_t i = 0; i < sched->size(); ++i) {
+    const OJson* groups = at(app, fmt::format("/schedule/{}/filters", i));
+    if (section_at(doc, fmt::format("/schedule/{}", i)) != "order" || !groups ||
+        !groups->is_array())
       continue;
     ImGui::PushID(static_cast<int>(i));
     ImGui::TextColored(kGrey, "#%zu", i);
-    const OJson& gs = d["filters"];
+    const OJson& gs = *groups;
     for (size_t g = 0; g < gs.size(); ++g) {
       std::string label;
       OJson::json_pointer dummy;
@@ -612,7 +610,7 @@ void order_tab(App& app) {
   if (move && move->first.directive == move->second.directive &&
       move->first.group != move->second.group) {
     OJson nj = *j;
-    OJson& gs = nj["schedule"][static_cast<size_t>(move->first.directive)]["filters"];
+    OJson& gs = nj[filters_at(move->first.directive)];
     OJson cellv = gs[static_cast<size_t>(move->first.group)];
     int to = move->second.group;
     gs.erase(static_cast<size_t>(move->first.group));
@@ -630,7 +628,7 @@ void order_tab(App& app) {
   }
   if (split) {
     OJson nj = *j;
-    OJson& gs = nj["schedule"][static_cast<size_t>(split->directive)]["filters"];
+    OJson& gs = nj[filters_at(split->directive)];
     OJson grp = gs[static_cast<size_t>(split->group)];
     gs.erase(static_cast<size_t>(split->group));
     for (size_t k = 0; k < grp.size(); ++k)

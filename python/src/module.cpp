@@ -298,24 +298,10 @@ void locate(Diagnostics& ds, const JsonSource& src) {
 std::string build_directives(std::string call_text, std::string where) {
   py::gil_scoped_release nogil;
   auto src = take(JsonSource::parse(std::move(call_text), std::move(where)));
-  const Json& c = src.root();
-  BuilderCall call;
-  call.pointer = "";
-  call.builder = c.value("builder", std::string());
-  call.ranks = c.value("ranks", 0);
-  call.stages_per_rank = c.value("stages_per_rank", 0);
-  call.microbatches = c.value("microbatches", 0);
-  Diagnostics errs;
-  if (c.contains("base")) {
-    auto base = parse_directives(src, "/base");
-    if (base) call.base = std::move(*base);
-    else errs = std::move(base.error());
-  }
-  if (c.contains("layout")) {
-    call.layout = parse_layout(src, "/layout", errs);
-    if (call.layout && call.ranks == 0) call.ranks = call.layout->pp;
-  }
-  if (!errs.empty()) throw DiagnosticsError{std::move(errs)};
+  // The plan parser's reading of a builder call (plan.h), as `simulate` reads one.
+  auto parsed = parse_builder_call(src, "");
+  if (!parsed) throw DiagnosticsError{std::move(parsed.error())};
+  const BuilderCall& call = *parsed;
   auto ds = expand_builder(call);
   if (!ds) {
     locate(ds.error(), src);

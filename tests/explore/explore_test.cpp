@@ -2,6 +2,8 @@
 // the results store, shards, resume, Pareto fronts, the analytic estimate.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -336,6 +338,29 @@ TEST(Points, EveryScheduleAxisReachesThePlan) {
   }
   EXPECT_TRUE(saw_recompute);
   EXPECT_TRUE(saw_prefetch);
+}
+
+// A point that regenerates a ZeRO-3 schedule keeps the base's reshard_after_forward = false
+// (FSDP SHARD_GRAD_OP): the resolved base plus the point's edits, not the defaults.
+TEST(Points, RegeneratedScheduleKeepsReshardAfterForward) {
+  std::ifstream f(std::string(STRETTO_EXAMPLES) + "/piper_qwen3_moe_zero3.json");
+  Json base = Json::parse(f);
+  for (auto& d : base["schedule"])
+    if (d["op"] == "replicate") d["reshard_after_forward"] = false;
+  auto plan = point_plan(base, {{"microbatches", 4}});
+  ASSERT_TRUE(plan) << render_all(plan.error());
+  ASSERT_TRUE((*plan)["schedule"].is_object());  // regenerated
+  size_t replicates = 0;
+  for (const auto& d : (*plan)["schedule"]["base"])
+    if (d["op"] == "replicate") {
+      ++replicates;
+      EXPECT_EQ(d.value("reshard_after_forward", true), false) << d.dump();
+    }
+  EXPECT_GT(replicates, 0u);
+  // Pinning it to the base's own value changes nothing.
+  auto same = point_plan(base, {{"zero", 3}});
+  ASSERT_TRUE(same) << render_all(same.error());
+  EXPECT_EQ((*same)["schedule"], base["schedule"]);
 }
 
 TEST(Points, OneEvalCacheForManyPointsGivesTheSameResults) {

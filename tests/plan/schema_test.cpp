@@ -339,3 +339,58 @@ TEST(PlanSchema, KeysAtPointers) {
             (Json{{"op", "split"}, {"filter", Json::object()}, {"dim_name", "MB"},
                   {"num_microbatches", 4}}));
 }
+
+// Plan JSON has one reader, plan/ (its parser, the schema table, the resolved plan): no other
+// library or binary reads a plan key out of a JSON document. This scans the sources for reads
+// of the keys only a plan has (a subscript that is not an assignment, .at/.value/.contains/
+// .find/.count, or a JSON pointer that is not written to). Writes (an emitted point's edits,
+// an editor's change) go in by JSON pointer at keys the table names.
+TEST(PlanSchema, NoRawReadsOfPlanJsonOutsidePlan) {
+  const std::vector<std::string> keys = {
+      "model",          "cluster",      "costmodel",        "schedule",
+      "optimizer",      "layout",       "builder",          "moe",
+      "intra_node",     "inter_node",   "dcn",              "microbatches",
+      "microbatch_size", "devices_per_node", "pp_regions",   "bucket_size",
+      "num_microbatches", "shard_params", "shard_grads",     "shard_optimizer",
+      "reshard_after_forward", "seq_len", "ffn_hidden",      "hidden",
+      "heads",          "kv_heads",     "layers",           "preset",
+      "nodes",          "expert_ffn_hidden", "vocab"};
+  std::string alt;
+  for (const auto& k : keys) alt += (alt.empty() ? "" : "|") + k;
+  const std::regex read("\\[\"(" + alt + ")\"\\](?!\\s*=($|[^=]))|\\.(at|value|contains|find|count)\\(\"/?(" +
+                        alt + ")\"|json_pointer\\(\"/(" + alt + ")[^\"]*\"\\)\\](?!\\s*=($|[^=]))|" +
+                        "find\\(\"/(" + alt + ")");
+  // Reads of other documents that share a key name, each with its reason.
+  const std::vector<std::pair<std::string, std::string>> allowed = {
+      // a sweep point's axis values (docs/sweeps.md), not plan JSON
+      {"explore/src/spec.cpp", "params.contains(\"microbatch_size\")"},
+  };
+  const fs::path root = fs::path(STRETTO_EXAMPLES) / "..";
+  std::vector<std::string> found;
+  size_t files = 0;
+  for (const char* dir : {"explore", "cli", "gui", "sim", "python", "backend", "costmodel",
+                          "compiler", "pipelines", "traces", "engine", "support"}) {
+    if (!fs::exists(root / dir)) continue;
+    for (const auto& e : fs::recursive_directory_iterator(root / dir)) {
+      const std::string ext = e.path().extension().string();
+      if (ext != ".cpp" && ext != ".h") continue;
+      ++files;
+      std::ifstream f(e.path());
+      std::string line;
+      const std::string rel = fs::relative(e.path(), root).generic_string();
+      for (int n = 1; std::getline(f, line); ++n) {
+        if (!std::regex_search(line, read)) continue;
+        bool ok = false;
+        for (const auto& [file, text] : allowed)
+          ok |= rel == file && line.find(text) != std::string::npos;
+        if (!ok) found.push_back(rel + ":" + std::to_string(n) + ": " + line);
+      }
+    }
+  }
+  EXPECT_GE(files, 100u);
+  std::string all;
+  for (const auto& s : found) all += s + "\n";
+  EXPECT_TRUE(found.empty()) << "plan JSON read outside plan/ (use parse_plan, the schema table "
+                                "or the resolved plan):\n"
+                             << all;
+}

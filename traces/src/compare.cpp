@@ -564,7 +564,7 @@ Expected<Timeline> load_timeline(const std::string& path) {
   const Json& j = src->root();
   if (j.is_object() && j.contains("step_time_ms") && j.contains("devices"))
     return timeline_from_summary(*src);
-  if (j.is_object() && j.contains("schedule")) {
+  if (is_plan_document(j)) {
     auto s = sim::Session::open(path);
     if (!s) return fail(std::move(s.error()));
     auto r = s->simulate();

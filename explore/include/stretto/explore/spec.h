@@ -100,7 +100,9 @@ struct Resolved {
   Json prefetch;                     // null: not set
   bool sequence_parallel = false;
   std::vector<std::string> order = {"tp", "dp", "pp"};  // rank order, innermost first
+  bool reshard_after_forward = true;  // ZeRO-3: free gathered parameters after the forward
   bool layout_base = false;    // the base is a builder call with the "layout" shorthand
+  int written_devices_per_node = 0;  // the base's cluster.devices_per_node as written (0: not)
   bool schedule_axes = false;  // the point changes the schedule: it is regenerated
   int64_t devices() const { return int64_t{tp} * pp * dp; }
   int64_t global_batch() const { return microbatch_size * microbatches * dp; }
@@ -130,6 +132,13 @@ Expected<Bindings> bindings_from(const Resolved& defaults, const Json& params);
 /// layout's order); otherwise the schedule is regenerated (layout_schedule). The plan's
 /// `name` says which point it is. Diagnostics say why the point is invalid.
 Expected<Json> point_plan(const Json& base_plan, const Json& params);
+/// A point's plan document together with its resolved values (the base resolved once, plus
+/// the point's edits), which the estimator and constraints use without resolving again.
+struct PointPlan {
+  Json doc;
+  Resolved resolved;
+};
+Expected<PointPlan> resolve_point(const Json& base_plan, const Json& params);
 /// "<base name> (sweep point: family=1f1b, zero=2)": the `name` point_plan writes.
 std::string point_name(const Json& base_plan, const Json& params);
 

@@ -32,7 +32,9 @@ std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
 /// estimator, for as long as the points' model, cluster and cost model stay the same (it
 /// expands the model once per microbatch size and TP degree). One per thread.
 struct EvalCache {
-  Json model, cluster, costmodel;  // of the plan `estimator` was made for
+  /// The plan `estimator` was made for, less what the estimator takes per point (the
+  /// schedule, the name, model.microbatch_size and model.pp_regions): estimate_key().
+  Json key;
   std::optional<Estimator> estimator;
 };
 
