@@ -34,6 +34,7 @@ constexpr uint32_t kDeviceMask = (1u << 28) - 1;  // device ids share a word wit
 constexpr uint32_t kEffectsBit = 1u << 28;        // the task has counter effects
 constexpr uint32_t kSortedBit = 1u << 31;  // comm: participants sorted by device (prepare only)
 constexpr double kMaxNs = 4.0e18;          // beyond this a duration is "never" (int64 safety)
+constexpr size_t kAhead = 16;  // prefetch distance for the random accesses of prepare
 
 /// Whole ns needed to do `x` ns of work, rounded up; float noise just above an integer (up to
 /// 1e-6 ns + 1e-13 relative) rounds down to it, so exact results stay exact.
@@ -220,6 +221,36 @@ struct Engine::State {
   bool prepare(const Program& prog, std::vector<std::string>* errors);
   void simulate(RunResult& out);
 
+  // prepare's steps, in the order it calls them
+  struct Sizes {
+    size_t tasks = 0, devices = 0, streams = 0, links = 0, parts = 0, slots = 0;
+    bool prefetch = false;  // the records outgrow the caches: prefetch the random accesses
+  };
+  bool check_sizes(const Program& prog, Sizes& z, Errors& err);
+  void check_devices_and_links(const Program& prog, Errors& err) const;
+  void check_counter_effects(const Program& prog, Errors& err) const;
+  void reset_prepare_scratch(const Sizes& z);
+  size_t scan_tasks(const Program& prog, const Sizes& z, Errors& err);
+  bool check_task_ranges(const Program& prog, uint32_t t, const Sizes& z, Errors& err,
+                         const CommSpec*& cs) const;
+  uint32_t count_successors(const Program& prog, uint32_t t, const Sizes& z, Errors& err);
+  void scan_participants(const Program& prog, uint32_t t, const Sizes& z, Errors& err);
+  void index_collective(const Program& prog, uint32_t t);
+  void check_task_values(uint32_t t, const Task& k, const CommSpec* cs, Errors& err) const;
+  void link_dispatch_lists(const Program& prog, const Sizes& z, Errors& err);
+  void prefetch_dispatch(const Program& prog, uint32_t d, size_t pos) const;
+  void link_stream(uint32_t slot, uint32_t t, uint32_t pj);
+  void dispatch_compute(uint32_t d, uint32_t t, SimTime issue, Errors& err);
+  void dispatch_comm(const Program& prog, uint32_t d, uint32_t t, SimTime issue, Errors& err);
+  void report_undispatched_comm(const Program& prog, Errors& err) const;
+  void successor_offsets(const Sizes& z, Errors& err);
+  void fill_successors(const Program& prog, const Sizes& z, size_t num_succ);
+
+  // simulate's steps
+  void reset_run(RunResult& out);
+  void run_events();
+  void report_stall(RunResult& out);
+
   // event loop pieces
   void push(SimTime t, uint32_t kind, uint32_t id, uint32_t version) {
     STRETTO_ASSERT(t >= queue.now(), "event in the past");
@@ -284,28 +315,61 @@ struct Engine::State {
 };
 
 // ------------------------------------------------------------------------------------------
-// prepare: validation and derived structure, two passes over the tasks
+// prepare: validation and derived structure, in named steps (two passes over the tasks, with
+// the dispatch lists between them)
 // ------------------------------------------------------------------------------------------
 
 bool Engine::State::prepare(const Program& prog, std::vector<std::string>* errors) {
   p = &prog;
   Errors err(errors);
-  const size_t n = prog.tasks.size();
-  const size_t nd = prog.devices.size();
-  const size_t ns = prog.stream_names.size();
-  const size_t nl = prog.links.size();
-  const size_t np = prog.participants.size();
-  slot_shift = ns <= 1 ? 0 : static_cast<unsigned>(std::bit_width(ns - 1));
-  const size_t num_slots = nd << slot_shift;
-  if (n >= kMaxTasks || nd > kDeviceMask || ns > 0xFFFF || num_slots >= kNone || np >= kNone ||
-      prog.deps.size() >= kNone) {
+  Sizes z;
+  if (!check_sizes(prog, z, err)) return false;
+  check_devices_and_links(prog, err);
+  check_counter_effects(prog, err);
+  reset_prepare_scratch(z);
+  const size_t num_succ = scan_tasks(prog, z, err);
+  if (err.count() > 0) {
+    err.finish();
+    return false;
+  }
+  link_dispatch_lists(prog, z, err);
+  if (std::any_of(part_pending.begin(), part_pending.end(), [](uint64_t w) { return w != 0; })) {
+    report_undispatched_comm(prog, err);
+  }
+  successor_offsets(z, err);
+  if (err.count() > 0) {
+    err.finish();
+    return false;
+  }
+  fill_successors(prog, z, num_succ);
+  link_caps.resize(z.links);
+  for (size_t l = 0; l < z.links; ++l) link_caps[l] = prog.links[l].capacity;
+  return true;
+}
+
+// The program's sizes, and whether its ids fit in 32 bits.
+bool Engine::State::check_sizes(const Program& prog, Sizes& z, Errors& err) {
+  z.tasks = prog.tasks.size();
+  z.devices = prog.devices.size();
+  z.streams = prog.stream_names.size();
+  z.links = prog.links.size();
+  z.parts = prog.participants.size();
+  slot_shift = z.streams <= 1 ? 0 : static_cast<unsigned>(std::bit_width(z.streams - 1));
+  z.slots = z.devices << slot_shift;
+  // (only for programs whose records outgrow the caches: below, prefetching costs more
+  // instructions than the misses it hides)
+  z.prefetch = z.tasks >= (size_t{1} << 16);
+  if (z.tasks >= kMaxTasks || z.devices > kDeviceMask || z.streams > 0xFFFF ||
+      z.slots >= kNone || z.parts >= kNone || prog.deps.size() >= kNone) {
     err.add([] { return std::string("program too large for 32-bit ids"); });
     err.finish();
     return false;
   }
+  return true;
+}
 
-  // ---- pass 1: devices, links, tasks in isolation; successor counts ----
-  for (size_t d = 0; d < nd; ++d) {
+void Engine::State::check_devices_and_links(const Program& prog, Errors& err) const {
+  for (size_t d = 0; d < prog.devices.size(); ++d) {
     const DeviceProgram& dp = prog.devices[d];
     if (dp.dispatch_ns < 0) err.add([&] { return device_str(d) + ": negative dispatch_ns"; });
     if (!(dp.comm_sm_share >= 0 && dp.comm_sm_share <= 1)) {
@@ -327,7 +391,7 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
       err.add([&] { return "host " + std::to_string(h) + ": cores must be finite and > 0"; });
     }
   }
-  for (size_t l = 0; l < nl; ++l) {
+  for (size_t l = 0; l < prog.links.size(); ++l) {
     const double c = prog.links[l].capacity;
     if (!(c > 0) || !std::isfinite(c)) {
       err.add([&] {
@@ -336,153 +400,64 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
       });
     }
   }
-  const bool counters = prog.num_counters > 0 && !prog.effect_begin.empty();
+}
+
+void Engine::State::check_counter_effects(const Program& prog, Errors& err) const {
   if (prog.num_counters > kMaxCounters) {
     err.add([&] { return "num_counters above " + std::to_string(kMaxCounters); });
   }
-  if (!prog.effect_begin.empty()) {
-    const auto& eb = prog.effect_begin;
-    bool ok = eb.front() == 0 && eb.back() == prog.effects.size();
-    for (size_t i = 1; i < eb.size() && ok; ++i) ok = eb[i - 1] <= eb[i];
-    if (!ok) {
-      err.add([] { return std::string("effect_begin must rise from 0 to the number of effects"); });
-    }
-    if (prog.num_counters == 0 && !prog.effects.empty()) {
-      err.add([] { return std::string("counter effects but num_counters is 0"); });
-    }
-    for (size_t i = 0; i < prog.effects.size(); ++i) {
-      if (prog.effects[i].counter >= prog.num_counters) {
-        err.add([&] { return "effect " + std::to_string(i) + ": counter out of range"; });
-      }
+  if (prog.effect_begin.empty()) return;
+  const auto& eb = prog.effect_begin;
+  bool ok = eb.front() == 0 && eb.back() == prog.effects.size();
+  for (size_t i = 1; i < eb.size() && ok; ++i) ok = eb[i - 1] <= eb[i];
+  if (!ok) {
+    err.add([] { return std::string("effect_begin must rise from 0 to the number of effects"); });
+  }
+  if (prog.num_counters == 0 && !prog.effects.empty()) {
+    err.add([] { return std::string("counter effects but num_counters is 0"); });
+  }
+  for (size_t i = 0; i < prog.effects.size(); ++i) {
+    if (prog.effects[i].counter >= prog.num_counters) {
+      err.add([&] { return "effect " + std::to_string(i) + ": counter out of range"; });
     }
   }
-  recs.resize(n + 1);
-  recs[n] = TaskRec{};
-  slot_stamp.assign(num_slots, 0);
-  part_owned.assign((np + 63) / 64, 0);
-  part_pending.assign((np + 63) / 64, 0);
+}
+
+void Engine::State::reset_prepare_scratch(const Sizes& z) {
+  recs.resize(z.tasks + 1);
+  recs[z.tasks] = TaskRec{};
+  slot_stamp.assign(z.slots, 0);
+  part_owned.assign((z.parts + 63) / 64, 0);
+  part_pending.assign((z.parts + 63) / 64, 0);
   big_tasks.clear();
   big_index.clear();
   free_tasks.clear();
+}
+
+// ---- pass 1: tasks in isolation; successor counts (in TaskRec::succ_begin) ----
+size_t Engine::State::scan_tasks(const Program& prog, const Sizes& z, Errors& err) {
   size_t num_succ = 0;
-  constexpr size_t kAhead = 16;  // prefetch distance for the random accesses of the passes
-  // (only for programs whose records outgrow the caches: below, prefetching costs more
-  // instructions than the misses it hides)
-  const bool prefetch = n >= (size_t{1} << 16);
-  for (uint32_t t = 0; t < n; ++t) {
+  const bool counters = prog.num_counters > 0 && !prog.effect_begin.empty();
+  for (uint32_t t = 0; t < z.tasks; ++t) {
     const Task& k = prog.tasks[t];
     TaskRec& rec = recs[t];
     rec = TaskRec{};
     rec.bits = static_cast<uint32_t>(k.kind) << 29 | static_cast<uint32_t>(k.mem_bound) << 31;
     rec.work = k.work;
-    const uint32_t dep_end = prog.dep_end(t);
     rec.pending = k.part_count;
     // (a node beyond the effect table has no effects)
     if (counters && k.node + size_t{1} < prog.effect_begin.size() &&
         prog.effect_begin[k.node] != prog.effect_begin[k.node + 1]) {
       rec.bits |= kEffectsBit;
     }
-    if (k.kind != TaskKind::kCompute && k.kind != TaskKind::kComm && k.kind != TaskKind::kBarrier) {
-      err.add([&] { return task_str(t) + ": unknown kind"; });
-      continue;
-    }
-    auto bad_range = [](uint64_t begin, uint64_t count, size_t size) {
-      return begin + count > size;
-    };
-    if (bad_range(k.part_begin, k.part_count, np)) {
-      err.add([&] { return task_str(t) + ": participant range out of bounds"; });
-      continue;
-    }
-    if (k.dep_begin > dep_end || dep_end > prog.deps.size()) {
-      err.add([&] {
-        return task_str(t) + ": dependency range out of bounds (dep_begin must not decrease)";
-      });
-      continue;
-    }
-    rec.pending += dep_end - k.dep_begin;
     const CommSpec* cs = nullptr;
-    if (k.kind == TaskKind::kComm) {
-      if (k.comm >= prog.comms.size()) {
-        err.add([&] { return task_str(t) + ": comm spec out of bounds"; });
-        continue;
-      }
-      cs = &prog.comms[k.comm];
-      if (bad_range(cs->link_begin, cs->link_count, prog.task_links.size())) {
-        err.add([&] { return task_str(t) + ": link range out of bounds"; });
-        continue;
-      }
-    } else if (k.comm != kNoComm) {
-      err.add([&] { return task_str(t) + ": only a comm task has a comm spec (and links)"; });
-      continue;
-    }
-    for (uint32_t i = k.dep_begin; i < dep_end; ++i) {
-      if (prefetch && i + kAhead < prog.deps.size())
-        __builtin_prefetch(&recs[prog.deps[i + kAhead]], 1);
-      const uint32_t d = prog.deps[i];
-      if (d >= t) {
-        err.add([&] {
-          return task_str(t) + " depends on task " + std::to_string(d) +
-                 ", which is not listed before it";
-        });
-        continue;
-      }
-      ++recs[d].succ_begin;  // counts, turned into offsets in pass 2
-    }
-    num_succ += dep_end - k.dep_begin;
+    if (!check_task_ranges(prog, t, z, err, cs)) continue;
+    num_succ += count_successors(prog, t, z, err);
     for (uint32_t i = 0; cs && i < cs->link_count; ++i) {
       const uint32_t l = prog.task_links[cs->link_begin + i];
-      if (l >= nl) err.add([&] { return task_str(t) + ": unknown link " + std::to_string(l); });
+      if (l >= z.links) err.add([&] { return task_str(t) + ": unknown link " + std::to_string(l); });
     }
-    for (uint32_t pj = k.part_begin; pj < k.part_begin + k.part_count; ++pj) {
-      const Participant& pa = prog.participants[pj];
-      if (test_bit(part_owned, pj)) {
-        err.add([&] {
-          uint32_t owner = 0;  // the earlier task whose range holds pj (error path only)
-          while (owner < t && !(prog.tasks[owner].part_begin <= pj &&
-                                pj < prog.tasks[owner].part_begin + prog.tasks[owner].part_count))
-            ++owner;
-          return task_str(t) + ": participant entry " + std::to_string(pj) +
-                 " is shared with task " + std::to_string(owner);
-        });
-        continue;
-      }
-      set_bit(part_owned, pj);
-      if (k.kind == TaskKind::kComm) set_bit(part_pending, pj);
-      if (pa.device >= nd) {
-        err.add([&] { return task_str(t) + ": unknown device " + std::to_string(pa.device); });
-        continue;
-      }
-      if (pa.stream >= ns) {
-        err.add([&] { return task_str(t) + ": unknown stream " + std::to_string(pa.stream); });
-        continue;
-      }
-      const uint32_t slot = slot_of(pa);
-      if (k.kind == TaskKind::kCompute) {
-        // Until its dispatch entry is seen, a compute task's record holds its stream slot in
-        // `next` and kUnissued in `issue`: the dispatch pass then needs nothing but the record.
-        rec.bits |= pa.device;
-        rec.next = slot;
-        rec.issue = kUnissued;
-      }
-      // (device, stream) twice: a pairwise check for small tasks (slot_stamp is large and
-      // cold when there are many per-peer streams), stamps for large ones
-      bool twice = false;
-      if (k.part_count <= kSmallGroup) {
-        for (uint32_t pq = k.part_begin; pq < pj; ++pq) {
-          twice |= slot_of(prog.participants[pq]) == slot;
-        }
-      } else {
-        twice = slot_stamp[slot] == t + 1;
-        slot_stamp[slot] = t + 1;
-      }
-      if (twice) {
-        err.add([&] {
-          return task_str(t) + ": device " + std::to_string(pa.device) + " stream " +
-                 std::to_string(pa.stream) + " listed twice";
-        });
-        continue;
-      }
-    }
+    scan_participants(prog, t, z, err);
     if (k.kind == TaskKind::kComm) {
       if (k.part_count > kDeviceMask) {
         err.add([&] { return task_str(t) + ": too many participants"; });
@@ -491,203 +466,350 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
       rec.next = k.part_begin;
       rec.bits |= k.part_count;
     }
-    bool by_device = k.kind == TaskKind::kComm && k.part_count > kSmallGroup;
-    for (uint32_t pj = k.part_begin + 1; by_device && pj < k.part_begin + k.part_count; ++pj) {
-      by_device = prog.participants[pj - 1].device <= prog.participants[pj].device;
-    }
-    if (by_device) {
-      // Large collective whose participants are sorted by device (as build_program writes
-      // them): each member device finds its entries by binary search in place.
-      rec.bits |= kSortedBit;
-    } else if (k.part_count > kSmallGroup) {
-      // Other large collectives: a sorted (device, participant) index, so that each member
-      // device finds its entries by binary search instead of a scan (no k^2 for k-way
-      // collectives).
-      big_tasks.push_back({t, static_cast<uint32_t>(big_index.size())});
-      for (uint32_t pj = k.part_begin; pj < k.part_begin + k.part_count; ++pj) {
-        big_index.push_back({prog.participants[pj].device, pj});
-      }
-      std::sort(big_index.begin() + big_tasks.back().begin, big_index.end());
-    }
-    if (dep_end == k.dep_begin && k.part_count == 0) free_tasks.push_back(t);
-    if (k.work < 0) err.add([&] { return task_str(t) + ": negative work"; });
-    switch (k.kind) {
-      case TaskKind::kCompute:
-        if (k.part_count != 1) {
-          err.add([&] { return task_str(t) + ": a compute task needs exactly one participant"; });
-        }
-        break;
-      case TaskKind::kComm:
-        if (cs->latency_ns < 0) err.add([&] { return task_str(t) + ": negative latency"; });
-        if (!(cs->rate_cap >= 0) || !std::isfinite(cs->rate_cap)) {
-          err.add([&] { return task_str(t) + ": rate_cap must be finite and >= 0"; });
-        }
-        break;
-      case TaskKind::kBarrier:
-        if (k.part_count != 0) {
-          err.add([&] { return task_str(t) + ": a barrier has no participants"; });
-        }
-        break;
-    }
+    index_collective(prog, t);
+    if (prog.dep_end(t) == k.dep_begin && k.part_count == 0) free_tasks.push_back(t);
+    check_task_values(t, k, cs, err);
   }
   big_tasks.push_back({kNone, static_cast<uint32_t>(big_index.size())});  // sentinel
   if (num_succ >= kNone) err.add([] { return std::string("too many dependencies"); });
-  if (err.count() > 0) {
-    err.finish();
+  return num_succ;
+}
+
+// The task's kind and its ranges into the program's arrays; `cs` is its comm spec, if any.
+// False (with an error) when the rest of the task cannot be read.
+bool Engine::State::check_task_ranges(const Program& prog, uint32_t t, const Sizes& z,
+                                      Errors& err, const CommSpec*& cs) const {
+  const Task& k = prog.tasks[t];
+  if (k.kind != TaskKind::kCompute && k.kind != TaskKind::kComm && k.kind != TaskKind::kBarrier) {
+    err.add([&] { return task_str(t) + ": unknown kind"; });
     return false;
   }
-
-  // ---- dispatch lists: match each entry with the task's participants on that device; link
-  // each (device, stream) FIFO in dispatch order; issue times ----
-  // A stream is a linked list: head_task[slot], then TaskRec::next (compute) or
-  // part_next[participant index] (comm).
-  part_next.assign(np, kNone);
-  head_task.assign(num_slots, kNone);
-  auto link = [&](uint32_t slot, uint32_t t, uint32_t pj) {  // append t to the slot's FIFO
-    const uint32_t prev = tail_task[slot];
-    if (prev == kNone) {
-      head_task[slot] = t;
-    } else if (recs[prev].kind() == TaskKind::kCompute) {
-      recs[prev].next = t;
-    } else {
-      part_next[tail_part[slot]] = t;
+  if (uint64_t{k.part_begin} + k.part_count > z.parts) {
+    err.add([&] { return task_str(t) + ": participant range out of bounds"; });
+    return false;
+  }
+  const uint32_t dep_end = prog.dep_end(t);
+  if (k.dep_begin > dep_end || dep_end > prog.deps.size()) {
+    err.add([&] {
+      return task_str(t) + ": dependency range out of bounds (dep_begin must not decrease)";
+    });
+    return false;
+  }
+  if (k.kind == TaskKind::kComm) {
+    if (k.comm >= prog.comms.size()) {
+      err.add([&] { return task_str(t) + ": comm spec out of bounds"; });
+      return false;
     }
-    tail_task[slot] = t;
-    tail_part[slot] = pj;
-  };
-  tail_task.assign(num_slots, kNone);
-  tail_part.resize(num_slots);
-  for (uint32_t d = 0; d < nd; ++d) {
+    cs = &prog.comms[k.comm];
+    if (uint64_t{cs->link_begin} + cs->link_count > prog.task_links.size()) {
+      err.add([&] { return task_str(t) + ": link range out of bounds"; });
+      return false;
+    }
+  } else if (k.comm != kNoComm) {
+    err.add([&] { return task_str(t) + ": only a comm task has a comm spec (and links)"; });
+    return false;
+  }
+  return true;
+}
+
+// The task's dependencies: each must come before it; each counts one successor of its
+// predecessor and one start condition of the task. Returns the number of dependencies.
+uint32_t Engine::State::count_successors(const Program& prog, uint32_t t, const Sizes& z,
+                                         Errors& err) {
+  const uint32_t begin = prog.tasks[t].dep_begin, end = prog.dep_end(t);
+  recs[t].pending += end - begin;
+  for (uint32_t i = begin; i < end; ++i) {
+    if (z.prefetch && i + kAhead < prog.deps.size())
+      __builtin_prefetch(&recs[prog.deps[i + kAhead]], 1);
+    const uint32_t d = prog.deps[i];
+    if (d >= t) {
+      err.add([&] {
+        return task_str(t) + " depends on task " + std::to_string(d) +
+               ", which is not listed before it";
+      });
+      continue;
+    }
+    ++recs[d].succ_begin;  // counts, turned into offsets by successor_offsets
+  }
+  return end - begin;
+}
+
+// Each participant entry: owned by this task only, a known device and stream, no (device,
+// stream) twice. A compute task's record keeps its device and stream slot.
+void Engine::State::scan_participants(const Program& prog, uint32_t t, const Sizes& z,
+                                      Errors& err) {
+  const Task& k = prog.tasks[t];
+  TaskRec& rec = recs[t];
+  for (uint32_t pj = k.part_begin; pj < k.part_begin + k.part_count; ++pj) {
+    const Participant& pa = prog.participants[pj];
+    if (test_bit(part_owned, pj)) {
+      err.add([&] {
+        uint32_t owner = 0;  // the earlier task whose range holds pj (error path only)
+        while (owner < t && !(prog.tasks[owner].part_begin <= pj &&
+                              pj < prog.tasks[owner].part_begin + prog.tasks[owner].part_count))
+          ++owner;
+        return task_str(t) + ": participant entry " + std::to_string(pj) +
+               " is shared with task " + std::to_string(owner);
+      });
+      continue;
+    }
+    set_bit(part_owned, pj);
+    if (k.kind == TaskKind::kComm) set_bit(part_pending, pj);
+    if (pa.device >= z.devices) {
+      err.add([&] { return task_str(t) + ": unknown device " + std::to_string(pa.device); });
+      continue;
+    }
+    if (pa.stream >= z.streams) {
+      err.add([&] { return task_str(t) + ": unknown stream " + std::to_string(pa.stream); });
+      continue;
+    }
+    const uint32_t slot = slot_of(pa);
+    if (k.kind == TaskKind::kCompute) {
+      // Until its dispatch entry is seen, a compute task's record holds its stream slot in
+      // `next` and kUnissued in `issue`: the dispatch pass then needs nothing but the record.
+      rec.bits |= pa.device;
+      rec.next = slot;
+      rec.issue = kUnissued;
+    }
+    // (device, stream) twice: a pairwise check for small tasks (slot_stamp is large and
+    // cold when there are many per-peer streams), stamps for large ones
+    bool twice = false;
+    if (k.part_count <= kSmallGroup) {
+      for (uint32_t pq = k.part_begin; pq < pj; ++pq) {
+        twice |= slot_of(prog.participants[pq]) == slot;
+      }
+    } else {
+      twice = slot_stamp[slot] == t + 1;
+      slot_stamp[slot] = t + 1;
+    }
+    if (twice) {
+      err.add([&] {
+        return task_str(t) + ": device " + std::to_string(pa.device) + " stream " +
+               std::to_string(pa.stream) + " listed twice";
+      });
+      continue;
+    }
+  }
+}
+
+// A large collective: how each member device will find its entries in the dispatch pass.
+void Engine::State::index_collective(const Program& prog, uint32_t t) {
+  const Task& k = prog.tasks[t];
+  if (k.kind != TaskKind::kComm || k.part_count <= kSmallGroup) return;
+  bool by_device = true;
+  for (uint32_t pj = k.part_begin + 1; by_device && pj < k.part_begin + k.part_count; ++pj) {
+    by_device = prog.participants[pj - 1].device <= prog.participants[pj].device;
+  }
+  if (by_device) {
+    // Participants sorted by device (as build_program writes them): each member device finds
+    // its entries by binary search in place.
+    recs[t].bits |= kSortedBit;
+    return;
+  }
+  // Otherwise a sorted (device, participant) index, so that each member device finds its
+  // entries by binary search instead of a scan (no k^2 for k-way collectives).
+  big_tasks.push_back({t, static_cast<uint32_t>(big_index.size())});
+  for (uint32_t pj = k.part_begin; pj < k.part_begin + k.part_count; ++pj) {
+    big_index.push_back({prog.participants[pj].device, pj});
+  }
+  std::sort(big_index.begin() + big_tasks.back().begin, big_index.end());
+}
+
+// Work, latency and rate values, and the participant count each kind needs.
+void Engine::State::check_task_values(uint32_t t, const Task& k, const CommSpec* cs,
+                                      Errors& err) const {
+  if (k.work < 0) err.add([&] { return task_str(t) + ": negative work"; });
+  switch (k.kind) {
+    case TaskKind::kCompute:
+      if (k.part_count != 1) {
+        err.add([&] { return task_str(t) + ": a compute task needs exactly one participant"; });
+      }
+      break;
+    case TaskKind::kComm:
+      if (cs->latency_ns < 0) err.add([&] { return task_str(t) + ": negative latency"; });
+      if (!(cs->rate_cap >= 0) || !std::isfinite(cs->rate_cap)) {
+        err.add([&] { return task_str(t) + ": rate_cap must be finite and >= 0"; });
+      }
+      break;
+    case TaskKind::kBarrier:
+      if (k.part_count != 0) {
+        err.add([&] { return task_str(t) + ": a barrier has no participants"; });
+      }
+      break;
+  }
+}
+
+// ---- dispatch lists: match each entry with the task's participants on that device; link
+// each (device, stream) FIFO in dispatch order; issue times ----
+// A stream is a linked list: head_task[slot], then TaskRec::next (compute) or
+// part_next[participant index] (comm).
+void Engine::State::link_dispatch_lists(const Program& prog, const Sizes& z, Errors& err) {
+  part_next.assign(z.parts, kNone);
+  head_task.assign(z.slots, kNone);
+  tail_task.assign(z.slots, kNone);
+  tail_part.resize(z.slots);
+  for (uint32_t d = 0; d < z.devices; ++d) {
     const DeviceProgram& dp = prog.devices[d];
     for (size_t pos = 0; pos < dp.dispatch.size(); ++pos) {
-      // Staged prefetch: the record kAhead entries ahead; once it is in cache, the first and
-      // last participant of a comm task kAhead / 2 ahead; once those are, the interpolation
-      // guess of a large sorted one kAhead / 4 ahead (see below).
-      if (prefetch) {
-        if (pos + kAhead < dp.dispatch.size() && dp.dispatch[pos + kAhead] < n) {
-          __builtin_prefetch(&recs[dp.dispatch[pos + kAhead]], 1);
-        }
-        if (pos + kAhead / 2 < dp.dispatch.size() && dp.dispatch[pos + kAhead / 2] < n) {
-          const TaskRec& ahead = recs[dp.dispatch[pos + kAhead / 2]];
-          if (ahead.kind() == TaskKind::kComm && ahead.part_count() > 0) {
-            __builtin_prefetch(&prog.participants[ahead.part_begin()]);
-            __builtin_prefetch(
-                &prog.participants[size_t{ahead.part_begin()} + ahead.part_count() - 1]);
-          }
-        }
-        if (pos + kAhead / 4 < dp.dispatch.size() && dp.dispatch[pos + kAhead / 4] < n) {
-          const TaskRec& ahead = recs[dp.dispatch[pos + kAhead / 4]];
-          if (ahead.kind() == TaskKind::kComm && (ahead.bits & kSortedBit) != 0) {
-            const Participant* first = prog.participants.data() + ahead.part_begin();
-            const uint32_t lo = first->device, hi = first[ahead.part_count() - 1].device;
-            if (d > lo && d <= hi) {
-              __builtin_prefetch(first + uint64_t{d - lo} * (ahead.part_count() - 1) / (hi - lo));
-            }
-          }
-        }
-      }
+      if (z.prefetch) prefetch_dispatch(prog, d, pos);
       const uint32_t t = dp.dispatch[pos];
-      if (t >= n) {
+      if (t >= z.tasks) {
         err.add([&] {
           return device_str(d) + ": dispatch list names unknown task " + std::to_string(t);
         });
         continue;
       }
-      TaskRec& rec = recs[t];
-      if (rec.kind() == TaskKind::kCompute) {
-        if (rec.device() != d) {
-          err.add([&] {
-            return device_str(d) + ": dispatch list names " + task_str(t) +
-                   ", which has no participant on it";
-          });
-        } else if (rec.issue != kUnissued) {
-          err.add(
-              [&] { return device_str(d) + ": dispatch list names " + task_str(t) + " twice"; });
-        } else {
-          rec.issue = static_cast<SimTime>(pos + 1) * dp.dispatch_ns;
-          const uint32_t slot = rec.next;
-          rec.next = kNone;
-          link(slot, t, kNone);
-        }
-        continue;
-      }
-      bool on_device = false, fresh = false;
-      auto take = [&](uint32_t pj) {
-        on_device = true;
-        if (!test_bit(part_pending, pj)) return;  // already taken: a duplicate dispatch entry
-        clear_bit(part_pending, pj);
-        fresh = true;
-        link(slot_of(prog.participants[pj]), t, pj);
-      };
-      // (a barrier has no participants: never on a device)
-      const uint32_t pb = rec.kind() == TaskKind::kComm ? rec.part_begin() : 0;
-      const uint32_t pc = rec.kind() == TaskKind::kComm ? rec.part_count() : 0;
-      if (pc <= kSmallGroup) {
-        for (uint32_t pj = pb; pj < pb + pc; ++pj) {
-          if (prog.participants[pj].device == d) take(pj);
-        }
-      } else if ((rec.bits & kSortedBit) != 0) {
-        // Sorted by device: guess the position by interpolation (exact for evenly spaced
-        // groups, the usual case: one cache line instead of a binary search's several), fall
-        // back to a binary search; then take the run of entries on d.
-        const Participant* first = prog.participants.data() + pb;
-        const Participant* last = first + pc;
-        const uint32_t lo = first->device, hi = (last - 1)->device;
-        const Participant* it = last;
-        if (d >= lo && d <= hi) {
-          const uint64_t guess = hi > lo ? uint64_t{d - lo} * (pc - 1) / (hi - lo) : 0;  // < pc
-          if (first[guess].device == d) {
-            it = first + guess;
-            while (it > first && (it - 1)->device == d) --it;
-          } else {
-            it = std::lower_bound(
-                first, last, d, [](const Participant& a, uint32_t dev) { return a.device < dev; });
-          }
-        }
-        for (; it != last && it->device == d; ++it) {
-          take(static_cast<uint32_t>(it - prog.participants.data()));
-        }
+      const SimTime issue = static_cast<SimTime>(pos + 1) * dp.dispatch_ns;
+      if (recs[t].kind() == TaskKind::kCompute) {
+        dispatch_compute(d, t, issue, err);
       } else {
-        const auto bt = std::lower_bound(big_tasks.begin(), big_tasks.end(), t,
-                                         [](const BigTask& b, uint32_t id) { return b.task < id; });
-        const auto first = big_index.begin() + bt->begin;
-        const auto last = big_index.begin() + (bt + 1)->begin;
-        for (auto it = std::lower_bound(first, last, std::pair<uint32_t, uint32_t>{d, 0});
-             it != last && it->first == d; ++it) {
-          take(it->second);
-        }
-      }
-      if (!on_device) {
-        err.add([&] {
-          return device_str(d) + ": dispatch list names " + task_str(t) +
-                 ", which has no participant on it";
-        });
-      } else if (!fresh) {
-        err.add([&] { return device_str(d) + ": dispatch list names " + task_str(t) + " twice"; });
-      } else {
-        rec.issue = std::max(rec.issue, static_cast<SimTime>(pos + 1) * dp.dispatch_ns);
+        dispatch_comm(prog, d, t, issue, err);
       }
     }
   }
-  if (std::any_of(part_pending.begin(), part_pending.end(), [](uint64_t w) { return w != 0; })) {
-    for (uint32_t t = 0; t < n; ++t) {  // error path: name the tasks
-      const Task& k = prog.tasks[t];
-      if (k.kind != TaskKind::kComm) continue;
-      for (uint32_t pj = k.part_begin; pj < k.part_begin + k.part_count; ++pj) {
-        if (!test_bit(part_pending, pj)) continue;
-        err.add([&] {
-          return task_str(t) + " runs on " + device_str(prog.participants[pj].device) +
-                 " but is missing from its dispatch list";
-        });
-      }
-    }
-  }
+}
 
-  // ---- pass 2: successor lists (CSR); compute tasks that no dispatch list named ----
-  // The counts become the ends of the lists (inclusive prefix sums); a backward fill then
-  // leaves each succ_begin at the start of its list, successors ascending.
+// Staged prefetch: the record kAhead entries ahead; once it is in cache, the first and last
+// participant of a comm task kAhead / 2 ahead; once those are, the interpolation guess of a
+// large sorted one kAhead / 4 ahead (see dispatch_comm).
+void Engine::State::prefetch_dispatch(const Program& prog, uint32_t d, size_t pos) const {
+  const std::vector<uint32_t>& disp = prog.devices[d].dispatch;
+  const size_t n = prog.tasks.size();
+  if (pos + kAhead < disp.size() && disp[pos + kAhead] < n) {
+    __builtin_prefetch(&recs[disp[pos + kAhead]], 1);
+  }
+  if (pos + kAhead / 2 < disp.size() && disp[pos + kAhead / 2] < n) {
+    const TaskRec& ahead = recs[disp[pos + kAhead / 2]];
+    if (ahead.kind() == TaskKind::kComm && ahead.part_count() > 0) {
+      __builtin_prefetch(&prog.participants[ahead.part_begin()]);
+      __builtin_prefetch(&prog.participants[size_t{ahead.part_begin()} + ahead.part_count() - 1]);
+    }
+  }
+  if (pos + kAhead / 4 < disp.size() && disp[pos + kAhead / 4] < n) {
+    const TaskRec& ahead = recs[disp[pos + kAhead / 4]];
+    if (ahead.kind() == TaskKind::kComm && (ahead.bits & kSortedBit) != 0) {
+      const Participant* first = prog.participants.data() + ahead.part_begin();
+      const uint32_t lo = first->device, hi = first[ahead.part_count() - 1].device;
+      if (d > lo && d <= hi) {
+        __builtin_prefetch(first + uint64_t{d - lo} * (ahead.part_count() - 1) / (hi - lo));
+      }
+    }
+  }
+}
+
+// Appends task t (its participant entry pj, kNone for a compute task) to a slot's FIFO.
+void Engine::State::link_stream(uint32_t slot, uint32_t t, uint32_t pj) {
+  const uint32_t prev = tail_task[slot];
+  if (prev == kNone) {
+    head_task[slot] = t;
+  } else if (recs[prev].kind() == TaskKind::kCompute) {
+    recs[prev].next = t;
+  } else {
+    part_next[tail_part[slot]] = t;
+  }
+  tail_task[slot] = t;
+  tail_part[slot] = pj;
+}
+
+void Engine::State::dispatch_compute(uint32_t d, uint32_t t, SimTime issue, Errors& err) {
+  TaskRec& rec = recs[t];
+  if (rec.device() != d) {
+    err.add([&] {
+      return device_str(d) + ": dispatch list names " + task_str(t) +
+             ", which has no participant on it";
+    });
+  } else if (rec.issue != kUnissued) {
+    err.add([&] { return device_str(d) + ": dispatch list names " + task_str(t) + " twice"; });
+  } else {
+    rec.issue = issue;
+    const uint32_t slot = rec.next;
+    rec.next = kNone;
+    link_stream(slot, t, kNone);
+  }
+}
+
+void Engine::State::dispatch_comm(const Program& prog, uint32_t d, uint32_t t, SimTime issue,
+                                  Errors& err) {
+  TaskRec& rec = recs[t];
+  bool on_device = false, fresh = false;
+  auto take = [&](uint32_t pj) {
+    on_device = true;
+    if (!test_bit(part_pending, pj)) return;  // already taken: a duplicate dispatch entry
+    clear_bit(part_pending, pj);
+    fresh = true;
+    link_stream(slot_of(prog.participants[pj]), t, pj);
+  };
+  // (a barrier has no participants: never on a device)
+  const uint32_t pb = rec.kind() == TaskKind::kComm ? rec.part_begin() : 0;
+  const uint32_t pc = rec.kind() == TaskKind::kComm ? rec.part_count() : 0;
+  if (pc <= kSmallGroup) {
+    for (uint32_t pj = pb; pj < pb + pc; ++pj) {
+      if (prog.participants[pj].device == d) take(pj);
+    }
+  } else if ((rec.bits & kSortedBit) != 0) {
+    // Sorted by device: guess the position by interpolation (exact for evenly spaced groups,
+    // the usual case: one cache line instead of a binary search's several), fall back to a
+    // binary search; then take the run of entries on d.
+    const Participant* first = prog.participants.data() + pb;
+    const Participant* last = first + pc;
+    const uint32_t lo = first->device, hi = (last - 1)->device;
+    const Participant* it = last;
+    if (d >= lo && d <= hi) {
+      const uint64_t guess = hi > lo ? uint64_t{d - lo} * (pc - 1) / (hi - lo) : 0;  // < pc
+      if (first[guess].device == d) {
+        it = first + guess;
+        while (it > first && (it - 1)->device == d) --it;
+      } else {
+        it = std::lower_bound(
+            first, last, d, [](const Participant& a, uint32_t dev) { return a.device < dev; });
+      }
+    }
+    for (; it != last && it->device == d; ++it) {
+      take(static_cast<uint32_t>(it - prog.participants.data()));
+    }
+  } else {
+    const auto bt = std::lower_bound(big_tasks.begin(), big_tasks.end(), t,
+                                     [](const BigTask& b, uint32_t id) { return b.task < id; });
+    const auto first = big_index.begin() + bt->begin;
+    const auto last = big_index.begin() + (bt + 1)->begin;
+    for (auto it = std::lower_bound(first, last, std::pair<uint32_t, uint32_t>{d, 0});
+         it != last && it->first == d; ++it) {
+      take(it->second);
+    }
+  }
+  if (!on_device) {
+    err.add([&] {
+      return device_str(d) + ": dispatch list names " + task_str(t) +
+             ", which has no participant on it";
+    });
+  } else if (!fresh) {
+    err.add([&] { return device_str(d) + ": dispatch list names " + task_str(t) + " twice"; });
+  } else {
+    rec.issue = std::max(rec.issue, issue);
+  }
+}
+
+// Error path: names the comm tasks with a participant entry no dispatch list took.
+void Engine::State::report_undispatched_comm(const Program& prog, Errors& err) const {
+  for (uint32_t t = 0; t < prog.tasks.size(); ++t) {
+    const Task& k = prog.tasks[t];
+    if (k.kind != TaskKind::kComm) continue;
+    for (uint32_t pj = k.part_begin; pj < k.part_begin + k.part_count; ++pj) {
+      if (!test_bit(part_pending, pj)) continue;
+      err.add([&] {
+        return task_str(t) + " runs on " + device_str(prog.participants[pj].device) +
+               " but is missing from its dispatch list";
+      });
+    }
+  }
+}
+
+// ---- pass 2: successor lists (CSR); compute tasks that no dispatch list named ----
+// The counts become the ends of the lists (inclusive prefix sums); fill_successors' backward
+// fill then leaves each succ_begin at the start of its list, successors ascending.
+void Engine::State::successor_offsets(const Sizes& z, Errors& err) {
   uint32_t sum = 0;
-  for (uint32_t t = 0; t < n; ++t) {
+  for (uint32_t t = 0; t < z.tasks; ++t) {
     TaskRec& rec = recs[t];
     sum += rec.succ_begin;
     rec.succ_begin = sum;
@@ -698,23 +820,18 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
       });
     }
   }
-  recs[n].succ_begin = sum;
-  if (err.count() > 0) {
-    err.finish();
-    return false;
-  }
+  recs[z.tasks].succ_begin = sum;
+}
+
+void Engine::State::fill_successors(const Program& prog, const Sizes& z, size_t num_succ) {
   succ.resize(num_succ);
-  for (uint32_t t = static_cast<uint32_t>(n); t-- > 0;) {
+  for (uint32_t t = static_cast<uint32_t>(z.tasks); t-- > 0;) {
     const uint32_t begin = prog.tasks[t].dep_begin;
     for (uint32_t i = prog.dep_end(t); i-- > begin;) {
-      if (prefetch && i >= kAhead) __builtin_prefetch(&recs[prog.deps[i - kAhead]], 1);
+      if (z.prefetch && i >= kAhead) __builtin_prefetch(&recs[prog.deps[i - kAhead]], 1);
       succ[--recs[prog.deps[i]].succ_begin] = t;
     }
   }
-
-  link_caps.resize(nl);
-  for (size_t l = 0; l < nl; ++l) link_caps[l] = prog.links[l].capacity;
-  return true;
 }
 
 std::vector<std::string> validate(const Program& program) {
@@ -1024,6 +1141,23 @@ void Engine::State::flush() {
 }
 
 void Engine::State::simulate(RunResult& out) {
+  reset_run(out);
+  run_events();
+  const size_t n = p->tasks.size();
+  if (options->progress) options->progress(finished, n);
+  out.makespan = makespan;
+  out.stats.events = events;
+  out.occupancy.resize(devs.size());
+  for (size_t d = 0; d < devs.size(); ++d) {
+    account(devs[d]);  // nothing runs after the last event; this closes a stalled run's spans
+    out.occupancy[d] = devs[d].occ;
+  }
+  if (finished < n) report_stall(out);
+  timing = nullptr;
+}
+
+// The run's dynamic state: devices, hosts, jobs, the queue, counters, the result's buffers.
+void Engine::State::reset_run(RunResult& out) {
   const Program& prog = *p;
   const size_t n = prog.tasks.size();
   const size_t nd = prog.devices.size();
@@ -1103,6 +1237,13 @@ void Engine::State::simulate(RunResult& out) {
   max_queue = 0;
   finished = 0;
 
+}
+
+// The event loop: the initially ready tasks, then every instant until the queue is empty.
+void Engine::State::run_events() {
+  const Program& prog = *p;
+  const size_t n = prog.tasks.size();
+  const size_t num_slots = head_task.size();
   // Initially ready: tasks with no conditions, and stream heads whose other conditions hold.
   ready.assign(free_tasks.begin(), free_tasks.end());
   for (size_t s = 0; s < num_slots; ++s) advance(head_task[s]);
@@ -1163,36 +1304,30 @@ void Engine::State::simulate(RunResult& out) {
     now = queue.advance();
   }
 
-  if (progress) progress(finished, n);
-  out.makespan = makespan;
-  out.stats.events = events;
-  out.occupancy.resize(nd);
-  for (size_t d = 0; d < nd; ++d) {
-    account(devs[d]);  // nothing runs after the last event; this closes a stalled run's spans
-    out.occupancy[d] = devs[d].occ;
+}
+
+void Engine::State::report_stall(RunResult& out) {
+  const size_t n = p->tasks.size();
+  const size_t num_slots = head_task.size();
+  // Every task that starts also ends (rates are positive once the comm tasks, which always
+  // end, release the device), so the unfinished tasks are exactly those that never started.
+  // With the queue empty, a task whose start conditions all held (pending == 0) has run:
+  // it either started at once or had an issue event. So unfinished <=> pending > 0.
+  out.stalled = true;
+  auto unfinished = [&](uint32_t t) { return recs[t].pending > 0; };
+  for (uint32_t t = 0; t < n; ++t) {
+    if (unfinished(t)) timing[t] = TaskTiming{};
   }
-  if (finished < n) {
-    // Every task that starts also ends (rates are positive once the comm tasks, which always
-    // end, release the device), so the unfinished tasks are exactly those that never started.
-    // With the queue empty, a task whose start conditions all held (pending == 0) has run:
-    // it either started at once or had an issue event. So unfinished <=> pending > 0.
-    out.stalled = true;
-    auto unfinished = [&](uint32_t t) { return recs[t].pending > 0; };
-    for (uint32_t t = 0; t < n; ++t) {
-      if (unfinished(t)) timing[t] = TaskTiming{};
-    }
-    auto& blocked = out.stall.blocked_tasks;
-    for (size_t s = 0; s < num_slots && blocked.size() < kMaxBlocked; ++s) {
-      uint32_t t = head_task[s];  // walk the stream to its first unfinished task
-      while (t != kNone && !unfinished(t)) t = next_on_stream(t, static_cast<uint32_t>(s));
-      if (t == kNone) continue;
-      if (std::find(blocked.begin(), blocked.end(), t) == blocked.end()) blocked.push_back(t);
-    }
-    for (uint32_t t = 0; t < n && blocked.empty(); ++t) {
-      if (unfinished(t)) blocked.push_back(t);
-    }
+  auto& blocked = out.stall.blocked_tasks;
+  for (size_t s = 0; s < num_slots && blocked.size() < kMaxBlocked; ++s) {
+    uint32_t t = head_task[s];  // walk the stream to its first unfinished task
+    while (t != kNone && !unfinished(t)) t = next_on_stream(t, static_cast<uint32_t>(s));
+    if (t == kNone) continue;
+    if (std::find(blocked.begin(), blocked.end(), t) == blocked.end()) blocked.push_back(t);
   }
-  timing = nullptr;
+  for (uint32_t t = 0; t < n && blocked.empty(); ++t) {
+    if (unfinished(t)) blocked.push_back(t);
+  }
 }
 
 // ------------------------------------------------------------------------------------------
