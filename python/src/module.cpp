@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -128,7 +129,10 @@ struct NativeResult {
 };
 
 NativeResult simulate(const NativePlan& p, bool fold_replicas, bool memory_curves,
-                      bool critical_path, bool full_critical_path) {
+                      bool critical_path, bool full_critical_path, const std::string& granularity) {
+  // (the Python layer names the accepted values; this is the CLI's parser of them)
+  const std::optional<sim::Granularity> g = sim::parse_granularity(granularity);
+  if (!g) throw py::value_error("granularity takes 'op' or 'pass', not '" + granularity + "'");
   NativeResult r;
   r.session = p.session;
   r.full_critical = full_critical_path;
@@ -137,6 +141,7 @@ NativeResult simulate(const NativePlan& p, bool fold_replicas, bool memory_curve
     sim::SimOptions so;
     so.fold_replicas = fold_replicas;
     so.memory_curves = memory_curves;
+    so.granularity = *g;
     r.result = take(p.session->simulate(so));
     r.pm = sim::pipeline_metrics(p.session->compiled(), r.result);
     if (critical_path || full_critical_path) {
@@ -401,7 +406,7 @@ PYBIND11_MODULE(_stretto, m) {
   m.def("plan_from_text", &plan_from_text, py::arg("text"), py::arg("file"),
         py::arg("base_dir"));
   m.def("simulate", &simulate, py::arg("plan"), py::arg("fold_replicas"),
-        py::arg("memory_curves"), py::arg("critical_path"), py::arg("full_critical_path"));
+        py::arg("memory_curves"), py::arg("critical_path"), py::arg("full_critical_path"), py::arg("granularity"));
   m.def("result_json", &result_json);
   m.def("resolved_json", &resolved_json);
   m.def("memory_curve", &memory_curve);

@@ -309,6 +309,7 @@ def simulate(
     fold_replicas: bool = False,
     memory_curves: bool = True,
     critical_path: Union[bool, str] = False,
+    granularity: str = "op",
 ) -> Result:
     """Simulates one training step of ``plan`` (a Plan, a plan file's path or a plan dict).
 
@@ -317,7 +318,9 @@ def simulate(
     ``critical_path="full"`` (``--critical-path=full``: also ``critical_path``, every op);
     ``memory_curves=False`` keeps only each device's peak, not its allocated-memory curve
     (faster on large plans; the trace then has no memory counters; :meth:`Result.memory_curve`
-    still works). The GIL is released while it runs.
+    still works); ``granularity="pass"`` (``--granularity pass``) runs each region pass's
+    consecutive ops as one engine task (docs/semantics.md, "Granularity: op or pass"; ``"op"``,
+    the default, runs every op). The GIL is released while it runs.
 
     Each warning ``stretto simulate`` prints on stderr for the plan is raised as a
     :class:`StrettoWarning` (``warnings.warn``; filter them with the ``warnings`` module) and
@@ -326,8 +329,10 @@ def simulate(
     if critical_path not in (False, True, "full"):
         raise ValueError(f"critical_path takes True, False or 'full', not {critical_path!r}")
     full = critical_path == "full"
+    if granularity not in ("op", "pass"):
+        raise ValueError(f"granularity takes 'op' or 'pass', not {granularity!r}")
     native = _native.simulate(p._native, bool(fold_replicas), bool(memory_curves),
-                              bool(critical_path), full)
+                              bool(critical_path), full, granularity)
     result = Result(json.loads(_native.result_json(native)), native)
     for d in result.warnings:
         _pywarnings.warn(StrettoWarning(d), stacklevel=2)

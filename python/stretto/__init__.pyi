@@ -32,7 +32,12 @@ class Plan:
     def resolved(self) -> Dict[str, Any]: ...
     def to_dict(self) -> Dict[str, Any]: ...
     def simulate(
-        self, *, fold_replicas: bool = ..., memory_curves: bool = ..., critical_path: Union[bool, str] = ...
+        self,
+        *,
+        fold_replicas: bool = ...,
+        memory_curves: bool = ...,
+        critical_path: Union[bool, str] = ...,
+        granularity: str = ...,
     ) -> Result: ...
 
 class Result(Mapping[str, Any]):
@@ -76,6 +81,7 @@ def simulate(
     fold_replicas: bool = ...,
     memory_curves: bool = ...,
     critical_path: Union[bool, str] = ...,
+    granularity: str = ...,
 ) -> Result: ...
 def load_validation(path: PathLike) -> List[Dict[str, Any]]: ...
 def sweep(

@@ -49,6 +49,21 @@ def test_options_equal_cli_flags():
         stretto.simulate(stretto.Plan.load(plan), critical_path="some")
 
 
+def test_granularity_equals_cli_flag():
+    # A plan whose pass-granularity step differs from op granularity (interference inside the
+    # merged passes), so that an option dropped on the way to the engine shows.
+    plan = "examples/gpt_pp4_dp2_1f1b.json"
+    expected = cli_json("simulate", plan, "--format", "json", "--granularity", "pass")
+    got = stretto.simulate(plan, granularity="pass")
+    assert without_wall_clock(got.to_dict()) == without_wall_clock(expected)
+    assert stretto.Plan.load(plan).simulate(granularity="pass").step_time_ms == got.step_time_ms
+    op = stretto.simulate(plan, granularity="op")
+    assert without_wall_clock(op.to_dict()) == without_wall_clock(stretto.simulate(plan).to_dict())
+    assert op.step_time_ms != got.step_time_ms
+    with pytest.raises(ValueError, match="granularity"):
+        stretto.simulate(plan, granularity="layer")
+
+
 def test_plan_from_dict_and_path_agree():
     plan = "examples/cpu_gpt_pp2_1f1b.json"
     doc = json.loads((ROOT / plan).read_text())
