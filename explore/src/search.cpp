@@ -104,6 +104,11 @@ Expected<std::vector<Json>> search_space(const Json& base, const SearchOptions& 
   auto facts_or = facts(base);
   if (!facts_or) return fail(std::move(facts_or).error());
   const ModelFacts& mf = *facts_or;
+  // Every point fills whole nodes (docs/sweeps.md), as the base's cluster does.
+  if (opt.devices > mf.dpn && opt.devices % mf.dpn != 0)
+    return fail(plain(fmt::format("--devices {} is not a whole number of {}-device nodes",
+                                  opt.devices, mf.dpn),
+                      "the base plan's cluster.devices_per_node (written, or its preset's)"));
   // The base's global batch (microbatch_size x microbatches x dp, resolved by plan/: a layout
   // plan's dp counts): every point of the space trains on the same number of sequences.
   auto rb = resolve(base, Json::object());

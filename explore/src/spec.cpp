@@ -619,8 +619,8 @@ Expected<Resolved> base_defaults(const Json& base) {
   r.streams = rp.streams;
   if (rp.zero == 3 && rp.prefetch != 1) r.prefetch = rp.prefetch;
   r.reshard_after_forward = rp.zero < 3 || rp.reshard_after_forward;
-  if (const ResolvedField* f = rp.field("devices_per_node"); f && f->source == ValueSource::kPlan)
-    r.written_devices_per_node = f->value.get<int>();
+  // The cluster's devices per node as plan/ resolves it: written, or the preset's.
+  r.devices_per_node = std::max(1, plan->cluster.devices_per_node);
   r.sequence_parallel = rp.sequence_parallel;
   r.order = rp.order;
   return r;
@@ -823,14 +823,14 @@ std::string point_name(const Json& base_plan, const Json& params) {
 
 namespace {
 
-// Sizes the cluster to the point's devices: whole nodes of the base's devices_per_node as
-// written (`dpn`; 0 when the base leaves it to the preset: one node of n devices).
+// Sizes the cluster to the point's devices: whole nodes of the base's resolved devices_per_node
+// (`dpn`, the plan's or its preset's); n devices within one node are one node of n.
 Expected<void> size_cluster(Json& plan, int64_t n, int dpn) {
   if (n > kMaxLayoutDevices)
     return fail(plain(fmt::format("the layout uses {} devices, more than 2^20", n),
                       "tp x pp x dp is at most 1048576"));
   const Json::json_pointer nodes("/cluster/nodes"), per_node("/cluster/devices_per_node");
-  if (dpn <= 0 || n <= int64_t{dpn}) {
+  if (n <= int64_t{dpn}) {
     plan[nodes] = 1;
     plan[per_node] = n;
   } else {
@@ -932,7 +932,7 @@ Expected<PointPlan> resolve_point(const Json& base_plan, const Json& params) {
   Resolved same = r;
   if (base_values->family.empty() && !params.contains("family")) same.family.clear();
   if (!r.schedule_axes || same.same_schedule(*base_values)) return PointPlan{std::move(plan), r};
-  const int dpn = base_values->written_devices_per_node;
+  const int dpn = base_values->devices_per_node;
   if (layout_expressible(*base_values, r)) {
     auto sched = build_schedule(r.family, r.pp, r.stages_per_rank, r.microbatches);
     if (!sched) return fail(std::move(sched).error());

@@ -79,6 +79,14 @@ std::vector<NamedPlan> variations() {
     p["cluster"]["devices_per_node"] = 4;
     out.push_back({"MoE ep = dp", p});
   }
+  {
+    // Two nodes of the preset's devices_per_node (8, not written): a point of 16 devices is
+    // the same two nodes, not one node of 16 (whose links are all NVLink).
+    Json p = shrink(llama);
+    p["cluster"].erase("devices_per_node");
+    p["schedule"]["microbatches"] = 8;
+    out.push_back({"preset's devices_per_node, 2 nodes", p});
+  }
   return out;
 }
 
@@ -202,6 +210,15 @@ TEST(DoorConsistency, APointIsTheResolvedBasePlusItsEdits) {
     EXPECT_EQ(er->microbatches, mb);
     EXPECT_EQ(er->placement, base->placement) << np.name;
     EXPECT_EQ(er->tp_groups, base->tp_groups) << np.name;
+    // ... and it simulates to what the base with that one value edited by hand does.
+    Json by_hand = np.doc;
+    by_hand["schedule"]["microbatches"] = mb;
+    auto hand_sim = simulate(by_hand);
+    ASSERT_TRUE(hand_sim) << np.name;
+    auto edited_sim = simulate(*edited);
+    ASSERT_TRUE(edited_sim) << np.name;
+    EXPECT_EQ(edited_sim->step, hand_sim->step) << np.name << " microbatches = " << mb;
+    EXPECT_EQ(edited_sim->peak, hand_sim->peak) << np.name << " microbatches = " << mb;
   }
 }
 
@@ -221,6 +238,33 @@ TEST(DoorConsistency, SearchKeepsTheBasesGlobalBatch) {
       ASSERT_EQ(gbs, base->global_batch()) << np.name << ": " << p.dump();
     }
   }
+}
+
+// Search's points fill whole nodes of the base's resolved devices_per_node (here the
+// preset's 8, not written), as the base's cluster does.
+TEST(DoorConsistency, SearchFillsWholeNodesOfThePresetsDevicesPerNode) {
+  const NamedPlan np = variations().back();
+  ASSERT_EQ(np.name, "preset's devices_per_node, 2 nodes");
+  SearchOptions opt;
+  opt.devices = 16;
+  auto space = search_space(np.doc, opt);
+  ASSERT_TRUE(space) << render_all(space.error());
+  for (const Json& p : *space) {
+    if (p["tp"] != 1 || p["pp"] != 4) continue;
+    auto doc = point_plan(np.doc, p);
+    ASSERT_TRUE(doc) << p.dump() << ": " << render_all(doc.error());
+    auto r = described(*doc);
+    ASSERT_TRUE(r) << render_all(r.error());
+    EXPECT_EQ(r->field("nodes")->value, 2) << p.dump();
+    EXPECT_EQ(r->field("devices_per_node")->value, 8) << p.dump();
+    break;
+  }
+  opt.devices = 12;
+  auto twelve = search_space(np.doc, opt);
+  ASSERT_FALSE(twelve);
+  EXPECT_NE(render_all(twelve.error()).find("--devices 12 is not a whole number of 8-device nodes"),
+            std::string::npos)
+      << render_all(twelve.error());
 }
 
 // An axis value the plan cannot take is refused with the plan parser's own words.

@@ -102,7 +102,7 @@ struct Resolved {
   std::vector<std::string> order = {"tp", "dp", "pp"};  // rank order, innermost first
   bool reshard_after_forward = true;  // ZeRO-3: free gathered parameters after the forward
   bool layout_base = false;    // the base is a builder call with the "layout" shorthand
-  int written_devices_per_node = 0;  // the base's cluster.devices_per_node as written (0: not)
+  int devices_per_node = 1;    // the base's resolved cluster.devices_per_node (plan or preset)
   bool schedule_axes = false;  // the point changes the schedule: it is regenerated
   int64_t devices() const { return int64_t{tp} * pp * dp; }
   int64_t global_batch() const { return microbatch_size * microbatches * dp; }
