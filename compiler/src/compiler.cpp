@@ -227,7 +227,42 @@ class Compiler {
   bool apply_recompute();
   void tie_embeddings();
   int64_t act_bytes(uint32_t o, const UnitInfo& u, int64_t b) const;
+  // build_nodes, in steps: each microbatch's forward then backward units (with their
+  // transfers and collectives), then the DP gradient reductions and the optimizer step.
   void build_nodes();
+  struct EmitState;  // what the forward and backward emitters share within one build_nodes
+  struct DagSizes {
+    size_t nodes, edges, mem;
+  };
+  void reserve_microbatches(const DagSizes& base);
+  uint16_t tp_stream(const UnitInfo& u);
+  uint16_t ep_stream(const UnitInfo& u);
+  uint32_t add_collective(CommKind kind, CommPurpose purpose, uint32_t op, int mb, Pass pass,
+                          uint32_t groups, uint16_t strm, int64_t bytes, int32_t directive);
+  uint32_t add_compute(uint32_t o, int mb, Pass pass);
+  void comm_buffer(uint32_t n, int64_t bytes);
+  uint32_t add_all_to_all(CommPurpose purpose, uint32_t o, int mb, Pass pass, const UnitInfo& u);
+  uint32_t add_zero3_gather(uint32_t o, int mb, Pass pass, const UnitInfo& u);
+  bool zero3(uint32_t o, const UnitInfo& u) const;
+  bool keeps_gathered(const UnitInfo& u) const;
+  void note_pass(EmitState& es, uint32_t o, int mb, bool bwd, const UnitInfo& u, uint32_t node);
+  void bound_gather(EmitState& es, uint32_t g, uint32_t o, int mb, bool bwd, const UnitInfo& u);
+  uint32_t emit_forward(EmitState& es, uint32_t o, int mb, bool rc,
+                        const std::vector<uint32_t>& trigger);
+  void recomputed_inputs(uint32_t o, int mb, std::vector<uint32_t>& deps);
+  void received_inputs(EmitState& es, uint32_t o, int mb, std::vector<uint32_t>& deps);
+  uint32_t forward_gather(EmitState& es, uint32_t o, int mb, bool rc, Pass pass,
+                          std::vector<uint32_t>& deps);
+  uint32_t forward_outputs(uint32_t o, int mb, Pass pass, uint32_t c);
+  void emit_backward(EmitState& es, uint32_t o, int mb);
+  void received_gradients(EmitState& es, uint32_t o, int mb, std::vector<uint32_t>& deps);
+  uint32_t backward_gather(EmitState& es, uint32_t o, int mb, Pass bp);
+  uint32_t backward_regather(uint32_t o, int mb, Pass bp, const std::vector<uint32_t>& deps);
+  uint32_t backward_compute(EmitState& es, uint32_t o, int mb, uint32_t gather, uint32_t regather,
+                            const std::vector<uint32_t>& deps);
+  uint32_t backward_outputs(uint32_t o, int mb, Pass bp, uint32_t first, uint32_t regather);
+  void add_gradient_reductions(std::vector<uint32_t>& reduce_of_op,
+                               std::vector<uint32_t>& param_syncs);
   void add_optimizer(const std::vector<uint32_t>& reduce_of_op,
                      const std::vector<uint32_t>& param_syncs);
   void compute_static_memory();
@@ -832,87 +867,9 @@ uint32_t Compiler::cross(uint32_t prod, uint32_t cons, int mb, Pass pass, CommPu
   return add_node(n);
 }
 
-void Compiler::build_nodes() {
-  const auto& ops = cp_.model.ops;
-  auto& dag = cp_.dag;
-  stream("compute");
-  // consumers of each op
-  std::vector<std::vector<uint32_t>> consumers(nops());
-  for (uint32_t o = 0; o < nops(); ++o)
-    for (uint32_t i : ops[o].inputs) consumers[i].push_back(o);
-
-  auto tp_stream = [&](const UnitInfo& u) {
-    const auto& s = plan_.schedule[u.tp_dir].stream;
-    return stream(s.empty() ? "tp" : s);
-  };
-  auto ep_stream = [&](const UnitInfo& u) {
-    const auto& s = plan_.schedule[u.shard].stream;
-    return stream(s.empty() ? "ep" : s);
-  };
-  auto collective = [&](CommKind kind, CommPurpose purpose, uint32_t op, int mb, Pass pass,
-                        uint32_t groups, uint16_t strm, int64_t bytes, int32_t directive) {
-    Node n;
-    n.kind = NodeKind::kCollective;
-    n.comm = kind;
-    n.purpose = purpose;
-    n.tags = mb >= 0 ? unit_tags(op, mb) : ops[op].tags;
-    n.tags.pass = pass;
-    n.op = op;
-    n.devs = groups;
-    n.stream = strm;
-    n.bytes = bytes;
-    n.directive = directive;
-    return add_node(n);
-  };
-  auto compute = [&](uint32_t o, int mb, Pass pass) {
-    const UnitInfo& u = unit(o, mb);
-    Node n;
-    n.kind = NodeKind::kCompute;
-    n.tags = unit_tags(o, mb);
-    n.tags.pass = pass;
-    n.op = o;
-    n.devs = u.devs;
-    n.tp = static_cast<uint16_t>(u.tp);
-    n.sequence_parallel = u.tp > 1 && u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
-    n.directive = u.place;
-    n.stream = 0;
-    return add_node(n);
-  };
-
-  // Comm buffers live while the node runs.
-  auto buffer = [&](uint32_t n, int64_t bytes) {
-    mem(n, false, MemCategory::kCommBuffers, bytes);
-    mem(n, true, MemCategory::kCommBuffers, -bytes);
-  };
-  // EP all-to-all (dispatch or combine) of a unit: every token's top-k slots, hidden-wide.
-  auto all_to_all = [&](CommPurpose purpose, uint32_t o, int mb, Pass pass, const UnitInfo& u) {
-    // Sized by the busiest expert's share (MoeSpec::load_factor: imbalance or capacity).
-    const auto& moe = cp_.plan.model.moe;
-    const double load = moe ? moe->load_factor() : 1.0;
-    const int64_t bytes = static_cast<int64_t>(
-        std::llround(static_cast<double>(cp_.model.tokens_per_microbatch *
-                                         (moe ? moe->top_k : 1) * cp_.plan.model.hidden *
-                                         dtype_bytes(cp_.model.dtype) / u.tp) *
-                     load));
-    uint32_t n = collective(CommKind::kAllToAll, purpose, o, mb, pass, dp_groups(u), ep_stream(u),
-                            bytes, u.shard);
-    buffer(n, bytes);
-    return n;
-  };
-  // ZeRO-3: gather a unit's parameters before a pass (kNone if not sharded).
-  auto zero3_gather = [&](uint32_t o, int mb, Pass pass, const UnitInfo& u) {
-    const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
-    const ModelOp& op = ops[o];
-    if (!rd || !rd->shard_params || op.param_bytes == 0 || u.shard >= 0 || u.replicas.size() < 2)
-      return kNone;
-    const int64_t pb = op.param_bytes / u.tp;
-    uint32_t n =
-        collective(CommKind::kAllGather, CommPurpose::kParamGather, o, mb, pass, dp_groups(u),
-                   stream(rd->gather_stream.empty() ? "dp" : rd->gather_stream), pb, u.repl);
-    mem(n, false, MemCategory::kGatheredParams, pb);
-    return n;
-  };
-
+// What the forward and backward emitters of one build_nodes share.
+struct Compiler::EmitState {
+  std::vector<std::vector<uint32_t>> consumers;  // of each op
   // ZeRO-3 prefetch bound (FSDP): the gather of a unit (the param ops of one PP region and
   // layer) waits for the pass of the unit `prefetch + 1` places earlier in the same region pass
   // (forward: layers ascending; backward: descending), so at most prefetch + 1 units of a region
@@ -923,335 +880,522 @@ void Compiler::build_nodes() {
   using SeqKey = std::tuple<uint32_t, bool, int, int32_t>;  // devs, backward, mb, PP
   std::map<SeqKey, std::vector<std::pair<int32_t, uint32_t>>> gather_seq;  // (layer, last pass)
   std::map<std::tuple<uint32_t, int, int32_t>, uint32_t> fwd_last;  // (devs, mb, PP) -> last F
-  auto zero3 = [&](uint32_t o, const UnitInfo& u) {
-    const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
-    return rd && rd->shard_params && ops[o].param_bytes > 0;
-  };
-  // Records that `node` (a compute pass of unit o) ran, for the prefetch bound above.
-  auto note_pass = [&](uint32_t o, int mb, bool bwd, const UnitInfo& u, uint32_t node) {
-    if (!zero3(o, u)) return;
-    const Tags& t = ops[o].tags;
-    auto& seq = gather_seq[SeqKey{u.devs, bwd, mb, t.pp()}];
-    const int32_t layer = t.get(TagKey::kLayer);
-    if (!seq.empty() && seq.back().first == layer)
-      seq.back().second = node;
-    else
-      seq.push_back({layer, node});
-    if (!bwd) fwd_last[{u.devs, mb, t.pp()}] = node;
-  };
-  auto bound_gather = [&](uint32_t g, uint32_t o, int mb, bool bwd, const UnitInfo& u) {
-    const Directive& rd = plan_.schedule[u.repl];
-    const Tags& t = ops[o].tags;
-    auto& seq = gather_seq[SeqKey{u.devs, bwd, mb, t.pp()}];
-    // Units completed before this one, newest last; the current unit may be open already.
-    size_t n = seq.size();
-    if (n && seq.back().first == t.get(TagKey::kLayer)) --n;
-    const size_t back = static_cast<size_t>(rd.prefetch) + 1;
-    if (n >= back) {
-      edge(seq[n - back].second, g);
-    } else if (bwd) {
-      if (auto it = fwd_last.find({u.devs, mb, t.pp()}); it != fwd_last.end()) edge(it->second, g);
-    }
-  };
-
   std::map<std::tuple<uint32_t, int, uint32_t>, uint32_t> sent;  // forward activation transfers
   // Dependency lists of the forward and backward being emitted, reused (not one allocation per
   // unit and pass).
   std::vector<uint32_t> fwd_deps, bwd_deps;
-  // Emits the forward of unit (o, mb) and returns the node after which its output is complete.
-  // A recomputed forward (`rc`) takes its inputs from the recomputed outputs of producers in the
-  // same checkpoint segment and from the checkpoint otherwise (no transfers are redone), waits
-  // for `trigger` (the gradient that reaches the segment), is tagged with the pass of the
-  // backward it precedes and flagged `recompute` (its collectives too).
-  auto emit_forward = [&](uint32_t o, int mb, bool rc, const std::vector<uint32_t>& trigger) {
-    UnitInfo& u = unit(o, mb);
-    const ModelOp& op = ops[o];
-    const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
-    const Pass bp = u.split_bwd ? Pass::kBI : Pass::kB;
-    const Pass pass = rc ? bp : Pass::kF;
-    const size_t first_node = dag.nodes.size();
-    std::vector<uint32_t>& deps = fwd_deps;
-    deps.assign(trigger.begin(), trigger.end());
-    if (rc) {
-      for (uint32_t i : op.inputs) {
-        const UnitInfo& ui = unit(i, mb);
-        if (ui.rc_seg >= 0 && ui.rc_seg == u.rc_seg && ui.rf != kNone)
-          deps.push_back(ui.rf);
-        else if (ui.devs == u.devs)
-          deps.push_back(ui.f);
-      }
-    } else {
-      // Inputs: remote producers need a transfer; merge producers on one remote device set.
-      std::map<uint32_t, std::pair<uint32_t, std::vector<uint32_t>>> remote;  // devs->(prod, fs)
-      for (uint32_t i : op.inputs) {
-        const UnitInfo& ui = unit(i, mb);
-        if (ui.devs == u.devs)
-          deps.push_back(ui.f);
-        else {
-          auto& r = remote[ui.devs];
-          if (r.second.empty() || ops[i].out_bytes > ops[r.first].out_bytes) r.first = i;
-          r.second.push_back(ui.f);
-        }
-      }
-      for (auto& [devs, r] : remote) {
-        const UnitInfo& ui = unit(r.first, mb);
-        if (cp_.dag.device_sets[ui.devs].devices.size() !=
-            cp_.dag.device_sets[u.devs].devices.size()) {
-          error(plan_.schedule[u.place].pointer,
-                fmt::format("{} on {} devices consumes {} on {} devices: data-parallel and "
-                            "tensor-parallel degrees must match across a stage boundary",
-                            op.name, cp_.dag.device_sets[u.devs].devices.size(),
-                            ops[r.first].name, cp_.dag.device_sets[ui.devs].devices.size()),
-                "give both stages the same number of replicas and the same TP degree", u.place,
-                {{loc(plan_.schedule[ui.place].pointer), "the producer is placed here"}});
-          continue;
-        }
-        // One transfer per (producer, microbatch, receiving devices): consumers on the same
-        // devices (a layer's norm and its residual add) share the received activation.
-        const auto key = std::make_tuple(r.first, mb, u.devs);
-        if (auto it = sent.find(key); it != sent.end()) {
-          deps.push_back(it->second);
-          continue;
-        }
-        uint32_t t =
-            cross(r.first, o, mb, Pass::kF, CommPurpose::kActivation, ops[r.first].out_bytes);
-        for (uint32_t f : r.second) edge(f, t);
-        buffer(t, dag.nodes[t].bytes);
-        deps.push_back(t);
-        sent.emplace(key, t);
-      }
-    }
-    // ZeRO-3: gather this op's parameters before its forward. A recomputed forward gathers for
-    // the backward that follows it (FSDP's pre-backward unshard): the backward reuses it.
-    uint32_t gather = kNone;
-    const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
-    const bool keep_gathered = rd && rd->shard_params && !rd->reshard_after_forward;
-    if (!keep_gathered || (!rc && mb == 0)) {
-      gather = zero3_gather(o, mb, pass, u);
-      if (gather != kNone) {
-        bound_gather(gather, o, mb, rc, u);
-        deps.push_back(gather);
-      }
-    }
-    if (rc) u.rc_gather = gather;
-    // TP with sequence parallelism: all-gather the sequence before column-parallel GEMMs. Its
-    // bytes are NCCL's (docs/costmodel.md): the gathered output, the whole b x s x h input.
-    if (sp && (op.tp == TpSplit::kColumn) && op.kind != OpKind::kMlpAct &&
-        op.kind != OpKind::kLoss && u.tp > 1) {
-      uint32_t ag = collective(CommKind::kAllGather, CommPurpose::kTensorPar, o, mb, pass,
-                               tp_groups(u), tp_stream(u), op.saved_input_bytes, u.tp_dir);
-      for (uint32_t d : deps) edge(d, ag);
-      deps = {ag};
-    }
-    // EP: all-to-all dispatch before the experts.
-    if (u.shard >= 0) {
-      uint32_t a2a = all_to_all(CommPurpose::kDispatch, o, mb, pass, u);
-      for (uint32_t d : deps) edge(d, a2a);
-      deps = {a2a};
-    }
-    const uint32_t c = compute(o, mb, pass);
-    for (uint32_t d : deps) edge(d, c);
-    note_pass(o, mb, rc, u, c);
-    // Saved activations: a checkpointed op keeps only its share of the segment's input at its
-    // forward, and the rest when it is recomputed.
-    const int64_t saved = act_bytes(o, u, op.saved_bytes);
-    const int64_t kept = u.rc >= 0 ? u.rc_kept : saved;
-    mem(c, true, MemCategory::kActivations, rc ? saved - kept : kept);
-    if (gather != kNone && !rc && !keep_gathered)
-      mem(c, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
-    uint32_t out = c;
-    if (u.shard >= 0) {
-      uint32_t a2a = all_to_all(CommPurpose::kCombine, o, mb, pass, u);
-      edge(out, a2a);
-      out = a2a;
-    }
-    // Vocab-parallel cross-entropy (Megatron-Core's _VocabParallelCrossEntropy.forward): each
-    // TP rank holds 1/t of the logits, so the max logit (MAX), the target's logit and the sum
-    // of exponentials (SUM) of every token are all-reduced over the TP group, one fp32 per
-    // token each, in that order. The backward needs no communication (each rank's softmax
-    // slice is local once the sums are known).
-    if (u.tp > 1 && op.kind == OpKind::kLoss) {
-      for (int i = 0; i < 3; ++i) {
-        uint32_t ar = collective(CommKind::kAllReduce, CommPurpose::kLossReduce, o, mb, pass,
-                                 tp_groups(u), tp_stream(u),
-                                 cp_.model.tokens_per_microbatch * 4, u.tp_dir);
-        edge(out, ar);
-        out = ar;
-      }
-    }
-    // TP: row-parallel outputs are partial sums.
-    if (u.tp > 1 && (op.tp == TpSplit::kRow)) {
-      uint32_t cl = collective(sp ? CommKind::kReduceScatter : CommKind::kAllReduce,
-                               CommPurpose::kTensorPar, o, mb, pass, tp_groups(u), tp_stream(u),
-                               op.out_bytes, u.tp_dir);
-      edge(out, cl);
-      out = cl;
-    }
-    if (rc)
-      for (size_t i = first_node; i < dag.nodes.size(); ++i) dag.nodes[i].recompute = true;
-    return out;
-  };
+};
 
-  const size_t nodes0 = dag.nodes.size(), edges0 = dag.edges.size(), mem0 = dag.mem.size();
+void Compiler::build_nodes() {
+  auto& dag = cp_.dag;
+  stream("compute");
+  EmitState es;
+  es.consumers.resize(nops());
+  for (uint32_t o = 0; o < nops(); ++o)
+    for (uint32_t i : cp_.model.ops[o].inputs) es.consumers[i].push_back(o);
+
+  const DagSizes base{dag.nodes.size(), dag.edges.size(), dag.mem.size()};
   // The first microbatch: a few nodes and edges per op (F, B and their transfers), so it does
   // not grow from empty by doubling either.
-  dag.nodes.reserve(nodes0 + 4 * nops() + 64);
-  dag.edges.reserve(edges0 + 8 * nops() + 64);
-  dag.mem.reserve(mem0 + 4 * nops() + 64);
+  dag.nodes.reserve(base.nodes + 4 * nops() + 64);
+  dag.edges.reserve(base.edges + 8 * nops() + 64);
+  dag.mem.reserve(base.mem + 4 * nops() + 64);
   for (int mb = 0; mb < M_; ++mb) {
-    // Every microbatch emits about as much as the first: reserve once, not by doubling (the
-    // copies and page faults of the growth were a tenth of a big plan's compile).
-    if (mb == 1) {
-      const size_t m = static_cast<size_t>(M_);
-      // (plus a barrier per order group, as order_and_lower adds on one class of devices)
-      dag.nodes.reserve(nodes0 + (dag.nodes.size() - nodes0) * m + m +
-                        detail::order_groups(plan_) + 1024);
-      // (plus the gradient reductions' inputs, one per op and microbatch, and a few temporal
-      // edges per order group)
-      dag.edges.reserve(edges0 + (dag.edges.size() - edges0) * m + 2 * m + nops() * m +
-                        8 * detail::order_groups(plan_) + 1024);
-      dag.mem.reserve(mem0 + (dag.mem.size() - mem0) * m + m + 1024);
-    }
-    // ---- forward ----
-    for (uint32_t o = 0; o < nops(); ++o) unit(o, mb).f = emit_forward(o, mb, false, {});
-    // ---- backward, in reverse ----
-    for (uint32_t oo = static_cast<uint32_t>(nops()); oo-- > 0;) {
-      const uint32_t o = oo;
-      UnitInfo& u = unit(o, mb);
-      const ModelOp& op = ops[o];
-      const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
-      std::vector<uint32_t>& deps = bwd_deps;
-      deps.clear();
-      // The forward must have run (saved activations): u.f is the op's output node (with
-      // recompute, the recomputed output, added below).
-      if (u.rc < 0) deps.push_back(u.f);
-      std::map<uint32_t, std::pair<uint32_t, std::vector<uint32_t>>> remote;
-      for (uint32_t c : consumers[o]) {
-        const UnitInfo& uc = unit(c, mb);
-        uint32_t gnode = uc.split_bwd ? uc.bi : uc.b;
-        if (uc.devs == u.devs)
-          deps.push_back(gnode);
-        else {
-          auto& r = remote[uc.devs];
-          r.first = c;
-          r.second.push_back(gnode);
-        }
-      }
-      for (auto& [devs, r] : remote) {
-        uint32_t t = cross(o, r.first, mb, u.split_bwd ? Pass::kBI : Pass::kB,
-                           CommPurpose::kGradient, op.out_bytes);
-        if (t == kNone) continue;
-        for (uint32_t g : r.second) edge(g, t);
-        buffer(t, dag.nodes[t].bytes);
-        deps.push_back(t);
-      }
-      // Recomputation: when the gradient reaches a checkpoint segment (at its last op), its
-      // forward re-runs, in order, right before the segment's backward.
-      if (u.rc >= 0 && u.rc_last) {
-        const std::vector<uint32_t>& seg = segments_[static_cast<size_t>(u.rc_seg)];
-        for (uint32_t so : seg) unit(so, mb).rf = emit_forward(so, mb, true, deps);
-      }
-      if (u.rc >= 0) deps.push_back(u.rf);
-      const Pass bp = u.split_bwd ? Pass::kBI : Pass::kB;
-      if (u.tp > 1 && op.tp == TpSplit::kRow && sp) {
-        // Backward of the forward reduce-scatter: all-gather the output gradient (the
-        // gathered output: the whole gradient, as the forward reduce-scatter's input).
-        uint32_t ag = collective(CommKind::kAllGather, CommPurpose::kTensorPar, o, mb, bp,
-                                 tp_groups(u), tp_stream(u), op.out_bytes, u.tp_dir);
-        for (uint32_t d : deps) edge(d, ag);
-        deps = {ag};
-      }
-      const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
-      const bool keep_gathered = rd && rd->shard_params && !rd->reshard_after_forward;
-      uint32_t gather = u.rc >= 0 ? u.rc_gather : kNone;
-      if (u.rc < 0 && !keep_gathered) {
-        gather = zero3_gather(o, mb, bp, u);
-        if (gather != kNone) bound_gather(gather, o, mb, true, u);
-      }
-      if (gather != kNone) deps.push_back(gather);
-      if (u.shard >= 0) {  // gradient of the combine: all-to-all back to the experts
-        uint32_t a2a = all_to_all(CommPurpose::kCombine, o, mb, bp, u);
-        for (uint32_t d : deps) edge(d, a2a);
-        deps = {a2a};
-      }
-      // Sequence parallelism: a column-parallel GEMM saved only its 1/t sequence shard of the
-      // input, so its backward all-gathers the input again for the weight gradient
-      // (Megatron-Core's LinearWithGradAccumulationAndAsyncCommunication.backward, and
-      // Transformer Engine's Linear with sequence_parallel). It is launched with the backward
-      // and overlaps the input-gradient GEMM; the weight gradient waits for it. The gathered
-      // input (b·s·h) is held until the weight gradient is done.
-      uint32_t regather = kNone;
-      const int64_t regather_bytes = op.saved_input_bytes;
-      if (sp && u.tp > 1 && op.tp == TpSplit::kColumn && op.kind != OpKind::kMlpAct &&
-          op.kind != OpKind::kLoss && op.has_weight_grad()) {
-        regather = collective(CommKind::kAllGather, CommPurpose::kTensorPar, o, mb, bp,
-                              tp_groups(u), tp_stream(u), regather_bytes, u.tp_dir);
-        for (uint32_t d : deps) edge(d, regather);
-        mem(regather, false, MemCategory::kCommBuffers, regather_bytes);
-      }
-      const int64_t saved = act_bytes(o, u, op.saved_bytes);
-      const int64_t saved_bw = act_bytes(o, u, op.saved_bw_bytes);
-      uint32_t first;
-      if (u.split_bwd && !op.has_weight_grad()) {
-        // Nothing to defer: the whole backward is BI, and no BW node (no kernel, no host
-        // dispatch, its activations freed at BI).
-        u.bi = first = compute(o, mb, Pass::kBI);
-        for (uint32_t d : deps) edge(d, u.bi);
-        mem(u.bi, true, MemCategory::kActivations, -saved);
-        if (gather != kNone) mem(u.bi, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
-        note_pass(o, mb, true, u, u.bi);
-      } else if (u.split_bwd) {
-        u.bi = first = compute(o, mb, Pass::kBI);
-        u.bw = compute(o, mb, Pass::kBW);
-        for (uint32_t d : deps) edge(d, u.bi);
-        edge(u.bi, u.bw);
-        mem(u.bi, true, MemCategory::kActivations, -(saved - saved_bw));
-        mem(u.bw, true, MemCategory::kActivations, -saved_bw);
-        if (gather != kNone) mem(u.bw, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
-        if (regather != kNone) {
-          edge(regather, u.bw);
-          mem(u.bw, true, MemCategory::kCommBuffers, -regather_bytes);
-        }
-        note_pass(o, mb, true, u, u.bi);
-      } else {
-        u.b = first = compute(o, mb, Pass::kB);
-        for (uint32_t d : deps) edge(d, u.b);
-        mem(u.b, true, MemCategory::kActivations, -saved);
-        if (gather != kNone) mem(u.b, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
-        note_pass(o, mb, true, u, u.b);
-      }
-      uint32_t out = first;
-      if (u.shard >= 0) {  // input gradient back through the dispatch
-        uint32_t a2a = all_to_all(CommPurpose::kDispatch, o, mb, bp, u);
-        edge(out, a2a);
-        out = a2a;
-      }
-      // TP: the input gradient of a column-parallel op is a partial sum.
-      if (u.tp > 1 && op.tp == TpSplit::kColumn && op.kind != OpKind::kMlpAct &&
-          op.kind != OpKind::kLoss) {
-        uint32_t c = collective(sp ? CommKind::kReduceScatter : CommKind::kAllReduce,
-                                CommPurpose::kTensorPar, o, mb, bp, tp_groups(u), tp_stream(u),
-                                op.saved_input_bytes, u.tp_dir);
-        edge(out, c);
-        // One backward node (B) holds both GEMMs: the re-gather overlaps it, and its buffer is
-        // freed once both are done (the reduce-scatter follows both).
-        if (regather != kNone && !u.split_bwd) {
-          edge(regather, c);
-          mem(c, true, MemCategory::kCommBuffers, -regather_bytes);
-        }
-        out = c;
-      }
-      // Producers wait for the complete input gradient.
-      if (u.split_bwd)
-        u.bi = out;
-      else
-        u.b = out;
-    }
+    if (mb == 1) reserve_microbatches(base);
+    for (uint32_t o = 0; o < nops(); ++o) unit(o, mb).f = emit_forward(es, o, mb, false, {});
+    for (uint32_t o = static_cast<uint32_t>(nops()); o-- > 0;) emit_backward(es, o, mb);
   }
 
-  // ---- DP gradient reduction, per bucket, after the last backward that produces it ----
-  // Reduction group of an op: every device holding a copy of its parameters (replicas of
-  // all microbatches' placements: DualPipe's second copy too), per TP rank.
+  std::vector<uint32_t> reduce_of_op(nops(), kNone);  // the reduction covering each op
+  std::vector<uint32_t> param_syncs;                  // ZeRO-1/2 all-gathers after the step
+  add_gradient_reductions(reduce_of_op, param_syncs);
+  add_optimizer(reduce_of_op, param_syncs);
+}
+
+// Every microbatch emits about as much as the first (emitted since `base`): reserve once, not
+// by doubling (the copies and page faults of the growth were a tenth of a big plan's compile).
+void Compiler::reserve_microbatches(const DagSizes& base) {
+  auto& dag = cp_.dag;
+  const size_t m = static_cast<size_t>(M_);
+  // (plus a barrier per order group, as order_and_lower adds on one class of devices)
+  dag.nodes.reserve(base.nodes + (dag.nodes.size() - base.nodes) * m + m +
+                    detail::order_groups(plan_) + 1024);
+  // (plus the gradient reductions' inputs, one per op and microbatch, and a few temporal
+  // edges per order group)
+  dag.edges.reserve(base.edges + (dag.edges.size() - base.edges) * m + 2 * m + nops() * m +
+                    8 * detail::order_groups(plan_) + 1024);
+  dag.mem.reserve(base.mem + (dag.mem.size() - base.mem) * m + m + 1024);
+}
+
+uint16_t Compiler::tp_stream(const UnitInfo& u) {
+  const auto& s = plan_.schedule[u.tp_dir].stream;
+  return stream(s.empty() ? "tp" : s);
+}
+uint16_t Compiler::ep_stream(const UnitInfo& u) {
+  const auto& s = plan_.schedule[u.shard].stream;
+  return stream(s.empty() ? "ep" : s);
+}
+
+uint32_t Compiler::add_collective(CommKind kind, CommPurpose purpose, uint32_t op, int mb,
+                                  Pass pass, uint32_t groups, uint16_t strm, int64_t bytes,
+                                  int32_t directive) {
+  Node n;
+  n.kind = NodeKind::kCollective;
+  n.comm = kind;
+  n.purpose = purpose;
+  n.tags = mb >= 0 ? unit_tags(op, mb) : cp_.model.ops[op].tags;
+  n.tags.pass = pass;
+  n.op = op;
+  n.devs = groups;
+  n.stream = strm;
+  n.bytes = bytes;
+  n.directive = directive;
+  return add_node(n);
+}
+
+uint32_t Compiler::add_compute(uint32_t o, int mb, Pass pass) {
+  const UnitInfo& u = unit(o, mb);
+  Node n;
+  n.kind = NodeKind::kCompute;
+  n.tags = unit_tags(o, mb);
+  n.tags.pass = pass;
+  n.op = o;
+  n.devs = u.devs;
+  n.tp = static_cast<uint16_t>(u.tp);
+  n.sequence_parallel = u.tp > 1 && u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
+  n.directive = u.place;
+  n.stream = 0;
+  return add_node(n);
+}
+
+// Comm buffers live while the node runs.
+void Compiler::comm_buffer(uint32_t n, int64_t bytes) {
+  mem(n, false, MemCategory::kCommBuffers, bytes);
+  mem(n, true, MemCategory::kCommBuffers, -bytes);
+}
+
+// EP all-to-all (dispatch or combine) of a unit: every token's top-k slots, hidden-wide.
+uint32_t Compiler::add_all_to_all(CommPurpose purpose, uint32_t o, int mb, Pass pass,
+                                  const UnitInfo& u) {
+  // Sized by the busiest expert's share (MoeSpec::load_factor: imbalance or capacity).
+  const auto& moe = cp_.plan.model.moe;
+  const double load = moe ? moe->load_factor() : 1.0;
+  const int64_t bytes = static_cast<int64_t>(
+      std::llround(static_cast<double>(cp_.model.tokens_per_microbatch * (moe ? moe->top_k : 1) *
+                                       cp_.plan.model.hidden * dtype_bytes(cp_.model.dtype) /
+                                       u.tp) *
+                   load));
+  uint32_t n = add_collective(CommKind::kAllToAll, purpose, o, mb, pass, dp_groups(u),
+                              ep_stream(u), bytes, u.shard);
+  comm_buffer(n, bytes);
+  return n;
+}
+
+// ZeRO-3: gather a unit's parameters before a pass (kNone if not sharded).
+uint32_t Compiler::add_zero3_gather(uint32_t o, int mb, Pass pass, const UnitInfo& u) {
+  const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+  const ModelOp& op = cp_.model.ops[o];
+  if (!rd || !rd->shard_params || op.param_bytes == 0 || u.shard >= 0 || u.replicas.size() < 2)
+    return kNone;
+  const int64_t pb = op.param_bytes / u.tp;
+  uint32_t n =
+      add_collective(CommKind::kAllGather, CommPurpose::kParamGather, o, mb, pass, dp_groups(u),
+                     stream(rd->gather_stream.empty() ? "dp" : rd->gather_stream), pb, u.repl);
+  mem(n, false, MemCategory::kGatheredParams, pb);
+  return n;
+}
+
+bool Compiler::zero3(uint32_t o, const UnitInfo& u) const {
+  const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+  return rd && rd->shard_params && cp_.model.ops[o].param_bytes > 0;
+}
+
+// ZeRO-3 without resharding after forward: a unit's parameters stay gathered from its forward
+// to its gradient's reduction.
+bool Compiler::keeps_gathered(const UnitInfo& u) const {
+  const Directive* rd = u.repl >= 0 ? &plan_.schedule[u.repl] : nullptr;
+  return rd && rd->shard_params && !rd->reshard_after_forward;
+}
+
+// Records that `node` (a compute pass of unit o) ran, for the prefetch bound (EmitState).
+void Compiler::note_pass(EmitState& es, uint32_t o, int mb, bool bwd, const UnitInfo& u,
+                         uint32_t node) {
+  if (!zero3(o, u)) return;
+  const Tags& t = cp_.model.ops[o].tags;
+  auto& seq = es.gather_seq[EmitState::SeqKey{u.devs, bwd, mb, t.pp()}];
+  const int32_t layer = t.get(TagKey::kLayer);
+  if (!seq.empty() && seq.back().first == layer)
+    seq.back().second = node;
+  else
+    seq.push_back({layer, node});
+  if (!bwd) es.fwd_last[{u.devs, mb, t.pp()}] = node;
+}
+
+void Compiler::bound_gather(EmitState& es, uint32_t g, uint32_t o, int mb, bool bwd,
+                            const UnitInfo& u) {
+  const Directive& rd = plan_.schedule[u.repl];
+  const Tags& t = cp_.model.ops[o].tags;
+  auto& seq = es.gather_seq[EmitState::SeqKey{u.devs, bwd, mb, t.pp()}];
+  // Units completed before this one, newest last; the current unit may be open already.
+  size_t n = seq.size();
+  if (n && seq.back().first == t.get(TagKey::kLayer)) --n;
+  const size_t back = static_cast<size_t>(rd.prefetch) + 1;
+  if (n >= back) {
+    edge(seq[n - back].second, g);
+  } else if (bwd) {
+    if (auto it = es.fwd_last.find({u.devs, mb, t.pp()}); it != es.fwd_last.end())
+      edge(it->second, g);
+  }
+}
+
+// Emits the forward of unit (o, mb) and returns the node after which its output is complete.
+// A recomputed forward (`rc`) takes its inputs from the recomputed outputs of producers in the
+// same checkpoint segment and from the checkpoint otherwise (no transfers are redone), waits
+// for `trigger` (the gradient that reaches the segment), is tagged with the pass of the
+// backward it precedes and flagged `recompute` (its collectives too).
+uint32_t Compiler::emit_forward(EmitState& es, uint32_t o, int mb, bool rc,
+                                const std::vector<uint32_t>& trigger) {
+  UnitInfo& u = unit(o, mb);
+  const ModelOp& op = cp_.model.ops[o];
+  const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
+  const Pass bp = u.split_bwd ? Pass::kBI : Pass::kB;
+  const Pass pass = rc ? bp : Pass::kF;
+  const size_t first_node = cp_.dag.nodes.size();
+  std::vector<uint32_t>& deps = es.fwd_deps;
+  deps.assign(trigger.begin(), trigger.end());
+  if (rc)
+    recomputed_inputs(o, mb, deps);
+  else
+    received_inputs(es, o, mb, deps);
+  const uint32_t gather = forward_gather(es, o, mb, rc, pass, deps);
+  // TP with sequence parallelism: all-gather the sequence before column-parallel GEMMs. Its
+  // bytes are NCCL's (docs/costmodel.md): the gathered output, the whole b x s x h input.
+  if (sp && (op.tp == TpSplit::kColumn) && op.kind != OpKind::kMlpAct &&
+      op.kind != OpKind::kLoss && u.tp > 1) {
+    uint32_t ag = add_collective(CommKind::kAllGather, CommPurpose::kTensorPar, o, mb, pass,
+                                 tp_groups(u), tp_stream(u), op.saved_input_bytes, u.tp_dir);
+    for (uint32_t d : deps) edge(d, ag);
+    deps = {ag};
+  }
+  // EP: all-to-all dispatch before the experts.
+  if (u.shard >= 0) {
+    uint32_t a2a = add_all_to_all(CommPurpose::kDispatch, o, mb, pass, u);
+    for (uint32_t d : deps) edge(d, a2a);
+    deps = {a2a};
+  }
+  const uint32_t c = add_compute(o, mb, pass);
+  for (uint32_t d : deps) edge(d, c);
+  note_pass(es, o, mb, rc, u, c);
+  // Saved activations: a checkpointed op keeps only its share of the segment's input at its
+  // forward, and the rest when it is recomputed.
+  const int64_t saved = act_bytes(o, u, op.saved_bytes);
+  const int64_t kept = u.rc >= 0 ? u.rc_kept : saved;
+  mem(c, true, MemCategory::kActivations, rc ? saved - kept : kept);
+  if (gather != kNone && !rc && !keeps_gathered(u))
+    mem(c, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+  const uint32_t out = forward_outputs(o, mb, pass, c);
+  if (rc)
+    for (size_t i = first_node; i < cp_.dag.nodes.size(); ++i) cp_.dag.nodes[i].recompute = true;
+  return out;
+}
+
+// A recomputed forward's inputs: the recomputed outputs of producers in its checkpoint segment,
+// the checkpointed forward outputs of the other local producers.
+void Compiler::recomputed_inputs(uint32_t o, int mb, std::vector<uint32_t>& deps) {
+  const UnitInfo& u = unit(o, mb);
+  for (uint32_t i : cp_.model.ops[o].inputs) {
+    const UnitInfo& ui = unit(i, mb);
+    if (ui.rc_seg >= 0 && ui.rc_seg == u.rc_seg && ui.rf != kNone)
+      deps.push_back(ui.rf);
+    else if (ui.devs == u.devs)
+      deps.push_back(ui.f);
+  }
+}
+
+// A forward's inputs: local producers directly; remote producers through a transfer, one per
+// remote device set (merging the producers there).
+void Compiler::received_inputs(EmitState& es, uint32_t o, int mb, std::vector<uint32_t>& deps) {
+  const auto& ops = cp_.model.ops;
+  const ModelOp& op = ops[o];
+  const UnitInfo& u = unit(o, mb);
+  std::map<uint32_t, std::pair<uint32_t, std::vector<uint32_t>>> remote;  // devs->(prod, fs)
+  for (uint32_t i : op.inputs) {
+    const UnitInfo& ui = unit(i, mb);
+    if (ui.devs == u.devs)
+      deps.push_back(ui.f);
+    else {
+      auto& r = remote[ui.devs];
+      if (r.second.empty() || ops[i].out_bytes > ops[r.first].out_bytes) r.first = i;
+      r.second.push_back(ui.f);
+    }
+  }
+  for (auto& [devs, r] : remote) {
+    const UnitInfo& ui = unit(r.first, mb);
+    if (cp_.dag.device_sets[ui.devs].devices.size() !=
+        cp_.dag.device_sets[u.devs].devices.size()) {
+      error(plan_.schedule[u.place].pointer,
+            fmt::format("{} on {} devices consumes {} on {} devices: data-parallel and "
+                        "tensor-parallel degrees must match across a stage boundary",
+                        op.name, cp_.dag.device_sets[u.devs].devices.size(), ops[r.first].name,
+                        cp_.dag.device_sets[ui.devs].devices.size()),
+            "give both stages the same number of replicas and the same TP degree", u.place,
+            {{loc(plan_.schedule[ui.place].pointer), "the producer is placed here"}});
+      continue;
+    }
+    // One transfer per (producer, microbatch, receiving devices): consumers on the same
+    // devices (a layer's norm and its residual add) share the received activation.
+    const auto key = std::make_tuple(r.first, mb, u.devs);
+    if (auto it = es.sent.find(key); it != es.sent.end()) {
+      deps.push_back(it->second);
+      continue;
+    }
+    uint32_t t = cross(r.first, o, mb, Pass::kF, CommPurpose::kActivation, ops[r.first].out_bytes);
+    for (uint32_t f : r.second) edge(f, t);
+    comm_buffer(t, cp_.dag.nodes[t].bytes);
+    deps.push_back(t);
+    es.sent.emplace(key, t);
+  }
+}
+
+// ZeRO-3: gather this op's parameters before its forward. A recomputed forward gathers for
+// the backward that follows it (FSDP's pre-backward unshard): the backward reuses it.
+uint32_t Compiler::forward_gather(EmitState& es, uint32_t o, int mb, bool rc, Pass pass,
+                                  std::vector<uint32_t>& deps) {
+  UnitInfo& u = unit(o, mb);
+  uint32_t gather = kNone;
+  if (!keeps_gathered(u) || (!rc && mb == 0)) {
+    gather = add_zero3_gather(o, mb, pass, u);
+    if (gather != kNone) {
+      bound_gather(es, gather, o, mb, rc, u);
+      deps.push_back(gather);
+    }
+  }
+  if (rc) u.rc_gather = gather;
+  return gather;
+}
+
+// The communication after a forward's compute node `c` (EP combine, vocab-parallel loss
+// reductions, TP partial sums), chained; returns the last node.
+uint32_t Compiler::forward_outputs(uint32_t o, int mb, Pass pass, uint32_t c) {
+  const UnitInfo& u = unit(o, mb);
+  const ModelOp& op = cp_.model.ops[o];
+  const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
+  uint32_t out = c;
+  if (u.shard >= 0) {
+    uint32_t a2a = add_all_to_all(CommPurpose::kCombine, o, mb, pass, u);
+    edge(out, a2a);
+    out = a2a;
+  }
+  // Vocab-parallel cross-entropy (Megatron-Core's _VocabParallelCrossEntropy.forward): each
+  // TP rank holds 1/t of the logits, so the max logit (MAX), the target's logit and the sum
+  // of exponentials (SUM) of every token are all-reduced over the TP group, one fp32 per
+  // token each, in that order. The backward needs no communication (each rank's softmax
+  // slice is local once the sums are known).
+  if (u.tp > 1 && op.kind == OpKind::kLoss) {
+    for (int i = 0; i < 3; ++i) {
+      uint32_t ar = add_collective(CommKind::kAllReduce, CommPurpose::kLossReduce, o, mb, pass,
+                                   tp_groups(u), tp_stream(u),
+                                   cp_.model.tokens_per_microbatch * 4, u.tp_dir);
+      edge(out, ar);
+      out = ar;
+    }
+  }
+  // TP: row-parallel outputs are partial sums.
+  if (u.tp > 1 && (op.tp == TpSplit::kRow)) {
+    uint32_t cl = add_collective(sp ? CommKind::kReduceScatter : CommKind::kAllReduce,
+                                 CommPurpose::kTensorPar, o, mb, pass, tp_groups(u), tp_stream(u),
+                                 op.out_bytes, u.tp_dir);
+    edge(out, cl);
+    out = cl;
+  }
+  return out;
+}
+
+// Emits the backward of unit (o, mb): its input gradients, the recomputed forward of its
+// checkpoint segment, the collectives before it, its compute (B, or BI + BW), and those after.
+void Compiler::emit_backward(EmitState& es, uint32_t o, int mb) {
+  UnitInfo& u = unit(o, mb);
+  const ModelOp& op = cp_.model.ops[o];
+  const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
+  std::vector<uint32_t>& deps = es.bwd_deps;
+  deps.clear();
+  // The forward must have run (saved activations): u.f is the op's output node (with
+  // recompute, the recomputed output, added below).
+  if (u.rc < 0) deps.push_back(u.f);
+  received_gradients(es, o, mb, deps);
+  // Recomputation: when the gradient reaches a checkpoint segment (at its last op), its
+  // forward re-runs, in order, right before the segment's backward.
+  if (u.rc >= 0 && u.rc_last) {
+    const std::vector<uint32_t>& seg = segments_[static_cast<size_t>(u.rc_seg)];
+    for (uint32_t so : seg) unit(so, mb).rf = emit_forward(es, so, mb, true, deps);
+  }
+  if (u.rc >= 0) deps.push_back(u.rf);
+  const Pass bp = u.split_bwd ? Pass::kBI : Pass::kB;
+  if (u.tp > 1 && op.tp == TpSplit::kRow && sp) {
+    // Backward of the forward reduce-scatter: all-gather the output gradient (the
+    // gathered output: the whole gradient, as the forward reduce-scatter's input).
+    uint32_t ag = add_collective(CommKind::kAllGather, CommPurpose::kTensorPar, o, mb, bp,
+                                 tp_groups(u), tp_stream(u), op.out_bytes, u.tp_dir);
+    for (uint32_t d : deps) edge(d, ag);
+    deps = {ag};
+  }
+  const uint32_t gather = backward_gather(es, o, mb, bp);
+  if (gather != kNone) deps.push_back(gather);
+  if (u.shard >= 0) {  // gradient of the combine: all-to-all back to the experts
+    uint32_t a2a = add_all_to_all(CommPurpose::kCombine, o, mb, bp, u);
+    for (uint32_t d : deps) edge(d, a2a);
+    deps = {a2a};
+  }
+  const uint32_t regather = backward_regather(o, mb, bp, deps);
+  const uint32_t first = backward_compute(es, o, mb, gather, regather, deps);
+  const uint32_t out = backward_outputs(o, mb, bp, first, regather);
+  // Producers wait for the complete input gradient.
+  if (u.split_bwd)
+    u.bi = out;
+  else
+    u.b = out;
+}
+
+// A backward's output gradients: local consumers' directly; remote consumers' through a
+// transfer, one per remote device set.
+void Compiler::received_gradients(EmitState& es, uint32_t o, int mb,
+                                  std::vector<uint32_t>& deps) {
+  const UnitInfo& u = unit(o, mb);
+  std::map<uint32_t, std::pair<uint32_t, std::vector<uint32_t>>> remote;
+  for (uint32_t c : es.consumers[o]) {
+    const UnitInfo& uc = unit(c, mb);
+    uint32_t gnode = uc.split_bwd ? uc.bi : uc.b;
+    if (uc.devs == u.devs)
+      deps.push_back(gnode);
+    else {
+      auto& r = remote[uc.devs];
+      r.first = c;
+      r.second.push_back(gnode);
+    }
+  }
+  for (auto& [devs, r] : remote) {
+    uint32_t t = cross(o, r.first, mb, u.split_bwd ? Pass::kBI : Pass::kB,
+                       CommPurpose::kGradient, cp_.model.ops[o].out_bytes);
+    if (t == kNone) continue;
+    for (uint32_t g : r.second) edge(g, t);
+    comm_buffer(t, cp_.dag.nodes[t].bytes);
+    deps.push_back(t);
+  }
+}
+
+// ZeRO-3: the backward's parameter gather (the recomputed forward's, which it reuses, under
+// recompute; none while the parameters stay gathered from the forward).
+uint32_t Compiler::backward_gather(EmitState& es, uint32_t o, int mb, Pass bp) {
+  const UnitInfo& u = unit(o, mb);
+  uint32_t gather = u.rc >= 0 ? u.rc_gather : kNone;
+  if (u.rc < 0 && !keeps_gathered(u)) {
+    gather = add_zero3_gather(o, mb, bp, u);
+    if (gather != kNone) bound_gather(es, gather, o, mb, true, u);
+  }
+  return gather;
+}
+
+// Sequence parallelism: a column-parallel GEMM saved only its 1/t sequence shard of the
+// input, so its backward all-gathers the input again for the weight gradient
+// (Megatron-Core's LinearWithGradAccumulationAndAsyncCommunication.backward, and
+// Transformer Engine's Linear with sequence_parallel). It is launched with the backward
+// and overlaps the input-gradient GEMM; the weight gradient waits for it. The gathered
+// input (b·s·h) is held until the weight gradient is done. kNone when there is none.
+uint32_t Compiler::backward_regather(uint32_t o, int mb, Pass bp,
+                                     const std::vector<uint32_t>& deps) {
+  const UnitInfo& u = unit(o, mb);
+  const ModelOp& op = cp_.model.ops[o];
+  const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
+  if (!(sp && u.tp > 1 && op.tp == TpSplit::kColumn && op.kind != OpKind::kMlpAct &&
+        op.kind != OpKind::kLoss && op.has_weight_grad()))
+    return kNone;
+  const int64_t bytes = op.saved_input_bytes;
+  const uint32_t regather = add_collective(CommKind::kAllGather, CommPurpose::kTensorPar, o, mb,
+                                           bp, tp_groups(u), tp_stream(u), bytes, u.tp_dir);
+  for (uint32_t d : deps) edge(d, regather);
+  mem(regather, false, MemCategory::kCommBuffers, bytes);
+  return regather;
+}
+
+// The backward's compute: B, or BI + BW (BI alone for an op without a weight gradient), after
+// `deps`, freeing the saved activations (and the gathered parameters and the re-gathered
+// input); returns the node computing the input gradient.
+uint32_t Compiler::backward_compute(EmitState& es, uint32_t o, int mb, uint32_t gather,
+                                    uint32_t regather, const std::vector<uint32_t>& deps) {
+  UnitInfo& u = unit(o, mb);
+  const ModelOp& op = cp_.model.ops[o];
+  const int64_t saved = act_bytes(o, u, op.saved_bytes);
+  const int64_t saved_bw = act_bytes(o, u, op.saved_bw_bytes);
+  uint32_t first;
+  if (u.split_bwd && !op.has_weight_grad()) {
+    // Nothing to defer: the whole backward is BI, and no BW node (no kernel, no host
+    // dispatch, its activations freed at BI).
+    u.bi = first = add_compute(o, mb, Pass::kBI);
+    for (uint32_t d : deps) edge(d, u.bi);
+    mem(u.bi, true, MemCategory::kActivations, -saved);
+    if (gather != kNone) mem(u.bi, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+    note_pass(es, o, mb, true, u, u.bi);
+  } else if (u.split_bwd) {
+    u.bi = first = add_compute(o, mb, Pass::kBI);
+    u.bw = add_compute(o, mb, Pass::kBW);
+    for (uint32_t d : deps) edge(d, u.bi);
+    edge(u.bi, u.bw);
+    mem(u.bi, true, MemCategory::kActivations, -(saved - saved_bw));
+    mem(u.bw, true, MemCategory::kActivations, -saved_bw);
+    if (gather != kNone) mem(u.bw, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+    if (regather != kNone) {
+      edge(regather, u.bw);
+      mem(u.bw, true, MemCategory::kCommBuffers, -op.saved_input_bytes);
+    }
+    note_pass(es, o, mb, true, u, u.bi);
+  } else {
+    u.b = first = add_compute(o, mb, Pass::kB);
+    for (uint32_t d : deps) edge(d, u.b);
+    mem(u.b, true, MemCategory::kActivations, -saved);
+    if (gather != kNone) mem(u.b, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+    note_pass(es, o, mb, true, u, u.b);
+  }
+  return first;
+}
+
+// The communication after a backward's input-gradient node `first` (EP dispatch's gradient,
+// TP partial sums), chained; returns the last node.
+uint32_t Compiler::backward_outputs(uint32_t o, int mb, Pass bp, uint32_t first,
+                                    uint32_t regather) {
+  const UnitInfo& u = unit(o, mb);
+  const ModelOp& op = cp_.model.ops[o];
+  const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
+  uint32_t out = first;
+  if (u.shard >= 0) {  // input gradient back through the dispatch
+    uint32_t a2a = add_all_to_all(CommPurpose::kDispatch, o, mb, bp, u);
+    edge(out, a2a);
+    out = a2a;
+  }
+  // TP: the input gradient of a column-parallel op is a partial sum.
+  if (u.tp > 1 && op.tp == TpSplit::kColumn && op.kind != OpKind::kMlpAct &&
+      op.kind != OpKind::kLoss) {
+    uint32_t c = add_collective(sp ? CommKind::kReduceScatter : CommKind::kAllReduce,
+                                CommPurpose::kTensorPar, o, mb, bp, tp_groups(u), tp_stream(u),
+                                op.saved_input_bytes, u.tp_dir);
+    edge(out, c);
+    // One backward node (B) holds both GEMMs: the re-gather overlaps it, and its buffer is
+    // freed once both are done (the reduce-scatter follows both).
+    if (regather != kNone && !u.split_bwd) {
+      edge(regather, c);
+      mem(c, true, MemCategory::kCommBuffers, -op.saved_input_bytes);
+    }
+    out = c;
+  }
+  return out;
+}
+
+// ---- DP gradient reduction, per bucket, after the last backward that produces it ----
+// Reduction group of an op: every device holding a copy of its parameters (replicas of
+// all microbatches' placements: DualPipe's second copy too), per TP rank. Fills each op's
+// reduction and the ZeRO-1/2 parameter all-gathers after the step.
+void Compiler::add_gradient_reductions(std::vector<uint32_t>& reduce_of_op,
+                                       std::vector<uint32_t>& param_syncs) {
+  const auto& ops = cp_.model.ops;
   struct Key {
     uint32_t groups;
     int32_t repl;
@@ -1261,8 +1405,6 @@ void Compiler::build_nodes() {
   };
   std::map<Key, std::vector<uint32_t>> pending;  // bucket ops so far
   std::map<Key, int64_t> pending_bytes;
-  std::vector<uint32_t> reduce_of_op(nops(), kNone);  // the reduction covering each op
-  std::vector<uint32_t> param_syncs;                  // ZeRO-1/2 all-gathers after the step
   auto flush = [&](const Key& k) {
     auto& list = pending[k];
     if (list.empty()) return;
@@ -1271,9 +1413,9 @@ void Compiler::build_nodes() {
     const bool zero2 = rd && rd->shard_grads;
     const bool zero1 = rd && rd->shard_optimizer;
     uint16_t strm = stream(rd && !rd->reduce_stream.empty() ? rd->reduce_stream : "dp");
-    uint32_t n = collective(zero1 ? CommKind::kReduceScatter : CommKind::kAllReduce,
-                            CommPurpose::kGradReduce, list.front(), -1, Pass::kNone, k.groups, strm,
-                            bytes, k.repl);
+    uint32_t n = add_collective(zero1 ? CommKind::kReduceScatter : CommKind::kAllReduce,
+                                CommPurpose::kGradReduce, list.front(), -1, Pass::kNone, k.groups,
+                                strm, bytes, k.repl);
     for (uint32_t o : list) {
       reduce_of_op[o] = n;
       for (int mb = 0; mb < M_; ++mb) {
@@ -1293,8 +1435,8 @@ void Compiler::build_nodes() {
     }
     if (zero1 && !(rd && rd->shard_params)) {
       // Updated parameter shards are all-gathered after the optimizer step.
-      uint32_t ag = collective(CommKind::kAllGather, CommPurpose::kParamSync, list.front(), -1,
-                               Pass::kNone, k.groups, strm, bytes, k.repl);
+      uint32_t ag = add_collective(CommKind::kAllGather, CommPurpose::kParamSync, list.front(), -1,
+                                   Pass::kNone, k.groups, strm, bytes, k.repl);
       edge(n, ag);
       param_syncs.push_back(ag);
     }
@@ -1321,7 +1463,6 @@ void Compiler::build_nodes() {
     if (pending_bytes[k] >= static_cast<int64_t>(bucket * kMB)) flush(k);
   }
   for (auto& [k, v] : pending) flush(k);
-  add_optimizer(reduce_of_op, param_syncs);
 }
 
 void Compiler::add_optimizer(const std::vector<uint32_t>& reduce_of_op,
