@@ -98,242 +98,264 @@ int region_of_layer(int layer, int layers, int regions, const std::vector<int>& 
   return 0;
 }
 
-}  // namespace
+// A diagnostic at the model spec's `key`.
+Failure model_error(const ModelSpec& spec, const JsonSource* src, const std::string& key,
+                    std::string msg, std::string hint) {
+  std::string ptr = spec.pointer + (key.empty() ? "" : "/" + key);
+  Diagnostic d = src ? src->error_at(ptr, std::move(msg), std::move(hint))
+                     : Diagnostic{Severity::kError,
+                                  std::move(msg),
+                                  SourceLoc{"", 0, 0, ptr},
+                                  -1,
+                                  std::move(hint),
+                                  {},
+                                  {}};
+  return fail(std::move(d));
+}
 
-Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) {
-  auto err = [&](const std::string& key, std::string msg, std::string hint) {
-    std::string ptr = spec.pointer + (key.empty() ? "" : "/" + key);
-    Diagnostic d = src ? src->error_at(ptr, std::move(msg), std::move(hint))
-                       : Diagnostic{Severity::kError,
-                                    std::move(msg),
-                                    SourceLoc{"", 0, 0, ptr},
-                                    -1,
-                                    std::move(hint),
-                                    {},
-                                    {}};
-    return fail(std::move(d));
-  };
+// The layers' split into pipeline regions: a list that adds up to the layers, or no more
+// regions than layers.
+Expected<void> check_regions(const ModelSpec& spec, const JsonSource* src) {
   if (!spec.region_layers.empty()) {
     int64_t sum = 0;
     for (int n : spec.region_layers) sum += n;
     if (sum != spec.layers)
-      return err("pp_regions",
-                 fmt::format("pp_regions lists {} layers in all, but the model has {}", sum,
-                             spec.layers),
-                 "the per-region layer counts must add up to 'layers'");
+      return model_error(spec, src, "pp_regions",
+                         fmt::format("pp_regions lists {} layers in all, but the model has {}",
+                                     sum, spec.layers),
+                         "the per-region layer counts must add up to 'layers'");
   } else if (spec.pp_regions > spec.layers)
-    return err("pp_regions",
-               fmt::format("pp_regions ({}) exceeds the number of layers ({})", spec.pp_regions,
-                           spec.layers),
-               "each pipeline region holds at least one layer");
-  Builder b;
-  b.dt = dtype_bytes(spec.dtype);
-  b.pdt = detail::param_dtype_bytes(spec.dtype);
-  const int64_t dt = b.dt;
-  ModelGraph& g = b.g;
-  g.pp_regions = spec.pp_regions;
-  g.layers = spec.layers;
-  g.dtype = spec.dtype;
-  const int last_region = spec.pp_regions - 1;
+    return model_error(spec, src, "pp_regions",
+                       fmt::format("pp_regions ({}) exceeds the number of layers ({})",
+                                   spec.pp_regions, spec.layers),
+                       "each pipeline region holds at least one layer");
+  return {};
+}
 
-  if (spec.family == ModelSpec::Family::kSynthetic) {
-    g.tokens_per_microbatch = spec.microbatch_size;
-    for (int l = 0; l < spec.layers; ++l) {
-      ModelOp op;
-      op.name = fmt::format("layer{}", l);
-      op.kind = OpKind::kSynthetic;
-      op.tags.set(TagKey::kPP, region_of_layer(l, spec.layers, spec.pp_regions, spec.region_layers));
-      op.tags.set(TagKey::kLayer, l);
-      op.fwd_flops = spec.flops;
-      op.bi_flops = op.bw_flops = spec.flops;
-      op.fwd_bytes = op.bi_bytes = op.bw_bytes = spec.activation_bytes + spec.boundary_bytes;
-      op.param_bytes = spec.param_bytes;
-      op.param_count = spec.param_bytes / dt;
-      op.saved_bytes = spec.activation_bytes;
-      // Half of a synthetic region's saved activations are inputs of its weight gradient.
-      op.saved_bw_bytes = spec.activation_bytes / 2;
-      op.saved_input_bytes = std::min(spec.activation_bytes, spec.boundary_bytes);
-      op.out_bytes = spec.boundary_bytes;
-      if (l > 0) op.inputs.push_back(static_cast<uint32_t>(l - 1));
-      g.total_params += op.param_count;
-      g.model_flops_per_microbatch +=
-        (op.fwd_flops + op.bi_flops + op.bw_flops) * op.model_flops_share;
-      b.add(std::move(op));
-    }
-    return std::move(g);
+// A synthetic model: one op per layer, each a region of the spec's FLOPs and bytes.
+void expand_synthetic(Builder& b, const ModelSpec& spec) {
+  ModelGraph& g = b.g;
+  const int64_t dt = b.dt;
+  g.tokens_per_microbatch = spec.microbatch_size;
+  for (int l = 0; l < spec.layers; ++l) {
+    ModelOp op;
+    op.name = fmt::format("layer{}", l);
+    op.kind = OpKind::kSynthetic;
+    op.tags.set(TagKey::kPP, region_of_layer(l, spec.layers, spec.pp_regions, spec.region_layers));
+    op.tags.set(TagKey::kLayer, l);
+    op.fwd_flops = spec.flops;
+    op.bi_flops = op.bw_flops = spec.flops;
+    op.fwd_bytes = op.bi_bytes = op.bw_bytes = spec.activation_bytes + spec.boundary_bytes;
+    op.param_bytes = spec.param_bytes;
+    op.param_count = spec.param_bytes / dt;
+    op.saved_bytes = spec.activation_bytes;
+    // Half of a synthetic region's saved activations are inputs of its weight gradient.
+    op.saved_bw_bytes = spec.activation_bytes / 2;
+    op.saved_input_bytes = std::min(spec.activation_bytes, spec.boundary_bytes);
+    op.out_bytes = spec.boundary_bytes;
+    if (l > 0) op.inputs.push_back(static_cast<uint32_t>(l - 1));
+    g.total_params += op.param_count;
+    g.model_flops_per_microbatch +=
+      (op.fwd_flops + op.bi_flops + op.bw_flops) * op.model_flops_share;
+    b.add(std::move(op));
+  }
+}
+
+// A transformer (GPT, Llama, MoE): embedding, layers (attention, then a dense MLP or MoE
+// block), final norm, head and loss, with the spec's dimensions.
+class Transformer {
+ public:
+  Transformer(Builder& b, const ModelSpec& spec)
+      : b_(b), spec_(spec), dt(b.dt), bs(spec.microbatch_size), s(spec.seq_len), T(bs * s),
+        h(spec.hidden), a(spec.heads), kv(spec.kv_heads), d(spec.attention_head_dim()),
+        f(spec.ffn_hidden), ad(a * d), V(spec.vocab), qkv_n((a + 2 * kv) * d),
+        drop(spec.dropout > 0), norm_params(spec.bias ? 2 * h : h), e(T * h) {}
+
+  void expand() {
+    b_.g.tokens_per_microbatch = T;
+    prev_ = add_embedding();
+    for (int l = 0; l < spec_.layers; ++l) add_layer(l);
+    add_head_and_loss();
   }
 
-  const int64_t bs = spec.microbatch_size, s = spec.seq_len, T = bs * s, h = spec.hidden;
-  // Head width d: the plan's head_dim, or h / a. Attention works on a·d wide queries and
-  // outputs (= h unless head_dim says otherwise: Qwen3, Gemma), keys and values kv·d wide.
-  const int64_t a = spec.heads, kv = spec.kv_heads, d = spec.attention_head_dim(),
-                f = spec.ffn_hidden;
-  const int64_t ad = a * d;  // query / attention-output width
-  const int64_t V = spec.vocab, qkv_n = (a + 2 * kv) * d;
-  g.tokens_per_microbatch = T;
-
-  auto tag = [&](ModelOp& op, int pp, int layer) {
+ private:
+  struct Layer {
+    int l, pp;
+  };
+  std::string name(const Layer& L, const char* n) const { return fmt::format("layer{}.{}", L.l, n); }
+  static void tag(ModelOp& op, int pp, int layer) {
     op.tags.set(TagKey::kPP, pp);
     if (layer >= 0) op.tags.set(TagKey::kLayer, layer);
-  };
+  }
+  uint32_t chain(const Layer& L, ModelOp op, std::vector<uint32_t> in) {
+    tag(op, L.pp, L.l);
+    op.inputs = std::move(in);
+    return b_.add(std::move(op));
+  }
 
   // Embedding: a gather (no FLOPs); its weight gradient is a scatter-add.
-  ModelOp emb;
-  emb.name = "embedding";
-  emb.kind = OpKind::kEmbedding;
-  emb.tp = TpSplit::kRow;  // vocab-parallel: partial results all-reduced
-  emb.fwd_bytes = T * h * dt + T * 8;
-  emb.bw_bytes = 2 * T * h * dt;
-  emb.param_count = V * h;
-  emb.param_bytes = V * h * b.pdt;
-  emb.saved_bytes = emb.saved_input_bytes = T * 8;  // token ids
-  emb.out_bytes = T * h * dt;
-  tag(emb, 0, -1);
-  uint32_t prev = b.add(std::move(emb));
+  uint32_t add_embedding() {
+    ModelOp emb;
+    emb.name = "embedding";
+    emb.kind = OpKind::kEmbedding;
+    emb.tp = TpSplit::kRow;  // vocab-parallel: partial results all-reduced
+    emb.fwd_bytes = T * h * dt + T * 8;
+    emb.bw_bytes = 2 * T * h * dt;
+    emb.param_count = V * h;
+    emb.param_bytes = V * h * b_.pdt;
+    emb.saved_bytes = emb.saved_input_bytes = T * 8;  // token ids
+    emb.out_bytes = T * h * dt;
+    tag(emb, 0, -1);
+    return b_.add(std::move(emb));
+  }
 
-  const bool drop = spec.dropout > 0;
-  const int64_t norm_params = spec.bias ? 2 * h : h;  // LayerNorm weight + bias, or RMSNorm
-  const int64_t e = T * h;                            // hidden-state elements
   // Bias-dropout-add after a sub-block: out = residual + dropout(x + bias), one fused kernel.
-  auto residual = [&](std::string nm) {
+  ModelOp residual(std::string nm) const {
     ModelOp op;
     op.name = std::move(nm);
     op.kind = OpKind::kResidual;
     op.tp = TpSplit::kReplicated;
     // read x and the residual, write the sum; with dropout also write the 1-byte mask
-    op.fwd_bytes = 3 * e * dt + (drop ? e : 0) + (spec.bias ? h * dt : 0);
+    op.fwd_bytes = 3 * e * dt + (drop ? e : 0) + (spec_.bias ? h * dt : 0);
     op.fwd_flops = static_cast<double>(e) * (drop ? 3 : 1);
     // the residual branch passes dY through untouched; the other branch is dY * mask / (1-p)
     op.bi_bytes = drop ? 2 * e * dt + e : 0;
     op.bi_flops = drop ? static_cast<double>(e) : 0;
     // dbias = dY summed over tokens
-    op.bw_bytes = spec.bias ? e * dt + h * dt : 0;
-    op.bw_flops = spec.bias ? static_cast<double>(e) : 0;
-    op.param_count = spec.bias ? h : 0;
-    op.param_bytes = op.param_count * b.pdt;
+    op.bw_bytes = spec_.bias ? e * dt + h * dt : 0;
+    op.bw_flops = spec_.bias ? static_cast<double>(e) : 0;
+    op.param_count = spec_.bias ? h : 0;
+    op.param_bytes = op.param_count * b_.pdt;
     op.saved_bytes = drop ? e : 0;  // the dropout mask (saved_input_bytes 0: nothing to keep)
     op.out_bytes = e * dt;
     return op;
-  };
-  auto with_bias = [&](ModelOp op) {
-    if (!spec.bias) return op;
+  }
+  ModelOp with_bias(ModelOp op) const {
+    if (!spec_.bias) return op;
     op.param_count += op.gemm.n * op.gemm.batch;
-    op.param_bytes += op.gemm.n * op.gemm.batch * b.pdt;
+    op.param_bytes += op.gemm.n * op.gemm.batch * b_.pdt;
     return op;
-  };
-  auto norm = [&](std::string nm) {
-    return b.elementwise(std::move(nm), OpKind::kNorm, TpSplit::kReplicated, e * dt, e * dt,
-                         norm_params);
-  };
+  }
+  ModelOp norm(std::string nm) const {
+    return b_.elementwise(std::move(nm), OpKind::kNorm, TpSplit::kReplicated, e * dt, e * dt,
+                          norm_params);
+  }
 
-  int moe_index = 0;
-  for (int l = 0; l < spec.layers; ++l) {
-    const int pp = region_of_layer(l, spec.layers, spec.pp_regions, spec.region_layers);
-    auto name = [&](const char* n) { return fmt::format("layer{}.{}", l, n); };
-    auto chain = [&](ModelOp op, std::vector<uint32_t> in) {
-      tag(op, pp, l);
-      op.inputs = std::move(in);
-      return b.add(std::move(op));
-    };
-    const uint32_t layer_in = prev;
-    uint32_t n1 = chain(norm(name("attn_norm")), {layer_in});
+  void add_layer(int l) {
+    const Layer L{l, region_of_layer(l, spec_.layers, spec_.pp_regions, spec_.region_layers)};
+    const uint32_t layer_in = prev_;
+    uint32_t n1 = chain(L, norm(name(L, "attn_norm")), {layer_in});
     uint32_t qkv = chain(
-        with_bias(b.gemm(name("attn.qkv"), OpKind::kQKV, TpSplit::kColumn, T, h, qkv_n)), {n1});
-    uint32_t core;
-    if (spec.attention == AttentionImpl::kFlash) {
-      ModelOp att;
-      att.name = name("attn.core");
-      att.kind = OpKind::kAttention;
-      att.tp = TpSplit::kHeads;
-      att.gemm = {s, s, d, bs * a};  // per head: [s,d]x[d,s]
-      att.fwd_flops = 2.0 * static_cast<double>(bs) * s * s * ad;
-      att.bi_flops = 2.5 * att.fwd_flops;
-      att.fwd_bytes = T * qkv_n * dt + T * ad * dt;
-      att.bi_bytes = 2 * att.fwd_bytes + T * ad * dt;
-      att.saved_bytes = T * qkv_n * dt + T * ad * dt + T * a * 4;  // q, k, v, output, logsumexp
-      att.saved_input_bytes = T * qkv_n * dt;
-      att.out_bytes = T * ad * dt;
-      core = chain(std::move(att), {qkv});
-    } else {
-      // Unfused: S = QK^T over the dense s x s matrix per head, softmax (+ dropout), O = PV.
-      const int64_t P = bs * a * s * s;  // score elements
-      const int64_t qk = T * ad * dt + T * kv * d * dt, v = T * kv * d * dt;
-      const double mm = 2.0 * static_cast<double>(bs) * s * s * ad;  // one dense s x s GEMM
-      ModelOp sc;
-      sc.name = name("attn.scores");
-      sc.kind = OpKind::kAttnScores;
-      sc.tp = TpSplit::kHeads;
-      sc.act_gemm = true;
-      sc.gemm = {s, s, d, bs * a};  // per head: [s,d]x[d,s]
-      sc.fwd_flops = mm;
-      sc.bi_flops = 2 * mm;  // dQ = dS K, dK = dS^T Q
-      sc.fwd_bytes = qk + P * dt;
-      sc.bi_bytes = P * dt + 2 * qk;
-      sc.saved_bytes = sc.saved_input_bytes = qk;  // Q and K
-      sc.out_bytes = P * dt;
-      uint32_t sid = chain(std::move(sc), {qkv});
-      ModelOp sm;
-      sm.name = name("attn.softmax");
-      sm.kind = OpKind::kSoftmax;
-      sm.tp = TpSplit::kHeads;
-      // softmax: read S, write P; dropout: read P, write P' and the 1-byte mask
-      sm.fwd_bytes = 2 * P * dt + (drop ? 2 * P * dt + P : 0);
-      sm.fwd_flops = 5.0 * static_cast<double>(P);
-      // dropout backward: read dP', mask, write dP; softmax backward: read dP, P, write dS
-      sm.bi_bytes = 3 * P * dt + (drop ? 2 * P * dt + P : 0);
-      sm.bi_flops = 4.0 * static_cast<double>(P);
-      sm.saved_bytes = P * dt + (drop ? P : 0);  // softmax output (+ dropout mask)
-      sm.out_bytes = P * dt;
-      uint32_t smid = chain(std::move(sm), {sid});
-      ModelOp cx;
-      cx.name = name("attn.context");
-      cx.kind = OpKind::kAttnContext;
-      cx.tp = TpSplit::kHeads;
-      cx.act_gemm = true;
-      cx.gemm = {s, d, s, bs * a};  // per head: [s,s]x[s,d]
-      cx.fwd_flops = mm;
-      cx.bi_flops = 2 * mm;  // dP' = dO V^T, dV = P'^T dO
-      cx.fwd_bytes = P * dt + v + T * ad * dt;
-      cx.bi_bytes = T * ad * dt + 2 * P * dt + 2 * v;
-      // V, and the dropped-out probabilities when they differ from the softmax output
-      cx.saved_bytes = v + (drop ? P * dt : 0);
-      cx.saved_input_bytes = v;  // V comes from QKV; the probabilities from inside the core
-      cx.out_bytes = T * ad * dt;
-      core = chain(std::move(cx), {smid, qkv});
-    }
-    uint32_t proj =
-        chain(b.gemm(name("attn.out_proj"), OpKind::kOutProj, TpSplit::kRow, T, ad, h), {core});
-    uint32_t r1 = chain(residual(name("attn.residual")), {proj, layer_in});
-    uint32_t n2 = chain(norm(name("mlp_norm")), {r1});
-    const bool is_moe = spec.moe && l >= spec.moe->first_layer &&
-                        (l - spec.moe->first_layer) % spec.moe->every == 0;
-    if (!is_moe) {
-      const int64_t up_n = spec.gated_mlp ? 2 * f : f;
-      uint32_t up = chain(
-          with_bias(b.gemm(name("mlp.up"), OpKind::kMlpUp, TpSplit::kColumn, T, h, up_n)), {n2});
-      uint32_t act = chain(b.elementwise(name("mlp.act"), OpKind::kMlpAct, TpSplit::kColumn,
-                                         T * up_n * dt, T * f * dt, 0),
-                           {up});
-      uint32_t down =
-          chain(b.gemm(name("mlp.down"), OpKind::kMlpDown, TpSplit::kRow, T, f, h), {act});
-      prev = chain(residual(name("mlp.residual")), {down, r1});
-      continue;
-    }
-    const MoeSpec& moe = *spec.moe;
+        L, with_bias(b_.gemm(name(L, "attn.qkv"), OpKind::kQKV, TpSplit::kColumn, T, h, qkv_n)),
+        {n1});
+    uint32_t core = spec_.attention == AttentionImpl::kFlash ? add_flash_attention(L, qkv)
+                                                             : add_unfused_attention(L, qkv);
+    uint32_t proj = chain(
+        L, b_.gemm(name(L, "attn.out_proj"), OpKind::kOutProj, TpSplit::kRow, T, ad, h), {core});
+    uint32_t r1 = chain(L, residual(name(L, "attn.residual")), {proj, layer_in});
+    uint32_t n2 = chain(L, norm(name(L, "mlp_norm")), {r1});
+    const bool is_moe = spec_.moe && l >= spec_.moe->first_layer &&
+                        (l - spec_.moe->first_layer) % spec_.moe->every == 0;
+    prev_ = is_moe ? add_moe(L, n2, r1) : add_dense_mlp(L, n2, r1);
+  }
+
+  uint32_t add_flash_attention(const Layer& L, uint32_t qkv) {
+    ModelOp att;
+    att.name = name(L, "attn.core");
+    att.kind = OpKind::kAttention;
+    att.tp = TpSplit::kHeads;
+    att.gemm = {s, s, d, bs * a};  // per head: [s,d]x[d,s]
+    att.fwd_flops = 2.0 * static_cast<double>(bs) * s * s * ad;
+    att.bi_flops = 2.5 * att.fwd_flops;
+    att.fwd_bytes = T * qkv_n * dt + T * ad * dt;
+    att.bi_bytes = 2 * att.fwd_bytes + T * ad * dt;
+    att.saved_bytes = T * qkv_n * dt + T * ad * dt + T * a * 4;  // q, k, v, output, logsumexp
+    att.saved_input_bytes = T * qkv_n * dt;
+    att.out_bytes = T * ad * dt;
+    return chain(L, std::move(att), {qkv});
+  }
+
+  // Unfused: S = QK^T over the dense s x s matrix per head, softmax (+ dropout), O = PV.
+  uint32_t add_unfused_attention(const Layer& L, uint32_t qkv) {
+    const int64_t P = bs * a * s * s;  // score elements
+    const int64_t qk = T * ad * dt + T * kv * d * dt, v = T * kv * d * dt;
+    const double mm = 2.0 * static_cast<double>(bs) * s * s * ad;  // one dense s x s GEMM
+    ModelOp sc;
+    sc.name = name(L, "attn.scores");
+    sc.kind = OpKind::kAttnScores;
+    sc.tp = TpSplit::kHeads;
+    sc.act_gemm = true;
+    sc.gemm = {s, s, d, bs * a};  // per head: [s,d]x[d,s]
+    sc.fwd_flops = mm;
+    sc.bi_flops = 2 * mm;  // dQ = dS K, dK = dS^T Q
+    sc.fwd_bytes = qk + P * dt;
+    sc.bi_bytes = P * dt + 2 * qk;
+    sc.saved_bytes = sc.saved_input_bytes = qk;  // Q and K
+    sc.out_bytes = P * dt;
+    uint32_t sid = chain(L, std::move(sc), {qkv});
+    ModelOp sm;
+    sm.name = name(L, "attn.softmax");
+    sm.kind = OpKind::kSoftmax;
+    sm.tp = TpSplit::kHeads;
+    // softmax: read S, write P; dropout: read P, write P' and the 1-byte mask
+    sm.fwd_bytes = 2 * P * dt + (drop ? 2 * P * dt + P : 0);
+    sm.fwd_flops = 5.0 * static_cast<double>(P);
+    // dropout backward: read dP', mask, write dP; softmax backward: read dP, P, write dS
+    sm.bi_bytes = 3 * P * dt + (drop ? 2 * P * dt + P : 0);
+    sm.bi_flops = 4.0 * static_cast<double>(P);
+    sm.saved_bytes = P * dt + (drop ? P : 0);  // softmax output (+ dropout mask)
+    sm.out_bytes = P * dt;
+    uint32_t smid = chain(L, std::move(sm), {sid});
+    ModelOp cx;
+    cx.name = name(L, "attn.context");
+    cx.kind = OpKind::kAttnContext;
+    cx.tp = TpSplit::kHeads;
+    cx.act_gemm = true;
+    cx.gemm = {s, d, s, bs * a};  // per head: [s,s]x[s,d]
+    cx.fwd_flops = mm;
+    cx.bi_flops = 2 * mm;  // dP' = dO V^T, dV = P'^T dO
+    cx.fwd_bytes = P * dt + v + T * ad * dt;
+    cx.bi_bytes = T * ad * dt + 2 * P * dt + 2 * v;
+    // V, and the dropped-out probabilities when they differ from the softmax output
+    cx.saved_bytes = v + (drop ? P * dt : 0);
+    cx.saved_input_bytes = v;  // V comes from QKV; the probabilities from inside the core
+    cx.out_bytes = T * ad * dt;
+    return chain(L, std::move(cx), {smid, qkv});
+  }
+
+  // Up, activation, down and the residual (with r1); returns the residual.
+  uint32_t add_dense_mlp(const Layer& L, uint32_t n2, uint32_t r1) {
+    const int64_t up_n = spec_.gated_mlp ? 2 * f : f;
+    uint32_t up = chain(
+        L, with_bias(b_.gemm(name(L, "mlp.up"), OpKind::kMlpUp, TpSplit::kColumn, T, h, up_n)),
+        {n2});
+    uint32_t act = chain(L,
+                         b_.elementwise(name(L, "mlp.act"), OpKind::kMlpAct, TpSplit::kColumn,
+                                        T * up_n * dt, T * f * dt, 0),
+                         {up});
+    uint32_t down =
+        chain(L, b_.gemm(name(L, "mlp.down"), OpKind::kMlpDown, TpSplit::kRow, T, f, h), {act});
+    return chain(L, residual(name(L, "mlp.residual")), {down, r1});
+  }
+
+  // Router, routed experts (EP-tagged), shared experts and the residual; returns the residual.
+  uint32_t add_moe(const Layer& L, uint32_t n2, uint32_t r1) {
+    const MoeSpec& moe = *spec_.moe;
     const int64_t E = moe.experts, k = moe.top_k, ef = moe.expert_ffn_hidden;
-    ModelOp router = b.gemm(name("moe.router"), OpKind::kRouter, TpSplit::kReplicated, T, h, E);
+    ModelOp router =
+        b_.gemm(name(L, "moe.router"), OpKind::kRouter, TpSplit::kReplicated, T, h, E);
     router.saved_bytes += T * E * 4;  // routing probabilities (fp32)
-    uint32_t rt = chain(std::move(router), {n2});
+    uint32_t rt = chain(L, std::move(router), {n2});
     // Routed experts as one grouped GEMM block (up, activation, down) over T·k token-slots.
     // Each expert sees T·k/E tokens when balanced; the busiest expert (imbalance, or the
     // capacity every expert is padded to) sets the grouped GEMM's time and the all-to-all size
     // (MoeSpec::load_factor).
-    const int64_t up_n = spec.gated_mlp ? 2 * ef : ef;
+    const int64_t up_n = spec_.gated_mlp ? 2 * ef : ef;
     const double load = moe.load_factor();
     const int64_t slots =
         std::max<int64_t>(1, static_cast<int64_t>(std::llround(static_cast<double>(T * k) * load)));
     ModelOp ex;
-    ex.name = name("moe.experts");
+    ex.name = name(L, "moe.experts");
     ex.kind = OpKind::kExperts;
     ex.tp = TpSplit::kColumn;
     ex.gemm = {std::max<int64_t>(1, slots / E), up_n + h, h, E};
@@ -341,7 +363,7 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
     ex.fwd_flops = ex.bi_flops = ex.bw_flops = gf;
     ex.model_flops_share = static_cast<double>(T * k) / static_cast<double>(slots);
     ex.param_count = E * (h * up_n + ef * h);
-    ex.param_bytes = ex.param_count * b.pdt;
+    ex.param_bytes = ex.param_count * b_.pdt;
     const int64_t act_in = slots * (h + up_n + ef) * dt;  // inputs of up, act, down
     ex.fwd_bytes = act_in + ex.param_count * dt + slots * h * dt;
     ex.bi_bytes = ex.bw_bytes = ex.fwd_bytes;
@@ -349,48 +371,86 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
     ex.saved_bw_bytes = slots * (h + ef) * dt;  // GEMM inputs; the act input is needed by BI
     ex.saved_input_bytes = slots * h * dt;
     ex.out_bytes = T * h * dt;
-    ex.tags.set(TagKey::kEP, moe_index++);
-    uint32_t exid = chain(std::move(ex), {rt});
+    ex.tags.set(TagKey::kEP, moe_index_++);
+    uint32_t exid = chain(L, std::move(ex), {rt});
     std::vector<uint32_t> outs = {exid};
-    if (moe.shared_experts > 0) {
-      const int64_t sf = ef * moe.shared_experts;
-      const int64_t sup = spec.gated_mlp ? 2 * sf : sf;
-      ModelOp sh =
-          b.gemm(name("moe.shared"), OpKind::kSharedExperts, TpSplit::kColumn, T, h, sup + h);
-      sh.gemm = {T, sup + h, h, 1};
-      double sfl = 2.0 * T * h * (sup + sf);
-      sh.fwd_flops = sh.bi_flops = sh.bw_flops = sfl;
-      sh.param_count = h * sup + sf * h;
-      sh.param_bytes = sh.param_count * b.pdt;
-      sh.saved_bytes = T * (h + sup + sf) * dt;
-      sh.saved_bw_bytes = T * (h + sf) * dt;
-      sh.saved_input_bytes = T * h * dt;
-      sh.out_bytes = T * h * dt;
-      outs.push_back(chain(std::move(sh), {n2}));
-    }
+    if (moe.shared_experts > 0) outs.push_back(add_shared_experts(L, n2));
     // The residual sums the routed (and shared) expert outputs into the stream.
     outs.push_back(r1);
-    prev = chain(residual(name("moe.residual")), std::move(outs));
+    return chain(L, residual(name(L, "moe.residual")), std::move(outs));
   }
-  uint32_t fn = [&] {
-    ModelOp op = norm("final_norm");
-    tag(op, last_region, -1);
-    op.inputs = {prev};
-    return b.add(std::move(op));
-  }();
-  ModelOp head = b.gemm("head", OpKind::kHead, TpSplit::kColumn, T, h, V);
-  if (spec.tie_embeddings) head.param_bytes = head.param_count = 0;
-  tag(head, last_region, -1);
-  head.inputs = {fn};
-  uint32_t hd = b.add(std::move(head));
-  ModelOp loss = b.elementwise("loss", OpKind::kLoss, TpSplit::kColumn, T * V * dt, T * 4, 0);
-  loss.saved_bytes = loss.saved_input_bytes = T * V * dt;  // logits (softmax recomputed from them in backward)
-  loss.fwd_bytes = T * V * (dt + 4);
-  loss.bi_bytes = T * V * (dt + 4) * 2;
-  tag(loss, last_region, -1);
-  loss.inputs = {hd};
-  b.add(std::move(loss));
 
+  uint32_t add_shared_experts(const Layer& L, uint32_t n2) {
+    const MoeSpec& moe = *spec_.moe;
+    const int64_t ef = moe.expert_ffn_hidden;
+    const int64_t sf = ef * moe.shared_experts;
+    const int64_t sup = spec_.gated_mlp ? 2 * sf : sf;
+    ModelOp sh =
+        b_.gemm(name(L, "moe.shared"), OpKind::kSharedExperts, TpSplit::kColumn, T, h, sup + h);
+    sh.gemm = {T, sup + h, h, 1};
+    double sfl = 2.0 * T * h * (sup + sf);
+    sh.fwd_flops = sh.bi_flops = sh.bw_flops = sfl;
+    sh.param_count = h * sup + sf * h;
+    sh.param_bytes = sh.param_count * b_.pdt;
+    sh.saved_bytes = T * (h + sup + sf) * dt;
+    sh.saved_bw_bytes = T * (h + sf) * dt;
+    sh.saved_input_bytes = T * h * dt;
+    sh.out_bytes = T * h * dt;
+    return chain(L, std::move(sh), {n2});
+  }
+
+  // Final norm, head (vocabulary projection) and loss, on the last region.
+  void add_head_and_loss() {
+    const int last_region = spec_.pp_regions - 1;
+    ModelOp fn_op = norm("final_norm");
+    tag(fn_op, last_region, -1);
+    fn_op.inputs = {prev_};
+    uint32_t fn = b_.add(std::move(fn_op));
+    ModelOp head = b_.gemm("head", OpKind::kHead, TpSplit::kColumn, T, h, V);
+    if (spec_.tie_embeddings) head.param_bytes = head.param_count = 0;
+    tag(head, last_region, -1);
+    head.inputs = {fn};
+    uint32_t hd = b_.add(std::move(head));
+    ModelOp loss = b_.elementwise("loss", OpKind::kLoss, TpSplit::kColumn, T * V * dt, T * 4, 0);
+    loss.saved_bytes = loss.saved_input_bytes = T * V * dt;  // logits (softmax recomputed from them in backward)
+    loss.fwd_bytes = T * V * (dt + 4);
+    loss.bi_bytes = T * V * (dt + 4) * 2;
+    tag(loss, last_region, -1);
+    loss.inputs = {hd};
+    b_.add(std::move(loss));
+  }
+
+  Builder& b_;
+  const ModelSpec& spec_;
+  const int64_t dt;  // the model dtype's bytes
+  // Microbatch size, sequence, tokens, hidden, heads, KV heads, head width d (the plan's
+  // head_dim, or h / a: attention works on a·d wide queries and outputs, = h unless head_dim
+  // says otherwise, as on Qwen3 and Gemma; keys and values kv·d wide), FFN hidden,
+  // query / attention-output width, vocabulary, QKV output width.
+  const int64_t bs, s, T, h, a, kv, d, f, ad, V, qkv_n;
+  const bool drop;
+  const int64_t norm_params;  // LayerNorm weight + bias, or RMSNorm
+  const int64_t e;            // hidden-state elements
+  uint32_t prev_ = 0;         // the op whose output the next layer takes
+  int moe_index_ = 0;
+};
+
+}  // namespace
+
+Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) {
+  if (auto ok = check_regions(spec, src); !ok) return fail(std::move(ok.error()));
+  Builder b;
+  b.dt = dtype_bytes(spec.dtype);
+  b.pdt = detail::param_dtype_bytes(spec.dtype);
+  ModelGraph& g = b.g;
+  g.pp_regions = spec.pp_regions;
+  g.layers = spec.layers;
+  g.dtype = spec.dtype;
+  if (spec.family == ModelSpec::Family::kSynthetic) {
+    expand_synthetic(b, spec);
+    return std::move(g);
+  }
+  Transformer(b, spec).expand();
   for (const auto& op : g.ops) {
     g.total_params += op.param_count;
     g.model_flops_per_microbatch += op.fwd_flops + op.bi_flops + op.bw_flops;
