@@ -57,7 +57,8 @@ std::string rows_csv(const std::vector<PointResult>& rows, const std::vector<siz
     for (const auto& [k, v] : rows[i].params.items()) keys.insert(k);
   std::string o = "hash";
   for (const auto& k : keys) o += "," + csv_cell(k);
-  o += ",status,step_time_ms,peak_memory_bytes,bubble_ratio,exposed_comm_ms,mfu,tokens_per_s,"
+  o += ",status,step_time_ms,peak_memory_bytes,bubble_ratio,exposed_comm_ms,"
+       "exposed_comm_ms_per_device,mfu,tokens_per_s,"
        "model_flops,events,sim_wall_ms,peak_memory_time_ms,folded_replicas,devices,"
        "memory_cap_GiB,estimate_step_ms,estimate_memory_bytes,wall_ms,diagnostic\n";
   for (size_t i : idx) {
@@ -67,8 +68,9 @@ std::string rows_csv(const std::vector<PointResult>& rows, const std::vector<siz
       const Json* v = r.params.contains(k) ? &r.params[k] : nullptr;
       o += "," + (v ? csv_cell(v->is_string() ? v->get<std::string>() : v->dump()) : "");
     }
-    o += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3f},{}\n", r.status,
-                     r.step_time_ms, r.peak_memory_bytes, r.bubble_ratio, r.exposed_comm_ms, r.mfu,
+    o += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3f},{}\n", r.status,
+                     r.step_time_ms, r.peak_memory_bytes, r.bubble_ratio, r.exposed_comm_ms,
+                     r.exposed_comm_ms_per_device, r.mfu,
                      r.tokens_per_s, r.model_flops, r.events, r.sim_wall_ms, r.peak_memory_time_ms,
                      r.folded ? 1 : 0, r.devices, r.memory_cap_GiB, r.estimate_step_ms,
                      r.estimate_memory_bytes, r.wall_ms, csv_cell(r.diagnostic));
@@ -77,17 +79,20 @@ std::string rows_csv(const std::vector<PointResult>& rows, const std::vector<siz
 }
 
 std::string rows_table(const std::vector<PointResult>& rows, const std::vector<size_t>& idx) {
-  std::string o = fmt::format("{:<16}  {:>10}  {:>9}  {:>6}  {:>7}  {:<13}  {}\n", "point",
-                              "step ms", "peak GiB", "MFU", "bubble", "status", "parameters");
+  // Exposed communication per device, as simulate's table and JSON give it (ms).
+  std::string o = fmt::format("{:<16}  {:>10}  {:>9}  {:>6}  {:>7}  {:>14}  {:<13}  {}\n", "point",
+                              "step ms", "peak GiB", "MFU", "bubble", "exposed ms/dev", "status",
+                              "parameters");
   for (size_t i : idx) {
     const auto& r = rows[i];
     if (r.simulated())
-      o += fmt::format("{:<16}  {:>10.3f}  {:>9}  {:>5.1f}%  {:>6.1f}%  {:<13}  {}\n", r.hash,
-                       r.step_time_ms, gib(r.peak_memory_bytes), 100 * r.mfu,
-                       100 * r.bubble_ratio, r.status, params_str(r.params));
+      o += fmt::format("{:<16}  {:>10.3f}  {:>9}  {:>5.1f}%  {:>6.1f}%  {:>14.3f}  {:<13}  {}\n",
+                       r.hash, r.step_time_ms, gib(r.peak_memory_bytes), 100 * r.mfu,
+                       100 * r.bubble_ratio, r.exposed_comm_ms_per_device, r.status,
+                       params_str(r.params));
     else
-      o += fmt::format("{:<16}  {:>10}  {:>9}  {:>6}  {:>7}  {:<13}  {}\n", r.hash, "-", "-", "-",
-                       "-", r.status, params_str(r.params));
+      o += fmt::format("{:<16}  {:>10}  {:>9}  {:>6}  {:>7}  {:>14}  {:<13}  {}\n", r.hash, "-",
+                       "-", "-", "-", "-", r.status, params_str(r.params));
   }
   return o;
 }

@@ -18,7 +18,8 @@ namespace stretto::explore {
 
 namespace {
 
-constexpr int kSchemaVersion = 1;
+// 2: exposed_comm_ms_per_device (added to a version-1 database when it is opened).
+constexpr int kSchemaVersion = 2;
 
 // A read that stopped before the end (a corrupted page, an I/O error): the rows after it
 // would vanish from every report and be run again, so the read fails.
@@ -79,7 +80,7 @@ CREATE TABLE IF NOT EXISTS points(
   peak_memory_bytes INTEGER, peak_memory_time_ms REAL, over_capacity INTEGER,
   folded_replicas INTEGER, devices INTEGER, memory_cap_GiB REAL,
   estimate_step_ms REAL, estimate_memory_bytes INTEGER,
-  metrics TEXT
+  metrics TEXT, exposed_comm_ms_per_device REAL
 );
 )sql";
 
@@ -87,7 +88,7 @@ const char* kColumns =
     "hash, params, status, diagnostic, wall_ms, step_time_ms, bubble_ratio, exposed_comm_ms, mfu, "
     "tokens_per_s, model_flops, events, sim_wall_ms, peak_memory_bytes, peak_memory_time_ms, "
     "over_capacity, folded_replicas, devices, memory_cap_GiB, estimate_step_ms, "
-    "estimate_memory_bytes, metrics";
+    "estimate_memory_bytes, metrics, exposed_comm_ms_per_device";
 
 PointResult read_row(const Stmt& s) {
   PointResult r;
@@ -112,6 +113,7 @@ PointResult read_row(const Stmt& s) {
   r.estimate_step_ms = s.col_real(19);
   r.estimate_memory_bytes = s.col_int(20);
   r.metrics = s.col_text(21);
+  r.exposed_comm_ms_per_device = s.col_real(22);
   return r;
 }
 
@@ -164,6 +166,32 @@ std::optional<Diagnostic> foreign(const std::string& path) {
   return d;
 }
 
+// A version-1 database (before exposed_comm_ms_per_device) gets the column, filled from each
+// point's stored simulate JSON, so that a resumed or merged sweep has it on every row.
+Expected<void> add_missing_columns(sqlite3* db, const std::string& path) {
+  if (Stmt probe(db, "SELECT exposed_comm_ms_per_device FROM points LIMIT 0"); probe) return {};
+  char* err = nullptr;
+  const std::string sql = fmt::format(
+      "BEGIN;"
+      "ALTER TABLE points ADD COLUMN exposed_comm_ms_per_device REAL;"
+      "UPDATE points SET exposed_comm_ms_per_device ="
+      "  json_extract(metrics, '$.exposed_comm_ms_per_device')"
+      "  WHERE metrics <> '' AND json_valid(metrics);"
+      "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema', '{}');"
+      "COMMIT;",
+      kSchemaVersion);
+  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    Diagnostic d;
+    d.loc.file = path;
+    d.message = fmt::format("cannot add exposed_comm_ms_per_device to the results database: {}",
+                            err ? err : "?");
+    sqlite3_free(err);
+    sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+    return fail(d);
+  }
+  return {};
+}
+
 Expected<sqlite3*> open_db(const std::string& path, bool create) {
   if (path != ":memory:")
     if (auto d = foreign(path)) return fail(std::move(*d));
@@ -188,6 +216,10 @@ Expected<sqlite3*> open_db(const std::string& path, bool create) {
     sqlite3_free(err);
     sqlite3_close(db);
     return fail(d);
+  }
+  if (auto ok = add_missing_columns(db, path); !ok) {
+    sqlite3_close(db);
+    return fail(std::move(ok).error());
   }
   return db;
 }
@@ -321,7 +353,7 @@ size_t Store::count() const {
 
 Expected<void> Store::put(const PointResult& r) {
   Stmt st(db_, fmt::format("INSERT OR IGNORE INTO points({}) VALUES "
-                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                            kColumns)
                    .c_str());
   if (!st) return fail(db_error(path_, "cannot prepare insert", db_));
@@ -347,6 +379,7 @@ Expected<void> Store::put(const PointResult& r) {
   st.real(20, r.estimate_step_ms);
   st.integer(21, r.estimate_memory_bytes);
   st.text(22, r.metrics);
+  st.real(23, r.exposed_comm_ms_per_device);
   if (st.step() != SQLITE_DONE) return fail(db_error(path_, "cannot store a point", db_));
   return {};
 }

@@ -197,8 +197,12 @@ class ObjectText {
 
 std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
                              double memory_cap_GiB) {
+  return result_json_text(cp, r, sim::pipeline_metrics(cp, r), memory_cap_GiB);
+}
+
+std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
+                             const sim::PipelineMetrics& pm, double memory_cap_GiB) {
   // sim::metrics_json's fields (the same field list), with result_json's capacity judgement.
-  const sim::PipelineMetrics pm = sim::pipeline_metrics(cp, r);
   const int64_t cap = cap_bytes(memory_cap_GiB);
   const Peak peak = peak_of(r, cap);
   ObjectText top;
@@ -283,10 +287,12 @@ PointResult evaluate_point(const SweepSpec& spec, const Point& p, EvalCache* cac
     so.granularity = spec.granularity;
     auto r = session->simulate(so);
     if (!r) return invalid(r.error());
-    out.metrics = result_json_text(session->compiled(), *r, cap);
+    const sim::PipelineMetrics pm = sim::pipeline_metrics(session->compiled(), *r);
+    out.metrics = result_json_text(session->compiled(), *r, pm, cap);
     out.step_time_ms = ms(r->step_time);
     out.bubble_ratio = r->bubble_ratio;
     out.exposed_comm_ms = ms(r->exposed_comm);
+    out.exposed_comm_ms_per_device = pm.exposed_comm_ms_per_device;
     out.mfu = r->mfu;
     out.tokens_per_s = r->tokens_per_s;
     out.model_flops = r->model_flops;

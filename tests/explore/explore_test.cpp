@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <set>
 
+#include <sqlite3.h>
+
 #include "stretto/explore/estimate.h"
 #include "stretto/explore/search.h"
 #include "stretto/explore/sweep.h"
@@ -610,6 +612,54 @@ TEST(Sweep, ShardUnionEqualsTheWhole) {
   auto o = Store::open((dir / "other.db").string(), other, stable_hash(other), "0/1");
   ASSERT_TRUE(o);
   EXPECT_FALSE(o->merge_from((dir / "whole.db").string()));
+  fs::remove_all(dir);
+}
+
+// A database written before exposed_comm_ms_per_device was a column (schema 1) gets it when
+// opened, filled from each point's stored simulate JSON, so resumed and merged sweeps have it.
+TEST(Sweep, AVersionOneDatabaseGetsExposedCommPerDevice) {
+  auto s = load_spec(data("small.json"));
+  ASSERT_TRUE(s);
+  auto g = enumerate(*s);
+  ASSERT_TRUE(g);
+  g->points.resize(3);
+  fs::path dir = scratch("schema1");
+  const std::string path = (dir / "v1.db").string();
+  std::vector<PointResult> now;
+  {
+    auto st = Store::open(path, s->canonical, s->hash, "0/1");
+    ASSERT_TRUE(st);
+    SweepOptions so;
+    so.jobs = 1;
+    ASSERT_TRUE(run_sweep(*s, *g, *st, so));
+    now = *st->rows();
+  }
+  size_t simulated = 0;
+  for (const auto& r : now)
+    if (r.simulated()) {
+      ++simulated;
+      EXPECT_GT(r.exposed_comm_ms_per_device, 0) << r.hash;
+      EXPECT_EQ(r.exposed_comm_ms_per_device,
+                Json::parse(r.metrics)["exposed_comm_ms_per_device"].get<double>());
+    }
+  ASSERT_GT(simulated, 0u);
+  // The same rows as a version-1 database wrote them: no such column.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "ALTER TABLE points DROP COLUMN exposed_comm_ms_per_device;"
+                         "UPDATE meta SET value = '1' WHERE key = 'schema';",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  auto old = Store::open_existing(path);
+  ASSERT_TRUE(old) << render_all(old.error());
+  EXPECT_EQ(old->meta("schema"), "2");
+  const auto rows = *old->rows();
+  ASSERT_EQ(rows.size(), now.size());
+  for (size_t i = 0; i < rows.size(); ++i)
+    EXPECT_EQ(rows[i].exposed_comm_ms_per_device, now[i].exposed_comm_ms_per_device) << rows[i].hash;
   fs::remove_all(dir);
 }
 

@@ -5,6 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <filesystem>
@@ -222,6 +225,61 @@ TEST(SweepCli, FormatsParetoTopEmitBestAndMerge) {
   EXPECT_EQ(typo.code, 2);
   EXPECT_NE(typo.err.find("typo.json:1:"), std::string::npos) << typo.err;
   EXPECT_NE(typo.err.find("did you mean 'microbatches'?"), std::string::npos) << typo.err;
+  fs::remove_all(dir);
+}
+
+// Exposed communication per device, under simulate's name and unit (ms): the database row, the
+// CSV and the table of a sweep give what `simulate --format json` gives for the point's plan.
+TEST(SweepCli, ExposedCommPerDeviceIsSimulatesInEveryFormat) {
+  const fs::path dir = scratch("exposed");
+  const std::string spec = std::string(STRETTO_EXAMPLES) + "/sweeps/interconnect.json";
+  CliRun top = sh("sweep '" + spec + "' --db ic.db -j 1 --top 1 --format json --emit-best best.json",
+                  dir);
+  ASSERT_EQ(top.code, 0) << top.err;
+  const std::string hash = Json::parse(top.out)["top"][0]["hash"];
+  CliRun sim = sh("simulate best.json --format json", dir);
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  const Json simulated = Json::parse(sim.out);
+  const double per_device = simulated["exposed_comm_ms_per_device"];
+  ASSERT_GT(per_device, 0);
+  EXPECT_NEAR(per_device, simulated["exposed_comm_ms"].get<double>() / simulated["devices"].size(),
+              1e-9);
+  // The database row.
+  auto store = Store::open_existing((dir / "ic.db").string());
+  ASSERT_TRUE(store);
+  const auto row = store->row(hash);
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->exposed_comm_ms_per_device, per_device);
+  EXPECT_EQ(Json::parse(row->metrics)["exposed_comm_ms_per_device"].get<double>(), per_device);
+  // CSV: the column, by name.
+  CliRun csv = sh("sweep '" + spec + "' --db ic.db --top 1 --format csv", dir);
+  ASSERT_EQ(csv.code, 0) << csv.err;
+  const std::string header = csv.out.substr(0, csv.out.find('\n'));
+  const std::string line = csv.out.substr(header.size() + 1, csv.out.find('\n', header.size() + 1) -
+                                                                   header.size() - 1);
+  auto cells = [](const std::string& s) {
+    std::vector<std::string> out(1);
+    for (char c : s) {
+      if (c == ',') out.emplace_back();
+      else out.back().push_back(c);
+    }
+    return out;
+  };
+  const auto names = cells(header), values = cells(line);
+  const auto at = std::find(names.begin(), names.end(), "exposed_comm_ms_per_device");
+  ASSERT_NE(at, names.end()) << header;
+  ASSERT_EQ(values.size(), names.size()) << line;
+  EXPECT_NEAR(std::stod(values[static_cast<size_t>(at - names.begin())]), per_device, 1e-9);
+  // The table: its column, in ms.
+  CliRun table = sh("sweep '" + spec + "' --db ic.db --top 1 --format table", dir);
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("exposed ms/dev"), std::string::npos) << table.out;
+  const size_t row_at = table.out.find(hash);
+  ASSERT_NE(row_at, std::string::npos) << table.out;
+  EXPECT_NE(table.out.substr(row_at, table.out.find('\n', row_at) - row_at)
+                .find(fmt::format("  {:.3f}  ok", per_device)),
+            std::string::npos)
+      << table.out;
   fs::remove_all(dir);
 }
 

@@ -1,6 +1,7 @@
+find_package(SQLite3 REQUIRED)  # (explore_test writes a schema-1 results database)
 stretto_test(explore_test SOURCES explore/explore_test.cpp explore/sweep_cli_test.cpp
   explore/door_consistency_test.cpp
-  LIBS stretto::explore)
+  LIBS stretto::explore SQLite::SQLite3)
 add_dependencies(explore_test stretto)
 # The single-node Slurm check (scripts/slurm_test.sh): skips itself (exit 77) where the
 # daemons cannot start.

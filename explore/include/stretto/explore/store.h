@@ -35,6 +35,7 @@ struct PointResult {
   double wall_ms = 0;      // compile + simulate, this point
   // Scalar metrics (NaN / 0 for invalid points).
   double step_time_ms = 0, bubble_ratio = 0, exposed_comm_ms = 0, mfu = 0, tokens_per_s = 0;
+  double exposed_comm_ms_per_device = 0;  // simulate's: exposed_comm_ms over the devices
   double model_flops = 0, sim_wall_ms = 0, peak_memory_time_ms = 0;
   int64_t events = 0, peak_memory_bytes = 0;
   int devices = 0;

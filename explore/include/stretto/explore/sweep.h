@@ -15,6 +15,7 @@
 #include "stretto/explore/estimate.h"
 #include "stretto/explore/spec.h"
 #include "stretto/explore/store.h"
+#include "stretto/sim/pipeline_metrics.h"
 #include "stretto/sim/session.h"
 
 namespace stretto::explore {
@@ -27,6 +28,9 @@ Json result_json(const CompiledPlan& cp, const sim::Result& r, double memory_cap
 /// result_json(), and its text is result_json().dump()'s, up to how equal doubles are spelled.
 std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
                              double memory_cap_GiB);
+/// The same, with the result's pipeline metrics (sim::pipeline_metrics) already computed.
+std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
+                             const sim::PipelineMetrics& pm, double memory_cap_GiB);
 
 /// What evaluate_point may reuse between the points that one thread evaluates: the analytic
 /// estimator, for as long as the points' model, cluster and cost model stay the same (it
