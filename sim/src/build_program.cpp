@@ -238,126 +238,150 @@ bool shares_host_cores(const CompiledPlan& cp, const cost::Interference& itf) {
   return itf.host_cores > 0 && cp.plan.cluster.devices_per_node > itf.host_cores;
 }
 
-Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
-                      const std::vector<char>* only) {
-  const TrainingDag& dag = cp.dag;
-  const ModelGraph& model = cp.model;
-  const ClusterSpec& cl = cp.plan.cluster;
-  Topology topo{cl};
-  const int D = cp.num_devices;
-  auto wanted = [&](int d) { return !only || (*only)[d]; };
-  Program p;
+namespace {
+
+// build_program's state and steps: links, streams, task numbering (instances; kept instances
+// when folding), reservations, memory counters, device programs; then, node by node in the
+// global order, its cost (once) and its instances' tasks (participants, dispatch, links,
+// dependencies, host-thread effects).
+class ProgramBuilder {
+ public:
+  ProgramBuilder(const CompiledPlan& cp, const cost::CostModel& cm, const std::vector<char>* only)
+      : cp_(cp), dag_(cp.dag), model_(cp.model), cl_(cp.plan.cluster), cm_(cm), only_(only),
+        topo_{cp.plan.cluster}, D_(cp.num_devices), N_(cp.dag.nodes.size()),
+        itf_(cm.interference()), queries_(cp),
+        compute_memo_(4 * cp.model.ops.size()),  // (~a query per op, pass)
+        comm_memo_(cp.model.ops.size()) {}
+
+  Program build() {
+    add_links();
+    add_streams();
+    number_tasks();
+    reserve();
+    add_memory_counters();
+    add_devices();
+    prepare_task_state();
+    for (uint32_t n : cp_.topo_order) add_node_tasks(n);
+    return std::move(p_);
+  }
+
+ private:
+  bool wanted(int d) const { return !only_ || (*only_)[d]; }
 
   // ---- links ----
   // (Names, for reports, only where a simulated device can use the link.)
-  p.links.resize(static_cast<size_t>(D) * 4);
-  for (int d = 0; d < D; ++d) {
-    auto name = [&](const char* which) {
-      return wanted(d) ? fmt::format("dev{}.{}", d, which) : std::string();
-    };
-    p.links[link_id(d, 0)] = {cl.intra_node.bandwidth_GBps, name("intra.out")};
-    p.links[link_id(d, 1)] = {cl.intra_node.bandwidth_GBps, name("intra.in")};
-    p.links[link_id(d, 2)] = {cl.inter_node.bandwidth_GBps, name("nic.out")};
-    p.links[link_id(d, 3)] = {cl.inter_node.bandwidth_GBps, name("nic.in")};
+  void add_links() {
+    p_.links.resize(static_cast<size_t>(D_) * 4);
+    for (int d = 0; d < D_; ++d) {
+      auto name = [&](const char* which) {
+        return wanted(d) ? fmt::format("dev{}.{}", d, which) : std::string();
+      };
+      p_.links[link_id(d, 0)] = {cl_.intra_node.bandwidth_GBps, name("intra.out")};
+      p_.links[link_id(d, 1)] = {cl_.intra_node.bandwidth_GBps, name("intra.in")};
+      p_.links[link_id(d, 2)] = {cl_.inter_node.bandwidth_GBps, name("nic.out")};
+      p_.links[link_id(d, 3)] = {cl_.inter_node.bandwidth_GBps, name("nic.in")};
+    }
   }
 
   // ---- streams ----
-  std::map<std::string, uint16_t> sid;
-  auto stream_id = [&](const std::string& name) {
-    auto [it, added] = sid.emplace(name, static_cast<uint16_t>(p.stream_names.size()));
-    if (added) p.stream_names.push_back(name);
+  uint16_t stream_id(const std::string& name) {
+    auto [it, added] = sid_.emplace(name, static_cast<uint16_t>(p_.stream_names.size()));
+    if (added) p_.stream_names.push_back(name);
     return it->second;
-  };
-  for (const auto& s : dag.streams) stream_id(s);
+  }
+  void add_streams() {
+    for (const auto& s : dag_.streams) stream_id(s);
+  }
   // Per-peer send/recv streams "<stream>:<peer>", named once per (stream, peer).
-  std::vector<uint16_t> peer_stream;
-  auto peer_stream_id = [&](uint16_t s, int peer) {
-    const size_t k = static_cast<size_t>(s) * D + peer;
-    if (peer_stream.empty()) peer_stream.assign(dag.streams.size() * D, UINT16_MAX);
-    if (peer_stream[k] == UINT16_MAX)
-      peer_stream[k] = stream_id(fmt::format("{}:{}", dag.streams[s], peer));
-    return peer_stream[k];
-  };
+  uint16_t peer_stream_id(uint16_t s, int peer) {
+    const size_t k = static_cast<size_t>(s) * D_ + peer;
+    if (peer_stream_.empty()) peer_stream_.assign(dag_.streams.size() * D_, UINT16_MAX);
+    if (peer_stream_[k] == UINT16_MAX)
+      peer_stream_[k] = stream_id(fmt::format("{}:{}", dag_.streams[s], peer));
+    return peer_stream_[k];
+  }
 
   // ---- instance numbering ----
-  const size_t N = dag.nodes.size();
-  std::vector<uint32_t> base(N, UINT32_MAX), count(N, 0);
-  auto instances = [&](const Node& n) -> uint32_t {
-    const auto& ds = dag.device_sets[n.devs];
+  uint32_t instances(const Node& n) const {
+    const auto& ds = dag_.device_sets[n.devs];
     if (n.kind == NodeKind::kCollective)
       return static_cast<uint32_t>(ds.devices.size() / ds.group_size);
     return static_cast<uint32_t>(ds.devices.size());
-  };
-  // position of each device in each device set (-1 if absent), built on first use
-  std::vector<std::vector<int32_t>> pos(dag.device_sets.size());
-  auto positions = [&](uint32_t set) -> const int32_t* {
-    auto& v = pos[set];
+  }
+  // position of each device in a device set (-1 if absent), built on first use
+  const int32_t* positions(uint32_t set) {
+    auto& v = pos_[set];
     if (v.empty()) {
-      v.assign(D, -1);
-      const auto& devs = dag.device_sets[set].devices;
+      v.assign(D_, -1);
+      const auto& devs = dag_.device_sets[set].devices;
       for (size_t i = 0; i < devs.size(); ++i) v[devs[i]] = static_cast<int32_t>(i);
     }
     return v.data();
-  };
-  auto position = [&](uint32_t set, int d) { return positions(set)[d]; };
+  }
+  int32_t position(uint32_t set, int d) { return positions(set)[d]; }
   // instance of node n that involves device d, or UINT32_MAX
-  auto instance_on = [&](uint32_t n, int d) -> uint32_t {
-    const Node& nd = dag.nodes[n];
+  uint32_t instance_on(uint32_t n, int d) {
+    const Node& nd = dag_.nodes[n];
     int32_t i = position(nd.devs, d);
     if (nd.kind == NodeKind::kTransfer && i < 0 && nd.devs2 != kNone) i = position(nd.devs2, d);
     if (i < 0) return UINT32_MAX;
-    if (nd.kind == NodeKind::kCollective) i /= dag.device_sets[nd.devs].group_size;
+    if (nd.kind == NodeKind::kCollective) i /= dag_.device_sets[nd.devs].group_size;
     return static_cast<uint32_t>(i);
-  };
+  }
   // devices an instance involves (a span into the node's device sets, or the transfer pair)
-  int pair[2];
-  auto involved = [&](const Node& nd, uint32_t inst) -> std::span<const int> {
-    const auto& ds = dag.device_sets[nd.devs];
+  std::span<const int> involved(const Node& nd, uint32_t inst) {
+    const auto& ds = dag_.device_sets[nd.devs];
     if (nd.kind == NodeKind::kCollective)
       return {ds.devices.data() + static_cast<size_t>(inst) * ds.group_size,
               static_cast<size_t>(ds.group_size)};
     if (nd.kind == NodeKind::kTransfer) {
-      pair[0] = ds.devices[inst];
-      pair[1] = dag.device_sets[nd.devs2].devices[inst];
-      return {pair, 2};
+      pair_[0] = ds.devices[inst];
+      pair_[1] = dag_.device_sets[nd.devs2].devices[inst];
+      return {pair_, 2};
     }
     return {ds.devices.data() + inst, 1};
-  };
+  }
   // Task numbering. Without folding every instance is a task: task = base[n] + instance.
-  // With folding only instances involving a kept device are tasks (see kept_first below).
-  std::vector<int> kept_devices;
-  if (only)
-    for (int d = 0; d < D; ++d)
-      if ((*only)[d]) kept_devices.push_back(d);
-  uint32_t flat = 0;
-  for (uint32_t n : cp.topo_order) {
-    base[n] = flat;
-    count[n] = instances(dag.nodes[n]);
-    flat += count[n];
+  // With folding only instances involving a kept device are tasks (number_kept_tasks).
+  void number_tasks() {
+    base_.assign(N_, UINT32_MAX);
+    count_.assign(N_, 0);
+    pos_.resize(dag_.device_sets.size());
+    if (only_)
+      for (int d = 0; d < D_; ++d)
+        if ((*only_)[d]) kept_devices_.push_back(d);
+    uint32_t flat = 0;
+    for (uint32_t n : cp_.topo_order) {
+      base_[n] = flat;
+      count_[n] = instances(dag_.nodes[n]);
+      flat += count_[n];
+    }
+    num_tasks_ = flat;
+    if (only_) number_kept_tasks();
+    wanted_begin_.resize(only_ ? dag_.device_sets.size() : 0);
+    wanted_devs_.resize(only_ ? dag_.device_sets.size() : 0);
   }
   // Folded mode: the kept instances of node n are tasks kept_first[n] .. + kept_count[n] - 1,
   // numbered in topo order (so deps point backwards); kept_inst[task] is the instance.
-  std::vector<uint32_t> kept_first, kept_count, kept_inst;
-  size_t num_tasks = flat;
-  if (only) {
-    kept_first.assign(N, 0);
-    kept_count.assign(N, 0);
-    kept_inst.reserve(N);
+  void number_kept_tasks() {
+    kept_first_.assign(N_, 0);
+    kept_count_.assign(N_, 0);
+    kept_inst_.reserve(N_);
     // A node's kept instances depend only on its device sets and whether it is a collective:
     // found once per distinct (devs, devs2, collective), not once per node.
     // (One map lookup per run of nodes with the same key, not one per node.)
     std::unordered_map<uint64_t, std::vector<uint32_t>> kept_of[2];
     uint64_t last_key = UINT64_MAX;
     const std::vector<uint32_t>* last = nullptr;
-    for (uint32_t n : cp.topo_order) {
-      const Node& nd = dag.nodes[n];
+    for (uint32_t n : cp_.topo_order) {
+      const Node& nd = dag_.nodes[n];
       const bool coll = nd.kind == NodeKind::kCollective;
       const uint64_t key = (static_cast<uint64_t>(nd.devs) << 32) | nd.devs2;
       const uint64_t full_key = key ^ (coll ? uint64_t{1} << 63 : 0);  // devs < 2^31
       if (full_key == last_key) {
-        kept_first[n] = static_cast<uint32_t>(kept_inst.size());
-        kept_inst.insert(kept_inst.end(), last->begin(), last->end());
-        kept_count[n] = static_cast<uint32_t>(last->size());
+        kept_first_[n] = static_cast<uint32_t>(kept_inst_.size());
+        kept_inst_.insert(kept_inst_.end(), last->begin(), last->end());
+        kept_count_[n] = static_cast<uint32_t>(last->size());
         continue;
       }
       auto [it, added] = kept_of[coll ? 1 : 0].try_emplace(key);
@@ -365,38 +389,34 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       last_key = full_key;
       last = &insts;
       if (added) {
-        for (int d : kept_devices) {
+        for (int d : kept_devices_) {
           const uint32_t i = instance_on(n, d);
           if (i != UINT32_MAX) insts.push_back(i);
         }
         std::sort(insts.begin(), insts.end());
         insts.erase(std::unique(insts.begin(), insts.end()), insts.end());
       }
-      kept_first[n] = static_cast<uint32_t>(kept_inst.size());
-      kept_inst.insert(kept_inst.end(), insts.begin(), insts.end());
-      kept_count[n] = static_cast<uint32_t>(insts.size());
+      kept_first_[n] = static_cast<uint32_t>(kept_inst_.size());
+      kept_inst_.insert(kept_inst_.end(), insts.begin(), insts.end());
+      kept_count_[n] = static_cast<uint32_t>(insts.size());
     }
-    num_tasks = kept_inst.size();
+    num_tasks_ = kept_inst_.size();
   }
   // The devices of an instance that are simulated (all without folding), in the instance's
   // order: for collectives, per device set and group, computed once (a 64-wide all-to-all has
   // one kept member per class when folded).
-  std::vector<std::vector<uint32_t>> wanted_begin(only ? dag.device_sets.size() : 0);
-  std::vector<std::vector<int>> wanted_devs(only ? dag.device_sets.size() : 0);
-  std::vector<int> wanted_scratch;
-  auto wanted_of = [&](const Node& nd, uint32_t inst,
-                       std::span<const int> devs) -> std::span<const int> {
-    if (!only) return devs;
+  std::span<const int> wanted_of(const Node& nd, uint32_t inst, std::span<const int> devs) {
+    if (!only_) return devs;
     if (nd.kind != NodeKind::kCollective) {
-      wanted_scratch.clear();
+      wanted_scratch_.clear();
       for (int d : devs)
-        if (wanted(d)) wanted_scratch.push_back(d);
-      return wanted_scratch;
+        if (wanted(d)) wanted_scratch_.push_back(d);
+      return wanted_scratch_;
     }
-    auto& begin = wanted_begin[nd.devs];
-    auto& list = wanted_devs[nd.devs];
+    auto& begin = wanted_begin_[nd.devs];
+    auto& list = wanted_devs_[nd.devs];
     if (begin.empty()) {
-      const auto& ds = dag.device_sets[nd.devs];
+      const auto& ds = dag_.device_sets[nd.devs];
       const size_t groups = ds.devices.size() / static_cast<size_t>(ds.group_size);
       begin.push_back(0);
       for (size_t g = 0; g < groups; ++g) {
@@ -408,85 +428,360 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
       }
     }
     return {list.data() + begin[inst], begin[inst + 1] - begin[inst]};
-  };
-  auto task_of = [&](uint32_t n, uint32_t i) -> uint32_t {
-    if (!only) return base[n] + i;
-    for (uint32_t k = kept_first[n]; k < kept_first[n] + kept_count[n]; ++k)
-      if (kept_inst[k] == i) return k;
+  }
+  uint32_t task_of(uint32_t n, uint32_t i) const {
+    if (!only_) return base_[n] + i;
+    for (uint32_t k = kept_first_[n]; k < kept_first_[n] + kept_count_[n]; ++k)
+      if (kept_inst_[k] == i) return k;
     return UINT32_MAX;
-  };
-  const cost::Interference itf = cm.interference();
+  }
+
   // Sizes up front, so that the big arrays are written once and never regrow (a regrowth
   // copies gigabytes at the reference scale). Participants and links are exact; dependencies
   // get an upper bound, whose untouched tail costs address space only.
-  {
+  void reserve() {
     size_t parts = 0, links = 0, deps = 0, comms = 0;
-    for (uint32_t n = 0; n < N; ++n) {
-      const Node& nd = dag.nodes[n];
-      const size_t ninst = only ? kept_count[n] : count[n];
+    for (uint32_t n = 0; n < N_; ++n) {
+      const Node& nd = dag_.nodes[n];
+      const size_t ninst = only_ ? kept_count_[n] : count_[n];
       if (nd.kind == NodeKind::kTransfer || nd.kind == NodeKind::kCollective) comms += ninst;
       const size_t per = nd.kind == NodeKind::kCompute    ? 1
                          : nd.kind == NodeKind::kTransfer ? 2
                          : nd.kind == NodeKind::kCollective
-                             ? static_cast<size_t>(dag.device_sets[nd.devs].group_size)
+                             ? static_cast<size_t>(dag_.device_sets[nd.devs].group_size)
                              : 0;
       parts += ninst * per;
       links += ninst * per * 2;
       deps += ninst * std::max<size_t>(per, 1) *
-              (dag.pred_begin[n + 1] - dag.pred_begin[n] + (itf.host_compute ? 1 : 0));
+              (dag_.pred_begin[n + 1] - dag_.pred_begin[n] + (itf_.host_compute ? 1 : 0));
     }
-    p.tasks.reserve(num_tasks);
-    p.comms.reserve(comms);
-    p.participants.reserve(parts);
-    p.task_links.reserve(links);
-    p.deps.reserve(deps);
+    p_.tasks.reserve(num_tasks_);
+    p_.comms.reserve(comms);
+    p_.participants.reserve(parts);
+    p_.task_links.reserve(links);
+    p_.deps.reserve(deps);
   }
 
   // ---- memory: the DAG's memory effects are the program's counters (one per dynamic
   // category), applied on every device an instance runs on ----
-  p.num_counters = static_cast<uint32_t>(MemCategory::kCount);
-  p.effect_begin.assign(N + 1, 0);
-  for (const MemEffect& m : dag.mem) ++p.effect_begin[m.node + 1];
-  for (size_t i = 0; i < N; ++i) p.effect_begin[i + 1] += p.effect_begin[i];
-  p.effects.resize(dag.mem.size());
-  {
-    std::vector<uint32_t> fill(p.effect_begin.begin(), p.effect_begin.end() - 1);
-    for (const MemEffect& m : dag.mem)
-      p.effects[fill[m.node]++] = {static_cast<uint8_t>(m.cat), m.at_end, m.bytes};
+  void add_memory_counters() {
+    p_.num_counters = static_cast<uint32_t>(MemCategory::kCount);
+    p_.effect_begin.assign(N_ + 1, 0);
+    for (const MemEffect& m : dag_.mem) ++p_.effect_begin[m.node + 1];
+    for (size_t i = 0; i < N_; ++i) p_.effect_begin[i + 1] += p_.effect_begin[i];
+    p_.effects.resize(dag_.mem.size());
+    std::vector<uint32_t> fill(p_.effect_begin.begin(), p_.effect_begin.end() - 1);
+    for (const MemEffect& m : dag_.mem)
+      p_.effects[fill[m.node]++] = {static_cast<uint8_t>(m.cat), m.at_end, m.bytes};
   }
 
   // ---- per-device dispatch lists ----
   // A device's list is its class program (a subsequence of the global topological order),
   // restricted to the instances that involve it. Tasks are created in that same order, so each
   // task is appended to the lists of the devices it involves as it is created.
-  p.devices.resize(D);
-  for (int d = 0; d < D; ++d) {
-    DeviceProgram& dp = p.devices[d];
-    dp.dispatch_ns = cm.dispatch_ns();
-    dp.comm_sm_share = itf.comm_sm_share;
-    dp.comm_hbm_share = itf.comm_hbm_share;
-    const int c = cp.class_of_device[d];
-    // (the class program's length; compiled without class programs, the lists grow as needed)
-    if (c >= 0 && wanted(d)) dp.dispatch.reserve(cp.classes[c].program.size());
-  }
-  // Host cores: where a node holds more host-CPU devices than it has cores, its devices
-  // time-share them (program.h); one host per such node.
-  if (shares_host_cores(cp, itf)) {
-    p.host_share_efficiency = itf.host_share_efficiency;
-    const int per_node = cp.plan.cluster.devices_per_node;
-    for (int d = 0; d < D; ++d) {
-      const auto h = static_cast<uint32_t>(d / per_node);
-      if (h >= p.host_cores.size()) p.host_cores.resize(h + 1, itf.host_cores);
-      p.devices[d].host = h;
+  void add_devices() {
+    p_.devices.resize(D_);
+    for (int d = 0; d < D_; ++d) {
+      DeviceProgram& dp = p_.devices[d];
+      dp.dispatch_ns = cm_.dispatch_ns();
+      dp.comm_sm_share = itf_.comm_sm_share;
+      dp.comm_hbm_share = itf_.comm_hbm_share;
+      const int c = cp_.class_of_device[d];
+      // (the class program's length; compiled without class programs, the lists grow as needed)
+      if (c >= 0 && wanted(d)) dp.dispatch.reserve(cp_.classes[c].program.size());
+    }
+    // Host cores: where a node holds more host-CPU devices than it has cores, its devices
+    // time-share them (program.h); one host per such node.
+    if (shares_host_cores(cp_, itf_)) {
+      p_.host_share_efficiency = itf_.host_share_efficiency;
+      const int per_node = cp_.plan.cluster.devices_per_node;
+      for (int d = 0; d < D_; ++d) {
+        const auto h = static_cast<uint32_t>(d / per_node);
+        if (h >= p_.host_cores.size()) p_.host_cores.resize(h + 1, itf_.host_cores);
+        p_.devices[d].host = h;
+      }
     }
   }
-  auto dispatch = [&](int d, uint32_t tid) {
-    if (wanted(d) && cp.class_of_device[d] >= 0) p.devices[d].dispatch.push_back(tid);
-  };
+  void dispatch(int d, uint32_t tid) {
+    if (wanted(d) && cp_.class_of_device[d] >= 0) p_.devices[d].dispatch.push_back(tid);
+  }
 
-  // ---- costs, participants, links, deps ----
-  std::vector<uint32_t> lane_best(dag.streams.size(), UINT32_MAX);  // by stream: highest dep
-  std::vector<uint16_t> lanes_touched;
+  // The per-lane dependency filter's and the host-thread models' state.
+  void prepare_task_state() {
+    lane_best_.assign(dag_.streams.size(), UINT32_MAX);
+    num_streams_ = dag_.streams.size();
+    recent_.assign(static_cast<size_t>(D_) * num_streams_ * kRecent, UINT32_MAX);
+    last_compute_.assign(itf_.host_compute ? static_cast<size_t>(D_) : 0, UINT32_MAX);
+    cold_model_ = itf_.host_compute &&
+                  std::any_of(itf_.host_cold_factor.begin(), itf_.host_cold_factor.end(),
+                              [](double f) { return f != 1.0; });
+    reuse_model_ = itf_.host_compute &&
+                   std::any_of(itf_.host_reuse_factor.begin(), itf_.host_reuse_factor.end(),
+                               [](double f) { return f != 1.0; });
+    const bool host_model =
+        itf_.host_compute && (itf_.host_op_ns > 0 || cold_model_ || reuse_model_);
+    issued_since_.assign(host_model ? static_cast<size_t>(D_) : 0, 0);
+    last_comm_.assign(cold_model_ ? static_cast<size_t>(D_) : 0, CommKind::kNone);
+  }
+
+  // What every instance of a node costs (the same for all: queried once).
+  struct NodeCost {
+    TaskKind kind = TaskKind::kCompute;
+    int64_t work = 0, latency = 0;
+    double cap = 0;
+    bool mem_bound = false;
+    cost::CommCost cc;
+  };
+  NodeCost node_cost(const Node& nd) {
+    NodeCost c;
+    if (nd.kind == NodeKind::kCompute) {
+      const cost::ComputeCost cc = compute_memo_.get(
+          node_key(nd, model_), [&] { return cm_.compute(queries_.compute(nd)); });
+      c.work = cc.ns;
+      c.mem_bound = cc.mem_bound;
+    } else if (nd.kind == NodeKind::kTransfer || nd.kind == NodeKind::kCollective) {
+      const cost::CommQuery q = queries_.comm(nd);
+      c.cc = comm_memo_.get(key_of(q), [&] { return cm_.comm(q); });
+      c.work = c.cc.wire_bytes;
+      c.latency = c.cc.latency_ns;
+      c.cap = c.cc.rate_cap;
+    }
+    c.kind = nd.kind == NodeKind::kCompute   ? TaskKind::kCompute
+             : nd.kind == NodeKind::kBarrier ? TaskKind::kBarrier
+                                             : TaskKind::kComm;
+    return c;
+  }
+
+  // Dependencies implied by a FIFO are left out. Every device program is a subsequence of the
+  // one global topological order and task ids follow it, so on one (device, stream) lane a
+  // lower task id runs first. Hence (a) a dependency on the task's own lane is implied, and
+  // (b) of several dependencies on one lane only the last (highest id) is needed, and (c) a
+  // dependency that an earlier task of one of the task's own lanes already has is implied
+  // (that task ended first, after it). (b) removes most of the order barriers' fan-in, (c)
+  // their fan-out: of a group's ops on a lane only the first waits for the group's barrier
+  // (on the reference plan, (a) and (b) leave 68.5 M dependencies of 117 M, (c) 23.2 M).
+  // Lanes are known for compute and collective nodes (their node's stream on every device
+  // involved); transfers (per-peer streams) and barriers (no lane) keep all their dependencies.
+  static bool has_lane(const Node& x) {
+    return x.kind == NodeKind::kCompute || x.kind == NodeKind::kCollective;
+  }
+
+  // The tasks of node n: one per (kept) instance.
+  void add_node_tasks(uint32_t n) {
+    const Node& nd = dag_.nodes[n];
+    const NodeCost c = node_cost(nd);
+    const bool own_lane = has_lane(nd);
+    resolve_preds(n, nd, own_lane);
+    const uint32_t ninst = only_ ? kept_count_[n] : count_[n];
+    for (uint32_t j = 0; j < ninst; ++j) add_task(n, nd, j, c, own_lane);
+  }
+
+  // The node's predecessors, resolved once for all its instances; (a) applied here.
+  void resolve_preds(uint32_t n, const Node& nd, bool own_lane) {
+    preds_.clear();
+    for (uint32_t k = dag_.pred_begin[n]; k < dag_.pred_begin[n + 1]; ++k) {
+      const uint32_t pn = dag_.edges[dag_.pred[k]].from;
+      const Node& pred = dag_.nodes[pn];
+      const bool lane = has_lane(pred);
+      if (lane && own_lane && pred.stream == nd.stream) continue;  // (a)
+      PredInfo pi;
+      pi.node = pn;
+      pi.base = base_[pn];
+      pi.lane = lane;
+      pi.stream = pred.stream;
+      pi.group = pred.kind == NodeKind::kCollective ? dag_.device_sets[pred.devs].group_size : 1;
+      pi.pos1 = positions(pred.devs);
+      if (pred.kind == NodeKind::kTransfer && pred.devs2 != kNone) pi.pos2 = positions(pred.devs2);
+      preds_.push_back(pi);
+    }
+  }
+
+  // The task of the j-th (kept) instance of node n.
+  void add_task(uint32_t n, const Node& nd, uint32_t j, const NodeCost& c, bool own_lane) {
+    const uint32_t tid = (only_ ? kept_first_[n] : base_[n]) + j;
+    const uint32_t i = only_ ? kept_inst_[tid] : j;
+    STRETTO_ASSERT(tid == p_.tasks.size(), "tasks are numbered in order");
+    Task& t = p_.tasks.emplace_back();
+    t.node = n;
+    t.work = c.work;
+    t.mem_bound = c.mem_bound;
+    t.kind = c.kind;
+    const std::span<const int> devs = involved(nd, i);
+    // the simulated ones among them (all of them without folding)
+    const std::span<const int> kept = wanted_of(nd, i, devs);
+    add_participants(t, nd, devs, kept);
+    if (c.kind != TaskKind::kBarrier) {
+      // each kept device once (devs[0], if kept, is kept[0]; its repeats are skipped)
+      for (size_t k = 0; k < kept.size(); ++k)
+        if (k == 0 || kept[k] != devs[0]) dispatch(kept[k], tid);
+    }
+    add_comm(t, nd, devs, kept, c);
+    // deps, device by device: a lane-less dependency as it is; of those on one lane (the
+    // predecessor's stream on this device) only the highest id (b); then each task once.
+    // Written straight into p.deps (reserved for the worst case, so it never regrows).
+    const size_t dep_begin = p_.deps.size();
+    for (int d : kept) add_deps_on(d, nd, own_lane, c.kind);
+    apply_host_effects(t, nd, tid, devs, kept);
+    dedupe_deps(dep_begin);
+    t.dep_begin = static_cast<uint32_t>(dep_begin);
+  }
+
+  // With replica folding, only simulated devices take part.
+  void add_participants(Task& t, const Node& nd, std::span<const int> devs,
+                        std::span<const int> kept) {
+    t.part_begin = static_cast<uint32_t>(p_.participants.size());
+    if (nd.kind == NodeKind::kCompute) {
+      p_.participants.push_back({static_cast<uint32_t>(devs[0]), nd.stream});
+    } else if (nd.kind == NodeKind::kTransfer) {
+      if (wanted(devs[0]))
+        p_.participants.push_back(
+            {static_cast<uint32_t>(devs[0]), peer_stream_id(nd.stream, devs[1])});
+      if (wanted(devs[1]))
+        p_.participants.push_back(
+            {static_cast<uint32_t>(devs[1]), peer_stream_id(nd.stream, devs[0])});
+    } else if (nd.kind == NodeKind::kCollective) {
+      for (int d : kept) p_.participants.push_back({static_cast<uint32_t>(d), nd.stream});
+    }
+    t.part_count = static_cast<uint32_t>(p_.participants.size()) - t.part_begin;
+  }
+
+  // links (comm only): the bottleneck class of each member; and the comm task's CommSpec
+  void add_comm(Task& t, const Node& nd, std::span<const int> devs, std::span<const int> kept,
+                const NodeCost& c) {
+    const auto link_begin = static_cast<uint32_t>(p_.task_links.size());
+    if (nd.kind == NodeKind::kTransfer && t.work > 0) {
+      bool inter = topo_.node_of(devs[0]) != topo_.node_of(devs[1]);
+      p_.task_links.push_back(link_id(devs[0], inter ? 2 : 0));
+      p_.task_links.push_back(link_id(devs[1], inter ? 3 : 1));
+    } else if (nd.kind == NodeKind::kCollective && t.work > 0) {
+      int lk = c.cc.inter_node ? 2 : 0;
+      for (int d : kept) {
+        p_.task_links.push_back(link_id(d, lk));
+        p_.task_links.push_back(link_id(d, lk + 1));
+      }
+    }
+    if (c.kind == TaskKind::kComm) {
+      t.comm = static_cast<uint32_t>(p_.comms.size());
+      p_.comms.push_back({c.latency, c.cap, link_begin,
+                          static_cast<uint32_t>(p_.task_links.size()) - link_begin});
+    }
+  }
+
+  // The dependencies of a task on device d, appended to p.deps.
+  void add_deps_on(int d, const Node& nd, bool own_lane, TaskKind kind) {
+    // (c): what earlier tasks of this lane depended on; this task's kept dependencies join
+    uint32_t* const mem =
+        own_lane ? &recent_[(static_cast<size_t>(d) * num_streams_ + nd.stream) * kRecent]
+                 : nullptr;
+    auto keep = [&](uint32_t id) {
+      if (mem) {
+        if (std::find(mem, mem + kRecent, id) != mem + kRecent) return;  // implied
+        std::copy_backward(mem, mem + kRecent - 1, mem + kRecent);
+        mem[0] = id;
+      }
+      p_.deps.push_back(id);
+    };
+    for (const PredInfo& pr : preds_) {
+      int32_t pi = pr.pos1[d];
+      if (pi < 0 && pr.pos2) pi = pr.pos2[d];
+      if (pi < 0) continue;
+      const uint32_t inst = static_cast<uint32_t>(pr.group == 1 ? pi : pi / pr.group);
+      const uint32_t ptid = only_ ? task_of(pr.node, inst) : pr.base + inst;
+      if (ptid == UINT32_MAX) continue;
+      if (!pr.lane) {
+        keep(ptid);
+      } else if (lane_best_[pr.stream] == UINT32_MAX) {
+        lane_best_[pr.stream] = ptid;
+        lanes_touched_.push_back(pr.stream);
+      } else {
+        lane_best_[pr.stream] = std::max(lane_best_[pr.stream], ptid);
+      }
+    }
+    for (uint16_t st : lanes_touched_) {
+      keep(lane_best_[st]);
+      lane_best_[st] = UINT32_MAX;
+    }
+    lanes_touched_.clear();
+    // The device's host thread issues this task only once it has run its previous compute
+    // task (and waited for that task's inputs): a compute op blocks the thread.
+    if (!last_compute_.empty() && kind != TaskKind::kBarrier &&
+        last_compute_[static_cast<size_t>(d)] != UINT32_MAX)
+      keep(last_compute_[static_cast<size_t>(d)]);
+  }
+
+  // Host-thread compute (cost::Interference::host_compute): a device's compute task becomes
+  // the one its later tasks wait for, and pays for the host bookkeeping of the ops issued
+  // since its previous one (host_op_ns), runs slower after communication work (the last
+  // one's host_cold_factor) and on stale activations (host_reuse_factor).
+  void apply_host_effects(Task& t, const Node& nd, uint32_t tid, std::span<const int> devs,
+                          std::span<const int> kept) {
+    const TaskKind kind = t.kind;
+    if (!last_compute_.empty() && kind == TaskKind::kCompute && wanted(devs[0]))
+      last_compute_[static_cast<size_t>(devs[0])] = tid;
+    if (!issued_since_.empty() && kind == TaskKind::kCompute && wanted(devs[0])) {
+      const auto d0 = static_cast<size_t>(devs[0]);
+      int64_t& since = issued_since_[d0];
+      if (cold_model_ && since > 0) {
+        const double f = itf_.host_cold_factor[static_cast<size_t>(last_comm_[d0])];
+        if (f != 1.0) t.work = static_cast<int64_t>(std::ceil(static_cast<double>(t.work) * f));
+      }
+      if (reuse_model_) {
+        const double f = itf_.host_reuse_factor[stale_.visit(devs[0], nd, model_)];
+        if (f != 1.0) t.work = static_cast<int64_t>(std::ceil(static_cast<double>(t.work) * f));
+      }
+      t.work += itf_.host_op_ns * (1 + since);
+      since = 0;
+    } else if (!issued_since_.empty() && kind == TaskKind::kComm) {
+      for (int d : kept) {
+        ++issued_since_[static_cast<size_t>(d)];
+        if (cold_model_) last_comm_[static_cast<size_t>(d)] = nd.comm;
+      }
+    }
+  }
+
+  // Each dependency of the task whose list starts at dep_begin once. The engine does not need
+  // them sorted: short lists keep their order (a pairwise check, cheaper than sorting millions
+  // of short lists), long ones (wide collectives) are sorted.
+  void dedupe_deps(size_t dep_begin) {
+    uint32_t* const ids = p_.deps.data() + dep_begin;
+    const size_t num_ids = p_.deps.size() - dep_begin;
+    if (num_ids > 16) {
+      std::sort(ids, ids + num_ids);
+      p_.deps.resize(static_cast<size_t>(std::unique(ids, ids + num_ids) - p_.deps.data()));
+    } else if (num_ids > 1) {
+      size_t kept = 1;
+      for (size_t a = 1; a < num_ids; ++a) {
+        if (std::find(ids, ids + kept, ids[a]) == ids + kept) ids[kept++] = ids[a];
+      }
+      p_.deps.resize(dep_begin + kept);
+    }
+  }
+
+  const CompiledPlan& cp_;
+  const TrainingDag& dag_;
+  const ModelGraph& model_;
+  const ClusterSpec& cl_;
+  const cost::CostModel& cm_;
+  const std::vector<char>* only_;  // simulated devices (replica folding); null: all
+  const Topology topo_;
+  const int D_;
+  const size_t N_;
+  const cost::Interference itf_;
+  Program p_;
+  // streams
+  std::map<std::string, uint16_t> sid_;
+  std::vector<uint16_t> peer_stream_;  // by (stream, peer)
+  // task numbering
+  std::vector<uint32_t> base_, count_;      // by node: first task, instances
+  std::vector<std::vector<int32_t>> pos_;   // by device set: each device's position
+  int pair_[2] = {0, 0};                    // involved(): a transfer's two devices
+  std::vector<int> kept_devices_;
+  std::vector<uint32_t> kept_first_, kept_count_, kept_inst_;
+  size_t num_tasks_ = 0;
+  std::vector<std::vector<uint32_t>> wanted_begin_;  // wanted_of(), by device set
+  std::vector<std::vector<int>> wanted_devs_;
+  std::vector<int> wanted_scratch_;
+  // dependencies
   struct PredInfo {
     uint32_t node = 0;
     bool lane = false;
@@ -496,226 +791,36 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
     const int32_t* pos2 = nullptr;  // transfer: in its receiver set
     uint32_t base = 0;              // task id of its instance 0 (without folding)
   };
-  std::vector<PredInfo> preds;
-  // (c) below: per (device, stream) lane, the last kRecent dependencies of its tasks, newest
-  // first.
-  constexpr size_t kRecent = 4;
-  const size_t num_streams = dag.streams.size();
-  std::vector<uint32_t> recent(static_cast<size_t>(D) * num_streams * kRecent, UINT32_MAX);
+  std::vector<PredInfo> preds_;            // of the node being built
+  std::vector<uint32_t> lane_best_;        // by stream: highest dep
+  std::vector<uint16_t> lanes_touched_;
+  // (c): per (device, stream) lane, the last kRecent dependencies of its tasks, newest first.
+  static constexpr size_t kRecent = 4;
+  size_t num_streams_ = 0;
+  std::vector<uint32_t> recent_;
   // Host-thread compute (cost::Interference::host_compute): per device, its last compute task
   // so far in dispatch order; every later task of the device depends on it.
-  std::vector<uint32_t> last_compute(itf.host_compute ? static_cast<size_t>(D) : 0, UINT32_MAX);
+  std::vector<uint32_t> last_compute_;
   // ... and its host thread's bookkeeping (cost::Interference::host_op_ns): per device, the ops
   // issued since its last compute op; the next compute op pays for them and for itself.
   // ... and the kind of the last of them (cost::Interference::host_cold_factor): the next
   // compute op runs that much slower, its operands displaced by the host's communication work.
-  const bool cold_model =
-      itf.host_compute &&
-      std::any_of(itf.host_cold_factor.begin(), itf.host_cold_factor.end(),
-                  [](double f) { return f != 1.0; });
   // ... and whether its backward ops reuse stale activations (cost::Interference::
   // host_reuse_factor; the rule is cost::StaleActivations, shared with `stretto profile`).
-  const bool reuse_model =
-      itf.host_compute &&
-      std::any_of(itf.host_reuse_factor.begin(), itf.host_reuse_factor.end(),
-                  [](double f) { return f != 1.0; });
-  cost::StaleActivations stale;
-  const bool host_model = itf.host_compute && (itf.host_op_ns > 0 || cold_model || reuse_model);
-  std::vector<int64_t> issued_since(host_model ? static_cast<size_t>(D) : 0, 0);
-  std::vector<CommKind> last_comm(cold_model ? static_cast<size_t>(D) : 0, CommKind::kNone);
-  CostQueries queries(cp);
-  QueryMemo<QueryKey<3>, cost::ComputeCost> compute_memo(4 * model.ops.size());  // (~a query per op, pass)
-  QueryMemo<QueryKey<4>, cost::CommCost> comm_memo(model.ops.size());
-  for (uint32_t n : cp.topo_order) {
-    const Node& nd = dag.nodes[n];
-    // Costs are the same for every instance of a node: query once.
-    int64_t work = 0, latency = 0;
-    double cap = 0;
-    bool mem_bound = false;
-    cost::CommCost cc;
-    if (nd.kind == NodeKind::kCompute) {
-      const cost::ComputeCost c =
-          compute_memo.get(node_key(nd, model), [&] { return cm.compute(queries.compute(nd)); });
-      work = c.ns;
-      mem_bound = c.mem_bound;
-    } else if (nd.kind == NodeKind::kTransfer || nd.kind == NodeKind::kCollective) {
-      const cost::CommQuery q = queries.comm(nd);
-      cc = comm_memo.get(key_of(q), [&] { return cm.comm(q); });
-      work = cc.wire_bytes;
-      latency = cc.latency_ns;
-      cap = cc.rate_cap;
-    }
-    const TaskKind kind = nd.kind == NodeKind::kCompute   ? TaskKind::kCompute
-                          : nd.kind == NodeKind::kBarrier ? TaskKind::kBarrier
-                                                          : TaskKind::kComm;
-    // Dependencies implied by a FIFO are left out. Every device program is a subsequence of the
-    // one global topological order and task ids follow it, so on one (device, stream) lane a
-    // lower task id runs first. Hence (a) a dependency on the task's own lane is implied, and
-    // (b) of several dependencies on one lane only the last (highest id) is needed, and (c) a
-    // dependency that an earlier task of one of the task's own lanes already has is implied
-    // (that task ended first, after it). (b) removes most of the order barriers' fan-in, (c)
-    // their fan-out: of a group's ops on a lane only the first waits for the group's barrier
-    // (on the reference plan, (a) and (b) leave 68.5 M dependencies of 117 M, (c) 23.2 M).
-    // Lanes are known for compute and collective nodes (their node's stream on every device
-    // involved); transfers (per-peer streams) and barriers (no lane) keep all their dependencies.
-    auto has_lane = [](const Node& x) {
-      return x.kind == NodeKind::kCompute || x.kind == NodeKind::kCollective;
-    };
-    const bool own_lane = has_lane(nd);
-    // The node's predecessors, resolved once for all its instances; (a) applied here.
-    preds.clear();
-    for (uint32_t k = dag.pred_begin[n]; k < dag.pred_begin[n + 1]; ++k) {
-      const uint32_t pn = dag.edges[dag.pred[k]].from;
-      const Node& pred = dag.nodes[pn];
-      const bool lane = has_lane(pred);
-      if (lane && own_lane && pred.stream == nd.stream) continue;  // (a)
-      PredInfo pi;
-      pi.node = pn;
-      pi.base = base[pn];
-      pi.lane = lane;
-      pi.stream = pred.stream;
-      pi.group = pred.kind == NodeKind::kCollective ? dag.device_sets[pred.devs].group_size : 1;
-      pi.pos1 = positions(pred.devs);
-      if (pred.kind == NodeKind::kTransfer && pred.devs2 != kNone) pi.pos2 = positions(pred.devs2);
-      preds.push_back(pi);
-    }
-    const uint32_t ninst = only ? kept_count[n] : count[n];
-    for (uint32_t j = 0; j < ninst; ++j) {
-      const uint32_t tid = (only ? kept_first[n] : base[n]) + j;
-      const uint32_t i = only ? kept_inst[tid] : j;
-      STRETTO_ASSERT(tid == p.tasks.size(), "tasks are numbered in order");
-      Task& t = p.tasks.emplace_back();
-      t.node = n;
-      t.work = work;
-      t.mem_bound = mem_bound;
-      t.kind = kind;
-      const std::span<const int> devs = involved(nd, i);
-      // the simulated ones among them (all of them without folding)
-      const std::span<const int> kept = wanted_of(nd, i, devs);
-      // participants
-      t.part_begin = static_cast<uint32_t>(p.participants.size());
-      // With replica folding, only simulated devices take part.
-      if (nd.kind == NodeKind::kCompute) {
-        p.participants.push_back({static_cast<uint32_t>(devs[0]), nd.stream});
-      } else if (nd.kind == NodeKind::kTransfer) {
-        if (wanted(devs[0]))
-          p.participants.push_back(
-              {static_cast<uint32_t>(devs[0]), peer_stream_id(nd.stream, devs[1])});
-        if (wanted(devs[1]))
-          p.participants.push_back(
-              {static_cast<uint32_t>(devs[1]), peer_stream_id(nd.stream, devs[0])});
-      } else if (nd.kind == NodeKind::kCollective) {
-        for (int d : kept) p.participants.push_back({static_cast<uint32_t>(d), nd.stream});
-      }
-      t.part_count = static_cast<uint32_t>(p.participants.size()) - t.part_begin;
-      if (kind != TaskKind::kBarrier) {
-        // each kept device once (devs[0], if kept, is kept[0]; its repeats are skipped)
-        for (size_t k = 0; k < kept.size(); ++k)
-          if (k == 0 || kept[k] != devs[0]) dispatch(kept[k], tid);
-      }
-      // links (comm only): the bottleneck class of each member
-      const auto link_begin = static_cast<uint32_t>(p.task_links.size());
-      if (nd.kind == NodeKind::kTransfer && t.work > 0) {
-        bool inter = topo.node_of(devs[0]) != topo.node_of(devs[1]);
-        p.task_links.push_back(link_id(devs[0], inter ? 2 : 0));
-        p.task_links.push_back(link_id(devs[1], inter ? 3 : 1));
-      } else if (nd.kind == NodeKind::kCollective && t.work > 0) {
-        int lk = cc.inter_node ? 2 : 0;
-        for (int d : kept) {
-          p.task_links.push_back(link_id(d, lk));
-          p.task_links.push_back(link_id(d, lk + 1));
-        }
-      }
-      if (kind == TaskKind::kComm) {
-        t.comm = static_cast<uint32_t>(p.comms.size());
-        p.comms.push_back(
-            {latency, cap, link_begin, static_cast<uint32_t>(p.task_links.size()) - link_begin});
-      }
-      // deps, device by device: a lane-less dependency as it is; of those on one lane (the
-      // predecessor's stream on this device) only the highest id (b); then each task once.
-      // Written straight into p.deps (reserved for the worst case, so it never regrows).
-      const size_t dep_begin = p.deps.size();
-      for (int d : kept) {
-        // (c): what earlier tasks of this lane depended on; this task's kept dependencies join
-        uint32_t* const mem =
-            own_lane ? &recent[(static_cast<size_t>(d) * num_streams + nd.stream) * kRecent]
-                     : nullptr;
-        auto keep = [&](uint32_t id) {
-          if (mem) {
-            if (std::find(mem, mem + kRecent, id) != mem + kRecent) return;  // implied
-            std::copy_backward(mem, mem + kRecent - 1, mem + kRecent);
-            mem[0] = id;
-          }
-          p.deps.push_back(id);
-        };
-        for (const PredInfo& pr : preds) {
-          int32_t pi = pr.pos1[d];
-          if (pi < 0 && pr.pos2) pi = pr.pos2[d];
-          if (pi < 0) continue;
-          const uint32_t inst = static_cast<uint32_t>(pr.group == 1 ? pi : pi / pr.group);
-          const uint32_t ptid = only ? task_of(pr.node, inst) : pr.base + inst;
-          if (ptid == UINT32_MAX) continue;
-          if (!pr.lane) {
-            keep(ptid);
-          } else if (lane_best[pr.stream] == UINT32_MAX) {
-            lane_best[pr.stream] = ptid;
-            lanes_touched.push_back(pr.stream);
-          } else {
-            lane_best[pr.stream] = std::max(lane_best[pr.stream], ptid);
-          }
-        }
-        for (uint16_t st : lanes_touched) {
-          keep(lane_best[st]);
-          lane_best[st] = UINT32_MAX;
-        }
-        lanes_touched.clear();
-        // The device's host thread issues this task only once it has run its previous compute
-        // task (and waited for that task's inputs): a compute op blocks the thread.
-        if (!last_compute.empty() && kind != TaskKind::kBarrier &&
-            last_compute[static_cast<size_t>(d)] != UINT32_MAX)
-          keep(last_compute[static_cast<size_t>(d)]);
-      }
-      if (!last_compute.empty() && kind == TaskKind::kCompute && wanted(devs[0]))
-        last_compute[static_cast<size_t>(devs[0])] = tid;
-      if (!issued_since.empty() && kind == TaskKind::kCompute && wanted(devs[0])) {
-        const auto d0 = static_cast<size_t>(devs[0]);
-        int64_t& since = issued_since[d0];
-        if (cold_model && since > 0) {
-          const double f = itf.host_cold_factor[static_cast<size_t>(last_comm[d0])];
-          if (f != 1.0) t.work = static_cast<int64_t>(std::ceil(static_cast<double>(t.work) * f));
-        }
-        if (reuse_model) {
-          const double f = itf.host_reuse_factor[stale.visit(devs[0], nd, model)];
-          if (f != 1.0) t.work = static_cast<int64_t>(std::ceil(static_cast<double>(t.work) * f));
-        }
-        t.work += itf.host_op_ns * (1 + since);
-        since = 0;
-      } else if (!issued_since.empty() && kind == TaskKind::kComm) {
-        for (int d : kept) {
-          ++issued_since[static_cast<size_t>(d)];
-          if (cold_model) last_comm[static_cast<size_t>(d)] = nd.comm;
-        }
-      }
-      // Each task once. The engine does not need them sorted: short lists keep their order (a
-      // pairwise check, cheaper than sorting millions of short lists), long ones (wide
-      // collectives) are sorted.
-      uint32_t* const ids = p.deps.data() + dep_begin;
-      const size_t num_ids = p.deps.size() - dep_begin;
-      if (num_ids > 16) {
-        std::sort(ids, ids + num_ids);
-        p.deps.resize(static_cast<size_t>(std::unique(ids, ids + num_ids) - p.deps.data()));
-      } else if (num_ids > 1) {
-        size_t kept = 1;
-        for (size_t a = 1; a < num_ids; ++a) {
-          if (std::find(ids, ids + kept, ids[a]) == ids + kept) ids[kept++] = ids[a];
-        }
-        p.deps.resize(dep_begin + kept);
-      }
-      t.dep_begin = static_cast<uint32_t>(dep_begin);
-    }
-  }
+  bool cold_model_ = false, reuse_model_ = false;
+  cost::StaleActivations stale_;
+  std::vector<int64_t> issued_since_;
+  std::vector<CommKind> last_comm_;
+  CostQueries queries_;
+  QueryMemo<QueryKey<3>, cost::ComputeCost> compute_memo_;
+  QueryMemo<QueryKey<4>, cost::CommCost> comm_memo_;
+};
 
-  return p;
+}  // namespace
+
+Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
+                      const std::vector<char>* only) {
+  return ProgramBuilder(cp, cm, only).build();
 }
 
 }  // namespace stretto::sim
