@@ -88,6 +88,8 @@ void App::pump() {
       last_failed = true;
     }
     diags = std::move(o->diags);
+    diag_codes = std::move(o->diag_codes);
+    diag_codes.resize(diags.size());
     last_edit_to_result_ms = o->wall_ms;
   }
 }
@@ -359,11 +361,14 @@ std::string App::state_json() const {
   j["simulating"] = worker.busy();
   j["failed"] = last_failed;
   nlohmann::ordered_json ds = nlohmann::ordered_json::array();
-  for (const auto& d : diags)
+  for (size_t i = 0; i < diags.size(); ++i) {
+    const Diagnostic& d = diags[i];
     ds.push_back({{"severity", d.severity == Severity::kError ? "error" : "warning"},
+                  {"code", i < diag_codes.size() ? diag_codes[i] : std::string()},
                   {"location", d.loc.str()},
                   {"message", d.message},
                   {"hint", d.hint}});
+  }
   j["diagnostics"] = ds;
   if (current) {
     const auto& r = current->result;

@@ -687,13 +687,15 @@ void json_tab(App& app) {
 // A diagnostic as Diagnostic::render() prints it, but for a proportional font and word wrap:
 // the message, hint and notes wrap; the echoed source line does not, and the caret is drawn
 // under the column's measured x (spaces would not line up with proportional glyphs).
-void diagnostic_text(App& app, size_t index, const Diagnostic& d, const ImVec4& color) {
+void diagnostic_text(App& app, size_t index, const Diagnostic& d, const ImVec4& color,
+                     const std::string& code = "") {
   Diagnostic head = d;
   head.source_line.clear();
   head.hint.clear();
   head.notes.clear();
   std::string h = head.render();
   while (!h.empty() && h.back() == '\n') h.pop_back();
+  if (!code.empty()) h += fmt::format(" [{}]", code);  // the warning's stable code
   ImGui::PushTextWrapPos(0);
   ImGui::TextColored(color, "%s", h.c_str());
   ImGui::PopTextWrapPos();
@@ -725,7 +727,8 @@ void diagnostics_tab(App& app) {
   }
   for (size_t i = 0; i < app.diags.size(); ++i) {
     const Diagnostic& d = app.diags[i];
-    diagnostic_text(app, i, d, d.severity == Severity::kError ? kRed : kYellow);
+    diagnostic_text(app, i, d, d.severity == Severity::kError ? kRed : kYellow,
+                    i < app.diag_codes.size() ? app.diag_codes[i] : std::string());
     ImGui::Separator();
   }
 }

@@ -101,8 +101,11 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
       o.diags = session->compiled().warnings;
       // The warnings `simulate` prints (unused devices, imbalance, fold hint, low coverage).
       for (sim::Warning& w :
-           sim::result_warnings(session->compiled(), snap->result, opt.fold_replicas))
+           sim::result_warnings(session->compiled(), snap->result, opt.fold_replicas)) {
+        o.diag_codes.resize(o.diags.size());
         o.diags.push_back(std::move(w.diag));
+        o.diag_codes.push_back(std::move(w.code));
+      }
       snap->session = std::move(session);
       snap->wall_ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -143,13 +143,16 @@ TEST(DoorCli, GuiParametersAreDescribesResolvedValues) {
 }
 
 // The warnings `simulate` prints on stderr are the ones the GUI's Diagnostics tab lists
-// (--dump-state), message and hint (tests/python/test_warnings.py adds stretto.simulate's).
+// (--dump-state), message and hint, with the library's code (sim/warnings.h), the one Python's
+// StrettoWarning carries (tests/python/test_warnings.py compares them with stretto.simulate's).
 TEST(DoorCli, SimulateAndTheGuiShowTheSameWarnings) {
   if (std::system("command -v xvfb-run >/dev/null 2>&1") != 0) GTEST_SKIP() << "no xvfb-run";
   const std::string data = STRETTO_TEST_DATA;
-  for (const std::string& plan : {data + "/warnings/unused_devices.json",
-                                 data + "/traces/options/plan.json",
-                                 example("layout_llama7b_pp4_dp4_interleaved.json")}) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> plans = {
+      {data + "/warnings/unused_devices.json", {"unused-devices", "compute-imbalance"}},
+      {data + "/traces/options/plan.json", {"low-table-coverage"}},
+      {example("layout_llama7b_pp4_dp4_interleaved.json"), {}}};
+  for (const auto& [plan, codes] : plans) {
     SCOPED_TRACE(plan);
     const Result cli = sh("simulate " + plan + " --format json");
     ASSERT_EQ(cli.code, 0) << cli.err;
@@ -169,9 +172,14 @@ TEST(DoorCli, SimulateAndTheGuiShowTheSameWarnings) {
     ASSERT_EQ(gui.code, 0) << gui.err;
     const Json st = Json::parse(slurp(state));
     ASSERT_FALSE(st["failed"].get<bool>()) << st["diagnostics"].dump();
+    std::vector<std::string> shown_codes;
     for (const Json& d : st["diagnostics"])
-      if (d["severity"] == "warning") shown.emplace_back(d["message"], d["hint"]);
+      if (d["severity"] == "warning") {
+        shown.emplace_back(d["message"], d["hint"]);
+        shown_codes.push_back(d.value("code", ""));
+      }
     EXPECT_EQ(shown, printed);
+    EXPECT_EQ(shown_codes, codes);
     EXPECT_EQ(printed.empty(), plan.find("layout_llama") != std::string::npos) << cli.err;
   }
 }

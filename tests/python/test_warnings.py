@@ -48,7 +48,7 @@ def python_warnings(plan, **options):
 
 
 def gui_warnings(plan, tmp_path):
-    """(message, hint) of each warning the GUI's Diagnostics tab shows (--dump-state)."""
+    """(code, message, hint) of each warning the GUI's Diagnostics tab shows (--dump-state)."""
     if shutil.which("xvfb-run") is None:
         pytest.skip("xvfb-run not installed")
     script, state = tmp_path / "diag.script", tmp_path / "state.json"
@@ -62,7 +62,7 @@ def gui_warnings(plan, tmp_path):
     assert p.returncode == 0, p.stderr
     st = json.loads(state.read_text())
     assert not st["failed"] and not st["stale"], st
-    return [(d["message"], d["hint"]) for d in st["diagnostics"] if d["severity"] == "warning"]
+    return [(d["code"], d["message"], d["hint"]) for d in st["diagnostics"] if d["severity"] == "warning"]
 
 
 @pytest.mark.parametrize("plan", list(EXPECTED_CODES))
@@ -71,7 +71,7 @@ def test_cli_python_and_gui_show_the_same_warnings(plan, tmp_path):
     raised = python_warnings(plan)
     assert [w.code for w in raised] == EXPECTED_CODES[plan]
     assert [(w.diagnostic.message, w.diagnostic.hint) for w in raised] == cli
-    assert gui_warnings(plan, tmp_path) == cli
+    assert gui_warnings(plan, tmp_path) == [(w.code, m, h) for w, (m, h) in zip(raised, cli)]
 
 
 def test_warnings_name_what_is_wrong_and_where():

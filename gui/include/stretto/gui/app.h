@@ -123,6 +123,9 @@ struct App {
   std::shared_ptr<const Snapshot> baseline;  // pinned for comparison
   std::shared_ptr<const Measured> measured;   // a trace opened against the prediction
   Diagnostics diags;        // of the latest finished simulation (errors when it failed)
+  /// diags[i]'s stable code (sim/warnings.h: "unused-devices", ...), "" when it has none; the
+  /// code `simulate` and the Python module give the same warning.
+  std::vector<std::string> diag_codes;
   bool last_failed = false;
   uint64_t shown_generation = 0;
   double last_edit_to_result_ms = 0;

@@ -33,6 +33,7 @@ struct Outcome {
   uint64_t generation = 0;
   std::shared_ptr<const Snapshot> snapshot;  // null on failure
   Diagnostics diags;                          // errors (failure) or warnings (success)
+  std::vector<std::string> diag_codes;  // diags[i]'s code (sim/warnings.h kWarn*), "" if none
   double wall_ms = 0;
 };
 
