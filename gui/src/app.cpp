@@ -376,6 +376,7 @@ std::string App::state_json() const {
     j["step_time_ms"] = static_cast<double>(r.step_time) / 1e6;
     j["step_time_shown"] = format_time(static_cast<double>(r.step_time));
     j["bubble_ratio"] = r.bubble_ratio;
+    j["exposed_comm_ms_per_device"] = current->pipeline.exposed_comm_ms_per_device;
     j["mfu"] = r.mfu;
     j["devices"] = r.devices.size();
     j["lanes"] = current->timeline.lanes.size();

@@ -46,8 +46,10 @@ Json plan_json(const App& app) {
 }
 
 // An integer field of the plan: the value at `pointer`, or `fallback` (the resolved value,
-// e.g. from a cluster preset) when the plan does not set it. Buttons "-" and "+" step it;
-// edits are clamped to the schema table's range of the key.
+// e.g. from a cluster preset) when the plan does not set it. Buttons "-" and "+" step it
+// within the schema table's range of the key; a typed value goes into the plan as typed, so
+// one the plan cannot take is refused with the parser's diagnostic (the words `simulate`
+// gives), never silently changed.
 void edit_int(App& app, const char* label, const std::string& pointer, int64_t fallback,
               const PlanKey& key, const std::string& hook_name = {}) {
   const OJson* v = at(app, pointer);
@@ -69,16 +71,16 @@ void edit_int(App& app, const char* label, const std::string& pointer, int64_t f
   ImGui::SameLine();
   ImGui::TextUnformatted(label);
   ImGui::PopID();
-  if (nx != x) nx = static_cast<int64_t>(key.clamp(static_cast<double>(nx)));  // only edits
+  if (stepped && nx != x) nx = static_cast<int64_t>(key.clamp(static_cast<double>(nx)));
   if (nx != x) {
     if (stepped) app.doc.seal();
     app.doc.set(pointer, nx, !stepped);
   }
 }
 
-// A number field: a slider over [view_lo, view_hi] (a range to drag over, inside the key's);
-// every value, typed (Ctrl+click) or dragged, is clamped to the schema table's range of the
-// key, the parser's.
+// A number field: a slider over [view_lo, view_hi] (a range to drag over, inside the key's
+// range in the schema table). A value typed with Ctrl+click goes into the plan as typed
+// (rounded to 3 significant digits), so one the parser refuses shows its diagnostic.
 void edit_float(App& app, const char* label, const std::string& pointer, double fallback,
                 const PlanKey& key, double view_lo, double view_hi, const char* fmt = "%.3g",
                 bool log = false) {
@@ -94,8 +96,10 @@ void edit_float(App& app, const char* label, const std::string& pointer, double 
     ImGui::SetTooltip("not set in the plan: %s is the resolved value", fmt::format("{:g}", fallback).c_str());
   ImGui::PopID();
   if (x != old) {
-    // Keep round numbers round: 3 significant digits, inside the key's range.
-    const double r = key.clamp(std::stod(fmt::format("{:.3g}", x)));
+    // Keep round numbers round: 3 significant digits (inside the key's range when dragged
+    // over the slider's; a typed value outside it stays as typed).
+    const double rounded = std::stod(fmt::format("{:.3g}", x)), v = x;
+    const double r = v >= lo && v <= hi ? key.clamp(rounded) : rounded;
     app.doc.set(pointer, r, true);
   }
 }

@@ -244,6 +244,10 @@ void summary_tab(App& app) {
          b ? std::optional<double>(static_cast<double>(b->step_time)) : std::nullopt);
     metric_row("bubble", fmt::format("{:.2f}%", r.bubble_ratio * 100), b ? fmt::format("{:.2f}%", b->bubble_ratio * 100) : "",
                b ? fmt::format("{:+.2f} pt", (r.bubble_ratio - b->bubble_ratio) * 100) : "");
+    // Per device, as simulate's table and JSON (exposed_comm_ms_per_device), then the sum.
+    tcol("exposed comm per device", app.current->pipeline.exposed_comm_ms_per_device * 1e6,
+         b ? std::optional<double>(app.baseline->pipeline.exposed_comm_ms_per_device * 1e6)
+           : std::nullopt);
     tcol("exposed comm (sum)", static_cast<double>(r.exposed_comm),
          b ? std::optional<double>(static_cast<double>(b->exposed_comm)) : std::nullopt);
     metric_row("MFU", fmt::format("{:.2f}%", r.mfu * 100), b ? fmt::format("{:.2f}%", b->mfu * 100) : "",

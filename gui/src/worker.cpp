@@ -93,6 +93,7 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
       snap->recompiled = recompiled;
       auto session = std::make_shared<sim::Session>(std::move(*s));
       snap->result = std::move(*r);
+      snap->pipeline = sim::pipeline_metrics(session->compiled(), snap->result);
       const auto t_lanes = std::chrono::steady_clock::now();
       snap->timeline = build_timeline(snap->result, session->compiled());
       snap->prepare_ms = std::chrono::duration<double, std::milli>(t_prepared - t0).count();

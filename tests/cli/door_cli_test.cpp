@@ -180,7 +180,47 @@ TEST(DoorCli, SimulateAndTheGuiShowTheSameWarnings) {
       }
     EXPECT_EQ(shown, printed);
     EXPECT_EQ(shown_codes, codes);
+    // ... and its Numbers > Summary shows simulate's exposed communication per device (ms).
+    EXPECT_EQ(st["exposed_comm_ms_per_device"], Json::parse(cli.out)["exposed_comm_ms_per_device"]);
     EXPECT_EQ(printed.empty(), plan.find("layout_llama") != std::string::npos) << cli.err;
+  }
+}
+
+// A GUI edit the plan cannot take (a typed microbatches of 0, a layout ZeRO level of 7) is
+// refused with the parser's located diagnostic, the words `simulate` gives for that plan,
+// and the plan keeps what was typed (it is not clamped into range behind the user's back).
+TEST(DoorCli, AGuiEditThePlanCannotTakeIsRefusedWithSimulatesWords) {
+  if (std::system("command -v xvfb-run >/dev/null 2>&1") != 0) GTEST_SKIP() << "no xvfb-run";
+  const fs::path base = example("layout_llama7b_pp4_dp4_interleaved.json");
+  struct Edit {
+    std::string action, pointer;
+    Json value;
+  };
+  for (const Edit& e : std::vector<Edit>{{"type microbatches 0", "/schedule/microbatches", 0},
+                                         {"set /schedule/layout/zero 7", "/schedule/layout/zero", 7}}) {
+    SCOPED_TRACE(e.action);
+    Json p = Json::parse(slurp(base));
+    p[Json::json_pointer(e.pointer)] = e.value;
+    const fs::path edited = write_file("door_gui_refused.json", p.dump(2));
+    const Result cli = sh("simulate " + edited.string());
+    ASSERT_EQ(cli.code, 2);
+    const fs::path script = tmpdir() / "door_refuse.script", state = tmpdir() / "door_refuse.json";
+    std::ofstream(script) << "wait\n" << e.action << "\nwait\nframes 2\n";
+    const fs::path err = tmpdir() / "door_refuse_err.txt";
+    const Result gui = run_shell("xvfb-run -a -s '-screen 0 1280x800x24' " +
+                                     std::string(STRETTO_BINARY) + " gui " + base.string() +
+                                     " --script " + script.string() +
+                                     " --frames 2 --size 1280x800 --dump-state " + state.string() +
+                                     " 2>" + err.string(),
+                                 err);
+    ASSERT_EQ(gui.code, 0) << gui.err;
+    const Json st = Json::parse(slurp(state));
+    EXPECT_TRUE(st["failed"].get<bool>()) << st["diagnostics"].dump();
+    ASSERT_FALSE(st["diagnostics"].empty());
+    const Json& d = st["diagnostics"][0];
+    const std::string message = d["message"], location = d["location"];
+    EXPECT_NE(cli.err.find("error: " + message), std::string::npos) << cli.err << "\n" << message;
+    EXPECT_NE(location.find("(" + e.pointer + ")"), std::string::npos) << location;
   }
 }
 

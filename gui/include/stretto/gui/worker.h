@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "stretto/gui/timeline.h"
+#include "stretto/sim/pipeline_metrics.h"
 #include "stretto/sim/session.h"
 
 namespace stretto::gui {
@@ -23,6 +24,7 @@ struct Snapshot {
   std::string text, file;
   std::shared_ptr<const sim::Session> session;
   sim::Result result;
+  sim::PipelineMetrics pipeline;  // sim::pipeline_metrics of result (exposed comm per device)
   Timeline timeline;
   double wall_ms = 0;  // compile + simulate + timeline
   double prepare_ms = 0, lanes_ms = 0;  // parse + (re)compile + cost model; timeline lanes
