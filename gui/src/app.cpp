@@ -72,9 +72,10 @@ void App::open_text(std::string text, std::string name) {
 }
 
 void App::pump() {
-  if (submitted_rev != doc.revision()) {
+  if (submitted_rev != doc.revision() || submitted_granularity != granularity) {
     submitted_rev = doc.revision();
-    submitted = worker.submit(doc.text(), doc.display_name(), doc.base_dir());
+    submitted_granularity = granularity;
+    submitted = worker.submit(doc.text(), doc.display_name(), doc.base_dir(), granularity);
   }
   if (auto o = worker.take()) {
     shown_generation = o->generation;
@@ -95,7 +96,8 @@ void App::pump() {
 }
 
 bool App::stale() const {
-  return submitted_rev != doc.revision() || shown_generation != submitted || last_failed;
+  return submitted_rev != doc.revision() || submitted_granularity != granularity ||
+         shown_generation != submitted || last_failed;
 }
 
 Expected<Measured> load_measured(const std::string& path, SimTime first_start) {
@@ -360,6 +362,7 @@ std::string App::state_json() const {
   j["stale"] = stale();
   j["simulating"] = worker.busy();
   j["failed"] = last_failed;
+  j["granularity"] = std::string(sim::granularity_name(granularity));
   nlohmann::ordered_json ds = nlohmann::ordered_json::array();
   for (size_t i = 0; i < diags.size(); ++i) {
     const Diagnostic& d = diags[i];
@@ -381,6 +384,7 @@ std::string App::state_json() const {
     j["devices"] = r.devices.size();
     j["lanes"] = current->timeline.lanes.size();
     j["ops"] = current->timeline.ops;
+    j["engine_tasks"] = r.engine_tasks;  // fewer than the program's tasks at pass granularity
     j["microbatches"] = current->session->compiled().num_microbatches;
     // What the Parameters tab shows, keyed by field name: describe --format json's values.
     j["parameters"] =
@@ -444,7 +448,7 @@ std::string App::state_json() const {
                      {"frames", frame_ui_ms.size()}};
   nlohmann::ordered_json w;
   for (const char* name : {"timeline", "memory", "status", "microbatches", "minimap", "minimap viewport", "search",
-                           "pin", "devices table", "ruler first label", "memory axis"})
+                           "pin", "granularity", "devices table", "ruler first label", "memory axis"})
     if (auto it = hooks.find(name); it != hooks.end())
       w[name] = {it->second.x0, it->second.y0, it->second.x1, it->second.y1};
   for (const auto& [name, r] : hooks)

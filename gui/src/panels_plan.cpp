@@ -322,6 +322,15 @@ void file_row(App& app) {
   same_line_if_fits(app.baseline ? "Unpin" : "Pin baseline");
   if (ImGui::Button(app.baseline ? "Unpin" : "Pin baseline")) app.pin_baseline(!app.baseline);
   app.hook("pin");
+  same_line_if_fits("Pass granularity");
+  bool pass = app.granularity == sim::Granularity::kPass;
+  if (ImGui::Checkbox("Pass granularity", &pass))
+    app.granularity = pass ? sim::Granularity::kPass : sim::Granularity::kOp;
+  app.hook("granularity");
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Run each region pass's consecutive ops as one engine task (simulate "
+                      "--granularity pass): fewer events, equal under fixed costs, an "
+                      "approximation under interference (docs/semantics.md)");
 
   // Status: what is shown and whether it is current.
   const std::string name = app.doc.display_name() + (app.doc.dirty() ? " *" : "");

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <imgui.h>
 
+#include "stretto/sim/granularity.h"
 #include "stretto/support/limits.h"
 
 #include <cctype>
@@ -27,7 +28,7 @@ constexpr VerbSpec kVerbs[] = {
     {"zoom", 2, 2},  {"range", 2, 2},  {"fit", 0, 0},    {"pin", 0, 0},    {"unpin", 0, 0}, {"wait", 0, 0},
     {"frames", 1, 1}, {"undo", 0, 0},  {"redo", 0, 0},   {"save", 1, -1}, {"export-trace", 1, -1},
     {"screenshot", 1, -1}, {"quit", 0, 0}, {"open-trace", 1, -1}, {"export-torch-csv", 1, -1},
-    {"search", 0, -1},
+    {"search", 0, -1}, {"granularity", 1, 1},
 };
 
 constexpr int kKeyEnter = 257, kKeyA = 'A';  // GLFW_KEY_ENTER, GLFW_KEY_A
@@ -75,7 +76,7 @@ Expected<std::vector<Action>> parse_script(const std::string& text, const std::s
       for (const auto& v : kVerbs) names.emplace_back(v.verb);
       const std::string near = nearest(a.verb, names);
       diag(fmt::format("unknown script action '{}'", a.verb),
-           near.empty() ? "actions: open, open-trace, set, click, hover, key, type, wheel, zoom, range, fit, pin, unpin, search, wait, frames, undo, redo, save, export-trace, export-torch-csv, screenshot, quit"
+           near.empty() ? "actions: open, open-trace, set, click, hover, key, type, wheel, zoom, range, fit, pin, unpin, search, granularity, wait, frames, undo, redo, save, export-trace, export-torch-csv, screenshot, quit"
                         : "did you mean '" + near + "'?");
       continue;
     }
@@ -139,6 +140,10 @@ Expected<std::vector<Action>> parse_script(const std::string& text, const std::s
              "e.g. frames 3");
         continue;
       }
+    }
+    if (a.verb == "granularity" && !sim::parse_granularity(a.args[0])) {
+      diag(fmt::format("'granularity {}': op or pass is due", a.args[0]), "e.g. granularity pass");
+      continue;
     }
     if (a.verb == "set") {  // the value is JSON: its nesting is bounded before it is parsed
       if (auto at = find_excess_nesting(a.args[1])) {
@@ -328,7 +333,8 @@ bool step_script(App& app, ImGuiIO& io) {
         wait_started = std::chrono::steady_clock::now();
       }
       app.pump();
-      const bool done = app.submitted_rev == app.doc.revision() && !app.worker.busy() &&
+      const bool done = app.submitted_rev == app.doc.revision() &&
+                        app.submitted_granularity == app.granularity && !app.worker.busy() &&
                         app.shown_generation == app.submitted;
       if (!done) {
         if (std::chrono::steady_clock::now() - wait_started > std::chrono::seconds(300))
@@ -360,6 +366,8 @@ bool step_script(App& app, ImGuiIO& io) {
     } else if (a.verb == "search") {
       app.search.query = a.args.empty() ? std::string() : a.args[0];
       app.update_search();
+    } else if (a.verb == "granularity") {
+      app.granularity = *sim::parse_granularity(a.args[0]);  // (checked by parse_script)
     } else if (a.verb == "pin") {
       if (!app.current) return fail_with("nothing to pin yet (add 'wait' first)");
       app.pin_baseline(true);

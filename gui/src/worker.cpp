@@ -18,12 +18,13 @@ SimWorker::~SimWorker() {
   thread_.join();
 }
 
-uint64_t SimWorker::submit(std::string text, std::string file, std::string base_dir) {
+uint64_t SimWorker::submit(std::string text, std::string file, std::string base_dir,
+                           sim::Granularity granularity) {
   uint64_t g;
   {
     std::lock_guard lk(mu_);
     g = ++next_gen_;
-    queued_ = Request{std::move(text), std::move(file), std::move(base_dir), g};
+    queued_ = Request{std::move(text), std::move(file), std::move(base_dir), g, granularity};
   }
   cv_.notify_all();
   return g;
@@ -136,6 +137,7 @@ void SimWorker::loop() {
     // (sim::memory_by_category) for the device shown; the engine's total curves of every
     // device are not needed.
     opt.memory_curves = false;
+    opt.granularity = req.granularity;  // as `simulate --granularity`
     opt.progress = [this](std::string_view phase, double f) {
       std::lock_guard lk(mu_);
       phase_ = std::string(phase);

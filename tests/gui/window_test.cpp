@@ -155,6 +155,12 @@ TEST(GuiCli, NoDisplayBadScriptAndBadArgumentsAreClearErrors) {
   EXPECT_EQ(WEXITSTATUS(rc), 2) << out;
   EXPECT_NE(out.find(script.string() + ":2:1: error: unknown script action 'zom'"), std::string::npos) << out;
   EXPECT_NE(out.find("did you mean 'zoom'?"), std::string::npos) << out;
+  std::ofstream(script) << "wait\ngranularity layer\n";
+  out = run(bin + " gui " + plan + " --script " + script.string(), &rc);
+  EXPECT_EQ(WEXITSTATUS(rc), 2) << out;
+  EXPECT_NE(out.find(script.string() + ":2:1: error: 'granularity layer': op or pass is due"),
+            std::string::npos)
+      << out;
   out = run(bin + " gui " + plan + " --size 10x10", &rc);
   EXPECT_EQ(WEXITSTATUS(rc), 2) << out;
   out = run(bin + " gui " + plan + " --screenshot x.png", &rc);
@@ -333,4 +339,36 @@ TEST(GuiWindow, ScreenshotsHaveNoHoverAndReadableAxesAndButtons) {
   EXPECT_LT(pin[2].get<double>(), timeline[0].get<double>() - 4) << "the Pin baseline button is cut";
   EXPECT_GT(axis[1].get<double>(), mem[1].get<double>());
   EXPECT_LE(axis[3].get<double>(), mem[3].get<double>() + 1);
+}
+
+// The toolbar's "Pass granularity" box re-simulates with the CLI's --granularity pass: the
+// step shown is `simulate --granularity pass`'s, on a plan where it differs from op
+// granularity, with fewer engine tasks; the script's `granularity op` goes back.
+TEST(GuiWindow, PassGranularityBoxSimulatesAsTheCliOption) {
+  if (!have_xvfb()) GTEST_SKIP() << "xvfb-run not installed";
+  const std::string plan = std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json";
+  auto cli_step = [&](const std::string& granularity) {
+    int rc = 0;
+    const std::string out = run(std::string(STRETTO_BINARY) + " simulate " + plan +
+                                    " --format json --granularity " + granularity,
+                                &rc);
+    EXPECT_EQ(rc, 0) << out;
+    return json::parse(out.substr(out.find('{')))["step_time_ms"].get<double>();
+  };
+  const double op = cli_step("op"), pass = cli_step("pass");
+  ASSERT_NE(op, pass);
+  const fs::path dir = STRETTO_GUI_SHOTS;
+  const json st = run_gui(plan, "wait\nclick granularity\nwait\nframes 2\n", dir / "granularity.png",
+                          "granularity");
+  ASSERT_TRUE(st.contains("granularity")) << st.dump(2);
+  EXPECT_EQ(st["granularity"], "pass");
+  EXPECT_FALSE(st["stale"].get<bool>());
+  EXPECT_FALSE(st["failed"].get<bool>());
+  EXPECT_EQ(st["step_time_ms"].get<double>(), pass);
+  const json back = run_gui(plan, "wait\ngranularity pass\nwait\ngranularity op\nwait\nframes 2\n",
+                            dir / "granularity_op.png", "granularity_op");
+  ASSERT_TRUE(back.contains("granularity")) << back.dump(2);
+  EXPECT_EQ(back["granularity"], "op");
+  EXPECT_EQ(back["step_time_ms"].get<double>(), op);
+  EXPECT_LT(st["engine_tasks"].get<size_t>(), back["engine_tasks"].get<size_t>());
 }

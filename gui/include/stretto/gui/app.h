@@ -119,6 +119,10 @@ struct App {
   SimWorker worker;
   uint64_t submitted = 0;                  // generation of the latest submission
   uint64_t submitted_rev = UINT64_MAX;     // document revision it was made from
+  // What the engine runs as one task (the toolbar's "Pass granularity" box, the script's
+  // `granularity op|pass`; `simulate --granularity`); a change re-simulates
+  sim::Granularity granularity = sim::Granularity::kOp;
+  sim::Granularity submitted_granularity = sim::Granularity::kOp;
   std::shared_ptr<const Snapshot> current;  // last good result
   std::shared_ptr<const Snapshot> baseline;  // pinned for comparison
   std::shared_ptr<const Measured> measured;   // a trace opened against the prediction

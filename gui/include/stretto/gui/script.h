@@ -17,6 +17,7 @@
 //   range T0 T1             select [T0, T1) milliseconds (as a right-drag does)
 //   fit                     show the whole step
 //   pin | unpin             pin the current result as the comparison baseline / clear it
+//   granularity op|pass     what the engine runs as one task (simulate --granularity)
 //   wait                    wait until the latest edit is simulated (its result or its error)
 //   frames N                render N more frames
 //   undo | redo             one edit back / forward

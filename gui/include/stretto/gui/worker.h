@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "stretto/gui/timeline.h"
+#include "stretto/sim/granularity.h"
 #include "stretto/sim/pipeline_metrics.h"
 #include "stretto/sim/session.h"
 
@@ -48,7 +49,8 @@ class SimWorker {
 
   /// Queues `text` (named `file` in diagnostics, relative paths from `base_dir`); returns its
   /// generation. Replaces a queued request that has not started.
-  uint64_t submit(std::string text, std::string file, std::string base_dir);
+  uint64_t submit(std::string text, std::string file, std::string base_dir,
+                  sim::Granularity granularity = sim::Granularity::kOp);
   /// The newest finished outcome not yet taken (older finished ones are dropped).
   std::optional<Outcome> take();
   /// True while a request is queued or running.
@@ -69,6 +71,7 @@ class SimWorker {
   struct Request {
     std::string text, file, base_dir;
     uint64_t generation = 0;
+    sim::Granularity granularity = sim::Granularity::kOp;  // SimOptions::granularity
   };
   void loop();
   mutable std::mutex mu_;
