@@ -149,8 +149,10 @@ struct UnitInfo {
 
 class Compiler {
  public:
-  Compiler(CompiledPlan& cp, const JsonSource* src, Diagnostics& diags)
-      : cp_(cp), plan_(cp.plan), src_(src), diags_(diags), sets_(cp.dag.device_sets) {}
+  Compiler(CompiledPlan& cp, const JsonSource* src, Diagnostics& diags,
+           bool template_microbatches)
+      : cp_(cp), plan_(cp.plan), src_(src), diags_(diags), sets_(cp.dag.device_sets),
+        template_microbatches_(template_microbatches) {}
 
   bool run();
 
@@ -160,6 +162,7 @@ class Compiler {
   const JsonSource* src_;
   Diagnostics& diags_;
   detail::DeviceSetTable sets_;
+  const bool template_microbatches_;  // CompileOptions::template_microbatches
   int M_ = 1;
   bool has_split_ = false;
   std::vector<UnitInfo> units_;  // index mb * nops + op
@@ -235,6 +238,17 @@ class Compiler {
     size_t nodes, edges, mem;
   };
   void reserve_microbatches(const DagSizes& base);
+  // Microbatch templates: a microbatch's nodes, edges, memory effects and consumer tags are
+  // one contiguous block of each array, and depend only on its units' placement and
+  // directives (same_units) and its MB tag; a microbatch whose units equal an earlier one's
+  // is that block copied (stamp_microbatch), not emitted again.
+  struct MicrobatchBlock {
+    int mb;
+    size_t nodes, nodes_end, edges, edges_end, mem, mem_end, consumers, consumers_end;
+  };
+  bool same_units(int a, int b) const;
+  void emit_microbatch(EmitState& es, int mb);
+  void stamp_microbatch(const MicrobatchBlock& t, int mb);
   uint16_t tp_stream(const UnitInfo& u);
   uint16_t ep_stream(const UnitInfo& u);
   uint32_t add_collective(CommKind kind, CommPurpose purpose, uint32_t op, int mb, Pass pass,
@@ -900,16 +914,109 @@ void Compiler::build_nodes() {
   dag.nodes.reserve(base.nodes + 4 * nops() + 64);
   dag.edges.reserve(base.edges + 8 * nops() + 64);
   dag.mem.reserve(base.mem + 4 * nops() + 64);
+  std::vector<MicrobatchBlock> templates;
   for (int mb = 0; mb < M_; ++mb) {
     if (mb == 1) reserve_microbatches(base);
-    for (uint32_t o = 0; o < nops(); ++o) unit(o, mb).f = emit_forward(es, o, mb, false, {});
-    for (uint32_t o = static_cast<uint32_t>(nops()); o-- > 0;) emit_backward(es, o, mb);
+    // (microbatch 0 is never a template: under ZeRO-3 without resharding it alone gathers)
+    auto t = std::find_if(templates.begin(), templates.end(),
+                          [&](const MicrobatchBlock& b) { return same_units(b.mb, mb); });
+    if (t != templates.end()) {
+      stamp_microbatch(*t, mb);
+      continue;
+    }
+    const MicrobatchBlock before{mb, dag.nodes.size(), 0, dag.edges.size(), 0,
+                                 dag.mem.size(), 0, dag.consumer_tags.size(), 0};
+    const size_t errors = diags_.size();
+    emit_microbatch(es, mb);
+    if (template_microbatches_ && mb > 0 && diags_.size() == errors) {
+      MicrobatchBlock b = before;
+      b.nodes_end = dag.nodes.size();
+      b.edges_end = dag.edges.size();
+      b.mem_end = dag.mem.size();
+      b.consumers_end = dag.consumer_tags.size();
+      templates.push_back(b);
+    }
   }
 
   std::vector<uint32_t> reduce_of_op(nops(), kNone);  // the reduction covering each op
   std::vector<uint32_t> param_syncs;                  // ZeRO-1/2 all-gathers after the step
   add_gradient_reductions(reduce_of_op, param_syncs);
   add_optimizer(reduce_of_op, param_syncs);
+}
+
+void Compiler::emit_microbatch(EmitState& es, int mb) {
+  for (uint32_t o = 0; o < nops(); ++o) unit(o, mb).f = emit_forward(es, o, mb, false, {});
+  for (uint32_t o = static_cast<uint32_t>(nops()); o-- > 0;) emit_backward(es, o, mb);
+}
+
+// Whether microbatches a and b have the same units (everything emit_forward and emit_backward
+// read of them besides the microbatch number): then their blocks differ only by the MB tag and
+// a shift of node ids. (Units placed by different directives differ: nodes name the directive
+// that placed them. DualPipe places each (PP, MB) with its own directive, and splits the
+// backward of some microbatches only, so its microbatches are each emitted.)
+bool Compiler::same_units(int a, int b) const {
+  for (uint32_t o = 0; o < nops(); ++o) {
+    const UnitInfo& x = units_[static_cast<size_t>(a) * nops() + o];
+    const UnitInfo& y = units_[static_cast<size_t>(b) * nops() + o];
+    if (x.place != y.place || x.repl != y.repl || x.shard != y.shard || x.tp_dir != y.tp_dir ||
+        x.replicas.data() != y.replicas.data() || x.replicas.size() != y.replicas.size() ||
+        x.devs != y.devs || x.tp != y.tp || x.split_bwd != y.split_bwd || x.rc != y.rc ||
+        x.rc_last != y.rc_last || x.rc_kept != y.rc_kept || (x.rc_seg < 0) != (y.rc_seg < 0))
+      return false;
+    // (each microbatch has its own checkpoint segments: alike when they hold the same ops)
+    if (x.rc_seg >= 0 && segments_[static_cast<size_t>(x.rc_seg)] !=
+                             segments_[static_cast<size_t>(y.rc_seg)])
+      return false;
+  }
+  return true;
+}
+
+// Microbatch mb as a copy of template t's block: nodes (MB tag set), their edges, memory
+// effects and transfers' consumer tags, node ids shifted by the distance between the blocks;
+// and each unit's emitted nodes (f, b, bi, bw, rf, rc_gather) likewise. Emitting a microbatch
+// reads nothing of other microbatches, interns no device set or stream that its template did
+// not, and makes no edge leaving its block, so the copy is what emitting it would make.
+void Compiler::stamp_microbatch(const MicrobatchBlock& t, int mb) {
+  auto& dag = cp_.dag;
+  const uint32_t shift = static_cast<uint32_t>(dag.nodes.size() - t.nodes);
+  const uint32_t consumer_shift = static_cast<uint32_t>(dag.consumer_tags.size() - t.consumers);
+  for (size_t i = t.nodes; i < t.nodes_end; ++i) {
+    Node n = dag.nodes[i];
+    if (has_split_) n.tags.set(TagKey::kMB, mb);
+    if (n.consumer != kNone) n.consumer += consumer_shift;
+    dag.nodes.push_back(n);
+  }
+  for (size_t i = t.consumers; i < t.consumers_end; ++i) {
+    Tags ct = dag.consumer_tags[i];
+    if (has_split_) ct.set(TagKey::kMB, mb);
+    dag.consumer_tags.push_back(ct);
+  }
+  for (size_t i = t.edges; i < t.edges_end; ++i) {
+    Edge e = dag.edges[i];
+    STRETTO_ASSERT(e.from >= t.nodes && e.from < t.nodes_end && e.to >= t.nodes &&
+                       e.to < t.nodes_end,
+                   "a microbatch's edges stay within its block");
+    e.from += shift;
+    e.to += shift;
+    dag.edges.push_back(e);
+  }
+  for (size_t i = t.mem; i < t.mem_end; ++i) {
+    MemEffect m = dag.mem[i];
+    m.node += shift;
+    dag.mem.push_back(m);
+  }
+  auto moved = [&](uint32_t id) { return id == kNone ? kNone : id + shift; };
+  for (uint32_t o = 0; o < nops(); ++o) {
+    const UnitInfo& from = unit(o, t.mb);
+    UnitInfo& to = unit(o, mb);
+    to.f = moved(from.f);
+    to.b = moved(from.b);
+    to.bi = moved(from.bi);
+    to.bw = moved(from.bw);
+    to.rf = moved(from.rf);
+    to.rc_gather = moved(from.rc_gather);
+  }
+  ++cp_.microbatches_stamped;
 }
 
 // Every microbatch emits about as much as the first (emitted since `base`): reserve once, not
@@ -1731,7 +1838,7 @@ Expected<CompiledPlan> compile(const Plan& plan_in, const JsonSource* src,
     if (plan_in.builder) locate_builder_diagnostics(ds, file_src, *plan_in.builder);
     return fail(std::move(ds));
   };
-  Compiler c(cp, src, diags);
+  Compiler c(cp, src, diags, opt.template_microbatches);
   if (!c.run()) return located(std::move(diags));
   // (order_and_lower finalizes the DAG once its temporal edges are in)
   if (!detail::order_and_lower(cp, src, opt.class_programs, diags)) return located(std::move(diags));

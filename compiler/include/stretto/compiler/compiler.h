@@ -13,6 +13,12 @@ struct CompileOptions {
   /// which summaries and executors read. The simulator needs only the global order
   /// (CompiledPlan::topo_order, always built): sweeps leave them out.
   bool class_programs = true;
+  /// Emit the nodes of each distinct kind of microbatch once and copy them for the others
+  /// (microbatches whose ops are placed and directed alike differ only in their MB tag), so
+  /// compiling costs about one microbatch per placement rather than one per microbatch. The
+  /// result is identical either way (tests/compiler/microbatch_template_test.cpp); off emits
+  /// every microbatch, for that comparison.
+  bool template_microbatches = true;
 };
 
 /// Compiles a parsed plan. `src` (optional) gives source positions for diagnostics.

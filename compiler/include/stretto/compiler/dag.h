@@ -176,6 +176,9 @@ struct CompiledPlan {
   std::vector<int32_t> class_of_device;  // -1: idle device
   std::vector<StaticMemory> static_mem;  // per device
   int zero_level = 0;                    // max over replicate directives
+  /// Microbatches copied from an earlier one's nodes rather than emitted
+  /// (CompileOptions::template_microbatches): a count of compile work saved, for tests.
+  int microbatches_stamped = 0;
   Diagnostics warnings;
   /// The plan's resolved structure (plan/resolved.h), from the plan as written and the directives
   /// above; sim::resolve_plan adds the cost model's options.
