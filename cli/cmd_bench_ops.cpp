@@ -23,10 +23,10 @@ namespace stretto::cli {
 namespace {
 
 struct BenchOpts {
-  std::string plan, format, device = "auto";
+  std::string plan, format, device = "auto", kernels = "fused";
   int iterations = 10, warmup = 2, threads = 1, replay_iterations = 3;
   double timeout_s = 120;
-  bool replay = true;
+  bool replay = true, cuda_graphs = false;
 };
 
 int64_t median(std::vector<int64_t> v) {
@@ -99,6 +99,8 @@ int run_bench_ops(const BenchOpts& o) {
   bo.iterations = o.iterations;
   bo.warmup = o.warmup;
   bo.threads = o.threads;
+  bo.kernels = o.kernels == "reference" ? backend::Kernels::kReference : backend::Kernels::kFused;
+  bo.cuda_graphs = o.cuda_graphs;
   bo.device = o.device == "cuda" ? backend::DeviceKind::kCuda
               : o.device == "cpu" ? backend::DeviceKind::kCpu
                                   : backend::DeviceKind::kAuto;
@@ -125,6 +127,7 @@ int run_bench_ops(const BenchOpts& o) {
     ro.iterations = o.replay_iterations;
     ro.warmup = 1;
     ro.threads = o.threads;
+    ro.kernels = bo.kernels;
     ro.timeout_ms = static_cast<int64_t>(o.timeout_s * 1000);
     ro.device = b.device == "cpu" ? backend::DeviceKind::kCpu : backend::DeviceKind::kCuda;
     if (auto d = backend::check_supported(cp, ro); !d.empty()) return report(d);
@@ -133,7 +136,8 @@ int run_bench_ops(const BenchOpts& o) {
     lo.quiet = true;
     lo.args = {"replay", o.plan, "--iterations", std::to_string(ro.iterations), "--warmup", "1",
                "--timeout", fmt::format("{}", o.timeout_s), "--device",
-               b.device == "cpu" ? "cpu" : "cuda", "--threads", std::to_string(o.threads)};
+               b.device == "cpu" ? "cpu" : "cuda", "--threads", std::to_string(o.threads),
+               "--kernels", o.kernels};
     auto r = backend::launch_local(cp, ro, lo);
     if (!r) return report(r.error());
     replayed = std::move(*r);
@@ -147,6 +151,8 @@ int run_bench_ops(const BenchOpts& o) {
               {"dtype", b.dtype},
               {"iterations", b.iterations},
               {"warmup", b.warmup},
+              {"kernels", o.kernels},
+              {"cuda_graphs", o.cuda_graphs},
               {"replay_iterations", replayed ? Json(o.replay_iterations) : Json(nullptr)},
               {"ops", Json::array()}};
     for (size_t i = 0; i < b.ops.size(); ++i) {
@@ -158,6 +164,14 @@ int run_bench_ops(const BenchOpts& o) {
                           {"output_shape", op.output_shape},
                           {"isolated", {{"forward", timing_json(op.forward)},
                                         {"backward", timing_json(op.backward)}}},
+                          {"params", op.params},
+                          {"params_with_gradient", op.params_with_gradient},
+                          {"grad_inputs", op.grad_inputs},
+                          {"inputs_with_gradient", op.inputs_with_gradient},
+                          {"graph", op.graphed ? Json{{"forward", timing_json(op.graph_forward)},
+                                                      {"backward", timing_json(op.graph_backward)}}
+                                               : Json(nullptr)},
+                          {"graph_error", op.graph_error.empty() ? Json(nullptr) : Json(op.graph_error)},
                           {"replay", {{"forward_ns", ns_or_null(rows[i].replay_f)},
                                       {"backward_ns", ns_or_null(rows[i].replay_b)}}},
                           {"predicted", {{"forward_ns", ns_or_null(rows[i].pred_f)},
@@ -207,6 +221,10 @@ void add_bench_ops_command(CLI::App& app, Commands& out) {
   cmd->add_option("--timeout", o->timeout_s, "Seconds a replay rank waits for a peer (default 120)")
       ->check(CLI::Range(1.0, 86400.0));
   cmd->add_flag("!--no-replay", o->replay, "Time the ops alone only: no replay column");
+  cmd->add_option("--kernels", o->kernels, "fused (default) or reference model kernels")
+      ->check(CLI::IsMember({"fused", "reference"}));
+  cmd->add_flag("--cuda-graphs", o->cuda_graphs,
+                "CUDA only: also time each op's forward and backward as a replayed CUDA graph");
   cmd->add_option("--format", o->format, "table (default on a terminal) or json")
       ->check(CLI::IsMember({"table", "json"}));
   out.push_back({cmd, [o] { return run_bench_ops(*o); }});

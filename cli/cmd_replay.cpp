@@ -19,13 +19,14 @@ namespace stretto::cli {
 namespace {
 
 struct ReplayOpts {
-  std::string plan, trace, format, device = "auto", optimizer = "sgd", master, fault_kind = "crash";
+  std::string plan, trace, format, device = "auto", optimizer = "sgd", master, fault_kind = "crash",
+      kernels = "fused";
   int iterations = 5, warmup = 1, max_procs = 64, threads = 1, rank = -1, world_size = -1;
   int fault_rank = -1;
   int64_t fault_op = -1;
   double timeout_s = 60, lr = 1e-3;
   uint64_t seed = 1234;
-  bool check = false, compare = true, recompute = false;
+  bool check = false, compare = true, recompute = false, cuda_graphs = false;
 };
 
 int diag_exit(const std::string& msg, const std::string& hint = "") {
@@ -68,6 +69,8 @@ int run_replay(const ReplayOpts& o) {
   ro.max_procs = o.max_procs;
   ro.threads = o.threads;
   ro.recompute_full = o.recompute;
+  ro.kernels = o.kernels == "reference" ? backend::Kernels::kReference : backend::Kernels::kFused;
+  ro.cuda_graphs = o.cuda_graphs;
   ro.fault_rank = o.fault_rank;
   ro.fault_op = o.fault_op;
   ro.fault_kind = o.fault_kind;
@@ -131,9 +134,12 @@ int run_replay(const ReplayOpts& o) {
                "--threads",
                std::to_string(o.threads),
                "--max-procs",
-               std::to_string(o.max_procs)};
+               std::to_string(o.max_procs),
+               "--kernels",
+               o.kernels};
     if (o.check) lo.args.push_back("--check");
     if (o.recompute) lo.args.push_back("--recompute");
+    if (o.cuda_graphs) lo.args.push_back("--cuda-graphs");
     if (o.fault_rank >= 0)
       for (std::string a : {std::string("--fault-rank"), std::to_string(o.fault_rank),
                             std::string("--fault-op"), std::to_string(o.fault_op),
@@ -190,6 +196,11 @@ void add_replay_command(CLI::App& app, Commands& out) {
   cmd->add_option("--seed", o->seed, "Seed of parameters and synthetic data (default 1234)");
   cmd->add_option("--threads", o->threads, "Intra-op (and BLAS) threads per rank (default 1)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--kernels", o->kernels,
+                  "fused (default: the fused kernels ATen offers) or reference (explicit formulas)")
+      ->check(CLI::IsMember({"fused", "reference"}));
+  cmd->add_flag("--cuda-graphs", o->cuda_graphs,
+                "CUDA only: capture the one device's step once, replay it per measured step");
   cmd->add_flag("--recompute", o->recompute,
                 "Full activation recomputation: every backward reruns its forward first");
   cmd->add_flag("--compare-with-simulation,!--no-compare", o->compare,

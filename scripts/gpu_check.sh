@@ -69,7 +69,7 @@ cmake --build build-gpu -j16 --target stretto $([ "${GPU_CHECK_ONLY_LOOP:-0}" = 
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 if [ "${GPU_CHECK_ONLY_LOOP:-0}" != 1 ]; then
 step "GPU tests (backend_test: CUDA one-GPU check; the Gloo tests too when the wheel has Gloo)"
-build-gpu/tests/backend_test --gtest_filter='Replay.CudaOneGpu:Replay.Refuses*:Replay.Expected*' \
+build-gpu/tests/backend_test --gtest_filter='Replay.CudaOneGpu:Replay.Refuses*:Replay.Expected*:BenchOps.CudaGraphsOneGpu:ReplayKernels.*' \
   2>&1 | tee "$OUT/backend_test_gpu.txt" | tail -15 || status=1
 build-gpu/tests/backend_test --gtest_filter='Schedules/GradientCheck.*' --gtest_brief=1 \
   > "$OUT/backend_test_gloo.txt" 2>&1 && echo "Gloo tests: passed" \
@@ -84,28 +84,57 @@ build-gpu/stretto replay examples/gpu_gpt_1dev.json --device cuda --iterations 1
   --trace "$OUT/replay_gpu.trace.json" --format table 2>&1 | tee "$OUT/replay_gpu.txt" || status=1
 build-gpu/stretto replay examples/gpu_gpt_1dev.json --device cuda --iterations 10 --warmup 3 \
   --format json > "$OUT/replay_gpu.json" 2> "$OUT/replay_gpu.err" || status=1
+# The same replay on the reference formulas: the step the fused hot path saves.
+build-gpu/stretto replay examples/gpu_gpt_1dev.json --device cuda --iterations 10 --warmup 3 \
+  --kernels reference --format json > "$OUT/replay_gpu_reference.json" \
+  2> "$OUT/replay_gpu_reference.err" || status=1
+python3 - "$OUT/replay_gpu.json" "$OUT/replay_gpu_reference.json" <<'PY' || status=1
+import json, sys
+f, r = (json.load(open(p)) for p in sys.argv[1:3])
+print(f"step: fused {f['step_time_ms']:.3f} ms (std {f['step_time_std_ms']:.3f}), reference {r['step_time_ms']:.3f} ms (std {r['step_time_std_ms']:.3f})")
+PY
 build-gpu/stretto simulate examples/gpu_gpt_1dev.json --format json > "$OUT/simulate_gpu.json" || status=1
 
-step "per op on one GPU: replay vs isolated vs predicted (bench-ops)"
-# Every distinct op of each plan timed alone on the replay's code, next to the replay's time for
-# it and the cost model's prediction (docs/validation.md, bench-ops); tables here, JSON in $OUT.
+step "per op on one GPU: replay vs isolated vs CUDA graph vs predicted (bench-ops)"
+# Every distinct op of each plan timed alone on the replay's code (eager, and captured once as a
+# CUDA graph and replayed: launch overhead removed), next to the replay's time for it and the
+# cost model's prediction (docs/validation.md, bench-ops), for the fused kernels (the default)
+# and the reference formulas. Tables here, JSON in $OUT; the summary flags every op class whose
+# replay is more than 15 % over its isolated time (the target of the replay's hot path).
 for plan in examples/gpu_gpt_1dev.json ${GPU_BENCH_OPS_PLANS:-}; do
   name=$(basename "$plan" .json)
-  build-gpu/stretto bench-ops "$plan" --device cuda --iterations 20 --warmup 5 \
-    --replay-iterations 10 --format json > "$OUT/bench_ops_$name.json" \
-    2> "$OUT/bench_ops_$name.err" || status=1
-  python3 - "$OUT/bench_ops_$name.json" <<'PY' | tee "$OUT/bench_ops_$name.txt" || status=1
+  for kernels in fused reference; do
+    out="$OUT/bench_ops_${name}_$kernels"
+    graphs=$([ "$kernels" = fused ] && echo --cuda-graphs)
+    build-gpu/stretto bench-ops "$plan" --device cuda --kernels "$kernels" $graphs \
+      --iterations 20 --warmup 5 --replay-iterations 10 --format json > "$out.json" \
+      2> "$out.err" || status=1
+    python3 - "$out.json" <<'PY' | tee "$out.txt" || status=1
 import json, sys
 b = json.load(open(sys.argv[1]))
 ms = lambda v: "-" if v is None else f"{v / 1e6:.3f}"
-print(f"{b['plan']}: {b['device']} {b['dtype']}, ms (replay / alone / predicted)")
+print(f"{b['plan']}: {b['device']} {b['dtype']}, kernels {b['kernels']}, ms "
+      f"(replay / alone / graph / predicted); grads: parameters and inputs with a gradient")
+by_class = {}
 for o in b["ops"]:
     cols = []
     for d in ("forward", "backward"):
+        g = o["graph"][d]["median_ns"] if o["graph"] else None
         cols.append(f"{ms(o['replay'][d + '_ns'])} / {ms(o['isolated'][d]['median_ns'])} / "
-                    f"{ms(o['predicted'][d + '_ns'])}")
-    print(f"{o['kind']:<15} x{o['instances']:<3} F {cols[0]:<26} B {cols[1]}")
+                    f"{ms(g)} / {ms(o['predicted'][d + '_ns'])}")
+        r, i = o["replay"][d + "_ns"], o["isolated"][d]["median_ns"]
+        if r is not None and i:
+            c = by_class.setdefault((o["kind"], d), [0, 0])
+            c[0] += r * o["instances"]
+            c[1] += i * o["instances"]
+    print(f"{o['kind']:<15} x{o['instances']:<3} F {cols[0]:<34} B {cols[1]:<34} grads "
+          f"{o['params_with_gradient']}/{o['params']} {o['inputs_with_gradient']}/{o['grad_inputs']}"
+          + (f"  graph: {o['graph_error']}" if o["graph_error"] else ""))
+print("replay / isolated per op class (target: within 15 %):")
+for (k, d), (r, i) in sorted(by_class.items()):
+    print(f"  {k:<15} {d:<8} {r / i:6.2f}x" + ("  OVER" if r > 1.15 * i else ""))
 PY
+  done
 done
 
 fi  # GPU_CHECK_ONLY_LOOP

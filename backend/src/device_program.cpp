@@ -159,6 +159,33 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
            "/cluster");
   if (opt.iterations < 1) refuse("--iterations must be at least 1", "");
   if (opt.warmup < 0) refuse("--warmup must not be negative", "");
+  if (opt.cuda_graphs) {
+    // The whole step is captured: nothing in it may synchronise the host or read host state.
+    const std::string why = "--cuda-graphs captures one device's whole step as a CUDA graph";
+    if (opt.device == DeviceKind::kCpu || (opt.device == DeviceKind::kAuto && !cuda_available()))
+      refuse("--cuda-graphs needs --device cuda (CUDA graphs are CUDA-only)",
+             "drop --cuda-graphs, or replay on a GPU");
+    if (cp.num_devices != 1)
+      refuse(fmt::format("{}: the plan has {} devices", why, cp.num_devices),
+             "use a one-device plan, or replay without --cuda-graphs", "/cluster");
+    if (opt.warmup < 1 || opt.check)
+      refuse(fmt::format("{} after an eager warm-up step: it needs --warmup 1 or more and no "
+                         "--check", why),
+             "");
+    if (cp.plan.model.dropout > 0)
+      refuse(fmt::format("{}: dropout masks are drawn on the host", why), "set dropout to 0",
+             "/model/dropout");
+    if (cp.plan.model.moe)
+      refuse(fmt::format("{}: MoE routing counts tokens on the host", why),
+             "replay MoE plans without --cuda-graphs", "/model/moe");
+    if (cp.plan.optimizer.given && cp.plan.optimizer.grad_clip)
+      refuse(fmt::format("{}: gradient clipping reads the norm on the host", why),
+             "replay without --cuda-graphs", "/optimizer/grad_clip");
+    if ((cp.plan.optimizer.given && cp.plan.optimizer.kind == OptimizerSpec::Kind::kAdam) ||
+        (!cp.plan.optimizer.given && opt.optimizer == Optimizer::kAdam))
+      refuse(fmt::format("{}: Adam's bias correction is a host scalar per step", why),
+             "use --optimizer sgd", cp.plan.optimizer.given ? "/optimizer" : "");
+  }
   // Every node and op kind must be one the executor knows (a newer compiler may add some).
   std::set<std::string> unknown;
   for (const Node& n : dag.nodes) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <stdexcept>
 
@@ -13,7 +14,10 @@
 #include "torch_model.h"
 
 #ifdef STRETTO_BACKEND_CUDA
+#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 
 namespace stretto::backend {
@@ -44,6 +48,96 @@ BenchTiming summarise(std::vector<int64_t> v) {
   return {v[(v.size() - 1) / 2], v.front(), v.back()};
 }
 
+// `warmup` untimed then `iterations` timed runs of forward, an untimed step, backward, an
+// untimed clean-up; each timed region ends in a device synchronisation. Returns the forward
+// and backward summaries.
+std::pair<BenchTiming, BenchTiming> time_runs(const BenchOpsOptions& opt, bool cuda,
+                                              const std::function<void()>& forward,
+                                              const std::function<void()>& between,
+                                              const std::function<void()>& backward,
+                                              const std::function<void()>& after) {
+  std::vector<int64_t> f, b;
+  for (int it = 0; it < opt.warmup + opt.iterations; ++it) {
+    sync(cuda);
+    const int64_t t0 = now_ns();
+    forward();
+    sync(cuda);
+    const int64_t t1 = now_ns();
+    between();
+    sync(cuda);
+    const int64_t t2 = now_ns();
+    backward();
+    sync(cuda);
+    const int64_t t3 = now_ns();
+    after();
+    if (it >= opt.warmup) {
+      f.push_back(t1 - t0);
+      b.push_back(t3 - t2);
+    }
+  }
+  return {summarise(f), summarise(b)};
+}
+
+bool any_nonzero(const at::Tensor& t) {
+  return t.defined() && t.numel() > 0 && t.ne(0).any().item<bool>();
+}
+
+#ifdef STRETTO_BACKEND_CUDA
+// One op's forward and full backward, each captured once in a CUDA graph on a side stream
+// (after eager warm-up runs there, as capture requires) and then replayed `iterations` times.
+// Inputs, parameters, the output gradient and the saved activations are the graphs' static
+// buffers: a replay rewrites them in place. Throws where the op cannot be captured (a host
+// synchronisation or a host-to-device copy inside the op: dropout masks, MoE routing).
+void time_graphs(const TorchModel& model, BenchOp& b, std::vector<at::Tensor>& inputs,
+                 std::vector<Param>& params, const detail::TpAllReduce& no_reduce,
+                 const BenchOpsOptions& opt) {
+  const OpPlacement pl;
+  const OpKind kind = model.plan().model.ops[b.op].kind;
+  if (kind == OpKind::kExperts)
+    throw std::runtime_error("not capturable: expert routing counts tokens on the host (nonzero)");
+  if (model.plan().plan.model.dropout > 0 && (kind == OpKind::kResidual || kind == OpKind::kSoftmax))
+    throw std::runtime_error(
+        "not capturable: dropout masks are drawn on the host (so --check's CPU reference draws "
+        "the same masks)");
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  c10::cuda::CUDAStreamGuard guard(side);
+  at::Tensor dy;
+  for (int w = 0; w < 3; ++w) {
+    OpCtx c = model.forward(b.op, inputs, params, pl, 0, 0, 1.0, no_reduce);
+    if (!dy.defined()) dy = c.out.dim() == 0 ? at::ones_like(c.out) : at::randn_like(c.out);
+    if (c.out.requires_grad()) detail::backward_inputs(c, dy, /*full=*/true, params);
+  }
+  c10::cuda::device_synchronize();
+  at::cuda::CUDAGraph fwd, bwd;
+  // A failed capture is ended before the error propagates, so the side stream is usable again.
+  auto capture = [](at::cuda::CUDAGraph& g, const std::function<void()>& body) {
+    g.capture_begin();
+    try {
+      body();
+    } catch (...) {
+      try {
+        g.capture_end();
+      } catch (...) {
+      }
+      throw;
+    }
+    g.capture_end();
+  };
+  OpCtx c;
+  capture(fwd, [&] { c = model.forward(b.op, inputs, params, pl, 0, 0, 1.0, no_reduce); });
+  const bool has_backward = c.out.requires_grad();
+  if (has_backward)
+    capture(bwd, [&] { detail::backward_inputs(c, dy, /*full=*/true, params); });
+  std::tie(b.graph_forward, b.graph_backward) = time_runs(
+      opt, /*cuda=*/true, [&] { fwd.replay(); }, [] {},
+      [&] {
+        if (has_backward) bwd.replay();
+      },
+      [] {});
+  b.graphed = true;
+}
+#endif
+
 }  // namespace
 
 BenchOpsResult bench_ops(const CompiledPlan& cp, const BenchOpsOptions& opt_in) {
@@ -52,6 +146,8 @@ BenchOpsResult bench_ops(const CompiledPlan& cp, const BenchOpsOptions& opt_in) 
   if (opt.device == DeviceKind::kCuda && !cuda_available())
     throw std::runtime_error("bench-ops: --device cuda, but LibTorch sees no CUDA device");
   if (opt.iterations < 1) throw std::runtime_error("bench-ops: iterations must be at least 1");
+  if (opt.cuda_graphs && opt.device != DeviceKind::kCuda)
+    throw std::runtime_error("bench-ops: --cuda-graphs needs --device cuda (CUDA graphs are CUDA-only)");
   at::set_num_threads(std::max(1, opt.threads));
   const bool cuda = opt.device == DeviceKind::kCuda;
   at::TensorOptions to = at::TensorOptions().dtype(at::kFloat);
@@ -60,7 +156,8 @@ BenchOpsResult bench_ops(const CompiledPlan& cp, const BenchOpsOptions& opt_in) 
     to = to.device(at::Device(at::kCUDA, 0))
              .dtype(dt == DType::kBF16 ? at::kBFloat16 : dt == DType::kFP16 ? at::kHalf : at::kFloat);
   }
-  TorchModel model(cp, opt.seed, to);
+  TorchModel model(cp, opt.seed, to, opt.kernels);
+  model.prepare(0, 0);  // token ids and labels on the device before any timed run
   const auto& ops = cp.model.ops;
   const OpPlacement pl;  // tp = ep = 1: the full op
   const detail::TpAllReduce no_reduce = [](at::Tensor&, bool) {};
@@ -120,26 +217,40 @@ BenchOpsResult bench_ops(const CompiledPlan& cp, const BenchOpsOptions& opt_in) 
       v.set_requires_grad(true);
       inputs.push_back(v);
     }
-    std::vector<int64_t> fwd, bwd;
-    for (int it = 0; it < opt.warmup + opt.iterations; ++it) {
-      sync(cuda);
-      const int64_t t0 = now_ns();
-      OpCtx c = model.forward(b.op, inputs, params, pl, 0, 0, 1.0, no_reduce);
-      sync(cuda);
-      const int64_t t1 = now_ns();
-      at::Tensor dy = c.out.dim() == 0 ? at::ones_like(c.out) : at::randn_like(c.out);
-      sync(cuda);
-      const int64_t t2 = now_ns();
-      if (c.out.requires_grad()) detail::backward_inputs(c, dy, /*full=*/true, params);
-      sync(cuda);
-      const int64_t t3 = now_ns();
-      if (it >= opt.warmup) {
-        fwd.push_back(t1 - t0);
-        bwd.push_back(t3 - t2);
+    std::vector<at::Tensor> dx;
+    OpCtx c;
+    at::Tensor dy;
+    std::tie(b.forward, b.backward) = time_runs(
+        opt, cuda, [&] { c = model.forward(b.op, inputs, params, pl, 0, 0, 1.0, no_reduce); },
+        [&] { dy = c.out.dim() == 0 ? at::ones_like(c.out) : at::randn_like(c.out); },
+        [&] {
+          if (c.out.requires_grad()) dx = detail::backward_inputs(c, dy, /*full=*/true, params);
+        },
+        [&] {  // the pass's tensors are freed outside the timed regions
+          c = OpCtx{};
+          dy = at::Tensor();
+        });
+    // The backward ran: every parameter accumulated a gradient, every input received one.
+    for (const Param& p : params) {
+      ++b.params;
+      b.params_with_gradient += any_nonzero(p.grad);
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      ++b.grad_inputs;
+      b.inputs_with_gradient += i < dx.size() && any_nonzero(dx[i]);
+    }
+#ifdef STRETTO_BACKEND_CUDA
+    if (opt.cuda_graphs) {
+      try {
+        time_graphs(model, b, inputs, params, no_reduce, opt);
+      } catch (const std::exception& e) {
+        b.graph_error = e.what();
+        const size_t nl = b.graph_error.find('\n');
+        if (nl != std::string::npos) b.graph_error.resize(nl);
+        c10::cuda::device_synchronize();
       }
     }
-    b.forward = summarise(fwd);
-    b.backward = summarise(bwd);
+#endif
   }
   return res;
 }

@@ -39,8 +39,11 @@
 
 #ifdef STRETTO_BACKEND_CUDA
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 
 namespace stretto::backend {
@@ -126,7 +129,7 @@ class RankRun {
         opt_(opt),
         me_(spec.rank),
         cuda_(opt.device == DeviceKind::kCuda),
-        model_(cp, opt.seed, tensor_options()),
+        model_(cp, opt.seed, tensor_options(), opt.kernels),
         status_(spec.rank) {}
 
   ~RankRun() { stop_waiters(); }
@@ -175,6 +178,7 @@ class RankRun {
   std::vector<std::vector<uint32_t>> bucket_of_node_;
   double loss_scale_ = 1;
   double loss_ = 0;
+  at::Tensor loss_sum_;  // the first step's loss on the device, until the step ends
   Memory mem_;
   // waiters
   std::mutex m_;
@@ -216,7 +220,9 @@ class RankRun {
   // CUDA: compute ops are timed with events on the compute stream (the current stream); the
   // communication streams are c10d NCCL's, which order themselves against it with events.
   std::vector<std::unique_ptr<at::cuda::CUDAEvent>> ev_begin_, ev_end_;
-  std::unique_ptr<at::cuda::CUDAEvent> ev_step_;
+  std::unique_ptr<at::cuda::CUDAEvent> ev_step_, ev_graph_end_;
+  std::unique_ptr<at::cuda::CUDAGraph> graph_;  // --cuda-graphs: the captured step
+  bool capturing_ = false;                      // inside the capture: no per-op events
 #endif
 
   at::TensorOptions tensor_options() const {
@@ -248,6 +254,10 @@ class RankRun {
   void setup();
   void setup_plan_ops();
   void step(bool measured, RankResult& rr);
+  // --cuda-graphs: a measured step as the replay of the step captured once (CUDA only).
+  void graph_step(RankResult& rr);
+  void run_program();    // every op of the device's program, in order, all finalized
+  void run_optimizer();  // the optimizer step of every op this rank holds
   void execute(size_t i);
   void run_compute(size_t i);
   void post_comm(size_t i);
@@ -329,6 +339,7 @@ void RankRun::setup() {
   if (cuda_) {
     c10::cuda::set_device(static_cast<c10::DeviceIndex>(model_.options().device().index()));
     ev_step_ = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
+    ev_graph_end_ = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
     for (size_t i = 0; i < ops_.size(); ++i) {
       ev_begin_.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
       ev_end_.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
@@ -439,7 +450,12 @@ void RankRun::setup_plan_ops() {
   recomputed_.assign(val_.size(), 0);
   for (const auto& o : ops_) {
     const Node& n = dag.nodes[o.node];
-    if (n.kind == NodeKind::kCompute && n.recompute) recomputed_[key(n.op, mb_of(n))] = 1;
+    if (n.kind != NodeKind::kCompute || n.op == kNone) continue;
+    if (n.recompute) recomputed_[key(n.op, mb_of(n))] = 1;
+    // Token ids, labels and synthetic inputs go to the device now, not inside a timed op.
+    const OpKind kind = cp_.model.ops[n.op].kind;
+    if (kind == OpKind::kEmbedding || kind == OpKind::kLoss || kind == OpKind::kSynthetic)
+      model_.prepare(o.rank_in_group / std::max<int>(1, n.tp), mb_of(n));
   }
   copies_of_op_.assign(nops, 1);
   for (const Node& n : dag.nodes)
@@ -716,8 +732,10 @@ void RankRun::finish_forward(uint32_t o, int mb, const at::Tensor& t) {
     v = v + res;
   }
   val_[key(o, mb)] = v;
+  // The first step's loss, summed on the device and read once the step has ended (no host
+  // synchronisation inside the step).
   if (model_.is_last(o) && place_[o].tp_rank == 0 && iteration_ == 0)
-    loss_ += v.to(at::kDouble).item<double>();
+    loss_sum_ = loss_sum_.defined() ? loss_sum_ + v.to(at::kDouble) : v.to(at::kDouble);
 }
 
 void RankRun::fault_check() {
@@ -782,7 +800,7 @@ void RankRun::run_compute(size_t i) {
   const int64_t t0 = now_ns(), c0 = cpu_ns();
   st_[i].start_ns = t0;
 #ifdef STRETTO_BACKEND_CUDA
-  if (cuda_) ev_begin_[i]->record();
+  if (cuda_ && !capturing_) ev_begin_[i]->record();
 #endif
   if (op.kind == OpKind::kOptimizer) {
     plan_optimizer_step();
@@ -873,7 +891,7 @@ void RankRun::run_compute(size_t i) {
       throw std::runtime_error("internal: compute node without a pass");
   }
 #ifdef STRETTO_BACKEND_CUDA
-  if (cuda_) ev_end_[i]->record();
+  if (cuda_ && !capturing_) ev_end_[i]->record();
 #endif
   const int64_t t1 = now_ns();
   t_compute_ += t1 - t0;
@@ -1150,6 +1168,67 @@ void RankRun::finalize(size_t i) {
   buf_[i] = at::Tensor();
 }
 
+void RankRun::run_program() {
+  for (size_t i = 0; i < ops_.size(); ++i) execute(i);
+  for (size_t i = 0; i < ops_.size(); ++i)
+    if (!st_[i].finalized) {
+      wait_op(i);
+      finalize(i);
+    }
+}
+
+void RankRun::run_optimizer() {
+  status_.set(fmt::format("step {}: optimizer step", iteration_));
+  ++adam_t_;
+  for (uint32_t o = 0; o < params_.size(); ++o) optimizer_step(o);
+}
+
+void RankRun::graph_step(RankResult& rr) {
+#ifdef STRETTO_BACKEND_CUDA
+  if (!graph_) {
+    // Captured once, at the first measured step and untimed: the device's whole program (every
+    // op of every microbatch) and the optimizer step, on a side stream. The tensors it
+    // allocates stay in the graph's pool; every later step replays it in place. check_supported
+    // admits only what can be captured (one device, no host-drawn masks or routing, SGD).
+    c10::cuda::device_synchronize();
+    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    {
+      c10::cuda::CUDAStreamGuard guard(c10::cuda::getStreamFromPool());
+      capturing_ = true;
+      graph_->capture_begin();
+      try {
+        run_program();
+        run_optimizer();
+      } catch (...) {
+        capturing_ = false;
+        try {
+          graph_->capture_end();
+        } catch (...) {
+        }
+        throw;
+      }
+      graph_->capture_end();
+      capturing_ = false;
+    }
+    c10::cuda::device_synchronize();
+  }
+  const int64_t t0 = now_ns();
+  ev_step_->record();
+  graph_->replay();
+  ev_graph_end_->record();
+  c10::cuda::device_synchronize();
+  const int64_t dur = static_cast<int64_t>(ev_step_->elapsed_time(*ev_graph_end_) * 1e6);
+  rr.step_ns.push_back(dur);
+  rr.t0_ns.push_back(t0);
+  // One graph: no per-op times, so no op records and no busy / bubble split.
+  rr.report.step_ns += dur;
+  rr.report.ops_per_step = static_cast<int>(ops_.size());
+#else
+  (void)rr;
+  throw std::runtime_error("--cuda-graphs: this build has no CUDA backend");
+#endif
+}
+
 void RankRun::step(bool measured, RankResult& rr) {
   // Fresh per-step state; gradients start at zero.
   for (auto& ps : params_)
@@ -1168,6 +1247,7 @@ void RankRun::step(bool measured, RankResult& rr) {
                                          iteration_));
   for (auto& [name, w] : waiters_) w->last_end = 0;
   t_compute_ = t_wait_ = cpu_compute_ = cpu_pack_ = t_post_ = t_unpack_ = 0;
+  if (opt_.cuda_graphs && measured) return graph_step(rr);  // CUDA only (check_supported)
 #ifdef STRETTO_BACKEND_CUDA
   if (cuda_) {
     c10::cuda::device_synchronize();
@@ -1176,16 +1256,9 @@ void RankRun::step(bool measured, RankResult& rr) {
 #endif
   const int64_t t0 = now_ns(), cpu0 = cpu_ns();
   for (auto& [name, w] : waiters_) w->last_end = t0;
-  for (size_t i = 0; i < ops_.size(); ++i) execute(i);
-  for (size_t i = 0; i < ops_.size(); ++i)
-    if (!st_[i].finalized) {
-      wait_op(i);
-      finalize(i);
-    }
-  status_.set(fmt::format("step {}: optimizer step", iteration_));
+  run_program();
   const int64_t t_opt = now_ns(), cpu_opt = cpu_ns();
-  ++adam_t_;
-  for (uint32_t o = 0; o < params_.size(); ++o) optimizer_step(o);
+  run_optimizer();
 #ifdef STRETTO_BACKEND_CUDA
   if (cuda_) {
     // Kernels run asynchronously: compute times come from the events, on the step's clock.
@@ -1200,6 +1273,10 @@ void RankRun::step(bool measured, RankResult& rr) {
   const int64_t t1 = now_ns(), cpu1 = cpu_ns();
   t_compute_ += t1 - t_opt;
   cpu_compute_ += cpu1 - cpu_opt;
+  if (loss_sum_.defined()) {  // after the step's clock stopped
+    loss_ = loss_sum_.item<double>();
+    loss_sum_ = at::Tensor();
+  }
   if (!measured) return;
   const int it = static_cast<int>(rr.step_ns.size());
   rr.step_ns.push_back(t1 - t0);

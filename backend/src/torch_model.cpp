@@ -28,12 +28,21 @@ bool same_tensor(const at::Tensor& a, const at::Tensor& b) {
 
 }  // namespace
 
+at::Tensor repeat_kv_heads(const at::Tensor& t, int64_t rep) {
+  if (rep == 1) return t;
+  const auto sz = t.sizes();
+  return t.unsqueeze(2)
+      .expand({sz[0], sz[1], rep, sz[2], sz[3]})
+      .reshape({sz[0], sz[1] * rep, sz[2], sz[3]});
+}
+
 int64_t tensor_bytes(const at::Tensor& t) {
   return t.defined() ? static_cast<int64_t>(t.numel() * t.element_size()) : 0;
 }
 
-TorchModel::TorchModel(const CompiledPlan& cp, uint64_t seed, at::TensorOptions opts)
-    : cp_(cp), seed_(seed), opts_(opts) {
+TorchModel::TorchModel(const CompiledPlan& cp, uint64_t seed, at::TensorOptions opts,
+                       ModelKernels kernels)
+    : cp_(cp), seed_(seed), opts_(opts), kernels_(kernels) {
   const auto& ops = cp.model.ops;
   const ModelSpec& m = cp.plan.model;
   residual_.assign(ops.size(), kNone);
@@ -67,6 +76,18 @@ TorchModel::TorchModel(const CompiledPlan& cp, uint64_t seed, at::TensorOptions 
   }
   // The residual stream is explicit: every sub-block ends in an OpKind::kResidual op (the
   // bias-dropout-add), so no op adds a residual behind the compiler's back.
+
+  // The causal mask, once per model (not per op and microbatch): unfused attention's scores
+  // op needs it, and so does the reference path of fused attention.
+  bool mask = false;
+  for (const ModelOp& op : ops)
+    mask = mask || op.kind == OpKind::kAttnScores ||
+           (op.kind == OpKind::kAttention &&
+            (kernels_ == ModelKernels::kReference || TORCH_VERSION_MAJOR < 2));
+  if (mask)
+    causal_mask_ = at::ones({m.seq_len, m.seq_len},
+                            at::TensorOptions().dtype(at::kBool).device(opts_.device()))
+                       .triu(1);
 }
 
 at::Tensor TorchModel::full_weight(const std::string& name, std::vector<int64_t> shape,
@@ -171,19 +192,30 @@ std::vector<Param> TorchModel::make_params(uint32_t o, const OpPlacement& pl) co
   return out;
 }
 
-at::Tensor TorchModel::input_data(int replica, int mb) const {
+const TorchModel::Data& TorchModel::data(int replica, int mb) const {
+  if (auto it = data_.find({replica, mb}); it != data_.end()) return it->second;
   auto gen = at::detail::createCPUGenerator(
       fnv1a(fmt::format("data/{}/{}", replica, mb), seed_ * 0x9E3779B97F4A7C15ull + 7));
-  if (cp_.plan.model.family == ModelSpec::Family::kSynthetic)
-    return at::randn({rows_, width_}, gen, at::TensorOptions().dtype(at::kFloat)).to(opts_);
-  const ModelSpec& m = cp_.plan.model;
-  return at::randint(V_, {m.microbatch_size, m.seq_len}, gen, at::TensorOptions().dtype(at::kLong))
-      .to(opts_.device());
+  Data d;
+  if (cp_.plan.model.family == ModelSpec::Family::kSynthetic) {
+    d.input = at::randn({rows_, width_}, gen, at::TensorOptions().dtype(at::kFloat)).to(opts_);
+  } else {
+    const ModelSpec& m = cp_.plan.model;
+    const at::Tensor ids =
+        at::randint(V_, {m.microbatch_size, m.seq_len}, gen, at::TensorOptions().dtype(at::kLong));
+    d.input = ids.to(opts_.device());
+    d.labels = at::roll(ids, {-1}, {1}).reshape({-1}).to(opts_.device());
+  }
+  return data_.emplace(std::make_pair(replica, mb), std::move(d)).first->second;
 }
 
-at::Tensor TorchModel::labels(int replica, int mb) const {
-  return at::roll(input_data(replica, mb), {-1}, {1}).reshape({-1});
+const at::Tensor& TorchModel::input_data(int replica, int mb) const {
+  return data(replica, mb).input;
 }
+
+const at::Tensor& TorchModel::labels(int replica, int mb) const { return data(replica, mb).labels; }
+
+void TorchModel::prepare(int replica, int mb) const { (void)data(replica, mb); }
 
 std::vector<int64_t> TorchModel::output_shape(uint32_t o) const {
   const ModelOp& op = cp_.model.ops[o];
@@ -242,13 +274,15 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
   at::Tensor out;
   switch (op.kind) {
     case OpKind::kEmbedding: {
+      // at::embedding's autograd backward is PyTorch's own (embedding_dense_backward, a
+      // sorted index-add on CUDA): the kernel a training job runs.
       const at::Tensor ids = input_data(replica, mb).reshape({-1});
       const at::Tensor& w = params.at(0).value;
-      if (pl.tp > 1) {
+      if (pl.tp > 1) {  // vocab-parallel (Megatron): rows outside this rank's slice are zero
         const int64_t vl = w.size(0), v0 = pl.tp_rank * vl;
-        const at::Tensor in_range = ids.ge(v0).logical_and(ids.lt(v0 + vl));
-        out = at::embedding(w, (ids - v0).clamp(0, vl - 1)) *
-              in_range.unsqueeze(1).to(w.scalar_type());
+        const at::Tensor outside = ids.lt(v0).logical_or(ids.ge(v0 + vl));
+        out = at::embedding(w, (ids - v0).masked_fill(outside, 0))
+                  .masked_fill(outside.unsqueeze(1), 0);
       } else {
         out = at::embedding(w, ids);
       }
@@ -257,6 +291,18 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
     }
     case OpKind::kNorm: {
       const at::Tensor& x = inputs.at(0);
+      if (kernels_ == ModelKernels::kFused && bias) {  // one fused kernel each way
+        out = at::layer_norm(x, {h_}, params.at(0).value, params.at(1).value, 1e-5);
+        c.sites.push_back(Site{out, {params[0].value, params[1].value}, {0, 1}});
+        break;
+      }
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+      if (kernels_ == ModelKernels::kFused) {  // at::rms_norm: fused where the device has it
+        out = at::rms_norm(x, {h_}, params.at(0).value, 1e-5);
+        c.sites.push_back(Site{out, {params[0].value}, {0}});
+        break;
+      }
+#endif
       if (bias) {  // LayerNorm (GPT-2/3 models with biases)
         const at::Tensor xc = x - x.mean({-1}, true);
         const at::Tensor xn = xc * at::rsqrt(xc.pow(2).mean({-1}, true) + 1e-5);
@@ -282,25 +328,36 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
         return in.narrow(1, off * d_, n * d_).reshape({bs, s, n, d_}).transpose(1, 2);
       };
       at::Tensor q = heads(0, al), k = heads(al, kvl), v = heads(al + kvl, kvl);
-      if (al != kvl) {
-        k = k.repeat_interleave(al / kvl, 1);
-        v = v.repeat_interleave(al / kvl, 1);
-      }
-#if TORCH_VERSION_MAJOR >= 2
-      // Fused causal attention (flash / memory-efficient kernels where the device has them),
-      // what the analytic model prices by default.
-      out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                             /*is_causal=*/true)
-                .transpose(1, 2)
-                .reshape({bs * s, al * d_});
-#else
-      // LibTorch 1.x has no fused attention: dense s x s scores, causal mask, softmax.
-      at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d_));
-      const at::Tensor mask =
-          at::ones({s, s}, at::TensorOptions().dtype(at::kBool).device(in.device())).triu(1);
-      scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
-      out = at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({bs * s, al * d_});
+      auto repeat_kv = [&] {  // GQA by repeating KV heads in memory
+        if (al == kvl) return;
+        k = repeat_kv_heads(k, al / kvl);
+        v = repeat_kv_heads(v, al / kvl);
+      };
+      if (kernels_ == ModelKernels::kFused && TORCH_VERSION_MAJOR >= 2) {
+        // Causal attention without a materialised mask (flash / memory-efficient kernels where
+        // the device has them): what the analytic model prices by default.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+        out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                               /*is_causal=*/true, /*scale=*/std::nullopt,
+                                               /*enable_gqa=*/al != kvl);  // GQA in the kernel
+#elif TORCH_VERSION_MAJOR == 2
+        repeat_kv();
+        out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                               /*is_causal=*/true);
 #endif
+      }
+      if (!out.defined()) {
+        // The reference formula, and LibTorch 1.x's attention: its private SDPA entry point
+        // reads scalars on the host (.item(), seen by tests/backend's operator hook) and builds
+        // a mask per call, so 1.x keeps the dense s x s scores with the model's causal mask.
+        repeat_kv();
+        const at::Tensor scores =
+            at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d_));
+        out = at::matmul(
+            at::softmax(scores.masked_fill(causal_mask_, -std::numeric_limits<float>::infinity()), -1),
+            v);
+      }
+      out = out.transpose(1, 2).reshape({bs * s, al * d_});
       break;
     }
     case OpKind::kOutProj:
@@ -322,7 +379,12 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
       break;
     case OpKind::kMlpAct: {
       const at::Tensor& in = inputs.at(0);
-      if (gated) {
+      if (gated && kernels_ == ModelKernels::kFused) {
+        // chunk(): one split, whose backward writes both halves' gradients into one tensor
+        // (two narrow()s each scatter into a zero-filled [T, 2f] that are then added).
+        const auto gu = in.chunk(2, 1);
+        out = at::silu(gu[0]) * gu[1];
+      } else if (gated) {
         const int64_t fl = in.size(1) / 2;
         out = at::silu(in.narrow(1, 0, fl)) * in.narrow(1, fl, fl);
       } else {
@@ -361,12 +423,17 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
       out = mlp(inputs.at(0), 0);
       break;
     case OpKind::kLoss: {
-      const at::Tensor lf = inputs.at(0).to(at::kFloat);
-      const at::Tensor lab = labels(replica, mb);
+      const at::Tensor& lab = labels(replica, mb);
       at::Tensor loss;
-      if (pl.tp <= 1) {
-        loss = at::cross_entropy_loss(lf, lab);
+      if (pl.tp <= 1 && kernels_ == ModelKernels::kFused) {
+        // log_softmax reads the logits in their own dtype (bf16 on a bf16 plan) and writes
+        // fp32 log-probabilities, its reductions accumulating in fp32: the fp32 formula
+        // without an fp32 copy of the [tokens, vocab] logits.
+        loss = at::nll_loss(at::log_softmax(inputs.at(0), 1, at::kFloat), lab);
+      } else if (pl.tp <= 1) {
+        loss = at::cross_entropy_loss(inputs.at(0).to(at::kFloat), lab);
       } else {
+        const at::Tensor lf = inputs.at(0).to(at::kFloat);
         // Vocab-parallel cross-entropy (Megatron): max, sum of exponentials and the target
         // logit are all-reduced over the TP group; each rank's gradient is for its slice.
         at::Tensor m = lf.detach().amax({1}, true);

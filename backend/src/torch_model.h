@@ -17,9 +17,11 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "stretto/backend/replay.h"
 #include "stretto/compiler/compiler.h"
 
 namespace stretto::backend::detail {
@@ -64,9 +66,16 @@ struct OpCtx {
 /// All-reduce (sum or max) over the op's tensor-parallel group, in place (vocab-parallel loss).
 using TpAllReduce = std::function<void(at::Tensor&, bool max)>;
 
+/// Kernels of the model ops (replay.h). kFused: at::layer_norm, at::rms_norm (LibTorch >= 2.4),
+/// scaled_dot_product_attention with is_causal (GQA in the kernel from 2.5, else KV heads
+/// repeated; never a materialised mask), cross-entropy as an fp32-accumulating log_softmax over
+/// the logits' own dtype, SwiGLU over chunk() views. kReference: the explicit formulas.
+using ModelKernels = Kernels;
+
 class TorchModel {
  public:
-  TorchModel(const CompiledPlan& cp, uint64_t seed, at::TensorOptions opts);
+  TorchModel(const CompiledPlan& cp, uint64_t seed, at::TensorOptions opts,
+             ModelKernels kernels = ModelKernels::kFused);
 
   const CompiledPlan& plan() const { return cp_; }
   at::TensorOptions options() const { return opts_; }
@@ -78,9 +87,16 @@ class TorchModel {
   /// Whether an op is the model's last (no consumers): its output is the scaled loss.
   bool is_last(uint32_t op) const { return consumers_[op] == 0; }
 
-  /// Synthetic input of the first op (token ids, or a synthetic activation) and labels.
-  at::Tensor input_data(int replica, int mb) const;
-  at::Tensor labels(int replica, int mb) const;
+  ModelKernels kernels() const { return kernels_; }
+
+  /// Synthetic input of the first op (token ids, or a synthetic activation) and labels, on the
+  /// model's device. Drawn on the host once per (replica, microbatch) and kept, so a forward
+  /// never creates a tensor from host data or copies one to the device (prepare() draws them
+  /// before the timed steps; a first use draws them otherwise). Not thread-safe: one host
+  /// thread per model, as the executor runs it.
+  const at::Tensor& input_data(int replica, int mb) const;
+  const at::Tensor& labels(int replica, int mb) const;
+  void prepare(int replica, int mb) const;
 
   /// Forward of `op`. `inputs` are the values of op.inputs (leaves or graph tensors); the
   /// first op gets input_data(). `loss_scale` scales the last op's loss.
@@ -95,6 +111,13 @@ class TorchModel {
   const CompiledPlan& cp_;
   uint64_t seed_;
   at::TensorOptions opts_;
+  ModelKernels kernels_;
+  at::Tensor causal_mask_;  // [s, s] bool, true above the diagonal: built once, when needed
+  struct Data {
+    at::Tensor input, labels;
+  };
+  mutable std::map<std::pair<int, int>, Data> data_;
+  const Data& data(int replica, int mb) const;
   std::vector<uint32_t> residual_;
   std::vector<int> consumers_;
   int64_t T_ = 0, h_ = 0, heads_ = 0, kv_ = 0, d_ = 0, f_ = 0, V_ = 0, E_ = 0, k_ = 0, ef_ = 0;
@@ -125,5 +148,10 @@ std::vector<at::Tensor> backward_inputs(OpCtx& ctx, const at::Tensor& dy, bool f
 void backward_weights(OpCtx& ctx, std::vector<Param>& params);
 
 int64_t tensor_bytes(const at::Tensor& t);
+
+/// GQA: each of the KV heads of [b, kv, s, d] repeated `rep` times in place, [b, kv * rep, s, d]
+/// (head j of the result is KV head j / rep). One expand + copy: repeat_interleave with an
+/// integer count reads its output size on the host (.item(), a device synchronisation on CUDA).
+at::Tensor repeat_kv_heads(const at::Tensor& t, int64_t rep);
 
 }  // namespace stretto::backend::detail

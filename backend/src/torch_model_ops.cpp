@@ -48,16 +48,14 @@ at::Tensor TorchModel::unfused_attention(uint32_t o, const std::vector<at::Tenso
   // Heads of the QKV output [T, (al + 2 kvl) d] as [bs, heads, s, d], KV repeated for GQA.
   auto heads = [&](const at::Tensor& qkv, int64_t off, int64_t n) {
     at::Tensor t = qkv.narrow(1, off * d_, n * d_).reshape({bs, s, n, d_}).transpose(1, 2);
-    return n != al ? t.repeat_interleave(al / n, 1) : t;
+    return repeat_kv_heads(t, al / n);
   };
   switch (op.kind) {
     case OpKind::kAttnScores: {
       const at::Tensor& qkv = inputs.at(0);
       const at::Tensor scores = at::matmul(heads(qkv, 0, al), heads(qkv, al, kvl).transpose(-2, -1)) /
                                 std::sqrt(static_cast<double>(d_));
-      const at::Tensor mask =
-          at::ones({s, s}, at::TensorOptions().dtype(at::kBool).device(qkv.device())).triu(1);
-      return scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+      return scores.masked_fill(causal_mask_, -std::numeric_limits<float>::infinity());
     }
     case OpKind::kSoftmax: {
       at::Tensor p = at::softmax(inputs.at(0), -1);

@@ -1,6 +1,9 @@
 // stretto replay on real processes: gradients equal a single-process reference for every
 // parallelism the backend runs, the executed op order is the compiled program's, failures stop
 // the whole group, and what it cannot run is refused up front.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/record_function.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 
@@ -589,6 +593,173 @@ TEST(Replay, DocumentedCpuExampleCommandsRun) {
   fs::remove_all(tmp);
 }
 
+// ---- Replay kernels: the fused path gives the reference path's numbers, without host work.
+
+using detail::OpCtx;
+using detail::Param;
+using detail::TorchModel;
+
+struct OpRun {
+  at::Tensor out;
+  std::vector<at::Tensor> dx, dparams;
+};
+
+// One op alone (tp = ep = 1): inputs drawn from a generator seeded by the op, forward, then
+// the full backward from a drawn output gradient.
+OpRun run_op(const TorchModel& m, uint32_t o) {
+  const auto& ops = m.plan().model.ops;
+  std::vector<Param> params = m.make_params(o, {});
+  auto gen = at::detail::createCPUGenerator(1000 + o);
+  std::vector<at::Tensor> in;
+  for (uint32_t p : ops[o].inputs) {
+    at::Tensor v = at::randn(m.output_shape(p), gen, at::TensorOptions().dtype(at::kFloat));
+    v.set_requires_grad(true);
+    in.push_back(v);
+  }
+  OpCtx c = m.forward(o, in, params, {}, 0, 0, 1.0, {});
+  const at::Tensor dy = c.out.dim() == 0
+                            ? at::ones_like(c.out)
+                            : at::randn(c.out.sizes(), gen, at::TensorOptions().dtype(at::kFloat));
+  OpRun r;
+  r.out = c.out.detach();
+  if (c.out.requires_grad()) r.dx = detail::backward_inputs(c, dy, /*full=*/true, params);
+  for (const Param& p : params) r.dparams.push_back(p.grad);
+  return r;
+}
+
+// Largest difference relative to the largest value; infinities (masked scores) must sit at the
+// same places with the same sign.
+double rel_diff(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined() ? 0.0 : 1e9;
+  const at::Tensor fa = at::isfinite(a), fb = at::isfinite(b);
+  if (!at::equal(fa, fb) || !at::equal(a.masked_fill(fa, 0), b.masked_fill(fb, 0))) return 1e9;
+  const at::Tensor x = a.masked_fill(fa.logical_not(), 0), y = b.masked_fill(fb.logical_not(), 0);
+  const double scale = std::max(1e-6, y.abs().max().item<double>());
+  return (x - y).abs().max().item<double>() / scale;
+}
+
+// Every op of a dense GQA plan (RMSNorm, attention, SwiGLU), a GPT plan (LayerNorm with biases,
+// unfused attention, GELU, dropout) and a MoE plan: output, input gradients and parameter
+// gradients of the fused kernels within 1e-5 (relative to the largest value) of the explicit
+// formulas'. On LibTorch 1.13 the fused path differs from the formula in LayerNorm, SwiGLU and
+// the loss (RMSNorm and attention keep their formulas there); from LibTorch 2 in RMSNorm and
+// attention (SDPA) too. Fails when a fused kernel computes something else (layer_norm's eps at
+// 1e-2: 2e-3).
+TEST(ReplayKernels, FusedEqualsReference) {
+  std::set<std::string> kinds;
+  for (const char* plan : {"pp2_1f1b.json", "pp2_gpt_adam.json", "ep2_moe.json"}) {
+    SCOPED_TRACE(plan);
+    const CompiledPlan cp = load(plan);
+    const auto opts = at::TensorOptions().dtype(at::kFloat);
+    const TorchModel fused(cp, 7, opts, Kernels::kFused), ref(cp, 7, opts, Kernels::kReference);
+    for (uint32_t o = 0; o < cp.model.ops.size(); ++o) {
+      if (cp.model.ops[o].kind == OpKind::kOptimizer) continue;
+      SCOPED_TRACE(cp.model.ops[o].name);
+      const OpRun a = run_op(fused, o), b = run_op(ref, o);
+      EXPECT_LE(rel_diff(a.out, b.out), 1e-5);
+      ASSERT_EQ(a.dx.size(), b.dx.size());
+      for (size_t i = 0; i < a.dx.size(); ++i) EXPECT_LE(rel_diff(a.dx[i], b.dx[i]), 1e-5) << "input " << i;
+      ASSERT_EQ(a.dparams.size(), b.dparams.size());
+      for (size_t i = 0; i < a.dparams.size(); ++i)
+        EXPECT_LE(rel_diff(a.dparams[i], b.dparams[i]), 1e-5) << "parameter " << i;
+      kinds.insert(std::string(op_kind_name(cp.model.ops[o].kind)));
+    }
+  }
+  // The op classes compared (every class with a fused kernel among them).
+  for (const char* k : {"norm", "attention", "mlp_act", "loss", "embedding", "attn_scores"})
+    EXPECT_TRUE(kinds.count(k)) << k;
+}
+
+// GQA's KV heads repeated without repeat_interleave (which reads its output size on the host)
+// keep repeat_interleave's order, the one SDPA's enable_gqa uses: head j reads KV head j / rep.
+TEST(ReplayKernels, RepeatedKvHeadsKeepRepeatInterleavesOrder) {
+  const at::Tensor t = at::randn({2, 3, 5, 4});
+  EXPECT_TRUE(at::equal(detail::repeat_kv_heads(t, 4), t.repeat_interleave(4, 1)));
+  EXPECT_TRUE(at::equal(detail::repeat_kv_heads(t, 1), t));
+}
+
+// Host work inside the ops, counted by ATen's RecordFunction (every dispatched operator): no
+// .item() (aten::_local_scalar_dense), no random draw on the host (token ids, labels), no mask
+// built (triu), no roll, in any op's forward or backward once the model has prepared its data.
+// Two exceptions, each named: MoE routing's nonzero() (token counts) in the experts op, and
+// dropout masks (drawn on the host so --check's CPU reference draws the same) in the residual
+// and softmax ops of plans with dropout. Fails when ids are drawn per forward (randint) or the
+// causal mask is built per op (triu).
+std::mutex g_host_mu;
+std::map<std::string, int>* g_host_ops = nullptr;
+
+TEST(ReplayKernels, NoHostWorkPerOp) {
+  const std::set<std::string> host = {"aten::_local_scalar_dense", "aten::item", "aten::randint",
+                                      "aten::randn", "aten::normal_", "aten::random_",
+                                      "aten::bernoulli", "aten::bernoulli_", "aten::triu",
+                                      "aten::roll", "aten::nonzero"};
+  std::map<std::string, int> all;
+  const auto handle = at::addGlobalCallback(at::RecordFunctionCallback(
+      [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+        std::lock_guard<std::mutex> lk(g_host_mu);
+        if (g_host_ops) ++(*g_host_ops)[fn.name()];
+        return nullptr;
+      }));
+  for (const char* plan : {"pp2_1f1b.json", "pp2_gpt_adam.json", "ep2_moe.json", "tp2.json"}) {
+    SCOPED_TRACE(plan);
+    const CompiledPlan cp = load(plan);
+    const TorchModel m(cp, 7, at::TensorOptions().dtype(at::kFloat));
+    for (int mb = 0; mb < 2; ++mb) m.prepare(0, mb);
+    for (uint32_t o = 0; o < cp.model.ops.size(); ++o) {
+      const ModelOp& op = cp.model.ops[o];
+      if (op.kind == OpKind::kOptimizer) continue;
+      SCOPED_TRACE(op.name);
+      std::vector<Param> params = m.make_params(o, {});
+      std::vector<at::Tensor> in;
+      for (uint32_t p : op.inputs) {
+        at::Tensor v = at::randn(m.output_shape(p), at::TensorOptions().dtype(at::kFloat));
+        v.set_requires_grad(true);
+        in.push_back(v);
+      }
+      std::map<std::string, int> seen;
+      {
+        std::lock_guard<std::mutex> lk(g_host_mu);
+        g_host_ops = &seen;
+      }
+      for (int mb = 0; mb < 2; ++mb) {
+        OpCtx c = m.forward(o, in, params, {}, 0, mb, 1.0, {});
+        if (c.out.requires_grad())
+          detail::backward_inputs(c, at::ones_like(c.out), /*full=*/true, params);
+      }
+      {
+        std::lock_guard<std::mutex> lk(g_host_mu);
+        g_host_ops = nullptr;
+      }
+      for (const auto& [name, n] : seen) {
+        all[name] += n;
+        if (!host.count(name)) continue;
+        const bool routing = op.kind == OpKind::kExperts && name == "aten::nonzero";
+        const bool dropout = cp.plan.model.dropout > 0 && name.rfind("aten::bernoulli", 0) == 0 &&
+                             (op.kind == OpKind::kResidual || op.kind == OpKind::kSoftmax);
+        EXPECT_TRUE(routing || dropout) << name << " x" << n;
+      }
+    }
+  }
+  at::removeCallback(handle);
+  // The hook saw the ops (a dead hook would pass everything): matmuls and the fused kernels.
+  EXPECT_GT(all["aten::matmul"] + all["aten::mm"], 0);
+  EXPECT_GT(all["aten::embedding"], 0);
+  EXPECT_GT(all["aten::bernoulli"] + all["aten::bernoulli_"], 0);  // the named exception is seen
+  EXPECT_GT(all["aten::nonzero"], 0);
+}
+
+// Replay with the reference kernels: the gradient check still passes (the fused path is the
+// default and runs in every GradientCheck plan).
+TEST(ReplayKernels, ReferenceKernelsPassTheGradientCheck) {
+  const CompiledPlan cp = load("pp2_1f1b.json");
+  ReplayRun run = make_run("pp2_1f1b.json", /*check=*/true, 1, 0, {"--kernels", "reference"});
+  run.opt.kernels = Kernels::kReference;
+  auto r = launch_local(cp, run.opt, run.launch);
+  ASSERT_TRUE(r.has_value()) << render_all(r.error());
+  ASSERT_TRUE(r->check.has_value());
+  EXPECT_TRUE(r->check->passed) << r->check->max_rel_diff;
+}
+
 TEST(Replay, CudaOneGpu) {
   if (!has_cuda_build() || !cuda_available()) GTEST_SKIP() << "no CUDA build or no GPU";
   const CompiledPlan cp = load("gpu_1dev.json");
@@ -601,6 +772,55 @@ TEST(Replay, CudaOneGpu) {
   EXPECT_EQ(r->backend, "nccl (cuda)");
   ASSERT_TRUE(r->check.has_value());
   EXPECT_TRUE(r->check->passed) << r->check->max_rel_diff;
+}
+
+// --cuda-graphs captures one device's whole step: refused, located, where it cannot be (on the
+// CPU, several devices, dropout, MoE, clipping, Adam), before anything starts.
+TEST(Replay, CudaGraphsRefusedWhereTheyCannotCapture) {
+  auto refusals = [](const char* plan, DeviceKind dev) {
+    ReplayOptions o;
+    o.cuda_graphs = true;
+    o.device = dev;
+    std::string all;
+    for (const Diagnostic& d : check_supported(load(plan), o)) all += d.message + " @" + d.loc.json_pointer + "\n";
+    return all;
+  };
+  EXPECT_NE(refusals("gpu_1dev.json", DeviceKind::kCpu).find("needs --device cuda"), std::string::npos);
+  EXPECT_EQ(refusals("gpu_1dev.json", DeviceKind::kCuda), "");  // what the GPU test runs
+  EXPECT_NE(refusals("pp2_1f1b.json", DeviceKind::kCuda).find("the plan has 2 devices @/cluster"),
+            std::string::npos);
+  const std::string gpt = refusals("pp2_gpt_adam.json", DeviceKind::kCuda);
+  EXPECT_NE(gpt.find("dropout masks are drawn on the host @/model/dropout"), std::string::npos) << gpt;
+  EXPECT_NE(gpt.find("Adam"), std::string::npos) << gpt;
+  EXPECT_NE(refusals("ep2_moe.json", DeviceKind::kCuda).find("@/model/moe"), std::string::npos);
+  EXPECT_NE(refusals("dp2_zero2_sgd_clip.json", DeviceKind::kCuda).find("@/optimizer/grad_clip"),
+            std::string::npos);
+  // The CLI: exit 2 with the reason.
+  const std::string err = ::testing::TempDir() + "stretto_replay_graphs_err.txt";
+  const int rc = std::system((std::string(STRETTO_BINARY) + " replay " + kData +
+                              "gpu_1dev.json --device cpu --cuda-graphs > /dev/null 2> " + err)
+                                 .c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 2);
+  std::ifstream in(err);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(text.find("--cuda-graphs needs --device cuda"), std::string::npos) << text;
+}
+
+// On a GPU: the captured step replays: three measured step times, each over 10 us (an empty
+// graph replays in a few), and no per-op records (one graph has no per-op times).
+TEST(Replay, CudaGraphsOneGpu) {
+  if (!has_cuda_build() || !cuda_available()) GTEST_SKIP() << "no CUDA build or no GPU";
+  const CompiledPlan cp = load("gpu_1dev.json");
+  ReplayRun run = make_run("gpu_1dev.json", false, 3, 1, {"--cuda-graphs"});
+  run.opt.device = DeviceKind::kCuda;
+  run.opt.cuda_graphs = true;
+  for (auto& a : run.launch.args)
+    if (a == "cpu") a = "cuda";
+  auto r = launch_local(cp, run.opt, run.launch);
+  ASSERT_TRUE(r.has_value()) << render_all(r.error());
+  ASSERT_EQ(r->step_ns.size(), 3u);
+  for (int64_t t : r->step_ns) EXPECT_GT(t, 10000);  // > 10 us: the graph ran kernels
+  EXPECT_TRUE(r->ops.empty());
 }
 
 // bench-ops: every distinct op of the plan, each op class of the model present, forward and
@@ -636,6 +856,13 @@ TEST(BenchOps, TimesEveryOpClassOfThePlan) {
         EXPECT_LE(t.median_ns, t.max_ns);
         EXPECT_LT(t.max_ns, int64_t{60} * 1000 * 1000 * 1000);  // finite, not garbage
       }
+      // The timed backward ran: every parameter and every input holds a non-zero gradient
+      // (fails when the backward is skipped: 0 of each).
+      EXPECT_EQ(b.params > 0, cp.model.ops[b.op].param_count > 0);
+      EXPECT_EQ(b.params_with_gradient, b.params);
+      EXPECT_EQ(b.grad_inputs, static_cast<int>(b.input_shapes.size()));
+      EXPECT_EQ(b.inputs_with_gradient, b.grad_inputs);
+      EXPECT_FALSE(b.graphed);
     }
     EXPECT_EQ(bench_kinds, plan_kinds);
     EXPECT_EQ(instances, model_ops);  // every model op is one row's instance
@@ -649,6 +876,40 @@ TEST(BenchOps, TimesEveryOpClassOfThePlan) {
     EXPECT_TRUE(all_kinds.count(k)) << k;
 }
 
+
+// CUDA graphs are CUDA-only: asked for on the CPU, bench-ops refuses (exit 2, the reason).
+TEST(BenchOps, CudaGraphsOnCpuAreRefused) {
+  BenchOpsOptions opt;
+  opt.device = DeviceKind::kCpu;
+  opt.cuda_graphs = true;
+  EXPECT_THROW(bench_ops(load("pp2_1f1b.json"), opt), std::runtime_error);
+  const std::string err = ::testing::TempDir() + "stretto_bench_graphs_err.txt";
+  const int rc = std::system((std::string(STRETTO_BINARY) + " bench-ops " + kData +
+                              "pp2_1f1b.json --device cpu --cuda-graphs --no-replay > /dev/null 2> " + err)
+                                 .c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 2);
+  std::ifstream in(err);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(text.find("--cuda-graphs needs --device cuda"), std::string::npos) << text;
+}
+
+// On a GPU: every op but the named uncapturable ones (MoE routing, host-drawn dropout masks)
+// runs as a captured CUDA graph, forward and backward, and its gradients are non-zero.
+TEST(BenchOps, CudaGraphsOneGpu) {
+  if (!has_cuda_build() || !cuda_available()) GTEST_SKIP() << "no CUDA build or no GPU";
+  BenchOpsOptions opt;
+  opt.device = DeviceKind::kCuda;
+  opt.cuda_graphs = true;
+  opt.iterations = 3;
+  opt.warmup = 1;
+  const BenchOpsResult r = bench_ops(load("gpu_1dev.json"), opt);
+  for (const BenchOp& b : r.ops) {
+    SCOPED_TRACE(b.name);
+    EXPECT_TRUE(b.graphed) << b.graph_error;
+    EXPECT_GT(b.graph_forward.median_ns, 0);
+    EXPECT_EQ(b.params_with_gradient, b.params);
+  }
+}
 
 // `stretto bench-ops --format json` on a 2-process plan: a row per distinct op with isolated,
 // replay and predicted times for forward and backward, and every JSON field it writes named in

@@ -497,6 +497,37 @@ TEST(Loop, ValidateProfilesInlineOverRounds) {
             2);
 }
 
+// The noise band comes from the plan's own measured steps in a real `validate` run: at least
+// twice the standard error of the mean that the same JSON reports (std, steps, mean), next to
+// the error, with the verdict and the summary following from it; with fewer than 4 measured
+// steps there is none. Fails when validate stops filling in the noise (no `noise_pct`).
+TEST(Loop, ValidateNoiseBandComesFromTheMeasuredSteps) {
+  auto [rc, out] = cli("validate " + kData + "pp2_gpipe_tiny.json --iterations 2 --warmup 1 "
+                       "--rounds 2 --format json");
+  ASSERT_EQ(rc, 0) << stderr_text();
+  const Json v = Json::parse(out);
+  ASSERT_EQ(v["plans"].size(), 1u);
+  const Json& p = v["plans"][0];
+  ASSERT_EQ(p["measured_steps"], 4);
+  ASSERT_TRUE(p.contains("noise_pct")) << p.dump();
+  const double noise = p["noise_pct"].get<double>(), mean = p["measured_step_ms"].get<double>();
+  const double se2 = 100.0 * 2 * p["measured_step_std_ms"].get<double>() / std::sqrt(4.0) / mean;
+  EXPECT_GT(noise, 0.0);
+  EXPECT_GE(noise, se2 - 1e-9);
+  EXPECT_EQ(p["error_within_noise"].get<bool>(),
+            std::fabs(p["step_err_pct"].get<double>()) <= noise);
+  EXPECT_DOUBLE_EQ(v["mean_noise_pct"].get<double>(), noise);
+  EXPECT_EQ(v["errors_within_noise"].get<int>(), p["error_within_noise"].get<bool>() ? 1 : 0);
+  // three measured steps: no estimate, and the table says nothing of noise
+  auto [rc3, out3] = cli("validate " + kData + "pp2_gpipe_tiny.json --iterations 3 --warmup 1 "
+                         "--format json");
+  ASSERT_EQ(rc3, 0) << stderr_text();
+  const Json v3 = Json::parse(out3);
+  EXPECT_EQ(v3["plans"][0]["measured_steps"], 3);
+  EXPECT_FALSE(v3["plans"][0].contains("noise_pct"));
+  EXPECT_FALSE(v3.contains("mean_noise_pct"));
+}
+
 TEST(Loop, ProfileRoundsPoolTheirSamples) {
   auto [rc, out] = cli("profile " + kData + "pp2_gpipe_tiny.json --rounds 2 --iterations 1 --warmup 0 "
                        "--format json");

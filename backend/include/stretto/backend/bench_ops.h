@@ -26,6 +26,10 @@ struct BenchOpsOptions {
   DeviceKind device = DeviceKind::kAuto;
   uint64_t seed = 1234;
   int threads = 1;  ///< intra-op threads (as ReplayOptions::threads)
+  Kernels kernels = Kernels::kFused;  ///< as ReplayOptions::kernels
+  /// CUDA only: also time each op's forward and full backward captured once in a CUDA graph
+  /// and replayed (launch overhead removed); an op that cannot be captured says why.
+  bool cuda_graphs = false;
 };
 
 /// Median, minimum and maximum of the timed runs, ns.
@@ -43,6 +47,14 @@ struct BenchOp {
   std::vector<std::vector<int64_t>> input_shapes;
   std::vector<int64_t> output_shape;
   BenchTiming forward, backward;  ///< backward: the full B (input and weight gradients)
+  /// Proof that the timed backward ran: the op's parameter tensors, and its inputs that take
+  /// a gradient, and how many of each hold a non-zero gradient after the timed runs.
+  int params = 0, params_with_gradient = 0;
+  int grad_inputs = 0, inputs_with_gradient = 0;
+  /// --cuda-graphs: the same forward and backward as one CUDA graph each, replayed.
+  bool graphed = false;
+  BenchTiming graph_forward, graph_backward;
+  std::string graph_error;  ///< why the op could not be captured (empty: captured or not asked)
 };
 
 struct BenchOpsResult {

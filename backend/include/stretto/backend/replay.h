@@ -40,6 +40,12 @@ namespace stretto::backend {
 
 enum class DeviceKind : uint8_t { kAuto, kCpu, kCuda };
 enum class Optimizer : uint8_t { kSgd, kAdam, kNone };
+/// Which kernels the model ops run (docs/validation.md, "Replay kernels"): `fused`, the fused
+/// kernels ATen offers (layer_norm / rms_norm, scaled-dot-product attention with is_causal and
+/// GQA, log-softmax cross-entropy over the logits' own dtype); `reference`, the explicit
+/// formulas (norms from mean and rsqrt, attention from scores, a mask and softmax), kept to
+/// test the fused path against.
+enum class Kernels : uint8_t { kFused, kReference };
 
 /// How to replay.
 struct ReplayOptions {
@@ -61,6 +67,12 @@ struct ReplayOptions {
   /// Recompute every forward before its backward (full activation recomputation): the
   /// forward keeps only its inputs; the backward reruns it with autograd first.
   bool recompute_full = false;
+  Kernels kernels = Kernels::kFused;
+  /// CUDA only (--cuda-graphs): capture the device's whole step once, after the warm-up
+  /// steps, and replay that graph for every measured step (launch overhead removed). Step
+  /// times only: no per-op records. check_supported() admits one-device plans without
+  /// dropout, MoE, gradient clipping or Adam (what synchronises the host or keeps host state).
+  bool cuda_graphs = false;
   /// Refuse plans with more processes than this on this host (0: no limit).
   int max_procs = 0;
   /// Intra-op threads per rank (torch::set_num_threads; BLAS threads come from the
