@@ -8,6 +8,7 @@
 #include <span>
 #include <utility>
 
+#include "big_array.h"
 #include "event_queue.h"
 #include "stretto/support/diag.h"
 #include "stretto/engine/maxmin.h"
@@ -154,9 +155,10 @@ struct Engine::State {
   // ---- the program and its derived, static structure (built by prepare) ----
   const Program* p = nullptr;
   unsigned slot_shift = 0;
-  std::vector<TaskRec> recs;         // per task, plus a sentinel for succ_begin
-  std::vector<uint32_t> succ;        // successor lists
-  std::vector<uint32_t> part_next;   // per participant of a comm task: next task of that stream
+  // (BigArray: not value-initialised, prepare writes each entry once; see big_array.h)
+  detail::BigArray<TaskRec> recs;     // per task, plus a sentinel for succ_begin
+  detail::BigArray<uint32_t> succ;    // successor lists
+  detail::BigArray<uint32_t> part_next;  // per comm participant: the next task of its stream
   std::vector<uint32_t> head_task;   // per (device << slot_shift | stream) slot: first task
   std::vector<uint32_t> free_tasks;  // tasks with no deps and no participants
   std::vector<double> link_caps;
@@ -424,7 +426,7 @@ void Engine::State::check_counter_effects(const Program& prog, Errors& err) cons
 }
 
 void Engine::State::reset_prepare_scratch(const Sizes& z) {
-  recs.resize(z.tasks + 1);
+  recs.resize(z.tasks + 1);  // (not initialised: scan_tasks writes every record before the sentinel)
   recs[z.tasks] = TaskRec{};
   slot_stamp.assign(z.slots, 0);
   part_owned.assign((z.parts + 63) / 64, 0);
