@@ -130,7 +130,17 @@ void add_describe_command(CLI::App& app, Commands& out) {
   auto* schema = app.add_subcommand(
       "schema", "Print the plan's JSON Schema (docs/plan.schema.json), generated from the schema "
                 "table every reader of plans uses");
-  out.push_back({schema, [] { return write_output("", plan_json_schema_text()) ? 0 : 2; }});
+  auto schema_format = std::make_shared<std::string>("json");
+  schema->add_option("--format", *schema_format,
+                     "json (default): the JSON Schema; markdown: a key table per section, "
+                     "as docs/plan-format.md carries them between <!-- schema:S --> markers")
+      ->check(CLI::IsMember({"json", "markdown"}));
+  out.push_back({schema, [schema_format] {
+                   const std::string text = *schema_format == "markdown"
+                                                ? plan_schema_markdown()
+                                                : plan_json_schema_text();
+                   return write_output("", text) ? 0 : 2;
+                 }});
 
   auto path = std::make_shared<std::string>();
   auto format = std::make_shared<std::string>("text");

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "stretto/support/diag.h"
 
 namespace stretto {
@@ -83,36 +85,35 @@ constexpr PlanKey kKeys[] = {
     {.section = "model", .key = "layers", .type = K::kInteger, .min = 1, .max = 1e5,
      .requirement = R::kRequired, .doc = "transformer layers, or synthetic regions"},
     {.section = "model", .key = "hidden", .type = K::kInteger, .min = 1, .max = 1e7,
-     .requirement = R::kConditional, .doc = "model width; divisible by heads (transformer: required)", .applies = "transformer"},
+     .requirement = R::kConditional, .doc = "model width; divisible by heads unless head_dim is given; required", .applies = "transformer"},
     {.section = "model", .key = "heads", .type = K::kInteger, .min = 1, .max = 1e5,
-     .requirement = R::kConditional, .doc = "attention heads (transformer: required)", .applies = "transformer"},
+     .requirement = R::kConditional, .doc = "attention heads; every TP degree must divide it, as Megatron splits attention by heads; required", .applies = "transformer"},
     {.section = "model", .key = "kv_heads", .type = K::kInteger, .min = 1, .max = 1e5,
-     .when_absent = S::kDerived, .doc = "key/value heads (GQA); divides heads; default heads", .applies = "transformer"},
+     .when_absent = S::kDerived, .doc = "key/value heads (GQA); divides heads, and every TP degree must divide it too; default heads", .applies = "transformer"},
     {.section = "model", .key = "head_dim", .type = K::kInteger, .min = 1, .max = 1e5,
      .when_absent = S::kDerived,
-     .doc = "width of one attention head (Megatron's --kv-channels); default hidden / heads",
+     .doc = "width of one attention head (Megatron's --kv-channels; Qwen3-32B: 64 heads of 128 at hidden 5,120); default hidden / heads. The QKV GEMM maps hidden to (heads + 2 kv_heads) x head_dim, and core attention's FLOPs and saved tensors use heads x head_dim",
      .applies = "transformer"},
     {.section = "model", .key = "ffn_hidden", .type = K::kInteger, .min = 1, .max = 1e8,
      .requirement = R::kConditional,
-     .doc = "MLP width; required unless every layer is an MoE layer", .applies = "transformer"},
+     .doc = "MLP width of the dense layers; required unless every layer is an MoE layer (moe.first_layer 0, moe.every 1)", .applies = "transformer"},
     {.section = "model", .key = "vocab", .type = K::kInteger, .min = 1, .max = 1e8,
-     .requirement = R::kConditional, .doc = "vocabulary size before padding (transformer: required)", .applies = "transformer"},
+     .requirement = R::kConditional, .doc = "vocabulary size before padding: the embedding, head and loss use it padded up to a multiple of make_vocab_size_divisible_by x the TP degree, as Megatron-LM allocates them (50,257 -> 50,304 without TP, 50,304 -> 51,200 at TP 8); required", .applies = "transformer"},
     {.section = "model", .key = "make_vocab_size_divisible_by", .type = K::kInteger, .min = 1,
      .max = 1e8, .fallback = "128",
-     .doc = "Megatron's --make-vocab-size-divisible-by: vocab is padded to a multiple of this x "
-            "the TP degree", .applies = "transformer"},
+     .doc = "Megatron-LM's --make-vocab-size-divisible-by (its default is 128): the padding multiple of vocab before the TP degree; 1 pads only to a multiple of the TP degree", .applies = "transformer"},
     {.section = "model", .key = "seq_len", .type = K::kInteger, .min = 1, .max = 1e8,
-     .requirement = R::kConditional, .doc = "tokens per sequence (transformer: required)", .applies = "transformer"},
+     .requirement = R::kConditional, .doc = "tokens per sequence; required", .applies = "transformer"},
     {.section = "model", .key = "microbatch_size", .type = K::kInteger, .min = 1, .max = 1e7,
      .fallback = "1", .doc = "sequences per microbatch"},
     {.section = "model", .key = "dtype", .type = K::kEnum, .choices = kDTypes,
-     .fallback = R"("bf16")", .doc = "activations and weights"},
+     .fallback = R"("bf16")", .doc = "activations and weights. fp8 is Transformer Engine's recipe: GEMMs in fp8 at the fp8 peak, weights and gradients in bf16, fp32 master weights and optimizer state as for bf16, plus 2 B per linear-layer parameter for TE's cached fp8 weight copies"},
     {.section = "model", .key = "gated_mlp", .type = K::kBoolean, .fallback = "true",
      .doc = "SwiGLU-style MLP (3 weight matrices) instead of GELU (2)"},
     {.section = "model", .key = "tie_embeddings", .type = K::kBoolean, .fallback = "false",
-     .doc = "the output layer shares the embedding's weights"},
+     .doc = "the output layer shares the embedding's weights; with the head on other devices than the embedding, the two copies' gradients are all-reduced"},
     {.section = "model", .key = "moe", .type = K::kObject, .section_ref = "moe",
-     .doc = "MoE layers", .applies = "transformer"},
+     .doc = "MoE layers; their expert blocks are tagged EP", .applies = "transformer"},
     {.section = "model", .key = "pp_regions", .type = K::kOther, .min = 1, .max = 1e5,
      .fallback = "1",
      .schema = R"({"oneOf": [
@@ -121,8 +122,7 @@ constexpr PlanKey kKeys[] = {
          {"type": "array", "minItems": 1, "maxItems": 100000,
           "items": {"type": "integer", "minimum": 0, "maximum": 100000},
           "description": "layers per region, summing to 'layers'; only the first and last entry may be 0"}]})",
-     .doc = "the layers cut into N contiguous regions tagged PP=0..N-1 (a count, or layers per "
-            "region)"},
+     .doc = "the layers cut into N contiguous regions tagged PP=0..N-1, one per pipeline stage: a count N (at most layers) splits them evenly, a list gives each region's layers, sums to layers, and may be 0 only in its first and last entry. The embedding belongs to the first region; the final norm, head and loss to the last"},
     {.section = "model", .key = "activation_bytes", .type = K::kNumber, .min = 0, .max = 1e15,
      .fallback = "0", .doc = "synthetic: bytes saved for the backward per region and microbatch", .applies = "synthetic"},
     {.section = "model", .key = "param_bytes", .type = K::kNumber, .min = 0, .max = 1e15,
@@ -133,13 +133,12 @@ constexpr PlanKey kKeys[] = {
      .fallback = "0", .doc = "synthetic: forward FLOPs per region and microbatch (backward 2x)", .applies = "synthetic"},
     {.section = "model", .key = "attention", .type = K::kEnum, .choices = kAttention,
      .fallback = R"("flash")",
-     .doc = "core attention: one fused flash kernel, or Megatron's unfused QK^T, softmax "
-            "(+dropout) and PV over the dense s x s matrix", .applies = "transformer"},
+     .doc = "core attention: one fused flash kernel, or Megatron-LM's unfused path (QK^T over the dense s x s matrix, softmax with dropout when dropout > 0, and PV), which keeps the s x s scores for the backward", .applies = "transformer"},
     {.section = "model", .key = "bias", .type = K::kBoolean, .fallback = "false",
-     .doc = "biases on every linear layer and LayerNorm (weight + bias) instead of RMSNorm", .applies = "transformer"},
+     .doc = "biases on every linear layer, and LayerNorm (weight and bias, 2h per norm) instead of RMSNorm (h)", .applies = "transformer"},
     {.section = "model", .key = "dropout", .type = K::kNumber, .min = 0, .max = 0.999999,
      .fallback = "0",
-     .doc = "hidden and attention dropout probability; 0 = no dropout kernels", .applies = "transformer"},
+     .doc = "hidden and attention dropout probability; > 0 adds the masks' traffic and memory (1 byte per element) to the bias-dropout-add kernels and, with unfused attention, a dropout over the s x s probabilities. 0 = no dropout kernels", .applies = "transformer"},
 
     // ---- model.moe
     {.section = "moe", .key = "experts", .type = K::kInteger, .min = 1, .max = 1e6,
@@ -156,11 +155,10 @@ constexpr PlanKey kKeys[] = {
      .doc = "layers first_layer, first_layer + every, ... are MoE layers"},
     {.section = "moe", .key = "capacity_factor", .type = K::kNumber, .min = 0, .max = 1e4,
      .fallback = "0",
-     .doc = "tokens per expert padded to capacity_factor x the balanced share T*k/E; 0 = no "
-            "capacity (dropless)"},
+     .doc = "tokens per expert padded to capacity_factor x the balanced share T*k/E (GShard/Switch capacity), which sizes the expert GEMMs and the all-to-alls; 0 = no capacity (dropless)"},
     {.section = "moe", .key = "imbalance", .type = K::kNumber, .min = 1, .max = 1e4,
      .fallback = "1",
-     .doc = "the busiest expert's tokens over the mean; used when there is no capacity_factor"},
+     .doc = "the busiest expert's tokens over the mean (1 = balanced); it sets the grouped GEMM's time when there is no capacity_factor"},
 
     // ---- cluster (a preset fills what the plan does not write)
     {.section = "cluster", .key = "preset", .type = K::kEnum, .choices = kPresets,
@@ -168,19 +166,19 @@ constexpr PlanKey kKeys[] = {
     {.section = "cluster", .key = "nodes", .type = K::kInteger, .min = 1, .max = 1e6,
      .fallback = "1", .doc = "nodes"},
     {.section = "cluster", .key = "devices_per_node", .type = K::kInteger, .min = 1, .max = 1e4,
-     .when_absent = S::kPreset, .doc = "devices per node"},
+     .when_absent = S::kPreset, .doc = "devices per node; device d is on node floor(d / devices_per_node)"},
     {.section = "cluster", .key = "peak_tflops", .type = K::kNumber, .min = 1e-6, .max = 1e7,
      .when_absent = S::kPreset, .doc = "dense BF16/FP16 tensor-core peak per device"},
     {.section = "cluster", .key = "hbm_GBps", .type = K::kNumber, .min = 1e-6, .max = 1e7,
      .when_absent = S::kPreset, .doc = "memory bandwidth per device"},
     {.section = "cluster", .key = "memory_GiB", .type = K::kNumber, .min = 1e-6, .max = 1e7,
-     .when_absent = S::kPreset, .doc = "memory capacity per device"},
+     .when_absent = S::kPreset, .doc = "memory capacity per device; a peak beyond it is reported as over_capacity"},
     {.section = "cluster", .key = "sms", .type = K::kInteger, .min = 1, .max = 1e5,
      .when_absent = S::kPreset, .doc = "streaming multiprocessors"},
     {.section = "cluster", .key = "intra_node", .type = K::kObject, .when_absent = S::kPreset,
-     .section_ref = "link", .doc = "NVLink, per direction per device"},
+     .section_ref = "link", .doc = "NVLink, per direction per device (h100-sxm: {\"bandwidth_GBps\": 450, \"latency_us\": 2})"},
     {.section = "cluster", .key = "inter_node", .type = K::kObject, .when_absent = S::kPreset,
-     .section_ref = "link", .doc = "the NIC of each device"},
+     .section_ref = "link", .doc = "the NIC of each device (h100-sxm: {\"bandwidth_GBps\": 50, \"latency_us\": 5})"},
     {.section = "cluster", .key = "islands", .type = K::kInteger, .min = 1, .max = 1e6,
      .fallback = "1", .doc = "nodes split evenly into islands joined by dcn"},
     {.section = "cluster", .key = "dcn", .type = K::kObject, .when_absent = S::kDerived,
@@ -196,8 +194,7 @@ constexpr PlanKey kKeys[] = {
     // (costmodel/src/analytic.cpp reads them with these ranges; docs/costmodel.md)
     {.section = "costmodel", .key = "kind", .type = K::kEnum, .choices = kCostKinds,
      .requirement = R::kRequired,
-     .doc = "analytic (roofline and NCCL model), profiled (a measured table) or fixed "
-            "(per-pass constants)"},
+     .doc = "analytic (roofline compute and an NCCL-like collective model), profiled (measured times, interpolated, falling back to the analytic model) or fixed (per-pass constants)"},
     {.section = "costmodel", .key = "profile", .type = K::kString, .requirement = R::kConditional,
      .doc = "profiled: the measured table, relative to the plan file"},
     {.section = "costmodel", .key = "F", .type = K::kNumber, .min = 0, .max = 1e12,
@@ -214,24 +211,20 @@ constexpr PlanKey kKeys[] = {
      .fallback = R"("ms")", .doc = "fixed: the unit of F, B, BI, BW and comm", .applies = "fixed"},
     {.section = "costmodel", .key = "gemm_efficiency", .type = K::kNumber, .min = 0, .max = 1,
      .min_exclusive = true, .when_absent = S::kPreset,
-     .doc = "analytic: asymptotic GEMM fraction of peak; default h100-sxm 0.711, h200 0.704 "
-            "(measured), else 0.80"},
+     .doc = "analytic: asymptotic GEMM fraction of peak; default h100-sxm 0.711, h200 0.704 (measured), else 0.80. A GEMM's efficiency is this asymptote x SM fill x depth kd/(kd + gemm_k_half)"},
     {.section = "costmodel", .key = "attention_efficiency", .type = K::kNumber, .min = 0,
      .max = 1, .min_exclusive = true, .when_absent = S::kPreset,
      .doc = "analytic: flash attention's asymptotic fraction of peak; default h100-sxm 0.711, "
             "h200 0.701 (measured), else 0.40"},
     {.section = "costmodel", .key = "attention_seq_half", .type = K::kNumber, .min = 0,
      .when_absent = S::kPreset,
-     .doc = "analytic: sequence length at which flash attention reaches half its asymptote "
-            "(x s/(s+half)); default h100-sxm 646, h200 546 (measured), else 0 = no term"},
+     .doc = "analytic: sequence length at which flash attention reaches half its asymptote (x s/(s + attention_seq_half)); default h100-sxm 646, h200 546 (measured), else 0 = no term"},
     {.section = "costmodel", .key = "attention_waves_half", .type = K::kNumber, .min = 0,
      .when_absent = S::kPreset,
-     .doc = "analytic: waves of 128-row query blocks over the SMs at which flash attention "
-            "reaches half its asymptote; default h100-sxm 1.17, h200 1.19 (measured), else 0"},
+     .doc = "analytic: waves of 128-row query blocks over the SMs at which flash attention reaches half its asymptote (x waves/(waves + attention_waves_half)); default h100-sxm 1.17, h200 1.19 (measured), else 0 = no term"},
     {.section = "costmodel", .key = "attention_bwd_ratio", .type = K::kNumber, .min = 0,
      .max = 2, .min_exclusive = true, .when_absent = S::kPreset,
-     .doc = "analytic: flash attention's backward efficiency over its forward's; default "
-            "h100-sxm 0.835, h200 0.852 (measured), else 1"},
+     .doc = "analytic: flash attention's backward efficiency over its forward's (the backward is priced at 2.5x the forward's FLOPs); default h100-sxm 0.835, h200 0.852 (measured), else 1"},
     {.section = "costmodel", .key = "memory_efficiency", .type = K::kNumber, .min = 0, .max = 1,
      .min_exclusive = true, .fallback = "0.9",
      .doc = "analytic: fraction of HBM bandwidth memory-bound kernels reach"},
@@ -282,29 +275,22 @@ constexpr PlanKey kKeys[] = {
      .doc = "analytic: fixed latency of a send/recv or all-to-all; default derived"},
     {.section = "costmodel", .key = "kernel_style", .type = K::kEnum, .choices = kKernelStyles,
      .when_absent = S::kPreset,
-     .doc = "analytic: how norms, activations, loss and embedding run: fused (Megatron-Core / "
-            "Transformer Engine kernels), eager (an unfused PyTorch program), roofline "
-            "(memory_efficiency x HBM); default fused on h100-sxm and h200 (measured rates), "
-            "roofline elsewhere"},
+     .doc = "analytic: how norms, activations, loss and embedding run: fused (Megatron-Core / Transformer Engine kernels), eager (an unfused PyTorch program), both at measured rates and only on h100-sxm and h200, or roofline (memory_efficiency x HBM); default fused on h100-sxm and h200, else roofline"},
     {.section = "costmodel", .key = "nccl_intra_GBps", .type = K::kNumber, .min = 0,
      .min_exclusive = true, .when_absent = S::kDerived,
-     .doc = "analytic: intra-node bandwidth NCCL's collectives see (GB/s); default the "
-            "intra-node bandwidth x NCCL's NVLink ratio"},
+     .doc = "analytic: intra-node bandwidth NCCL's collectives see (GB/s), never above the link's; default the intra-node bandwidth x NCCL's NVLink ratio (A100 300 -> 240, H100 450 -> 370.8), the link's own when it is not NVLink. Send/recv and all-to-all keep the link's bandwidth"},
     {.section = "costmodel", .key = "sustained_clock_ratio", .type = K::kNumber, .min = 0,
      .max = 1, .min_exclusive = true, .when_absent = S::kDerived,
-     .doc = "analytic: sustained tensor-core clock over the data-sheet peak's clock; default "
-            "1305/1410 on A100, else 1"},
+     .doc = "analytic: sustained tensor-core clock under a training load over the data-sheet peak's clock, multiplying the peak in the GEMM and attention rooflines; default 1305/1410 = 0.926 on A100, else 1"},
     {.section = "costmodel", .key = "host_cores", .type = K::kNumber, .min = 0, .max = 4096,
      .fallback = "0",
-     .doc = "analytic: cores one node's CPU-process devices share; 0 = not limited"},
+     .doc = "analytic: cores one node's CPU-process devices share (a node with more devices than cores time-shares them); 0 = not limited. stretto profile --device cpu records the host's cores"},
     {.section = "costmodel", .key = "host_compute", .type = K::kBoolean,
      .when_absent = S::kDerived,
-     .doc = "analytic: compute runs on the thread that issues the device's ops (CPU "
-            "processes); default true for device kind cpu"},
+     .doc = "analytic: compute runs on the thread that issues the device's ops (a CPU process), so the next op is issued only after the previous compute op ended; default true for device kind cpu, else false"},
     {.section = "costmodel", .key = "host_op_us", .type = K::kNumber, .min = 0, .max = 1e6,
      .fallback = "0",
-     .doc = "analytic: with host_compute, host-thread time per op issued, paid before the "
-            "device's next compute op"},
+     .doc = "analytic: with host_compute, host-thread time per op issued, outside the ops' own times, paid before the device's next compute op (stretto profile --device cpu measures it)"},
     {.section = "costmodel", .key = "host_cold_factor", .type = K::kOther, .min = 0.25, .max = 4,
      .fallback = "1",
      .schema = R"({"oneOf": [{"type": "number", "minimum": 0.25, "maximum": 4},
@@ -314,9 +300,7 @@ constexpr PlanKey kKeys[] = {
            "reduce_scatter": {"type": "number", "minimum": 0.25, "maximum": 4},
            "all_gather": {"type": "number", "minimum": 0.25, "maximum": 4},
            "all_to_all": {"type": "number", "minimum": 0.25, "maximum": 4}}}]})",
-     .doc = "analytic: with host_compute, factor on a compute op's time when its device issued "
-            "communication since its previous compute op, for every kind or per kind of the "
-            "last such op; 1 = none"},
+     .doc = "analytic: with host_compute, factor on a compute op's time when its device issued communication since its previous compute op: one number, or one per kind of the last such op (send_recv, all_reduce, reduce_scatter, all_gather, all_to_all); 1 = none"},
     {.section = "costmodel", .key = "host_share_efficiency", .type = K::kNumber, .min = 0,
      .max = 1, .min_exclusive = true, .fallback = "1",
      .doc = "analytic: with host_cores, the share of the cores that a node's computing devices "
@@ -326,28 +310,26 @@ constexpr PlanKey kKeys[] = {
      .schema = R"({"oneOf": [{"type": "number", "minimum": 0.25, "maximum": 4},
          {"type": "array", "minItems": 1, "maxItems": 3,
           "items": {"type": "number", "minimum": 0.25, "maximum": 4}}]})",
-     .doc = "analytic: with host_compute, factor on a backward op's time by reuse distance: "
-            "one for every distance, or [d1, d2, d3]"},
+     .doc = "analytic: with host_compute, factor on a backward op's time (B, BI, BW) by reuse distance, the number of other microbatches whose forward ran on its device since its own: one for every distance, or [d1, d2, d3] (the last also for larger distances)"},
 
     // ---- optimizer
     {.section = "optimizer", .key = "kind", .type = K::kEnum, .choices = kOptimizers,
-     .fallback = R"("adam")", .doc = "Adam (two moments), SGD with momentum (one), or no step"},
+     .fallback = R"("adam")", .doc = "Adam (two moments), SGD with momentum (one), or no step and no state"},
     {.section = "optimizer", .key = "master_weights", .type = K::kBoolean, .fallback = "true",
-     .doc = "fp32 master weights (mixed precision)"},
+     .doc = "fp32 master weights (mixed precision): 4 B per parameter of state, moments in fp32, and the grad-to-fp32 and weight-to-dtype copies in the step; false: everything in the model's dtype"},
     {.section = "optimizer", .key = "grad_clip", .type = K::kBoolean, .fallback = "true",
-     .doc = "global gradient-norm all-reduce and scaling before the step"},
+     .doc = "global gradient-norm clipping: one fp32 all-reduce over every device holding parameters before any step, and the norm and scaling traffic in the step"},
     {.section = "optimizer", .key = "comment", .type = K::kString, .doc = "free text"},
 
     // ---- schedule: a builder call
     {.section = "builder", .key = "builder", .type = K::kString, .requirement = R::kRequired,
-     .doc = "the schedule family (case-insensitive; torch class names work too): gpipe, 1f1b, "
-            "interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe, dualpipev"},
+     .doc = "the schedule family, case-insensitive (torch class names such as ScheduleInterleaved1F1B work too): gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe, dualpipev"},
     {.section = "builder", .key = "ranks", .type = K::kInteger, .min = 1, .max = 1e5,
      .when_absent = S::kLayout, .requirement = R::kConditional,
      .doc = "pipeline ranks; default layout.pp or the base's (required without them)"},
     {.section = "builder", .key = "stages_per_rank", .type = K::kInteger, .min = 1, .max = 1e4,
      .when_absent = S::kBuilder,
-     .doc = "stages (model chunks) per rank; default 2 for V and interleaved families, else 1"},
+     .doc = "stages (model chunks) per rank; default 2 for interleaved-1f1b, looped-bfs, zb-v, dualpipe and dualpipev, else 1"},
     {.section = "builder", .key = "microbatches", .type = K::kInteger, .min = 1, .max = 1e6,
      .requirement = R::kRequired, .doc = "microbatches per step"},
     {.section = "builder", .key = "base", .type = K::kOther, .section_ref = "directive",
@@ -358,17 +340,17 @@ constexpr PlanKey kKeys[] = {
 
     // ---- schedule.layout
     {.section = "layout", .key = "tp", .type = K::kInteger, .min = 1, .max = 1024, .fallback = "1",
-     .doc = "tensor-parallel degree"},
+     .doc = "tensor-parallel degree (Megatron shard_tensor)"},
     {.section = "layout", .key = "pp", .type = K::kInteger, .min = 1, .max = 4096, .fallback = "1",
      .doc = "pipeline ranks"},
     {.section = "layout", .key = "dp", .type = K::kInteger, .min = 1, .max = 1 << 20,
      .fallback = "1", .doc = "data-parallel replicas"},
     {.section = "layout", .key = "ep", .type = K::kInteger, .min = 1, .max = 1 << 20,
-     .fallback = "1", .doc = "expert parallelism: 1 or dp"},
+     .fallback = "1", .doc = "expert parallelism: experts spread over a stage's data-parallel replicas; must be 1 or dp"},
     {.section = "layout", .key = "order", .type = K::kEnum, .choices = kOrders,
-     .fallback = R"("tp-dp-pp")", .doc = "rank order, innermost first (Megatron's default)"},
+     .fallback = R"("tp-dp-pp")", .doc = "rank order, innermost first (Megatron's default: TP innermost, PP outermost)"},
     {.section = "layout", .key = "zero", .type = K::kInteger, .min = 0, .max = 3, .fallback = "0",
-     .doc = "ZeRO level of the data-parallel replicas"},
+     .doc = "ZeRO level of the data-parallel replicas (1: optimizer state, 2: + gradients, 3: + parameters)"},
     {.section = "layout", .key = "sequence_parallel", .type = K::kBoolean, .fallback = "false",
      .doc = "Megatron sequence parallelism with TP"},
 
@@ -385,22 +367,22 @@ constexpr PlanKey kKeys[] = {
      .doc = "F, B (whole backward), BI (backward for inputs), BW (backward for weights)"},
 
     // ---- directives, one section per op
-    {.section = "place", .key = "op", .type = K::kString, .requirement = R::kRequired},
+    {.section = "place", .key = "op", .type = K::kString, .requirement = R::kRequired, .doc = "run the matching regions on these devices; cross-device edges become send/recv on stream"},
     {.section = "place", .key = "filter", .type = K::kObject, .requirement = R::kRequired,
-     .section_ref = "filter", .example = "{}"},
+     .section_ref = "filter", .doc = "the regions to place", .example = "{}"},
     {.section = "place", .key = "devices", .type = K::kOther, .requirement = R::kRequired,
      .schema = kDeviceList, .doc = "one device per data-parallel replica", .example = "[0]"},
     {.section = "place", .key = "stream", .type = K::kString, .fallback = R"("pp")",
      .doc = "the stream of the send/recv at cross-device edges"},
-    {.section = "place", .key = "comment", .type = K::kString},
+    {.section = "place", .key = "comment", .type = K::kString, .doc = "free text"},
 
-    {.section = "replicate", .key = "op", .type = K::kString, .requirement = R::kRequired},
+    {.section = "replicate", .key = "op", .type = K::kString, .requirement = R::kRequired, .doc = "data-parallel replicas of the matching regions, with gradient reduction (and ZeRO gathers) as collectives"},
     {.section = "replicate", .key = "filter", .type = K::kObject, .requirement = R::kRequired,
-     .section_ref = "filter", .example = "{}"},
+     .section_ref = "filter", .doc = "the regions to replicate", .example = "{}"},
     {.section = "replicate", .key = "devices", .type = K::kOther, .requirement = R::kRequired,
      .schema = kDeviceList, .doc = "the replicas", .example = "[0, 1]"},
-    {.section = "replicate", .key = "reduce_stream", .type = K::kString, .fallback = R"("dp")"},
-    {.section = "replicate", .key = "gather_stream", .type = K::kString, .fallback = R"("dp")"},
+    {.section = "replicate", .key = "reduce_stream", .type = K::kString, .fallback = R"("dp")", .doc = "the stream of the gradient reduction"},
+    {.section = "replicate", .key = "gather_stream", .type = K::kString, .fallback = R"("dp")", .doc = "the stream of ZeRO's parameter gathers"},
     {.section = "replicate", .key = "bucket_size", .type = K::kNumber, .min = 1e-6, .max = 1e9,
      .fallback = "25", .doc = "gradient bucket, MB (PyTorch DDP's default 25)", .example = "25"},
     {.section = "replicate", .key = "shard_grads", .type = K::kBoolean, .fallback = "false",
@@ -411,61 +393,59 @@ constexpr PlanKey kKeys[] = {
      .doc = "ZeRO-1"},
     {.section = "replicate", .key = "prefetch", .type = K::kInteger, .min = 0, .max = 1e6,
      .fallback = "1",
-     .doc = "ZeRO-3 (shard_params only): FSDP units gathered ahead of the one in use"},
+     .doc = "ZeRO-3 (shard_params only): FSDP units (the parameter ops of one PP region and layer) gathered ahead of the one in use, so at most prefetch + 1 units of a region pass are gathered at once"},
     {.section = "replicate", .key = "reshard_after_forward", .type = K::kBoolean,
      .fallback = "true",
-     .doc = "ZeRO-3 (shard_params only): free gathered parameters after the forward and "
-            "regather for the backward; false = FSDP SHARD_GRAD_OP"},
-    {.section = "replicate", .key = "comment", .type = K::kString},
+     .doc = "ZeRO-3 (shard_params only): free a unit's gathered parameters after its forward and gather them again for the backward (FSDP FULL_SHARD); false: gather each unit once and keep it until its gradient is reduce-scattered (FSDP SHARD_GRAD_OP)"},
+    {.section = "replicate", .key = "comment", .type = K::kString, .doc = "free text"},
 
-    {.section = "recompute", .key = "op", .type = K::kString, .requirement = R::kRequired},
+    {.section = "recompute", .key = "op", .type = K::kString, .requirement = R::kRequired, .doc = "activation recomputation (checkpointing) of the matching model ops"},
     {.section = "recompute", .key = "filter", .type = K::kObject, .requirement = R::kRequired,
-     .section_ref = "filter", .example = "{}"},
+     .section_ref = "filter", .doc = "the model ops to recompute, without PASS ({\"LAYER\": \"*\"}: every layer)", .example = "{}"},
     {.section = "recompute", .key = "mode", .type = K::kEnum, .choices = kRecompute,
      .fallback = R"("full")",
-     .doc = "full: the matched layers keep only their input and re-run their forward before "
-            "the backward; selective: only the core attention is recomputed",
+     .doc = "full: the matching ops of one PP region and layer keep only their input and re-run their forward, collectives included, right before the backward (Megatron's uniform method); selective: only the core attention is recomputed, keeping q, k and v",
      .example = R"("full")"},
-    {.section = "recompute", .key = "comment", .type = K::kString},
+    {.section = "recompute", .key = "comment", .type = K::kString, .doc = "free text"},
 
-    {.section = "shard", .key = "op", .type = K::kString, .requirement = R::kRequired},
+    {.section = "shard", .key = "op", .type = K::kString, .requirement = R::kRequired, .doc = "split the matching expert blocks across devices, with all-to-all dispatch and combine"},
     {.section = "shard", .key = "filter", .type = K::kObject, .requirement = R::kRequired,
-     .section_ref = "filter", .example = R"({"EP": "*"})"},
+     .section_ref = "filter", .doc = "the expert blocks to split", .example = R"({"EP": "*"})"},
     {.section = "shard", .key = "devices", .type = K::kOther, .requirement = R::kRequired,
      .schema = kDeviceList, .doc = "the devices the expert blocks are split over",
      .example = "[0, 1]"},
-    {.section = "shard", .key = "stream", .type = K::kString, .fallback = R"("ep")"},
-    {.section = "shard", .key = "comment", .type = K::kString},
+    {.section = "shard", .key = "stream", .type = K::kString, .fallback = R"("ep")", .doc = "the stream of the all-to-alls"},
+    {.section = "shard", .key = "comment", .type = K::kString, .doc = "free text"},
 
-    {.section = "shard_tensor", .key = "op", .type = K::kString, .requirement = R::kRequired},
+    {.section = "shard_tensor", .key = "op", .type = K::kString, .requirement = R::kRequired, .doc = "Megatron tensor parallelism of the matching layers"},
     {.section = "shard_tensor", .key = "filter", .type = K::kObject,
-     .requirement = R::kRequired, .section_ref = "filter", .example = "{}"},
+     .requirement = R::kRequired, .section_ref = "filter", .doc = "the layers to split", .example = "{}"},
     {.section = "shard_tensor", .key = "devices", .type = K::kOther,
      .requirement = R::kRequired,
      .schema = R"({"type": "array", "items": {"type": "array",
          "items": {"type": "integer", "minimum": 0, "maximum": 16777216}}})",
      .doc = "TP groups, one per placed replica", .example = "[[0, 1]]"},
-    {.section = "shard_tensor", .key = "stream", .type = K::kString, .fallback = R"("tp")"},
+    {.section = "shard_tensor", .key = "stream", .type = K::kString, .fallback = R"("tp")", .doc = "the stream of the TP collectives"},
     {.section = "shard_tensor", .key = "sequence_parallel", .type = K::kBoolean,
      .fallback = "false", .doc = "Megatron sequence parallelism"},
-    {.section = "shard_tensor", .key = "comment", .type = K::kString},
+    {.section = "shard_tensor", .key = "comment", .type = K::kString, .doc = "free text"},
 
-    {.section = "split", .key = "op", .type = K::kString, .requirement = R::kRequired},
+    {.section = "split", .key = "op", .type = K::kString, .requirement = R::kRequired, .doc = "copy the matched DAG per microbatch, tagged MB=i"},
     {.section = "split", .key = "filter", .type = K::kObject, .requirement = R::kRequired,
-     .section_ref = "filter", .example = "{}"},
+     .section_ref = "filter", .doc = "the ops to copy", .example = "{}"},
     {.section = "split", .key = "dim_name", .type = K::kString, .fallback = R"("MB")",
      .doc = "only MB (microbatches)", .example = R"("MB")"},
     {.section = "split", .key = "num_microbatches", .type = K::kInteger, .min = 1, .max = 1e6,
      .requirement = R::kRequired, .doc = "microbatches per step", .example = "4"},
-    {.section = "split", .key = "comment", .type = K::kString},
+    {.section = "split", .key = "comment", .type = K::kString, .doc = "free text"},
 
-    {.section = "order", .key = "op", .type = K::kString, .requirement = R::kRequired},
+    {.section = "order", .key = "op", .type = K::kString, .requirement = R::kRequired, .doc = "on each device, every op of group k+1 waits for every op of group k; the filters of one group may interleave"},
     {.section = "order", .key = "filters", .type = K::kOther, .requirement = R::kRequired,
      .schema = R"({"type": "array", "items": {"type": "array",
          "items": {"$ref": "#/definitions/filter"}}})",
      .doc = "groups of filters: every op of group k+1 waits for every op of group k",
      .example = "[]"},
-    {.section = "order", .key = "comment", .type = K::kString},
+    {.section = "order", .key = "comment", .type = K::kString, .doc = "free text"},
 };
 
 bool is_op(std::string_view s) {
@@ -679,6 +659,174 @@ std::string plan_json_schema_text() {
       "costmodel", true, "fixed-model keys and analytic options: docs/costmodel.md");
   doc["definitions"] = std::move(defs);
   return doc.dump(2) + "\n";
+}
+
+std::vector<std::string_view> markdown_sections() {
+  std::vector<std::string_view> v = {"plan",      "model",     "moe",     "cluster", "link",
+                                     "costmodel", "optimizer", "builder", "layout",  "filter"};
+  for (std::string_view op : directive_ops()) v.push_back(op);
+  return v;
+}
+
+namespace {
+
+// A number of the table as a reader writes it: 1, 0.25, 1e5, 1e-6, 1048576.
+std::string md_number(double x) {
+  if (x == std::floor(x) && std::fabs(x) < 1e5) return fmt::format("{}", static_cast<int64_t>(x));
+  const double e = std::round(std::log10(std::fabs(x)));
+  if (x > 0 && std::pow(10.0, e) == x) return fmt::format("1e{}", static_cast<int>(e));
+  if (x == std::floor(x) && std::fabs(x) < 1e15) return fmt::format("{}", static_cast<int64_t>(x));
+  return fmt::format("{}", x);
+}
+
+std::string code(std::string_view s) { return "`" + std::string(s) + "`"; }
+
+// The type of a value a JSON Schema fragment describes ("integer or array", "filter").
+std::string schema_type(const OJ& s) {
+  if (s.contains("oneOf")) {
+    std::string t;
+    for (const OJ& alt : s["oneOf"]) t += (t.empty() ? "" : " or ") + schema_type(alt);
+    return t;
+  }
+  if (s.contains("$ref")) {
+    const std::string r = s["$ref"].get<std::string>();
+    return r.substr(r.rfind('/') + 1);
+  }
+  if (s.contains("type")) {
+    const std::string t = s["type"].get<std::string>();
+    if (t == "array" && s.contains("items")) return "list of " + schema_type(s["items"]);
+    return t;
+  }
+  return "any";
+}
+
+std::string md_type(const PlanKey& k) {
+  switch (k.type) {
+    case KeyType::kInteger:
+      return "integer";
+    case KeyType::kNumber:
+      return "number";
+    case KeyType::kBoolean:
+      return "boolean";
+    case KeyType::kString:
+    case KeyType::kEnum:
+      return "string";
+    case KeyType::kObject:
+      return k.section_ref == "link" || k.section_ref == "filter" ? std::string(k.section_ref)
+                                                                  : "object";
+    case KeyType::kOther:
+      return schema_type(OJ::parse(k.schema));
+  }
+  return "";
+}
+
+std::string md_range(const PlanKey& k) {
+  if (k.type == KeyType::kEnum) {
+    std::string r;
+    for (std::string_view c : k.choices) r += (r.empty() ? "" : ", ") + code(c);
+    return r;
+  }
+  const bool lo = std::isfinite(k.min), hi = std::isfinite(k.max);
+  if (!k.numeric() && !(k.type == KeyType::kOther && (lo || hi))) return "";
+  const std::string low = md_number(k.min), high = md_number(k.max);
+  if (lo && hi) return (k.min_exclusive ? "> " : "") + low + " - " + high;
+  if (lo) return (k.min_exclusive ? "> " : "≥ ") + low;
+  if (hi) return "≤ " + high;
+  return "";
+}
+
+std::string md_default(const PlanKey& k) {
+  if (k.requirement == Requirement::kRequired) return "required";
+  std::string d;
+  if (!k.fallback.empty()) d = code(k.fallback);
+  else if (k.when_absent != ValueSource::kDefault) d = std::string(value_source_name(k.when_absent));
+  else d = "none";
+  if (k.requirement == Requirement::kConditional) d = d == "none" ? "conditional" : "conditional; " + d;
+  return d;
+}
+
+std::string md_cell(std::string s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '|') o += "\\|";
+    else o += c;
+  }
+  return o;
+}
+
+}  // namespace
+
+std::string plan_schema_markdown_table(std::string_view section) {
+  std::string o =
+      "| key | type | range | default | meaning |\n|---|---|---|---|---|\n";
+  for (const PlanKey& k : kKeys) {
+    if (k.section != section) continue;
+    std::string doc(k.doc);
+    if (!k.applies.empty() && doc.rfind(std::string(k.applies) + ":", 0) != 0)
+      doc = std::string(k.applies) + " only: " + doc;
+    o += "| " + code(k.key) + " | " + md_cell(md_type(k)) + " | " + md_cell(md_range(k)) +
+         " | " + md_cell(md_default(k)) + " | " + md_cell(doc) + " |\n";
+  }
+  return o;
+}
+
+std::string plan_schema_markdown() {
+  std::string o;
+  for (std::string_view s : markdown_sections()) {
+    o += "<!-- schema:" + std::string(s) + " -->\n" + plan_schema_markdown_table(s) +
+         "<!-- /schema:" + std::string(s) + " -->\n\n";
+  }
+  return o;
+}
+
+std::string splice_schema_tables(std::string_view doc, std::string* error) {
+  const auto sections = markdown_sections();
+  std::vector<std::string_view> seen;
+  std::string out;
+  size_t pos = 0;
+  const std::string_view open = "<!-- schema:", close = "<!-- /schema:";
+  while (true) {
+    const size_t at = doc.find(open, pos);
+    if (at == std::string_view::npos) break;
+    const size_t name_end = doc.find(" -->\n", at);
+    if (name_end == std::string_view::npos) {
+      *error = "a `<!-- schema:` marker without ` -->` and a newline";
+      return "";
+    }
+    const std::string_view name = doc.substr(at + open.size(), name_end - at - open.size());
+    if (std::find(sections.begin(), sections.end(), name) == sections.end()) {
+      *error = "`<!-- schema:" + std::string(name) + " -->` names no section of the schema table";
+      return "";
+    }
+    const std::string end_marker = std::string(close) + std::string(name) + " -->";
+    const size_t body = name_end + 5;
+    const size_t end = doc.find(end_marker, body);
+    const size_t next_open = doc.find(open, body);
+    if (end == std::string_view::npos || (next_open != std::string_view::npos && next_open < end)) {
+      *error = "`<!-- schema:" + std::string(name) + " -->` has no `" + end_marker + "` after it";
+      return "";
+    }
+    out += doc.substr(pos, body - pos);
+    out += plan_schema_markdown_table(name);
+    pos = end;
+    seen.push_back(name);
+  }
+  out += doc.substr(pos);
+  if (out.find(close, 0) != std::string::npos) {
+    // Every closing marker must follow its opening one (checked above); count them.
+    size_t closes = 0;
+    for (size_t p = out.find(close); p != std::string::npos; p = out.find(close, p + 1)) ++closes;
+    if (closes != seen.size()) {
+      *error = "a `<!-- /schema:S -->` marker without its opening marker";
+      return "";
+    }
+  }
+  for (std::string_view s : sections)
+    if (std::find(seen.begin(), seen.end(), s) == seen.end()) {
+      *error = "no `<!-- schema:" + std::string(s) + " -->` table";
+      return "";
+    }
+  return out;
 }
 
 }  // namespace stretto

@@ -230,6 +230,47 @@ TEST(PlanSchema, CheckedInFileIsGeneratedFromTheTable) {
          "regenerate it: build/stretto schema > docs/plan.schema.json";
 }
 
+// docs/plan-format.md's key tables are the table's: the text between each
+// `<!-- schema:S -->` and `<!-- /schema:S -->` is `stretto schema --format markdown`'s table of
+// S, and every section has one. STRETTO_UPDATE_GOLDEN=accept regenerates them in place.
+TEST(PlanSchema, DocKeyTablesAreGeneratedFromTheTable) {
+  const fs::path path = fs::path(STRETTO_EXAMPLES) / ".." / "docs" / "plan-format.md";
+  const std::string file = read_text(path);
+  std::string error;
+  const std::string spliced = stretto::splice_schema_tables(file, &error);
+  ASSERT_TRUE(error.empty()) << "docs/plan-format.md: " << error;
+  const char* update = std::getenv("STRETTO_UPDATE_GOLDEN");
+  if (update && std::string(update) == "accept") std::ofstream(path) << spliced;
+  EXPECT_TRUE(read_text(path) == spliced)
+      << "docs/plan-format.md's key tables differ from the schema table (plan/src/schema.cpp); "
+         "regenerate them: STRETTO_UPDATE_GOLDEN=accept build/tests/plan_test "
+         "--gtest_filter='PlanSchema.DocKeyTablesAreGeneratedFromTheTable'";
+}
+
+// The markers are checked: an unknown section, an unclosed one, or a missing one is refused.
+TEST(PlanSchema, DocMarkersAreChecked) {
+  std::string all = stretto::plan_schema_markdown(), error;
+  EXPECT_EQ(stretto::splice_schema_tables(all, &error), all);
+  EXPECT_EQ(error, "");
+  for (const std::string& bad :
+       {all + "<!-- schema:nosuch -->\n<!-- /schema:nosuch -->\n",
+        all + "<!-- schema:model -->\nno end\n",
+        all.substr(all.find("<!-- schema:model -->")),
+        all + "<!-- /schema:model -->\n"}) {
+    error.clear();
+    EXPECT_EQ(stretto::splice_schema_tables(bad, &error), "");
+    EXPECT_NE(error, "") << bad.substr(bad.size() > 200 ? bad.size() - 200 : 0);
+  }
+  // A row shows the key's facts: range, default, resolver, doc string.
+  const std::string layout = stretto::plan_schema_markdown_table("layout");
+  EXPECT_NE(layout.find("| `tp` | integer | 1 - 1024 | `1` | tensor-parallel degree"),
+            std::string::npos)
+      << layout;
+  const std::string cluster = stretto::plan_schema_markdown_table("cluster");
+  EXPECT_NE(cluster.find("| `peak_tflops` | number | 1e-6 - 1e7 | preset |"), std::string::npos)
+      << cluster;
+}
+
 // The parser's ranges are the table's, key by key: a value in the table's range draws no
 // range error, one outside draws one; and the value an editor clamps to (PlanKey::clamp, what
 // the GUI does) is one the parser takes.

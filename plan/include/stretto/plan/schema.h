@@ -114,4 +114,19 @@ Json directive_template(std::string_view op);
 /// `stretto schema` prints it; the text is dump(2) plus a newline.
 std::string plan_json_schema_text();
 
+/// The sections docs/plan-format.md carries key tables of, in the order
+/// `stretto schema --format markdown` prints them: "plan", "model", "moe", "cluster", "link",
+/// "costmodel", "optimizer", "builder", "layout", "filter", then the directive ops.
+std::vector<std::string_view> markdown_sections();
+/// The markdown table of `section`'s keys: key, type, range, default (or what resolves it when
+/// the plan leaves it out: preset, layout, builder, derived), meaning (the doc string).
+std::string plan_schema_markdown_table(std::string_view section);
+/// Every section's table between its markers `<!-- schema:S -->` and `<!-- /schema:S -->`
+/// (`stretto schema --format markdown`).
+std::string plan_schema_markdown();
+/// `doc` (docs/plan-format.md) with the text between each pair of markers replaced by that
+/// section's table. On an unknown section, a marker without its pair, or a section of
+/// markdown_sections() the doc has no markers for, returns "" and sets `error`.
+std::string splice_schema_tables(std::string_view doc, std::string* error);
+
 }  // namespace stretto
