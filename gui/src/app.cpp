@@ -204,6 +204,43 @@ std::vector<CompareRow> compare_rows(const Spans& now, const Spans& base) {
   return rows;
 }
 
+std::vector<MetricRow> metric_rows(const Snapshot& now, const Snapshot* base) {
+  const sim::Result& r = now.result;
+  const sim::Result* b = base ? &base->result : nullptr;
+  std::vector<MetricRow> rows;
+  auto row = [&](const char* name, std::string now, std::string base, std::string delta) {
+    rows.push_back({name, std::move(now), b ? std::move(base) : "", b ? std::move(delta) : ""});
+  };
+  auto pct = [](double now, double base) { return fmt::format("{:+.2f}%", base != 0 ? (now - base) / base * 100 : 0); };
+  auto peak_of = [](const sim::Result& x) {
+    int64_t p = 0;
+    for (const auto& d : x.devices) p = std::max(p, d.peak_memory);
+    return p;
+  };
+  const sim::Result& o = b ? *b : r;  // the baseline's columns are dropped without one
+  const auto st = static_cast<double>(r.step_time), bst = static_cast<double>(o.step_time);
+  row("step time", format_time(st), format_time(bst), pct(st, bst));
+  row("bubble", fmt::format("{:.2f}%", r.bubble_ratio * 100), fmt::format("{:.2f}%", o.bubble_ratio * 100),
+      fmt::format("{:+.2f} pt", (r.bubble_ratio - o.bubble_ratio) * 100));
+  const auto ex = static_cast<double>(r.exposed_comm), bex = static_cast<double>(o.exposed_comm);
+  // Per device, as simulate's table and JSON (exposed_comm_ms_per_device), then the sum.
+  const double pd = now.pipeline.exposed_comm_ms_per_device * 1e6;
+  const double bpd = (base ? *base : now).pipeline.exposed_comm_ms_per_device * 1e6;
+  row("exposed comm per device", format_time(pd), format_time(bpd), pct(pd, bpd));
+  row("exposed comm (sum)", format_time(ex), format_time(bex), pct(ex, bex));
+  row("MFU", fmt::format("{:.2f}%", r.mfu * 100), fmt::format("{:.2f}%", o.mfu * 100),
+      fmt::format("{:+.2f} pt", (r.mfu - o.mfu) * 100));
+  row("tokens/s", fmt::format("{:.0f}", r.tokens_per_s), fmt::format("{:.0f}", o.tokens_per_s),
+      fmt::format("{:+.0f}", r.tokens_per_s - o.tokens_per_s));
+  const int64_t peak = peak_of(r), bpeak = peak_of(o);
+  row("peak memory (max)", format_bytes(static_cast<double>(peak)), format_bytes(static_cast<double>(bpeak)),
+      format_bytes(static_cast<double>(peak - bpeak)));
+  row("devices", fmt::format("{}", r.devices.size()), fmt::format("{}", o.devices.size()), "");
+  row("events", fmt::format("{}", r.events), fmt::format("{}", o.events), "");
+  row("simulation wall", fmt::format("{:.1f} ms", r.sim_wall_ms), fmt::format("{:.1f} ms", o.sim_wall_ms), "");
+  return rows;
+}
+
 void App::update_search() {
   SearchState& s = search;
   if (!current || s.query.find_first_not_of(" \t") == std::string::npos) {
@@ -361,6 +398,8 @@ std::string App::state_json() const {
   j["dirty"] = doc.dirty();
   j["stale"] = stale();
   j["simulating"] = worker.busy();
+  const SimWorker::Counts wc = worker.counts();
+  j["worker"] = {{"submitted", wc.submitted}, {"superseded", wc.superseded}, {"run", wc.run}};
   j["failed"] = last_failed;
   j["granularity"] = std::string(sim::granularity_name(granularity));
   nlohmann::ordered_json ds = nlohmann::ordered_json::array();
@@ -403,9 +442,18 @@ std::string App::state_json() const {
         row["end_delta_ns"] = r.delta();
       else
         row["end_delta_ns"] = r.e0 < 0 ? "new" : "gone";
+      row["end_ns"] = r.e1;  // -1: absent (as in the table's "-")
+      row["reference_end_ns"] = r.e0;
       c.push_back(row);
     }
     j["compare"] = {{"rows", rows.size()}, {"first", c}};
+  }
+  if (current && baseline && !measured) {
+    // The Compare tab's metric table, the texts shown.
+    nlohmann::ordered_json m = nlohmann::ordered_json::array();
+    for (const MetricRow& r : metric_rows(*current, baseline.get()))
+      m.push_back({{"metric", r.metric}, {"now", r.now}, {"baseline", r.baseline}, {"delta", r.delta}});
+    j["compare_metrics"] = m;
   }
   if (search.active() && current) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
@@ -448,11 +496,12 @@ std::string App::state_json() const {
                      {"frames", frame_ui_ms.size()}};
   nlohmann::ordered_json w;
   for (const char* name : {"timeline", "memory", "status", "microbatches", "minimap", "minimap viewport", "search",
-                           "pin", "granularity", "devices table", "ruler first label", "memory axis"})
+                           "pin", "granularity", "devices table", "ruler first label", "memory axis", "diff table",
+                           "summary"})
     if (auto it = hooks.find(name); it != hooks.end())
       w[name] = {it->second.x0, it->second.y0, it->second.x1, it->second.y1};
   for (const auto& [name, r] : hooks)
-    if (name.rfind("device ", 0) == 0) w[name] = {r.x0, r.y0, r.x1, r.y1};
+    if (name.rfind("device ", 0) == 0 || name.rfind("order ", 0) == 0) w[name] = {r.x0, r.y0, r.x1, r.y1};
   j["widgets"] = w;
   if (!script_error.empty()) j["script_error"] = script_error;
   return j.dump(2) + "\n";

@@ -211,54 +211,20 @@ void draw_memory_panel(App& app) {
 
 namespace {
 
-void metric_row(const char* name, const std::string& value, const std::string& base, const std::string& delta) {
-  ImGui::TableNextRow();
-  ImGui::TableNextColumn();
-  ImGui::TextUnformatted(name);
-  ImGui::TableNextColumn();
-  ImGui::TextUnformatted(value.c_str());
-  ImGui::TableNextColumn();
-  ImGui::TextUnformatted(base.c_str());
-  ImGui::TableNextColumn();
-  ImGui::TextUnformatted(delta.c_str());
-}
-
 void summary_tab(App& app) {
-  const auto& r = app.current->result;
-  const sim::Result* b = app.baseline ? &app.baseline->result : nullptr;
-  int64_t peak = 0, bpeak = 0;
-  for (const auto& d : r.devices) peak = std::max(peak, d.peak_memory);
-  if (b)
-    for (const auto& d : b->devices) bpeak = std::max(bpeak, d.peak_memory);
   if (ImGui::BeginTable("summary", 4, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV)) {
     ImGui::TableSetupColumn("metric");
     ImGui::TableSetupColumn("now");
     ImGui::TableSetupColumn("baseline");
     ImGui::TableSetupColumn("delta");
     ImGui::TableHeadersRow();
-    auto tcol = [&](const char* n, double now, std::optional<double> base) {
-      metric_row(n, format_time(now), base ? format_time(*base) : "",
-                 base ? fmt::format("{:+.2f}%", *base != 0 ? (now - *base) / *base * 100 : 0) : "");
-    };
-    tcol("step time", static_cast<double>(r.step_time),
-         b ? std::optional<double>(static_cast<double>(b->step_time)) : std::nullopt);
-    metric_row("bubble", fmt::format("{:.2f}%", r.bubble_ratio * 100), b ? fmt::format("{:.2f}%", b->bubble_ratio * 100) : "",
-               b ? fmt::format("{:+.2f} pt", (r.bubble_ratio - b->bubble_ratio) * 100) : "");
-    // Per device, as simulate's table and JSON (exposed_comm_ms_per_device), then the sum.
-    tcol("exposed comm per device", app.current->pipeline.exposed_comm_ms_per_device * 1e6,
-         b ? std::optional<double>(app.baseline->pipeline.exposed_comm_ms_per_device * 1e6)
-           : std::nullopt);
-    tcol("exposed comm (sum)", static_cast<double>(r.exposed_comm),
-         b ? std::optional<double>(static_cast<double>(b->exposed_comm)) : std::nullopt);
-    metric_row("MFU", fmt::format("{:.2f}%", r.mfu * 100), b ? fmt::format("{:.2f}%", b->mfu * 100) : "",
-               b ? fmt::format("{:+.2f} pt", (r.mfu - b->mfu) * 100) : "");
-    metric_row("tokens/s", fmt::format("{:.0f}", r.tokens_per_s), b ? fmt::format("{:.0f}", b->tokens_per_s) : "",
-               b ? fmt::format("{:+.0f}", r.tokens_per_s - b->tokens_per_s) : "");
-    metric_row("peak memory (max)", format_bytes(static_cast<double>(peak)), b ? format_bytes(static_cast<double>(bpeak)) : "",
-               b ? format_bytes(static_cast<double>(peak - bpeak)) : "");
-    metric_row("devices", fmt::format("{}", r.devices.size()), b ? fmt::format("{}", b->devices.size()) : "", "");
-    metric_row("events", fmt::format("{}", r.events), b ? fmt::format("{}", b->events) : "", "");
-    metric_row("simulation wall", fmt::format("{:.1f} ms", r.sim_wall_ms), b ? fmt::format("{:.1f} ms", b->sim_wall_ms) : "", "");
+    for (const MetricRow& m : metric_rows(*app.current, app.baseline.get())) {
+      ImGui::TableNextRow();
+      for (const std::string* t : {&m.metric, &m.now, &m.baseline, &m.delta}) {
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(t->c_str());
+      }
+    }
     ImGui::EndTable();
   }
   app.hook("summary");

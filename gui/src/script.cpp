@@ -23,7 +23,7 @@ struct VerbSpec {
   int min_args, max_args;  // max -1: the rest of the line is the last argument
 };
 constexpr VerbSpec kVerbs[] = {
-    {"open", 1, -1}, {"set", 2, -1},   {"click", 1, -1}, {"type", 2, -1}, {"wheel", 2, 2},
+    {"open", 1, -1}, {"set", 2, -1},   {"click", 1, -1}, {"rclick", 1, -1}, {"type", 2, -1}, {"wheel", 2, 2},
     {"drag", 2, 3},  {"hover", 1, -1}, {"key", 1, 1},
     {"zoom", 2, 2},  {"range", 2, 2},  {"fit", 0, 0},    {"pin", 0, 0},    {"unpin", 0, 0}, {"wait", 0, 0},
     {"frames", 1, 1}, {"undo", 0, 0},  {"redo", 0, 0},   {"save", 1, -1}, {"export-trace", 1, -1},
@@ -76,7 +76,7 @@ Expected<std::vector<Action>> parse_script(const std::string& text, const std::s
       for (const auto& v : kVerbs) names.emplace_back(v.verb);
       const std::string near = nearest(a.verb, names);
       diag(fmt::format("unknown script action '{}'", a.verb),
-           near.empty() ? "actions: open, open-trace, set, click, hover, key, type, wheel, zoom, range, fit, pin, unpin, search, granularity, wait, frames, undo, redo, save, export-trace, export-torch-csv, screenshot, quit"
+           near.empty() ? "actions: open, open-trace, set, click, rclick, hover, key, type, wheel, zoom, range, fit, pin, unpin, search, granularity, wait, frames, undo, redo, save, export-trace, export-torch-csv, screenshot, quit"
                         : "did you mean '" + near + "'?");
       continue;
     }
@@ -242,7 +242,8 @@ bool step_script(App& app, ImGuiIO& io) {
       app.script.pop_front();
       return true;
     }
-    if (a.verb == "click" || a.verb == "type" || a.verb == "wheel" || a.verb == "drag") app.hover_hold = false;
+    const bool click = a.verb == "click" || a.verb == "rclick";
+    if (click || a.verb == "type" || a.verb == "wheel" || a.verb == "drag") app.hover_hold = false;
     if (a.verb == "drag") {
       // Widget names may contain spaces: FROM and TO are separated by " -> ".
       auto fi = app.hooks.find(a.args[0]), ti = app.hooks.find(a.args[1]);
@@ -263,11 +264,15 @@ bool step_script(App& app, ImGuiIO& io) {
         case 101:
           io.MouseDown[0] = true;
           return true;
+        // The button stays down: set again each frame, since in the window the backend's
+        // NewFrame writes the real (released) button before the script runs.
         case 102:  // past the drag threshold: the drag starts
+          io.MouseDown[0] = true;
           io.MousePos = app.script_mouse = ImVec2(f.cx() + 12, f.cy() + 3);
           return true;
         case 103:
         case 104:
+          io.MouseDown[0] = true;
           io.MousePos = app.script_mouse = ImVec2(t.cx(), t.cy());
           return true;
         case 105:
@@ -279,7 +284,7 @@ bool step_script(App& app, ImGuiIO& io) {
       app.script.pop_front();
       return true;
     }
-    if (a.verb == "click" || a.verb == "type" || a.verb == "wheel" || a.verb == "hover") {
+    if (click || a.verb == "type" || a.verb == "wheel" || a.verb == "hover") {
       auto it = app.hooks.find(a.args[0]);
       if (it == app.hooks.end()) {
         // Widgets exist after a frame lays them out; allow a few frames.
@@ -297,15 +302,16 @@ bool step_script(App& app, ImGuiIO& io) {
         app.script.pop_front();
         return true;
       }
+      const int button = a.verb == "rclick" ? 1 : 0;
       switch (phase) {
         case 100:  // hover
           return true;
         case 101:
-          io.MouseDown[0] = true;
+          io.MouseDown[button] = true;
           return true;
         case 102:
-          io.MouseDown[0] = false;
-          if (a.verb == "click") break;
+          io.MouseDown[button] = false;
+          if (click) break;
           return true;
         case 103:  // select all
           io.KeyCtrl = true;

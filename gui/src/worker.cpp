@@ -24,6 +24,8 @@ uint64_t SimWorker::submit(std::string text, std::string file, std::string base_
   {
     std::lock_guard lk(mu_);
     g = ++next_gen_;
+    ++counts_.submitted;
+    if (queued_) ++counts_.superseded;
     queued_ = Request{std::move(text), std::move(file), std::move(base_dir), g, granularity};
   }
   cv_.notify_all();
@@ -45,6 +47,11 @@ bool SimWorker::busy() const {
 void SimWorker::wait_idle() {
   std::unique_lock lk(mu_);
   idle_cv_.wait(lk, [&] { return !running_ && !queued_; });
+}
+
+SimWorker::Counts SimWorker::counts() const {
+  std::lock_guard lk(mu_);
+  return counts_;
 }
 
 std::pair<std::string, double> SimWorker::progress() const {
@@ -128,6 +135,7 @@ void SimWorker::loop() {
       if (stop_) return;
       req = std::move(*queued_);
       queued_.reset();
+      ++counts_.run;
       running_ = true;
       phase_ = "compiling";
       fraction_ = 0;

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 #include <stb_image.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "stretto/gui/app.h"
 #include "stretto/gui/timeline.h"
 #include "stretto/sim/session.h"
 
@@ -371,4 +374,210 @@ TEST(GuiWindow, PassGranularityBoxSimulatesAsTheCliOption) {
   EXPECT_EQ(back["granularity"], "op");
   EXPECT_EQ(back["step_time_ms"].get<double>(), op);
   EXPECT_LT(st["engine_tasks"].get<size_t>(), back["engine_tasks"].get<size_t>());
+}
+
+namespace {
+
+// Microbatches of TheLatestEditWins's plan.
+constexpr int kLatestMicrobatches = 512;
+
+// A plan file's step time, simulated in this process (the library the CLI's simulate uses).
+int64_t simulated_step(const fs::path& plan) {
+  auto s = stretto::sim::Session::open(plan.string());
+  EXPECT_TRUE(s) << plan;
+  if (!s) return -1;
+  auto r = s->simulate();
+  EXPECT_TRUE(r) << plan;
+  return r ? r->step_time : -1;
+}
+
+// (PP, MB, PASS) -> first start and last end of that logical op's compute tasks, from a plan
+// simulated here (what the Compare tab aligns, computed apart from the GUI's code).
+std::map<std::string, std::pair<int64_t, int64_t>> spans_of(const fs::path& plan, stretto::sim::Result* out) {
+  std::map<std::string, std::pair<int64_t, int64_t>> m;
+  auto s = stretto::sim::Session::open(plan.string());
+  EXPECT_TRUE(s) << plan;
+  if (!s) return m;
+  auto r = s->simulate();
+  EXPECT_TRUE(r) << plan;
+  if (!r) return m;
+  const auto& dag = s->compiled().dag;
+  for (uint32_t t = 0; t < r->program.tasks.size(); ++t) {
+    if (r->program.tasks[t].kind != stretto::sim::TaskKind::kCompute) continue;
+    const auto& tg = dag.nodes[r->node_of(t)].tags;
+    if (tg.pass == stretto::Pass::kNone) continue;
+    const std::string key = "PP" + std::to_string(tg.pp()) + " MB" + std::to_string(tg.mb()) + " " +
+                            std::string(stretto::pass_name(tg.pass));
+    auto [it, fresh] = m.try_emplace(key, r->timing[t].start, r->timing[t].end);
+    if (!fresh) {
+      it->second.first = std::min(it->second.first, r->timing[t].start);
+      it->second.second = std::max(it->second.second, r->timing[t].end);
+    }
+  }
+  if (out) *out = std::move(*r);
+  return m;
+}
+
+json filters_of(const fs::path& plan, int directive) {
+  const json p = json::parse(std::ifstream(plan));
+  return p["schedule"][directive]["filters"];
+}
+
+}  // namespace
+
+// The order grid: a Shift-drop groups two cells (one group of two filters, run overlapped), a
+// right-click on the group splits it back into one cell per filter, in the group's order, the
+// other cells untouched; the plan re-simulates to what `simulate` gives for the saved file, and
+// the screenshots show one cell fewer while grouped.
+TEST(GuiWindow, RightClickSplitsAnOrderGroup) {
+  if (!have_xvfb()) GTEST_SKIP() << "xvfb-run not installed";
+  const fs::path dir = STRETTO_GUI_SHOTS;
+  const fs::path orig = dir / "split_orig.json", grouped = dir / "split_grouped.json",
+                 split = dir / "split_split.json", grouped_png = dir / "split_grouped.png",
+                 split_png = dir / "split_split.png";
+  const std::string plan = std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json";
+  const json st = run_gui(plan,
+                          "wait\nclick tab order\nframes 2\nsave " + orig.string() +
+                              "\ndrag order 9 0 -> order 9 1 -> shift\nwait\nframes 2\nsave " + grouped.string() +
+                              "\nscreenshot " + grouped_png.string() + "\nrclick order 9 0\nwait\nframes 2\nsave " +
+                              split.string() + "\n",
+                          split_png, "split");
+  ASSERT_TRUE(st.contains("step_time_ns")) << st.dump(2);
+  EXPECT_FALSE(st["failed"].get<bool>()) << st["diagnostics"].dump(2);
+  EXPECT_FALSE(st["stale"].get<bool>());
+  const json f0 = filters_of(orig, 9), f1 = filters_of(grouped, 9), f2 = filters_of(split, 9);
+  ASSERT_EQ(f0.size(), 16u);
+  for (const auto& g : f0) ASSERT_EQ(g.size(), 1u) << g.dump();
+  // Grouped: cell 1's filter joined cell 0's group (Shift-drop of cell 0 onto cell 1).
+  ASSERT_EQ(f1.size(), 15u) << f1.dump();
+  ASSERT_EQ(f1[0].size(), 2u) << f1[0].dump();
+  EXPECT_EQ(f1[0], json::array({f0[1][0], f0[0][0]}));
+  // Split: one cell per filter, in the group's order, then the untouched rest.
+  ASSERT_EQ(f2.size(), 16u) << f2.dump();
+  EXPECT_EQ(f2[0], json::array({f1[0][0]}));
+  EXPECT_EQ(f2[1], json::array({f1[0][1]}));
+  for (size_t g = 2; g < 16; ++g) EXPECT_EQ(f2[g], f0[g]) << "cell " << g;
+  // Everything else in the plan is the original.
+  json p0 = json::parse(std::ifstream(orig)), p2 = json::parse(std::ifstream(split));
+  p0["schedule"][9].erase("filters");
+  p2["schedule"][9].erase("filters");
+  EXPECT_EQ(p0, p2);
+  // The result shown is the split plan's.
+  EXPECT_EQ(st["step_time_ns"].get<int64_t>(), simulated_step(split));
+  // Pixels: the 16th cell's place holds a button after the split and nothing while grouped
+  // (cells are blue for forwards, orange for backwards: ImGui button colours).
+  const json last = rect_of(st, "order 9 15");
+  ASSERT_GT(last[2].get<double>(), last[0].get<double>()) << st["widgets"].dump();
+  Image g(grouped_png.string()), s(split_png.string());
+  auto cell_px = [&](const Image& img) { return img.count(last, 51, 115, 204, 10) + img.count(last, 191, 102, 38, 10); };
+  EXPECT_GT(cell_px(s), 100u);
+  EXPECT_LT(cell_px(g), 10u);
+}
+
+// Pin a result, edit a cost, compare: the Compare tab's metric table shows both results and
+// their differences, and its logical-op table the baseline's and the current end of each op
+// with their difference, largest first. All of it is checked against the two saved plans
+// simulated here; the deltas (all positive: every op ends later) are drawn in red.
+TEST(GuiWindow, CompareShowsTheBaselineDeltas) {
+  if (!have_xvfb()) GTEST_SKIP() << "xvfb-run not installed";
+  const fs::path dir = STRETTO_GUI_SHOTS;
+  const fs::path base = dir / "deltas_base.json", now = dir / "deltas_now.json", shot = dir / "deltas.png";
+  const std::string plan = std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b_builder.json";
+  const json st = run_gui(plan,
+                          "wait\nsave " + base.string() + "\npin\nset /costmodel/dispatch_us 40\nwait\nsave " +
+                              now.string() + "\nclick tab compare\nframes 2\n",
+                          shot, "deltas");
+  ASSERT_TRUE(st.contains("compare") && st.contains("compare_metrics")) << st.dump(2);
+  stretto::sim::Result rb, rn;
+  const auto sb = spans_of(base, &rb), sn = spans_of(now, &rn);
+  ASSERT_FALSE(sb.empty());
+  ASSERT_EQ(sb.size(), sn.size());
+  EXPECT_EQ(st["baseline_step_time_ns"].get<int64_t>(), rb.step_time);
+  EXPECT_EQ(st["step_time_ns"].get<int64_t>(), rn.step_time);
+  ASSERT_GT(rn.step_time, rb.step_time);
+  // Metric rows: now, baseline, delta, as shown.
+  std::map<std::string, json> metric;
+  for (const auto& m : st["compare_metrics"]) metric[m["metric"].get<std::string>()] = m;
+  using stretto::gui::format_bytes;
+  using stretto::gui::format_time;
+  const json& step = metric["step time"];
+  EXPECT_EQ(step["now"], format_time(static_cast<double>(rn.step_time)));
+  EXPECT_EQ(step["baseline"], format_time(static_cast<double>(rb.step_time)));
+  const double pct = (static_cast<double>(rn.step_time) - static_cast<double>(rb.step_time)) /
+                     static_cast<double>(rb.step_time) * 100;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%+.2f%%", pct);
+  EXPECT_EQ(step["delta"], buf);
+  std::snprintf(buf, sizeof buf, "%+.2f pt", (rn.bubble_ratio - rb.bubble_ratio) * 100);
+  EXPECT_EQ(metric["bubble"]["delta"], buf);
+  std::snprintf(buf, sizeof buf, "%+.2f pt", (rn.mfu - rb.mfu) * 100);
+  EXPECT_EQ(metric["MFU"]["delta"], buf);
+  int64_t pn = 0, pb = 0;
+  for (const auto& d : rn.devices) pn = std::max(pn, d.peak_memory);
+  for (const auto& d : rb.devices) pb = std::max(pb, d.peak_memory);
+  EXPECT_EQ(metric["peak memory (max)"]["delta"], format_bytes(static_cast<double>(pn - pb)));
+  // Logical-op rows: every op is in both; the first 20 are the largest |end delta|s, each the
+  // two simulations' difference.
+  EXPECT_EQ(st["compare"]["rows"].get<size_t>(), sn.size());
+  std::vector<int64_t> deltas;
+  for (const auto& [k, v] : sn) deltas.push_back(std::llabs(v.second - sb.at(k).second));
+  std::sort(deltas.rbegin(), deltas.rend());
+  const auto& rows = st["compare"]["first"];
+  ASSERT_EQ(rows.size(), 20u);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::string op = rows[i]["op"].get<std::string>();
+    SCOPED_TRACE(op);
+    ASSERT_TRUE(sn.count(op) && sb.count(op));
+    EXPECT_EQ(rows[i]["end_ns"].get<int64_t>(), sn.at(op).second);
+    EXPECT_EQ(rows[i]["reference_end_ns"].get<int64_t>(), sb.at(op).second);
+    EXPECT_EQ(rows[i]["end_delta_ns"].get<int64_t>(), sn.at(op).second - sb.at(op).second);
+    EXPECT_EQ(std::llabs(rows[i]["end_delta_ns"].get<int64_t>()), deltas[i]);
+    EXPECT_GT(rows[i]["end_delta_ns"].get<int64_t>(), 0);
+  }
+  // The end-delta column is red (later), none green (earlier).
+  Image img(shot.string());
+  const json table = rect_of(st, "diff table");
+  ASSERT_GT(table[2].get<double>(), table[0].get<double>()) << st["widgets"].dump();
+  const json below = {table[0].get<int>(), table[1].get<int>(), table[2].get<int>(), 900};
+  EXPECT_GT(img.count(below, 255, 107, 97, 20), 100u);  // kRed text
+  EXPECT_EQ(img.count(below, 115, 230, 128, 20), 0u);   // kGreen text
+}
+
+// A burst of edits while the worker is still simulating the first: the edits that were queued
+// behind it are superseded (never run), and what the UI shows in the end is the last edit's
+// result: `simulate` of the saved plan, which differs from every earlier edit's.
+TEST(GuiWindow, TheLatestEditWins) {
+  if (!have_xvfb()) GTEST_SKIP() << "xvfb-run not installed";
+  const fs::path dir = STRETTO_GUI_SHOTS;
+  fs::create_directories(dir);
+  // Large enough that one simulation outlasts the frames of the burst (the 1F1B builder
+  // plan with many microbatches: seconds on a loaded machine, against a few ms per frame).
+  const fs::path big = dir / "latest_big.json", saved = dir / "latest_saved.json", shot = dir / "latest.png";
+  json p = json::parse(std::ifstream(std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b_builder.json"));
+  p["schedule"]["microbatches"] = kLatestMicrobatches;
+  p.erase("name");
+  std::ofstream(big) << p.dump(1);
+  const int kEdits = 6;
+  std::string script = "wait\n";
+  for (int k = 1; k <= kEdits; ++k) script += "set /costmodel/dispatch_us " + std::to_string(10 * k) + "\nframes 1\n";
+  script += "wait\nframes 2\nsave " + saved.string() + "\n";
+  const json st = run_gui(big.string(), script, shot, "latest");
+  ASSERT_TRUE(st.contains("step_time_ns")) << st.dump(2);
+  EXPECT_FALSE(st["stale"].get<bool>());
+  EXPECT_FALSE(st["failed"].get<bool>());
+  // The burst raced the worker: some edits were replaced in the queue before they ran.
+  EXPECT_EQ(st["worker"]["submitted"].get<int>(), kEdits + 1);
+  EXPECT_GE(st["worker"]["superseded"].get<int>(), 1) << st["worker"].dump();
+  EXPECT_LT(st["worker"]["run"].get<int>(), kEdits + 1);
+  // The saved plan is the last edit, and the result shown is its simulation, not an earlier one's.
+  EXPECT_EQ(json::parse(std::ifstream(saved))["costmodel"]["dispatch_us"].get<int>(), 10 * kEdits);
+  const int64_t shown = st["step_time_ns"].get<int64_t>();
+  EXPECT_EQ(shown, simulated_step(saved));
+  for (int k = 0; k < kEdits; ++k) {
+    json q = p;
+    if (k > 0) q["costmodel"]["dispatch_us"] = 10 * k;
+    const fs::path earlier = dir / ("latest_edit" + std::to_string(k) + ".json");
+    std::ofstream(earlier) << q.dump(1);
+    EXPECT_NE(shown, simulated_step(earlier)) << "the result of edit " << k << " is shown";
+  }
 }

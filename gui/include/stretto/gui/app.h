@@ -70,6 +70,16 @@ struct CompareRow {
 using Spans = std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>>;
 std::vector<CompareRow> compare_rows(const Spans& now, const Spans& base);
 
+/// One row of the Compare tab's metric table (Numbers > Compare with a pinned baseline): the
+/// texts shown. `baseline` and `delta` are empty without a baseline.
+struct MetricRow {
+  std::string metric, now, baseline, delta;
+};
+/// The metric table of `now` against `base` (null: no baseline): step time, bubble, exposed
+/// communication per device and summed, MFU, tokens/s, peak memory, devices, events,
+/// simulation wall.
+std::vector<MetricRow> metric_rows(const Snapshot& now, const Snapshot* base);
+
 /// The search field and what it matches in the current result (App::update_search).
 struct SearchState {
   std::string query;

@@ -5,6 +5,7 @@
 //   open-trace PATH         open a Chrome trace (measured, or exported) against the prediction
 //   set POINTER VALUE       set a plan field (JSON pointer, JSON value; a bare word is a string)
 //   click WIDGET            click a named widget (mouse moved there, pressed, released)
+//   rclick WIDGET           the same with the right button (splits an order grid group)
 //   hover WIDGET            move the mouse over a widget (opens a submenu, shows a tooltip)
 //   key [ctrl+][shift+]K    press a key: one character (F, ., z, ...) or Esc, Enter, Left,
 //                           Right, F1 (the help window lists the shortcuts)

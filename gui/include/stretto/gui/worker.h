@@ -59,6 +59,11 @@ class SimWorker {
   void wait_idle();
   /// Phase and fraction of the running simulation ("" when idle).
   std::pair<std::string, double> progress() const;
+  /// Requests submitted, replaced while queued (never run), and run so far.
+  struct Counts {
+    uint64_t submitted = 0, superseded = 0, run = 0;
+  };
+  Counts counts() const;
 
   /// Runs one request on the calling thread (what the worker does). With `prev` (the last
   /// good snapshot) and a text that differs from it only in "costmodel", the compiled plan is
@@ -80,6 +85,7 @@ class SimWorker {
   std::optional<Outcome> done_;
   bool running_ = false, stop_ = false;
   uint64_t next_gen_ = 0;
+  Counts counts_;
   std::shared_ptr<const Snapshot> last_good_;  // worker thread only
   std::string phase_;
   double fraction_ = 0;
