@@ -10,6 +10,8 @@ stretto_test(newcomer_test SOURCES cli/newcomer_test.cpp LIBS nlohmann_json::nlo
 add_dependencies(newcomer_test stretto)
 stretto_test(door_cli_test SOURCES cli/door_cli_test.cpp LIBS nlohmann_json::nlohmann_json)
 add_dependencies(door_cli_test stretto)
+stretto_test(readme_outputs_test SOURCES cli/readme_outputs_test.cpp LIBS nlohmann_json::nlohmann_json)
+add_dependencies(readme_outputs_test stretto)
 stretto_test(csv_fuzz_replay_test SOURCES ${PROJECT_SOURCE_DIR}/fuzz/replay_dirs_test.cpp ${PROJECT_SOURCE_DIR}/fuzz/csv_fuzz.cpp
   LIBS stretto::pipelines)
 target_compile_definitions(csv_fuzz_replay_test PRIVATE
