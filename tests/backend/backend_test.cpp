@@ -309,19 +309,19 @@ TEST(Replay, CheckRefusesParametersItCannotMatch) {
   EXPECT_EQ(c.weights.size(), ranks[0].size() - 1);
 }
 
-// The order the ranks ran their compute in, against 1F1B written out by hand (Narayanan et al.
-// 2021, PipeDream-Flush: the first of 2 stages runs 2 - 0 - 1 = 1 warm-up forward, then
-// alternates; the last alternates from the start), not derived from the compiled program.
-TEST(Replay, ExecutesOneFOneBInTheTextbookOrder) {
-  const CompiledPlan cp = load("pp2_1f1b.json");
-  ASSERT_EQ(cp.num_microbatches, 4);
-  const std::vector<std::vector<std::string>> want = {
-      {"F mb0", "F mb1", "B mb0", "F mb2", "B mb1", "F mb3", "B mb2", "B mb3"},
-      {"F mb0", "B mb0", "F mb1", "B mb1", "F mb2", "B mb2", "F mb3", "B mb3"}};
-  ReplayRun run = make_run("pp2_1f1b.json", false, 2, 0);
+// The order each rank ran its compute in, per step: one entry per run of ops of one pass,
+// microbatch and stage ("F mb2 PP0" ops of every layer -> "F mb2 PP0"; without `stage`, "F mb2"
+// and the stage must be the device's own). Read from the replay's op records (start times on
+// the compute stream), not from the compiled program.
+std::vector<std::vector<std::vector<std::string>>> executed_order(const std::string& plan, int devices,
+                                                                  bool stage) {
+  const CompiledPlan cp = load(plan);
+  ReplayRun run = make_run(plan, false, 2, 0);
   auto r = launch_local(cp, run.opt, run.launch);
-  ASSERT_TRUE(r.has_value()) << render_all(r.error());
-  for (int d = 0; d < 2; ++d)
+  EXPECT_TRUE(r.has_value()) << render_all(r.error());
+  std::vector<std::vector<std::vector<std::string>>> out(static_cast<size_t>(devices));
+  if (!r) return out;
+  for (int d = 0; d < devices; ++d)
     for (int it = 0; it < 2; ++it) {
       std::vector<const OpRecord*> compute;
       for (const auto& o : r->ops)
@@ -329,15 +329,76 @@ TEST(Replay, ExecutesOneFOneBInTheTextbookOrder) {
       std::stable_sort(compute.begin(), compute.end(), [](const OpRecord* x, const OpRecord* y) {
         return x->start_ns < y->start_ns;
       });
-      // One entry per run of ops of one pass and microbatch ("F mb2 PP0" -> "F mb2").
       std::vector<std::string> got;
       for (const OpRecord* o : compute) {
-        const std::string pass_mb = o->name.substr(0, o->name.rfind(' '));
-        EXPECT_EQ(o->name.substr(o->name.rfind(' ') + 1), "PP" + std::to_string(d)) << o->name;
-        if (got.empty() || got.back() != pass_mb) got.push_back(pass_mb);
+        const std::string key = stage ? o->name : o->name.substr(0, o->name.rfind(' '));
+        if (!stage) {
+          EXPECT_EQ(o->name.substr(o->name.rfind(' ') + 1), "PP" + std::to_string(d)) << o->name;
+        }
+        if (got.empty() || got.back() != key) got.push_back(key);
       }
-      EXPECT_EQ(got, want[d]) << "device " << d << " step " << it;
+      out[static_cast<size_t>(d)].push_back(got);
     }
+  return out;
+}
+
+// The order the ranks ran their compute in, against 1F1B written out by hand (Narayanan et al.
+// 2021, PipeDream-Flush: the first of 2 stages runs 2 - 0 - 1 = 1 warm-up forward, then
+// alternates; the last alternates from the start), not derived from the compiled program.
+TEST(Replay, ExecutesOneFOneBInTheTextbookOrder) {
+  ASSERT_EQ(load("pp2_1f1b.json").num_microbatches, 4);
+  const std::vector<std::vector<std::string>> want = {
+      {"F mb0", "F mb1", "B mb0", "F mb2", "B mb1", "F mb3", "B mb2", "B mb3"},
+      {"F mb0", "B mb0", "F mb1", "B mb1", "F mb2", "B mb2", "F mb3", "B mb3"}};
+  const auto got = executed_order("pp2_1f1b.json", 2, false);
+  for (int d = 0; d < 2; ++d)
+    for (int it = 0; it < 2; ++it) EXPECT_EQ(got[d][it], want[d]) << "device " << d << " step " << it;
+}
+
+// ZB-H1 written out by hand from Qi et al. 2023 (arXiv 2401.10241, section 3, the ZB-H1 figure):
+// the warm-up is 1F1B's (p - 1 - r forwards on rank r), every backward is split into the
+// input gradient (BI) and the weight gradient (BW), and rank r runs its W's r slots late, so
+// the last rank's W's fill its tail (here rank 1 starts BW mb0 after BI mb1 and ends with two
+// W's). 2 stages, 4 microbatches.
+TEST(Replay, ExecutesZbH1InThePapersOrder) {
+  ASSERT_EQ(load("pp2_zbh1.json").num_microbatches, 4);
+  const std::vector<std::vector<std::string>> want = {
+      {"F mb0", "F mb1", "BI mb0", "BW mb0", "F mb2", "BI mb1", "BW mb1", "F mb3", "BI mb2",
+       "BW mb2", "BI mb3", "BW mb3"},
+      {"F mb0", "BI mb0", "F mb1", "BI mb1", "BW mb0", "F mb2", "BI mb2", "BW mb1", "F mb3",
+       "BI mb3", "BW mb2", "BW mb3"}};
+  const auto got = executed_order("pp2_zbh1.json", 2, false);
+  for (int d = 0; d < 2; ++d)
+    for (int it = 0; it < 2; ++it) EXPECT_EQ(got[d][it], want[d]) << "device " << d << " step " << it;
+}
+
+// DualPipeV written out by hand from DeepSeek's DualPipe repository (dualpipev.py's eight
+// phases, README figure; the V placement: rank r holds stages r and 2p-1-r, so rank 0 holds
+// PP0 and PP3, rank 1 PP1 and PP2). "(F x; B y)" pairs are a forward and a full backward of the
+// other stage overlapped in DeepSeek's runtime; one compute stream runs the forward first. The
+// weight gradients are split off (BI now, BW later) only in the last backwards, once
+// zero-bubble is switched on: rank 0 between its last PP3 and PP0 backwards, rank 1 from its
+// last pair on. 2 ranks, 4 stages, 4 microbatches.
+TEST(Replay, ExecutesDualPipeVInThePapersOrder) {
+  ASSERT_EQ(load("pp2_dualpipev.json").num_microbatches, 4);
+  const std::vector<std::vector<std::string>> want = {
+      {"F mb0 PP0", "F mb1 PP0",                     // 2(p-r-1) forwards of the first stage
+       "F mb2 PP0", "F mb0 PP3",                     // (r+1) x [F s0, F s1]
+       "BI mb0 PP3", "BW mb0 PP3", "F mb1 PP3",      // (p-r-1) x [I s1, W, F s1]
+       "F mb3 PP0", "B mb1 PP3", "F mb2 PP3", "B mb0 PP0",  // (F s0; B s1), (F s1; B s0)
+       "B mb2 PP3", "F mb3 PP3", "B mb1 PP0",        // B s1, (F s1; B s0)
+       "B mb3 PP3", "BI mb2 PP0",                    // zero-bubble on between them
+       "BW mb2 PP0", "BI mb3 PP0",                   // W, I s0
+       "BW mb3 PP0"},                                // the last W
+      {"F mb0 PP1", "F mb0 PP2", "F mb1 PP1", "F mb1 PP2",  // (r+1) x [F s0, F s1]
+       "F mb2 PP1", "B mb0 PP2", "F mb2 PP2", "B mb0 PP1",  // the last rank: F s0 then B s1
+       "F mb3 PP1", "B mb1 PP2", "F mb3 PP2", "B mb1 PP1",
+       "B mb2 PP2", "B mb2 PP1",                     // zero-bubble still off
+       "BI mb3 PP2", "BI mb3 PP1",                   // on: input gradients only
+       "BW mb3 PP2", "BW mb3 PP1"}};                 // then the queued W's
+  const auto got = executed_order("pp2_dualpipev.json", 2, true);
+  for (int d = 0; d < 2; ++d)
+    for (int it = 0; it < 2; ++it) EXPECT_EQ(got[d][it], want[d]) << "device " << d << " step " << it;
 }
 
 TEST(Replay, ExecutedOrderIsTheCompiledProgram) {
