@@ -3,11 +3,16 @@
 // Launches one process per device on this host (fork + exec of this binary), or -- with
 // --rank/--world-size/--master, or torchrun/srun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT --
 // runs one rank of a multi-host group (rank 0 prints the merged result).
+#include <arpa/inet.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <optional>
 
 #include "commands.h"
 #include "output.h"
@@ -36,7 +41,101 @@ int diag_exit(const std::string& msg, const std::string& hint = "") {
   return report({d});
 }
 
+// Bounds of the options the launcher and LibTorch take as given: a timeout of 0 ms (or one
+// overflowing int64 milliseconds) made Gloo enforce-fail or hang, an infinite learning rate
+// made every parameter NaN, 100,000 intra-op threads per rank exhausted the host.
+constexpr double kMinTimeoutS = 0.1, kMaxTimeoutS = 86400;  // a rank waiting a day is hung
+constexpr double kMaxLr = 10;  // training learning rates are below 1; 10 leaves room, not inf
+constexpr int kMaxThreads = 1024;  // the most cores one host has, with room for oversubscription
+
+Diagnostic option_error(std::string option, std::string message, std::string hint) {
+  Diagnostic d;
+  d.loc.file = std::move(option);
+  d.message = std::move(message);
+  d.hint = std::move(hint);
+  return d;
+}
+
+// ADDR:PORT, the port in 1..65535 and digits only ("127.0.0.1:abc" read as port 0, and
+// ":70000" wrapped to 4464).
+std::optional<std::pair<std::string, int>> parse_master(const std::string& master) {
+  const auto colon = master.rfind(':');
+  const std::string addr = colon == std::string::npos ? master : master.substr(0, colon);
+  const std::string port = colon == std::string::npos ? "29500" : master.substr(colon + 1);
+  if (addr.empty() || port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  const int p = std::stoi(port);
+  if (p < 1 || p > 65535) return std::nullopt;
+  return std::pair{addr, p};
+}
+
+// The options, before the plan is read or anything is launched.
+Diagnostics check_replay_options(const ReplayOpts& o) {
+  Diagnostics ds;
+  if (!(o.timeout_s >= kMinTimeoutS && o.timeout_s <= kMaxTimeoutS))
+    ds.push_back(option_error("--timeout",
+                              fmt::format("{} is outside [{}, {}] seconds", o.timeout_s,
+                                          kMinTimeoutS, kMaxTimeoutS),
+                              "the seconds a rank waits for a peer before the group is stopped; "
+                              "default 60"));
+  if (!(o.lr >= 0 && o.lr <= kMaxLr))
+    ds.push_back(option_error("--lr",
+                              fmt::format("{} is outside [0, {}]", o.lr, kMaxLr),
+                              "the learning rate of the replay's optimizer; default 1e-3"));
+  if (o.threads < 1 || o.threads > kMaxThreads)
+    ds.push_back(option_error("--threads",
+                              fmt::format("{} is outside [1, {}]", o.threads, kMaxThreads),
+                              "intra-op threads per rank; each rank is one process, so the "
+                              "host runs ranks x threads"));
+  if (!o.master.empty() && !parse_master(o.master))
+    ds.push_back(option_error("--master",
+                              fmt::format("'{}' is not ADDR:PORT with a port from 1 to 65535",
+                                          o.master),
+                              "e.g. --master 10.0.0.1:29500"));
+  if (!o.master.empty() && o.rank < 0 && !std::getenv("RANK"))
+    ds.push_back(option_error("--master",
+                              "only used with --rank and --world-size (or $RANK)",
+                              "a replay on this host picks a free port itself: drop --master"));
+  return ds;
+}
+
+// Rank 0 hosts the rendezvous store on the master's port on every interface: a port another
+// process holds made LibTorch's store fail after the plan was built (exit 1).
+std::optional<Diagnostic> port_taken(int port) {
+  const int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  const int fd4 = fd < 0 ? ::socket(AF_INET, SOCK_STREAM, 0) : -1;
+  int rc = 0, err = 0;
+  const int one = 1;
+  if (fd >= 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_any;
+    a.sin6_port = htons(static_cast<uint16_t>(port));
+    rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    err = errno;
+    ::close(fd);
+  } else if (fd4 >= 0) {
+    ::setsockopt(fd4, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    rc = ::bind(fd4, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    err = errno;
+    ::close(fd4);
+  }
+  if (rc == 0 || (err != EADDRINUSE && err != EACCES)) return std::nullopt;
+  return option_error("--master",
+                      fmt::format("port {} {}: rank 0 cannot host the rendezvous store there", port,
+                                  err == EADDRINUSE ? "is in use on this host"
+                                                    : "needs privileges to listen on"),
+                      "choose a free port above 1023 (e.g. 29500), the same for every rank");
+}
+
 int run_replay(const ReplayOpts& o) {
+  if (auto ds = check_replay_options(o); !ds.empty()) return report(ds);
   if (auto ok = check_output(o.trace, {o.plan}); !ok) return report(ok.error());
   auto s = sim::Session::open(o.plan);
   if (!s) return report(s.error());
@@ -95,10 +194,19 @@ int run_replay(const ReplayOpts& o) {
     if (rank >= world) return diag_exit(fmt::format("rank {} is out of range (world size {})", rank, world));
     spec.rank = rank;
     spec.world_size = world;
-    const auto colon = master.rfind(':');
-    spec.master_addr = master.empty() ? "127.0.0.1" : master.substr(0, colon);
-    spec.master_port = colon == std::string::npos ? 29500 : std::atoi(master.c_str() + colon + 1);
+    const auto where = master.empty() ? std::optional(std::pair<std::string, int>("127.0.0.1", 29500))
+                                      : parse_master(master);
+    if (!where)  // $MASTER_ADDR:$MASTER_PORT (the option itself was checked above)
+      return report({option_error("MASTER_PORT",
+                                  fmt::format("'{}' is not ADDR:PORT with a port from 1 to 65535",
+                                              master),
+                                  "set MASTER_ADDR and MASTER_PORT as torchrun does, or pass "
+                                  "--master ADDR:PORT")});
+    spec.master_addr = where->first;
+    spec.master_port = where->second;
     spec.store_is_external = child;
+    if (rank == 0 && !child)
+      if (auto taken = port_taken(spec.master_port)) return report({*taken});
     auto r = backend::run_rank(cp, spec, ro);
     if (!r) {
       std::fputs(render_all(r.error()).c_str(), stderr);
@@ -183,7 +291,7 @@ void add_replay_command(CLI::App& app, Commands& out) {
   cmd->add_flag("--check", o->check,
                 "Compare every gradient after one step with a single-process reference");
   cmd->add_option("--timeout", o->timeout_s,
-                  "Seconds a rank waits for a peer before the group is stopped (default 60)")
+                  "Seconds a rank waits for a peer before the group is stopped (default 60; 0.1 to 86400)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-procs", o->max_procs,
                   "Refuse plans needing more processes on this host (default 64; 0: no limit)")
@@ -192,9 +300,9 @@ void add_replay_command(CLI::App& app, Commands& out) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--optimizer", o->optimizer, "sgd (default), adam or none")
       ->check(CLI::IsMember({"sgd", "adam", "none"}));
-  cmd->add_option("--lr", o->lr, "Learning rate (default 1e-3)");
+  cmd->add_option("--lr", o->lr, "Learning rate (default 1e-3; 0 to 10)");
   cmd->add_option("--seed", o->seed, "Seed of parameters and synthetic data (default 1234)");
-  cmd->add_option("--threads", o->threads, "Intra-op (and BLAS) threads per rank (default 1)")
+  cmd->add_option("--threads", o->threads, "Intra-op (and BLAS) threads per rank (default 1; at most 1024)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--kernels", o->kernels,
                   "fused (default: the fused kernels ATen offers) or reference (explicit formulas)")

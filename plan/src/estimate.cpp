@@ -14,6 +14,7 @@
 
 #include "stretto/plan/json_source.h"
 #include "stretto/support/limits.h"
+#include "stretto/support/plural.h"
 
 namespace stretto {
 
@@ -39,6 +40,12 @@ constexpr double kBytesPerTaskCurves = 25;
 // synthetic plan using 2 of 10^7 declared devices grew past 20 GB (over 2 KB per device) before
 // its JSON result was written; 4 KB per device keeps that refused.
 constexpr double kBytesPerDevice = 4096;
+// Per device the plan uses, on top: its links, streams, program, engine state and metrics.
+// Measured: a sweep point of examples/gpt_pp4_dp2_1f1b.json at tp 1, pp 1 peaked at 416 MB
+// with dp 65,536 and 1,676 MB with dp 262,144 (replicas folded): 6.4 KiB per used device, of
+// which kBytesPerDevice is counted above. dp 1,048,576 was estimated at 4 GiB and ran out of
+// memory at 6 GB.
+constexpr double kBytesPerUsedDevice = 2560;
 
 Diagnostic at(const JsonSource* src, const std::string& ptr, std::string msg, std::string hint) {
   if (src) return src->error_at(ptr, std::move(msg), std::move(hint));
@@ -228,7 +235,8 @@ ResourceEstimate estimate_resources(const Plan& plan, bool fold_replicas, bool s
     e.tasks = e.dag_nodes * static_cast<double>(e.replication) * 1.1;
     e.simulate_bytes = e.tasks * (kBytesPerTask + kBytesPerTaskCurves);
   }
-  e.simulate_bytes += static_cast<double>(e.devices_declared) * kBytesPerDevice;
+  e.simulate_bytes += static_cast<double>(e.devices_declared) * kBytesPerDevice +
+                      static_cast<double>(e.devices_used) * kBytesPerUsedDevice;
   return e;
 }
 
@@ -302,20 +310,28 @@ Diagnostics check_memory_budget(const Plan& plan, const JsonSource* src, bool fo
   if (budget == 0) return {};
   if (e.total_bytes() <= static_cast<double>(budget)) return {};
   std::string msg = fmt::format(
-      "this plan needs ~{} to {} ({} DAG nodes{}), more than the {} {}", human_bytes(e.total_bytes()),
-      simulate ? "compile and simulate" : "compile", num(e.dag_nodes),
+      "this plan needs ~{} to {} ({}, {} DAG nodes{}), more than the {} {}",
+      human_bytes(e.total_bytes()), simulate ? "compile and simulate" : "compile",
+      count_noun(e.devices_used, "device", "devices"), num(e.dag_nodes),
       simulate ? fmt::format(", {} engine tasks", num(e.tasks)) : std::string(),
       human_bytes(static_cast<double>(budget)),
       set ? "allowed by --max-memory" : "this machine has available");
   std::string hint;
   std::string ptr = "/schedule";
-  const double device_bytes = static_cast<double>(e.devices_declared) * kBytesPerDevice;
+  const double device_bytes = static_cast<double>(e.devices_declared) * kBytesPerDevice +
+                              static_cast<double>(e.devices_used) * kBytesPerUsedDevice;
   if (device_bytes > e.total_bytes() / 2 && e.devices_used < e.devices_declared) {
     ptr = "/cluster";
     hint = fmt::format(
         "the cluster declares {} devices but the plan uses {}; declare only those (nodes, "
         "devices_per_node)",
         num(static_cast<double>(e.devices_declared)), e.devices_used);
+  } else if (device_bytes > e.total_bytes() / 2) {
+    ptr = "/cluster";
+    hint = fmt::format(
+        "most of it is per device: {} devices at ~{:.1f} KiB each; use fewer devices (a smaller "
+        "dp, tp or pp), or raise --max-memory",
+        e.devices_used, (kBytesPerDevice + kBytesPerUsedDevice) / 1024);
   } else if (simulate && !fold_replicas && e.replication > 1) {
     // (`simulate` has the option; gui and compare take the plan as written)
     hint = fmt::format(
@@ -332,22 +348,42 @@ Diagnostics check_memory_budget(const Plan& plan, const JsonSource* src, bool fo
 }
 
 Diagnostics check_schedule_budget(int ranks, int stages_per_rank, int microbatches) {
+  const double pairs = static_cast<double>(std::max(1, ranks)) *
+                       static_cast<double>(std::max(1, stages_per_rank)) *
+                       static_cast<double>(std::max(1, microbatches));
+  // The directive list is a plan file: one that no command may read back is refused before it
+  // is built (1,000,000 microbatches of 1f1b on 4 ranks peaked at 5.6 GiB to print ~800 MB).
+  // Measured: 4 ranks x 10,000 microbatches of 1f1b print 7,991,885 bytes (~200 B per pair).
+  constexpr double kTextBytesPerPair = 200;
+  const double text = pairs * kTextBytesPerPair;
+  if (text > static_cast<double>(max_input_bytes())) {
+    Diagnostic d;
+    d.loc.file = "--microbatches";
+    d.message = fmt::format(
+        "{} x {} per rank x {} make a directive list of ~{}, more than a plan file may hold ({}, "
+        "--max-input-size)",
+        count_noun(ranks, "rank", "ranks"), count_noun(std::max(1, stages_per_rank), "stage", "stages"),
+        count_noun(microbatches, "microbatch", "microbatches"), human_bytes(text),
+        human_bytes(static_cast<double>(max_input_bytes())));
+    d.hint = fmt::format("use at most {} microbatches (a schedule's shape repeats after a few "
+                         "times the rank count)",
+                         static_cast<int64_t>(static_cast<double>(max_input_bytes()) /
+                                              (kTextBytesPerPair * pairs / std::max(1, microbatches))));
+    return {d};
+  }
   const uint64_t budget = memory_budget_bytes();
   if (budget == 0) return {};
   // Measured: 4 ranks x 1,000,000 microbatches of 1f1b took 5.8 GB peak RSS (~1,450 B per
   // pair: the schedule grid, the order directives and their JSON document and text).
   constexpr double kBytesPerPair = 1500;
-  const double pairs = static_cast<double>(std::max(1, ranks)) *
-                       static_cast<double>(std::max(1, stages_per_rank)) *
-                       static_cast<double>(std::max(1, microbatches));
   const double need = pairs * kBytesPerPair;
   if (need <= static_cast<double>(budget)) return {};
   Diagnostic d;
   d.loc.file = "build-schedule";
   d.message = fmt::format(
-      "{} ranks x {} stages per rank x {} microbatches needs ~{} for the directive list, more "
-      "than the {} {}",
-      ranks, std::max(1, stages_per_rank), microbatches, human_bytes(need),
+      "{} x {} per rank x {} needs ~{} for the directive list, more than the {} {}",
+      count_noun(ranks, "rank", "ranks"), count_noun(std::max(1, stages_per_rank), "stage", "stages"),
+      count_noun(microbatches, "microbatch", "microbatches"), human_bytes(need),
       human_bytes(static_cast<double>(budget)),
       g_max_memory ? "allowed by --max-memory" : "available");
   d.hint = "use fewer microbatches (a schedule's shape repeats after a few times the rank count)";

@@ -16,7 +16,11 @@
 #include <set>
 #include <string>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace fs = std::filesystem;
 
@@ -218,8 +222,16 @@ TEST(Hostile, PlansLargerThanMemoryAreRefusedWithTheEstimate) {
   EXPECT_NE(r2.err.find("uses 2"), std::string::npos) << r2.err;
 
   const Result r3 =
-      sh("build-schedule --schedule 1f1b --ranks 4 --microbatches 1000000 --max-memory 1G");
+      sh("build-schedule --schedule 1f1b --ranks 4 --microbatches 100000 --max-memory 100M");
   expect_refusal(r3, "needs ~");
+  // Whatever the memory budget (1 TB here): a directive list no command could read back
+  // (~763 MiB of JSON; it peaked at 5.6 GiB to print it) is refused before it is built, under
+  // a 1 GB address space.
+  const Result r3b = sh("build-schedule --schedule 1f1b --ranks 4 --microbatches 1000000",
+                        "STRETTO_MAX_MEMORY=1T", "", 1000000);
+  expect_refusal(r3b, "--microbatches: error: 4 ranks x 1 stage per rank x 1000000 microbatches "
+                      "make a directive list of ~763 MiB, more than a plan file may hold");
+  EXPECT_NE(r3b.err.find("use at most 335544 microbatches"), std::string::npos) << r3b.err;
   // DP replicas: the way out is --fold-replicas, and it works.
   nlohmann::json llama = example_json("layout_llama7b_pp4_dp4_interleaved.json");
   llama["schedule"]["microbatches"] = 200;
@@ -782,4 +794,80 @@ TEST(Hostile, HintsNameOnlyOptionsTheCommandHas) {
   expect_refusal(sh("simulate " + example("gpt_pp4_dp2_1f1b.json") +
                     " --timeline --timeline-width 1000000000"),
                  "--timeline-width");
+}
+
+// replay took its options as given: --timeout 1e-9 (0 ms), nan or 1e300 made Gloo enforce-fail
+// or the launcher wait "-9223372036854770 s"; --lr 1e308 overflowed fp32 in every rank;
+// --threads 100000 hung; a taken or out-of-range --master port failed in LibTorch's store. All
+// exit 1 after starting ranks; now each is a located refusal (exit 2) before anything starts.
+TEST(Hostile, ReplayOptionsAreBoundedBeforeAnythingStarts) {
+  if (!fs::exists(fs::path(binary()).parent_path() / "stretto-backend"))
+    GTEST_SKIP() << "built without the LibTorch backend";
+  const std::string plan = std::string(STRETTO_TEST_DATA) + "/backend/pp2_1f1b.json ";
+  const std::string rank0 = " --rank 0 --world-size 2";
+  struct Case {
+    std::string args, needle;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--timeout 1e-9", "--timeout: error: 1e-09 is outside [0.1, 86400] seconds"},
+           {"--timeout 1e300", "--timeout: error: 1e+300 is outside"},
+           {"--timeout nan", "--timeout"},
+           {"--lr 1e308", "--lr: error: 1e+308 is outside [0, 10]"},
+           {"--lr nan", "--lr: error"},
+           {"--threads 100000", "--threads: error: 100000 is outside [1, 1024]"},
+           {"--master 127.0.0.1:70000" + rank0, "--master: error: '127.0.0.1:70000' is not"},
+           {"--master 127.0.0.1:abc" + rank0, "port from 1 to 65535"},
+           {"--master 127.0.0.1:29500", "--master: error: only used with --rank"}}) {
+    SCOPED_TRACE(c.args);
+    const Result r = sh("replay " + plan + c.args, "", "", 8000000);
+    expect_refusal(r, c.needle);
+    EXPECT_NE(r.err.find("hint:"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("rank 0"), std::string::npos) << r.err;  // no rank was started
+  }
+  expect_refusal(sh("replay " + plan, "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=99999",
+                    "", 8000000),
+                 "MASTER_PORT: error: '127.0.0.1:99999' is not ADDR:PORT");
+  // A port another process listens on: refused by rank 0, which would host the store there.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const int port = ntohs(a.sin_port);
+  const Result taken = sh("replay " + plan + "--master 127.0.0.1:" + std::to_string(port) + rank0,
+                          "", "", 8000000);
+  ::close(fd);
+  expect_refusal(taken, "--master: error: port " + std::to_string(port) + " is in use on this host");
+}
+
+// The largest layout a sweep takes, dp = 1,048,576, was estimated at 4 GiB (the declared
+// devices only), passed under a 6 GB address space and ran out of memory, and under 4 GB its
+// refusal blamed the microbatches. The estimate counts what each used device costs (links,
+// streams, engine state, metrics: 6.4 KiB measured), so it is refused before anything is
+// allocated, naming the devices.
+TEST(Hostile, AMillionDevicePointIsRefusedByItsEstimateNamingTheDevices) {
+  const fs::path dir = tmpdir() / "dp_million";
+  fs::create_directories(dir);
+  const std::string spec =
+      write_plan("dp_million/spec.json",
+                 {{"base", example("gpt_pp4_dp2_1f1b.json")},
+                  {"axes", {{"layout", {{{"tp", 1}, {"pp", 1}, {"dp", 1048576}}}}}}})
+          .string();
+  const Result r =
+      sh("sweep " + spec + " --db " + (dir / "s.db").string() + " --format json", "", "", 6000000);
+  ASSERT_EQ(r.code, 0) << r.err.substr(0, 2000);
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["results"].size(), 1u);
+  EXPECT_EQ(j["results"][0]["status"], "invalid");
+  const std::string why = j["results"][0]["diagnostic"].get<std::string>();
+  EXPECT_NE(why.find("this plan needs ~6.50 GiB"), std::string::npos) << why;
+  EXPECT_NE(why.find("(1048576 devices, "), std::string::npos) << why;
+  EXPECT_NE(why.find("most of it is per device: 1048576 devices at ~6.5 KiB each"),
+            std::string::npos)
+      << why;
+  EXPECT_EQ(why.find("fewer microbatches"), std::string::npos) << why;
 }

@@ -60,7 +60,8 @@ Diagnostics check_memory_budget(const Plan& plan, const JsonSource* src, bool fo
                                 bool simulate);
 
 /// `build-schedule`: a refusal when the directive list of P ranks x V stages x M microbatches
-/// (its JSON document and text) is estimated above the budget.
+/// would be a larger file than a plan may be (max_input_bytes()), or (its JSON document and
+/// text) is estimated above the memory budget.
 Diagnostics check_schedule_budget(int ranks, int stages_per_rank, int microbatches);
 
 }  // namespace stretto
