@@ -17,6 +17,7 @@
 #include "stretto/backend/bench_ops.h"
 #include "stretto/backend/replay.h"
 #include "stretto/sim/session.h"
+#include "stretto/support/plural.h"
 
 namespace stretto::cli {
 
@@ -182,7 +183,7 @@ int run_bench_ops(const BenchOpts& o) {
     text = fmt::format("bench-ops {}: {} distinct ops on {} ({}), median of {} after {} warm-up; "
                        "replay: {}\n",
                        o.plan, b.ops.size(), b.device, b.dtype, b.iterations, b.warmup,
-                       replayed ? fmt::format("median over {} steps", o.replay_iterations)
+                       replayed ? "median over " + count_noun(o.replay_iterations, "step", "steps")
                                 : std::string("not run (--no-replay)"));
     text += fmt::format("{:<16} {:<28} {:>4} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9}\n",
                         "kind", "first op", "n", "F replay", "F alone", "spread", "F pred",

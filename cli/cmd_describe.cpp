@@ -17,6 +17,7 @@
 #include "stretto/sim/coverage.h"
 #include "stretto/sim/session.h"
 #include "stretto/support/limits.h"
+#include "stretto/support/plural.h"
 #include "usage.h"
 
 namespace stretto::cli {
@@ -35,8 +36,9 @@ std::string describe(const CompiledPlan& cp, const std::string& path) {
   o += fmt::format("plan        {}\n\n", path);
   o += "cluster\n";
   o += fmt::format("  preset          {}\n", c.preset);
-  o += fmt::format("  devices         {} = {} node{} x {} devices\n", c.num_devices(), c.nodes,
-                   c.nodes == 1 ? "" : "s", c.devices_per_node);
+  o += fmt::format("  devices         {} = {} x {}\n", c.num_devices(),
+                   count_noun(c.nodes, "node", "nodes"),
+                   count_noun(c.devices_per_node, "device", "devices"));
   o += fmt::format("  device          {:g} TFLOP/s dense BF16 peak, {:g} GB/s HBM, {:g} GiB, {} "
                    "SMs\n",
                    c.device.peak_tflops, c.device.hbm_GBps, c.device.memory_GiB, c.device.sms);

@@ -19,6 +19,7 @@
 #include "usage.h"
 #include "stretto/explore/search.h"
 #include "stretto/explore/sweep.h"
+#include "stretto/support/plural.h"
 
 namespace stretto::cli {
 
@@ -162,8 +163,9 @@ int report(const explore::Store& store, const ReportOpts& ro) {
   } else if (f == "csv") {
     text = rows_csv(rows, idx);
   } else {
-    text = fmt::format("{} points in {}: {} ok, {} over the memory cap (infeasible), {} invalid\n\n",
-                       rows.size(), store.path(), ok, over, invalid);
+    text = fmt::format("{} in {}: {} ok, {} over the memory cap (infeasible), {} invalid\n\n",
+                       count_noun(static_cast<long long>(rows.size()), "point", "points"),
+                       store.path(), ok, over, invalid);
     text += title + ":\n" + rows_table(rows, idx);
     if (!faster_infeasible.empty()) {
       text += "\nfaster but infeasible (peak memory over the cap):\n";

@@ -561,9 +561,13 @@ std::string ProfileSamples::stats_table() const {
     const auto r = reuse_factors();
     for (size_t d = 1; d < cost::kReuseDistances; ++d)
       if (std::isfinite(r[d]))
-        o += fmt::format("host thread: a backward op whose forward was followed by {}{} other "
-                         "microbatches' forwards takes {:.3f}x its fresh time (host_reuse_factor)\n",
-                         d, d + 1 == cost::kReuseDistances ? " or more" : "", r[d]);
+        o += fmt::format("host thread: a backward op whose forward was followed by {} takes "
+                         "{:.3f}x its fresh time (host_reuse_factor)\n",
+                         d + 1 == cost::kReuseDistances
+                             ? fmt::format("{} or more other microbatches' forwards", d)
+                         : d == 1 ? std::string("1 other microbatch's forward")
+                                  : fmt::format("{} other microbatches' forwards", d),
+                         r[d]);
   }
   if (auto e = share_efficiency())
     o += fmt::format("host cores: processes that outnumber the cores get {:.3f} of them "

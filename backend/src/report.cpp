@@ -12,6 +12,7 @@
 #include <cstdlib>
 
 #include "stretto/backend/replay.h"
+#include "stretto/support/plural.h"
 
 #include "device_program.h"
 
@@ -464,8 +465,9 @@ std::string result_table(const CompiledPlan& cp, const ReplayResult& r, const si
   std::string o;
   o += fmt::format("plan           {}\n", r.plan);
   o += fmt::format("backend        {}, {} processes, {}\n", r.backend, r.world_size, r.dtype_note);
-  o += fmt::format("step time      {:.3f} ms  (std {:.3f}, min {:.3f}; {} steps after {} warm-up)",
-                   r.step_mean_ms, r.step_std_ms, r.step_min_ms, r.step_ns.size(), r.warmup);
+  o += fmt::format("step time      {:.3f} ms  (std {:.3f}, min {:.3f}; {} after {} warm-up)",
+                   r.step_mean_ms, r.step_std_ms, r.step_min_ms,
+                   count_noun(static_cast<long long>(r.step_ns.size()), "step", "steps"), r.warmup);
   if (pred) o += fmt::format("   predicted {:.3f} ms", ms(pred->step_time));
   o += "\n";
   o += fmt::format("bubble ratio   {:.2f} %", 100 * r.bubble_ratio);

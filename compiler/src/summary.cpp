@@ -4,6 +4,7 @@
 #include <map>
 
 #include "stretto/compiler/compiler.h"
+#include "stretto/support/plural.h"
 
 namespace stretto {
 
@@ -101,8 +102,9 @@ std::string summary_table(const CompiledPlan& cp, const CompileSummary& s) {
   out += fmt::format("model       {} params, {} ops/microbatch, {} PP regions\n",
                      human_count(s.total_params), cp.model.ops.size(), cp.model.pp_regions);
   out +=
-      fmt::format("devices     {} ({} classes of identical programs), {} microbatches, ZeRO-{}\n",
-                  cp.num_devices, cp.classes.size(), cp.num_microbatches, cp.zero_level);
+      fmt::format("devices     {} ({} classes of identical programs), {}, ZeRO-{}\n",
+                  cp.num_devices, cp.classes.size(),
+                  count_noun(cp.num_microbatches, "microbatch", "microbatches"), cp.zero_level);
   out +=
       fmt::format("DAG         {} nodes: {} compute, {} transfers, {} collectives, {} barriers\n",
                   s.nodes, s.compute_nodes, s.transfer_nodes, s.collective_nodes, s.barrier_nodes);

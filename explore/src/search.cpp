@@ -139,10 +139,10 @@ Expected<std::vector<Json>> search_space(const Json& base, const SearchOptions& 
                 for (int bucket : dp > 1 ? std::vector<int>{25, 100} : std::vector<int>{25}) {
                   Json p = {{"family", fam},         {"tp", tp},
                             {"pp", pp},              {"dp", dp},
-                            {"ep", ep},              {"microbatches", m},
-                            {"microbatch_size", mbs}, {"zero", zero},
-                            {"recompute", rc},       {"bucket_size_MB", bucket},
-                            {"sequence_parallel", tp > 1}};
+                            {"microbatches", m},     {"microbatch_size", mbs},
+                            {"zero", zero},          {"recompute", rc},
+                            {"bucket_size_MB", bucket}, {"sequence_parallel", tp > 1}};
+                  if (mf.experts > 0) p["ep"] = ep;  // a dense model has no expert parallelism
                   out.push_back(std::move(p));
                 }
         }
@@ -177,17 +177,13 @@ std::vector<Json> megatron_defaults(const Json& base, int devices) {
       const int dp = devices / tp / pp;
       if (gbs % dp != 0) continue;
       const int ep = mf.experts > 0 && dp > 1 && mf.experts % dp == 0 ? dp : 1;
-      out.push_back({{"family", "1f1b"},
-                     {"tp", tp},
-                     {"pp", pp},
-                     {"dp", dp},
-                     {"ep", ep},
-                     {"microbatches", gbs / dp},
-                     {"microbatch_size", 1},
-                     {"zero", dp > 1 ? 1 : 0},
-                     {"recompute", "none"},
-                     {"bucket_size_MB", 25},
-                     {"sequence_parallel", tp > 1}});
+      Json p = {{"family", "1f1b"},       {"tp", tp},
+                {"pp", pp},               {"dp", dp},
+                {"microbatches", gbs / dp}, {"microbatch_size", 1},
+                {"zero", dp > 1 ? 1 : 0}, {"recompute", "none"},
+                {"bucket_size_MB", 25},   {"sequence_parallel", tp > 1}};
+      if (mf.experts > 0) p["ep"] = ep;  // a dense model has no expert parallelism
+      out.push_back(std::move(p));
     }
   return out;
 }

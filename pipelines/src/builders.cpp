@@ -6,6 +6,7 @@
 #include "stretto/pipelines/builders.h"
 
 #include "stretto/pipelines/layout_base.h"
+#include "stretto/support/plural.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -1412,9 +1413,11 @@ std::string show_grid(const PipelineSchedule& s) {
       width = std::max(width, t.size());
       cells[r].push_back(std::move(t));
     }
-  std::string out = fmt::format("{}: {} ranks, {} stage{}/rank, {} microbatches{}\n", s.family,
-                                s.ranks, s.stages_per_rank, s.stages_per_rank == 1 ? "" : "s",
-                                s.microbatches, s.bidirectional ? " (bidirectional)" : "");
+  std::string out = fmt::format("{}: {}, {} stage{}/rank, {}{}\n", s.family,
+                                count_noun(s.ranks, "rank", "ranks"), s.stages_per_rank,
+                                s.stages_per_rank == 1 ? "" : "s",
+                                count_noun(s.microbatches, "microbatch", "microbatches"),
+                                s.bidirectional ? " (bidirectional)" : "");
   const size_t label = fmt::format("r{}", s.per_rank.empty() ? 0 : s.per_rank.size() - 1).size();
   for (size_t r = 0; r < cells.size(); ++r) {
     std::string line = fmt::format("{:<{}} |", fmt::format("r{}", r), label);

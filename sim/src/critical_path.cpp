@@ -1,5 +1,6 @@
 // The critical path summarised (see critical_path.h).
 #include "stretto/sim/critical_path.h"
+#include "stretto/support/plural.h"
 
 #include <fmt/format.h>
 
@@ -195,9 +196,11 @@ std::string critical_path_summary_text(const CriticalPathSummary& s) {
   std::string o = "\ncritical path (what determines the step time):\n";
   o += fmt::format(
       "  {:.3f} ms = compute {:.3f} ms ({:.0f}%) + communication {:.3f} ms ({:.0f}%) + waiting "
-      "{:.3f} ms ({:.0f}%, host dispatch and rendezvous); {} ops in {} segments\n",
+      "{:.3f} ms ({:.0f}%, host dispatch and rendezvous); {} in {}\n",
       ms(b.compute + b.comm + b.wait), ms(b.compute), 100 * b.compute / total, ms(b.comm),
-      100 * b.comm / total, ms(b.wait), 100 * b.wait / total, s.steps, s.segments);
+      100 * b.comm / total, ms(b.wait), 100 * b.wait / total,
+      count_noun(static_cast<long long>(s.steps), "op", "ops"),
+      count_noun(static_cast<long long>(s.segments), "segment", "segments"));
   const double step = static_cast<double>(std::max<SimTime>(1, s.step_time));
   o += "\n  what it waited on at each link (time of the path reached that way):\n";
   for (size_t w = 0; w < kPathWaits; ++w) {

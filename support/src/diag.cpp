@@ -81,6 +81,11 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 std::string nearest(std::string_view word, const std::vector<std::string>& candidates) {
+  // The word cut short where the name goes on after a separator: "h100" for "h100-sxm".
+  for (const auto& c : candidates)
+    if (!word.empty() && c.size() > word.size() && edit_distance(c.substr(0, word.size()), word) == 0 &&
+        (c[word.size()] == '-' || c[word.size()] == '_' || c[word.size()] == '.'))
+      return c;
   std::string best;
   size_t best_d = SIZE_MAX;
   for (const auto& c : candidates) {

@@ -417,6 +417,29 @@ TEST(Search, SpaceHasNoScheduleTheBuilderRefuses) {
   EXPECT_GT(dualpipev_deep, 0u);  // the deep DualPipeV layouts whose microbatches suffice
 }
 
+// A dense model has no expert parallelism: its candidates and Megatron defaults carry no `ep`
+// (search printed "ep=1" for every dense plan); a MoE model's carry it.
+TEST(Search, OnlyMoeCandidatesNameExpertParallelism) {
+  SearchOptions so;
+  so.devices = 8;
+  const Json dense = example_plan("gpt_pp4_dp2_1f1b.json");
+  auto ds = search_space(dense, so);
+  ASSERT_TRUE(ds) << render_all(ds.error());
+  for (const Json& p : *ds) ASSERT_FALSE(p.contains("ep")) << p.dump();
+  for (const Json& p : megatron_defaults(dense, 8)) ASSERT_FALSE(p.contains("ep")) << p.dump();
+  so.devices = 4;
+  const Json moe = example_plan("piper_qwen3_moe_pp2_dp2_ep2.json");
+  auto ms = search_space(moe, so);
+  ASSERT_TRUE(ms) << render_all(ms.error());
+  size_t ep2 = 0;
+  for (const Json& p : *ms) {
+    ASSERT_TRUE(p.contains("ep")) << p.dump();
+    ep2 += p["ep"] == 2;
+  }
+  EXPECT_GT(ep2, 0u);
+  for (const Json& p : megatron_defaults(moe, 4)) EXPECT_TRUE(p.contains("ep")) << p.dump();
+}
+
 // search's first round simulates the estimate's best of every (layout, family) pair, whatever
 // the estimate thinks of the pair as a whole (its errors differ by family and layout): with no
 // further batches, every pair of the space is among the results.

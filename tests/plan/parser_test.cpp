@@ -43,6 +43,20 @@ TEST(Parser, UnknownKeyPointsAtKeyWithHint) {
   EXPECT_EQ(d->directive, 0);
 }
 
+// "h100" is the start of "h100-sxm", not a typo of "h200" (one letter off).
+TEST(Parser, PresetHintCompletesAShortenedName) {
+  std::string t = std::string(kHead) + "  ]\n}\n";
+  t.replace(t.find("h100-sxm"), 8, "h100");
+  auto ds = parse_errors(t);
+  ASSERT_EQ(ds.size(), 1u) << render_all(ds);
+  EXPECT_EQ(ds[0].loc.json_pointer, "/cluster/preset");
+  EXPECT_EQ(ds[0].hint, "did you mean 'h100-sxm'?");
+  t.replace(t.find("h100"), 4, "a100");
+  EXPECT_EQ(parse_errors(t)[0].hint, "did you mean 'a100-sxm'?");
+  t.replace(t.find("a100"), 4, "h2OO");
+  EXPECT_EQ(parse_errors(t)[0].hint, "did you mean 'h200'?");  // a typo still finds its name
+}
+
 TEST(Parser, CollectsEveryErrorBeforeFailing) {
   std::string t = std::string(kHead) +
                   "    {\"op\": \"plase\", \"filter\": {}, \"devices\": [0]},\n"

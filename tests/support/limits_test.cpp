@@ -6,8 +6,16 @@
 
 #include "stretto/plan/json_source.h"
 #include "stretto/support/limits.h"
+#include "stretto/support/plural.h"
 
 using namespace stretto;
+
+TEST(Formatting, CountNounIsSingularForExactlyOne) {
+  EXPECT_EQ(count_noun(1, "microbatch", "microbatches"), "1 microbatch");
+  EXPECT_EQ(count_noun(0, "microbatch", "microbatches"), "0 microbatches");
+  EXPECT_EQ(count_noun(2, "step", "steps"), "2 steps");
+  EXPECT_EQ(count_noun(-1, "step", "steps"), "-1 steps");
+}
 
 TEST(Limits, NestingAtTheLimitParsesAndOneMoreIsRefused) {
   const std::string ok = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
