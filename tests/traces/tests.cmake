@@ -6,6 +6,7 @@ stretto_test(traces_test
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/kineto_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/compare_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/kineto_step_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/profile_options_test.cpp
   LIBS stretto::traces)
 add_dependencies(traces_test stretto)

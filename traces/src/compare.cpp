@@ -18,6 +18,7 @@
 #include "stretto/support/limits.h"
 #include "stretto/traces/chrome_trace.h"
 #include "stretto/traces/kineto.h"
+#include "stretto/traces/kineto_step.h"
 #include "stretto/traces/op_label.h"
 #include "stretto/traces/trace_reader.h"
 
@@ -114,8 +115,10 @@ struct Builder {
     pieces.push_back({std::move(key), std::move(cls), device, start, std::max(start, end), comm});
   }
 
-  Timeline build(int64_t origin) {
+  /// `step`: the step's duration when the trace says it (0: the last op's end).
+  Timeline build(int64_t origin, int64_t step = 0) {
     Timeline t;
+    t.step = step;
     std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
       return std::tie(a.device, a.start, a.end, a.key) < std::tie(b.device, b.start, b.end, b.key);
     });
@@ -240,8 +243,10 @@ Expected<Timeline> load_kineto(const std::vector<std::string>& files, const std:
   };
   struct RankData {
     int rank = -1;
-    std::vector<std::pair<int64_t, int64_t>> steps;  // (start, end) by step number order
-    std::map<int64_t, std::pair<int64_t, int64_t>> step_by_n;
+    std::vector<StepSpan> host_steps;         // ProfilerStep#N ranges on the host
+    std::map<int64_t, int64_t> launch_by_corr;  // runtime call's start by correlation
+    std::vector<std::pair<int64_t, GpuOpSpan>> gpu_ops;  // (correlation, start as launch, end)
+    std::vector<StepSpan> steps;              // kineto_step.h
     std::vector<Slice> slices;
     int64_t peak = -1;
   };
@@ -268,15 +273,22 @@ Expected<Timeline> load_kineto(const std::vector<std::string>& files, const std:
         return std::nullopt;
       }
       if (e.name.rfind("ProfilerStep#", 0) == 0 && cat != "gpu_user_annotation") {
-        int64_t n = 0;
-        auto s = e.name.substr(13);
-        std::from_chars(s.data(), s.data() + s.size(), n);
-        rd.step_by_n[n] = {e.ts_ns, e.ts_ns + e.dur_ns};
+        rd.host_steps.push_back(
+            {profiler_step_number(e.name).value_or(static_cast<int64_t>(rd.host_steps.size())),
+             e.ts_ns, e.ts_ns + e.dur_ns});
         return std::nullopt;
       }
       static const Json kEmpty = Json::object();
       auto ai = ev.find("args");
       const Json& args = ai != ev.end() && ai->is_object() ? *ai : kEmpty;
+      std::optional<int64_t> corr;
+      if (auto c = args.find("correlation"); c != args.end()) corr = as_int(*c);
+      if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "runtime") {
+        if (corr) rd.launch_by_corr.emplace(*corr, e.ts_ns);
+        return std::nullopt;
+      }
+      if (cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset")
+        rd.gpu_ops.push_back({corr.value_or(-1), {e.ts_ns, e.ts_ns + e.dur_ns}});
       if (cat == "kernel") {
         if (auto p = args.find("piper_dag_node"); p != args.end() && p->is_string()) {
           rd.slices.push_back({p->get<std::string>(), e.ts_ns, e.ts_ns + e.dur_ns, false, true});
@@ -302,46 +314,53 @@ Expected<Timeline> load_kineto(const std::vector<std::string>& files, const std:
       if (auto r = di->find("rank"); r != di->end())
         if (auto v = as_int(*r)) rd.rank = static_cast<int>(*v);
     if (rd.rank < 0) rd.rank = static_cast<int>(fi);
+    // The steps (kineto_step.h), as `import kineto` has them.
+    std::vector<GpuOpSpan> gpu;
+    gpu.reserve(rd.gpu_ops.size());
+    for (const auto& [c, op] : rd.gpu_ops) {
+      auto l = rd.launch_by_corr.find(c);
+      gpu.push_back({l != rd.launch_by_corr.end() ? l->second : op.launch, op.end});
+    }
+    rd.steps = rank_steps(std::move(rd.host_steps), gpu);
+    rd.launch_by_corr.clear();
+    rd.gpu_ops.clear();
     ranks.push_back(std::move(rd));
   }
   if (!ds.empty()) return fail(std::move(ds));
-  // one step: the last step number that every rank completed
-  std::optional<int64_t> step_n;
-  for (const auto& r : ranks) {
-    if (r.step_by_n.empty()) {
-      step_n.reset();
-      break;
-    }
-    const int64_t last = r.step_by_n.rbegin()->first;
-    step_n = step_n ? std::min(*step_n, last) : last;
-  }
+  // One step: the median step over the steps every rank used (kineto_step.h).
+  std::vector<std::vector<StepSpan>> per_rank;
+  for (const auto& r : ranks) per_rank.push_back(r.steps);
+  const std::optional<StepSpan> step = median_step(join_ranks(per_rank));
   Builder b;
-  int64_t origin = INT64_MAX;
+  int64_t origin = step ? step->start : INT64_MAX;
   for (const auto& r : ranks) {
     const bool any_gpu =
         std::any_of(r.slices.begin(), r.slices.end(), [](const Slice& s) { return s.gpu; });
+    // Collectives the host ran itself (Gloo on a GPU trace) have no GPU slice: the host's
+    // labelled range is the collective.
+    const bool gpu_comm = std::any_of(r.slices.begin(), r.slices.end(),
+                                      [](const Slice& s) { return s.gpu && s.comm; });
     int64_t lo = INT64_MIN, hi = INT64_MAX;
-    if (step_n) {
-      auto it = r.step_by_n.find(*step_n);
-      if (it != r.step_by_n.end()) lo = it->second.first, hi = it->second.second;
-      origin = std::min(origin, lo);
-    }
+    if (step)
+      for (const StepSpan& s : r.steps)
+        if (s.number == step->number) lo = s.start, hi = s.end;
     for (const auto& s : r.slices) {
-      if (any_gpu && !s.gpu) continue;  // the device timeline when there is one
-      // GPU work of a step may end after the host's step range: keep by start
-      if (s.start < lo || s.start > hi) continue;
-      if (!step_n) origin = std::min(origin, s.start);
+      if (any_gpu && !s.gpu && !(s.comm && !gpu_comm)) continue;  // the device's timeline
+      // GPU work launched in the step may run past the host's range: kept by start
+      if (s.start < lo || s.start >= hi) continue;
+      if (!step) origin = std::min(origin, s.start);
       auto [key, cls] = key_of(s.name, "", s.comm, -1);
       b.add(std::move(key), std::move(cls), r.rank, s.start, s.end, s.comm);
     }
     if (r.peak >= 0) b.peak[r.rank] = r.peak;
   }
   if (origin == INT64_MAX) origin = 0;
-  Timeline t = b.build(origin);
+  Timeline t = b.build(origin, step ? step->duration() : 0);
   t.source = source;
   t.kind = "kineto trace";
-  t.note = step_n ? fmt::format("ProfilerStep#{} of {} rank(s)", *step_n, ranks.size())
-                  : fmt::format("whole trace of {} rank(s) (no ProfilerStep#)", ranks.size());
+  t.note = step ? fmt::format("ProfilerStep#{} (the median step) of {} rank(s)", step->number,
+                              ranks.size())
+                : fmt::format("whole trace of {} rank(s) (no ProfilerStep#)", ranks.size());
   return t;
 }
 

@@ -518,14 +518,33 @@ class FileImporter {
     std::sort(f_.steps.begin(), f_.steps.end(), by_start);
     std::sort(f_.labels.begin(), f_.labels.end(), by_start);
     r.steps_seen = f_.steps.size();
-    size_t skip = opt_.skip_steps >= 0 ? static_cast<size_t>(opt_.skip_steps)
-                                       : (f_.steps.size() >= 2 ? 1 : 0);
-    skip = std::min(skip, f_.steps.size());
+    const size_t skip = warmup_steps(f_.steps.size(), opt_.skip_steps);
     r.steps_used = f_.steps.size() - skip;
-    std::vector<int64_t> step_ns;
-    for (size_t i = skip; i < f_.steps.size(); ++i)
-      step_ns.push_back(f_.steps[i].end - f_.steps[i].start);
-    r.step = spread_of(step_ns);
+    // A kernel's launch: its runtime call by correlation, else its CPU op by External id.
+    auto launch_of = [&](const Kernel& k) -> std::optional<std::pair<int64_t, uint32_t>> {
+      if (const Launch* l = f_.launches.find(k.corr)) return std::pair{l->ts, l->thread};
+      if (const uint32_t* o = f_.op_by_ext.find(k.ext))
+        return std::pair{f_.ops[*o].start, f_.ops[*o].thread};
+      return std::nullopt;
+    };
+    // The steps (kineto_step.h): host ranges extended to the GPU work launched in them.
+    {
+      std::vector<StepSpan> host;
+      for (size_t i = 0; i < f_.steps.size(); ++i)
+        host.push_back({profiler_step_number(f_.names.str(f_.steps[i].name))
+                            .value_or(static_cast<int64_t>(i)),
+                        f_.steps[i].start, f_.steps[i].end});
+      std::vector<GpuOpSpan> gpu;
+      gpu.reserve(f_.kernels.size());
+      for (const Kernel& k : f_.kernels) {
+        const auto l = launch_of(k);
+        gpu.push_back({l ? l->first : k.start, k.start + k.dur});
+      }
+      r.used_steps = rank_steps(std::move(host), gpu, opt_.skip_steps);
+      std::vector<int64_t> step_ns;
+      for (const StepSpan& s : r.used_steps) step_ns.push_back(s.duration());
+      r.step = spread_of(step_ns);
+    }
     const bool have_steps = !f_.steps.empty();
     auto used_step = [&](int64_t ts) {
       if (!have_steps) return true;
@@ -550,12 +569,9 @@ class FileImporter {
       const Kernel& k = f_.kernels[ki];
       int64_t when = k.start;
       uint32_t thread = kNone;
-      if (const Launch* l = f_.launches.find(k.corr)) {
-        when = l->ts;
-        thread = l->thread;
-      } else if (const uint32_t* o = f_.op_by_ext.find(k.ext)) {
-        when = f_.ops[*o].start;
-        thread = f_.ops[*o].thread;
+      if (const auto l = launch_of(k)) {
+        when = l->first;
+        thread = l->second;
       } else {
         ++tot_.unattributed["kernels with no launch (correlation) or CPU op (External id)"];
       }
@@ -977,6 +993,11 @@ Expected<KinetoImport> import_kineto(const std::vector<std::string>& paths,
   if (!ds.empty()) return fail(std::move(ds));
   std::sort(out.ranks.begin(), out.ranks.end(),
             [](const KinetoRank& a, const KinetoRank& b) { return a.rank < b.rank; });
+  {
+    std::vector<std::vector<StepSpan>> per_rank;
+    for (const auto& r : out.ranks) per_rank.push_back(r.used_steps);
+    out.step = median_step(join_ranks(per_rank));
+  }
 
   // kernels by total time
   for (auto& [name, v] : tot.kernel_times) out.top_kernels.emplace_back(name, spread_of(v));
@@ -1115,6 +1136,7 @@ Json kineto_summary_json(const KinetoImport& k) {
     ranks.push_back(std::move(e));
   }
   j["ranks"] = std::move(ranks);
+  j["step"] = k.step ? Json{{"number", k.step->number}, {"ms", ms(k.step->duration())}} : Json();
   // a distribution with the fields that say what it is of
   auto with = [](const Spread& s, Json fields) {
     Json e = spread_json(s);
@@ -1157,6 +1179,10 @@ std::string kineto_summary_table(const KinetoImport& k) {
   o += fmt::format("ranks          {}\n", k.ranks.size());
   o += fmt::format("steps used     {} (over all ranks; the first step of each rank is warm-up)\n",
                    steps);
+  if (k.step)
+    o += fmt::format("step           {:.3f} ms, ProfilerStep#{} (the median used step, over all "
+                     "ranks, with the GPU work it launched)\n",
+                     ms(k.step->duration()), k.step->number);
   o += fmt::format("kernels        {}, {:.3f} ms of kernel time\n", kernels, ms(kns));
   o += fmt::format("memcpy         {}, {:.3f} ms\n", memcpy, ms(cns));
   o += fmt::format("memset         {}, {:.3f} ms\n\n", memset, ms(sns));

@@ -12,7 +12,8 @@
 // Joins (the Kineto conventions, docs/validation.md):
 //  * kernel -> launch by `correlation`; kernel -> CPU op by `External id`;
 //  * kernel -> step: the `ProfilerStep#N` range enclosing its launch (or its CPU op, or itself);
-//    the first step is warm-up and is dropped when there are several (`skip_steps`);
+//    the first step is warm-up and is dropped when there are several (`skip_steps`); a step's
+//    time is as kineto_step.h defines it, shared with `compare`;
 //  * kernel -> logical op: `args.piper_dag_node`, else the innermost labelled range
 //    (op_label.h) enclosing its launch on the launching thread. On a CPU-only trace, the
 //    labelled ranges themselves are the measured ops.
@@ -34,11 +35,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "stretto/support/diag.h"
 #include "stretto/plan/json_source.h"
+#include "stretto/traces/kineto_step.h"
 
 namespace stretto::traces {
 
@@ -71,6 +74,7 @@ struct KinetoRank {
   bool gzip = false;
   size_t steps_seen = 0, steps_used = 0;
   Spread step;  // durations of the used steps
+  std::vector<StepSpan> used_steps;  // kineto_step.h, by start
   size_t kernels = 0;  // GPU kernels (compute and communication) in the used steps
   int64_t kernel_ns = 0;
   size_t memcpy = 0, memset = 0;  // GPU memcpy and memset records in the used steps
@@ -106,6 +110,9 @@ struct KinetoImport {
   std::vector<KinetoOpStat> ops;                            // labelled ops, by key
   std::map<std::string, size_t> unattributed;               // reason -> count
   std::vector<std::string> warnings;  // collectives refused as faster than the link allows
+  /// The step of median duration over the steps every rank used, each from the earliest
+  /// rank's start to the latest rank's end (kineto_step.h): what `compare` shows of the trace.
+  std::optional<StepSpan> step;
   Json table;  // the profiled cost-model table (version 1)
   size_t table_kernels = 0, table_collectives = 0;
 };
