@@ -243,44 +243,31 @@ std::vector<MetricRow> metric_rows(const Snapshot& now, const Snapshot* base) {
 
 void App::update_search() {
   SearchState& s = search;
-  if (!current || s.query.find_first_not_of(" \t") == std::string::npos) {
+  auto forget = [&] {
     s.for_query.clear();
     s.tasks.clear();
     s.lane_prefix.clear();
     s.for_snap.reset();
+  };
+  if (!current || s.query.find_first_not_of(" \t") == std::string::npos) {
+    forget();
+    s.asked_query.clear();
+    s.asked_snap.reset();
     return;
   }
-  if (s.for_query == s.query && s.for_snap.lock() == current) return;
-  const auto& cp = current->session->compiled();
-  const auto& r = current->result;
-  if (s.text_for.lock() != current) {  // the names of a new result, once
-    s.text_for = current;
-    s.node_text.resize(cp.dag.nodes.size());
-    for (uint32_t n = 0; n < cp.dag.nodes.size(); ++n) s.node_text[n] = search_text(cp, n);
+  if (s.asked_query != s.query || s.asked_snap.lock() != current) {
+    s.asked_query = s.query;
+    s.asked_snap = current;
+    s.worker.start(current, s.query);
   }
-  s.for_query = s.query;
-  s.for_snap = current;
-  const auto words = search_words(s.query);
-  std::vector<char> node_match(s.node_text.size());
-  for (size_t n = 0; n < node_match.size(); ++n) node_match[n] = search_match(s.node_text[n], words);
-  auto matches = [&](uint32_t task) {
-    const uint32_t n = r.node_of(task);
-    return n < node_match.size() && node_match[n];
-  };
-  const Timeline& T = current->timeline;
-  s.lane_prefix.assign(T.lanes.size(), {});
-  for (size_t li = 0; li < T.lanes.size(); ++li) {
-    const auto& ops = T.lanes[li].ops;
-    auto& p = s.lane_prefix[li];
-    p.resize(ops.size() + 1);
-    p[0] = 0;
-    for (size_t i = 0; i < ops.size(); ++i) p[i + 1] = p[i] + (matches(ops[i].task) ? 1 : 0);
+  if (auto m = s.worker.take(); m && m->snap.lock() == current) {
+    s.for_query = std::move(m->query);
+    s.for_snap = m->snap;
+    s.tasks = std::move(m->tasks);
+    s.lane_prefix = std::move(m->lane_prefix);
   }
-  s.tasks.clear();
-  for (uint32_t t = 0; t < T.where.size(); ++t)
-    if (T.where[t].first != UINT32_MAX && matches(t)) s.tasks.push_back(t);
-  std::stable_sort(s.tasks.begin(), s.tasks.end(),
-                   [&](uint32_t a, uint32_t b) { return r.timing[a].start < r.timing[b].start; });
+  // Matches of an older result index other lanes and tasks: dropped until the new ones come.
+  if (s.for_snap.lock() != current) forget();
 }
 
 bool App::open_trace(const std::string& path) {
@@ -460,7 +447,8 @@ std::string App::state_json() const {
     const auto& cp = current->session->compiled();
     for (size_t i = 0; i < search.tasks.size() && i < 50; ++i)
       list.push_back(cp.dag.node_name(current->result.node_of(search.tasks[i]), cp.model));
-    j["search"] = {{"query", search.for_query}, {"matches", search.tasks.size()}, {"first", list}};
+    j["search"] = {{"query", search.for_query}, {"matches", search.tasks.size()}, {"first", list},
+                   {"pending", search.pending()}};
   }
   if (measured) j["measured"] = {{"path", measured->path}, {"slices", measured->timeline.ops}, {"end_ns", measured->end}};
   nlohmann::ordered_json v;

@@ -80,6 +80,11 @@ void toolbar(App& app, const Snapshot& s) {
   ImGui::InputTextWithHint("##search", "search ops: PP3 MB5, layer19.mlp, all-gather", &app.search.query);
   app.hook("search");
   app.update_search();
+  if (app.search.pending()) {  // the worker builds the index or matches (search.h)
+    ImGui::SameLine();
+    ImGui::TextColored(kYellow, "%s", app.search.worker.indexing() ? "indexing..." : "searching...");
+    app.hook("search pending");
+  }
   if (app.search.active()) {
     ImGui::SameLine();
     ImGui::TextColored(app.search.tasks.empty() ? kRed : ImVec4(0.3f, 1.0f, 1.0f, 1.0f), "%zu match%s",

@@ -424,6 +424,10 @@ void compare_tab(App& app) {
 void search_tab(App& app) {
   app.update_search();
   const SearchState& sr = app.search;
+  if (!sr.active() && sr.pending()) {
+    ImGui::TextColored(kYellow, "%s", sr.worker.indexing() ? "indexing the op names..." : "searching...");
+    return;
+  }
   if (!sr.active()) {
     ImGui::TextColored(kGrey, "Type in the timeline's search field: words of an op's name and tags "
                               "(PP3 MB5, layer19.mlp, all-gather); every word must match.");

@@ -372,6 +372,8 @@ bool step_script(App& app, ImGuiIO& io) {
     } else if (a.verb == "search") {
       app.search.query = a.args.empty() ? std::string() : a.args[0];
       app.update_search();
+      app.search.worker.wait_idle();  // a script reads the matches right after
+      app.update_search();
     } else if (a.verb == "granularity") {
       app.granularity = *sim::parse_granularity(a.args[0]);  // (checked by parse_script)
     } else if (a.verb == "pin") {

@@ -488,3 +488,54 @@ TEST_F(Panels, DiagnosticCaretSitsUnderItsColumn) {
 
 }  // namespace
 }  // namespace stretto::gui
+
+namespace stretto::gui {
+namespace {
+
+// The search runs on the search worker's thread (search.h): the UI thread only starts it and
+// takes its answer. Its matches equal the matching done on the calling thread; a newer query
+// cancels the one running; a cancelled job answers nothing; matches of an older result are
+// never kept for a newer one (their lanes and tasks differ).
+TEST_F(Panels, SearchRunsOffTheUiThreadAndAnswersTheLatestQuery) {
+  run("open " + k1f1b + "\nwait\nframes 1\n");
+  ASSERT_TRUE(app.current);
+  SearchIndex index;
+  std::atomic<bool> no{false}, yes{true};
+  auto direct = match_search(app.current, "PP1 MB5", index, no);
+  ASSERT_TRUE(direct);
+  EXPECT_GT(direct->tasks.size(), 10u);
+  SearchIndex fresh;
+  EXPECT_FALSE(match_search(app.current, "PP1 MB5", fresh, yes));  // cancelled: no answer
+
+  app.search.query = "PP1 MB5";
+  app.update_search();  // starts the worker, does not wait for it
+  EXPECT_TRUE(app.search.pending() || app.search.active());
+  app.search.query = "all-gather";
+  app.update_search();  // cancels "PP1 MB5"
+  app.search.worker.wait_idle();
+  app.update_search();
+  EXPECT_FALSE(app.search.pending());
+  ASSERT_TRUE(app.search.active());
+  EXPECT_EQ(app.search.for_query, "all-gather");
+  auto gathers = match_search(app.current, "all-gather", index, no);
+  ASSERT_TRUE(gathers);
+  EXPECT_EQ(app.search.tasks, gathers->tasks);
+  EXPECT_EQ(app.search.lane_prefix, gathers->lane_prefix);
+
+  // a new result: the old matches are dropped at once, the new ones come from the worker
+  const auto before = app.current;
+  run("set /schedule/4/bucket_size 50\nwait\nframes 1\n");
+  ASSERT_NE(app.current, before);
+  app.update_search();
+  if (app.search.active()) {
+    EXPECT_EQ(app.search.for_snap.lock(), app.current);
+  }
+  app.search.worker.wait_idle();
+  app.update_search();
+  ASSERT_TRUE(app.search.active());
+  EXPECT_EQ(app.search.for_snap.lock(), app.current);
+  EXPECT_EQ(app.search.lane_prefix.size(), app.current->timeline.lanes.size());
+}
+
+}  // namespace
+}  // namespace stretto::gui

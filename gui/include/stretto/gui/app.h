@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "stretto/gui/document.h"
+#include "stretto/gui/search.h"
 #include "stretto/gui/timeline.h"
 #include "stretto/gui/worker.h"
 #include "stretto/sim/inspect.h"
@@ -80,16 +81,20 @@ struct MetricRow {
 /// simulation wall.
 std::vector<MetricRow> metric_rows(const Snapshot& now, const Snapshot* base);
 
-/// The search field and what it matches in the current result (App::update_search).
+/// The search field and what it matches in the current result (App::update_search); the
+/// matching runs on the search worker's thread (search.h).
 struct SearchState {
   std::string query;
   std::string for_query;                   // the query `tasks` was computed for
   std::weak_ptr<const Snapshot> for_snap;  // and the result
-  std::vector<std::string> node_text;      // search_text of each DAG node (first search)
-  std::weak_ptr<const Snapshot> text_for;
+  std::string asked_query;                 // the query the worker was last given
+  std::weak_ptr<const Snapshot> asked_snap;  // and the result
+  SearchWorker worker;
   std::vector<uint32_t> tasks;                     // matching drawn ops, by start time
   std::vector<std::vector<uint32_t>> lane_prefix;  // per lane: matching ops among [0, i)
   bool active() const { return !for_query.empty(); }
+  /// The worker has not answered the query in the field yet.
+  bool pending() const { return worker.busy(); }
   /// Matches among ops [first, last] of lane `lane`.
   uint32_t in_lane(uint32_t lane, uint32_t first, uint32_t last) const {
     const auto& p = lane_prefix[lane];
@@ -226,7 +231,8 @@ struct App {
   const std::vector<sim::CategorySample>& memory_curve(int device);
   /// The same of the pinned baseline (empty without one, or when it is the current result).
   const std::vector<sim::CategorySample>& baseline_memory_curve(int device);
-  /// Recomputes the search's matches when the query or the result changed.
+  /// Asks the search worker for the matches when the query or the result changed, and takes
+  /// its answer when it has one (never waits). Matches are only kept for the current result.
   void update_search();
   /// Critical path flags of the current result (computed on first use).
   void ensure_critical();
