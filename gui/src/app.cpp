@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -300,11 +301,33 @@ void App::zoom(double t0, double t1) {
   tl.ns_per_px = (t1 - t0) / static_cast<double>(w);
 }
 
+namespace {
+
+// An export never replaces the plan it was made from, or the trace opened against it (a
+// script's `export-trace PLAN` wrote the trace over the plan).
+bool replaces_input(const App& app, const std::string& path, std::string* error) {
+  namespace fs = std::filesystem;
+  for (const std::string& in : {app.doc.path(), app.measured ? app.measured->path : std::string()}) {
+    if (in.empty()) continue;
+    std::error_code e1, e2, e3, e4;
+    const bool same_file = fs::exists(path, e1) && fs::exists(in, e1) && fs::equivalent(path, in, e2);
+    const fs::path a = fs::weakly_canonical(path, e3), b = fs::weakly_canonical(in, e4);
+    if (same_file || (!e3 && !e4 && a == b)) {
+      if (error) *error = "refusing to overwrite the input file '" + in + "': write the export to another file";
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 bool App::export_trace(const std::string& path, std::string* error) const {
   if (!current) {
     if (error) *error = "nothing simulated yet";
     return false;
   }
+  if (replaces_input(*this, path, error)) return false;
   std::ofstream f(path, std::ios::binary);
   if (!f || !(f << traces::chrome_trace(current->session->compiled(), current->result))) {
     if (error) *error = "cannot write '" + path + "'";
@@ -318,6 +341,7 @@ bool App::export_torch_csv(const std::string& path, std::string* error) const {
     if (error) *error = "nothing simulated yet";
     return false;
   }
+  if (replaces_input(*this, path, error)) return false;
   auto csv = torch_csv_of(current->session->compiled().plan.schedule);
   if (!csv) {
     if (error) *error = "not a pipeline schedule torch can run: " + csv.error().front().message;
@@ -389,6 +413,7 @@ std::string App::state_json() const {
   j["worker"] = {{"submitted", wc.submitted}, {"superseded", wc.superseded}, {"run", wc.run}};
   j["failed"] = last_failed;
   j["granularity"] = std::string(sim::granularity_name(granularity));
+  j["plan_status"] = plan_status;
   nlohmann::ordered_json ds = nlohmann::ordered_json::array();
   for (size_t i = 0; i < diags.size(); ++i) {
     const Diagnostic& d = diags[i];

@@ -73,6 +73,15 @@ const std::optional<OJson>& Document::json() const {
   return json_;
 }
 
+const nlohmann::json& Document::plain_json() const {
+  if (plain_rev_ != revision_) {
+    plain_rev_ = revision_;
+    const auto& j = json();
+    plain_ = j ? nlohmann::json::parse(j->dump()) : nlohmann::json();
+  }
+  return plain_;
+}
+
 bool Document::set(const std::string& pointer, const OJson& value, bool coalesce) {
   if (!json()) return false;
   OJson j = *json();

@@ -39,10 +39,11 @@ const OJson* at(const App& app, const std::string& pointer) {
   return &(*j)[p];
 }
 
-// The document as the plan library's JSON type (for plan_key_at: plan/schema.h).
-Json plan_json(const App& app) {
-  const auto& j = app.doc.json();
-  return j ? Json::parse(j->dump()) : Json();
+// The document as the plan library's JSON type (for plan_key_at: plan/schema.h). Dumped and
+// parsed again every frame, it was most of the Plan panel's cost (callgrind of bench_gui's
+// EditToRedraw/64: 4.4 M instructions a frame); now once per document revision.
+const Json& plan_json(const App& app) {
+  return app.doc.plain_json();
 }
 
 // An integer field of the plan: the value at `pointer`, or `fallback` (the resolved value,
@@ -337,15 +338,18 @@ void file_row(App& app) {
   ImGui::TextColored(kGrey, "%s", name.c_str());
   if (app.worker.busy()) {
     auto [phase, f] = app.worker.progress();
-    ImGui::TextColored(kYellow, "STALE - simulating (%s %.0f%%)", phase.c_str(), f * 100);
+    app.plan_status = fmt::format("STALE - simulating ({} {:.0f}%)", phase, f * 100);
+    ImGui::TextColored(kYellow, "%s", app.plan_status.c_str());
   } else if (app.last_failed) {
-    ImGui::TextColored(kRed, app.current ? "ERROR - %zu diagnostic(s); showing the last good result"
-                                         : "ERROR - %zu diagnostic(s); nothing simulated yet (see Diagnostics)",
-                       app.diags.size());
+    app.plan_status = fmt::format("ERROR - {} diagnostic(s); {}", app.diags.size(),
+                                  app.current ? "showing the last good result"
+                                              : "nothing simulated yet (see Diagnostics)");
+    ImGui::TextColored(kRed, "%s", app.plan_status.c_str());
   } else if (app.current) {
-    ImGui::TextColored(kGreen, "up to date - step %s, simulated in %.1f ms",
-                       format_time(static_cast<double>(app.current->result.step_time)).c_str(),
-                       app.last_edit_to_result_ms);
+    app.plan_status = fmt::format("up to date - step {}, simulated in {:.1f} ms",
+                                  format_time(static_cast<double>(app.current->result.step_time)),
+                                  app.last_edit_to_result_ms);
+    ImGui::TextColored(kGreen, "%s", app.plan_status.c_str());
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip("%s %.1f ms, simulation %.1f ms, lanes %.1f ms",
                         app.current->recompiled ? "parse + compile" : "parse + cost model (no recompile)",
@@ -369,7 +373,7 @@ void parameters_tab(App& app) {
   const ResolvedPlan rp = sim::resolve_plan(app.current->session->compiled());
   ImGui::PushItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
   // Keys, paths and bounds are the schema table's (plan/schema.h), the parser's.
-  const Json doc = plan_json(app);
+  const Json& doc = plan_json(app);
   const ResolvedField* family = rp.field("family");
   if (!rp.family.empty() && family && !family->path.empty()) {
     section("Builder");
@@ -463,7 +467,7 @@ void directives_tab(App& app) {
     }
     return;
   }
-  const Json doc = plan_json(app);
+  const Json& doc = plan_json(app);
   int move_from = -1, move_to = -1, remove = -1;
   for (size_t i = 0; i < sched->size(); ++i) {
     const std::string at_i = fmt::format("/schedule/{}", i);
@@ -560,7 +564,7 @@ void order_tab(App& app) {
     return;
   }
   const auto& j = app.doc.json();
-  const Json doc = plan_json(app);
+  const Json& doc = plan_json(app);
   ImGui::TextWrapped("Drag a cell onto another to move it there; hold Shift when dropping to "
                      "group them (run overlapped). Right-click a group to split it.");
   std::optional<std::pair<CellRef, CellRef>> move;

@@ -441,6 +441,20 @@ TEST(Hostile, AFailedWriteToStandardOutputIsExit2) {
     EXPECT_EQ(r.code, 2) << r.err.substr(0, 2000);
     EXPECT_NE(r.err.find("standard output"), std::string::npos) << r.err.substr(0, 2000);
   }
+  // sweep merge, and replay where the LibTorch backend is built
+  const std::string full_db = (tmpdir() / "stdout_full_source.db").string();
+  ASSERT_EQ(sh("sweep " + small + " --db " + full_db + " --format json", "", ">/dev/null").code, 0);
+  std::vector<std::string> more = {"sweep merge " + (tmpdir() / "stdout_full_merged.db").string() +
+                                   " " + full_db + " --format json"};
+  if (fs::exists(fs::path(binary()).parent_path() / "stretto-backend"))
+    more.push_back("replay " + std::string(STRETTO_TEST_DATA) +
+                   "/backend/pp2_1f1b.json --iterations 1 --warmup 0 --format json");
+  for (const std::string& args : more) {
+    SCOPED_TRACE(args);
+    const Result r = sh(args, "", ">/dev/full", 8000000);
+    EXPECT_EQ(r.code, 2) << r.err.substr(0, 2000);
+    EXPECT_NE(r.err.find("standard output"), std::string::npos) << r.err.substr(0, 2000);
+  }
 }
 
 // `search --devices 2147483647` died of SIGFPE (an int overflow in the divisor loop, after 20 s):
@@ -450,6 +464,10 @@ TEST(Hostile, SearchRefusesMoreDevicesThanItPlansFor) {
   expect_refusal(sh("search " + plan + " --devices 2147483647 --budget 1"),
                  "--devices 2147483647 is more than a search plans for (1048576)");
   expect_refusal(sh("search " + plan + " --devices 1048577 --budget 1"), "more than a search plans for");
+  // --devices 1000000 exhausted memory: now no layout of that many devices fits the model and
+  // its global batch of 32, said at once (under the 4 GB address space of every test here)
+  expect_refusal(sh("search " + plan + " --devices 1000000 --budget 1"),
+                 "no layout of 1000000 devices fits this model and global batch 32");
 }
 
 // A profiled table with a huge `ns` aborted the engine ("event in the past") or said "internal
@@ -870,4 +888,42 @@ TEST(Hostile, AMillionDevicePointIsRefusedByItsEstimateNamingTheDevices) {
             std::string::npos)
       << why;
   EXPECT_EQ(why.find("fewer microbatches"), std::string::npos) << why;
+}
+
+// The outputs of the backend commands and of a GUI script never replace an input: replay
+// --trace PLAN, profile -o PLAN, validate --trace PLAN and --save-profile PLAN are refused
+// before anything runs; a script's export-trace PLAN (which wrote the trace over the plan) and
+// export-torch-csv PLAN fail at their line. The plan is unchanged.
+TEST(Hostile, BackendAndGuiScriptOutputsNeverReplaceTheirInput) {
+  const fs::path dir = tmpdir() / "outputs_backend_gui";
+  fs::create_directories(dir);
+  const fs::path plan = dir / "plan.json";
+  put(plan, slurp(std::string(STRETTO_TEST_DATA) + "/backend/pp2_1f1b.json"));
+  const std::string before = slurp(plan);
+  const std::string p = plan.string();
+  if (fs::exists(fs::path(binary()).parent_path() / "stretto-backend")) {
+    for (const std::string& args :
+         {"replay " + p + " --trace " + p, "profile " + p + " -o " + p,
+          "validate " + p + " --trace " + p,
+          "validate " + p + " --profile-from " + p + " --save-profile " + p}) {
+      SCOPED_TRACE(args);
+      expect_refusal(sh(args, "", "", 8000000), "refusing to overwrite the input file");
+    }
+  }
+  EXPECT_EQ(slurp(plan), before);
+  if (std::system("command -v xvfb-run >/dev/null 2>&1") != 0) GTEST_SKIP() << "no xvfb-run";
+  for (const std::string verb : {"export-trace", "export-torch-csv"}) {
+    SCOPED_TRACE(verb);
+    put(dir / "export.script", "wait\n" + verb + " " + p + "\n");
+    const std::string cmd = "xvfb-run -a " + binary() + " gui " + p + " --script " +
+                            (dir / "export.script").string() + " --frames 2 2>" +
+                            (dir / "export.err").string();
+    const int rc = std::system(("/bin/bash -c '" + cmd + "'").c_str());
+    ASSERT_TRUE(WIFEXITED(rc));
+    EXPECT_EQ(WEXITSTATUS(rc), 2);
+    const std::string err = slurp(dir / "export.err");
+    EXPECT_NE(err.find("script line 2: refusing to overwrite the input file"), std::string::npos)
+        << err;
+    EXPECT_EQ(slurp(plan), before);
+  }
 }

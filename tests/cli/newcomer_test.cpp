@@ -263,3 +263,26 @@ TEST(Newcomer, OutputsSizedForPeople) {
   EXPECT_TRUE(drawn) << t.out;
   EXPECT_NE(t.out.find("half the median pass"), std::string::npos) << t.out;
 }
+
+// A trace over 100 MiB is announced with its size and the ways to write less (--trace-devices,
+// --trace-window) before it is written; a small one gets its size only.
+TEST(Newcomer, ALargeTraceIsAnnouncedWithTheWaysToWriteLess) {
+  Json big = Json::parse(slurp(example("gpt_pp4_dp2_1f1b_builder.json")));
+  big["schedule"]["microbatches"] = 400;  // ~750,000 events, ~109 MiB of JSON
+  const fs::path gz = tmpdir() / "big.json.gz";
+  const Result r = sh("simulate " + write("mb400.json", big).string() + " --format json --trace " +
+                      gz.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("before gzip compression; --trace-devices 0-7 (some devices) or "
+                       "--trace-window START:END (ms) write less"),
+            std::string::npos)
+      << r.err;
+  EXPECT_LT(fs::file_size(gz), 30u << 20);
+  fs::remove(gz);
+  const fs::path small = tmpdir() / "small.json";
+  const Result s = sh("simulate " + example("gpt_pp4_dp2_1f1b.json") + " --format json --trace " +
+                      small.string());
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_NE(s.err.find("events, about"), std::string::npos) << s.err;
+  EXPECT_EQ(s.err.find("write less"), std::string::npos) << s.err;
+}

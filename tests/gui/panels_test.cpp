@@ -142,6 +142,9 @@ TEST_F(Panels, ABadFileShowsItsDiagnosticsAndTheGuiKeepsRunning) {
   ASSERT_FALSE(app.diags.empty());
   EXPECT_EQ(app.diags[0].loc.line, 3u) << app.diags[0].render();
   EXPECT_NE(app.diags[0].loc.file.find("bad.json"), std::string::npos);
+  // It says there is no result, not "showing the last good result" (there is none).
+  EXPECT_NE(app.plan_status.find("nothing simulated yet"), std::string::npos) << app.plan_status;
+  EXPECT_EQ(nlohmann::json::parse(app.state_json())["plan_status"], app.plan_status);
   // Still responsive: open a good plan afterwards.
   run("open " + k1f1b + "\nwait\nframes 1\n");
   EXPECT_TRUE(app.current);
@@ -165,6 +168,7 @@ TEST_F(Panels, AFailingEditKeepsTheLastGoodResultMarkedStale) {
   auto st = nlohmann::json::parse(app.state_json());
   EXPECT_TRUE(st["stale"].get<bool>());
   EXPECT_TRUE(st["failed"].get<bool>());
+  EXPECT_NE(app.plan_status.find("showing the last good result"), std::string::npos) << app.plan_status;
   run("undo\nwait\nframes 1\n");
   EXPECT_FALSE(app.last_failed);
   EXPECT_FALSE(app.stale());
@@ -429,6 +433,25 @@ TEST(Document, UndoRedoCoalescingAndFormatting) {
   d.set_text("not json");
   EXPECT_FALSE(d.json());
   EXPECT_FALSE(d.set("/a", 1));
+}
+
+// The Plan panel's tabs read the plan as plain JSON every frame: converted once per revision
+// (the same object while the text is unchanged), and following every edit, undo and bad text.
+TEST(Document, PlainJsonIsConvertedOncePerRevision) {
+  Document d;
+  d.reset("{\"b\": 1, \"a\": [2]}");
+  const nlohmann::json* first = &d.plain_json();
+  EXPECT_EQ(d.plain_json(), nlohmann::json::parse("{\"a\": [2], \"b\": 1}"));
+  const uint64_t rev = d.revision();
+  (void)d.plain_json();
+  EXPECT_EQ(d.revision(), rev);
+  EXPECT_EQ(&d.plain_json(), first);
+  ASSERT_TRUE(d.set("/b", 5));
+  EXPECT_EQ(d.plain_json()["b"], 5);
+  d.undo();
+  EXPECT_EQ(d.plain_json()["b"], 1);
+  d.set_text("not json");
+  EXPECT_TRUE(d.plain_json().is_null());
 }
 
 TEST(Format, TimesAndBytesCarryUnits) {

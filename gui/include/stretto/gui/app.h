@@ -149,6 +149,7 @@ struct App {
   uint64_t shown_generation = 0;
   double last_edit_to_result_ms = 0;
   std::string status;       // one line: saved, exported, cannot read ...
+  std::string plan_status;  // the Plan panel's result line, as drawn last frame
 
   // ---- UI state
   std::string path_field;

@@ -36,6 +36,9 @@ class Document {
   void set_text(std::string text, bool coalesce = false);
   /// The text parsed as JSON, or nullopt when it is not valid JSON.
   const std::optional<OJson>& json() const;
+  /// The same, unordered (the plan library's JSON type: plan/schema.h takes it); null when the
+  /// text is not JSON. Converted once per revision: the Plan panel's tabs read it every frame.
+  const nlohmann::json& plain_json() const;
   /// Sets the value at a JSON pointer ("/schedule/3/num_microbatches"), creating object
   /// members as needed; false if the text is not JSON or the pointer cannot be set.
   bool set(const std::string& pointer, const OJson& value, bool coalesce = false);
@@ -58,6 +61,8 @@ class Document {
   uint64_t revision_ = 0;
   mutable std::optional<OJson> json_;
   mutable uint64_t json_rev_ = UINT64_MAX;
+  mutable nlohmann::json plain_;
+  mutable uint64_t plain_rev_ = UINT64_MAX;
 };
 
 /// Plan JSON formatted like the examples: one top-level member per line, one directive per
