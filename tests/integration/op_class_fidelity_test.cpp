@@ -278,3 +278,40 @@ TEST(OpClassH200, RooflineBreaksTheMemoryBoundBounds) {
 
 }  // namespace
 }  // namespace stretto
+
+namespace stretto {
+namespace {
+
+// The four compute-bound one-GPU H200 plans whose replays were measured (docs/fidelity.md,
+// "Memory-bound ops and the kernel style"): the step the doc quotes for each kernel style is
+// the simulator's, to 0.05 ms.
+TEST(OpClassH200, TheReplayPlansPredictWhatTheDocQuotes) {
+  struct Row {
+    const char* plan;
+    double fused_ms, eager_ms;
+  };
+  const Row rows[] = {{"llama8b_l4_mb4", 178.5, 209.6},
+                      {"llama8b_l4_mb8_sel", 362.7, 424.8},
+                      {"llama8b_l4_s2k_mb2", 340.0, 402.1},
+                      {"gpt13b_l4_mb4", 237.4, 274.8}};
+  for (const Row& row : rows) {
+    std::ifstream in(std::string(STRETTO_TEST_DATA) + "/costmodel/h200_replay_plans/" +
+                     row.plan + ".json");
+    json plan = json::parse(in, nullptr, false);
+    ASSERT_FALSE(plan.is_discarded()) << row.plan;
+    for (const char* style : {"fused", "eager"}) {
+      plan["costmodel"]["kernel_style"] = style;
+      auto s = testing::session_of(plan);
+      ASSERT_TRUE(s) << row.plan << ": " << s.error()[0].message;
+      auto r = s->simulate();
+      ASSERT_TRUE(r) << row.plan << ": " << r.error()[0].message;
+      const double ms = static_cast<double>(r->step_time) / 1e6;
+      const double quoted = std::string(style) == "fused" ? row.fused_ms : row.eager_ms;
+      std::printf("  %-20s %-6s %9.3f ms (doc %.1f)\n", row.plan, style, ms, quoted);
+      EXPECT_NEAR(ms, quoted, 0.05) << row.plan << " " << style;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace stretto
