@@ -62,9 +62,8 @@ std::string describe(const CompiledPlan& cp, const std::string& path) {
   } else {
     o += fmt::format("  synthetic       {} regions\n", m.layers);
   }
-  o += fmt::format("  parameters      {:.3g} ({} pipeline region{})\n",
-                   static_cast<double>(cp.model.total_params), m.pp_regions,
-                   m.pp_regions == 1 ? "" : "s");
+  o += fmt::format("  parameters      {:.3g} ({})\n", static_cast<double>(cp.model.total_params),
+                   count_noun(m.pp_regions, "pipeline region", "pipeline regions"));
   std::set<int> used;
   for (const Directive& d : p.schedule) {
     for (int x : d.devices) used.insert(x);

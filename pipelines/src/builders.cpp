@@ -1413,9 +1413,9 @@ std::string show_grid(const PipelineSchedule& s) {
       width = std::max(width, t.size());
       cells[r].push_back(std::move(t));
     }
-  std::string out = fmt::format("{}: {}, {} stage{}/rank, {}{}\n", s.family,
-                                count_noun(s.ranks, "rank", "ranks"), s.stages_per_rank,
-                                s.stages_per_rank == 1 ? "" : "s",
+  std::string out = fmt::format("{}: {}, {}/rank, {}{}\n", s.family,
+                                count_noun(s.ranks, "rank", "ranks"),
+                                count_noun(s.stages_per_rank, "stage", "stages"),
                                 count_noun(s.microbatches, "microbatch", "microbatches"),
                                 s.bidirectional ? " (bidirectional)" : "");
   const size_t label = fmt::format("r{}", s.per_rank.empty() ? 0 : s.per_rank.size() - 1).size();

@@ -8,6 +8,7 @@
 #include "stretto/pipelines/builders.h"
 #include "stretto/plan/json_source.h"
 #include "stretto/plan/layout.h"
+#include "stretto/support/plural.h"
 
 namespace stretto {
 
@@ -112,9 +113,8 @@ Diagnostics check_builder_call(const Plan& plan, const JsonSource* src) {
   if (plan.model.pp_regions != S) {
     const std::string v = sched->bidirectional
                               ? fmt::format("{} ranks (each stage runs in both directions)", p)
-                              : fmt::format("{} ranks x {} stage{} per rank", p,
-                                            sched->stages_per_rank,
-                                            sched->stages_per_rank == 1 ? "" : "s");
+                              : fmt::format("{} ranks x {} per rank", p,
+                                            count_noun(sched->stages_per_rank, "stage", "stages"));
     at(call.pointer,
        fmt::format("{} with {} needs pp_regions = {}; the model has {}", sched->family, v, S,
                    plan.model.pp_regions),
