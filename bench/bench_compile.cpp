@@ -19,15 +19,15 @@ void BM_Compile(benchmark::State& state) {
   const int pp = static_cast<int>(state.range(0)), dp = static_cast<int>(state.range(1));
   const int mbs = static_cast<int>(state.range(2));
   auto text = stretto::bench::moe_plan(pp, dp, 8, mbs, false).dump();
-  auto src = stretto::JsonSource::parse(text, "bench.json");
-  auto plan = stretto::parse_plan(*src);
+  auto src = stretto::plan::JsonSource::parse(text, "bench.json");
+  auto plan = stretto::plan::parse_plan(*src);
   if (!plan) {
     state.SkipWithError(stretto::render_all(plan.error()).c_str());
     return;
   }
   size_t nodes = 0, edges = 0;
   for (auto _ : state) {
-    auto cp = stretto::compile(*plan, &*src);
+    auto cp = stretto::compiler::compile(*plan, &*src);
     if (!cp) {
       state.SkipWithError(stretto::render_all(cp.error()).c_str());
       return;

@@ -28,14 +28,14 @@
 
 namespace {
 
-using stretto::sim::Engine;
-using stretto::sim::Participant;
-using stretto::sim::Program;
-using stretto::sim::RunResult;
-using stretto::sim::SimTime;
-using stretto::sim::Task;
-using stretto::sim::TaskKind;
-using stretto::sim::detail::Event;
+using stretto::engine::Engine;
+using stretto::engine::Participant;
+using stretto::engine::Program;
+using stretto::engine::RunResult;
+using stretto::engine::SimTime;
+using stretto::engine::Task;
+using stretto::engine::TaskKind;
+using stretto::engine::detail::Event;
 
 // ---- (a) the ceiling: a bare heap hold model ----
 
@@ -77,7 +77,7 @@ BENCHMARK(BM_HeapHold)->Arg(1024)->Arg(16384)->Arg(262144);
 void BM_EngineQueueHold(benchmark::State& state) {
   const size_t pending = static_cast<size_t>(state.range(0));
   const auto inc = exp_increments(1 << 20);
-  stretto::sim::detail::RadixEventQueue q;
+  stretto::engine::detail::RadixEventQueue q;
   q.reserve(pending + 1);
   uint64_t seq = 0;
   for (size_t i = 0; i < pending; ++i) q.push(Event{inc[i], (seq++) << 2, uint32_t(i), 0});
@@ -351,7 +351,7 @@ BENCHMARK(BM_Pipeline64Devices)->Unit(benchmark::kMillisecond);
 // it: one prepare pass both validates and builds the engine's structures).
 void BM_Validate1F1B(benchmark::State& state) {
   const Program& p = pipeline_program();
-  for (auto _ : state) benchmark::DoNotOptimize(stretto::sim::validate(p));
+  for (auto _ : state) benchmark::DoNotOptimize(stretto::engine::validate(p));
   state.counters["tasks"] = double(p.tasks.size());
 }
 BENCHMARK(BM_Validate1F1B)->Unit(benchmark::kMillisecond)->Iterations(2);

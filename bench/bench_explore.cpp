@@ -21,6 +21,8 @@
 
 namespace fs = std::filesystem;
 using namespace stretto;
+using namespace stretto::plan;
+using namespace stretto::compiler;
 using namespace stretto::explore;
 
 namespace {

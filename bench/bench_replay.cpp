@@ -21,7 +21,7 @@ void BM_ReplayOverhead(benchmark::State& state, const char* plan) {
   ::setenv("OPENBLAS_NUM_THREADS", "1", 0);
   ::setenv("OMP_NUM_THREADS", "1", 0);
   const std::string path = std::string(STRETTO_EXAMPLES) + "/" + plan;
-  auto cp = stretto::compile_file(path);
+  auto cp = stretto::compiler::compile_file(path);
   if (!cp) {
     state.SkipWithError("plan does not compile");
     return;

@@ -39,13 +39,13 @@ struct Floor {
 };
 Floor floor_of(size_t tasks, uint64_t events) {
   using Clock = std::chrono::steady_clock;
-  using stretto::sim::detail::Event;
+  using stretto::engine::detail::Event;
   Floor f;
   std::mt19937_64 rng(42);
   std::exponential_distribution<double> exp(1.0 / 1000.0);
-  std::vector<stretto::sim::SimTime> inc(1 << 16);
-  for (auto& x : inc) x = static_cast<stretto::sim::SimTime>(exp(rng)) + 1;
-  stretto::sim::detail::RadixEventQueue q;
+  std::vector<stretto::engine::SimTime> inc(1 << 16);
+  for (auto& x : inc) x = static_cast<stretto::engine::SimTime>(exp(rng)) + 1;
+  stretto::engine::detail::RadixEventQueue q;
   q.reserve(1025);
   uint64_t seq = 0;
   for (uint32_t i = 0; i < 1024; ++i) q.push(Event{inc[i], (seq++) << 2, i, 0});
@@ -70,7 +70,7 @@ Floor floor_of(size_t tasks, uint64_t events) {
 // the same process and run): a bare binary heap (std::priority_queue of the engine's events)
 // handling `events` events in a hold model with 1,024 pending; events per second.
 double bare_heap_rate(uint64_t events) {
-  using stretto::sim::detail::Event;
+  using stretto::engine::detail::Event;
   struct After {
     bool operator()(const Event& a, const Event& b) const {
       return a.time > b.time || (a.time == b.time && a.key > b.key);
@@ -78,8 +78,8 @@ double bare_heap_rate(uint64_t events) {
   };
   std::mt19937_64 rng(42);
   std::exponential_distribution<double> exp(1.0 / 1000.0);
-  std::vector<stretto::sim::SimTime> inc(1 << 16);
-  for (auto& x : inc) x = static_cast<stretto::sim::SimTime>(exp(rng)) + 1;
+  std::vector<stretto::engine::SimTime> inc(1 << 16);
+  for (auto& x : inc) x = static_cast<stretto::engine::SimTime>(exp(rng)) + 1;
   std::priority_queue<Event, std::vector<Event>, After> q;
   uint64_t seq = 0;
   for (uint32_t i = 0; i < 1024; ++i) q.push(Event{inc[i], (seq++) << 2, i, 0});
@@ -108,8 +108,8 @@ double peak_rss_mib() {
 }
 
 std::optional<stretto::sim::Session> open(const nlohmann::json& plan, benchmark::State& state) {
-  auto src = stretto::JsonSource::parse(plan.dump(), "bench.json");
-  auto p = stretto::parse_plan(*src);
+  auto src = stretto::plan::JsonSource::parse(plan.dump(), "bench.json");
+  auto p = stretto::plan::parse_plan(*src);
   if (!p) {
     state.SkipWithError(stretto::render_all(p.error()).c_str());
     return std::nullopt;
@@ -197,9 +197,9 @@ void BM_CompileSimulateFolded(benchmark::State& state) {
   const int mbs = static_cast<int>(state.range(2));
   const int layers = static_cast<int>(state.range(3));
   const bool pass = state.range(4) != 0;
-  auto src = stretto::JsonSource::parse(stretto::bench::reference_plan(pp, dp, mbs, layers).dump(),
-                                        "bench.json");
-  auto plan = stretto::parse_plan(*src);
+  auto src = stretto::plan::JsonSource::parse(
+      stretto::bench::reference_plan(pp, dp, mbs, layers).dump(), "bench.json");
+  auto plan = stretto::plan::parse_plan(*src);
   if (!plan) {
     state.SkipWithError(stretto::render_all(plan.error()).c_str());
     return;
@@ -210,7 +210,7 @@ void BM_CompileSimulateFolded(benchmark::State& state) {
   uint64_t events = 0;
   double step_ms = 0;
   bool folded = false;
-  stretto::CompileOptions copt;
+  stretto::compiler::CompileOptions copt;
   copt.class_programs = false;  // as `stretto sweep` compiles (the simulation does not read them)
   for (auto _ : state) {
     const auto t0 = Clock::now();
@@ -238,7 +238,9 @@ void BM_CompileSimulateFolded(benchmark::State& state) {
     edges = s->compiled().dag.edges.size();
     temporal = static_cast<size_t>(
         std::count_if(s->compiled().dag.edges.begin(), s->compiled().dag.edges.end(),
-                      [](const stretto::Edge& e) { return e.kind == stretto::EdgeKind::kTemporal; }));
+                      [](const stretto::compiler::Edge& e) {
+                        return e.kind == stretto::compiler::EdgeKind::kTemporal;
+                      }));
     tasks = r->program.tasks.size();
     events = r->events;
     step_ms = static_cast<double>(r->step_time) / 1e6;
@@ -281,11 +283,11 @@ void BM_ResimulateAfterEdit(benchmark::State& state) {
   // forwards swapped back and forth (a real recompile + re-simulation each time).
   size_t idx = 0;
   for (size_t i = 0; i < s->plan().schedule.size(); ++i)
-    if (s->plan().schedule[i].op == stretto::DirectiveOp::kOrder) {
+    if (s->plan().schedule[i].op == stretto::plan::DirectiveOp::kOrder) {
       idx = i;
       break;
     }
-  stretto::Directive a = s->plan().schedule[idx], b = a;
+  stretto::plan::Directive a = s->plan().schedule[idx], b = a;
   std::swap(b.groups[1], b.groups[2]);
   stretto::sim::SimOptions opt;
   opt.fold_replicas = state.range(0) != 0;

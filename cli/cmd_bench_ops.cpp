@@ -21,6 +21,9 @@
 
 namespace stretto::cli {
 
+using plan::Json;
+using plan::Pass;
+
 namespace {
 
 struct BenchOpts {
@@ -43,7 +46,7 @@ struct Row {
 
 // The row's first-instance (non-recomputed) nodes' prediction, and the replay's median over
 // every instance and measured step, by pass.
-std::vector<Row> compare_rows(const CompiledPlan& cp, const cost::CostModel& cm,
+std::vector<Row> compare_rows(const compiler::CompiledPlan& cp, const cost::CostModel& cm,
                               const backend::BenchOpsResult& b, const backend::ReplayResult* r) {
   std::vector<int> row_of(cp.model.ops.size(), -1);
   for (size_t i = 0; i < b.ops.size(); ++i)
@@ -52,8 +55,9 @@ std::vector<Row> compare_rows(const CompiledPlan& cp, const cost::CostModel& cm,
   // per row and pass: predicted ns of the first instance's node; replay samples
   std::vector<std::map<Pass, int64_t>> pred(b.ops.size());
   std::vector<std::map<Pass, std::vector<int64_t>>> meas(b.ops.size());
-  for (const Node& n : cp.dag.nodes) {
-    if (n.kind != NodeKind::kCompute || n.recompute || n.op >= row_of.size() || row_of[n.op] < 0)
+  for (const compiler::Node& n : cp.dag.nodes) {
+    if (n.kind != compiler::NodeKind::kCompute || n.recompute || n.op >= row_of.size() ||
+        row_of[n.op] < 0)
       continue;
     if (n.op != b.ops[static_cast<size_t>(row_of[n.op])].op) continue;
     auto& p = pred[static_cast<size_t>(row_of[n.op])];
@@ -62,8 +66,9 @@ std::vector<Row> compare_rows(const CompiledPlan& cp, const cost::CostModel& cm,
   if (r)
     for (const backend::OpRecord& o : r->ops) {
       if (o.iteration < 0 || o.node >= cp.dag.nodes.size()) continue;
-      const Node& n = cp.dag.nodes[o.node];
-      if (n.kind != NodeKind::kCompute || n.recompute || n.op >= row_of.size() || row_of[n.op] < 0)
+      const compiler::Node& n = cp.dag.nodes[o.node];
+      if (n.kind != compiler::NodeKind::kCompute || n.recompute || n.op >= row_of.size() ||
+          row_of[n.op] < 0)
         continue;
       meas[static_cast<size_t>(row_of[n.op])][n.tags.pass].push_back(o.end_ns - o.start_ns);
     }
@@ -95,7 +100,7 @@ std::string ms(int64_t v) { return v < 0 ? std::string("-") : fmt::format("{:.3f
 int run_bench_ops(const BenchOpts& o) {
   auto s = sim::Session::open(o.plan);
   if (!s) return report(s.error());
-  const CompiledPlan& cp = s->compiled();
+  const compiler::CompiledPlan& cp = s->compiled();
   backend::BenchOpsOptions bo;
   bo.iterations = o.iterations;
   bo.warmup = o.warmup;
@@ -105,7 +110,7 @@ int run_bench_ops(const BenchOpts& o) {
   bo.device = o.device == "cuda" ? backend::DeviceKind::kCuda
               : o.device == "cpu" ? backend::DeviceKind::kCpu
                                   : backend::DeviceKind::kAuto;
-  if (cp.plan.model.family == ModelSpec::Family::kSynthetic) {
+  if (cp.plan.model.family == plan::ModelSpec::Family::kSynthetic) {
     Diagnostic d;
     d.loc.file = o.plan;
     d.message = "bench-ops: a synthetic model has no per-op shapes to benchmark";

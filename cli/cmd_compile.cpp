@@ -24,18 +24,18 @@ void add_compile_command(CLI::App& app, Commands& out) {
   add_limit_options(cmd);
   out.push_back({cmd, [o] {
                    note_input(o->plan);
-                   auto cp = compile_file(o->plan);
+                   auto cp = compiler::compile_file(o->plan);
                    if (!cp) return report(cp.error());
-                   auto s = summarize(*cp);
+                   auto s = compiler::summarize(*cp);
                    std::string fmt_ =
                        o->format.empty() ? (stdout_is_tty() ? "table" : "json") : o->format;
                    if (!o->dot.empty()) {
-                     auto dot = to_dot(*cp, o->dot_max);
+                     auto dot = compiler::to_dot(*cp, o->dot_max);
                      if (!dot) return report(dot.error());
                      if (!write_output(o->dot, *dot)) return 2;
                    }
-                   std::string text =
-                       fmt_ == "json" ? summary_json(*cp, s).dump(2) + "\n" : summary_table(*cp, s);
+                   std::string text = fmt_ == "json" ? compiler::summary_json(*cp, s).dump(2) + "\n"
+                                                     : compiler::summary_table(*cp, s);
                    return write_output("", text) ? 0 : 2;
                  }});
 }

@@ -22,16 +22,18 @@
 
 namespace stretto::cli {
 
+using plan::CostModelSpec;
+
 namespace {
 
-std::string link(const LinkSpec& l) {
+std::string link(const plan::LinkSpec& l) {
   return fmt::format("{:g} GB/s per direction per device, {:g} us latency", l.bandwidth_GBps,
                      l.latency_us);
 }
 
-std::string describe(const CompiledPlan& cp, const std::string& path) {
-  const Plan& p = cp.plan;
-  const ClusterSpec& c = p.cluster;
+std::string describe(const compiler::CompiledPlan& cp, const std::string& path) {
+  const plan::Plan& p = cp.plan;
+  const plan::ClusterSpec& c = p.cluster;
   std::string o;
   o += fmt::format("plan        {}\n\n", path);
   o += "cluster\n";
@@ -47,9 +49,9 @@ std::string describe(const CompiledPlan& cp, const std::string& path) {
   if (c.islands > 1)
     o += fmt::format("  islands         {} of {} nodes, joined by {}\n", c.islands,
                      c.nodes / std::max(1, c.islands), link(c.dcn));
-  const ModelSpec& m = p.model;
+  const plan::ModelSpec& m = p.model;
   o += "\nmodel\n";
-  if (m.family == ModelSpec::Family::kTransformer) {
+  if (m.family == plan::ModelSpec::Family::kTransformer) {
     o += fmt::format("  transformer     {} layers, hidden {}, {} heads ({} kv), ffn {}, vocab {}, "
                      "seq_len {}, microbatch {}\n",
                      m.layers, m.hidden, m.heads, m.kv_heads ? m.kv_heads : m.heads, m.ffn_hidden,
@@ -65,7 +67,7 @@ std::string describe(const CompiledPlan& cp, const std::string& path) {
   o += fmt::format("  parameters      {:.3g} ({})\n", static_cast<double>(cp.model.total_params),
                    count_noun(m.pp_regions, "pipeline region", "pipeline regions"));
   std::set<int> used;
-  for (const Directive& d : p.schedule) {
+  for (const plan::Directive& d : p.schedule) {
     for (int x : d.devices) used.insert(x);
     for (const auto& g : d.device_groups)
       for (int x : g) used.insert(x);
@@ -74,12 +76,13 @@ std::string describe(const CompiledPlan& cp, const std::string& path) {
                    used.size(), c.num_devices());
   o += fmt::format("  DAG             {} nodes, {} device program classes\n", cp.dag.nodes.size(),
                    cp.classes.size());
-  const ResourceEstimate e = estimate_resources(p, false, true);
-  o += fmt::format("  estimate        ~{} to compile and simulate (~{} with --fold-replicas); "
-                   "budget {}\n",
-                   human_bytes(e.total_bytes()),
-                   human_bytes(estimate_resources(p, true, true).total_bytes()),
-                   human_bytes(static_cast<double>(memory_budget_bytes())));
+  const plan::ResourceEstimate e = plan::estimate_resources(p, false, true);
+  o += fmt::format(
+      "  estimate        ~{} to compile and simulate (~{} with --fold-replicas); "
+      "budget {}\n",
+      human_bytes(e.total_bytes()),
+      human_bytes(plan::estimate_resources(p, true, true).total_bytes()),
+      human_bytes(static_cast<double>(plan::memory_budget_bytes())));
 
   o += "\ncost model\n";
   const CostModelSpec& cm = p.costmodel;
@@ -89,8 +92,8 @@ std::string describe(const CompiledPlan& cp, const std::string& path) {
                      cm.f_ns / 1e6, cm.b_ns / 1e6, cm.bi_ns / 1e6, cm.bw_ns / 1e6,
                      cm.comm_ns / 1e6);
   } else {
-    auto ap = cost::parse_analytic_params(cm.options.is_object() ? cm.options : Json::object(),
-                                          c, cm.pointer, p.file);
+    auto ap = cost::parse_analytic_params(
+        cm.options.is_object() ? cm.options : plan::Json::object(), c, cm.pointer, p.file);
     o += fmt::format("  {}{}\n",
                      cm.kind == CostModelSpec::Kind::kProfiled ? "profiled        table "
                                                                : "analytic",
@@ -118,7 +121,7 @@ std::string describe(const CompiledPlan& cp, const std::string& path) {
   }
   // The same list `simulate` prints, plus what no plan models.
   o += "\nnot modelled\n";
-  for (const auto& e : unmodelled_effects(cp)) o += fmt::format("  {}\n", e);
+  for (const auto& e : compiler::unmodelled_effects(cp)) o += fmt::format("  {}\n", e);
   o += "  the caching allocator (peaks are allocated bytes); DualPipe with data parallelism\n"
        "  (refused). Details: docs/semantics.md\n";
   return o;
@@ -138,8 +141,8 @@ void add_describe_command(CLI::App& app, Commands& out) {
       ->check(CLI::IsMember({"json", "markdown"}));
   out.push_back({schema, [schema_format] {
                    const std::string text = *schema_format == "markdown"
-                                                ? plan_schema_markdown()
-                                                : plan_json_schema_text();
+                                                ? plan::plan_schema_markdown()
+                                                : plan::plan_json_schema_text();
                    return write_output("", text) ? 0 : 2;
                  }});
 
@@ -154,10 +157,10 @@ void add_describe_command(CLI::App& app, Commands& out) {
       ->check(CLI::IsMember({"text", "json"}));
   add_limit_options(cmd);
   out.push_back({cmd, [path, format] {
-                   auto cp = compile_file(*path);
+                   auto cp = compiler::compile_file(*path);
                    if (!cp) return report(cp.error());
                    if (*format == "json") {
-                     Json j = sim::resolve_plan(*cp).to_json();
+                     plan::Json j = sim::resolve_plan(*cp).to_json();
                      j["plan"] = *path;
                      return write_output("", j.dump(2) + "\n") ? 0 : 2;
                    }

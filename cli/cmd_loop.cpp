@@ -51,7 +51,7 @@ void add_loop_commands(CLI::App& app, CLI::App& import_app, Commands& out) {
                    if (!k->plan.empty()) {
                      auto s = sim::Session::open(k->plan);
                      if (!s) return report(s.error());
-                     const ClusterSpec& cl = s->plan().cluster;
+                     const plan::ClusterSpec& cl = s->plan().cluster;
                      o.link_GBps = std::max(cl.intra_node.bandwidth_GBps, cl.inter_node.bandwidth_GBps);
                    }
                    if (k->link_GBps > 0) o.link_GBps = k->link_GBps;
@@ -69,7 +69,7 @@ void add_loop_commands(CLI::App& app, CLI::App& import_app, Commands& out) {
                        k->format.empty() ? (stdout_is_tty() ? "table" : "json") : k->format;
                    std::string text;
                    if (f == "json") {
-                     Json j = traces::kineto_summary_json(*r);
+                     plan::Json j = traces::kineto_summary_json(*r);
                      // the table format prints them with the summary
                      for (const auto& w : r->warnings)
                        std::fprintf(stderr, "warning: %s\n", printable(w, true).c_str());

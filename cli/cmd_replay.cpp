@@ -139,7 +139,7 @@ int run_replay(const ReplayOpts& o) {
   if (auto ok = check_output(o.trace, {o.plan}); !ok) return report(ok.error());
   auto s = sim::Session::open(o.plan);
   if (!s) return report(s.error());
-  const CompiledPlan& cp = s->compiled();
+  const compiler::CompiledPlan& cp = s->compiled();
   backend::ReplayOptions ro;
   ro.iterations = o.iterations;
   ro.warmup = o.warmup;

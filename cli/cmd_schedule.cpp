@@ -20,6 +20,10 @@
 
 namespace stretto::cli {
 
+using pipelines::build_schedule;
+using plan::Json;
+using plan::JsonSource;
+
 namespace {
 
 // Points diagnostics that carry only a JSON pointer into `src` at their file:line:col, and
@@ -41,7 +45,7 @@ Diagnostics located(Diagnostics ds, const JsonSource* src, const std::string& fa
 // A --base file: a JSON list of directives, or an object (e.g. a plan) whose "schedule" is one.
 struct Base {
   std::unique_ptr<JsonSource> src;
-  std::vector<Directive> directives;
+  std::vector<plan::Directive> directives;
 };
 
 Expected<Base> load_base(const std::string& path) {
@@ -50,9 +54,9 @@ Expected<Base> load_base(const std::string& path) {
   Base b;
   b.src = std::make_unique<JsonSource>(std::move(*src));
   const Json& root = b.src->root();
-  if (root.is_array() || is_plan_document(root)) {
+  if (root.is_array() || plan::is_plan_document(root)) {
     // The plan parser's reading of a schedule (plan.h): a directive list is a base.
-    auto s = parse_schedule(*b.src, root.is_array() ? "" : "/schedule");
+    auto s = plan::parse_schedule(*b.src, root.is_array() ? "" : "/schedule");
     if (!s) return fail(std::move(s.error()));
     if (!s->builder) {
       b.directives = std::move(s->directives);
@@ -64,46 +68,46 @@ Expected<Base> load_base(const std::string& path) {
                               "or a plan whose \"schedule\" is such a list"));
 }
 
-std::string directives_text(const std::vector<Directive>& ds) {
-  return directives_to_json(ds).dump(2) + "\n";
+std::string directives_text(const std::vector<plan::Directive>& ds) {
+  return plan::directives_to_json(ds).dump(2) + "\n";
 }
 
 // The schedule of a plan file for export: its directive list, or its builder call built with
 // torch's grid padding (so that the CSV is cell-for-cell what torch would dump).
-Expected<PipelineSchedule> schedule_of_plan(const std::string& path) {
+Expected<pipelines::PipelineSchedule> schedule_of_plan(const std::string& path) {
   auto src = JsonSource::load(path);
   if (!src) return fail(std::move(src.error()));
   std::string ptr;
   if (src->root().is_array()) {
     ptr = "";
-  } else if (is_plan_document(src->root())) {
+  } else if (plan::is_plan_document(src->root())) {
     ptr = "/schedule";
   } else {
     return fail(src->error_at("", "expected a plan with a \"schedule\" (or a directive list)"));
   }
   // The plan parser's own reading of the schedule (plan.h), not a second one.
-  auto parsed = parse_schedule(*src, ptr);
+  auto parsed = plan::parse_schedule(*src, ptr);
   if (!parsed) return fail(std::move(parsed.error()));
   if (parsed->builder) {
-    const BuilderCall& call = *parsed->builder;
+    const plan::BuilderCall& call = *parsed->builder;
     // Check the whole call (ranks inferred from the base, base consistency) as the compiler
     // would, then rebuild with torch's padding for the CSV.
-    auto ds = expand_builder(call);
+    auto ds = pipelines::expand_builder(call);
     if (!ds) return fail(located(std::move(ds.error()), &*src, path));
-    auto from = schedule_from_directives(*ds);
+    auto from = pipelines::schedule_from_directives(*ds);
     if (!from) return from;
-    BuildOptions opt;
+    pipelines::BuildOptions opt;
     opt.torch_padding = true;
     return build_schedule(call.builder, from->ranks, from->stages_per_rank, call.microbatches,
                           opt);
   }
-  auto s = schedule_from_directives(parsed->directives);
+  auto s = pipelines::schedule_from_directives(parsed->directives);
   if (!s) return fail(located(std::move(s.error()), &*src, path));
   return s;
 }
 
 // --layout "tp=2,pp=4,dp=2" or '{"tp": 2, "pp": 4}' -> a Layout (the plan's parser checks it).
-Expected<Layout> parse_layout_option(const std::string& text) {
+Expected<plan::Layout> parse_layout_option(const std::string& text) {
   std::string json = text;
   if (json.find('{') == std::string::npos) {
     Json o = Json::object();
@@ -134,7 +138,7 @@ Expected<Layout> parse_layout_option(const std::string& text) {
   auto src = JsonSource::parse(json, "--layout");
   if (!src) return fail(std::move(src.error()));
   Diagnostics errs;
-  auto l = parse_layout(*src, "", errs);
+  auto l = plan::parse_layout(*src, "", errs);
   if (!l) {
     for (Diagnostic& d : errs) d.source_line.clear();
     return fail(std::move(errs));
@@ -143,7 +147,7 @@ Expected<Layout> parse_layout_option(const std::string& text) {
 }
 
 // What the cells of show_grid mean.
-std::string grid_legend(const PipelineSchedule& s) {
+std::string grid_legend(const pipelines::PipelineSchedule& s) {
   const bool with_stage = s.stages_per_rank > 1 || s.bidirectional || s.stages != s.ranks;
   std::string o = "legend: ";
   o += with_stage ? "<stage><op><microbatch>, e.g. 2F3 = stage 2's forward of microbatch 3; "
@@ -173,7 +177,7 @@ int run_build(const BuildArgs& a) {
     if (!b) return report(b.error());
     base = std::move(*b);
   }
-  std::optional<Layout> layout;
+  std::optional<plan::Layout> layout;
   int ranks = a.ranks;
   if (!a.layout.empty()) {
     if (!a.base.empty()) {
@@ -202,22 +206,24 @@ int run_build(const BuildArgs& a) {
     d.hint = "e.g. --ranks 4";
     return report({d});
   }
-  if (auto big = check_schedule_budget(ranks, a.stages_per_rank, a.microbatches); !big.empty())
+  if (auto big = plan::check_schedule_budget(ranks, a.stages_per_rank, a.microbatches);
+      !big.empty())
     return report(big);
   auto sched = build_schedule(a.schedule, ranks, a.stages_per_rank, a.microbatches);
   if (!sched) return report(located(std::move(sched.error()), nullptr, "build-schedule"));
   if (layout) {
-    auto gen = layout_base(*layout, sched->stage_to_rank, sched->bidirectional, sched->family);
+    auto gen =
+        pipelines::layout_base(*layout, sched->stage_to_rank, sched->bidirectional, sched->family);
     if (!gen) return report(located(std::move(gen.error()), nullptr, "--layout"));
     base.directives = std::move(*gen);
   }
-  auto ds = schedule_to_directives(*sched, base.directives);
+  auto ds = pipelines::schedule_to_directives(*sched, base.directives);
   if (!ds) return report(located(std::move(ds.error()), base.src.get(), "build-schedule"));
   if (a.show) {
-    BuildOptions opt;
+    pipelines::BuildOptions opt;
     opt.torch_padding = true;  // lines the grid up like torch's own printout
     auto padded = build_schedule(a.schedule, ranks, a.stages_per_rank, a.microbatches, opt);
-    const std::string grid = show_grid(padded ? *padded : *sched) + grid_legend(*sched);
+    const std::string grid = pipelines::show_grid(padded ? *padded : *sched) + grid_legend(*sched);
     if (a.output.empty() || a.output == "-") return write_output("", grid) ? 0 : 2;
     std::fputs(grid.c_str(), stderr);
   }
@@ -237,15 +243,15 @@ int run_import(const ImportArgs& a) {
     if (!b) return report(b.error());
     base = std::move(*b);
   }
-  auto sched = load_torch_csv(a.file);
+  auto sched = pipelines::load_torch_csv(a.file);
   if (!sched) return report(sched.error());
-  auto ds = schedule_to_directives(*sched, base.directives);
+  auto ds = pipelines::schedule_to_directives(*sched, base.directives);
   if (!ds) return report(located(std::move(ds.error()), base.src.get(), a.file));
   // A whole plan as the base: write the whole plan with the imported schedule, ready for
   // `stretto simulate` (--timeline, --trace).
-  if (base.src && is_whole_plan(base.src->root())) {
+  if (base.src && plan::is_whole_plan(base.src->root())) {
     Json plan = base.src->root();
-    plan["schedule"] = directives_to_json(*ds);
+    plan["schedule"] = plan::directives_to_json(*ds);
     return write_output(a.output, plan.dump(2) + "\n") ? 0 : 2;
   }
   return write_output(a.output, directives_text(*ds)) ? 0 : 2;
@@ -262,11 +268,11 @@ int run_export(const ExportArgs& a) {
   if (!sched) return report(sched.error());
   std::string text;
   if (a.with_comms) {
-    auto t = write_torch_csv_with_comms(*sched);
+    auto t = pipelines::write_torch_csv_with_comms(*sched);
     if (!t) return report(t.error());
     text = std::move(*t);
   } else {
-    text = write_torch_csv(*sched);
+    text = pipelines::write_torch_csv(*sched);
   }
   return write_output(a.output, text) ? 0 : 2;
 }
@@ -278,7 +284,7 @@ void add_schedule_commands(CLI::App& app, CLI::App& import_app, CLI::App& export
   // The option values live as long as the process (main() keeps the Commands until it exits).
   auto build = std::make_shared<BuildArgs>();
   std::string families;
-  for (const std::string& n : schedule_family_names())
+  for (const std::string& n : pipelines::schedule_family_names())
     families += (families.empty() ? "" : ", ") + n;
   CLI::App* b = app.add_subcommand(
       "build-schedule", "Emit the directives of a pipeline schedule family (" + families + ")");

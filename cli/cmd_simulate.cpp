@@ -23,14 +23,14 @@ namespace stretto::cli {
 
 namespace {
 
-double ms(sim::SimTime ns) {
+double ms(engine::SimTime ns) {
   return static_cast<double>(ns) / 1e6;
 }
 std::string gib(int64_t b) {
   return fmt::format("{:.2f}", static_cast<double>(b) / (1 << 30));
 }
 
-std::string result_table(const CompiledPlan& cp, const sim::Result& r, bool color,
+std::string result_table(const compiler::CompiledPlan& cp, const sim::Result& r, bool color,
                          const sim::PipelineMetrics& pm) {
   std::string o;
   const char* bold = color ? "\033[1m" : "";
@@ -60,7 +60,7 @@ std::string result_table(const CompiledPlan& cp, const sim::Result& r, bool colo
       "{:.1f}){}\n\n",
       r.events, r.sim_wall_ms, r.phases.build_ms, r.phases.prepare_ms, r.phases.run_ms,
       r.phases.metrics_ms, r.folded ? " (identical replicas folded)" : "");
-  if (const auto missing = unmodelled_effects(cp); !missing.empty()) {
+  if (const auto missing = compiler::unmodelled_effects(cp); !missing.empty()) {
     o.pop_back();  // the effects close the header block
     for (size_t i = 0; i < missing.size(); ++i)
       o += fmt::format("{}{}\n", i ? "               " : "not modelled   ", missing[i]);
@@ -108,7 +108,6 @@ std::string result_table(const CompiledPlan& cp, const sim::Result& r, bool colo
   }
   return o;
 }
-
 
 // A trace larger than this gets the hints to write less.
 constexpr uint64_t kLargeTraceBytes = uint64_t{100} << 20;
@@ -162,13 +161,13 @@ Expected<std::vector<char>> parse_device_list(const std::string& text, int num_d
 }
 
 // "START:END" in ms ("10:", ":50" open-ended) -> [begin_ns, end_ns).
-bool parse_window(const std::string& text, sim::SimTime& begin, sim::SimTime& end) {
+bool parse_window(const std::string& text, engine::SimTime& begin, engine::SimTime& end) {
   const size_t colon = text.find(':');
   if (colon == std::string::npos) return false;
   try {
     const std::string a = text.substr(0, colon), b = text.substr(colon + 1);
-    begin = a.empty() ? 0 : static_cast<sim::SimTime>(std::stod(a) * 1e6);
-    end = b.empty() ? -1 : static_cast<sim::SimTime>(std::stod(b) * 1e6);
+    begin = a.empty() ? 0 : static_cast<engine::SimTime>(std::stod(a) * 1e6);
+    end = b.empty() ? -1 : static_cast<engine::SimTime>(std::stod(b) * 1e6);
   } catch (const std::exception&) {
     return false;
   }

@@ -23,6 +23,8 @@
 
 namespace stretto::cli {
 
+using plan::Json;
+
 namespace {
 
 using explore::PointResult;
@@ -443,7 +445,7 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
   out.push_back({s, [o, hw] {
                    if (auto ok = check_output(o->emit, {o->plan}); !ok)
                      return cli::report(ok.error());
-                   auto src = JsonSource::load(o->plan);
+                   auto src = plan::JsonSource::load(o->plan);
                    if (!src) return cli::report(src.error());
                    explore::SearchOptions so;
                    so.devices = o->devices;

@@ -17,6 +17,9 @@
 
 namespace stretto::cli {
 
+using plan::CostModelSpec;
+using plan::Json;
+
 namespace {
 
 struct RunOpts {
@@ -26,7 +29,7 @@ struct RunOpts {
 };
 
 // Replays one compiled plan (one process per device) and returns the merged measurement.
-Expected<backend::ReplayResult> replay(const std::string& plan, const CompiledPlan& cp,
+Expected<backend::ReplayResult> replay(const std::string& plan, const compiler::CompiledPlan& cp,
                                        const RunOpts& o) {
   backend::ReplayOptions ro;
   ro.iterations = o.iterations;

@@ -10,6 +10,9 @@
 
 namespace stretto::cli {
 
+using compiler::CompiledPlan;
+using plan::Pass;
+
 namespace {
 
 // Cell categories, in the order a device row prefers them (compute first).
@@ -24,10 +27,12 @@ constexpr std::array<const char*, kCats> kMeaning = {
     "backward, weight gradient (BW)", "optimizer step", "send/recv (activations, gradients)",
     "collective (all-reduce, all-gather, reduce-scatter, all-to-all)"};
 
-Cat category(const CompiledPlan& cp, const sim::Task& tk) {
-  const Node& n = cp.dag.nodes[tk.node];
-  if (tk.kind != sim::TaskKind::kCompute) return n.kind == NodeKind::kTransfer ? kSend : kColl;
-  if (n.op < cp.model.ops.size() && cp.model.ops[n.op].kind == OpKind::kOptimizer) return kOpt;
+Cat category(const CompiledPlan& cp, const engine::Task& tk) {
+  const compiler::Node& n = cp.dag.nodes[tk.node];
+  if (tk.kind != engine::TaskKind::kCompute)
+    return n.kind == compiler::NodeKind::kTransfer ? kSend : kColl;
+  if (n.op < cp.model.ops.size() && cp.model.ops[n.op].kind == compiler::OpKind::kOptimizer)
+    return kOpt;
   switch (n.tags.pass) {
     case Pass::kB: return kB;
     case Pass::kBI: return kBI;
@@ -38,13 +43,15 @@ Cat category(const CompiledPlan& cp, const sim::Task& tk) {
 
 // The median span of a compute region pass (device, stage, microbatch, pass): the unit the
 // drawing must resolve (0 without compute).
-sim::SimTime median_pass(const CompiledPlan& cp, const sim::Result& r) {
-  const sim::Program& p = r.program;
-  std::map<std::tuple<uint32_t, int32_t, int32_t, Pass>, std::pair<sim::SimTime, sim::SimTime>> span;
+engine::SimTime median_pass(const CompiledPlan& cp, const sim::Result& r) {
+  const engine::Program& p = r.program;
+  std::map<std::tuple<uint32_t, int32_t, int32_t, Pass>,
+           std::pair<engine::SimTime, engine::SimTime>>
+      span;
   for (uint32_t t = 0; t < p.tasks.size(); ++t) {
-    const sim::Task& tk = p.tasks[t];
-    if (tk.kind != sim::TaskKind::kCompute || tk.part_count == 0) continue;
-    const Node& n = cp.dag.nodes[tk.node];
+    const engine::Task& tk = p.tasks[t];
+    if (tk.kind != engine::TaskKind::kCompute || tk.part_count == 0) continue;
+    const compiler::Node& n = cp.dag.nodes[tk.node];
     if (n.tags.pass == Pass::kNone) continue;
     const auto key = std::make_tuple(p.participants[tk.part_begin].device, n.tags.pp(), n.tags.mb(),
                                      n.tags.pass);
@@ -54,7 +61,7 @@ sim::SimTime median_pass(const CompiledPlan& cp, const sim::Result& r) {
       it->second.second = std::max(it->second.second, r.timing[t].end);
     }
   }
-  std::vector<sim::SimTime> d;
+  std::vector<engine::SimTime> d;
   for (const auto& [k, v] : span) d.push_back(v.second - v.first);
   if (d.empty()) return 0;
   std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2), d.end());
@@ -64,11 +71,11 @@ sim::SimTime median_pass(const CompiledPlan& cp, const sim::Result& r) {
 }  // namespace
 
 std::string timeline(const CompiledPlan& cp, const sim::Result& r, const TimelineOptions& opt) {
-  const sim::Program& p = r.program;
-  const double span = static_cast<double>(std::max<sim::SimTime>(1, r.step_time));
+  const engine::Program& p = r.program;
+  const double span = static_cast<double>(std::max<engine::SimTime>(1, r.step_time));
   const int band = std::max(10, opt.width);
   int W = band;
-  const sim::SimTime pass = opt.scale_to_passes ? median_pass(cp, r) : 0;
+  const engine::SimTime pass = opt.scale_to_passes ? median_pass(cp, r) : 0;
   bool capped = false;
   if (pass > 0) {
     // Two columns per pass at least, so that alternating passes (1F1B's steady state) show.
@@ -100,8 +107,8 @@ std::string timeline(const CompiledPlan& cp, const sim::Result& r, const Timelin
     }
   }
   for (uint32_t t = 0; t < p.tasks.size(); ++t) {
-    const sim::Task& tk = p.tasks[t];
-    if (tk.kind == sim::TaskKind::kBarrier) continue;
+    const engine::Task& tk = p.tasks[t];
+    if (tk.kind == engine::TaskKind::kBarrier) continue;
     const auto& tm = r.timing[t];
     if (tm.end <= tm.start) continue;
     const Cat c = category(cp, tk);

@@ -23,6 +23,7 @@ struct TimelineOptions {
   size_t max_rows = 64;
 };
 
-std::string timeline(const CompiledPlan& cp, const sim::Result& r, const TimelineOptions& opt);
+std::string timeline(const compiler::CompiledPlan& cp, const sim::Result& r,
+                     const TimelineOptions& opt);
 
 }  // namespace stretto::cli

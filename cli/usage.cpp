@@ -109,7 +109,7 @@ void add_limit_options(CLI::App* cmd) {
          [](const std::string& v) {
            auto b = parse_byte_size(v);
            if (!b || *b == 0) throw CLI::ValidationError("--max-memory", "expected e.g. 8G, 512M");
-           set_max_memory_bytes(*b);
+           plan::set_max_memory_bytes(*b);
          },
          "Refuse plans whose compile + simulation is estimated above SIZE (e.g. 8G; default: "
          "the memory available on this machine)")
@@ -132,7 +132,7 @@ std::string out_of_memory_message(const CLI::App* cmd) {
       "error: out of memory: this plan needs more memory than the machine could give "
       "(available now: {})\n"
       "  hint: use {}fewer microbatches or devices{}\n",
-      human_bytes(static_cast<double>(available_memory_bytes())),
+      human_bytes(static_cast<double>(plan::available_memory_bytes())),
       has("--fold-replicas") ? "--fold-replicas, " : "",
       has("--max-memory") ? ", or set --max-memory to have large plans refused up front with an "
                             "estimate"

@@ -10,7 +10,7 @@
 
 namespace stretto::cli {
 
-int print_warnings(const CompiledPlan& cp, const sim::Result& r, bool folded) {
+int print_warnings(const compiler::CompiledPlan& cp, const sim::Result& r, bool folded) {
   const sim::Warnings ws = sim::result_warnings(cp, r, folded);
   for (const sim::Warning& w : ws)
     std::fprintf(stderr, "warning: %s\n  hint: %s\n", w.diag.message.c_str(),

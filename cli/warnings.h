@@ -9,7 +9,7 @@
 namespace stretto::cli {
 
 /// Prints the warnings that apply (sim::result_warnings); returns how many.
-int print_warnings(const CompiledPlan& cp, const sim::Result& r, bool folded);
+int print_warnings(const compiler::CompiledPlan& cp, const sim::Result& r, bool folded);
 
 /// Columns of the terminal on stdout or stderr (COLUMNS, ioctl), 100 if unknown.
 int terminal_width();

@@ -15,23 +15,23 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 1 << 16) return 0;
-  auto src = stretto::JsonSource::parse(std::string(reinterpret_cast<const char*>(data), size),
-                                        "fuzz.json");
+  auto src = stretto::plan::JsonSource::parse(
+      std::string(reinterpret_cast<const char*>(data), size), "fuzz.json");
   if (!src) {
     (void)stretto::render_all(src.error());
     return 0;
   }
-  auto plan = stretto::parse_plan(*src);
+  auto plan = stretto::plan::parse_plan(*src);
   if (!plan) {
     (void)stretto::render_all(plan.error());
     return 0;
   }
   int64_t mbs = 1;
   for (const auto& d : plan->schedule)
-    if (d.op == stretto::DirectiveOp::kSplit) mbs = d.num_microbatches;
+    if (d.op == stretto::plan::DirectiveOp::kSplit) mbs = d.num_microbatches;
   // A builder call (1f1b, zb-h2, dualpipe, ...) expands to directives in compile: bounded by
   // its microbatches, ranks and stages, and its base directives' groups, like a written plan.
-  const std::vector<stretto::Directive>* directives = &plan->schedule;
+  const std::vector<stretto::plan::Directive>* directives = &plan->schedule;
   if (plan->builder) {
     const auto& b = *plan->builder;
     mbs = std::max(1, b.microbatches);
@@ -43,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& d : *directives)
     for (const auto& g : d.device_groups)
       if (g.size() > 64) return 0;
-  auto cp = stretto::compile(*plan, &*src);
+  auto cp = stretto::compiler::compile(*plan, &*src);
   if (!cp) {
     (void)stretto::render_all(cp.error());
     return 0;

@@ -18,12 +18,12 @@
 namespace {
 
 // Plans small enough to compile and simulate in a few milliseconds.
-bool small_plan(const stretto::Plan& plan) {
+bool small_plan(const stretto::plan::Plan& plan) {
   const int64_t devices = plan.cluster.num_devices();
   if (devices > 64 || plan.model.layers > 256) return false;
   int64_t mbs = 1;
   for (const auto& d : plan.schedule) {
-    if (d.op == stretto::DirectiveOp::kSplit) mbs = d.num_microbatches;
+    if (d.op == stretto::plan::DirectiveOp::kSplit) mbs = d.num_microbatches;
     for (const auto& g : d.device_groups)
       if (g.size() > 64) return false;
   }
@@ -38,8 +38,8 @@ bool small_plan(const stretto::Plan& plan) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 1 << 16) return 0;
-  auto src = stretto::JsonSource::parse(std::string(reinterpret_cast<const char*>(data), size),
-                                        "fuzz_spec.json");
+  auto src = stretto::plan::JsonSource::parse(
+      std::string(reinterpret_cast<const char*>(data), size), "fuzz_spec.json");
   if (!src) {
     (void)stretto::render_all(src.error());
     return 0;
@@ -73,8 +73,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)stretto::render_all(doc.error());
       continue;
     }
-    auto psrc = stretto::JsonSource::from_json(*doc, "point.json");
-    auto plan = stretto::parse_plan(psrc);
+    auto psrc = stretto::plan::JsonSource::from_json(*doc, "point.json");
+    auto plan = stretto::plan::parse_plan(psrc);
     if (!plan) {
       (void)stretto::render_all(plan.error());
       continue;
@@ -87,9 +87,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (auto e = stretto::explore::estimate(*plan, *resolved); !e)
       (void)stretto::render_all(e.error());
-    stretto::CompileOptions copt;
+    stretto::compiler::CompileOptions copt;
     copt.class_programs = false;
-    auto cp = stretto::compile(*plan, &psrc, copt);
+    auto cp = stretto::compiler::compile(*plan, &psrc, copt);
     if (!cp) {
       (void)stretto::render_all(cp.error());
       continue;
@@ -109,9 +109,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       continue;
     }
     // (both sides through text: non-finite numbers are null in either)
-    const stretto::Json want =
-        stretto::Json::parse(stretto::explore::result_json(*cp, *r, 80.0).dump());
-    if (stretto::Json::parse(stretto::explore::result_json_text(*cp, *r, 80.0)) != want)
+    const stretto::plan::Json want =
+        stretto::plan::Json::parse(stretto::explore::result_json(*cp, *r, 80.0).dump());
+    if (stretto::plan::Json::parse(stretto::explore::result_json_text(*cp, *r, 80.0)) != want)
       __builtin_trap();
   }
   return 0;

@@ -12,6 +12,17 @@
 #include "stretto/traces/chrome_trace.h"
 
 namespace stretto::backend {
+
+using compiler::comm_kind_name;
+using compiler::CommKind;
+using compiler::CommPurpose;
+using compiler::CompiledPlan;
+using compiler::DeviceSet;
+using compiler::Node;
+using compiler::NodeKind;
+using compiler::OpKind;
+using compiler::TrainingDag;
+
 namespace detail {
 
 int position_in(const DeviceSet& set, int device) {
@@ -145,7 +156,7 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
     d.loc.json_pointer = ptr;
     ds.push_back(std::move(d));
   };
-  const ModelSpec& m = cp.plan.model;
+  const plan::ModelSpec& m = cp.plan.model;
   const TrainingDag& dag = cp.dag;
   if (cp.classes.empty()) {
     refuse("the plan has no lowered program", "compile it with lowering (the default)");
@@ -181,7 +192,7 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
     if (cp.plan.optimizer.given && cp.plan.optimizer.grad_clip)
       refuse(fmt::format("{}: gradient clipping reads the norm on the host", why),
              "replay without --cuda-graphs", "/optimizer/grad_clip");
-    if ((cp.plan.optimizer.given && cp.plan.optimizer.kind == OptimizerSpec::Kind::kAdam) ||
+    if ((cp.plan.optimizer.given && cp.plan.optimizer.kind == plan::OptimizerSpec::Kind::kAdam) ||
         (!cp.plan.optimizer.given && opt.optimizer == Optimizer::kAdam))
       refuse(fmt::format("{}: Adam's bias correction is a host scalar per step", why),
              "use --optimizer sgd", cp.plan.optimizer.given ? "/optimizer" : "");
@@ -209,32 +220,34 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
                          (n.purpose == CommPurpose::kGradNorm && n.comm == CommKind::kAllReduce) ||
                          (n.purpose == CommPurpose::kLossReduce && n.comm == CommKind::kAllReduce);
       if (!known)
-        unknown.insert(fmt::format("{} {}", comm_kind_name(n.comm), comm_purpose_name(n.purpose)));
+        unknown.insert(
+            fmt::format("{} {}", comm_kind_name(n.comm), compiler::comm_purpose_name(n.purpose)));
     }
     if (n.kind == NodeKind::kTransfer && n.comm != CommKind::kSendRecv)
       unknown.insert(fmt::format("transfer {}", comm_kind_name(n.comm)));
     const bool step = n.kind == NodeKind::kCompute && n.op < cp.model.ops.size() &&
                       cp.model.ops[n.op].kind == OpKind::kOptimizer;
-    if (n.kind == NodeKind::kCompute && n.tags.pass == Pass::kNone && !step)
+    if (n.kind == NodeKind::kCompute && n.tags.pass == plan::Pass::kNone && !step)
       unknown.insert("a compute node without a pass");
     // A recomputed forward's own TP/EP collectives would need the forward's collective
     // bookkeeping replayed inside the backward: not done yet.
     if (n.kind == NodeKind::kCollective && n.recompute &&
         (n.purpose == CommPurpose::kTensorPar || n.purpose == CommPurpose::kDispatch ||
          n.purpose == CommPurpose::kCombine))
-      unknown.insert(fmt::format("the {} {} of a recomputed forward (recompute of tensor- or "
-                                 "expert-parallel ops)",
-                                 comm_kind_name(n.comm), comm_purpose_name(n.purpose)));
+      unknown.insert(
+          fmt::format("the {} {} of a recomputed forward (recompute of tensor- or "
+                      "expert-parallel ops)",
+                      comm_kind_name(n.comm), compiler::comm_purpose_name(n.purpose)));
   }
   for (const auto& u : unknown)
     refuse(fmt::format("replay cannot execute {} (an op kind this backend does not know)", u),
            "simulate the plan instead, or extend backend/src/executor.cpp");
   for (const auto& d : cp.plan.schedule) {
-    if (d.op == DirectiveOp::kShardTensor && d.sequence_parallel)
+    if (d.op == plan::DirectiveOp::kShardTensor && d.sequence_parallel)
       refuse("replay does not support sequence parallelism yet", "drop \"sequence_parallel\"",
              d.pointer);
   }
-  if (m.family == ModelSpec::Family::kTransformer) {
+  if (m.family == plan::ModelSpec::Family::kTransformer) {
     const int kv = m.kv_heads > 0 ? m.kv_heads : m.heads;
     if (m.head_dim > 0 && m.head_dim * m.heads != m.hidden)
       refuse("replay builds heads of width hidden / heads; this plan's head_dim differs",
@@ -288,9 +301,10 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
   // consumer with several inputs gets them all from its own device or one transfer.
   {
     std::map<std::pair<int, int>, uint32_t> layer_set;  // (layer, mb) -> device set
-    std::vector<uint32_t> fwd_set(cp.model.ops.size() * std::max(1, cp.num_microbatches), kNone);
+    std::vector<uint32_t> fwd_set(cp.model.ops.size() * std::max(1, cp.num_microbatches),
+                                  compiler::kNone);
     for (const Node& n : dag.nodes) {
-      if (n.kind != NodeKind::kCompute || n.tags.pass != Pass::kF) continue;
+      if (n.kind != NodeKind::kCompute || n.tags.pass != plan::Pass::kF) continue;
       const int mb = std::max(0, n.tags.mb());
       fwd_set[static_cast<size_t>(mb) * cp.model.ops.size() + n.op] = n.devs;
       const int layer = n.tags.layer();
@@ -328,10 +342,10 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
   {
     int64_t params = 0;
     for (const auto& op : cp.model.ops) params += op.param_count;
-    const CompileSummary s = summarize(cp);
+    const compiler::CompileSummary s = compiler::summarize(cp);
     int64_t act = 0;
     for (const auto& d : s.devices) act += d.activation_bytes_per_mb;
-    const int dt = dtype_bytes(cp.model.dtype);
+    const int dt = plan::dtype_bytes(cp.model.dtype);
     const double need = static_cast<double>(params) * 16 +
                         static_cast<double>(act) * 4.0 / dt * cp.num_microbatches;
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);

@@ -18,7 +18,7 @@ namespace stretto::backend::detail {
 
 struct DeviceOp {
   uint32_t node = 0;
-  NodeKind kind = NodeKind::kCompute;
+  compiler::NodeKind kind = compiler::NodeKind::kCompute;
   bool is_send = false;  // transfer: this device sends (else receives)
   int peer = -1;         // transfer: the other end
   int group_index = 0;   // collective: which group of the node's device set
@@ -28,15 +28,15 @@ struct DeviceOp {
   std::string name;      // the simulator's slice name
 };
 
-std::vector<DeviceOp> device_ops(const CompiledPlan& cp, int device);
+std::vector<DeviceOp> device_ops(const compiler::CompiledPlan& cp, int device);
 
 /// The same-device predecessors of every node that a device must wait for, looking through
 /// order barriers: by node id, for the nodes in `ops` (others empty).
-std::vector<std::vector<uint32_t>> local_preds(const CompiledPlan& cp,
+std::vector<std::vector<uint32_t>> local_preds(const compiler::CompiledPlan& cp,
                                                const std::vector<DeviceOp>& ops);
 
 /// Position of `device` in device set `set` (-1 if absent).
-int position_in(const DeviceSet& set, int device);
+int position_in(const compiler::DeviceSet& set, int device);
 
 /// The union of time intervals [start, end) as sorted, disjoint intervals (busy and
 /// communication time of the measured ops).

@@ -14,6 +14,11 @@
 
 namespace stretto::backend {
 
+using compiler::CommKind;
+using compiler::CompiledPlan;
+using compiler::NodeKind;
+using plan::Json;
+
 namespace {
 
 double ms(int64_t ns) {
@@ -57,7 +62,7 @@ NodeQueries node_queries(const CompiledPlan& cp) {
   nq.compute_of.assign(cp.dag.nodes.size(), -1);
   nq.comm_of.assign(cp.dag.nodes.size(), -1);
   for (uint32_t n : cp.topo_order) {
-    const Node& nd = cp.dag.nodes[n];
+    const compiler::Node& nd = cp.dag.nodes[n];
     if (nd.kind == NodeKind::kCompute) {
       nq.compute_of[n] = static_cast<int32_t>(nq.compute.size());
       nq.compute.push_back(queries.compute(nd));
@@ -607,7 +612,7 @@ traces::Timeline timeline_from_replay(const CompiledPlan& cp, const ReplayResult
     s.start = median(a.start);
     s.end = std::max(s.start, median(a.end));
     if (o.node < cp.dag.nodes.size()) {
-      const Node& nd = cp.dag.nodes[o.node];
+      const compiler::Node& nd = cp.dag.nodes[o.node];
       s.tags = nd.tags.str();
       s.comm = nd.kind != NodeKind::kCompute;
       if (nd.kind == NodeKind::kTransfer) {

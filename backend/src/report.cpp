@@ -18,6 +18,11 @@
 
 namespace stretto::backend {
 
+using compiler::CompiledPlan;
+using compiler::NodeKind;
+using plan::DType;
+using plan::Json;
+
 namespace {
 
 double ms(int64_t ns) {
@@ -423,7 +428,8 @@ Json result_json(const CompiledPlan& cp, const ReplayResult& r, const sim::Resul
               {"stream", std::get<2>(key)},
               {"name", names[key]},
               {"dur_ms", s.sum_ns / s.count / 1e6}};
-    if (const uint32_t n = std::get<1>(key); n < cp.dag.nodes.size() && cp.dag.nodes[n].op != kNone)
+    if (const uint32_t n = std::get<1>(key);
+        n < cp.dag.nodes.size() && cp.dag.nodes[n].op != compiler::kNone)
       o["op"] = cp.model.ops[cp.dag.nodes[n].op].name;
     if (auto it = predicted_ns.find({std::get<0>(key), std::get<1>(key)}); it != predicted_ns.end())
       o["predicted_ms"] = ms(it->second);
@@ -551,9 +557,10 @@ std::string chrome_trace(const CompiledPlan& cp, const ReplayResult& r, int iter
   auto us = [](int64_t ns) { return fmt::format("{}.{:03}", ns / 1000, ns % 1000); };
   for (const auto& o : r.ops) {
     if (o.iteration != iteration) continue;
-    const Node& nd = cp.dag.nodes[o.node];
+    const compiler::Node& nd = cp.dag.nodes[o.node];
     std::string args = fmt::format("\"node\":{},\"tags\":\"{}\"", o.node, nd.tags.str());
-    if (nd.op != kNone) args += fmt::format(",\"op\":\"{}\"", json_escape(cp.model.ops[nd.op].name));
+    if (nd.op != compiler::kNone)
+      args += fmt::format(",\"op\":\"{}\"", json_escape(cp.model.ops[nd.op].name));
     emit(fmt::format("{{\"ph\":\"X\",\"name\":\"{}\",\"cat\":\"{}\",\"pid\":{},\"tid\":{},\"ts\":{},"
                      "\"dur\":{},\"args\":{{{}}}}}",
                      json_escape(o.name), nd.kind == NodeKind::kCompute ? "compute" : "comm",

@@ -22,6 +22,9 @@
 
 namespace stretto::backend {
 
+using compiler::OpKind;
+using plan::DType;
+
 namespace {
 
 using detail::OpCtx;
@@ -140,7 +143,7 @@ void time_graphs(const TorchModel& model, BenchOp& b, std::vector<at::Tensor>& i
 
 }  // namespace
 
-BenchOpsResult bench_ops(const CompiledPlan& cp, const BenchOpsOptions& opt_in) {
+BenchOpsResult bench_ops(const compiler::CompiledPlan& cp, const BenchOpsOptions& opt_in) {
   BenchOpsOptions opt = opt_in;
   if (opt.device == DeviceKind::kAuto) opt.device = cuda_available() ? DeviceKind::kCuda : DeviceKind::kCpu;
   if (opt.device == DeviceKind::kCuda && !cuda_available())
@@ -171,14 +174,14 @@ BenchOpsResult bench_ops(const CompiledPlan& cp, const BenchOpsOptions& opt_in) 
   // Distinct ops: kind, GEMM shape, bytes and input shapes.
   std::map<std::string, size_t> seen;
   for (uint32_t o = 0; o < ops.size(); ++o) {
-    const ModelOp& op = ops[o];
+    const compiler::ModelOp& op = ops[o];
     if (op.kind == OpKind::kOptimizer) continue;
     std::vector<std::vector<int64_t>> in_shapes;
     for (uint32_t p : op.inputs) in_shapes.push_back(model.output_shape(p));
-    std::string key = fmt::format("{} {} {} {} {} {} {} {} out {}", op_kind_name(op.kind), op.gemm.m,
-                                  op.gemm.n, op.gemm.k, op.gemm.batch, op.fwd_bytes,
-                                  op.bi_bytes + op.bw_bytes, model.is_last(o),
-                                  fmt::join(model.output_shape(o), "x"));
+    std::string key =
+        fmt::format("{} {} {} {} {} {} {} {} out {}", compiler::op_kind_name(op.kind), op.gemm.m,
+                    op.gemm.n, op.gemm.k, op.gemm.batch, op.fwd_bytes, op.bi_bytes + op.bw_bytes,
+                    model.is_last(o), fmt::join(model.output_shape(o), "x"));
     for (const auto& s : in_shapes) key += fmt::format(" in {}", fmt::join(s, "x"));
     if (auto it = seen.find(key); it != seen.end()) {
       ++res.ops[it->second].instances;
@@ -187,7 +190,7 @@ BenchOpsResult bench_ops(const CompiledPlan& cp, const BenchOpsOptions& opt_in) 
     }
     seen.emplace(key, res.ops.size());
     BenchOp b;
-    b.kind = std::string(op_kind_name(op.kind));
+    b.kind = std::string(compiler::op_kind_name(op.kind));
     b.name = op.name;
     b.op = o;
     b.instances = 1;
@@ -198,7 +201,7 @@ BenchOpsResult bench_ops(const CompiledPlan& cp, const BenchOpsOptions& opt_in) 
   }
 
   for (BenchOp& b : res.ops) {
-    const ModelOp& op = ops[b.op];
+    const compiler::ModelOp& op = ops[b.op];
     std::vector<Param> params = model.make_params(b.op, pl);
     // Inputs: synthetic values of the producers' shapes; a router's output carries real gates.
     std::vector<at::Tensor> inputs;

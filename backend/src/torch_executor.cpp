@@ -48,6 +48,18 @@
 
 namespace stretto::backend {
 
+using compiler::CommKind;
+using compiler::CommPurpose;
+using compiler::CompiledPlan;
+using compiler::kNone;
+using compiler::ModelOp;
+using compiler::Node;
+using compiler::NodeKind;
+using compiler::OpKind;
+using plan::DType;
+using plan::OptimizerSpec;
+using plan::Pass;
+
 namespace detail {
 namespace {
 
@@ -291,7 +303,7 @@ Group& RankRun::group(const std::vector<int32_t>& devices) {
 }
 
 void RankRun::setup() {
-  const TrainingDag& dag = cp_.dag;
+  const compiler::TrainingDag& dag = cp_.dag;
   const size_t nops = cp_.model.ops.size();
   const size_t M = static_cast<size_t>(std::max(1, cp_.num_microbatches));
   const auto timeout = std::chrono::milliseconds(opt_.timeout_ms);
@@ -445,7 +457,7 @@ void RankRun::setup() {
 }
 
 void RankRun::setup_plan_ops() {
-  const TrainingDag& dag = cp_.dag;
+  const compiler::TrainingDag& dag = cp_.dag;
   const size_t nops = cp_.model.ops.size();
   recomputed_.assign(val_.size(), 0);
   for (const auto& o : ops_) {
@@ -1455,7 +1467,7 @@ Expected<ReplayResult> run_rank(const CompiledPlan& cp, const RankSpec& spec,
     std::vector<std::vector<detail::GradDump>> all_grads;
     for (int r = 0; r < spec.world_size; ++r) {
       auto b = detail::store_take(*store, fmt::format("stretto/result/{}", r));
-      auto parsed = rank_result_from_json(Json::parse(std::string(b.begin(), b.end())));
+      auto parsed = rank_result_from_json(plan::Json::parse(std::string(b.begin(), b.end())));
       if (!parsed) return fail(parsed.error());
       all.push_back(std::move(*parsed));
       if (opt.check)

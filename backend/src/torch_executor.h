@@ -28,14 +28,14 @@ std::vector<uint8_t> encode_grads(const std::vector<GradDump>& g);
 std::vector<GradDump> decode_grads(const std::vector<uint8_t>& b);
 
 /// The optimizer a replay steps with: the plan's `optimizer` when it has one, else --optimizer.
-Optimizer step_optimizer(const CompiledPlan& cp, const ReplayOptions& opt);
+Optimizer step_optimizer(const compiler::CompiledPlan& cp, const ReplayOptions& opt);
 /// Whether the step clips gradients to a global norm of kMaxGradNorm (the plan's `grad_clip`).
-bool clips_gradients(const CompiledPlan& cp);
+bool clips_gradients(const compiler::CompiledPlan& cp);
 inline constexpr double kMaxGradNorm = 1.0;  // Megatron-LM's --clip-grad default
 
 /// Compares the ranks' gradients, and their parameters after the optimizer step, with a
 /// single-process run of the same global batch stepped by LibTorch's own optimizer.
-CheckReport check_against_reference(const CompiledPlan& cp, const ReplayOptions& opt,
+CheckReport check_against_reference(const compiler::CompiledPlan& cp, const ReplayOptions& opt,
                                     const std::vector<std::vector<GradDump>>& ranks,
                                     double replayed_loss);
 

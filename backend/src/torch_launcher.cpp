@@ -38,6 +38,9 @@ extern char** environ;
 
 namespace stretto::backend {
 
+using compiler::CompiledPlan;
+using plan::Json;
+
 bool has_cuda_build() {
 #ifdef STRETTO_BACKEND_CUDA
   return true;
@@ -143,8 +146,9 @@ Reference run_reference(const CompiledPlan& cp, const ReplayOptions& opt) {
   std::vector<std::vector<Param>> params(ops.size());
   for (uint32_t o = 0; o < ops.size(); ++o) params[o] = model.make_params(o, OpPlacement{});
   int R = 1;
-  for (const Node& n : cp.dag.nodes)
-    if (n.kind == NodeKind::kCompute && n.tags.pass == Pass::kF && model.is_last(n.op)) {
+  for (const compiler::Node& n : cp.dag.nodes)
+    if (n.kind == compiler::NodeKind::kCompute && n.tags.pass == plan::Pass::kF &&
+        model.is_last(n.op)) {
       R = static_cast<int>(cp.dag.device_sets[n.devs].devices.size()) / std::max<int>(1, n.tp);
       break;
     }
@@ -155,12 +159,12 @@ Reference run_reference(const CompiledPlan& cp, const ReplayOptions& opt) {
       std::vector<at::Tensor> val(ops.size());
       at::Tensor loss;
       for (uint32_t o = 0; o < ops.size(); ++o) {
-        if (ops[o].kind == OpKind::kOptimizer) continue;  // the step, not a model op
+        if (ops[o].kind == compiler::OpKind::kOptimizer) continue;  // the step, not a model op
         std::vector<at::Tensor> in;
         for (uint32_t p : ops[o].inputs) in.push_back(val[p]);
         OpCtx c = model.forward(o, in, params[o], OpPlacement{}, r, mb, scale, {});
         at::Tensor v = c.out.dim() == 3 ? c.out.sum(0) : c.out;
-        if (model.residual_source(o) != kNone) v = v + val[model.residual_source(o)];
+        if (model.residual_source(o) != compiler::kNone) v = v + val[model.residual_source(o)];
         val[o] = v;
         if (model.is_last(o)) loss = v;
       }
@@ -300,7 +304,8 @@ CheckReport check_against_reference(const CompiledPlan& cp, const ReplayOptions&
   // A gradient that is zero analytically (a key bias: softmax ignores a per-query constant) is
   // float rounding noise in both runs: relative differences are taken against at least 1e-3 of
   // the model's largest gradient (largest update, for parameters), not against that noise.
-  const bool low_precision = opt.device == DeviceKind::kCuda && cp.model.dtype != DType::kFP32;
+  const bool low_precision =
+      opt.device == DeviceKind::kCuda && cp.model.dtype != plan::DType::kFP32;
   rep.tolerance = low_precision ? 5e-2 : 1e-4;
   double grad_floor = 0;
   for (const auto& [name, g] : ref.grad) grad_floor = std::max(grad_floor, 1e-3 * g.abs().max().item<double>());

@@ -12,6 +12,10 @@
 
 namespace stretto::backend::detail {
 
+using compiler::ModelOp;
+using compiler::OpKind;
+using plan::ModelSpec;
+
 namespace {
 
 uint64_t fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull) {
@@ -40,19 +44,19 @@ int64_t tensor_bytes(const at::Tensor& t) {
   return t.defined() ? static_cast<int64_t>(t.numel() * t.element_size()) : 0;
 }
 
-TorchModel::TorchModel(const CompiledPlan& cp, uint64_t seed, at::TensorOptions opts,
+TorchModel::TorchModel(const compiler::CompiledPlan& cp, uint64_t seed, at::TensorOptions opts,
                        ModelKernels kernels)
     : cp_(cp), seed_(seed), opts_(opts), kernels_(kernels) {
   const auto& ops = cp.model.ops;
   const ModelSpec& m = cp.plan.model;
-  residual_.assign(ops.size(), kNone);
+  residual_.assign(ops.size(), compiler::kNone);
   consumers_.assign(ops.size(), 0);
   for (uint32_t o = 0; o < ops.size(); ++o) {
     for (uint32_t i : ops[o].inputs) ++consumers_[i];
     if (ops[o].kind == OpKind::kOptimizer) consumers_[o] = -1;  // not a model op: never "last"
   }
   if (m.family == ModelSpec::Family::kSynthetic) {
-    const int dt = dtype_bytes(cp.model.dtype);
+    const int dt = plan::dtype_bytes(cp.model.dtype);
     const double P = std::max<double>(1, static_cast<double>(m.param_bytes) / dt);
     const double F = std::max<double>(1, m.flops);
     const double B = std::max<double>(1, static_cast<double>(m.boundary_bytes) / dt);

@@ -74,10 +74,10 @@ using ModelKernels = Kernels;
 
 class TorchModel {
  public:
-  TorchModel(const CompiledPlan& cp, uint64_t seed, at::TensorOptions opts,
+  TorchModel(const compiler::CompiledPlan& cp, uint64_t seed, at::TensorOptions opts,
              ModelKernels kernels = ModelKernels::kFused);
 
-  const CompiledPlan& plan() const { return cp_; }
+  const compiler::CompiledPlan& plan() const { return cp_; }
   at::TensorOptions options() const { return opts_; }
 
   /// The op's parameters for a placement (full weights, sliced).
@@ -108,7 +108,7 @@ class TorchModel {
   std::vector<int64_t> output_shape(uint32_t op) const;
 
  private:
-  const CompiledPlan& cp_;
+  const compiler::CompiledPlan& cp_;
   uint64_t seed_;
   at::TensorOptions opts_;
   ModelKernels kernels_;

@@ -12,6 +12,8 @@
 
 namespace stretto::backend::detail {
 
+using compiler::OpKind;
+
 at::Tensor TorchModel::dropout_mask(uint32_t o, int replica, int mb,
                                     std::vector<int64_t> shape) const {
   const double p = cp_.plan.model.dropout;
@@ -42,7 +44,7 @@ at::Tensor TorchModel::residual_forward(uint32_t o, const std::vector<at::Tensor
 
 at::Tensor TorchModel::unfused_attention(uint32_t o, const std::vector<at::Tensor>& inputs,
                                          const OpPlacement& pl, int replica, int mb) const {
-  const ModelOp& op = cp_.model.ops[o];
+  const compiler::ModelOp& op = cp_.model.ops[o];
   const int64_t al = heads_ / pl.tp, kvl = kv_ / pl.tp;
   const int64_t bs = cp_.plan.model.microbatch_size, s = cp_.plan.model.seq_len;
   // Heads of the QKV output [T, (al + 2 kvl) d] as [bs, heads, s, d], KV repeated for GQA.

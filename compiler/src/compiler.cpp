@@ -18,12 +18,18 @@
 #include "stretto/plan/estimate.h"
 #include "stretto/pipelines/layout_base.h"
 
-namespace stretto {
+namespace stretto::compiler {
 
-std::string_view node_kind_name(NodeKind k) {
-  static constexpr std::string_view kN[] = {"compute", "transfer", "collective", "barrier"};
-  return kN[static_cast<size_t>(k)];
-}
+using plan::Directive;
+using plan::DirectiveOp;
+using plan::Filter;
+using plan::JsonSource;
+using plan::ModelSpec;
+using plan::OptimizerSpec;
+using plan::Pass;
+using plan::TagKey;
+using plan::Tags;
+
 std::string_view comm_kind_name(CommKind k) {
   static constexpr std::string_view kN[] = {"none",           "send/recv",  "all-reduce",
                                             "reduce-scatter", "all-gather", "all-to-all"};
@@ -35,11 +41,6 @@ std::string_view comm_purpose_name(CommPurpose p) {
                                             "dispatch",    "combine",      "tensor-parallel",
                                             "grad-norm",   "tied-grad",    "loss-reduce"};
   return kN[static_cast<size_t>(p)];
-}
-std::string_view mem_category_name(MemCategory c) {
-  static constexpr std::string_view kN[] = {"activations", "comm_buffers", "grad_buckets",
-                                            "gathered_params"};
-  return kN[static_cast<size_t>(c)];
 }
 
 void TrainingDag::finalize() {
@@ -89,7 +90,7 @@ std::string TrainingDag::node_name(uint32_t id, const ModelGraph& m) const {
     case NodeKind::kCompute:
       if (n.recompute)
         return fmt::format("{} F (recompute, before {}) ({}) on {}", without_pass(n.tags),
-                           pass_name(n.tags.pass), op, devs(n.devs));
+                           plan::pass_name(n.tags.pass), op, devs(n.devs));
       return fmt::format("{} ({}) on {}", n.tags.str(), op, devs(n.devs));
     case NodeKind::kTransfer:
       return fmt::format("send {} {} -> {} ({}, from {} to {})", comm_purpose_name(n.purpose),
@@ -158,7 +159,7 @@ class Compiler {
 
  private:
   CompiledPlan& cp_;
-  const Plan& plan_;
+  const plan::Plan& plan_;
   const JsonSource* src_;
   Diagnostics& diags_;
   detail::DeviceSetTable sets_;
@@ -600,7 +601,7 @@ bool Compiler::check_replication() {
     if (d.op != DirectiveOp::kReplicate && d.op != DirectiveOp::kShard) continue;
     if (d.filter.pass) {
       error(d.filter.pointer + "/PASS",
-            fmt::format("'{}' cannot select a pass", directive_op_name(d.op)), "", d.index);
+            fmt::format("'{}' cannot select a pass", plan::directive_op_name(d.op)), "", d.index);
       ok = false;
       continue;
     }
@@ -617,7 +618,7 @@ bool Compiler::check_replication() {
           if (reported.insert({d.index, u.place}).second)
             error(d.pointer + "/devices",
                   fmt::format("{} lists devices that differ from where {} ({}) is placed",
-                              directive_op_name(d.op), cp_.model.ops[o].tags.str(),
+                              plan::directive_op_name(d.op), cp_.model.ops[o].tags.str(),
                               cp_.model.ops[o].name),
                   "replicate/shard the same devices the region is placed on", d.index,
                   {{loc(plan_.schedule[u.place].pointer + "/devices"), "placed here"}});
@@ -627,7 +628,8 @@ bool Compiler::check_replication() {
         if (d.op == DirectiveOp::kReplicate)
           u.repl = d.index;
         else {
-          if (cp_.model.ops[o].tags.ep() == kAbsent) continue;  // shard applies to EP ops only
+          if (cp_.model.ops[o].tags.ep() == plan::kAbsent)
+            continue;  // shard applies to EP ops only
           u.shard = d.index;
         }
       }
@@ -697,13 +699,13 @@ bool Compiler::apply_recompute() {
         const OpKind k = cp_.model.ops[o].kind;
         const bool core = k == OpKind::kAttention || k == OpKind::kAttnScores ||
                           k == OpKind::kSoftmax || k == OpKind::kAttnContext;
-        if (d.recompute == RecomputeMode::kSelective && !core) continue;
+        if (d.recompute == plan::RecomputeMode::kSelective && !core) continue;
         ++matched;
         unit(o, mb).rc = static_cast<int8_t>(d.recompute);
       }
     if (matched == 0) {
       error(d.pointer + "/filter", fmt::format("filter {} matches nothing", d.filter.str()),
-            d.recompute == RecomputeMode::kSelective
+            d.recompute == plan::RecomputeMode::kSelective
                 ? "selective recompute applies to the core attention ops of the matched layers"
                 : "recompute applies to model ops, e.g. {\"LAYER\": \"*\"} for every layer",
             d.index);
@@ -1087,11 +1089,10 @@ uint32_t Compiler::add_all_to_all(CommPurpose purpose, uint32_t o, int mb, Pass 
   // Sized by the busiest expert's share (MoeSpec::load_factor: imbalance or capacity).
   const auto& moe = cp_.plan.model.moe;
   const double load = moe ? moe->load_factor() : 1.0;
-  const int64_t bytes = static_cast<int64_t>(
-      std::llround(static_cast<double>(cp_.model.tokens_per_microbatch * (moe ? moe->top_k : 1) *
-                                       cp_.plan.model.hidden * dtype_bytes(cp_.model.dtype) /
-                                       u.tp) *
-                   load));
+  const int64_t bytes = static_cast<int64_t>(std::llround(
+      static_cast<double>(cp_.model.tokens_per_microbatch * (moe ? moe->top_k : 1) *
+                          cp_.plan.model.hidden * plan::dtype_bytes(cp_.model.dtype) / u.tp) *
+      load));
   uint32_t n = add_collective(CommKind::kAllToAll, purpose, o, mb, pass, dp_groups(u),
                               ep_stream(u), bytes, u.shard);
   comm_buffer(n, bytes);
@@ -1801,22 +1802,23 @@ bool Compiler::run() {
 
 }  // namespace
 
-Expected<CompiledPlan> compile(const Plan& plan_in, const JsonSource* src,
+Expected<CompiledPlan> compile(const plan::Plan& plan_in, const JsonSource* src,
                                const CompileOptions& opt) {
   // Sizes whose products overflow, and plans larger than memory allows (estimate.h).
-  if (auto bad = check_plan_sizes(plan_in, src); !bad.empty()) return fail(std::move(bad));
-  if (auto big = check_memory_budget(plan_in, src, false, false); !big.empty())
+  if (auto bad = plan::check_plan_sizes(plan_in, src); !bad.empty()) return fail(std::move(bad));
+  if (auto big = plan::check_memory_budget(plan_in, src, false, false); !big.empty())
     return fail(std::move(big));
   // A builder call: the real cause (pp_regions, devices) located at the call (layout.h).
-  if (auto bad = check_builder_call(plan_in, src); !bad.empty()) return fail(std::move(bad));
+  if (auto bad = pipelines::check_builder_call(plan_in, src); !bad.empty())
+    return fail(std::move(bad));
   CompiledPlan cp;
   cp.plan = plan_in;
   const JsonSource* const file_src = src;
   if (plan_in.builder) {
-    auto ds = expand_builder(*plan_in.builder);
+    auto ds = pipelines::expand_builder(*plan_in.builder);
     if (!ds) {
       Diagnostics diags = ds.error();
-      locate_builder_diagnostics(diags, src, *plan_in.builder);
+      pipelines::locate_builder_diagnostics(diags, src, *plan_in.builder);
       for (auto& d : diags)
         if (!d.loc.known() && src) {
           std::string ptr =
@@ -1835,23 +1837,23 @@ Expected<CompiledPlan> compile(const Plan& plan_in, const JsonSource* src,
   Diagnostics diags;
   // Problems in builder-generated directives point at the builder call (layout.h).
   auto located = [&](Diagnostics ds) {
-    if (plan_in.builder) locate_builder_diagnostics(ds, file_src, *plan_in.builder);
+    if (plan_in.builder) pipelines::locate_builder_diagnostics(ds, file_src, *plan_in.builder);
     return fail(std::move(ds));
   };
   Compiler c(cp, src, diags, opt.template_microbatches);
   if (!c.run()) return located(std::move(diags));
   // (order_and_lower finalizes the DAG once its temporal edges are in)
   if (!detail::order_and_lower(cp, src, opt.class_programs, diags)) return located(std::move(diags));
-  cp.resolved = resolve_structure(plan_in, cp.plan.schedule, file_src);
+  cp.resolved = plan::resolve_structure(plan_in, cp.plan.schedule, file_src);
   return cp;
 }
 
 Expected<CompiledPlan> compile_file(const std::string& path, const CompileOptions& opt) {
   auto src = JsonSource::load(path);
   if (!src) return fail(src.error());
-  auto plan = parse_plan(*src);
+  auto plan = plan::parse_plan(*src);
   if (!plan) return fail(plan.error());
   return compile(*plan, &*src, opt);
 }
 
-}  // namespace stretto
+}  // namespace stretto::compiler

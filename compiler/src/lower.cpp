@@ -22,7 +22,13 @@
 
 #include "internal.h"
 
-namespace stretto::detail {
+namespace stretto::compiler::detail {
+
+using plan::Directive;
+using plan::JsonSource;
+using plan::Pass;
+using plan::TagCond;
+
 namespace {
 
 uint8_t pass_order(Pass p) {
@@ -96,7 +102,7 @@ struct OrderableIndex {
   std::vector<uint32_t> by_key;  // node ids ascending within a key
 
   // Appends the nodes `f` matches to `out`; returns how many.
-  size_t match(const TrainingDag& dag, const Filter& f, std::vector<uint32_t>& out) const {
+  size_t match(const TrainingDag& dag, const plan::Filter& f, std::vector<uint32_t>& out) const {
     const auto& c = f.cond;
     const size_t before = out.size();
     if (c[0].kind == TagCond::kEquals && c[3].kind == TagCond::kEquals && f.pass) {
@@ -177,7 +183,7 @@ class OrderDirectives {
   bool apply(Diagnostics& diags) {
     bool ok = true;
     for (const auto& d : cp_.plan.schedule) {
-      if (d.op != DirectiveOp::kOrder) continue;
+      if (d.op != plan::DirectiveOp::kOrder) continue;
       for (auto& p : prev_group_) p.clear();
       for (auto& p : prev_sinks_) p.clear();
       std::fill(group_pos_.begin(), group_pos_.end(), 0);
@@ -237,7 +243,7 @@ class OrderDirectives {
         // The weight gradients of ops that have none: their backward is all BI (no BW
         // nodes), so the group is empty where the same filter's BI is not.
         if (f.pass == Pass::kBW) {
-          Filter bi = f;
+          plan::Filter bi = f;
           bi.pass = Pass::kBI;
           scratch_.clear();
           if (index_.match(dag_, bi, scratch_) > 0) continue;
@@ -605,4 +611,4 @@ bool order_and_lower(CompiledPlan& cp, const JsonSource* src, bool class_program
   return true;
 }
 
-}  // namespace stretto::detail
+}  // namespace stretto::compiler::detail

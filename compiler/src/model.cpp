@@ -18,7 +18,11 @@
 #include <algorithm>
 #include <cmath>
 
-namespace stretto {
+namespace stretto::compiler {
+
+using plan::JsonSource;
+using plan::ModelSpec;
+using plan::TagKey;
 
 std::string_view op_kind_name(OpKind k) {
   static constexpr std::string_view kNames[] = {
@@ -248,8 +252,8 @@ class Transformer {
     uint32_t qkv = chain(
         L, with_bias(b_.gemm(name(L, "attn.qkv"), OpKind::kQKV, TpSplit::kColumn, T, h, qkv_n)),
         {n1});
-    uint32_t core = spec_.attention == AttentionImpl::kFlash ? add_flash_attention(L, qkv)
-                                                             : add_unfused_attention(L, qkv);
+    uint32_t core = spec_.attention == plan::AttentionImpl::kFlash ? add_flash_attention(L, qkv)
+                                                                   : add_unfused_attention(L, qkv);
     uint32_t proj = chain(
         L, b_.gemm(name(L, "attn.out_proj"), OpKind::kOutProj, TpSplit::kRow, T, ad, h), {core});
     uint32_t r1 = chain(L, residual(name(L, "attn.residual")), {proj, layer_in});
@@ -340,7 +344,7 @@ class Transformer {
 
   // Router, routed experts (EP-tagged), shared experts and the residual; returns the residual.
   uint32_t add_moe(const Layer& L, uint32_t n2, uint32_t r1) {
-    const MoeSpec& moe = *spec_.moe;
+    const plan::MoeSpec& moe = *spec_.moe;
     const int64_t E = moe.experts, k = moe.top_k, ef = moe.expert_ffn_hidden;
     ModelOp router =
         b_.gemm(name(L, "moe.router"), OpKind::kRouter, TpSplit::kReplicated, T, h, E);
@@ -381,7 +385,7 @@ class Transformer {
   }
 
   uint32_t add_shared_experts(const Layer& L, uint32_t n2) {
-    const MoeSpec& moe = *spec_.moe;
+    const plan::MoeSpec& moe = *spec_.moe;
     const int64_t ef = moe.expert_ffn_hidden;
     const int64_t sf = ef * moe.shared_experts;
     const int64_t sup = spec_.gated_mlp ? 2 * sf : sf;
@@ -440,7 +444,7 @@ class Transformer {
 Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) {
   if (auto ok = check_regions(spec, src); !ok) return fail(std::move(ok.error()));
   Builder b;
-  b.dt = dtype_bytes(spec.dtype);
+  b.dt = plan::dtype_bytes(spec.dtype);
   b.pdt = detail::param_dtype_bytes(spec.dtype);
   ModelGraph& g = b.g;
   g.pp_regions = spec.pp_regions;
@@ -458,4 +462,4 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
   return std::move(g);
 }
 
-}  // namespace stretto
+}  // namespace stretto::compiler

@@ -6,7 +6,9 @@
 #include "stretto/compiler/compiler.h"
 #include "stretto/support/plural.h"
 
-namespace stretto {
+namespace stretto::compiler {
+
+using plan::Json;
 
 namespace {
 std::string human_bytes(int64_t b) {
@@ -51,7 +53,7 @@ CompileSummary summarize(const CompiledPlan& cp) {
   std::vector<int64_t> act_per_class(cp.classes.size(), 0);
   for (const auto& m : dag.mem) {
     const Node& n = dag.nodes[m.node];
-    if (n.kind != NodeKind::kCompute || n.tags.pass != Pass::kF || m.bytes <= 0 ||
+    if (n.kind != NodeKind::kCompute || n.tags.pass != plan::Pass::kF || m.bytes <= 0 ||
         m.cat != MemCategory::kActivations || n.tags.mb() > 0)
       continue;
     for (size_t c = 0; c < cp.classes.size(); ++c) {
@@ -192,7 +194,7 @@ Expected<std::string> to_dot(const CompiledPlan& cp, size_t max_nodes) {
   for (uint32_t i = 0; i < dag.nodes.size(); ++i) {
     const Node& n = dag.nodes[i];
     const char* color = n.kind == NodeKind::kCompute
-                            ? (n.tags.pass == Pass::kF ? "lightblue" : "lightsalmon")
+                            ? (n.tags.pass == plan::Pass::kF ? "lightblue" : "lightsalmon")
                         : n.kind == NodeKind::kTransfer   ? "khaki"
                         : n.kind == NodeKind::kCollective ? "palegreen"
                                                           : "gray90";
@@ -210,14 +212,14 @@ Expected<std::string> to_dot(const CompiledPlan& cp, size_t max_nodes) {
 
 std::vector<std::string> unmodelled_effects(const CompiledPlan& cp) {
   std::vector<std::string> out;
-  const Plan& p = cp.plan;
+  const plan::Plan& p = cp.plan;
   if (!p.optimizer.given)
     out.push_back("optimizer step: the plan has no \"optimizer\" (add {\"kind\": \"adam\"})");
-  else if (p.optimizer.kind == OptimizerSpec::Kind::kNone)
+  else if (p.optimizer.kind == plan::OptimizerSpec::Kind::kNone)
     out.push_back("optimizer: none");
-  if (p.costmodel.kind == CostModelSpec::Kind::kFixed)
+  if (p.costmodel.kind == plan::CostModelSpec::Kind::kFixed)
     out.push_back("compute and communication times: fixed constants (costmodel \"fixed\")");
-  if (p.model.family == ModelSpec::Family::kTransformer) {
+  if (p.model.family == plan::ModelSpec::Family::kTransformer) {
     if (p.model.moe && p.model.moe->capacity_factor <= 0 && p.model.moe->imbalance <= 1.0)
       out.push_back("MoE routing imbalance: balanced routing assumed (set \"imbalance\")");
   }
@@ -229,4 +231,4 @@ std::vector<std::string> unmodelled_effects(const CompiledPlan& cp) {
   return out;
 }
 
-}  // namespace stretto
+}  // namespace stretto::compiler

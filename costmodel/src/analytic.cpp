@@ -14,6 +14,16 @@
 
 namespace stretto::cost {
 
+using compiler::CommKind;
+using compiler::OpKind;
+using plan::ClusterSpec;
+using plan::DeviceSpec;
+using plan::Json;
+using plan::Pass;
+using plan::PlanKey;
+using plan::schema_key;
+using plan::ValueSource;
+
 namespace {
 
 // DeepSeek-V3 technical report (arXiv 2412.19437): 20 of the H800's 132 SMs run communication.
@@ -300,8 +310,8 @@ const std::vector<std::string>& analytic_option_names() {
   // fixed model's, then these.
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
-    const std::vector<std::string> fixed = fixed_costmodel_keys();
-    for (const std::string& k : section_keys("costmodel"))
+    const std::vector<std::string> fixed = plan::fixed_costmodel_keys();
+    for (const std::string& k : plan::section_keys("costmodel"))
       if (k != "profile" && std::find(fixed.begin(), fixed.end(), k) == fixed.end())
         v.push_back(k);
     return v;
@@ -361,9 +371,10 @@ AnalyticParams calibrated_defaults(const std::string& device_kind) {
   return p;
 }
 
-std::vector<ResolvedField> resolved_options(const CostModelSpec& spec, const ClusterSpec& cluster) {
-  std::vector<ResolvedField> out;
-  if (spec.kind == CostModelSpec::Kind::kFixed) return out;
+std::vector<plan::ResolvedField> resolved_options(const plan::CostModelSpec& spec,
+                                                  const ClusterSpec& cluster) {
+  std::vector<plan::ResolvedField> out;
+  if (spec.kind == plan::CostModelSpec::Kind::kFixed) return out;
   const Json options = spec.options.is_object() ? spec.options : Json::object();
   auto parsed = parse_analytic_params(options, cluster, spec.pointer, "");
   if (!parsed) return out;
@@ -431,7 +442,7 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
   }
   bool sm_share_given = false;
   // Keys of the fixed model: an error here, with a pointed message.
-  const std::vector<std::string> fixed = fixed_costmodel_keys();
+  const std::vector<std::string> fixed = plan::fixed_costmodel_keys();
   if (options.is_object()) {
     for (const auto& [key, v] : options.items()) {
       if (std::find(std::begin(kPlanKeys), std::end(kPlanKeys), key) != std::end(kPlanKeys))
@@ -654,7 +665,8 @@ double gemm_efficiency(const AnalyticParams& p, const DeviceSpec& dev, int64_t r
   return p.gemm_efficiency * fill * depth_eff;
 }
 
-double gemm_efficiency(const AnalyticParams& p, const DeviceSpec& dev, const GemmShape& g) {
+double gemm_efficiency(const AnalyticParams& p, const DeviceSpec& dev,
+                       const compiler::GemmShape& g) {
   return gemm_efficiency(p, dev, g.m, g.n, g.k, g.batch);
 }
 
@@ -719,7 +731,7 @@ ComputeCost analytic_compute(const AnalyticParams& p, const DeviceSpec& dev,
                       (p.sustained_clock_ratio > 0 ? p.sustained_clock_ratio : 1.0);  // flops/ns
   double t_comp = 0;
   if (q.flops > 0 && peak > 0) {
-    const GemmShape& g = q.gemm;
+    const compiler::GemmShape& g = q.gemm;
     if (attention) {
       double fill = 1.0, eff = p.attention_efficiency;
       if (g.m > 0 && p.attention_seq_half > 0) {

@@ -11,6 +11,10 @@
 
 namespace stretto::cost {
 
+using plan::ClusterSpec;
+using plan::CostModelSpec;
+using plan::DType;
+
 double dtype_peak_factor(DType d) {
   // H100 SXM data sheet (dense): FP8 1979, BF16 989, TF32 495 TFLOPS. FP32 GEMMs are assumed to
   // run on TF32 tensor cores (Megatron / torch.backends.cuda.matmul.allow_tf32 setting).
@@ -131,7 +135,7 @@ Expected<std::unique_ptr<CostModel>> build(const CostModelSpec& spec, const Clus
         auto own = parse_analytic_params(table->options, cluster, "/options", path.string());
         if (!own) return fail(std::move(own.error()));
         // Options measured with the table (interference), under the plan's own.
-        Json merged = table->options;
+        plan::Json merged = table->options;
         for (const auto& [k, v] : spec.options.items()) merged[k] = v;
         params = parse_analytic_params(merged, cluster, spec.pointer, file);
         if (!params) ds.insert(ds.end(), params.error().begin(), params.error().end());
@@ -148,7 +152,7 @@ Expected<std::unique_ptr<CostModel>> build(const CostModelSpec& spec, const Clus
 Expected<std::unique_ptr<CostModel>> make_cost_model(const CostModelSpec& spec,
                                                      const ClusterSpec& cluster,
                                                      const std::string& base_dir,
-                                                     const JsonSource* src) {
+                                                     const plan::JsonSource* src) {
   auto m = build(spec, cluster, base_dir, src ? src->file() : std::string());
   if (!m) {
     Diagnostics ds = std::move(m.error());

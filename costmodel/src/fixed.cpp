@@ -6,6 +6,8 @@
 
 namespace stretto::cost {
 
+using plan::Pass;
+
 namespace {
 
 // Node k of n of a region pass gets C*(k+1)/n - C*k/n, so the n nodes sum to exactly C.
@@ -20,7 +22,7 @@ int64_t share(int64_t c, int k, int n) {
 
 class FixedModel final : public CostModel {
  public:
-  explicit FixedModel(const CostModelSpec& s)
+  explicit FixedModel(const plan::CostModelSpec& s)
       : f_(s.f_ns), b_(s.b_ns), bi_(s.bi_ns), bw_(s.bw_ns), comm_(s.comm_ns) {}
 
   ComputeCost compute(const ComputeQuery& q) const override {
@@ -65,7 +67,7 @@ class FixedModel final : public CostModel {
 
 namespace detail {
 
-std::unique_ptr<CostModel> make_fixed_model(const CostModelSpec& spec) {
+std::unique_ptr<CostModel> make_fixed_model(const plan::CostModelSpec& spec) {
   return std::make_unique<FixedModel>(spec);
 }
 

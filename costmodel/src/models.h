@@ -10,11 +10,11 @@
 namespace stretto::cost::detail {
 
 /// Per-pass constants (DESIGN §2 "fixed").
-std::unique_ptr<CostModel> make_fixed_model(const CostModelSpec& spec);
+std::unique_ptr<CostModel> make_fixed_model(const plan::CostModelSpec& spec);
 /// Roofline + NCCL.
-std::unique_ptr<CostModel> make_analytic_model(AnalyticParams p, const ClusterSpec& cluster);
+std::unique_ptr<CostModel> make_analytic_model(AnalyticParams p, const plan::ClusterSpec& cluster);
 /// Measured table over the analytic model.
-std::unique_ptr<CostModel> make_profiled_model(AnalyticParams p, const ClusterSpec& cluster,
+std::unique_ptr<CostModel> make_profiled_model(AnalyticParams p, const plan::ClusterSpec& cluster,
                                                ProfileTable table);
 
 }  // namespace stretto::cost::detail

@@ -12,6 +12,8 @@
 
 namespace stretto::cost {
 
+using compiler::CommKind;
+
 namespace {
 
 // tuning.cc ncclTunerConstantsDefaults.baseLatencies (us): Tree, Ring, PAT rows.
@@ -346,7 +348,7 @@ NcclEstimate nccl_estimate(const NcclSystem& sys, const NcclComm& comm, CommKind
 }
 
 NcclEstimate nccl_choose(const NcclSystem& sys, const NcclComm& comm, CommKind kind, int64_t bytes,
-                         DType dtype) {
+                         plan::DType dtype) {
   NcclEstimate none;
   if (!is_nccl_coll(kind) || comm.n_ranks <= 1) return none;
   auto pick = [&](const NcclSystem& s) {
@@ -360,7 +362,8 @@ NcclEstimate nccl_choose(const NcclSystem& sys, const NcclComm& comm, CommKind k
         double cost = e.time_us;
         // enqueue.cc updateCollCostTable: "Relegate fp8 reduction trees of sufficient depth
         // that they incur precision loss to be least preferred."
-        if (dtype == DType::kFP8 && e.algo == NcclAlgo::kRing && comm.n_ranks > 8) cost *= 1024.0;
+        if (dtype == plan::DType::kFP8 && e.algo == NcclAlgo::kRing && comm.n_ranks > 8)
+          cost *= 1024.0;
         if (cost < best_cost) {
           best_cost = cost;
           best = e;

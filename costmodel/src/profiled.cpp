@@ -19,13 +19,18 @@
 
 namespace stretto::cost {
 
-std::string_view profile_op_name(OpKind k) {
+using plan::ClusterSpec;
+using plan::DType;
+using plan::Json;
+using plan::Pass;
+
+std::string_view profile_op_name(compiler::OpKind k) {
   return detail::op_name(k);
 }
 std::string_view profile_pass_name(Pass p) {
   return detail::pass_key(p);
 }
-std::string_view profile_comm_name(CommKind k) {
+std::string_view profile_comm_name(compiler::CommKind k) {
   return detail::comm_name(k);
 }
 std::string_view profile_dtype_name(DType d) {
@@ -48,7 +53,7 @@ double ProfileSeries::at(double x) const {
 
 std::optional<double> ProfileTable::kernel_ns(const ComputeQuery& q) const {
   auto one = [&](Pass pass, bool use_bytes) -> std::optional<double> {
-    const GemmShape& g = q.gemm;
+    const compiler::GemmShape& g = q.gemm;
     if (g.m > 0 && g.n > 0 && g.k > 0) {
       auto it =
           shape_kernels.find({q.kind, pass, q.dtype, g.n, g.k, std::max<int64_t>(g.batch, 1)});
@@ -211,7 +216,7 @@ void parse_kernels(const Json& arr, const std::string& file, Diagnostics& ds,
     }
     const size_t before = ds.size();
     EntryReader r(e, ptr, file, ds, {"op", "pass", "dtype", "m", "n", "k", "batch", "bytes", "ns"});
-    auto op = r.name<OpKind>("op", true, detail::parse_op, detail::op_names, "op");
+    auto op = r.name<compiler::OpKind>("op", true, detail::parse_op, detail::op_names, "op");
     auto pass = r.name<Pass>("pass", true, detail::parse_pass_key, detail::pass_keys, "pass");
     std::optional<DType> dtype = DType::kBF16;
     if (r.has("dtype"))
@@ -255,8 +260,8 @@ void parse_collectives(const Json& arr, const std::string& file, Diagnostics& ds
     }
     const size_t before = ds.size();
     EntryReader r(e, ptr, file, ds, {"kind", "group_size", "nodes", "bytes", "ns"});
-    auto kind =
-        r.name<CommKind>("kind", true, detail::parse_comm, detail::comm_names, "collective kind");
+    auto kind = r.name<compiler::CommKind>("kind", true, detail::parse_comm, detail::comm_names,
+                                           "collective kind");
     auto g = r.positive("group_size", true, true);
     std::optional<double> nodes = 1.0;
     if (r.has("nodes")) nodes = r.positive("nodes", true, true);
@@ -404,7 +409,7 @@ Expected<ProfileTable> parse_profile_table(const std::string& text, const std::s
   colls.build(t.collectives, file, ds);
   if (!ds.empty()) {
     // The text parsed above, so positions can be indexed for line:column.
-    auto src = JsonSource::parse(text, file);
+    auto src = plan::JsonSource::parse(text, file);
     if (src) detail::locate(ds, &*src);
     return fail(std::move(ds));
   }

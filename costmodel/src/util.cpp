@@ -8,6 +8,11 @@
 
 namespace stretto::cost::detail {
 
+using compiler::CommKind;
+using compiler::OpKind;
+using plan::DType;
+using plan::Pass;
+
 Diagnostic diag_at(const std::string& file, const std::string& pointer, std::string message,
                    std::string hint) {
   Diagnostic d;
@@ -32,7 +37,7 @@ Diagnostic diag_at_line(const std::string& file, uint32_t line, uint32_t col, st
 }
 
 std::string child_pointer(const std::string& base, std::string_view key) {
-  return base + "/" + pointer_escape(key);
+  return base + "/" + plan::pointer_escape(key);
 }
 
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
@@ -56,7 +61,7 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string>& 
   return pick ? "did you mean '" + *pick + "'?" : std::string();
 }
 
-void locate(Diagnostics& ds, const JsonSource* src) {
+void locate(Diagnostics& ds, const plan::JsonSource* src) {
   if (!src) return;
   for (Diagnostic& d : ds) {
     if (d.loc.file != src->file() || d.loc.known()) continue;

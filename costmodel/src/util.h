@@ -27,7 +27,7 @@ Diagnostic diag_at(const std::string& file, const std::string& pointer, std::str
 Diagnostic diag_at_line(const std::string& file, uint32_t line, uint32_t col, std::string message,
                         std::string source_line);
 
-/// `base` + "/" + escaped `key` (stretto::pointer_escape).
+/// `base` + "/" + escaped `key` (stretto::plan::pointer_escape).
 std::string child_pointer(const std::string& base, std::string_view key);
 
 /// "did you mean 'x'?" for the closest candidate within a plausible typo distance, else "".
@@ -36,7 +36,7 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string>& 
 /// Fills line:column and the source line of the diagnostics that are about `src`'s file and
 /// have none yet, from their JSON pointers. Object members are located at their key, so an
 /// unknown key points at its name.
-void locate(Diagnostics& ds, const JsonSource* src);
+void locate(Diagnostics& ds, const plan::JsonSource* src);
 
 /// 1-based line and column of byte `offset` in `text`, and that line's text.
 void line_col(const std::string& text, size_t offset, uint32_t& line, uint32_t& col,
@@ -47,17 +47,17 @@ bool iequals(std::string_view a, std::string_view b);
 std::string lower(std::string_view s);
 
 // Name tables (table-file spelling).
-std::string_view op_name(OpKind k);
-std::optional<OpKind> parse_op(std::string_view s);
+std::string_view op_name(compiler::OpKind k);
+std::optional<compiler::OpKind> parse_op(std::string_view s);
 std::vector<std::string> op_names();
-std::string_view pass_key(Pass p);
-std::optional<Pass> parse_pass_key(std::string_view s);
+std::string_view pass_key(plan::Pass p);
+std::optional<plan::Pass> parse_pass_key(std::string_view s);
 std::vector<std::string> pass_keys();
-std::string_view dtype_name(DType d);
-std::optional<DType> parse_dtype(std::string_view s);
+std::string_view dtype_name(plan::DType d);
+std::optional<plan::DType> parse_dtype(std::string_view s);
 std::vector<std::string> dtype_names();
-std::string_view comm_name(CommKind k);
-std::optional<CommKind> parse_comm(std::string_view s);
+std::string_view comm_name(compiler::CommKind k);
+std::optional<compiler::CommKind> parse_comm(std::string_view s);
 std::vector<std::string> comm_names();
 
 /// Integer nanoseconds from a non-negative duration in ns (rounded up: never shorter).

@@ -8,7 +8,7 @@
 #include <new>
 #include <type_traits>
 
-namespace stretto::sim::detail {
+namespace stretto::engine::detail {
 
 template <class T>
 class BigArray {
@@ -59,4 +59,4 @@ class BigArray {
   size_t size_ = 0, cap_ = 0;
 };
 
-}  // namespace stretto::sim::detail
+}  // namespace stretto::engine::detail

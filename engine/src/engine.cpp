@@ -13,7 +13,7 @@
 #include "stretto/support/diag.h"
 #include "stretto/engine/maxmin.h"
 
-namespace stretto::sim {
+namespace stretto::engine {
 
 namespace {
 
@@ -1392,4 +1392,4 @@ const MaxMin::Stats& Engine::maxmin_stats() const {
   return state_ ? state_->mm.stats() : kEmpty;
 }
 
-}  // namespace stretto::sim
+}  // namespace stretto::engine

@@ -12,7 +12,7 @@
 
 #include "stretto/engine/program.h"
 
-namespace stretto::sim::detail {
+namespace stretto::engine::detail {
 
 struct Event {
   SimTime time;
@@ -123,4 +123,4 @@ class RadixEventQueue {
   uint64_t mask_ = 0;  // non-empty buckets above 0
 };
 
-}  // namespace stretto::sim::detail
+}  // namespace stretto::engine::detail

@@ -5,7 +5,7 @@
 
 #include "stretto/support/diag.h"
 
-namespace stretto::sim {
+namespace stretto::engine {
 
 namespace {
 
@@ -286,4 +286,4 @@ void MaxMin::fill() {
   }
 }
 
-}  // namespace stretto::sim
+}  // namespace stretto::engine

@@ -8,6 +8,11 @@
 
 namespace stretto::explore {
 
+using compiler::CommKind;
+using compiler::OpKind;
+using compiler::TpSplit;
+using plan::Pass;
+
 namespace {
 
 constexpr double kParamBytes = 2, kGradBytes = 2, kOptimizerBytes = 12;  // README "Memory"
@@ -20,7 +25,7 @@ Diagnostic plain(std::string msg) {
 
 }  // namespace
 
-Expected<Estimator> Estimator::make(const Plan& plan, const std::string& base_dir) {
+Expected<Estimator> Estimator::make(const plan::Plan& plan, const std::string& base_dir) {
   auto cm = cost::make_cost_model(plan.costmodel, plan.cluster, base_dir);
   if (!cm) return fail(std::move(cm).error());
   Estimator e;
@@ -45,10 +50,10 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
   LayerCosts& c = cache_[key];
-  ModelSpec ms = plan_.model;
+  plan::ModelSpec ms = plan_.model;
   ms.microbatch_size = mbs;
   ms.pp_regions = 1;
-  auto g = expand_model(ms);
+  auto g = compiler::expand_model(ms);
   if (!g) return c;  // empty: the point's own compile reports the problem
   const int L = g->layers;
   for (auto* v : {&c.f, &c.bi, &c.bw, &c.tp_f, &c.tp_b, &c.a2a, &c.attn_f, &c.saved, &c.boundary,
@@ -57,7 +62,7 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
   const int dpn = std::max(1, plan_.cluster.devices_per_node);
   const int tp_nodes = (tp + dpn - 1) / dpn;
   const int ep_nodes = std::max(1, (tp * ep + dpn - 1) / dpn);
-  for (const ModelOp& op : g->ops) {
+  for (const compiler::ModelOp& op : g->ops) {
     const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
     const int t = split ? tp : 1;
     auto time = [&](Pass pass, double flops, int64_t bytes, int64_t bw_bytes = 0) {
@@ -66,7 +71,7 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
       q.pass = pass;
       q.dtype = g->dtype;
       q.tp = tp;
-      GemmShape gs = op.gemm;
+      compiler::GemmShape gs = op.gemm;
       if (tp > 1 && split) {
         if (op.tp == TpSplit::kColumn) gs.n = std::max<int64_t>(1, gs.n / tp);
         else if (op.tp == TpSplit::kRow) gs.k = std::max<int64_t>(1, gs.k / tp);
@@ -89,7 +94,7 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
     const double saved = static_cast<double>(op.saved_bytes) / ((split || sp) ? tp : 1);
     const double params = static_cast<double>(op.param_count) / t;
     const int layer = op.tags.layer();
-    if (layer == kAbsent || layer < 0 || layer >= L) {
+    if (layer == plan::kAbsent || layer < 0 || layer >= L) {
       const bool pre = op.kind == OpKind::kEmbedding;
       (pre ? c.pre_f : c.post_f) += f;
       (pre ? c.pre_b : c.post_b) += bi + bw;
@@ -107,7 +112,7 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
     if (op.kind == OpKind::kExperts) {
       c.expert_params[layer] += params / std::max(1, ep);
       const int64_t bytes = g->tokens_per_microbatch * (ms.moe ? ms.moe->top_k : 1) * ms.hidden *
-                            dtype_bytes(g->dtype) / tp;
+                            plan::dtype_bytes(g->dtype) / tp;
       c.a2a[layer] = comm_ns(CommKind::kAllToAll, bytes, ep, ep_nodes);
     } else {
       c.params[layer] += params;
@@ -288,7 +293,7 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   return e;
 }
 
-Expected<Estimate> estimate(const Plan& plan, const Resolved& r) {
+Expected<Estimate> estimate(const plan::Plan& plan, const Resolved& r) {
   auto e = Estimator::make(plan);
   if (!e) return fail(std::move(e).error());
   return (*e)(r);

@@ -15,6 +15,9 @@
 
 namespace stretto::explore {
 
+using plan::Json;
+using plan::JsonSource;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -47,7 +50,7 @@ struct ModelFacts {
 // devices per node as its preset resolves them).
 Expected<ModelFacts> facts(const Json& base) {
   const JsonSource src = JsonSource::from_json(base, "<base plan>");
-  auto plan = parse_plan(src);
+  auto plan = plan::parse_plan(src);
   if (!plan) return fail(std::move(plan).error());
   ModelFacts f;
   f.layers = std::max(1, plan->model.layers);
@@ -130,7 +133,7 @@ Expected<std::vector<Json>> search_space(const Json& base, const SearchOptions& 
           if (pp == 1 && fam != "1f1b") continue;  // one rank: every family is the same
           if ((two ? 2 : 1) * pp > mf.layers) continue;
           // what the family's builder refuses (DualPipeV with fewer microbatches than stages)
-          if (check_schedule(fam, pp, 0, static_cast<int>(m))) continue;
+          if (pipelines::check_schedule(fam, pp, 0, static_cast<int>(m))) continue;
           std::vector<int> eps = {1};
           if (mf.experts > 0 && dp > 1 && mf.experts % dp == 0) eps.push_back(dp);
           for (int ep : eps)
@@ -226,7 +229,7 @@ Expected<SearchResult> search(const Json& base, const std::string& base_dir,
   auto probe_doc = point_plan(base, (*space)[0]);
   if (!probe_doc) return fail(std::move(probe_doc).error());
   JsonSource probe_src = JsonSource::from_json(*probe_doc, "search");
-  auto probe = parse_plan(probe_src);
+  auto probe = plan::parse_plan(probe_src);
   if (!probe) return fail(std::move(probe).error());
   const double cap =
       opt.memory_cap_GiB > 0 ? opt.memory_cap_GiB : probe->cluster.device.memory_GiB;

@@ -16,6 +16,11 @@
 
 namespace stretto::explore {
 
+using pipelines::canonical_family;
+using plan::Json;
+using plan::JsonSource;
+using plan::pointer_escape;
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -397,16 +402,6 @@ Expected<SweepSpec> load_spec(const std::string& path) {
   return parse_spec(*src, dir.empty() ? "." : dir);
 }
 
-Expected<SweepSpec> spec_from_canonical(const Json& canonical, const std::string& base_dir) {
-  JsonSource src = JsonSource::from_json(canonical, "<database spec>");
-  SweepSpec spec;
-  spec.file = "<database spec>";
-  spec.base_dir = base_dir;
-  if (!canonical.is_object() || !canonical.contains("base") || !canonical["base"].is_object())
-    return fail(plain("the database holds no valid spec"));
-  return finish(std::move(spec), src, canonical["base"]);
-}
-
 Expected<Bindings> bindings_of(const Json& base_plan, const Json& params) {
   auto d = base_defaults(base_plan);
   if (!d) return fail(std::move(d).error());
@@ -591,15 +586,15 @@ bool Resolved::same_schedule(const Resolved& o) const {
 Expected<Resolved> base_defaults(const Json& base) {
   if (!base.is_object()) return fail(plain("the base plan is not a JSON object"));
   const JsonSource src = JsonSource::from_json(base, "<base plan>");
-  auto plan = parse_plan(src);
+  auto plan = plan::parse_plan(src);
   if (!plan) return fail(std::move(plan).error());
-  std::vector<Directive> expanded = plan->schedule;
+  std::vector<plan::Directive> expanded = plan->schedule;
   if (plan->builder) {
-    auto ds = expand_builder(*plan->builder);
+    auto ds = pipelines::expand_builder(*plan->builder);
     if (!ds) return fail(std::move(ds).error());
     expanded = std::move(*ds);
   }
-  const ResolvedPlan rp = resolve_structure(*plan, expanded, &src);
+  const plan::ResolvedPlan rp = plan::resolve_structure(*plan, expanded, &src);
   Resolved r;
   if (plan->builder) {
     r.family = canonical_family(plan->builder->builder).value_or(plan->builder->builder);
@@ -641,13 +636,13 @@ std::optional<Diagnostic> check_axis_value(const std::string& axis, const Json& 
     if (axis == "ep") l["dp"] = v;  // ep is 1 or dp: check the value alone
     const JsonSource src = JsonSource::from_json(Json{{"layout", l}}, "<axis>");
     Diagnostics ds;
-    if (!parse_layout(src, "/layout", ds) && !ds.empty()) return ds[0];
+    if (!plan::parse_layout(src, "/layout", ds) && !ds.empty()) return ds[0];
     return std::nullopt;
   }
   // Builder-call and model numbers: the plan parser's words (plan.cpp Reader::number).
   // The range is the schema table's (plan/schema.h), the one the parser checks.
   auto integer = [&](const char* section, const char* key) -> std::optional<Diagnostic> {
-    const PlanKey& k = schema_key(section, key);
+    const plan::PlanKey& k = plan::schema_key(section, key);
     if (!v.is_number_integer())
       return plain(fmt::format("'{}' must be an integer, found {}", key, v.type_name()));
     if (!k.in_range(static_cast<double>(v.get<int64_t>())))
@@ -660,7 +655,7 @@ std::optional<Diagnostic> check_axis_value(const std::string& axis, const Json& 
   // Directive values: the directive parser on a one-directive list.
   auto directive = [&](Json d) -> std::optional<Diagnostic> {
     const JsonSource src = JsonSource::from_json(Json::array({std::move(d)}), "<axis>");
-    auto ds = parse_directives(src, "");
+    auto ds = plan::parse_directives(src, "");
     if (!ds) return ds.error()[0];
     return std::nullopt;
   };
@@ -681,8 +676,9 @@ std::optional<Diagnostic> check_axis_value(const std::string& axis, const Json& 
   if (axis == "family") {
     if (!v.is_string()) return plain(fmt::format("'builder' must be a string, found {}", v.type_name()));
     if (!canonical_family(v.get<std::string>()))
-      return plain(fmt::format("unknown pipeline schedule '{}'", v.get<std::string>()),
-                   fmt::format("families: {}", fmt::join(schedule_family_names(), ", ")));
+      return plain(
+          fmt::format("unknown pipeline schedule '{}'", v.get<std::string>()),
+          fmt::format("families: {}", fmt::join(pipelines::schedule_family_names(), ", ")));
     return std::nullopt;
   }
   if (axis == "streams" && v != "separate" && v != "shared")
@@ -744,17 +740,17 @@ Expected<GeneratedSchedule> layout_schedule(const Resolved& r) {
     return bad(fmt::format("streams = '{}'", r.streams),
                "separate (pp, dp, ep, tp streams) or shared (one 'comm' stream)");
   if (r.microbatches < 1) return bad("microbatches must be at least 1");
-  auto sched = build_schedule(r.family, r.pp, r.stages_per_rank, r.microbatches);
+  auto sched = pipelines::build_schedule(r.family, r.pp, r.stages_per_rank, r.microbatches);
   if (!sched) return fail(std::move(sched).error());
   const int stages = sched->stages;
   const bool shared = r.streams == "shared";
   // Device numbering in the base's rank order (innermost first; Megatron's tp-dp-pp default).
-  Layout order;
+  plan::Layout order;
   order.tp = r.tp;
   order.pp = r.pp;
   order.dp = r.dp;
   order.order = r.order;
-  auto dev = [&](int t, int d, int p) { return layout_device(order, t, d, p); };
+  auto dev = [&](int t, int d, int p) { return plan::layout_device(order, t, d, p); };
   auto rank_devices = [&](int rank) {
     Json a = Json::array();
     for (int d = 0; d < r.dp; ++d) a.push_back(dev(0, d, rank));
@@ -812,7 +808,7 @@ Expected<GeneratedSchedule> layout_schedule(const Resolved& r) {
 }
 
 std::string point_name(const Json& base_plan, const Json& params) {
-  std::string base = plan_name(JsonSource::from_json(base_plan));
+  std::string base = plan::plan_name(JsonSource::from_json(base_plan));
   if (base.empty()) base = "plan";
   std::string edits;
   for (const auto& [k, v] : params.items())
@@ -934,14 +930,15 @@ Expected<PointPlan> resolve_point(const Json& base_plan, const Json& params) {
   if (!r.schedule_axes || same.same_schedule(*base_values)) return PointPlan{std::move(plan), r};
   const int dpn = base_values->devices_per_node;
   if (layout_expressible(*base_values, r)) {
-    auto sched = build_schedule(r.family, r.pp, r.stages_per_rank, r.microbatches);
+    auto sched = pipelines::build_schedule(r.family, r.pp, r.stages_per_rank, r.microbatches);
     if (!sched) return fail(std::move(sched).error());
     auto set = [&](const char* ptr, Json v) { plan[Json::json_pointer(ptr)] = std::move(v); };
     set("/schedule/builder", r.family);
     set("/schedule/microbatches", r.microbatches);
-    erase_at(plan, "/schedule/ranks");
+    plan::erase_at(plan, "/schedule/ranks");
     if (r.stages_per_rank > 0) set("/schedule/stages_per_rank", r.stages_per_rank);
-    else erase_at(plan, "/schedule/stages_per_rank");
+    else
+      plan::erase_at(plan, "/schedule/stages_per_rank");
     set("/schedule/layout/tp", r.tp);
     set("/schedule/layout/pp", r.pp);
     set("/schedule/layout/dp", r.dp);

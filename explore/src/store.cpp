@@ -16,6 +16,8 @@
 
 namespace stretto::explore {
 
+using plan::Json;
+
 namespace {
 
 // 2: exposed_comm_ms_per_device (added to a version-1 database when it is opened).

@@ -25,9 +25,12 @@
 
 namespace stretto::explore {
 
+using compiler::CompiledPlan;
+using plan::Json;
+
 namespace {
 
-double ms(sim::SimTime ns) {
+double ms(engine::SimTime ns) {
   return static_cast<double>(ns) / 1e6;
 }
 using Clock = std::chrono::steady_clock;
@@ -65,15 +68,16 @@ Json estimate_key(const Json& doc) {
   Json key = doc;
   for (const char* ptr : {"/schedule", "/name", "/comment", "/model/microbatch_size",
                           "/model/pp_regions"})
-    erase_at(key, ptr);
+    plan::erase_at(key, ptr);
   return key;
 }
 
 // The point's estimate, from the cached estimator when the point's model, cluster and cost
 // model equal those it was made for (a new one otherwise). Empty when the estimate cannot price
 // the point.
-std::optional<Estimate> estimate_point(const SweepSpec& spec, const Json& doc, const Plan& plan,
-                                       const Resolved& resolved, EvalCache* cache) {
+std::optional<Estimate> estimate_point(const SweepSpec& spec, const Json& doc,
+                                       const plan::Plan& plan, const Resolved& resolved,
+                                       EvalCache* cache) {
   EvalCache local;
   EvalCache& c = cache ? *cache : local;
   Json key = estimate_key(doc);
@@ -267,8 +271,8 @@ PointResult evaluate_point(const SweepSpec& spec, const Point& p, EvalCache* cac
     auto point = resolve_point(spec.base, p.params);
     if (!point) return invalid(point.error());
     const Json* doc = &point->doc;
-    JsonSource src = JsonSource::from_json(*doc, fmt::format("point {}", p.hash));
-    auto plan = parse_plan(src);
+    plan::JsonSource src = plan::JsonSource::from_json(*doc, fmt::format("point {}", p.hash));
+    auto plan = plan::parse_plan(src);
     if (!plan) return invalid(plan.error());
     const double cap = spec.memory_cap_GiB > 0 ? spec.memory_cap_GiB
                                                : plan->cluster.device.memory_GiB;
@@ -277,7 +281,7 @@ PointResult evaluate_point(const SweepSpec& spec, const Point& p, EvalCache* cac
       out.estimate_step_ms = est->step_ms;
       out.estimate_memory_bytes = est->peak_memory_bytes;
     }
-    CompileOptions copt;
+    compiler::CompileOptions copt;
     copt.class_programs = false;  // only simulated
     auto session = sim::Session::from_plan(std::move(*plan), spec.base_dir, copt);
     if (!session) return invalid(session.error());
@@ -323,7 +327,7 @@ PointResult evaluate_point(const SweepSpec& spec, const Point& p, EvalCache* cac
     d.message = fmt::format(
         "out of memory: the point needs more memory than this process could get (available "
         "now: {})",
-        human_bytes(static_cast<double>(available_memory_bytes())));
+        human_bytes(static_cast<double>(plan::available_memory_bytes())));
     d.hint = "fewer devices or microbatches, or fewer sweep jobs (-j) at once";
     return invalid({d});
   } catch (const std::exception& e) {

@@ -18,6 +18,8 @@
 
 namespace stretto::gui {
 
+using plan::Pass;
+
 App::App() = default;
 App::~App() = default;
 
@@ -133,13 +135,14 @@ Expected<Measured> load_measured(const std::string& path, SimTime first_start) {
   for (uint32_t i = 0; i < t->slices.size(); ++i) {
     const auto& sl = t->slices[i];
     // Tags: "PP1 MB3 F".
-    int pp = kAbsent, mb = kAbsent;
+    int pp = plan::kAbsent, mb = plan::kAbsent;
     Pass pass = Pass::kNone;
     std::istringstream ts(sl.tags);
     for (std::string tok; ts >> tok;) {
       if (tok.rfind("PP", 0) == 0) pp = std::atoi(tok.c_str() + 2);
       else if (tok.rfind("MB", 0) == 0) mb = std::atoi(tok.c_str() + 2);
-      else if (auto p = parse_pass(tok)) pass = *p;
+      else if (auto p = plan::parse_pass(tok))
+        pass = *p;
     }
     auto [it, fresh] = lane_of.try_emplace({sl.pid, sl.tid}, 0);
     if (fresh) {
@@ -174,10 +177,10 @@ std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> logical_spans(c
   const auto& cp = s.session->compiled();
   const auto& r = s.result;
   for (uint32_t t = 0; t < r.program.tasks.size(); ++t) {
-    if (r.program.tasks[t].kind != sim::TaskKind::kCompute) continue;
+    if (r.program.tasks[t].kind != engine::TaskKind::kCompute) continue;
     const uint32_t n = r.node_of(t);
     if (n >= cp.dag.nodes.size()) continue;
-    const Tags& tg = cp.dag.nodes[n].tags;
+    const plan::Tags& tg = cp.dag.nodes[n].tags;
     if (tg.pass == Pass::kNone) continue;
     auto key = std::make_tuple(tg.pp(), tg.mb(), static_cast<int>(tg.pass));
     auto [it, fresh] = m.try_emplace(key, r.timing[t].start, r.timing[t].end);
@@ -449,7 +452,8 @@ std::string App::state_json() const {
     for (size_t i = 0; i < rows.size() && i < 20; ++i) {
       const CompareRow& r = rows[i];
       nlohmann::ordered_json row;
-      row["op"] = fmt::format("PP{} MB{} {}", r.pp, r.mb, pass_name(static_cast<Pass>(r.pass)));
+      row["op"] =
+          fmt::format("PP{} MB{} {}", r.pp, r.mb, plan::pass_name(static_cast<Pass>(r.pass)));
       if (r.both())
         row["end_delta_ns"] = r.delta();
       else

@@ -18,6 +18,14 @@
 #include "stretto/sim/session.h"
 
 namespace stretto::gui {
+
+using plan::Json;
+using plan::KeyType;
+using plan::PlanKey;
+using plan::ResolvedField;
+using plan::ResolvedPlan;
+using plan::section_at;
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -118,15 +126,15 @@ void edit_bool(App& app, const char* label, const std::string& pointer, bool fal
 // where it comes from (default, preset, layout, builder). Values no plan key holds are shown,
 // not edited.
 void source_mark(const ResolvedField& f) {
-  if (f.source == ValueSource::kPlan) return;
+  if (f.source == plan::ValueSource::kPlan) return;
   ImGui::SameLine();
-  ImGui::TextColored(kGrey, "(%s)", std::string(value_source_name(f.source)).c_str());
+  ImGui::TextColored(kGrey, "(%s)", std::string(plan::value_source_name(f.source)).c_str());
 }
 
 void field_int(App& app, const Json& doc, const ResolvedPlan& rp, const char* name) {
   const ResolvedField* f = rp.field(name);
   if (!f) return;
-  const PlanKey* k = f->path.empty() ? nullptr : plan_key_at(doc, f->path);
+  const PlanKey* k = f->path.empty() ? nullptr : plan::plan_key_at(doc, f->path);
   if (!k || !f->value.is_number()) {
     ImGui::TextUnformatted(fmt::format("{} {}", f->value.dump(), name).c_str());
   } else {
@@ -139,7 +147,7 @@ void field_float(App& app, const Json& doc, const ResolvedPlan& rp, const char* 
                  double view_lo, double view_hi, const char* format = "%.3f", bool log = false) {
   const ResolvedField* f = rp.field(name);
   if (!f || !f->value.is_number()) return;
-  const PlanKey* k = f->path.empty() ? nullptr : plan_key_at(doc, f->path);
+  const PlanKey* k = f->path.empty() ? nullptr : plan::plan_key_at(doc, f->path);
   if (!k) {
     ImGui::TextUnformatted(fmt::format("{} {}", f->value.dump(), name).c_str());
     source_mark(*f);
@@ -377,8 +385,8 @@ void parameters_tab(App& app) {
   const ResolvedField* family = rp.field("family");
   if (!rp.family.empty() && family && !family->path.empty()) {
     section("Builder");
-    const auto& fams = schedule_family_names();
-    const std::string canon = canonical_family(rp.family).value_or(rp.family);
+    const auto& fams = pipelines::schedule_family_names();
+    const std::string canon = pipelines::canonical_family(rp.family).value_or(rp.family);
     if (ImGui::BeginCombo("family", canon.c_str())) {
       for (const auto& f : fams)
         if (ImGui::Selectable(f.c_str(), f == canon)) app.doc.set(family->path, f);
@@ -406,7 +414,7 @@ void parameters_tab(App& app) {
     if (section_at(doc, fmt::format("/schedule/{}", i)) == "replicate")
       reps.push_back(fmt::format("/schedule/{}/bucket_size", i));
   if (!reps.empty()) {
-    const PlanKey& bucket = schema_key("replicate", "bucket_size");
+    const PlanKey& bucket = plan::schema_key("replicate", "bucket_size");
     float b = static_cast<float>(rp.bucket_size_MB);
     if (ImGui::SliderFloat("bucket size (MB, all replicate)", &b,
                            static_cast<float>(bucket.clamp(1)),
@@ -439,8 +447,8 @@ void parameters_tab(App& app) {
   const ResolvedField* kind = rp.field("costmodel");
   if (kind && kind->value == "fixed") {
     for (const char* key : {"F", "B", "BI", "BW", "comm"})
-      edit_float(app, key, std::string("/costmodel/") + key, 0, schema_key("costmodel", key), 0,
-                 100, "%.3g");
+      edit_float(app, key, std::string("/costmodel/") + key, 0, plan::schema_key("costmodel", key),
+                 0, 100, "%.3g");
   } else {
     // Sliders over a useful part of each option's range; values are clamped to the range.
     field_float(app, doc, rp, "dispatch_us", 0, 100, "%.3g");
@@ -461,8 +469,8 @@ void directives_tab(App& app) {
     if (sched && sched->is_object() && ImGui::Button("Expand the builder into directives") &&
         app.current) {
       OJson nj = *j;
-      nj[OJson::json_pointer("/schedule")] =
-          OJson::parse(directives_to_json(app.current->session->compiled().plan.schedule).dump());
+      nj[OJson::json_pointer("/schedule")] = OJson::parse(
+          plan::directives_to_json(app.current->session->compiled().plan.schedule).dump());
       app.doc.set_json(nj);
     }
     return;
@@ -496,7 +504,7 @@ void directives_tab(App& app) {
     app.hook(fmt::format("directive {} remove", i));
     if (open) {
       // The op's keys, types, bounds and defaults: the schema table's (plan/schema.h).
-      for (const PlanKey& k : plan_schema()) {
+      for (const PlanKey& k : plan::plan_schema()) {
         if (k.section != op || k.key == "op" || k.key == "comment") continue;
         const std::string key(k.key);
         const std::string ptr = fmt::format("/schedule/{}/{}", i, key);
@@ -533,14 +541,14 @@ void directives_tab(App& app) {
   }
   static int add_op = 0;
   std::vector<const char*> ops;
-  for (std::string_view op : directive_ops()) ops.push_back(op.data());  // literals: 0-ended
+  for (std::string_view op : plan::directive_ops()) ops.push_back(op.data());  // literals: 0-ended
   ImGui::SetNextItemWidth(140);
   ImGui::Combo("##addop", &add_op, ops.data(), static_cast<int>(ops.size()));
   ImGui::SameLine();
   if (ImGui::Button("Add directive")) {
     OJson nj = *j;
     nj[OJson::json_pointer("/schedule/-")] =
-        OJson::parse(directive_template(ops[static_cast<size_t>(add_op)]).dump());
+        OJson::parse(plan::directive_template(ops[static_cast<size_t>(add_op)]).dump());
     app.doc.set_json(nj);
   }
   app.hook("add directive");

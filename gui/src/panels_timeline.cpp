@@ -550,7 +550,7 @@ void flows(App& app, Frame& f) {
     for (int guard = 0; !stack.empty() && guard < 64; ++guard) {
       const uint32_t t = stack.back();
       stack.pop_back();
-      if (r.program.tasks[t].kind == sim::TaskKind::kBarrier) {
+      if (r.program.tasks[t].kind == engine::TaskKind::kBarrier) {
         for (uint32_t d2 : r.program.deps_of(t)) stack.push_back(d2);
         continue;
       }
@@ -561,7 +561,7 @@ void flows(App& app, Frame& f) {
       dl->AddTriangleFilled(ImVec2(b.x, b.y), ImVec2(b.x - 7, b.y - 4), ImVec2(b.x - 7, b.y + 4), IM_COL32(255, 255, 255, 220));
     }
   }
-  const sim::Task& tk = r.program.tasks[app.sel.task];
+  const engine::Task& tk = r.program.tasks[app.sel.task];
   if (tk.part_count > 1) {
     float ymin = sy, ymax = sy;
     for (size_t li = 0; li < T.lanes.size(); ++li)

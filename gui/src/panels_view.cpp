@@ -398,7 +398,8 @@ void compare_tab(App& app) {
         const Row& r = rows[static_cast<size_t>(i)];
         ImGui::TableNextRow();
         ImGui::TableNextColumn();
-        ImGui::Text("PP%d MB%d %s", r.pp, r.mb, std::string(pass_name(static_cast<Pass>(r.pass))).c_str());
+        ImGui::Text("PP%d MB%d %s", r.pp, r.mb,
+                    std::string(plan::pass_name(static_cast<plan::Pass>(r.pass))).c_str());
         auto t = [](SimTime x) { return x < 0 ? std::string("-") : format_time(static_cast<double>(x)); };
         ImGui::TableNextColumn();
         ImGui::TextUnformatted(t(r.s0).c_str());

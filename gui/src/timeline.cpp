@@ -10,6 +10,10 @@
 
 namespace stretto::gui {
 
+using compiler::CommKind;
+using compiler::CompiledPlan;
+using plan::Pass;
+
 std::string_view op_class_name(OpClass c) {
   static constexpr std::string_view kN[] = {"F",         "B",         "BI",           "BW",
                                             "compute",   "send/recv", "all-reduce",   "reduce-scatter",
@@ -19,13 +23,13 @@ std::string_view op_class_name(OpClass c) {
 }
 
 OpClass op_class(const CompiledPlan& cp, const sim::Result& r, uint32_t task) {
-  const sim::Task& t = r.program.tasks[task];
-  if (t.kind == sim::TaskKind::kBarrier) return OpClass::kBarrier;
+  const engine::Task& t = r.program.tasks[task];
+  if (t.kind == engine::TaskKind::kBarrier) return OpClass::kBarrier;
   const uint32_t n = t.node;
   if (n >= cp.dag.nodes.size())
-    return t.kind == sim::TaskKind::kComm ? OpClass::kSendRecv : OpClass::kCompute;
-  const Node& node = cp.dag.nodes[n];
-  if (t.kind == sim::TaskKind::kCompute) {
+    return t.kind == engine::TaskKind::kComm ? OpClass::kSendRecv : OpClass::kCompute;
+  const compiler::Node& node = cp.dag.nodes[n];
+  if (t.kind == engine::TaskKind::kCompute) {
     switch (node.tags.pass) {
       case Pass::kF:
         return OpClass::kF;
@@ -67,13 +71,13 @@ void nest_lane(Lane& l, const sim::Result& r, const CompiledPlan& cp) {
   for (uint32_t i = 0; i < l.ops.size(); ++i) {
     const Op& o = l.ops[i];
     const uint32_t n = r.node_of(o.task);
-    const bool nested = n < nodes.size() && nodes[n].kind == NodeKind::kCompute &&
+    const bool nested = n < nodes.size() && nodes[n].kind == compiler::NodeKind::kCompute &&
                         nodes[n].tags.pass != Pass::kNone;
     if (!nested) {
       open_pass = open_layer = Key{-2, -2, -2, -2};
       continue;
     }
-    const Tags& tg = nodes[n].tags;
+    const plan::Tags& tg = nodes[n].tags;
     const Key pk{tg.pp(), tg.mb(), static_cast<int>(tg.pass), -1};
     if (pk == open_pass) {
       passes.back().end = o.end;
@@ -83,7 +87,7 @@ void nest_lane(Lane& l, const sim::Result& r, const CompiledPlan& cp) {
       open_pass = pk;
       open_layer = Key{-2, -2, -2, -2};
     }
-    if (tg.layer() == kAbsent) {
+    if (tg.layer() == plan::kAbsent) {
       open_layer = Key{-2, -2, -2, -2};
       continue;
     }
@@ -105,7 +109,7 @@ void nest_lane(Lane& l, const sim::Result& r, const CompiledPlan& cp) {
 
 Timeline build_timeline(const sim::Result& r, const CompiledPlan& cp) {
   Timeline tl;
-  const sim::Program& p = r.program;
+  const engine::Program& p = r.program;
   tl.where.assign(p.tasks.size(), {UINT32_MAX, 0});
   if (r.timing.size() != p.tasks.size()) return tl;
   const size_t D = p.devices.size(), S = std::max<size_t>(1, p.stream_names.size());
@@ -115,10 +119,10 @@ Timeline build_timeline(const sim::Result& r, const CompiledPlan& cp) {
   std::vector<uint32_t> lane_of(D * S, UINT32_MAX), count(D * S, 0);
   auto each_participant = [&](auto&& f) {
     for (uint32_t t = 0; t < p.tasks.size(); ++t) {
-      const sim::Task& tk = p.tasks[t];
-      if (tk.kind == sim::TaskKind::kBarrier) continue;
+      const engine::Task& tk = p.tasks[t];
+      if (tk.kind == engine::TaskKind::kBarrier) continue;
       for (uint32_t k = 0; k < tk.part_count; ++k) {
-        const sim::Participant& pa = p.participants[tk.part_begin + k];
+        const engine::Participant& pa = p.participants[tk.part_begin + k];
         if (pa.device < D && pa.stream < S) f(t, static_cast<size_t>(pa.device) * S + pa.stream);
       }
     }

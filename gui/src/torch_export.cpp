@@ -6,10 +6,10 @@
 
 namespace stretto::gui {
 
-Expected<std::string> torch_csv_of(const std::vector<Directive>& directives) {
-  auto s = schedule_from_directives(directives);
+Expected<std::string> torch_csv_of(const std::vector<plan::Directive>& directives) {
+  auto s = pipelines::schedule_from_directives(directives);
   if (!s) return fail(s.error());
-  return write_torch_csv(*s);
+  return pipelines::write_torch_csv(*s);
 }
 
 }  // namespace stretto::gui

@@ -103,17 +103,17 @@ inline void op_tooltip_body(const Snapshot& s, uint32_t task, SimTime lane_free,
   ImGui::TextUnformatted(n < cp.dag.nodes.size() ? cp.dag.node_name(n, cp.model).c_str() : "?");
   ImGui::Separator();
   if (n < cp.dag.nodes.size()) {
-    const Node& nd = cp.dag.nodes[n];
+    const compiler::Node& nd = cp.dag.nodes[n];
     ImGui::Text("tags       %s", nd.tags.str().c_str());
     ImGui::Text("directive  %s", nd.directive >= 0 ? fmt::format("#{}", nd.directive).c_str() : "model");
-    if (nd.kind != NodeKind::kCompute)
+    if (nd.kind != compiler::NodeKind::kCompute)
       ImGui::Text("bytes      %s", format_bytes(static_cast<double>(nd.bytes)).c_str());
   }
   ImGui::Text("device     %d   stream %s", r.device_of(task), lane.c_str());
   ImGui::Text("start      %s", format_time(static_cast<double>(tm.start)).c_str());
   ImGui::Text("end        %s", format_time(static_cast<double>(tm.end)).c_str());
   ImGui::Text("duration   %s", format_time(static_cast<double>(tm.end - tm.start)).c_str());
-  ImGui::Text("slowdown   x%.3f (interference)", sim::slowdown(r.program, task, tm));
+  ImGui::Text("slowdown   x%.3f (interference)", engine::slowdown(r.program, task, tm));
   if (lane_free >= 0) {
     const sim::Wait w = sim::wait_cause(cp, r, task, lane_free);
     if (w.cause != sim::WaitCause::kNone)

@@ -44,11 +44,6 @@ bool SimWorker::busy() const {
   return running_ || queued_.has_value();
 }
 
-void SimWorker::wait_idle() {
-  std::unique_lock lk(mu_);
-  idle_cv_.wait(lk, [&] { return !running_ && !queued_; });
-}
-
 SimWorker::Counts SimWorker::counts() const {
   std::lock_guard lk(mu_);
   return counts_;
@@ -74,9 +69,9 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
         a.erase("costmodel");
         b.erase("costmodel");
         if (a == b) {
-          auto src = JsonSource::parse(text, file);
+          auto src = plan::JsonSource::parse(text, file);
           if (!src) return fail(src.error());
-          auto plan = parse_plan(*src);
+          auto plan = plan::parse_plan(*src);
           if (!plan) return fail(plan.error());
           sim::Session copy = *prev->session;
           if (auto ok = copy.set_costmodel(plan->costmodel); !ok) return fail(ok.error());
@@ -160,7 +155,6 @@ void SimWorker::loop() {
       running_ = false;
       phase_.clear();
     }
-    idle_cv_.notify_all();
   }
 }
 

@@ -20,7 +20,14 @@
 #include <set>
 #include <utility>
 
-namespace stretto {
+namespace stretto::pipelines {
+
+using plan::Directive;
+using plan::DirectiveOp;
+using plan::Filter;
+using plan::Pass;
+using plan::TagCond;
+using plan::TagKey;
 
 // ---------------------------------------------------------------------------------------------
 // Value types
@@ -1214,8 +1221,8 @@ Expected<PipelineSchedule> schedule_from_directives(const std::vector<Directive>
                any_stage.begin(), any_stage.end(), std::back_inserter(cand));
     for (int i : cand) {
       const Filter& f = ds[static_cast<size_t>(i)].filter;
-      if (!cond(f, TagKey::kPP).matches(st) || !cond(f, TagKey::kEP).matches(kAbsent) ||
-          !cond(f, TagKey::kLayer).matches(kAbsent))
+      if (!cond(f, TagKey::kPP).matches(st) || !cond(f, TagKey::kEP).matches(plan::kAbsent) ||
+          !cond(f, TagKey::kLayer).matches(plan::kAbsent))
         continue;
       const TagCond& mbc = cond(f, TagKey::kMB);
       const size_t row = static_cast<size_t>(st) * static_cast<size_t>(m);
@@ -1333,7 +1340,7 @@ Expected<PipelineSchedule> schedule_from_directives(const std::vector<Directive>
   return s;
 }
 
-Expected<std::vector<Directive>> expand_builder(const BuilderCall& call) {
+Expected<std::vector<Directive>> expand_builder(const plan::BuilderCall& call) {
   auto at = [&](Diagnostics ds, const std::string& param) {
     for (Diagnostic& d : ds)
       if (d.loc.json_pointer.empty())
@@ -1429,4 +1436,4 @@ std::string show_grid(const PipelineSchedule& s) {
   return out;
 }
 
-}  // namespace stretto
+}  // namespace stretto::pipelines

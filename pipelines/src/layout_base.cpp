@@ -10,10 +10,14 @@
 #include "stretto/plan/layout.h"
 #include "stretto/support/plural.h"
 
-namespace stretto {
+namespace stretto::pipelines {
 
-Expected<std::vector<Directive>> layout_base(const Layout& l, const std::vector<int>& stage_to_rank,
-                                             bool bidirectional, const std::string& family) {
+using plan::Json;
+using plan::JsonSource;
+
+Expected<std::vector<plan::Directive>> layout_base(const plan::Layout& l,
+                                                   const std::vector<int>& stage_to_rank,
+                                                   bool bidirectional, const std::string& family) {
   if (bidirectional && l.dp > 1) {
     Diagnostic d;
     d.message = fmt::format(
@@ -28,7 +32,7 @@ Expected<std::vector<Directive>> layout_base(const Layout& l, const std::vector<
   Json base = Json::array();
   auto heads = [&](int rank) {
     std::vector<int> v;
-    for (int d = 0; d < l.dp; ++d) v.push_back(layout_device(l, 0, d, rank));
+    for (int d = 0; d < l.dp; ++d) v.push_back(plan::layout_device(l, 0, d, rank));
     return v;
   };
   const int stages = bidirectional ? l.pp : static_cast<int>(stage_to_rank.size());
@@ -53,7 +57,7 @@ Expected<std::vector<Directive>> layout_base(const Layout& l, const std::vector<
     for (int r = 0; r < l.pp; ++r)
       for (int d = 0; d < l.dp; ++d) {
         std::vector<int> g;
-        for (int t = 0; t < l.tp; ++t) g.push_back(layout_device(l, t, d, r));
+        for (int t = 0; t < l.tp; ++t) g.push_back(plan::layout_device(l, t, d, r));
         groups.push_back(g);
       }
     Json st = {{"op", "shard_tensor"}, {"filter", Json::object()}, {"devices", groups},
@@ -62,20 +66,20 @@ Expected<std::vector<Directive>> layout_base(const Layout& l, const std::vector<
     base.push_back(std::move(st));
   }
   const JsonSource gen = JsonSource::from_json(std::move(base), "<layout>");
-  auto ds = parse_directives(gen, "");
+  auto ds = plan::parse_directives(gen, "");
   if (!ds) {
     Diagnostics errs = std::move(ds.error());
     for (Diagnostic& d : errs) d.loc.json_pointer = l.pointer;
     return fail(std::move(errs));
   }
-  for (Directive& d : *ds) d.pointer = l.pointer;
+  for (plan::Directive& d : *ds) d.pointer = l.pointer;
   return std::move(*ds);
 }
 
-Diagnostics check_builder_call(const Plan& plan, const JsonSource* src) {
+Diagnostics check_builder_call(const plan::Plan& plan, const JsonSource* src) {
   Diagnostics out;
   if (!plan.builder) return out;
-  const BuilderCall& call = *plan.builder;
+  const plan::BuilderCall& call = *plan.builder;
   auto at = [&](const std::string& ptr, std::string msg, std::string hint) {
     Diagnostic d;
     if (src) {
@@ -88,7 +92,7 @@ Diagnostics check_builder_call(const Plan& plan, const JsonSource* src) {
     out.push_back(std::move(d));
   };
   if (call.layout) {
-    const Layout& l = *call.layout;
+    const plan::Layout& l = *call.layout;
     const int64_t need = int64_t{l.tp} * l.pp * l.dp;
     const int64_t have = int64_t{plan.cluster.nodes} * plan.cluster.devices_per_node;
     if (need > have)
@@ -123,7 +127,8 @@ Diagnostics check_builder_call(const Plan& plan, const JsonSource* src) {
   return out;
 }
 
-void locate_builder_diagnostics(Diagnostics& ds, const JsonSource* src, const BuilderCall& call) {
+void locate_builder_diagnostics(Diagnostics& ds, const JsonSource* src,
+                                const plan::BuilderCall& call) {
   if (!src) return;
   for (Diagnostic& d : ds) {
     if (d.loc.known()) continue;
@@ -150,4 +155,4 @@ void locate_builder_diagnostics(Diagnostics& ds, const JsonSource* src, const Bu
   }
 }
 
-}  // namespace stretto
+}  // namespace stretto::pipelines

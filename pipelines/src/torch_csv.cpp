@@ -10,7 +10,7 @@
 #include <deque>
 #include <iterator>
 
-namespace stretto {
+namespace stretto::pipelines {
 
 namespace {
 
@@ -447,10 +447,10 @@ std::string write_torch_csv(const PipelineSchedule& s) {
 
 std::string LoweredOp::str() const {
   if (!is_comm) return compute.str();
-  const char* name = comm == CommKind::kSendF   ? "SEND_F"
-                     : comm == CommKind::kRecvF ? "RECV_F"
-                     : comm == CommKind::kSendB ? "SEND_B"
-                                                : "RECV_B";
+  const char* name = comm == TorchCommOp::kSendF   ? "SEND_F"
+                     : comm == TorchCommOp::kRecvF ? "RECV_F"
+                     : comm == TorchCommOp::kSendB ? "SEND_B"
+                                                   : "RECV_B";
   return fmt::format("{}{}{}", stage, name, mb);
 }
 
@@ -491,7 +491,7 @@ Expected<std::vector<std::vector<LoweredOp>>> add_send_recv(const PipelineSchedu
              ((flags(a.stage + 1, a.mb) & (kHasI | kHasB)) && s.rank_of(a.stage + 1, a.mb) == r);
     return true;
   };
-  auto comm_op = [](CommKind k, int stage, int mb) {
+  auto comm_op = [](TorchCommOp k, int stage, int mb) {
     LoweredOp op;
     op.is_comm = true;
     op.comm = k;
@@ -522,11 +522,11 @@ Expected<std::vector<std::vector<LoweredOp>>> add_send_recv(const PipelineSchedu
         if (!has_comms(a)) continue;
         const bool fwd = a.kind == ActionKind::kF;
         out[static_cast<size_t>(r)].push_back(
-            comm_op(fwd ? CommKind::kSendF : CommKind::kSendB, a.stage, a.mb));
+            comm_op(fwd ? TorchCommOp::kSendF : TorchCommOp::kSendB, a.stage, a.mb));
         const int peer_stage = fwd ? a.stage + 1 : a.stage - 1;
         const int peer = s.rank_of(peer_stage, a.mb);
         out[static_cast<size_t>(peer)].push_back(
-            comm_op(fwd ? CommKind::kRecvF : CommKind::kRecvB, peer_stage, a.mb));
+            comm_op(fwd ? TorchCommOp::kRecvF : TorchCommOp::kRecvB, peer_stage, a.mb));
         flags(peer_stage, a.mb) |= fwd ? kHasRecvF : kHasRecvB;
       }
       q.pop_front();
@@ -565,4 +565,4 @@ Expected<std::string> write_torch_csv_with_comms(const PipelineSchedule& s) {
   return out;
 }
 
-}  // namespace stretto
+}  // namespace stretto::pipelines

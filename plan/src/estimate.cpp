@@ -16,7 +16,7 @@
 #include "stretto/support/limits.h"
 #include "stretto/support/plural.h"
 
-namespace stretto {
+namespace stretto::plan {
 
 namespace {
 
@@ -390,4 +390,4 @@ Diagnostics check_schedule_budget(int ranks, int stages_per_rank, int microbatch
   return {d};
 }
 
-}  // namespace stretto
+}  // namespace stretto::plan

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <tuple>
 
-namespace stretto {
+namespace stretto::plan {
 
 std::string pointer_escape(std::string_view key) {
   std::string out;
@@ -438,4 +438,4 @@ void erase_at(Json& doc, const std::string& pointer) {
   if (obj.is_object()) obj.erase(key);
 }
 
-}  // namespace stretto
+}  // namespace stretto::plan

@@ -9,7 +9,7 @@
 #include "stretto/plan/json_source.h"
 #include "stretto/plan/schema.h"
 
-namespace stretto {
+namespace stretto::plan {
 
 namespace {
 
@@ -111,4 +111,4 @@ int layout_device(const Layout& l, int tp, int dp, int pp) {
   return dev;
 }
 
-}  // namespace stretto
+}  // namespace stretto::plan

@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <set>
 
-namespace stretto {
+namespace stretto::plan {
 
 int dtype_bytes(DType d) {
   switch (d) {
@@ -794,15 +794,6 @@ Expected<std::vector<Directive>> parse_directives(const JsonSource& src,
   return out;
 }
 
-Expected<Filter> parse_filter(const JsonSource& src, const std::string& pointer) {
-  Diagnostics diags;
-  Reader r(src, diags);
-  Filter f;
-  detail::parse_filter_into(r, pointer, f, -1);
-  if (!diags.empty()) return fail(std::move(diags));
-  return f;
-}
-
 Expected<Plan> parse_plan(const JsonSource& src) {
   Diagnostics diags;
   Reader r(src, diags);
@@ -946,10 +937,4 @@ Json directives_to_json(const std::vector<Directive>& ds) {
   return arr;
 }
 
-std::vector<std::string> cluster_preset_names() {
-  std::vector<std::string> v;
-  for (const auto& p : kPresets) v.push_back(p.name);
-  return v;
-}
-
-}  // namespace stretto
+}  // namespace stretto::plan

@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-namespace stretto {
+namespace stretto::plan {
 
 const ResolvedField* ResolvedPlan::field(std::string_view name) const {
   for (const ResolvedField& f : fields)
@@ -218,4 +218,4 @@ ResolvedPlan resolve_structure(const Plan& plan, const std::vector<Directive>& d
   return r;
 }
 
-}  // namespace stretto
+}  // namespace stretto::plan

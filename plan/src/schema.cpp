@@ -8,7 +8,7 @@
 
 #include "stretto/support/diag.h"
 
-namespace stretto {
+namespace stretto::plan {
 
 std::string_view value_source_name(ValueSource s) {
   switch (s) {
@@ -829,4 +829,4 @@ std::string splice_schema_tables(std::string_view doc, std::string* error) {
   return out;
 }
 
-}  // namespace stretto
+}  // namespace stretto::plan

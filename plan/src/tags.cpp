@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-namespace stretto {
+namespace stretto::plan {
 
 std::string_view pass_name(Pass p) {
   switch (p) {
@@ -70,4 +70,4 @@ std::string Filter::str() const {
   return s + "}";
 }
 
-}  // namespace stretto
+}  // namespace stretto::plan

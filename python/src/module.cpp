@@ -37,6 +37,10 @@
 namespace py = pybind11;
 
 namespace stretto::python {
+
+using plan::Json;
+using plan::JsonSource;
+
 namespace {
 
 // ---- errors -------------------------------------------------------------------------------
@@ -163,7 +167,7 @@ std::string resolved_json(const NativePlan& p) {
 
 /// The JSON text `stretto simulate --format json` prints for this result.
 std::string result_json(const NativeResult& r) {
-  const CompiledPlan& cp = r.session->compiled();
+  const compiler::CompiledPlan& cp = r.session->compiled();
   return sim::simulate_json(cp, r.result, r.pm, r.has_critical ? &r.critical : nullptr,
                            r.full_critical)
       .dump();
@@ -215,26 +219,26 @@ std::vector<int> representatives(const NativeResult& r) {
 /// they are. Folded replicas were not simulated: only their representatives' ops are listed,
 /// as in the trace.
 py::dict ops(const NativeResult& r) {
-  const CompiledPlan& cp = r.session->compiled();
-  const sim::Program& prog = r.result.program;
+  const compiler::CompiledPlan& cp = r.session->compiled();
+  const engine::Program& prog = r.result.program;
   std::vector<int64_t> task, device, start, end;
   py::list name, stream, kind;
   std::vector<std::string> names_by_node(cp.dag.nodes.size());
   for (uint32_t t = 0; t < prog.tasks.size(); ++t) {
-    const sim::Task& tk = prog.tasks[t];
-    const sim::TaskTiming& tt = r.result.timing[t];
-    if (tk.kind == sim::TaskKind::kBarrier || tt.start < 0) continue;
+    const engine::Task& tk = prog.tasks[t];
+    const engine::TaskTiming& tt = r.result.timing[t];
+    if (tk.kind == engine::TaskKind::kBarrier || tt.start < 0) continue;
     std::string& nm = names_by_node[tk.node];
     if (nm.empty()) nm = traces::slice_name(cp, tk.node);
     for (uint32_t p = 0; p < tk.part_count; ++p) {
-      const sim::Participant& pa = prog.participants[tk.part_begin + p];
+      const engine::Participant& pa = prog.participants[tk.part_begin + p];
       task.push_back(t);
       device.push_back(pa.device);
       start.push_back(tt.start);
       end.push_back(tt.end);
       name.append(nm);
       stream.append(prog.stream_names[pa.stream]);
-      kind.append(tk.kind == sim::TaskKind::kCompute ? "compute" : "comm");
+      kind.append(tk.kind == engine::TaskKind::kCompute ? "compute" : "comm");
     }
   }
   py::dict o;
@@ -304,15 +308,15 @@ std::string build_directives(std::string call_text, std::string where) {
   py::gil_scoped_release nogil;
   auto src = take(JsonSource::parse(std::move(call_text), std::move(where)));
   // The plan parser's reading of a builder call (plan.h), as `simulate` reads one.
-  auto parsed = parse_builder_call(src, "");
+  auto parsed = plan::parse_builder_call(src, "");
   if (!parsed) throw DiagnosticsError{std::move(parsed.error())};
-  const BuilderCall& call = *parsed;
-  auto ds = expand_builder(call);
+  const plan::BuilderCall& call = *parsed;
+  auto ds = pipelines::expand_builder(call);
   if (!ds) {
     locate(ds.error(), src);
     throw DiagnosticsError{std::move(ds.error())};
   }
-  return directives_to_json(*ds).dump();
+  return plan::directives_to_json(*ds).dump();
 }
 
 // ---- sweeps and search --------------------------------------------------------------------
@@ -415,7 +419,7 @@ PYBIND11_MODULE(_stretto, m) {
   m.def("representatives", &representatives);
   m.def("write_trace", &write_trace);
   m.def("build_directives", &build_directives, py::arg("call"), py::arg("where"));
-  m.def("family_names", [] { return schedule_family_names(); });
+  m.def("family_names", [] { return pipelines::schedule_family_names(); });
   m.def("run_sweep", &run_sweep, py::arg("spec"), py::arg("is_file"), py::arg("spec_dir"),
         py::arg("db"),
         py::arg("jobs"), py::arg("limit"));

@@ -25,10 +25,21 @@
 
 namespace stretto::sim {
 
+using compiler::CompiledPlan;
+using compiler::ModelGraph;
+using compiler::Node;
+using compiler::NodeKind;
+using compiler::OpKind;
+using compiler::TpSplit;
+using engine::Program;
+using engine::Task;
+using engine::TaskKind;
+using plan::Pass;
+
 namespace {
 
 struct Topology {
-  const ClusterSpec& c;
+  const plan::ClusterSpec& c;
   int node_of(int d) const { return d / c.devices_per_node; }
   int island_of(int d) const {
     int nodes_per_island = std::max(1, c.nodes / std::max(1, c.islands));
@@ -133,7 +144,7 @@ CostQueries::CostQueries(const CompiledPlan& cp)
 
 cost::ComputeQuery CostQueries::compute(const Node& nd) const {
   const ModelGraph& model = cp_.model;
-  const ModelOp& op = model.ops[nd.op];
+  const compiler::ModelOp& op = model.ops[nd.op];
   cost::ComputeQuery q;
   q.kind = op.kind;
   q.dtype = model.dtype;
@@ -168,7 +179,7 @@ cost::ComputeQuery CostQueries::compute(const Node& nd) const {
     case Pass::kNone:
       break;
   }
-  GemmShape g = op.gemm;
+  compiler::GemmShape g = op.gemm;
   const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
   if (nd.tp > 1 && !split && nd.sequence_parallel) {
     // Sequence parallelism: replicated ops work on this rank's 1/tp of the tokens.
@@ -199,7 +210,7 @@ cost::ComputeQuery CostQueries::compute(const Node& nd) const {
 }
 
 cost::CommQuery CostQueries::comm(const Node& nd) {
-  const TrainingDag& dag = cp_.dag;
+  const compiler::TrainingDag& dag = cp_.dag;
   const ModelGraph& model = cp_.model;
   const Topology topo{cp_.plan.cluster};
   cost::CommQuery q;
@@ -323,7 +334,8 @@ class ProgramBuilder {
   uint32_t instance_on(uint32_t n, int d) {
     const Node& nd = dag_.nodes[n];
     int32_t i = position(nd.devs, d);
-    if (nd.kind == NodeKind::kTransfer && i < 0 && nd.devs2 != kNone) i = position(nd.devs2, d);
+    if (nd.kind == NodeKind::kTransfer && i < 0 && nd.devs2 != compiler::kNone)
+      i = position(nd.devs2, d);
     if (i < 0) return UINT32_MAX;
     if (nd.kind == NodeKind::kCollective) i /= dag_.device_sets[nd.devs].group_size;
     return static_cast<uint32_t>(i);
@@ -465,13 +477,13 @@ class ProgramBuilder {
   // ---- memory: the DAG's memory effects are the program's counters (one per dynamic
   // category), applied on every device an instance runs on ----
   void add_memory_counters() {
-    p_.num_counters = static_cast<uint32_t>(MemCategory::kCount);
+    p_.num_counters = static_cast<uint32_t>(compiler::MemCategory::kCount);
     p_.effect_begin.assign(N_ + 1, 0);
-    for (const MemEffect& m : dag_.mem) ++p_.effect_begin[m.node + 1];
+    for (const compiler::MemEffect& m : dag_.mem) ++p_.effect_begin[m.node + 1];
     for (size_t i = 0; i < N_; ++i) p_.effect_begin[i + 1] += p_.effect_begin[i];
     p_.effects.resize(dag_.mem.size());
     std::vector<uint32_t> fill(p_.effect_begin.begin(), p_.effect_begin.end() - 1);
-    for (const MemEffect& m : dag_.mem)
+    for (const compiler::MemEffect& m : dag_.mem)
       p_.effects[fill[m.node]++] = {static_cast<uint8_t>(m.cat), m.at_end, m.bytes};
   }
 
@@ -482,7 +494,7 @@ class ProgramBuilder {
   void add_devices() {
     p_.devices.resize(D_);
     for (int d = 0; d < D_; ++d) {
-      DeviceProgram& dp = p_.devices[d];
+      engine::DeviceProgram& dp = p_.devices[d];
       dp.dispatch_ns = cm_.dispatch_ns();
       dp.comm_sm_share = itf_.comm_sm_share;
       dp.comm_hbm_share = itf_.comm_hbm_share;
@@ -521,7 +533,7 @@ class ProgramBuilder {
     const bool host_model =
         itf_.host_compute && (itf_.host_op_ns > 0 || cold_model_ || reuse_model_);
     issued_since_.assign(host_model ? static_cast<size_t>(D_) : 0, 0);
-    last_comm_.assign(cold_model_ ? static_cast<size_t>(D_) : 0, CommKind::kNone);
+    last_comm_.assign(cold_model_ ? static_cast<size_t>(D_) : 0, compiler::CommKind::kNone);
   }
 
   // What every instance of a node costs (the same for all: queried once).
@@ -591,7 +603,8 @@ class ProgramBuilder {
       pi.stream = pred.stream;
       pi.group = pred.kind == NodeKind::kCollective ? dag_.device_sets[pred.devs].group_size : 1;
       pi.pos1 = positions(pred.devs);
-      if (pred.kind == NodeKind::kTransfer && pred.devs2 != kNone) pi.pos2 = positions(pred.devs2);
+      if (pred.kind == NodeKind::kTransfer && pred.devs2 != compiler::kNone)
+        pi.pos2 = positions(pred.devs2);
       preds_.push_back(pi);
     }
   }
@@ -758,9 +771,9 @@ class ProgramBuilder {
   }
 
   const CompiledPlan& cp_;
-  const TrainingDag& dag_;
+  const compiler::TrainingDag& dag_;
   const ModelGraph& model_;
-  const ClusterSpec& cl_;
+  const plan::ClusterSpec& cl_;
   const cost::CostModel& cm_;
   const std::vector<char>* only_;  // simulated devices (replica folding); null: all
   const Topology topo_;
@@ -810,7 +823,7 @@ class ProgramBuilder {
   bool cold_model_ = false, reuse_model_ = false;
   cost::StaleActivations stale_;
   std::vector<int64_t> issued_since_;
-  std::vector<CommKind> last_comm_;
+  std::vector<compiler::CommKind> last_comm_;
   CostQueries queries_;
   QueryMemo<QueryKey<3>, cost::ComputeCost> compute_memo_;
   QueryMemo<QueryKey<4>, cost::CommCost> comm_memo_;

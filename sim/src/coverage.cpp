@@ -10,6 +10,8 @@
 
 namespace stretto::sim {
 
+using compiler::NodeKind;
+
 double TableCoverage::percent() const {
   const size_t all = ops + collectives;
   return all == 0 ? 100.0
@@ -17,11 +19,11 @@ double TableCoverage::percent() const {
                         static_cast<double>(all);
 }
 
-TableCoverage table_coverage(const CompiledPlan& cp, const cost::ProfileTable& table) {
+TableCoverage table_coverage(const compiler::CompiledPlan& cp, const cost::ProfileTable& table) {
   TableCoverage c;
   CostQueries queries(cp);
   std::set<std::string> ops, comms;
-  for (const Node& nd : cp.dag.nodes) {
+  for (const compiler::Node& nd : cp.dag.nodes) {
     if (nd.kind == NodeKind::kCompute) {
       const cost::ComputeQuery q = queries.compute(nd);
       if (q.flops <= 0 && q.bytes <= 0) continue;  // costs nothing either way
@@ -29,17 +31,17 @@ TableCoverage table_coverage(const CompiledPlan& cp, const cost::ProfileTable& t
       if (table.kernel_ns(q))
         ++c.ops_measured;
       else
-        ops.insert(fmt::format("{} {}", op_kind_name(q.kind), pass_name(q.pass)));
+        ops.insert(fmt::format("{} {}", compiler::op_kind_name(q.kind), plan::pass_name(q.pass)));
     } else if (nd.kind == NodeKind::kTransfer || nd.kind == NodeKind::kCollective) {
       const cost::CommQuery q = queries.comm(nd);
-      if (q.kind == CommKind::kNone || q.bytes <= 0) continue;
+      if (q.kind == compiler::CommKind::kNone || q.bytes <= 0) continue;
       ++c.collectives;
       if (table.comm_ns(q))
         ++c.collectives_measured;
       else
-        comms.insert(fmt::format("{} x{}{}", comm_kind_name(q.kind), q.group_size,
-                                 q.nodes_spanned > 1 ? fmt::format(" ({} nodes)", q.nodes_spanned)
-                                                     : ""));
+        comms.insert(
+            fmt::format("{} x{}{}", compiler::comm_kind_name(q.kind), q.group_size,
+                        q.nodes_spanned > 1 ? fmt::format(" ({} nodes)", q.nodes_spanned) : ""));
     }
   }
   c.ops_fell_back.assign(ops.begin(), ops.end());
@@ -47,15 +49,15 @@ TableCoverage table_coverage(const CompiledPlan& cp, const cost::ProfileTable& t
   return c;
 }
 
-std::optional<TableCoverage> profiled_coverage(const CompiledPlan& cp) {
-  const CostModelSpec& cm = cp.plan.costmodel;
-  if (cm.kind != CostModelSpec::Kind::kProfiled) return std::nullopt;
+std::optional<TableCoverage> profiled_coverage(const compiler::CompiledPlan& cp) {
+  const plan::CostModelSpec& cm = cp.plan.costmodel;
+  if (cm.kind != plan::CostModelSpec::Kind::kProfiled) return std::nullopt;
   auto t = cost::load_profile_table(cm.profile);
   if (!t) return std::nullopt;
   return table_coverage(cp, *t);
 }
 
-Json coverage_json(const TableCoverage& c) {
+plan::Json coverage_json(const TableCoverage& c) {
   return {{"ops", c.ops},
           {"ops_measured", c.ops_measured},
           {"collectives", c.collectives},

@@ -10,6 +10,14 @@
 
 namespace stretto::sim {
 
+using compiler::CompiledPlan;
+using compiler::Node;
+using compiler::NodeKind;
+using engine::SimTime;
+using plan::kAbsent;
+using plan::Pass;
+using plan::pass_name;
+
 namespace {
 
 double ms(SimTime ns) {
@@ -25,13 +33,13 @@ std::string kind_of(const CompiledPlan& cp, const Node* n) {
   if (!n) return "?";
   switch (n->kind) {
     case NodeKind::kCompute:
-      if (n->op < cp.model.ops.size() && cp.model.ops[n->op].kind == OpKind::kOptimizer)
+      if (n->op < cp.model.ops.size() && cp.model.ops[n->op].kind == compiler::OpKind::kOptimizer)
         return "optimizer";
       return "compute";
     case NodeKind::kTransfer:
       return "send/recv";
     case NodeKind::kCollective:
-      return std::string(comm_kind_name(n->comm));
+      return std::string(compiler::comm_kind_name(n->comm));
     case NodeKind::kBarrier:
       return "order barrier";
   }

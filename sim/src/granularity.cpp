@@ -8,6 +8,12 @@
 
 namespace stretto::sim {
 
+using engine::DeviceCounters;
+using engine::Program;
+using engine::SimTime;
+using engine::Task;
+using engine::TaskTiming;
+
 std::string_view granularity_name(Granularity g) { return g == Granularity::kPass ? "pass" : "op"; }
 
 std::optional<Granularity> parse_granularity(std::string_view s) {
@@ -23,13 +29,13 @@ constexpr uint32_t kNoTask = UINT32_MAX;
 // What one region pass is: the ops of one (PP region, microbatch, pass).
 struct PassKey {
   int32_t pp = 0, mb = 0;
-  Pass pass = Pass::kNone;
+  plan::Pass pass = plan::Pass::kNone;
   bool operator==(const PassKey&) const = default;
 };
 
 // Step 1: which coarse task runs each op task (coarse ids follow their first op's id, so the
 // coarse program's dependencies point backwards too).
-std::vector<uint32_t> assign_passes(const CompiledPlan& cp, const Program& ops,
+std::vector<uint32_t> assign_passes(const compiler::CompiledPlan& cp, const Program& ops,
                                     uint32_t& num_coarse) {
   const size_t T = ops.tasks.size();
   // Explicit dependents of each task (a run may not continue past a task that anything outside
@@ -48,18 +54,18 @@ std::vector<uint32_t> assign_passes(const CompiledPlan& cp, const Program& ops,
   uint32_t next = 0;
   for (uint32_t t = 0; t < T; ++t) {
     const Task& task = ops.tasks[t];
-    if (task.kind != TaskKind::kCompute) {
+    if (task.kind != engine::TaskKind::kCompute) {
       task_of[t] = next++;
       // Whatever a lane runs that is not compute ends its run.
       for (uint32_t k = 0; k < task.part_count; ++k) {
-        const Participant& pa = ops.participants[task.part_begin + k];
+        const engine::Participant& pa = ops.participants[task.part_begin + k];
         if (pa.stream < S) open[static_cast<size_t>(pa.device) * S + pa.stream].coarse = kNoTask;
       }
       continue;
     }
-    const Participant& pa = ops.participants[task.part_begin];
+    const engine::Participant& pa = ops.participants[task.part_begin];
     Open& lane = open[static_cast<size_t>(pa.device) * S + pa.stream];
-    const Tags& tags = cp.dag.nodes[task.node].tags;
+    const plan::Tags& tags = cp.dag.nodes[task.node].tags;
     const PassKey key{tags.pp(), tags.mb(), tags.pass};
     bool join = lane.coarse != kNoTask && lane.key == key;
     if (join) {
@@ -84,7 +90,7 @@ std::vector<uint32_t> assign_passes(const CompiledPlan& cp, const Program& ops,
 
 }  // namespace
 
-PassProgram coarsen_to_passes(const CompiledPlan& cp, const Program& ops) {
+PassProgram coarsen_to_passes(const compiler::CompiledPlan& cp, const Program& ops) {
   PassProgram pp;
   uint32_t C = 0;
   pp.task_of = assign_passes(cp, ops, C);
@@ -140,8 +146,8 @@ PassProgram coarsen_to_passes(const CompiledPlan& cp, const Program& ops) {
   // Dispatch lists: each coarse task where its first op was issued.
   p.devices.resize(ops.devices.size());
   for (size_t d = 0; d < ops.devices.size(); ++d) {
-    const DeviceProgram& od = ops.devices[d];
-    DeviceProgram& cd = p.devices[d];
+    const engine::DeviceProgram& od = ops.devices[d];
+    engine::DeviceProgram& cd = p.devices[d];
     cd.dispatch_ns = od.dispatch_ns;
     cd.comm_sm_share = od.comm_sm_share;
     cd.comm_hbm_share = od.comm_hbm_share;
@@ -246,7 +252,7 @@ std::vector<DeviceCounters> op_counters(const Program& ops, const std::vector<Ta
   }
   // Per device, in time order: apply an instant's changes, then sample (program.h: within one
   // instant only the end state counts; the peak is the first time the total reached its max).
-  std::array<int64_t, kMaxCounters> level{};
+  std::array<int64_t, engine::kMaxCounters> level{};
   for (size_t d = 0; d < D; ++d) {
     Change* first = changes.data() + begin[d];
     Change* last = changes.data() + begin[d + 1];
@@ -259,7 +265,7 @@ std::vector<DeviceCounters> op_counters(const Program& ops, const std::vector<Ta
       for (; i != last && i->t == now; ++i) {
         const uint32_t n = ops.tasks[i->task].node;
         for (uint32_t k = ops.effect_begin[n]; k < ops.effect_begin[n + 1]; ++k) {
-          const CounterEffect& ef = ops.effects[k];
+          const engine::CounterEffect& ef = ops.effects[k];
           if (ef.at_end != i->at_end) continue;
           level[ef.counter] += ef.delta;
           total += ef.delta;

@@ -5,10 +5,13 @@
 
 namespace stretto::sim {
 
-std::vector<CategorySample> memory_by_category(const CompiledPlan& cp, const Result& r,
+using engine::SimTime;
+using engine::TaskKind;
+
+std::vector<CategorySample> memory_by_category(const compiler::CompiledPlan& cp, const Result& r,
                                                int device) {
   std::vector<CategorySample> out;
-  const Program& p = r.program;
+  const engine::Program& p = r.program;
   if (device < 0 || static_cast<size_t>(device) >= p.devices.size()) return out;
   if (static_cast<size_t>(device) < r.devices.size() && r.devices[device].folded) return out;
   CategorySample cur;
@@ -28,7 +31,7 @@ std::vector<CategorySample> memory_by_category(const CompiledPlan& cp, const Res
       const uint32_t n = p.tasks[t].node;
       if (n + 1 >= p.effect_begin.size()) continue;
       for (uint32_t e = p.effect_begin[n]; e < p.effect_begin[n + 1]; ++e) {
-        const CounterEffect& ef = p.effects[e];
+        const engine::CounterEffect& ef = p.effects[e];
         const SimTime at = ef.at_end ? r.timing[t].end : r.timing[t].start;
         changes.push_back({at, static_cast<uint8_t>(3 + ef.counter), ef.delta});
       }
@@ -73,9 +76,10 @@ std::string_view wait_cause_name(WaitCause c) {
   return "?";
 }
 
-Wait wait_cause(const CompiledPlan& cp, const Result& r, uint32_t task, SimTime lane_free) {
+Wait wait_cause(const compiler::CompiledPlan& cp, const Result& r, uint32_t task,
+                SimTime lane_free) {
   Wait w;
-  const Program& p = r.program;
+  const engine::Program& p = r.program;
   if (task >= p.tasks.size() || task >= r.timing.size()) return w;
   const SimTime start = r.timing[task].start;
   w.ready = lane_free;
@@ -102,15 +106,15 @@ Wait wait_cause(const CompiledPlan& cp, const Result& r, uint32_t task, SimTime 
     bool temporal = p.tasks[best].kind == TaskKind::kBarrier;
     if (!temporal && n < cp.dag.nodes.size() && n + 1 < cp.dag.pred_begin.size())
       for (uint32_t k = cp.dag.pred_begin[n]; k < cp.dag.pred_begin[n + 1]; ++k) {
-        const Edge& e = cp.dag.edges[cp.dag.pred[k]];
-        if (e.from == bn && e.kind == EdgeKind::kTemporal) temporal = true;
+        const compiler::Edge& e = cp.dag.edges[cp.dag.pred[k]];
+        if (e.from == bn && e.kind == compiler::EdgeKind::kTemporal) temporal = true;
       }
     w.blocker = b;
     if (temporal)
       w.cause = WaitCause::kOrder;
-    else if (bn < cp.dag.nodes.size() && cp.dag.nodes[bn].kind == NodeKind::kTransfer)
+    else if (bn < cp.dag.nodes.size() && cp.dag.nodes[bn].kind == compiler::NodeKind::kTransfer)
       w.cause = WaitCause::kTransfer;
-    else if (bn < cp.dag.nodes.size() && cp.dag.nodes[bn].kind == NodeKind::kCollective)
+    else if (bn < cp.dag.nodes.size() && cp.dag.nodes[bn].kind == compiler::NodeKind::kCollective)
       w.cause = WaitCause::kCollective;
     else
       w.cause = WaitCause::kInput;

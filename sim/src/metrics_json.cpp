@@ -31,7 +31,8 @@ struct JsonFields {
 
 }  // namespace
 
-nlohmann::json metrics_json(const CompiledPlan& cp, const Result& r, const PipelineMetrics& pm) {
+nlohmann::json metrics_json(const compiler::CompiledPlan& cp, const Result& r,
+                            const PipelineMetrics& pm) {
   nlohmann::json j = nlohmann::json::object();
   JsonFields top{j};
   bool over = false;
@@ -47,8 +48,9 @@ nlohmann::json metrics_json(const CompiledPlan& cp, const Result& r, const Pipel
   return j;
 }
 
-nlohmann::json simulate_json(const CompiledPlan& cp, const Result& r, const PipelineMetrics& pm,
-                             const std::vector<CriticalStep>* path, bool full_path) {
+nlohmann::json simulate_json(const compiler::CompiledPlan& cp, const Result& r,
+                             const PipelineMetrics& pm, const std::vector<CriticalStep>* path,
+                             bool full_path) {
   nlohmann::json j = metrics_json(cp, r, pm);
   if (const auto coverage = profiled_coverage(cp)) j["table_coverage"] = coverage_json(*coverage);
   if (path) j.update(critical_path_json(cp, r, *path, full_path));

@@ -5,6 +5,8 @@
 
 namespace stretto::sim {
 
+using engine::SimTime;
+
 namespace {
 
 using Interval = std::pair<SimTime, SimTime>;
@@ -47,21 +49,21 @@ SimTime uncovered(const std::vector<Interval>& a, const std::vector<Interval>& b
 
 }  // namespace
 
-PipelineMetrics pipeline_metrics(const CompiledPlan& cp, const Result& r) {
+PipelineMetrics pipeline_metrics(const compiler::CompiledPlan& cp, const Result& r) {
   PipelineMetrics m;
   const size_t D = r.devices.size();
   m.devices.assign(D, {});
-  const Program& p = r.program;
+  const engine::Program& p = r.program;
   std::vector<std::vector<Interval>> compute(D), collectives(D);
   for (uint32_t t = 0; t < p.tasks.size(); ++t) {
-    const Task& tk = p.tasks[t];
+    const engine::Task& tk = p.tasks[t];
     if (tk.part_count == 0) continue;
-    const TaskTiming& tm = r.timing[t];
-    if (tk.kind == TaskKind::kCompute) {
+    const engine::TaskTiming& tm = r.timing[t];
+    if (tk.kind == engine::TaskKind::kCompute) {
       const uint32_t d = p.participants[tk.part_begin].device;
       if (d < D) compute[d].push_back({tm.start, tm.end});
-    } else if (tk.kind == TaskKind::kComm && tk.node < cp.dag.nodes.size() &&
-               cp.dag.nodes[tk.node].kind == NodeKind::kCollective) {
+    } else if (tk.kind == engine::TaskKind::kComm && tk.node < cp.dag.nodes.size() &&
+               cp.dag.nodes[tk.node].kind == compiler::NodeKind::kCollective) {
       for (uint32_t i = 0; i < tk.part_count; ++i) {
         const uint32_t d = p.participants[tk.part_begin + i].device;
         if (d < D) collectives[d].push_back({tm.start, tm.end});

@@ -16,6 +16,16 @@
 
 namespace stretto::sim {
 
+using compiler::compile;
+using compiler::CompiledPlan;
+using compiler::NodeKind;
+using engine::SimTime;
+using engine::TaskKind;
+using plan::CostModelSpec;
+using plan::Pass;
+using plan::Plan;
+using plan::ResolvedPlan;
+
 std::string_view memory_category_name(size_t i) {
   static constexpr std::string_view kN[kMemCategories] = {
       "params",       "grads",        "optimizer",      "activations",
@@ -31,12 +41,12 @@ constexpr double kBytesPerParticipant = 16;
 
 Diagnostics check_participants(const CompiledPlan& cp) {
   double parts = 0;
-  for (const Node& n : cp.dag.nodes)
+  for (const compiler::Node& n : cp.dag.nodes)
     if (n.kind == NodeKind::kCollective)
       parts += static_cast<double>(cp.dag.device_sets[n.devs].devices.size());
   const double need = parts * kBytesPerParticipant;
-  if (need <= kUncheckedBytes) return {};
-  const uint64_t budget = memory_budget_bytes();
+  if (need <= plan::kUncheckedBytes) return {};
+  const uint64_t budget = plan::memory_budget_bytes();
   if (budget == 0 || need <= static_cast<double>(budget)) return {};
   Diagnostic d;
   d.loc.file = cp.plan.file;
@@ -56,7 +66,8 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
                           const SimOptions& opt) {
   auto t0 = std::chrono::steady_clock::now();
   // Refuse before allocating when the estimate exceeds the memory budget (estimate.h).
-  if (auto big = check_memory_budget(cp.plan, nullptr, opt.fold_replicas, true); !big.empty()) {
+  if (auto big = plan::check_memory_budget(cp.plan, nullptr, opt.fold_replicas, true);
+      !big.empty()) {
     for (Diagnostic& d : big) d.loc.file = cp.plan.file;
     return fail(std::move(big));
   }
@@ -99,14 +110,14 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
   // Pass granularity: the engine runs the merged program; op timings are rebuilt from it.
   std::optional<PassProgram> passes;
   if (opt.granularity == Granularity::kPass) passes = coarsen_to_passes(cp, r.program);
-  const Program& engine_program = passes ? passes->program : r.program;
+  const engine::Program& engine_program = passes ? passes->program : r.program;
   r.engine_tasks = engine_program.tasks.size();
   r.phases.build_ms = ms_since(t0);
-  RunResult run;
+  engine::RunResult run;
   {
-    Engine engine;  // scoped: its scratch state is freed before the metrics are computed
+    engine::Engine engine;  // scoped: its scratch state is freed before the metrics are computed
     // One pass validates the program and prepares the run.
-    RunOptions ro;
+    engine::RunOptions ro;
     ro.counter_curves = opt.memory_curves;
     if (opt.progress) {
       ro.progress = [&opt](uint64_t finished, uint64_t total) {
@@ -153,7 +164,7 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
   const double capacity = cp.plan.cluster.device.memory_GiB * 1024.0 * 1024.0 * 1024.0;
   r.devices.resize(D);
   double busy_sum = 0;
-  DeviceCounters no_counters;  // for a program without counters: static memory only
+  engine::DeviceCounters no_counters;  // for a program without counters: static memory only
   no_counters.curve.push_back({0, 0});
   for (int d = 0; d < D; ++d) {
     DeviceMetrics& m = r.devices[d];
@@ -169,7 +180,7 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
       base[2] = cp.static_mem[d].optimizer;
     }
     const int64_t base_total = base[0] + base[1] + base[2];
-    DeviceCounters& c = run.counters.empty() ? no_counters : run.counters[d];
+    engine::DeviceCounters& c = run.counters.empty() ? no_counters : run.counters[d];
     if (run.counters.empty())
       m.memory = c.curve;  // the shared fallback: copied, not moved
     else
@@ -178,7 +189,7 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
     m.peak_memory = base_total + c.peak;
     m.peak_time = c.peak_time;
     m.breakdown = base;
-    for (size_t k = 0; k < static_cast<size_t>(MemCategory::kCount); ++k)
+    for (size_t k = 0; k < static_cast<size_t>(compiler::MemCategory::kCount); ++k)
       m.breakdown[3 + k] = c.at_peak[k];
     m.over_capacity = static_cast<double>(m.peak_memory) > capacity;
   }
@@ -208,7 +219,7 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
   double flops = 0;
   for (const auto& n : dag.nodes) {
     if (n.kind != NodeKind::kCompute || n.recompute || n.tags.pass == Pass::kNone) continue;
-    const ModelOp& op = cp.model.ops[n.op];
+    const compiler::ModelOp& op = cp.model.ops[n.op];
     double f = n.tags.pass == Pass::kF    ? op.fwd_flops
                : n.tags.pass == Pass::kB  ? op.bi_flops + op.bw_flops
                : n.tags.pass == Pass::kBI ? op.bi_flops
@@ -249,7 +260,7 @@ CriticalPathBreakdown breakdown(const std::vector<CriticalStep>& path) {
 }
 
 std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r) {
-  const Program& p = r.program;
+  const engine::Program& p = r.program;
   const size_t T = p.tasks.size();
   std::vector<CriticalStep> out;
   if (T == 0) return out;
@@ -258,7 +269,7 @@ std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r)
   std::vector<std::vector<uint32_t>> lane_pred(T);
   for (uint32_t d = 0; d < p.devices.size(); ++d)
     for (uint32_t t : p.devices[d].dispatch) {
-      const Task& tk = p.tasks[t];
+      const engine::Task& tk = p.tasks[t];
       for (uint32_t k = 0; k < tk.part_count; ++k) {
         const auto& pa = p.participants[tk.part_begin + k];
         if (pa.device != d) continue;
@@ -296,8 +307,8 @@ std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r)
       if (p.tasks[d].kind == TaskKind::kBarrier) return PathWait::kOrder;
       const uint32_t n = r.node_of(cur), pn = r.node_of(d);
       for (uint32_t k = cp.dag.pred_begin[n]; k < cp.dag.pred_begin[n + 1]; ++k) {
-        const Edge& e = cp.dag.edges[cp.dag.pred[k]];
-        if (e.from == pn && e.kind == EdgeKind::kTemporal) return PathWait::kOrder;
+        const compiler::Edge& e = cp.dag.edges[cp.dag.pred[k]];
+        if (e.from == pn && e.kind == compiler::EdgeKind::kTemporal) return PathWait::kOrder;
       }
       return p.tasks[d].kind == TaskKind::kComm ? PathWait::kLink : PathWait::kData;
     };
@@ -361,8 +372,8 @@ ResolvedPlan resolve_plan(const CompiledPlan& cp) {
   // "analytic" is the default kind: the source says whether the plan writes it.
   const bool written = cm.options.contains("kind") || cm.kind != CostModelSpec::Kind::kAnalytic;
   r.fields.push_back({"costmodel", cm.pointer + "/kind", kind,
-                      written ? ValueSource::kPlan : ValueSource::kDefault});
-  for (ResolvedField& f : cost::resolved_options(cm, cp.plan.cluster))
+                      written ? plan::ValueSource::kPlan : plan::ValueSource::kDefault});
+  for (plan::ResolvedField& f : cost::resolved_options(cm, cp.plan.cluster))
     r.fields.push_back(std::move(f));
   return r;
 }
@@ -370,9 +381,9 @@ ResolvedPlan resolve_plan(const CompiledPlan& cp) {
 ResolvedPlan Session::resolved() const { return resolve_plan(*cp_); }
 
 Expected<Session> Session::open(const std::string& path) {
-  auto src = JsonSource::load(path);
+  auto src = plan::JsonSource::load(path);
   if (!src) return fail(src.error());
-  auto plan = parse_plan(*src);
+  auto plan = plan::parse_plan(*src);
   if (!plan) return fail(plan.error());
   auto cp = compile(*plan, &*src);
   if (!cp) return fail(cp.error());
@@ -386,7 +397,7 @@ Expected<Session> Session::open(const std::string& path) {
 }
 
 Expected<Session> Session::from_plan(Plan plan, std::string base_dir,
-                                     const CompileOptions& copt) {
+                                     const compiler::CompileOptions& copt) {
   auto cp = compile(plan, nullptr, copt);
   if (!cp) return fail(cp.error());
   auto cm = cost::make_cost_model(cp->plan.costmodel, cp->plan.cluster, base_dir);
@@ -400,9 +411,9 @@ Expected<Session> Session::from_plan(Plan plan, std::string base_dir,
 }
 
 Expected<Session> Session::from_text(std::string text, std::string file, std::string base_dir) {
-  auto src = JsonSource::parse(std::move(text), std::move(file));
+  auto src = plan::JsonSource::parse(std::move(text), std::move(file));
   if (!src) return fail(src.error());
-  auto plan = parse_plan(*src);
+  auto plan = plan::parse_plan(*src);
   if (!plan) return fail(plan.error());
   auto cp = compile(*plan, &*src);
   if (!cp) return fail(cp.error());
@@ -439,7 +450,7 @@ Expected<void> Session::set_plan(Plan plan) {
   return {};
 }
 
-Expected<void> Session::set_directive(size_t index, const Directive& d) {
+Expected<void> Session::set_directive(size_t index, const plan::Directive& d) {
   Plan plan = cp_->plan;
   if (index >= plan.schedule.size()) {
     Diagnostic diag;

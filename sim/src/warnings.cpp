@@ -53,7 +53,7 @@ std::optional<Warning> coverage_warning(const TableCoverage& c) {
                  "/costmodel");
 }
 
-Warnings result_warnings(const CompiledPlan& cp, const Result& r, bool folded) {
+Warnings result_warnings(const compiler::CompiledPlan& cp, const Result& r, bool folded) {
   Warnings out;
   const size_t D = r.devices.size();
   // Devices with no task at all (folded devices count as used when their representative is).
@@ -72,10 +72,10 @@ Warnings result_warnings(const CompiledPlan& cp, const Result& r, bool folded) {
                           "declare a smaller cluster, or place work on them",
                           cp.plan.cluster.pointer));
   // Stage imbalance: compute busy time of the devices that compute.
-  SimTime lo = -1, hi = -1;
+  engine::SimTime lo = -1, hi = -1;
   int lo_d = -1, hi_d = -1;
   for (size_t d = 0; d < D; ++d) {
-    const SimTime b = r.devices[d].busy;
+    const engine::SimTime b = r.devices[d].busy;
     if (b <= 0) continue;
     if (lo < 0 || b < lo) lo = b, lo_d = static_cast<int>(d);
     if (hi < 0 || b > hi) hi = b, hi_d = static_cast<int>(d);

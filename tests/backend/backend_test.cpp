@@ -27,6 +27,14 @@
 #include "../../backend/src/torch_model.h"
 
 namespace stretto::backend {
+
+using compiler::CompiledPlan;
+using compiler::kNone;
+using compiler::Node;
+using compiler::NodeKind;
+using compiler::op_kind_name;
+using compiler::OpKind;
+using plan::Json;
 namespace {
 
 const std::string kData = std::string(STRETTO_TEST_DATA) + "/backend/";
@@ -41,7 +49,7 @@ class Env : public ::testing::Environment {
 const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new Env);
 
 CompiledPlan load(const std::string& name) {
-  auto cp = compile_file(kData + name);
+  auto cp = compiler::compile_file(kData + name);
   EXPECT_TRUE(cp.has_value()) << (cp ? "" : render_all(cp.error()));
   return std::move(*cp);
 }
@@ -165,7 +173,7 @@ TEST(Replay, RunsTheCompilersRecomputeAndOptimizerOps) {
     for (const Node& n : cp.dag.nodes) {
       recomputed += n.kind == NodeKind::kCompute && n.recompute;
       steps += n.kind == NodeKind::kCompute && cp.model.ops[n.op].kind == OpKind::kOptimizer;
-      norms += n.purpose == CommPurpose::kGradNorm;
+      norms += n.purpose == compiler::CommPurpose::kGradNorm;
     }
     EXPECT_GT(recomputed, 0) << plan;
     if (std::string(plan) == "pp2_gpt_adam.json") {
@@ -190,7 +198,8 @@ TEST(Replay, RefusesTiedEmbeddings) {
   // Not executed yet: refused up front, naming the feature (the CLI exits 2).
   const CompiledPlan cp = load("pp2_tied.json");
   bool tied_grad = false;
-  for (const Node& n : cp.dag.nodes) tied_grad = tied_grad || n.purpose == CommPurpose::kTiedGrad;
+  for (const Node& n : cp.dag.nodes)
+    tied_grad = tied_grad || n.purpose == compiler::CommPurpose::kTiedGrad;
   EXPECT_TRUE(tied_grad);
   bool named = false;
   for (const auto& x : check_supported(cp, ReplayOptions{}))
@@ -527,7 +536,7 @@ TEST(Replay, RefusesWhatItCannotRun) {
   opt.max_procs = 0;
   EXPECT_TRUE(check_supported(cp, opt).empty());
   // A big model does not fit in host memory: refused, not attempted.
-  auto big = compile_file(std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json");
+  auto big = compiler::compile_file(std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json");
   ASSERT_TRUE(big.has_value());
   bool mem = false;
   for (const auto& x : check_supported(*big, opt)) mem = mem || x.message.find("GiB") != std::string::npos;
@@ -767,7 +776,7 @@ TEST(ReplayKernels, NoHostWorkPerOp) {
     const TorchModel m(cp, 7, at::TensorOptions().dtype(at::kFloat));
     for (int mb = 0; mb < 2; ++mb) m.prepare(0, mb);
     for (uint32_t o = 0; o < cp.model.ops.size(); ++o) {
-      const ModelOp& op = cp.model.ops[o];
+      const compiler::ModelOp& op = cp.model.ops[o];
       if (op.kind == OpKind::kOptimizer) continue;
       SCOPED_TRACE(op.name);
       std::vector<Param> params = m.make_params(o, {});
@@ -900,7 +909,7 @@ TEST(BenchOps, TimesEveryOpClassOfThePlan) {
     EXPECT_EQ(r.iterations, 3);
     std::set<std::string> plan_kinds, bench_kinds;
     int model_ops = 0, instances = 0;
-    for (const ModelOp& op : cp.model.ops)
+    for (const compiler::ModelOp& op : cp.model.ops)
       if (op.kind != OpKind::kOptimizer) {
         plan_kinds.insert(std::string(op_kind_name(op.kind)));
         ++model_ops;

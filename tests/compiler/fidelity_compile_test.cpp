@@ -10,6 +10,8 @@
 #include "stretto/compiler/compiler.h"
 
 using namespace stretto;
+using namespace stretto::plan;
+using namespace stretto::compiler;
 using nlohmann::json;
 
 namespace {

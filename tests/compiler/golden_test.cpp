@@ -16,6 +16,8 @@
 
 namespace fs = std::filesystem;
 using namespace stretto;
+using namespace stretto::plan;
+using namespace stretto::compiler;
 
 namespace {
 

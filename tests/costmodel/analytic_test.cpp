@@ -8,6 +8,14 @@
 #include "stretto/costmodel/analytic.h"
 
 namespace stretto::cost {
+
+using compiler::CommKind;
+using compiler::OpKind;
+using plan::ClusterSpec;
+using plan::DType;
+using plan::Json;
+using plan::Pass;
+
 namespace {
 
 AnalyticParams params(Json options = Json::object(), ClusterSpec cl = testing::h100_cluster()) {
@@ -17,7 +25,7 @@ AnalyticParams params(Json options = Json::object(), ClusterSpec cl = testing::h
 }
 
 TEST(GemmEfficiency, MonotoneInSizeAndBelowPeak) {
-  const DeviceSpec dev = testing::h100_cluster().device;
+  const plan::DeviceSpec dev = testing::h100_cluster().device;
   AnalyticParams p = params({{"wave_quantization", false}});
   double prev = 0;
   for (double s = 32; s <= 32768; s *= std::sqrt(2.0)) {
@@ -55,7 +63,7 @@ TEST(GemmEfficiency, MonotoneInSizeAndBelowPeak) {
 }
 
 TEST(GemmEfficiency, WaveQuantization) {
-  const DeviceSpec dev = testing::h100_cluster().device;     // 132 SMs
+  const plan::DeviceSpec dev = testing::h100_cluster().device;  // 132 SMs
   AnalyticParams q = params({{"wave_quantization", true}});  // quantised (generic default)
   AnalyticParams smooth = params({{"wave_quantization", false}});
   // 132 tiles of 128x128 fill one wave; 133 need a second, nearly empty one.

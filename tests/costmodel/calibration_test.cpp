@@ -17,6 +17,11 @@
 #include "stretto/plan/tags.h"
 
 namespace stretto::cost {
+
+using plan::ClusterSpec;
+using plan::Json;
+using plan::Pass;
+
 namespace {
 
 // The presets of plan/src/plan.cpp.
@@ -91,7 +96,7 @@ Errors causal_attention(const CostModel& model, const Json& raw) {
       const double ms = backward ? fb_ms - f_ms : f_ms;
       if (backward ? fb_ms < 0.30 : f_ms < 0.075) continue;
       ComputeQuery q;
-      q.kind = OpKind::kAttention;
+      q.kind = compiler::OpKind::kAttention;
       q.pass = backward ? Pass::kB : Pass::kF;
       q.gemm = {s, s, d, heads};  // as compiler/src/model.cpp: per head [s,d]x[d,s]
       const double fwd = 2.0 * static_cast<double>(s) * static_cast<double>(s * h);
@@ -228,8 +233,8 @@ TEST(Calibration, SweepsAsProfiledTables) {
   const std::string dir = std::string(STRETTO_TEST_DATA) + "/costmodel";
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.kind);
-    CostModelSpec spec;
-    spec.kind = CostModelSpec::Kind::kProfiled;
+    plan::CostModelSpec spec;
+    spec.kind = plan::CostModelSpec::Kind::kProfiled;
     spec.profile = dir + "/" + c.raw + "_kernels_profiled.json";
     spec.options = Json::object();
     auto model = testing::make_or_die(spec, preset(c.kind), dir);
@@ -240,7 +245,7 @@ TEST(Calibration, SweepsAsProfiledTables) {
     for (const auto& k : table["kernels"]) {
       ComputeQuery q;
       q.kind = testing::measured_op(k["op"]);
-      q.pass = parse_pass(k["pass"].get<std::string>()).value();
+      q.pass = plan::parse_pass(k["pass"].get<std::string>()).value();
       q.gemm = {k["m"].get<int64_t>(), k["n"].get<int64_t>(), k["k"].get<int64_t>(),
                 k.value("batch", int64_t{1})};
       q.flops = 1.0;
@@ -256,7 +261,7 @@ TEST(Calibration, AttentionTermsAndTheirOptions) {
   ClusterSpec cl = preset("h100-sxm");
   cl.device.kind = "custom";
   ComputeQuery q;
-  q.kind = OpKind::kAttention;
+  q.kind = compiler::OpKind::kAttention;
   q.gemm = {4096, 4096, 128, 32};  // 32 x 32 = 1024 blocks: fill 1
   q.flops = 2.0 * 4096 * 4096 * 4096;
   const double peak = 989.4e3;  // flops per ns

@@ -10,6 +10,12 @@
 #include "stretto/costmodel/nccl.h"
 
 namespace stretto::cost {
+
+using compiler::OpKind;
+using plan::ClusterSpec;
+using plan::Json;
+using plan::Pass;
+
 namespace {
 
 ClusterSpec a100(int nodes = 1) {
@@ -46,7 +52,7 @@ TEST(NcclLinks, SingleNodeAllReduceUsesTheNcclBandwidth) {
   // below the 300 GB/s link.
   const AnalyticParams p = params_of(a100());
   CommQuery q;
-  q.kind = CommKind::kAllReduce;
+  q.kind = compiler::CommKind::kAllReduce;
   q.bytes = int64_t{1} << 30;
   q.group_size = 8;
   q.nodes_spanned = 1;
@@ -82,7 +88,7 @@ TEST(ActivationGemms, BackwardIsTwoInputGradients) {
   // QK^T per head, [s,d]x[d,s] with s = 2048, d = 128, batch 64: its BI (dQ and dK) is priced
   // like a weight GEMM's B: half the FLOPs at the dX shape, half at the dW shape, two kernels.
   const AnalyticParams p = params_of(testing::h100_cluster());
-  const DeviceSpec dev = testing::h100_cluster().device;
+  const plan::DeviceSpec dev = testing::h100_cluster().device;
   ComputeQuery scores;
   scores.kind = OpKind::kAttnScores;
   scores.pass = Pass::kBI;
@@ -105,8 +111,8 @@ TEST(MeasuredGemms, AnalyticCurveAgainstH100Measurements) {
   // the smooth curve gives 672 (thin TP-split GEMMs are the curve's known weak spot; see
   // docs/fidelity.md).
   const std::string dir = std::string(STRETTO_TEST_DATA) + "/costmodel";
-  CostModelSpec spec;
-  spec.kind = CostModelSpec::Kind::kProfiled;
+  plan::CostModelSpec spec;
+  spec.kind = plan::CostModelSpec::Kind::kProfiled;
   spec.profile = dir + "/h100_gemm_measured.json";
   spec.options = Json::object();
   const ClusterSpec cl = testing::h100_cluster(1, 8, 450);

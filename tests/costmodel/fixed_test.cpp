@@ -5,6 +5,11 @@
 #include "helpers.h"
 
 namespace stretto::cost {
+
+using compiler::CommKind;
+using plan::CostModelSpec;
+using plan::Pass;
+
 namespace {
 
 CostModelSpec fixed_spec(int64_t f, int64_t b, int64_t bi, int64_t bw, int64_t comm) {
@@ -60,7 +65,7 @@ TEST(FixedModel, PassesPickTheirConstant) {
   q.pass = Pass::kBW;
   EXPECT_EQ(m->compute(q).ns, 900'000);
   // A node's op kind, shape and flops do not matter in fixed mode.
-  q.kind = OpKind::kMlpUp;
+  q.kind = compiler::OpKind::kMlpUp;
   q.flops = 1e15;
   q.gemm = {4096, 4096, 4096, 1};
   EXPECT_EQ(m->compute(q).ns, 900'000);
@@ -92,7 +97,7 @@ TEST(FixedModel, CommIsPureLatency) {
 
 TEST(FixedModel, AnalyticOptionsAreRejected) {
   CostModelSpec s = fixed_spec(1, 2, 1, 1, 0);
-  s.options = Json{{"unit", "ms"}, {"comm_sm_share", 0.2}, {"Bw", 1}};
+  s.options = plan::Json{{"unit", "ms"}, {"comm_sm_share", 0.2}, {"Bw", 1}};
   auto m = make_cost_model(s, testing::h100_cluster(), "");
   ASSERT_FALSE(m);
   ASSERT_EQ(m.error().size(), 2u);

@@ -14,9 +14,9 @@ namespace stretto::cost::testing {
 /// 6 x 60 GB/s (duplicated to 12 x 30), i.e. busBw 360, which keeps closed forms readable
 /// (tests of closed forms pass "nccl_intra_GBps": 360, since NCCL would otherwise see the
 /// link at its own per-link speed, 360 x 20.6/25).
-inline ClusterSpec h100_cluster(int nodes = 1, int devices_per_node = 8, double intra = 360,
-                                double inter = 50, double inter_latency_us = 2.0) {
-  ClusterSpec c;
+inline plan::ClusterSpec h100_cluster(int nodes = 1, int devices_per_node = 8, double intra = 360,
+                                      double inter = 50, double inter_latency_us = 2.0) {
+  plan::ClusterSpec c;
   c.preset = "h100-sxm";
   c.nodes = nodes;
   c.devices_per_node = devices_per_node;
@@ -30,14 +30,15 @@ inline ClusterSpec h100_cluster(int nodes = 1, int devices_per_node = 8, double 
   return c;
 }
 
-inline CostModelSpec analytic_spec(Json options = Json::object()) {
-  CostModelSpec s;
-  s.kind = CostModelSpec::Kind::kAnalytic;
+inline plan::CostModelSpec analytic_spec(plan::Json options = plan::Json::object()) {
+  plan::CostModelSpec s;
+  s.kind = plan::CostModelSpec::Kind::kAnalytic;
   s.options = std::move(options);
   return s;
 }
 
-inline std::unique_ptr<CostModel> make_or_die(const CostModelSpec& spec, const ClusterSpec& cl,
+inline std::unique_ptr<CostModel> make_or_die(const plan::CostModelSpec& spec,
+                                              const plan::ClusterSpec& cl,
                                               const std::string& base_dir = {}) {
   auto m = make_cost_model(spec, cl, base_dir);
   if (!m) {
@@ -50,12 +51,12 @@ inline std::unique_ptr<CostModel> make_or_die(const CostModelSpec& spec, const C
 }
 
 /// The op of a measured table's row: "attention", "qkv", "out_proj", "mlp_up" or "mlp_down".
-inline OpKind measured_op(const std::string& op) {
-  return op == "attention"  ? OpKind::kAttention
-         : op == "qkv"      ? OpKind::kQKV
-         : op == "out_proj" ? OpKind::kOutProj
-         : op == "mlp_up"   ? OpKind::kMlpUp
-                            : OpKind::kMlpDown;
+inline compiler::OpKind measured_op(const std::string& op) {
+  return op == "attention"  ? compiler::OpKind::kAttention
+         : op == "qkv"      ? compiler::OpKind::kQKV
+         : op == "out_proj" ? compiler::OpKind::kOutProj
+         : op == "mlp_up"   ? compiler::OpKind::kMlpUp
+                            : compiler::OpKind::kMlpDown;
 }
 
 /// The query of one measured GEMM: op and pass ("F", "BI", "BW") by name, the forward shape
@@ -64,7 +65,7 @@ inline ComputeQuery measured_gemm(const std::string& op, const std::string& pass
                                   int64_t k, int64_t n) {
   ComputeQuery q;
   q.kind = measured_op(op);
-  q.pass = pass == "F" ? Pass::kF : pass == "BI" ? Pass::kBI : Pass::kBW;
+  q.pass = pass == "F" ? plan::Pass::kF : pass == "BI" ? plan::Pass::kBI : plan::Pass::kBW;
   q.gemm = {m, n, k, 1};
   q.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   q.bytes = 2 * (m * k + k * n + m * n);

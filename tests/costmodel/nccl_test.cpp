@@ -12,6 +12,10 @@
 #include "stretto/costmodel/nccl.h"
 
 namespace stretto::cost {
+
+using compiler::CommKind;
+using plan::DType;
+
 namespace {
 
 NcclSystem hopper(double intra = 360, double inter = 50, double net_latency_us = 2.0) {
@@ -320,7 +324,7 @@ TEST(NcclComm, AllReduceThroughTheCostModelIsConsistent) {
           // Never faster than the bottleneck link allows.
           EXPECT_LE(c.rate_cap, (c.inter_node ? 50.0 : 360.0) + 1e-9);
           // Agrees with NCCL's own estimate up to rounding.
-          AnalyticParams p = *parse_analytic_params(Json::object(), cl, "/costmodel", "");
+          AnalyticParams p = *parse_analytic_params(plan::Json::object(), cl, "/costmodel", "");
           NcclSystem s = p.nccl;
           NcclEstimate e = nccl_choose(s, nccl_comm(s, g, nodes), k, b, DType::kBF16);
           EXPECT_NEAR(static_cast<double>(c.time_ns), e.time_us * 1000,

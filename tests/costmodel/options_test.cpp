@@ -7,6 +7,12 @@
 #include "stretto/plan/schema.h"
 
 namespace stretto::cost {
+
+using compiler::CommKind;
+using plan::ClusterSpec;
+using plan::Json;
+using plan::ValueSource;
+
 namespace {
 
 Diagnostics errors_of(Json options, ClusterSpec cl = testing::h100_cluster(2, 8)) {
@@ -32,7 +38,7 @@ TEST(CostModelOptions, UnknownKeyGivesDidYouMean) {
 }
 
 TEST(CostModelOptions, PointerUsesTheSpecPointerAndEscapes) {
-  CostModelSpec s = testing::analytic_spec({{"a/b", 1}});
+  plan::CostModelSpec s = testing::analytic_spec({{"a/b", 1}});
   s.pointer = "/plans/0/costmodel";
   auto m = make_cost_model(s, testing::h100_cluster(), "");
   ASSERT_FALSE(m);
@@ -139,7 +145,7 @@ TEST(CostModelOptions, MasksAreCaseInsensitiveAndInvertible) {
   auto m = testing::make_or_die(
       testing::analytic_spec({{"nccl_algo", "Tree"}, {"nccl_proto", "^LL,LL128"}}), cl);
   ASSERT_TRUE(m);
-  CommCost c = m->comm({CommKind::kAllReduce, 1 << 10, 8, 1, false, DType::kBF16});
+  CommCost c = m->comm({CommKind::kAllReduce, 1 << 10, 8, 1, false, plan::DType::kBF16});
   EXPECT_EQ(c.algo, "tree");
   EXPECT_EQ(c.proto, "simple");
 }
@@ -187,9 +193,9 @@ TEST(CostModelOptions, PlanDiagnosticsGetLineAndColumnFromTheSource) {
       "  \"costmodel\": {\"kind\": \"analytic\",\n"
       "                \"gemm_eficiency\": 0.7}\n"
       "}\n";
-  auto src = JsonSource::parse(text, "plan.json");
+  auto src = plan::JsonSource::parse(text, "plan.json");
   ASSERT_TRUE(src.has_value());
-  CostModelSpec spec = testing::analytic_spec({{"gemm_eficiency", 0.7}});
+  plan::CostModelSpec spec = testing::analytic_spec({{"gemm_eficiency", 0.7}});
   auto m = make_cost_model(spec, testing::h100_cluster(), "", &*src);
   ASSERT_FALSE(m);
   ASSERT_EQ(m.error().size(), 1u);
@@ -216,9 +222,9 @@ TEST(CostModelOptions, ResolvedSourcesAndDefaultsAreTheSchemaTables) {
   const auto fields = resolved_options(testing::analytic_spec(Json::object()), cl);
   ASSERT_FALSE(fields.empty());
   size_t defaults = 0;
-  for (const ResolvedField& f : fields) {
+  for (const plan::ResolvedField& f : fields) {
     SCOPED_TRACE(f.name);
-    const PlanKey& k = schema_key("costmodel", f.name);
+    const plan::PlanKey& k = plan::schema_key("costmodel", f.name);
     if (k.when_absent == ValueSource::kDerived) {
       EXPECT_EQ(f.source, ValueSource::kDerived);
     }
@@ -228,7 +234,7 @@ TEST(CostModelOptions, ResolvedSourcesAndDefaultsAreTheSchemaTables) {
     }
   }
   auto source_of = [&](std::string_view name) {
-    for (const ResolvedField& f : fields)
+    for (const plan::ResolvedField& f : fields)
       if (f.name == name) return f.source;
     return ValueSource::kPlan;
   };

@@ -9,6 +9,13 @@
 #include "stretto/costmodel/profile_table.h"
 
 namespace stretto::cost {
+
+using compiler::CommKind;
+using compiler::OpKind;
+using plan::CostModelSpec;
+using plan::DType;
+using plan::Pass;
+
 namespace {
 
 const std::string kData = std::string(STRETTO_TEST_DATA) + "/costmodel";
@@ -17,7 +24,7 @@ CostModelSpec profiled_spec(const std::string& table) {
   CostModelSpec s;
   s.kind = CostModelSpec::Kind::kProfiled;
   s.profile = table;
-  s.options = Json::object();
+  s.options = plan::Json::object();
   return s;
 }
 
@@ -39,7 +46,7 @@ class Profiled : public ::testing::Test {
     ASSERT_TRUE(model);
     ASSERT_TRUE(analytic);
   }
-  ClusterSpec cluster = testing::h100_cluster(2, 8);
+  plan::ClusterSpec cluster = testing::h100_cluster(2, 8);
   std::unique_ptr<CostModel> model, analytic;
 };
 

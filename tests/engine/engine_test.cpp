@@ -10,7 +10,7 @@
 
 #include "program_builder.h"
 
-namespace stretto::sim {
+namespace stretto::engine {
 namespace {
 
 using testing::ProgramBuilder;
@@ -969,4 +969,4 @@ TEST(Engine, EmptyProgram) {
 }
 
 }  // namespace
-}  // namespace stretto::sim
+}  // namespace stretto::engine

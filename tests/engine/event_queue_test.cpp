@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-namespace stretto::sim::detail {
+namespace stretto::engine::detail {
 namespace {
 
 bool earlier(const Event& a, const Event& b) {
@@ -83,4 +83,4 @@ TEST(EventQueue, ClearResetsTheTime) {
 }
 
 }  // namespace
-}  // namespace stretto::sim::detail
+}  // namespace stretto::engine::detail

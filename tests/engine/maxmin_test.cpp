@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-namespace stretto::sim {
+namespace stretto::engine {
 namespace {
 
 std::vector<MaxMin::FlowId> sorted(std::span<const MaxMin::FlowId> s) {
@@ -208,4 +208,4 @@ TEST(MaxMin, RandomInstancesSatisfyMaxMinConditions) {
 }
 
 }  // namespace
-}  // namespace stretto::sim
+}  // namespace stretto::engine

@@ -9,7 +9,7 @@
 
 #include "stretto/engine/program.h"
 
-namespace stretto::sim::testing {
+namespace stretto::engine::testing {
 
 class ProgramBuilder {
  public:
@@ -72,4 +72,4 @@ class ProgramBuilder {
   }
 };
 
-}  // namespace stretto::sim::testing
+}  // namespace stretto::engine::testing

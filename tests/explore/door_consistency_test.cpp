@@ -16,6 +16,8 @@
 
 namespace fs = std::filesystem;
 using namespace stretto;
+using namespace stretto::plan;
+using namespace stretto::compiler;
 using namespace stretto::explore;
 
 namespace {
@@ -128,7 +130,7 @@ Json own_values(const ResolvedPlan& r) {
 }
 
 struct Numbers {
-  sim::SimTime step = 0;
+  engine::SimTime step = 0;
   int64_t peak = 0;
 };
 Expected<Numbers> simulate(const Json& doc) {

@@ -17,8 +17,8 @@
 #include "stretto/explore/store.h"
 
 namespace fs = std::filesystem;
-using stretto::Json;
 using stretto::explore::Store;
+using stretto::plan::Json;
 
 namespace {
 
@@ -103,7 +103,7 @@ TEST(SweepCli, KillNineThenResumeLosesNothingAndRunsNothingTwice) {
   // The same command again: resumes.
   CliRun r = sh("sweep '" + spec + "' --db '" + db + "' -j 2 --format json", dir);
   ASSERT_EQ(r.code, 0) << r.err;
-  Json j = Json::parse(r.out);
+  stretto::plan::Json j = stretto::plan::Json::parse(r.out);
   const size_t total = j["points"].get<size_t>();
   EXPECT_EQ(total, 3u * 2 * 15);
   EXPECT_NE(r.err.find(std::to_string(before.size()) + " resumed, " +
@@ -157,7 +157,7 @@ TEST(SweepCli, FormatsParetoTopEmitBestAndMerge) {
   CliRun j = sh("sweep '" + spec + "' --format json -j 2", dir);
   ASSERT_EQ(j.code, 0) << j.err;
   EXPECT_TRUE(fs::exists(dir / "small.db"));  // default database name
-  Json all = Json::parse(j.out);
+  stretto::plan::Json all = stretto::plan::Json::parse(j.out);
   EXPECT_GT(all["invalid"].get<int>(), 0);
   bool saw_diag = false;
   for (const auto& r : all["results"])
@@ -166,18 +166,18 @@ TEST(SweepCli, FormatsParetoTopEmitBestAndMerge) {
 
   CliRun top = sh("sweep '" + spec + "' --top 3 --format json --emit-best best.json", dir);
   ASSERT_EQ(top.code, 0) << top.err;
-  Json t = Json::parse(top.out);
+  stretto::plan::Json t = stretto::plan::Json::parse(top.out);
   ASSERT_EQ(t["top"].size(), 3u);
   const double best = t["top"][0]["metrics"]["step_time_ms"];
   EXPECT_LE(best, t["top"][1]["metrics"]["step_time_ms"].get<double>());
   // The emitted plan is runnable and predicts the same step time.
   CliRun sim = sh("simulate best.json --format json", dir);
   ASSERT_EQ(sim.code, 0) << sim.err;
-  EXPECT_EQ(Json::parse(sim.out)["step_time_ms"].get<double>(), best);
+  EXPECT_EQ(stretto::plan::Json::parse(sim.out)["step_time_ms"].get<double>(), best);
 
   CliRun p = sh("sweep '" + spec + "' --pareto --format json", dir);
   ASSERT_EQ(p.code, 0);
-  Json front = Json::parse(p.out)["pareto"];
+  stretto::plan::Json front = stretto::plan::Json::parse(p.out)["pareto"];
   ASSERT_FALSE(front.empty());
   for (size_t i = 1; i < front.size(); ++i) {  // faster first, memory strictly decreasing
     EXPECT_GE(front[i]["metrics"]["step_time_ms"].get<double>(),
@@ -200,9 +200,9 @@ TEST(SweepCli, FormatsParetoTopEmitBestAndMerge) {
   }
   CliRun m = sh("sweep merge merged.db small.shard0of2.db small.shard1of2.db --format json", dir);
   ASSERT_EQ(m.code, 0) << m.err;
-  Json mj = Json::parse(m.out);
+  stretto::plan::Json mj = stretto::plan::Json::parse(m.out);
   EXPECT_EQ(mj["points"], all["points"]);
-  auto strip = [](Json rows) {
+  auto strip = [](stretto::plan::Json rows) {
     for (auto& r : rows) {
       r.erase("wall_ms");
       if (r.contains("metrics")) r["metrics"].erase("sim_wall_ms");
@@ -236,10 +236,10 @@ TEST(SweepCli, ExposedCommPerDeviceIsSimulatesInEveryFormat) {
   CliRun top = sh("sweep '" + spec + "' --db ic.db -j 1 --top 1 --format json --emit-best best.json",
                   dir);
   ASSERT_EQ(top.code, 0) << top.err;
-  const std::string hash = Json::parse(top.out)["top"][0]["hash"];
+  const std::string hash = stretto::plan::Json::parse(top.out)["top"][0]["hash"];
   CliRun sim = sh("simulate best.json --format json", dir);
   ASSERT_EQ(sim.code, 0) << sim.err;
-  const Json simulated = Json::parse(sim.out);
+  const stretto::plan::Json simulated = stretto::plan::Json::parse(sim.out);
   const double per_device = simulated["exposed_comm_ms_per_device"];
   ASSERT_GT(per_device, 0);
   EXPECT_NEAR(per_device, simulated["exposed_comm_ms"].get<double>() / simulated["devices"].size(),
@@ -250,7 +250,8 @@ TEST(SweepCli, ExposedCommPerDeviceIsSimulatesInEveryFormat) {
   const auto row = store->row(hash);
   ASSERT_TRUE(row);
   EXPECT_EQ(row->exposed_comm_ms_per_device, per_device);
-  EXPECT_EQ(Json::parse(row->metrics)["exposed_comm_ms_per_device"].get<double>(), per_device);
+  EXPECT_EQ(stretto::plan::Json::parse(row->metrics)["exposed_comm_ms_per_device"].get<double>(),
+            per_device);
   // CSV: the column, by name.
   CliRun csv = sh("sweep '" + spec + "' --db ic.db --top 1 --format csv", dir);
   ASSERT_EQ(csv.code, 0) << csv.err;
@@ -290,13 +291,14 @@ TEST(SweepCli, SearchBeatsOrMatchesTheMegatronDefaultAndEmitsARunnablePlan) {
                  "found.json",
              dir);
   ASSERT_EQ(r.code, 0) << r.err;
-  Json j = Json::parse(r.out);
+  stretto::plan::Json j = stretto::plan::Json::parse(r.out);
   ASSERT_FALSE(j["best"].is_null());
   ASSERT_FALSE(j["megatron_default"].is_null());
   EXPECT_GE(j["speedup_vs_megatron_default"].get<double>(), 1.0);
   EXPECT_GT(j["space"].get<int>(), j["simulated"].get<int>());
   CliRun sim = sh("simulate found.json --format json", dir);
   ASSERT_EQ(sim.code, 0) << sim.err;
-  EXPECT_EQ(Json::parse(sim.out)["step_time_ms"], j["best"]["metrics"]["step_time_ms"]);
+  EXPECT_EQ(stretto::plan::Json::parse(sim.out)["step_time_ms"],
+            j["best"]["metrics"]["step_time_ms"]);
   fs::remove_all(dir);
 }

@@ -13,6 +13,9 @@
 #include "stretto/sim/session.h"
 
 namespace stretto::gui {
+
+using plan::ValueSource;
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -31,7 +34,8 @@ class Panels : public ::testing::Test {
     app.script.insert(app.script.end(), s->begin(), s->end());
     ASSERT_TRUE(h.run_script(app, 5000)) << app.script_error;
   }
-  sim::SimTime simulate_text(const std::string& text, const std::string& base = STRETTO_EXAMPLES) {
+  engine::SimTime simulate_text(const std::string& text,
+                                const std::string& base = STRETTO_EXAMPLES) {
     auto s = sim::Session::from_text(text, "x.json", base);
     EXPECT_TRUE(s) << render_all(s.error());
     auto r = s->simulate();
@@ -78,11 +82,12 @@ TEST_F(Panels, ParametersAreTheResolvedPlanDescribePrints) {
   EXPECT_DOUBLE_EQ(p["gemm_efficiency"].get<double>(), 0.711);
   EXPECT_DOUBLE_EQ(p["attention_efficiency"].get<double>(), 0.711);
   // describe --format json's values, field by field.
-  auto cp = compile_file(plan);
+  auto cp = compiler::compile_file(plan);
   ASSERT_TRUE(cp);
-  const ResolvedPlan rp = sim::resolve_plan(*cp);
+  const plan::ResolvedPlan rp = sim::resolve_plan(*cp);
   ASSERT_EQ(p.size(), rp.fields.size());
-  for (const ResolvedField& f : rp.fields) EXPECT_EQ(p[f.name].dump(), f.value.dump()) << f.name;
+  for (const plan::ResolvedField& f : rp.fields)
+    EXPECT_EQ(p[f.name].dump(), f.value.dump()) << f.name;
   EXPECT_EQ(rp.field("gemm_efficiency")->source, ValueSource::kPreset);
   EXPECT_EQ(rp.field("stages_per_rank")->source, ValueSource::kBuilder);
   EXPECT_EQ(rp.field("dp")->source, ValueSource::kPlan);

@@ -31,7 +31,7 @@ TEST(Timeline, OneLanePerDeviceStreamComputeFirstOpsSortedAndDisjoint) {
   EXPECT_EQ(tl.end, r->step_time);
   // Every non-barrier task is placed, and where[] points back at it.
   for (uint32_t t = 0; t < r->program.tasks.size(); ++t) {
-    if (r->program.tasks[t].kind == sim::TaskKind::kBarrier) continue;
+    if (r->program.tasks[t].kind == engine::TaskKind::kBarrier) continue;
     auto [li, oi] = tl.where[t];
     ASSERT_NE(li, UINT32_MAX) << t;
     EXPECT_EQ(tl.lanes[li].ops[oi].task, t);
@@ -178,9 +178,9 @@ TEST(Timeline, ComputeLanesNestPassLayerOp) {
     for (const Span& sp : *level) {
       EXPECT_EQ(sp.start, l.ops[sp.first].start);
       EXPECT_EQ(sp.end, l.ops[sp.last].end);
-      const Tags& a = nodes[r->node_of(l.ops[sp.first].task)].tags;
+      const plan::Tags& a = nodes[r->node_of(l.ops[sp.first].task)].tags;
       for (uint32_t i = sp.first; i <= sp.last; ++i) {
-        const Tags& b = nodes[r->node_of(l.ops[i].task)].tags;
+        const plan::Tags& b = nodes[r->node_of(l.ops[i].task)].tags;
         EXPECT_EQ(a.pp(), b.pp());
         EXPECT_EQ(a.mb(), b.mb());
         EXPECT_EQ(a.pass, b.pass);

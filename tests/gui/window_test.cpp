@@ -224,7 +224,7 @@ TEST(GuiWindow, SearchHighlightsAndListsTheMatchingOps) {
     if (tl.where[t].first == UINT32_MAX) continue;
     const auto& n = dag.nodes[r->node_of(t)];
     const auto& a = n.tags;
-    if (n.kind == stretto::NodeKind::kTransfer) {
+    if (n.kind == stretto::compiler::NodeKind::kTransfer) {
       const auto b = dag.consumer_tags_of(n);
       want += (a.pp() == 1 || b.pp() == 1) && (a.mb() == 5 || b.mb() == 5);
     } else {
@@ -403,11 +403,11 @@ std::map<std::string, std::pair<int64_t, int64_t>> spans_of(const fs::path& plan
   if (!r) return m;
   const auto& dag = s->compiled().dag;
   for (uint32_t t = 0; t < r->program.tasks.size(); ++t) {
-    if (r->program.tasks[t].kind != stretto::sim::TaskKind::kCompute) continue;
+    if (r->program.tasks[t].kind != stretto::engine::TaskKind::kCompute) continue;
     const auto& tg = dag.nodes[r->node_of(t)].tags;
-    if (tg.pass == stretto::Pass::kNone) continue;
+    if (tg.pass == stretto::plan::Pass::kNone) continue;
     const std::string key = "PP" + std::to_string(tg.pp()) + " MB" + std::to_string(tg.mb()) + " " +
-                            std::string(stretto::pass_name(tg.pass));
+                            std::string(stretto::plan::pass_name(tg.pass));
     auto [it, fresh] = m.try_emplace(key, r->timing[t].start, r->timing[t].end);
     if (!fresh) {
       it->second.first = std::min(it->second.first, r->timing[t].start);

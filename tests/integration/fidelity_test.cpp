@@ -27,6 +27,9 @@
 #include "stretto/traces/chrome_trace.h"
 
 namespace stretto {
+
+using compiler::CompiledPlan;
+
 namespace {
 
 using testing::json;
@@ -167,8 +170,8 @@ TEST(SequenceParallel, ReplicatedOpsWorkOnTheSequenceShard) {
     EXPECT_TRUE(r);
     const CompiledPlan& cp = s->compiled();
     for (size_t t = 0; t < r->program.tasks.size(); ++t) {
-      const Node& n = cp.dag.nodes[r->node_of(static_cast<uint32_t>(t))];
-      if (n.kind == NodeKind::kCompute && n.tags.pass == Pass::kF &&
+      const compiler::Node& n = cp.dag.nodes[r->node_of(static_cast<uint32_t>(t))];
+      if (n.kind == compiler::NodeKind::kCompute && n.tags.pass == plan::Pass::kF &&
           cp.model.ops[n.op].name == "layer0.attn_norm")
         return r->program.tasks[t].work;
     }
@@ -224,8 +227,9 @@ TEST(Optimizer, StepIsMemoryBoundOverTheShard) {
   const CompiledPlan& cp = s->compiled();
   int64_t step = -1;
   for (size_t t = 0; t < r->program.tasks.size(); ++t) {
-    const Node& n = cp.dag.nodes[r->node_of(static_cast<uint32_t>(t))];
-    if (n.kind == NodeKind::kCompute && cp.model.ops[n.op].kind == OpKind::kOptimizer)
+    const compiler::Node& n = cp.dag.nodes[r->node_of(static_cast<uint32_t>(t))];
+    if (n.kind == compiler::NodeKind::kCompute &&
+        cp.model.ops[n.op].kind == compiler::OpKind::kOptimizer)
       step = r->program.tasks[t].work;
   }
   EXPECT_EQ(step, 578717);

@@ -18,6 +18,7 @@
 
 namespace fs = std::filesystem;
 using namespace stretto;
+using namespace stretto::plan;
 using namespace stretto::testing;
 
 namespace {

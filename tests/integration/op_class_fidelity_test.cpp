@@ -25,6 +25,9 @@
 #include "stretto/costmodel/analytic.h"
 
 namespace stretto {
+
+using plan::Pass;
+
 namespace {
 
 using testing::json;
@@ -65,10 +68,10 @@ std::map<std::string, int64_t> simulated_ops(const std::string& style) {
   auto r = s->simulate();
   EXPECT_TRUE(r);
   if (!r) return out;
-  const CompiledPlan& cp = s->compiled();
+  const compiler::CompiledPlan& cp = s->compiled();
   for (size_t t = 0; t < r->program.tasks.size(); ++t) {
-    const Node& n = cp.dag.nodes[r->node_of(static_cast<uint32_t>(t))];
-    if (n.kind != NodeKind::kCompute || n.op >= cp.model.ops.size()) continue;
+    const compiler::Node& n = cp.dag.nodes[r->node_of(static_cast<uint32_t>(t))];
+    if (n.kind != compiler::NodeKind::kCompute || n.op >= cp.model.ops.size()) continue;
     const char* pass = n.tags.pass == Pass::kF ? "F" : "B";
     out[cp.model.ops[n.op].name + " " + pass] += r->program.tasks[t].work;
   }
@@ -147,7 +150,7 @@ std::vector<Row> rows_of(const std::string& rows_style, const std::string& style
   add_row("embedding B", "M embedding", true, kernel_b("embedding", V * h * b2, T * h * b2),
           sim_ms("embedding B"));
   // S's large memory rows straight through the analytic model (h200 device, this style).
-  ClusterSpec cl;
+  plan::ClusterSpec cl;
   cl.preset = "h200";
   cl.device = {"h200", 989.4, 4800, 141e9 / (1u << 30), 132};  // the h200 preset (plan.cpp)
   cl.intra_node = {450, 2.0};
@@ -162,11 +165,12 @@ std::vector<Row> rows_of(const std::string& rows_style, const std::string& style
     std::string cls;
     if (r["op"] == "layer_norm" && r["pass"] == "B" && fused) {
       // The compiler's norm B: BI (3 T h x 2) + BW (2 T h x 2) bytes.
-      q.kind = OpKind::kNorm, q.pass = Pass::kB;
+      q.kind = compiler::OpKind::kNorm, q.pass = Pass::kB;
       q.bytes = static_cast<int64_t>(bytes * 5 / 3), q.bw_bytes = static_cast<int64_t>(bytes * 2 / 3);
       cls = "norm B";
     } else if (r["op"] == "add") {
-      q.kind = OpKind::kResidual, q.pass = Pass::kF, q.bytes = static_cast<int64_t>(bytes);
+      q.kind = compiler::OpKind::kResidual, q.pass = Pass::kF,
+      q.bytes = static_cast<int64_t>(bytes);
       cls = "residual add F";
     } else {
       continue;

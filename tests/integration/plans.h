@@ -55,9 +55,9 @@ json pipeline_plan(int p, int m, int64_t act, F order) {
 }
 
 inline Expected<sim::Session> session_of(const json& plan) {
-  auto src = JsonSource::parse(plan.dump(), "test.json");
+  auto src = plan::JsonSource::parse(plan.dump(), "test.json");
   if (!src) return fail(src.error());
-  auto p = parse_plan(*src);
+  auto p = plan::parse_plan(*src);
   if (!p) return fail(p.error());
   return sim::Session::from_plan(std::move(*p));
 }

@@ -15,6 +15,8 @@
 #include "stretto/engine/engine.h"
 
 using namespace stretto;
+using namespace stretto::plan;
+using namespace stretto::compiler;
 using namespace stretto::testing;
 
 namespace {
@@ -213,11 +215,11 @@ TEST(Simulate, ProgramKeepsOnlyDependenciesNoFifoImplies) {
   for (const char* e : kExamples) {
     const auto [s, r] = simulate_example(e);
     ASSERT_TRUE(s && r) << e;
-    const sim::Program& p = r->program;
+    const engine::Program& p = r->program;
     const auto& dag = s->compiled().dag;
     auto lanes = [&](uint32_t t) {  // (device, stream) of a compute or collective task
       std::vector<std::pair<uint32_t, uint16_t>> v;
-      const sim::Task& k = p.tasks[t];
+      const engine::Task& k = p.tasks[t];
       const NodeKind kind = dag.nodes[k.node].kind;
       if (kind != NodeKind::kCompute && kind != NodeKind::kCollective) return v;
       for (uint32_t i = 0; i < k.part_count; ++i)
@@ -235,7 +237,7 @@ TEST(Simulate, ProgramKeepsOnlyDependenciesNoFifoImplies) {
           if (std::find(own.begin(), own.end(), lane) != own.end())
             ADD_FAILURE() << e << ": task " << t << " depends on task " << d << " of its own lane";
         }
-        const sim::Task& dk = p.tasks[d];
+        const engine::Task& dk = p.tasks[d];
         if (dag.nodes[dk.node].kind == NodeKind::kCompute) {
           const auto l = lanes(d).front();
           EXPECT_EQ(std::count(seen.begin(), seen.end(), l), 0) << e << " task " << t;
@@ -254,8 +256,8 @@ TEST(Simulate, ProgramKeepsOnlyDependenciesNoFifoImplies) {
         for (const auto& lane : lanes(t)) {
           if (lane.first != dev) continue;
           const auto it = last_on_lane.find(lane);
-          if (it != last_on_lane.end() && p.tasks[t].kind == sim::TaskKind::kCompute &&
-              p.tasks[it->second].kind == sim::TaskKind::kCompute &&
+          if (it != last_on_lane.end() && p.tasks[t].kind == engine::TaskKind::kCompute &&
+              p.tasks[it->second].kind == engine::TaskKind::kCompute &&
               p.deps_of(it->second).size() <= 4) {
             const auto before = p.deps_of(it->second);
             for (const uint32_t d : p.deps_of(t)) {
@@ -274,12 +276,12 @@ TEST(Simulate, ProgramKeepsOnlyDependenciesNoFifoImplies) {
     std::vector<std::vector<uint32_t>> tasks_of_node(dag.nodes.size());
     for (uint32_t t = 0; t < p.tasks.size(); ++t) tasks_of_node[p.tasks[t].node].push_back(t);
     for (uint32_t t = 0; t < p.tasks.size(); ++t) {
-      if (p.tasks[t].kind != sim::TaskKind::kCompute) continue;
+      if (p.tasks[t].kind != engine::TaskKind::kCompute) continue;
       const int dev = r->device_of(t);
       const uint32_t n = p.tasks[t].node;
       for (uint32_t q = dag.pred_begin[n]; q < dag.pred_begin[n + 1]; ++q) {
         for (uint32_t pt : tasks_of_node[dag.edges[dag.pred[q]].from]) {
-          if (p.tasks[pt].kind != sim::TaskKind::kCompute || r->device_of(pt) != dev) continue;
+          if (p.tasks[pt].kind != engine::TaskKind::kCompute || r->device_of(pt) != dev) continue;
           EXPECT_LE(r->timing[pt].end, r->timing[t].start) << e << " task " << t;
         }
       }
@@ -386,7 +388,7 @@ int issued_past_running_compute(const sim::Result& r) {
     int64_t compute_end = -1;
     for (uint32_t t : dp.dispatch) {
       if (r.timing[t].start < compute_end) ++n;
-      if (r.program.tasks[t].kind == sim::TaskKind::kCompute)
+      if (r.program.tasks[t].kind == engine::TaskKind::kCompute)
         compute_end = std::max(compute_end, r.timing[t].end);
     }
   }
@@ -419,9 +421,9 @@ TEST(Simulate, HostOpTimeDelaysTheNextComputeOp) {
   for (const auto& dp : slow.program.devices) {
     int64_t since = 0;
     for (uint32_t t : dp.dispatch) {
-      const sim::Task& task = slow.program.tasks[t];
-      if (task.kind == sim::TaskKind::kComm) ++since;
-      if (task.kind != sim::TaskKind::kCompute) continue;
+      const engine::Task& task = slow.program.tasks[t];
+      if (task.kind == engine::TaskKind::kComm) ++since;
+      if (task.kind != engine::TaskKind::kCompute) continue;
       const int64_t diff = task.work - base.program.tasks[t].work;
       EXPECT_EQ(diff, 100'000 * (1 + since)) << "task " << t;
       expected_total += 100'000 * (1 + since);
@@ -456,9 +458,9 @@ TEST(Simulate, ComputeAfterHostCommunicationRunsCold) {
   for (const auto& dp : cold->program.devices) {
     CommKind last = CommKind::kNone;
     for (uint32_t t : dp.dispatch) {
-      const sim::Task& task = cold->program.tasks[t];
-      if (task.kind == sim::TaskKind::kComm) last = dag.nodes[task.node].comm;
-      if (task.kind != sim::TaskKind::kCompute) continue;
+      const engine::Task& task = cold->program.tasks[t];
+      if (task.kind == engine::TaskKind::kComm) last = dag.nodes[task.node].comm;
+      if (task.kind != engine::TaskKind::kCompute) continue;
       const double f = last == CommKind::kAllGather       ? 1.5
                        : last == CommKind::kReduceScatter ? 2.0
                                                           : 1.0;
@@ -504,8 +506,8 @@ TEST(Simulate, BackwardOnStaleActivationsRunsSlower) {
     ASSERT_EQ(base.program.tasks.size(), slow->program.tasks.size());
     std::map<int, int> at_distance;
     for (size_t t = 0; t < slow->program.tasks.size(); ++t) {
-      const sim::Task& task = slow->program.tasks[t];
-      if (task.kind != sim::TaskKind::kCompute) continue;
+      const engine::Task& task = slow->program.tasks[t];
+      if (task.kind != engine::TaskKind::kCompute) continue;
       const Node& nd = cp.dag.nodes[task.node];
       const bool backward =
           nd.tags.pass == Pass::kB && cp.model.ops[nd.op].kind != OpKind::kOptimizer;
@@ -548,8 +550,8 @@ TEST(Simulate, DevicesBeyondTheHostCoresTakeTurns) {
   EXPECT_EQ(lossy_four.step_time, free.step_time);  // never oversubscribed: no effect
   int slowed = 0;
   for (uint32_t t = 0; t < two.program.tasks.size(); ++t) {
-    if (two.program.tasks[t].kind != sim::TaskKind::kCompute) continue;
-    const float s = sim::slowdown(two.program, t, two.timing[t]);
+    if (two.program.tasks[t].kind != engine::TaskKind::kCompute) continue;
+    const float s = engine::slowdown(two.program, t, two.timing[t]);
     EXPECT_GE(s, 1.0f - 1e-6f);
     if (s > 1.5f) ++slowed;
   }
@@ -574,20 +576,20 @@ TEST(Simulate, OrderGroupsFollowOneAnotherOnEveryDevice) {
     ASSERT_TRUE(r) << render_all(r.error());
     const auto& cp = s->compiled();
     const auto& dag = cp.dag;
-    const sim::Program& p = r->program;
+    const engine::Program& p = r->program;
     // compute tasks by device, and the transfers feeding each compute node
     std::vector<std::vector<uint32_t>> on_device(p.devices.size());
     std::vector<std::vector<uint32_t>> tasks_of_node(dag.nodes.size());
     for (uint32_t t = 0; t < p.tasks.size(); ++t) {
       tasks_of_node[p.tasks[t].node].push_back(t);
-      if (p.tasks[t].kind == sim::TaskKind::kCompute)
+      if (p.tasks[t].kind == engine::TaskKind::kCompute)
         on_device[static_cast<size_t>(r->device_of(t))].push_back(t);
     }
     size_t pairs = 0, feeds = 0;
     for (const Directive& d : cp.plan.schedule) {
       if (d.op != DirectiveOp::kOrder) continue;
       for (size_t dev = 0; dev < on_device.size(); ++dev) {
-        sim::SimTime prev_end = -1;  // latest end in the previous non-empty group on this device
+        engine::SimTime prev_end = -1;  // latest end in the previous non-empty group on this device
         for (const auto& group : d.groups) {
           std::vector<uint32_t> members;
           for (uint32_t t : on_device[dev])
@@ -597,7 +599,7 @@ TEST(Simulate, OrderGroupsFollowOneAnotherOnEveryDevice) {
                 break;
               }
           if (members.empty()) continue;
-          sim::SimTime first_start = std::numeric_limits<sim::SimTime>::max(), last_end = -1;
+          engine::SimTime first_start = std::numeric_limits<engine::SimTime>::max(), last_end = -1;
           for (uint32_t t : members) {
             first_start = std::min(first_start, r->timing[t].start);
             last_end = std::max(last_end, r->timing[t].end);
@@ -607,7 +609,7 @@ TEST(Simulate, OrderGroupsFollowOneAnotherOnEveryDevice) {
             ++pairs;
           }
           if (group.size() > 1) {  // overlap group: its feeds arrive first
-            sim::SimTime fed = -1;
+            engine::SimTime fed = -1;
             for (uint32_t t : members) {
               const uint32_t n = p.tasks[t].node;
               for (uint32_t q = dag.pred_begin[n]; q < dag.pred_begin[n + 1]; ++q) {
@@ -616,8 +618,9 @@ TEST(Simulate, OrderGroupsFollowOneAnotherOnEveryDevice) {
                 for (uint32_t x : tasks_of_node[from]) {
                   const auto parts = std::span(p.participants).subspan(p.tasks[x].part_begin,
                                                                        p.tasks[x].part_count);
-                  if (std::any_of(parts.begin(), parts.end(),
-                                  [&](const sim::Participant& pa) { return pa.device == dev; })) {
+                  if (std::any_of(parts.begin(), parts.end(), [&](const engine::Participant& pa) {
+                        return pa.device == dev;
+                      })) {
                     fed = std::max(fed, r->timing[x].end);
                     ++feeds;
                   }

@@ -8,6 +8,7 @@
 #include "stretto/traces/chrome_trace.h"
 
 using namespace stretto;
+using namespace stretto::plan;
 
 TEST(ChromeTrace, ParsesBackAndIsWellFormed) {
   for (const char* e : {"gpt_pp4_dp2_1f1b", "piper_qwen3_moe_pp2_dp2_ep2"}) {
@@ -40,7 +41,7 @@ TEST(ChromeTrace, ParsesBackAndIsWellFormed) {
     EXPECT_EQ(slices, [&] {
       size_t n = 0;
       for (const auto& tk : r->program.tasks)
-        if (tk.kind != sim::TaskKind::kBarrier) n += tk.part_count;
+        if (tk.kind != engine::TaskKind::kBarrier) n += tk.part_count;
       return n;
     }());
     for (auto& [lane, v] : lanes) {

@@ -19,6 +19,8 @@
 #include "../traces/run_cli.h"
 
 using namespace stretto;
+using namespace stretto::plan;
+using namespace stretto::compiler;
 
 namespace {
 

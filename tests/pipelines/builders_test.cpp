@@ -15,7 +15,15 @@
 
 #include "stretto/pipelines/builders.h"
 
-namespace stretto {
+namespace stretto::pipelines {
+
+using plan::Directive;
+using plan::DirectiveOp;
+using plan::Filter;
+using plan::Pass;
+using plan::TagCond;
+using plan::TagKey;
+
 namespace {
 
 // ---------------------------------------------------------------------------------------------
@@ -926,7 +934,7 @@ TEST(BuilderDirectives, FromDirectivesRejectsUnexpressibleOrders) {
 }
 
 TEST(BuilderDirectives, ExpandBuilder) {
-  BuilderCall call;
+  plan::BuilderCall call;
   call.builder = "ScheduleDualPipeV";
   call.ranks = 2;
   call.stages_per_rank = 1;  // plan.h's default: means "family default" for V families
@@ -971,4 +979,4 @@ TEST(BuilderGrid, CompactAndReadable) {
 }
 
 }  // namespace
-}  // namespace stretto
+}  // namespace stretto::pipelines

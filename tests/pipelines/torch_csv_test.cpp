@@ -17,7 +17,7 @@
 #include "stretto/pipelines/builders.h"
 #include "stretto/pipelines/torch_csv.h"
 
-namespace stretto {
+namespace stretto::pipelines {
 namespace {
 
 std::string read_file(const std::string& path) {
@@ -261,7 +261,7 @@ TEST(TorchCsvSendRecv, EveryFamilyLowersAndPairsUp) {
       for (const LoweredOp& op : (*lowered)[static_cast<size_t>(r)]) {
         if (!op.is_comm)
           ++compute;
-        else if (op.comm == CommKind::kSendF || op.comm == CommKind::kSendB)
+        else if (op.comm == TorchCommOp::kSendF || op.comm == TorchCommOp::kSendB)
           ++sends;
         else
           ++recvs;
@@ -391,4 +391,4 @@ TEST_F(TorchCsvCli, ImportAndExportTorchCsv) {
 }
 
 }  // namespace
-}  // namespace stretto
+}  // namespace stretto::pipelines

@@ -4,6 +4,7 @@
 #include "stretto/plan/plan.h"
 
 using namespace stretto;
+using namespace stretto::plan;
 
 namespace {
 Diagnostics parse_errors(const std::string& text) {

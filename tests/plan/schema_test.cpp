@@ -19,7 +19,7 @@
 #include "stretto/plan/schema.h"
 
 namespace fs = std::filesystem;
-using Json = nlohmann::json;  // stretto::Json
+using Json = nlohmann::json;  // stretto::plan::Json
 
 namespace {
 
@@ -198,8 +198,9 @@ std::string section_pointer(const std::string& section) {
 }
 
 // Values on and around a key's range: its ends, and one step outside each.
-std::vector<double> probes(const stretto::PlanKey& k) {
-  const bool integral = k.type == stretto::KeyType::kInteger || k.type == stretto::KeyType::kOther;
+std::vector<double> probes(const stretto::plan::PlanKey& k) {
+  const bool integral =
+      k.type == stretto::plan::KeyType::kInteger || k.type == stretto::plan::KeyType::kOther;
   std::vector<double> v;
   for (double end : {k.min, k.max}) {
     if (!std::isfinite(end)) continue;
@@ -211,8 +212,9 @@ std::vector<double> probes(const stretto::PlanKey& k) {
   return v;
 }
 
-Json number_json(const stretto::PlanKey& k, double x) {
-  const bool integral = k.type == stretto::KeyType::kInteger || k.type == stretto::KeyType::kOther;
+Json number_json(const stretto::plan::PlanKey& k, double x) {
+  const bool integral =
+      k.type == stretto::plan::KeyType::kInteger || k.type == stretto::plan::KeyType::kOther;
   return integral ? Json(static_cast<int64_t>(x)) : Json(x);
 }
 
@@ -222,10 +224,10 @@ TEST(PlanSchema, CheckedInFileIsGeneratedFromTheTable) {
   const fs::path path = fs::path(STRETTO_EXAMPLES) / ".." / "docs" / "plan.schema.json";
   const char* update = std::getenv("STRETTO_UPDATE_GOLDEN");
   if (update && std::string(update) == "accept") {
-    std::ofstream(path) << stretto::plan_json_schema_text();  // as `stretto schema` writes it
+    std::ofstream(path) << stretto::plan::plan_json_schema_text();  // as `stretto schema` writes it
   }
   const std::string file = read_text(path);
-  EXPECT_TRUE(file == stretto::plan_json_schema_text())
+  EXPECT_TRUE(file == stretto::plan::plan_json_schema_text())
       << "docs/plan.schema.json differs from the schema table (plan/src/schema.cpp); "
          "regenerate it: build/stretto schema > docs/plan.schema.json";
 }
@@ -237,7 +239,7 @@ TEST(PlanSchema, DocKeyTablesAreGeneratedFromTheTable) {
   const fs::path path = fs::path(STRETTO_EXAMPLES) / ".." / "docs" / "plan-format.md";
   const std::string file = read_text(path);
   std::string error;
-  const std::string spliced = stretto::splice_schema_tables(file, &error);
+  const std::string spliced = stretto::plan::splice_schema_tables(file, &error);
   ASSERT_TRUE(error.empty()) << "docs/plan-format.md: " << error;
   const char* update = std::getenv("STRETTO_UPDATE_GOLDEN");
   if (update && std::string(update) == "accept") std::ofstream(path) << spliced;
@@ -249,8 +251,8 @@ TEST(PlanSchema, DocKeyTablesAreGeneratedFromTheTable) {
 
 // The markers are checked: an unknown section, an unclosed one, or a missing one is refused.
 TEST(PlanSchema, DocMarkersAreChecked) {
-  std::string all = stretto::plan_schema_markdown(), error;
-  EXPECT_EQ(stretto::splice_schema_tables(all, &error), all);
+  std::string all = stretto::plan::plan_schema_markdown(), error;
+  EXPECT_EQ(stretto::plan::splice_schema_tables(all, &error), all);
   EXPECT_EQ(error, "");
   for (const std::string& bad :
        {all + "<!-- schema:nosuch -->\n<!-- /schema:nosuch -->\n",
@@ -258,15 +260,15 @@ TEST(PlanSchema, DocMarkersAreChecked) {
         all.substr(all.find("<!-- schema:model -->")),
         all + "<!-- /schema:model -->\n"}) {
     error.clear();
-    EXPECT_EQ(stretto::splice_schema_tables(bad, &error), "");
+    EXPECT_EQ(stretto::plan::splice_schema_tables(bad, &error), "");
     EXPECT_NE(error, "") << bad.substr(bad.size() > 200 ? bad.size() - 200 : 0);
   }
   // A row shows the key's facts: range, default, resolver, doc string.
-  const std::string layout = stretto::plan_schema_markdown_table("layout");
+  const std::string layout = stretto::plan::plan_schema_markdown_table("layout");
   EXPECT_NE(layout.find("| `tp` | integer | 1 - 1024 | `1` | tensor-parallel degree"),
             std::string::npos)
       << layout;
-  const std::string cluster = stretto::plan_schema_markdown_table("cluster");
+  const std::string cluster = stretto::plan::plan_schema_markdown_table("cluster");
   EXPECT_NE(cluster.find("| `peak_tflops` | number | 1e-6 - 1e7 | preset |"), std::string::npos)
       << cluster;
 }
@@ -276,19 +278,20 @@ TEST(PlanSchema, DocMarkersAreChecked) {
 // the GUI does) is one the parser takes.
 TEST(PlanSchema, ParserRangesAreTheTables) {
   size_t checked = 0;
-  for (const stretto::PlanKey& k : stretto::plan_schema()) {
+  for (const stretto::plan::PlanKey& k : stretto::plan::plan_schema()) {
     const std::string section(k.section);
     const std::string at = section_pointer(section);
     if (at.empty() || k.applies == "synthetic") continue;
     if (section == "costmodel" && k.applies != "fixed") continue;  // the cost model's options
-    if (!k.numeric() && !(k.type == stretto::KeyType::kOther && std::isfinite(k.min))) continue;
+    if (!k.numeric() && !(k.type == stretto::plan::KeyType::kOther && std::isfinite(k.min)))
+      continue;
     for (double x : probes(k)) {
       for (double v : {x, k.clamp(x)}) {
         Json p = plan_with(section);
         const std::string ptr = at + "/" + std::string(k.key);
         p[Json::json_pointer(ptr)] = number_json(k, v);
-        const auto src = stretto::JsonSource::from_json(p, "plan.json");
-        auto parsed = stretto::parse_plan(src);
+        const auto src = stretto::plan::JsonSource::from_json(p, "plan.json");
+        auto parsed = stretto::plan::parse_plan(src);
         const stretto::Diagnostics ds = parsed ? stretto::Diagnostics{} : parsed.error();
         SCOPED_TRACE(ptr + " = " + number_json(k, v).dump());
         EXPECT_EQ(range_error(ds, ptr), !k.in_range(v));
@@ -301,17 +304,19 @@ TEST(PlanSchema, ParserRangesAreTheTables) {
 
 // The analytic cost model's option ranges are the table's.
 TEST(PlanSchema, CostModelOptionRangesAreTheTables) {
-  stretto::ClusterSpec cluster;
+  stretto::plan::ClusterSpec cluster;
   cluster.device.kind = "h100-sxm";
   cluster.device.sms = 132;
   cluster.intra_node.bandwidth_GBps = 450;
   cluster.inter_node.bandwidth_GBps = 50;
   size_t checked = 0;
-  for (const stretto::PlanKey& k : stretto::plan_schema()) {
+  for (const stretto::plan::PlanKey& k : stretto::plan::plan_schema()) {
     if (k.section != "costmodel" || k.applies == "fixed") continue;
-    if (!k.numeric() && !(k.type == stretto::KeyType::kOther && std::isfinite(k.min))) continue;
+    if (!k.numeric() && !(k.type == stretto::plan::KeyType::kOther && std::isfinite(k.min)))
+      continue;
     for (double x : probes(k)) {
-      const Json v = k.type == stretto::KeyType::kInteger ? Json(static_cast<int64_t>(x)) : Json(x);
+      const Json v =
+          k.type == stretto::plan::KeyType::kInteger ? Json(static_cast<int64_t>(x)) : Json(x);
       SCOPED_TRACE(std::string(k.key) + " = " + v.dump());
       auto p = stretto::cost::parse_analytic_params(Json{{std::string(k.key), v}}, cluster,
                                                     "/costmodel", "plan.json");
@@ -329,13 +334,13 @@ TEST(PlanSchema, UnknownKeysAreRefusedWithTheTablesKeys) {
     Json p = plan_with(section);
     const std::string at = section_pointer(section);
     p[Json::json_pointer(at + "/no_such_key_xyz")] = 1;
-    const auto src = stretto::JsonSource::from_json(p, "plan.json");
-    auto parsed = stretto::parse_plan(src);
+    const auto src = stretto::plan::JsonSource::from_json(p, "plan.json");
+    auto parsed = stretto::plan::parse_plan(src);
     ASSERT_FALSE(parsed) << section;
     std::string hint;
     for (const auto& d : parsed.error())
       if (d.loc.json_pointer == at + "/no_such_key_xyz") hint = d.hint;
-    for (const std::string& k : stretto::section_keys(section))
+    for (const std::string& k : stretto::plan::section_keys(section))
       EXPECT_NE(hint.find(k), std::string::npos) << section << ": " << k << " not in " << hint;
   }
 }
@@ -345,21 +350,21 @@ TEST(PlanSchema, UnknownKeysAreRefusedWithTheTablesKeys) {
 TEST(PlanSchema, ResolvedPathsAreSchemaKeys) {
   size_t n = 0;
   for (const char* name : {"layout_llama7b_pp4_dp4_interleaved.json", "gpt_pp4_dp2_1f1b.json"}) {
-    const auto src = stretto::JsonSource::load((fs::path(STRETTO_EXAMPLES) / name).string());
+    const auto src = stretto::plan::JsonSource::load((fs::path(STRETTO_EXAMPLES) / name).string());
     ASSERT_TRUE(src) << name;
-    auto plan = stretto::parse_plan(*src);
+    auto plan = stretto::plan::parse_plan(*src);
     ASSERT_TRUE(plan) << name;
-    std::vector<stretto::Directive> ds = plan->schedule;
+    std::vector<stretto::plan::Directive> ds = plan->schedule;
     if (plan->builder) {
-      auto e = stretto::expand_builder(*plan->builder);
+      auto e = stretto::pipelines::expand_builder(*plan->builder);
       ASSERT_TRUE(e);
       ds = *e;
     }
-    const stretto::ResolvedPlan rp = stretto::resolve_structure(*plan, ds, &*src);
+    const stretto::plan::ResolvedPlan rp = stretto::plan::resolve_structure(*plan, ds, &*src);
     for (const auto& f : rp.fields) {
       if (f.path.empty()) continue;
-      EXPECT_NE(stretto::plan_key_at(src->root(), f.path), nullptr) << name << ": " << f.name
-                                                                     << " at " << f.path;
+      EXPECT_NE(stretto::plan::plan_key_at(src->root(), f.path), nullptr)
+          << name << ": " << f.name << " at " << f.path;
       ++n;
     }
   }
@@ -368,17 +373,18 @@ TEST(PlanSchema, ResolvedPathsAreSchemaKeys) {
 
 TEST(PlanSchema, KeysAtPointers) {
   const Json p = plan_with("replicate");
-  const stretto::PlanKey* k = stretto::plan_key_at(p, "/schedule/0/prefetch");
+  const stretto::plan::PlanKey* k = stretto::plan::plan_key_at(p, "/schedule/0/prefetch");
   ASSERT_NE(k, nullptr);
   EXPECT_EQ(k->section, "replicate");
   EXPECT_EQ(k->max, 1e6);
-  EXPECT_EQ(stretto::plan_key_at(p, "/cluster/inter_node/latency_us")->section, "link");
-  EXPECT_EQ(stretto::plan_key_at(plan_with("model"), "/schedule/layout/tp")->max, 1024);
-  EXPECT_EQ(stretto::plan_key_at(p, "/schedule/1/prefetch"), nullptr);
-  EXPECT_EQ(stretto::plan_key_at(p, "/model/nope"), nullptr);
-  EXPECT_EQ(stretto::directive_template("split"),
-            (Json{{"op", "split"}, {"filter", Json::object()}, {"dim_name", "MB"},
-                  {"num_microbatches", 4}}));
+  EXPECT_EQ(stretto::plan::plan_key_at(p, "/cluster/inter_node/latency_us")->section, "link");
+  EXPECT_EQ(stretto::plan::plan_key_at(plan_with("model"), "/schedule/layout/tp")->max, 1024);
+  EXPECT_EQ(stretto::plan::plan_key_at(p, "/schedule/1/prefetch"), nullptr);
+  EXPECT_EQ(stretto::plan::plan_key_at(p, "/model/nope"), nullptr);
+  EXPECT_EQ(stretto::plan::directive_template("split"), (Json{{"op", "split"},
+                                                              {"filter", Json::object()},
+                                                              {"dim_name", "MB"},
+                                                              {"num_microbatches", 4}}));
 }
 
 // Plan JSON has one reader, plan/ (its parser, the schema table, the resolved plan): no other

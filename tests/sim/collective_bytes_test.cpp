@@ -35,6 +35,12 @@
 #include "stretto/sim/session.h"
 
 namespace stretto::sim {
+
+using compiler::comm_kind_name;
+using compiler::comm_purpose_name;
+using compiler::CommKind;
+using compiler::CommPurpose;
+
 namespace {
 
 using nlohmann::json;
@@ -172,7 +178,7 @@ TEST(CollectiveBytes, EveryCollectiveCarriesNcclTestsBytesAndAlphaBetaTime) {
         const json plan = plan_of(sc, n, z);
         auto s = Session::from_text(plan.dump(), "collectives.json");
         ASSERT_TRUE(s) << render_all(s.error());
-        const CompiledPlan& cp = s->compiled();
+        const compiler::CompiledPlan& cp = s->compiled();
         const json layout = sc.layout(n);
         const int tp = layout.value("tp", 1);
         const int64_t T = z.seq * z.batch;
@@ -180,18 +186,20 @@ TEST(CollectiveBytes, EveryCollectiveCarriesNcclTestsBytesAndAlphaBetaTime) {
         // Parameters a data-parallel group reduces: every op's, but the routed experts' (their
         // shards are distinct parameters).
         int64_t dense_param_bytes = 0;
-        for (const ModelOp& op : cp.model.ops)
-          if (op.kind != OpKind::kExperts && op.kind != OpKind::kOptimizer)
+        for (const compiler::ModelOp& op : cp.model.ops)
+          if (op.kind != compiler::OpKind::kExperts && op.kind != compiler::OpKind::kOptimizer)
             dense_param_bytes += op.param_count * kDtype;
         CostQueries queries(cp);
         std::map<std::pair<CommPurpose, CommKind>, Seen> seen;
         std::map<std::tuple<CommPurpose, CommKind, bool>, int> per_pass;
-        for (const Node& nd : cp.dag.nodes) {
-          if (nd.kind != NodeKind::kCollective && nd.kind != NodeKind::kTransfer) continue;
+        for (const compiler::Node& nd : cp.dag.nodes) {
+          if (nd.kind != compiler::NodeKind::kCollective &&
+              nd.kind != compiler::NodeKind::kTransfer)
+            continue;
           const auto key = std::make_pair(nd.purpose, nd.comm);
           covered.insert(key);
           if (nd.purpose == CommPurpose::kTensorPar || nd.purpose == CommPurpose::kLossReduce)
-            ++per_pass[{nd.purpose, nd.comm, nd.tags.pass == Pass::kF}];
+            ++per_pass[{nd.purpose, nd.comm, nd.tags.pass == plan::Pass::kF}];
           Seen& k = seen[key];
           ++k.nodes;
           k.bytes += nd.bytes;

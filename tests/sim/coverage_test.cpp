@@ -7,6 +7,8 @@
 #include "stretto/sim/session.h"
 
 using namespace stretto;
+using namespace stretto::plan;
+using namespace stretto::compiler;
 
 namespace {
 

@@ -39,7 +39,7 @@ TEST(CriticalPathSummary, SharesPartitionTheStepTime) {
     const auto all = sim::summarize_critical_path(x.s.compiled(), x.r, x.path, SIZE_MAX);
     EXPECT_EQ(all.step_time, x.r.step_time);
     EXPECT_EQ(all.steps, x.path.size());
-    sim::SimTime cells = 0, segs = 0, waits = 0;
+    engine::SimTime cells = 0, segs = 0, waits = 0;
     size_t cell_ops = 0, seg_ops = 0, links = 0;
     for (const auto& c : all.cells) cells += c.time, cell_ops += c.ops;
     for (const auto& g : all.top) segs += g.time, seg_ops += g.last - g.first + 1;

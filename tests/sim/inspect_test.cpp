@@ -61,7 +61,7 @@ TEST(WaitCause, PipelineStagesWaitForTransfersAndNothingWaitsWhenTheLaneWasBusy)
   // The first forward compute op on the last stage's device waits for its activation.
   size_t transfer_waits = 0, none = 0, total = 0;
   for (uint32_t t = 0; t < p.tasks.size(); ++t) {
-    if (p.tasks[t].kind != TaskKind::kCompute) continue;
+    if (p.tasks[t].kind != engine::TaskKind::kCompute) continue;
     ++total;
     Wait w0 = wait_cause(s.compiled(), *r, t, r->timing[t].start);
     EXPECT_EQ(w0.cause, WaitCause::kNone);  // the lane became free exactly when it started
@@ -76,7 +76,7 @@ TEST(WaitCause, PipelineStagesWaitForTransfersAndNothingWaitsWhenTheLaneWasBusy)
     if (w.cause == WaitCause::kTransfer) {
       ++transfer_waits;
       ASSERT_NE(w.blocker, UINT32_MAX);
-      EXPECT_EQ(p.tasks[w.blocker].kind, TaskKind::kComm);
+      EXPECT_EQ(p.tasks[w.blocker].kind, engine::TaskKind::kComm);
       EXPECT_LE(r->timing[w.blocker].end, r->timing[t].start);
     }
   }

@@ -9,6 +9,7 @@
 #include "stretto/support/plural.h"
 
 using namespace stretto;
+using namespace stretto::plan;
 
 TEST(Formatting, CountNounIsSingularForExactlyOne) {
   EXPECT_EQ(count_noun(1, "microbatch", "microbatches"), "1 microbatch");

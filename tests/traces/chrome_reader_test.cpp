@@ -29,7 +29,7 @@ TEST(ChromeReader, ReadsBackSlicesTimesNamesAndTags) {
   ASSERT_TRUE(t) << render_all(t.error());
   size_t expected = 0;  // one slice per (task, participant), barriers left out
   for (const auto& tk : r->program.tasks)
-    if (tk.kind != sim::TaskKind::kBarrier) expected += tk.part_count;
+    if (tk.kind != engine::TaskKind::kBarrier) expected += tk.part_count;
   EXPECT_EQ(t->slices.size(), expected);
   int64_t end = 0;
   for (const auto& sl : t->slices) end = std::max(end, sl.end_ns);

@@ -11,6 +11,7 @@
 #include "run_cli.h"
 
 using namespace stretto;
+using namespace stretto::plan;
 using namespace stretto::traces;
 
 namespace {

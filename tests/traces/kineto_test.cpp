@@ -20,6 +20,8 @@
 #include "stretto/traces/trace_reader.h"
 
 using namespace stretto;
+using namespace stretto::plan;
+using namespace stretto::compiler;
 using namespace stretto::traces;
 
 namespace {

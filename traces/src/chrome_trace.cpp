@@ -12,6 +12,13 @@
 
 namespace stretto::traces {
 
+using compiler::CompiledPlan;
+using compiler::Node;
+using compiler::NodeKind;
+using plan::kAbsent;
+using plan::Pass;
+using plan::pass_name;
+
 namespace {
 
 std::string json_escape(std::string_view s) {
@@ -27,14 +34,14 @@ std::string json_escape(std::string_view s) {
   return o;
 }
 
-std::string us(sim::SimTime ns) {
+std::string us(engine::SimTime ns) {
   // Microseconds with exact nanosecond digits (no floating-point rounding).
   const char* sign = ns < 0 ? "-" : "";
   int64_t a = ns < 0 ? -ns : ns;
   return fmt::format("{}{}.{:03d}", sign, a / 1000, a % 1000);
 }
 
-std::string mb_pp(const Tags& t) {
+std::string mb_pp(const plan::Tags& t) {
   std::string s;
   if (t.mb() != kAbsent) s += fmt::format(" mb{}", t.mb());
   if (t.pp() != kAbsent) s += fmt::format(" PP{}", t.pp());
@@ -48,17 +55,18 @@ std::string slice_name(const CompiledPlan& cp, uint32_t node) {
   switch (n.kind) {
     case NodeKind::kCompute:
       if (n.recompute) return fmt::format("F{} (recompute)", mb_pp(n.tags));
-      if (n.op < cp.model.ops.size() && cp.model.ops[n.op].kind == OpKind::kOptimizer)
+      if (n.op < cp.model.ops.size() && cp.model.ops[n.op].kind == compiler::OpKind::kOptimizer)
         return "optimizer step";
       return fmt::format("{}{}", pass_name(n.tags.pass), mb_pp(n.tags));
     case NodeKind::kTransfer: {
-      const char* what = n.purpose == CommPurpose::kGradient ? "grad" : "act";
+      const char* what = n.purpose == compiler::CommPurpose::kGradient ? "grad" : "act";
       std::string s = fmt::format("send {}", what);
       if (n.tags.mb() != kAbsent) s += fmt::format(" mb{}", n.tags.mb());
       return s + fmt::format(" PP{}\u2192PP{}", n.tags.pp(), cp.dag.consumer_tags_of(n).pp());
     }
     case NodeKind::kCollective: {
-      std::string s = fmt::format("{} {}", comm_kind_name(n.comm), comm_purpose_name(n.purpose));
+      std::string s = fmt::format("{} {}", compiler::comm_kind_name(n.comm),
+                                  compiler::comm_purpose_name(n.purpose));
       if (n.tags.pass != Pass::kNone) s += fmt::format(" {}", pass_name(n.tags.pass));
       s += mb_pp(n.tags);
       if (n.tags.ep() != kAbsent) s += fmt::format(" EP{}", n.tags.ep());
@@ -78,9 +86,9 @@ namespace {
 struct Region {
   uint32_t device = 0;
   uint16_t stream = 0;
-  Tags tags;
+  plan::Tags tags;
   bool recompute = false;
-  sim::SimTime start = 0, end = 0;
+  engine::SimTime start = 0, end = 0;
   uint32_t ops = 0;
   bool nests = true;  // no other region of its lane overlaps it
 };
@@ -92,15 +100,16 @@ struct Regions {
 
 Regions region_passes(const CompiledPlan& cp, const sim::Result& r) {
   Regions g;
-  const sim::Program& p = r.program;
+  const engine::Program& p = r.program;
   g.task_region.assign(p.tasks.size(), -1);
   std::map<std::tuple<uint32_t, uint16_t, int32_t, int32_t, Pass, bool>, int32_t> index;
   for (uint32_t t = 0; t < p.tasks.size(); ++t) {
-    const sim::Task& tk = p.tasks[t];
-    if (tk.kind != sim::TaskKind::kCompute || tk.part_count == 0) continue;
+    const engine::Task& tk = p.tasks[t];
+    if (tk.kind != engine::TaskKind::kCompute || tk.part_count == 0) continue;
     const Node& n = cp.dag.nodes[tk.node];
     if (n.kind != NodeKind::kCompute || n.tags.pass == Pass::kNone) continue;
-    if (n.op < cp.model.ops.size() && cp.model.ops[n.op].kind == OpKind::kOptimizer) continue;
+    if (n.op < cp.model.ops.size() && cp.model.ops[n.op].kind == compiler::OpKind::kOptimizer)
+      continue;
     const auto& pa = p.participants[tk.part_begin];
     const auto key = std::make_tuple(pa.device, pa.stream, n.tags.pp(), n.tags.mb(), n.tags.pass,
                                      static_cast<bool>(n.recompute));
@@ -134,7 +143,7 @@ Regions region_passes(const CompiledPlan& cp, const sim::Result& r) {
     while (e < order.size() && g.list[order[e]].device == g.list[order[k]].device &&
            g.list[order[e]].stream == g.list[order[k]].stream)
       ++e;
-    sim::SimTime max_end = INT64_MIN;
+    engine::SimTime max_end = INT64_MIN;
     for (size_t i = k; i < e; ++i) {
       Region& rg = g.list[order[i]];
       if (max_end > rg.start) rg.nests = false;
@@ -162,11 +171,11 @@ constexpr uint64_t kComputeBytes = 205, kCommBytes = 255, kRegionBytes = 135, kF
 ChromeTraceSize estimate_chrome_trace(const CompiledPlan& cp, const sim::Result& r,
                                       const ChromeTraceOptions& opt) {
   ChromeTraceSize z;
-  const sim::Program& p = r.program;
+  const engine::Program& p = r.program;
   auto wanted = [&](uint32_t d) {
     return opt.devices.empty() || (d < opt.devices.size() && opt.devices[d]);
   };
-  auto in_window = [&](sim::SimTime b, sim::SimTime e) {
+  auto in_window = [&](engine::SimTime b, engine::SimTime e) {
     return e >= opt.begin_ns && (opt.end_ns < 0 || b < opt.end_ns);
   };
   std::set<std::pair<uint32_t, uint16_t>> lanes;
@@ -175,13 +184,13 @@ ChromeTraceSize estimate_chrome_trace(const CompiledPlan& cp, const sim::Result&
     if (wanted(pa.device)) lanes.insert({pa.device, pa.stream}), devices.insert(pa.device);
   z.metadata = 2 * (lanes.size() + devices.size());
   for (uint32_t t = 0; t < p.tasks.size(); ++t) {
-    const sim::Task& tk = p.tasks[t];
-    if (tk.kind == sim::TaskKind::kBarrier || !in_window(r.timing[t].start, r.timing[t].end))
+    const engine::Task& tk = p.tasks[t];
+    if (tk.kind == engine::TaskKind::kBarrier || !in_window(r.timing[t].start, r.timing[t].end))
       continue;
     uint32_t n = 0;
     for (uint32_t k = 0; k < tk.part_count; ++k) n += wanted(p.participants[tk.part_begin + k].device);
     z.slices += n;
-    z.approx_bytes += n * (tk.kind == sim::TaskKind::kCompute ? kComputeBytes : kCommBytes);
+    z.approx_bytes += n * (tk.kind == engine::TaskKind::kCompute ? kComputeBytes : kCommBytes);
     if (opt.flows && cp.dag.nodes[tk.node].kind == NodeKind::kTransfer && tk.part_count == 2 && n == 2)
       z.flows += 2;
   }
@@ -202,7 +211,7 @@ ChromeTraceSize estimate_chrome_trace(const CompiledPlan& cp, const sim::Result&
 bool chrome_trace_stream(const CompiledPlan& cp, const sim::Result& r,
                          const ChromeTraceOptions& opt,
                          const std::function<bool(std::string_view)>& write) {
-  const sim::Program& p = r.program;
+  const engine::Program& p = r.program;
   const auto& dag = cp.dag;
   constexpr size_t kChunk = 64 * 1024;
   std::string out;
@@ -217,7 +226,7 @@ bool chrome_trace_stream(const CompiledPlan& cp, const sim::Result& r,
   auto wanted = [&](uint32_t d) {
     return opt.devices.empty() || (d < opt.devices.size() && opt.devices[d]);
   };
-  auto in_window = [&](sim::SimTime b, sim::SimTime e) {
+  auto in_window = [&](engine::SimTime b, engine::SimTime e) {
     return e >= opt.begin_ns && (opt.end_ns < 0 || b < opt.end_ns);
   };
   out += "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"generator\":\"stretto\",";
@@ -272,8 +281,8 @@ bool chrome_trace_stream(const CompiledPlan& cp, const sim::Result& r,
   std::vector<std::string> names(dag.nodes.size());
   uint64_t flow_id = 0;
   for (uint32_t t = 0; t < p.tasks.size() && ok; ++t) {
-    const sim::Task& tk = p.tasks[t];
-    if (tk.kind == sim::TaskKind::kBarrier) continue;
+    const engine::Task& tk = p.tasks[t];
+    if (tk.kind == engine::TaskKind::kBarrier) continue;
     const auto& tm = r.timing[t];
     if (!in_window(tm.start, tm.end)) continue;
     bool any = false;
@@ -286,22 +295,22 @@ bool chrome_trace_stream(const CompiledPlan& cp, const sim::Result& r,
     // Under its region pass's slice, an op is named by its model op (the pass is the parent).
     const int32_t reg = regions.task_region.empty() ? -1 : regions.task_region[t];
     const bool nested = reg >= 0 && regions.list[static_cast<size_t>(reg)].nests &&
-                        nd.op != kNone && nd.op < cp.model.ops.size();
+                        nd.op != compiler::kNone && nd.op < cp.model.ops.size();
     const std::string op_name =
         nested ? json_escape(cp.model.ops[nd.op].name) + (nd.recompute ? " (recompute)" : "")
                : std::string();
     std::string args = fmt::format("\"tags\":\"{}\",\"directive\":{},\"slowdown\":{:.4f}",
-                                   nd.tags.str(), nd.directive, sim::slowdown(p, t, tm));
-    if (nd.op != kNone)
+                                   nd.tags.str(), nd.directive, engine::slowdown(p, t, tm));
+    if (nd.op != compiler::kNone)
       args += fmt::format(",\"op\":\"{}\"", json_escape(cp.model.ops[nd.op].name));
-    if (tk.kind == sim::TaskKind::kCompute) {
+    if (tk.kind == engine::TaskKind::kCompute) {
       args += fmt::format(",\"work_ns\":{}", tk.work);
       if (nd.tp > 1) args += fmt::format(",\"tp\":{}", nd.tp);
     } else {
       args += fmt::format(",\"bytes\":{},\"wire_bytes\":{},\"latency_ns\":{}", nd.bytes, tk.work,
                           p.comms[tk.comm].latency_ns);
     }
-    const char* cat = tk.kind == sim::TaskKind::kCompute ? "compute" : "comm";
+    const char* cat = tk.kind == engine::TaskKind::kCompute ? "compute" : "comm";
     for (uint32_t k = 0; k < tk.part_count; ++k) {
       const auto& pa = p.participants[tk.part_begin + k];
       if (!wanted(pa.device)) continue;

@@ -24,6 +24,9 @@
 
 namespace stretto::traces {
 
+using plan::Json;
+using plan::kAbsent;
+
 namespace {
 
 using Intervals = std::vector<std::pair<int64_t, int64_t>>;
@@ -52,7 +55,7 @@ std::pair<std::string, std::string> key_of(std::string_view name, std::string_vi
                                            bool comm, int participant) {
   if (!comm) {
     OpLabel l = parse_op_label(tags.empty() ? name : tags);
-    if (l.tags.pass == Pass::kNone && !tags.empty()) l = parse_op_label(name);
+    if (l.tags.pass == plan::Pass::kNone && !tags.empty()) l = parse_op_label(name);
     l.comm.clear();
     l.pp_to = kAbsent;
     std::string k = l.key();
@@ -62,7 +65,7 @@ std::pair<std::string, std::string> key_of(std::string_view name, std::string_vi
   OpLabel l = parse_op_label(name);
   if (l.tags.mb() == kAbsent && !tags.empty()) {
     OpLabel t = parse_op_label(tags);
-    l.tags.set(TagKey::kMB, t.tags.mb());
+    l.tags.set(plan::TagKey::kMB, t.tags.mb());
   }
   std::string cls = l.comm.empty() ? "comm" : l.comm;
   if (cls == "send" || cls == "recv" || cls == "send_recv") {
@@ -71,7 +74,7 @@ std::pair<std::string, std::string> key_of(std::string_view name, std::string_vi
     l.comm = "p2p";
   }
   std::string k = l.key();
-  if (l.tags.pass != Pass::kNone) k += fmt::format(" {}", pass_name(l.tags.pass));
+  if (l.tags.pass != plan::Pass::kNone) k += fmt::format(" {}", plan::pass_name(l.tags.pass));
   const std::string p = purpose_of(name);
   if (!p.empty()) k += " " + p;
   return {k, cls};
@@ -366,7 +369,7 @@ Expected<Timeline> load_kineto(const std::vector<std::string>& files, const std:
 
 // A `simulate --format json` result: its fields are checked where they stand (a device id
 // that is a string, a time that is not a number), located by line:column and JSON pointer.
-Expected<Timeline> timeline_from_summary(const JsonSource& src) {
+Expected<Timeline> timeline_from_summary(const plan::JsonSource& src) {
   const Json& j = src.root();
   Timeline t;
   t.source = src.file();
@@ -497,21 +500,23 @@ void finish_timeline(Timeline& t, std::vector<Intervals> compute, std::vector<In
   std::reverse(t.critical_path.begin(), t.critical_path.end());
 }
 
-Timeline timeline_from_result(const CompiledPlan& cp, const sim::Result& r,
+Timeline timeline_from_result(const compiler::CompiledPlan& cp, const sim::Result& r,
                               const std::string& source) {
   Builder b;
-  const sim::Program& p = r.program;
+  const engine::Program& p = r.program;
   for (uint32_t ti = 0; ti < p.tasks.size(); ++ti) {
-    const sim::Task& tk = p.tasks[ti];
-    if (tk.kind == sim::TaskKind::kBarrier) continue;
+    const engine::Task& tk = p.tasks[ti];
+    if (tk.kind == engine::TaskKind::kBarrier) continue;
     const auto& tm = r.timing[ti];
     if (tm.start < 0) continue;
-    const Node& nd = cp.dag.nodes[tk.node];
+    const compiler::Node& nd = cp.dag.nodes[tk.node];
     const std::string name = slice_name(cp, tk.node);
-    const bool comm = tk.kind != sim::TaskKind::kCompute;
+    const bool comm = tk.kind != engine::TaskKind::kCompute;
     for (uint32_t k = 0; k < tk.part_count; ++k) {
       const auto& pa = p.participants[tk.part_begin + k];
-      const int participant = nd.kind == NodeKind::kTransfer ? static_cast<int>(std::min<uint32_t>(k, 1)) : -1;
+      const int participant = nd.kind == compiler::NodeKind::kTransfer
+                                  ? static_cast<int>(std::min<uint32_t>(k, 1))
+                                  : -1;
       auto [key, cls] = key_of(name, nd.tags.str(), comm, participant);
       b.add(std::move(key), std::move(cls), static_cast<int>(pa.device), tm.start, tm.end, comm);
     }
@@ -578,12 +583,12 @@ Expected<Timeline> load_timeline(const std::string& path) {
     return load_kineto({path}, path);
   }
   // a plan or a result: small JSON documents
-  auto src = JsonSource::load(path);
+  auto src = plan::JsonSource::load(path);
   if (!src) return fail(std::move(src.error()));
   const Json& j = src->root();
   if (j.is_object() && j.contains("step_time_ms") && j.contains("devices"))
     return timeline_from_summary(*src);
-  if (is_plan_document(j)) {
+  if (plan::is_plan_document(j)) {
     auto s = sim::Session::open(path);
     if (!s) return fail(std::move(s.error()));
     auto r = s->simulate();

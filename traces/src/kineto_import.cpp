@@ -18,6 +18,9 @@
 
 namespace stretto::traces {
 
+using plan::Json;
+using plan::Pass;
+
 namespace {
 
 constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
@@ -666,7 +669,7 @@ class FileImporter {
     }
     for (const Inst& in : insts) {
       OpLabel nomb = in.l;
-      nomb.tags.set(TagKey::kMB, kAbsent);
+      nomb.tags.set(plan::TagKey::kMB, plan::kAbsent);
       std::string key = nomb.key();
       if (in.l.op) key += " " + std::string(cost::profile_op_name(*in.l.op));
       tot_.op_times[key].push_back(in.ns);
@@ -693,8 +696,8 @@ class FileImporter {
       }
       auto [m, n, k, b, dt] = in.l.tags.pass == Pass::kF ? *in.shape : fs->second;
       tot_.table_kernels[{std::string(cost::profile_op_name(*in.l.op)),
-                          std::string(pass_name(in.l.tags.pass)), dt.empty() ? "bf16" : dt, m, n, k,
-                          b}]
+                          std::string(plan::pass_name(in.l.tags.pass)), dt.empty() ? "bf16" : dt, m,
+                          n, k, b}]
           .push_back(in.ns);
     }
     r.peak_memory = f_.peak_mem;

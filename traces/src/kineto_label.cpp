@@ -13,6 +13,11 @@
 
 namespace stretto::traces {
 
+using compiler::OpKind;
+using plan::kAbsent;
+using plan::Pass;
+using plan::TagKey;
+
 namespace {
 
 std::string lower(std::string_view s) {
@@ -83,7 +88,7 @@ const std::array<std::pair<std::string_view, std::string_view>, 16> kComms = {{
 
 std::string OpLabel::op_class() const {
   if (!comm.empty()) return comm;
-  if (tags.pass != Pass::kNone) return std::string(pass_name(tags.pass));
+  if (tags.pass != Pass::kNone) return std::string(plan::pass_name(tags.pass));
   return "";
 }
 
@@ -153,7 +158,7 @@ OpLabel parse_op_label(std::string_view label) {
     else if (raw == "BW" || raw == "W")
       r.tags.pass = Pass::kBW;
     else if (t == "pass" && i + 1 < tok.size()) {
-      if (auto p = parse_pass(tok[i + 1])) r.tags.pass = *p, ++i;
+      if (auto p = plan::parse_pass(tok[i + 1])) r.tags.pass = *p, ++i;
     } else if (!r.op && (t == "head" || t == "loss" || t == "norm")) {
       r.op = t == "head" ? OpKind::kHead : t == "loss" ? OpKind::kLoss : OpKind::kNorm;
     }

@@ -18,6 +18,9 @@
 
 namespace stretto::traces {
 
+using plan::Json;
+using plan::pointer_escape;
+
 namespace {
 
 constexpr size_t kChunk = 256 * 1024;

@@ -65,6 +65,6 @@ struct BenchOpsResult {
 };
 
 /// Times the plan's distinct ops. Throws std::runtime_error when the device is unavailable.
-BenchOpsResult bench_ops(const CompiledPlan& cp, const BenchOpsOptions& opt);
+BenchOpsResult bench_ops(const compiler::CompiledPlan& cp, const BenchOpsOptions& opt);
 
 }  // namespace stretto::backend

@@ -214,28 +214,28 @@ struct RankSpec {
 
 /// Reasons the backend cannot run a plan (a feature it lacks, more processes than allowed, a
 /// device the host lacks); empty when it can. Torch-free and cheap.
-Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt);
+Diagnostics check_supported(const compiler::CompiledPlan& cp, const ReplayOptions& opt);
 
 /// The ops device `device` executes in one step, in program order, with stream and name
 /// (times zero): what run_rank() records for every step.
-std::vector<OpRecord> expected_ops(const CompiledPlan& cp, int device);
+std::vector<OpRecord> expected_ops(const compiler::CompiledPlan& cp, int device);
 
 /// Runs this process as rank `spec.rank`: joins the group, replays the steps, publishes its
 /// RankResult in the store. Rank 0 in multi-host mode then gathers everyone's and returns the
 /// merged result; other ranks return a result holding only their own data. A failure (a peer
 /// died, a timeout, a bad plan) is a diagnostic naming the rank and the op.
-Expected<ReplayResult> run_rank(const CompiledPlan& cp, const RankSpec& spec,
+Expected<ReplayResult> run_rank(const compiler::CompiledPlan& cp, const RankSpec& spec,
                                 const ReplayOptions& opt);
 
 /// Launches one process per device on this host (fork + exec, TCP store on loopback), waits
 /// for them and merges their results; with opt.check also runs the single-process reference.
 /// A rank that crashes, is killed or hangs stops the whole group within opt.timeout_ms; no
 /// child process and no temporary file is left behind. SIGINT/SIGTERM stop the group.
-Expected<ReplayResult> launch_local(const CompiledPlan& cp, const ReplayOptions& opt,
+Expected<ReplayResult> launch_local(const compiler::CompiledPlan& cp, const ReplayOptions& opt,
                                     const LaunchOptions& launch);
 
 /// Merges per-rank results (step = slowest rank per iteration; mean/std/min; per-device reports).
-ReplayResult merge_results(const CompiledPlan& cp, const ReplayOptions& opt,
+ReplayResult merge_results(const compiler::CompiledPlan& cp, const ReplayOptions& opt,
                            std::vector<RankResult> ranks);
 
 /// Several replays of one plan as one measurement (`--rounds`): their measured steps and ops in
@@ -247,11 +247,13 @@ ReplayResult pool_results(std::vector<ReplayResult> runs);
 /// (step_time_ms, bubble_ratio, exposed_comm_ms, devices[{id, busy_ms, bubble_ms, ...}]) plus
 /// step_time_std_ms, step_time_min_ms, ops[], check{}; `predicted` (optional) adds the
 /// simulator's numbers for the same plan next to the measured ones.
-Json result_json(const CompiledPlan& cp, const ReplayResult& r, const sim::Result* predicted);
-std::string result_table(const CompiledPlan& cp, const ReplayResult& r,
+plan::Json result_json(const compiler::CompiledPlan& cp, const ReplayResult& r,
+                       const sim::Result* predicted);
+std::string result_table(const compiler::CompiledPlan& cp, const ReplayResult& r,
                          const sim::Result* predicted);
 /// Chrome trace of one measured step (`iteration`), named like the simulator's.
-std::string chrome_trace(const CompiledPlan& cp, const ReplayResult& r, int iteration = -1);
+std::string chrome_trace(const compiler::CompiledPlan& cp, const ReplayResult& r,
+                         int iteration = -1);
 
 /// True when the backend was built with CUDA/NCCL (LibTorch with CUDA).
 bool has_cuda_build();
@@ -260,7 +262,7 @@ bool cuda_available();
 /// Number of CUDA devices (0 without a CUDA build); a CUDA replay needs one per rank.
 int cuda_device_count();
 
-Json to_json(const RankResult& r);
-Expected<RankResult> rank_result_from_json(const Json& j);
+plan::Json to_json(const RankResult& r);
+Expected<RankResult> rank_result_from_json(const plan::Json& j);
 
 }  // namespace stretto::backend

@@ -38,7 +38,7 @@ class ProfileSamples {
  public:
   /// Adds the measured ops of one replay of `cp`, each under its node's cost query
   /// (sim::CostQueries). Returns the number of op instances filed.
-  size_t add(const CompiledPlan& cp, const ReplayResult& r);
+  size_t add(const compiler::CompiledPlan& cp, const ReplayResult& r);
 
   /// CPU replays: the cores of this host, written into the table as the cost model's
   /// `host_cores` (the cores the `cpu` preset's processes share). A replay with more
@@ -51,9 +51,9 @@ class ProfileSamples {
   void set_file_oversubscribed(bool file) { file_oversubscribed_ = file; }
 
   /// The table (version 1, docs/costmodel.md): means of the samples (loop_validate.cpp: mean()).
-  Json table(const std::string& device) const;
+  plan::Json table(const std::string& device) const;
   /// Per-series statistics for people: count, mean, median, min, max; α-β fits of collectives.
-  Json stats() const;
+  plan::Json stats() const;
   std::string stats_table() const;
 
   /// Interference: compute ops of the same key timed while a communication op of their device
@@ -135,7 +135,7 @@ class ProfileSamples {
   // compute ops of oversubscribed replays (share_efficiency)
   struct OversubOp {
     std::string series;
-    CommKind ctx = CommKind::kNone;
+    compiler::CommKind ctx = compiler::CommKind::kNone;
     size_t distance = 0;  // reuse distance bucket
     double under_ns = 0, over_share_ns = 0;  // time with a <= cores; integral of cores / a
   };
@@ -151,7 +151,7 @@ class ProfileSamples {
 
 /// The measured timeline of a replay: per op, the median start and end over the measured
 /// iterations, aligned like the simulator's (compare.h).
-traces::Timeline timeline_from_replay(const CompiledPlan& cp, const ReplayResult& r,
+traces::Timeline timeline_from_replay(const compiler::CompiledPlan& cp, const ReplayResult& r,
                                       const std::string& source);
 
 /// One plan validated.
@@ -179,10 +179,10 @@ struct PlanValidation {
 /// PlanValidation::noise_pct of measured step times (ns, in the order measured).
 double measured_noise_pct(const std::vector<int64_t>& step_ns);
 
-PlanValidation validate_plan(const CompiledPlan& cp, const sim::Result& predicted,
+PlanValidation validate_plan(const compiler::CompiledPlan& cp, const sim::Result& predicted,
                              const ReplayResult& measured, const traces::CompareOptions& opt = {});
 
-Json validation_json(const std::vector<PlanValidation>& v);
+plan::Json validation_json(const std::vector<PlanValidation>& v);
 std::string validation_table(const std::vector<PlanValidation>& v);
 
 /// A Chrome trace with each device's predicted and measured timelines one above the other.

@@ -6,7 +6,7 @@
 #include "stretto/plan/json_source.h"
 #include "stretto/plan/plan.h"
 
-namespace stretto {
+namespace stretto::compiler {
 
 struct CompileOptions {
   /// Build each device class's program and stream queues (DeviceClass::program, ::streams),
@@ -23,7 +23,7 @@ struct CompileOptions {
 
 /// Compiles a parsed plan. `src` (optional) gives source positions for diagnostics.
 /// Builder calls in `plan.builder` are expanded first (see builders.h).
-Expected<CompiledPlan> compile(const Plan& plan, const JsonSource* src = nullptr,
+Expected<CompiledPlan> compile(const plan::Plan& plan, const plan::JsonSource* src = nullptr,
                                const CompileOptions& opt = {});
 
 /// Loads, parses and compiles a plan file.
@@ -45,7 +45,7 @@ struct CompileSummary {
 };
 CompileSummary summarize(const CompiledPlan& cp);
 std::string summary_table(const CompiledPlan& cp, const CompileSummary& s);
-Json summary_json(const CompiledPlan& cp, const CompileSummary& s);
+plan::Json summary_json(const CompiledPlan& cp, const CompileSummary& s);
 /// Effects the simulation of this plan leaves out, in words ("optimizer: none", ...), so that
 /// an optimistic number is not mistaken for a prediction (`stretto simulate` prints them).
 std::vector<std::string> unmodelled_effects(const CompiledPlan& cp);
@@ -53,4 +53,4 @@ std::vector<std::string> unmodelled_effects(const CompiledPlan& cp);
 /// Graphviz. Fails (diagnostic) above max_nodes unless forced.
 Expected<std::string> to_dot(const CompiledPlan& cp, size_t max_nodes = 5000);
 
-}  // namespace stretto
+}  // namespace stretto::compiler

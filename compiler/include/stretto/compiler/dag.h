@@ -22,13 +22,8 @@
 #include "stretto/plan/plan.h"
 #include "stretto/plan/tags.h"
 
-namespace stretto {
+namespace stretto::compiler {
 
-struct NodeId {
-  uint32_t v = UINT32_MAX;
-  bool valid() const { return v != UINT32_MAX; }
-  auto operator<=>(const NodeId&) const = default;
-};
 inline constexpr uint32_t kNone = UINT32_MAX;
 
 enum class NodeKind : uint8_t { kCompute, kTransfer, kCollective, kBarrier };
@@ -40,7 +35,6 @@ enum class CommKind : uint8_t {
   kAllGather,
   kAllToAll,
 };
-std::string_view node_kind_name(NodeKind k);
 std::string_view comm_kind_name(CommKind k);
 
 /// Why a comm node exists (for reports, memory and traces).
@@ -88,7 +82,7 @@ struct Node {
   NodeKind kind = NodeKind::kCompute;
   CommKind comm = CommKind::kNone;
   CommPurpose purpose = CommPurpose::kNone;
-  Tags tags;               // PP, EP, LAYER, MB and PASS
+  plan::Tags tags;         // PP, EP, LAYER, MB and PASS
   uint16_t stream = 0;     // index into TrainingDag::streams
   uint16_t tp = 1;         // tensor-parallel degree of a compute node
   uint32_t op = kNone;     // model op (compute: the op run; comm: the op it serves)
@@ -122,7 +116,6 @@ enum class MemCategory : uint8_t {
   kGatheredParams,  // ZeRO-3 gathered parameters while in use
   kCount
 };
-std::string_view mem_category_name(MemCategory c);
 
 struct MemEffect {
   uint32_t node;
@@ -152,8 +145,8 @@ struct TrainingDag {
   std::vector<MemEffect> mem;        // sorted by node
   // Tags of the receiving side of each transfer (Node::consumer): only transfers have them, so
   // they live here rather than in every node (a node is 64 bytes, and big plans have millions).
-  std::vector<Tags> consumer_tags;
-  const Tags& consumer_tags_of(const Node& n) const { return consumer_tags[n.consumer]; }
+  std::vector<plan::Tags> consumer_tags;
+  const plan::Tags& consumer_tags_of(const Node& n) const { return consumer_tags[n.consumer]; }
   // CSR over edges (both kinds), built by finalize(): the successor nodes of node i are
   // succ[succ_begin[i] .. succ_begin[i + 1]) (node ids), its incoming edges are
   // pred[pred_begin[i] .. pred_begin[i + 1]) (edge ids, for their kind and directive).
@@ -166,7 +159,7 @@ struct TrainingDag {
 };
 
 struct CompiledPlan {
-  Plan plan;
+  plan::Plan plan;
   ModelGraph model;
   TrainingDag dag;
   int num_devices = 0;
@@ -182,7 +175,7 @@ struct CompiledPlan {
   Diagnostics warnings;
   /// The plan's resolved structure (plan/resolved.h), from the plan as written and the directives
   /// above; sim::resolve_plan adds the cost model's options.
-  ResolvedPlan resolved;
+  plan::ResolvedPlan resolved;
 };
 
-}  // namespace stretto
+}  // namespace stretto::compiler

@@ -15,7 +15,7 @@
 #include "stretto/plan/plan.h"
 #include "stretto/plan/tags.h"
 
-namespace stretto {
+namespace stretto::compiler {
 
 enum class OpKind : uint8_t {
   kEmbedding,
@@ -58,7 +58,7 @@ struct GemmShape {
 struct ModelOp {
   std::string name;  // "layer3.attn.qkv"
   OpKind kind = OpKind::kSynthetic;
-  Tags tags;  // PP, LAYER, EP (no MB/PASS: those come from split and the compiler)
+  plan::Tags tags;  // PP, LAYER, EP (no MB/PASS: those come from split and the compiler)
   TpSplit tp = TpSplit::kNone;
   GemmShape gemm;
   double fwd_flops = 0, bi_flops = 0, bw_flops = 0;
@@ -91,7 +91,7 @@ struct ModelGraph {
   std::vector<ModelOp> ops;  // topological order
   int pp_regions = 1;
   int layers = 0;
-  DType dtype = DType::kBF16;
+  plan::DType dtype = plan::DType::kBF16;
   int64_t tokens_per_microbatch = 0;
   double model_flops_per_microbatch = 0;  // forward + backward, for MFU (6·N·T + attention;
                                           // MoE: a balanced router's top_k experts per token)
@@ -99,6 +99,7 @@ struct ModelGraph {
 };
 
 /// Expands the model. Errors (e.g. pp_regions > layers) point at spec.pointer fields.
-Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src = nullptr);
+Expected<ModelGraph> expand_model(const plan::ModelSpec& spec,
+                                  const plan::JsonSource* src = nullptr);
 
-}  // namespace stretto
+}  // namespace stretto::compiler

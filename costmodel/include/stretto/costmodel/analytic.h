@@ -219,7 +219,8 @@ AnalyticParams calibrated_defaults(const std::string& device_kind);
 /// Reads `options` (the plan's costmodel object minus what the plan parser consumed) over the
 /// defaults for `cluster` (calibrated_defaults of its device kind). Diagnostics point at `pointer`
 /// + "/key" in `file`.
-Expected<AnalyticParams> parse_analytic_params(const Json& options, const ClusterSpec& cluster,
+Expected<AnalyticParams> parse_analytic_params(const plan::Json& options,
+                                               const plan::ClusterSpec& cluster,
                                                const std::string& pointer, const std::string& file);
 
 /// The cost-model options of a resolved plan (plan/resolved.h): the scalar options of the
@@ -227,21 +228,25 @@ Expected<AnalyticParams> parse_analytic_params(const Json& options, const Cluste
 /// its source (plan: written in the costmodel object; preset: the device kind's calibrated
 /// value; default: AnalyticParams{}). Names and paths are the option keys under /costmodel.
 /// Empty for the fixed model and when the options do not parse (the compile reports why).
-std::vector<ResolvedField> resolved_options(const CostModelSpec& spec, const ClusterSpec& cluster);
+std::vector<plan::ResolvedField> resolved_options(const plan::CostModelSpec& spec,
+                                                  const plan::ClusterSpec& cluster);
 
 /// Fraction of dense peak reached by one GEMM of `shape` (output rows x cols, reduction depth,
 /// `batch` independent GEMMs) on `dev`: gemm_efficiency * fill * depth. In (0, gemm_efficiency].
-double gemm_efficiency(const AnalyticParams& p, const DeviceSpec& dev, int64_t rows, int64_t cols,
-                       int64_t depth, int64_t batch = 1);
+double gemm_efficiency(const AnalyticParams& p, const plan::DeviceSpec& dev, int64_t rows,
+                       int64_t cols, int64_t depth, int64_t batch = 1);
 /// Same for a forward GemmShape ([m,k] x [k,n]: rows m, cols n, depth k).
-double gemm_efficiency(const AnalyticParams& p, const DeviceSpec& dev, const GemmShape& g);
+double gemm_efficiency(const AnalyticParams& p, const plan::DeviceSpec& dev,
+                       const compiler::GemmShape& g);
 
 /// Compute cost of one op instance (see the header comment).
-ComputeCost analytic_compute(const AnalyticParams& p, const DeviceSpec& dev, const ComputeQuery& q);
+ComputeCost analytic_compute(const AnalyticParams& p, const plan::DeviceSpec& dev,
+                             const ComputeQuery& q);
 /// Communication cost of one collective instance or transfer, alone on idle links.
-CommCost analytic_comm(const AnalyticParams& p, const ClusterSpec& cluster, const CommQuery& q);
+CommCost analytic_comm(const AnalyticParams& p, const plan::ClusterSpec& cluster,
+                       const CommQuery& q);
 
 /// True for ops timed as GEMMs (tensor cores), false for memory-bound ones.
-bool is_gemm_like(OpKind k);
+bool is_gemm_like(compiler::OpKind k);
 
 }  // namespace stretto::cost

@@ -43,9 +43,9 @@ namespace stretto::cost {
 
 /// One compute op instance (one device, one pass, one microbatch) to be timed.
 struct ComputeQuery {
-  OpKind kind = OpKind::kSynthetic;
-  Pass pass = Pass::kF;  // F, B, BI or BW (B = BI + BW work)
-  GemmShape gemm;        // already divided by the TP degree where the op is split
+  compiler::OpKind kind = compiler::OpKind::kSynthetic;
+  plan::Pass pass = plan::Pass::kF;  // F, B, BI or BW (B = BI + BW work)
+  compiler::GemmShape gemm;          // already divided by the TP degree where the op is split
   double flops = 0;      // for this pass, this instance (after TP split)
   int64_t bytes = 0;     // HBM traffic for this pass, this instance
   // Of `bytes` in a B pass: the weight-gradient (BW) part, so a kernel that computes both
@@ -54,7 +54,7 @@ struct ComputeQuery {
   // The op's parameter bytes on this instance (after the TP split): the dense gradient an
   // embedding backward writes over vocab x hidden.
   int64_t param_bytes = 0;
-  DType dtype = DType::kBF16;
+  plan::DType dtype = plan::DType::kBF16;
   int tp = 1;
   // region bookkeeping for the fixed model
   int region_k = 0, region_n = 1;
@@ -68,12 +68,12 @@ struct ComputeCost {
 
 /// One collective instance or point-to-point transfer to be timed.
 struct CommQuery {
-  CommKind kind = CommKind::kSendRecv;
+  compiler::CommKind kind = compiler::CommKind::kSendRecv;
   int64_t bytes = 0;      // buffer size per rank (NCCL's tuning nBytes; see the top comment)
   int group_size = 2;     // ranks in one collective instance
   int nodes_spanned = 1;  // distinct nodes in the group
   bool crosses_island = false;
-  DType dtype = DType::kBF16;
+  plan::DType dtype = plan::DType::kBF16;
 };
 
 /// A transfer's fluid description (see the top comment); all values are for one instance.
@@ -90,7 +90,7 @@ struct CommCost {
 /// Tensor-core peak of GEMMs in `d` over DeviceSpec::peak_tflops (the dense BF16/FP16 peak):
 /// FP8 2, BF16/FP16 1, FP32 0.5 (TF32), per the H100 data sheet. The analytic model's roofline
 /// and MFU's denominator both use it.
-double dtype_peak_factor(DType d);
+double dtype_peak_factor(plan::DType d);
 
 /// Time to push `wire_bytes` at `rate_cap` bytes/ns, rounded up to whole ns (0 for no bytes).
 /// The one place where CommCost's fluid description is turned into a duration.
@@ -100,7 +100,7 @@ inline int64_t transfer_ns(int64_t wire_bytes, double rate_cap) {
 }
 
 /// Number of CommKind values (an array indexed by CommKind has this size).
-inline constexpr size_t kCommKinds = static_cast<size_t>(CommKind::kAllToAll) + 1;
+inline constexpr size_t kCommKinds = static_cast<size_t>(compiler::CommKind::kAllToAll) + 1;
 /// host_cold_factor without effect: 1 for every kind.
 constexpr std::array<double, kCommKinds> unit_cold_factors() {
   std::array<double, kCommKinds> a{};
@@ -163,9 +163,9 @@ class CostModel {
 
 /// Builds the model named by `spec` for `cluster`. `base_dir` resolves relative table paths.
 /// Bad specs (unknown option, unreadable table) are diagnostics located at spec.pointer.
-Expected<std::unique_ptr<CostModel>> make_cost_model(const CostModelSpec& spec,
-                                                     const ClusterSpec& cluster,
+Expected<std::unique_ptr<CostModel>> make_cost_model(const plan::CostModelSpec& spec,
+                                                     const plan::ClusterSpec& cluster,
                                                      const std::string& base_dir,
-                                                     const JsonSource* src = nullptr);
+                                                     const plan::JsonSource* src = nullptr);
 
 }  // namespace stretto::cost

@@ -23,14 +23,14 @@ class StaleActivations {
   /// A compute node run on `device`: a forward one (or a recomputed forward) is recorded and
   /// gives 0; a backward one (B, BI, BW) gives its reuse distance, 3 and more as 3 (the index
   /// of host_reuse_factor); any other (the optimizer step) gives 0.
-  size_t visit(int device, const Node& nd, const ModelGraph& model) {
-    if (model.ops[nd.op].kind == OpKind::kOptimizer) return 0;
-    const Pass ps = nd.tags.pass;
-    if (nd.recompute || ps == Pass::kF) {
+  size_t visit(int device, const compiler::Node& nd, const compiler::ModelGraph& model) {
+    if (model.ops[nd.op].kind == compiler::OpKind::kOptimizer) return 0;
+    const plan::Pass ps = nd.tags.pass;
+    if (nd.recompute || ps == plan::Pass::kF) {
       forward(device, nd.op, nd.tags.mb());
       return 0;
     }
-    if (ps == Pass::kB || ps == Pass::kBI || ps == Pass::kBW)
+    if (ps == plan::Pass::kB || ps == plan::Pass::kBI || ps == plan::Pass::kBW)
       return distance(device, nd.op, nd.tags.mb());
     return 0;
   }

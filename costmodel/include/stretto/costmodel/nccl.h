@@ -88,12 +88,11 @@ struct NcclTuning {
   double latency_us = 0;  ///< lat[c][a][p]
   double bus_bw = 0;      ///< GB/s after protocol/algorithm caps, before bus->algo conversion
   double ratio = 1;       ///< bus -> algorithm bandwidth factor (ring nRanks/nsteps, tree .5)
-  double alg_bw() const { return bus_bw * ratio; }
 };
 /// Tuning stage (ncclTopoTuneModel) for one collective kind (AllReduce, AllGather or
 /// ReduceScatter), with the system's algorithm/protocol masks applied.
-NcclTuning nccl_tune(const NcclSystem& sys, const NcclComm& comm, CommKind kind, NcclAlgo a,
-                     NcclProto p);
+NcclTuning nccl_tune(const NcclSystem& sys, const NcclComm& comm, compiler::CommKind kind,
+                     NcclAlgo a, NcclProto p);
 
 /// A predicted time for one pair at one size (ncclTopoGetAlgoTime), with its parts.
 struct NcclEstimate {
@@ -105,8 +104,8 @@ struct NcclEstimate {
   double ratio = 1;       ///< bus -> algorithm bandwidth factor
   double time_us = 0;     ///< latency_us + bytes / (1000 * bus_bw * ratio)
 };
-NcclEstimate nccl_estimate(const NcclSystem& sys, const NcclComm& comm, CommKind kind, NcclAlgo a,
-                           NcclProto p, int64_t bytes);
+NcclEstimate nccl_estimate(const NcclSystem& sys, const NcclComm& comm, compiler::CommKind kind,
+                           NcclAlgo a, NcclProto p, int64_t bytes);
 
 /// Choice stage (topoGetAlgoInfo): the enabled pair with the lowest predicted time, first in
 /// NCCL's (algorithm, protocol) order on ties; FP8 rings over more than 8 ranks are ranked as
@@ -114,7 +113,7 @@ NcclEstimate nccl_estimate(const NcclSystem& sys, const NcclComm& comm, CommKind
 /// If the masks leave nothing for this collective (NCCL would fail with ncclInvalidUsage), the
 /// masks are ignored rather than failing a simulation: the unmasked choice is returned.
 /// `available` is false only for n_ranks <= 1 or a kind that is not an NCCL collective.
-NcclEstimate nccl_choose(const NcclSystem& sys, const NcclComm& comm, CommKind kind, int64_t bytes,
-                         DType dtype);
+NcclEstimate nccl_choose(const NcclSystem& sys, const NcclComm& comm, compiler::CommKind kind,
+                         int64_t bytes, plan::DType dtype);
 
 }  // namespace stretto::cost

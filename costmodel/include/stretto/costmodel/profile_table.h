@@ -66,11 +66,11 @@ struct ProfileSeries {
 /// A parsed table.
 struct ProfileTable {
   // (op, pass, dtype, n, k, batch) -> series over m
-  using ShapeKey = std::tuple<OpKind, Pass, DType, int64_t, int64_t, int64_t>;
+  using ShapeKey = std::tuple<compiler::OpKind, plan::Pass, plan::DType, int64_t, int64_t, int64_t>;
   // (op, pass, dtype) -> series over bytes
-  using BytesKey = std::tuple<OpKind, Pass, DType>;
+  using BytesKey = std::tuple<compiler::OpKind, plan::Pass, plan::DType>;
   // (kind, group_size, nodes) -> series over bytes
-  using CommKey = std::tuple<CommKind, int, int>;
+  using CommKey = std::tuple<compiler::CommKind, int, int>;
 
   std::string file;
   std::string device;
@@ -79,7 +79,7 @@ struct ProfileTable {
   std::map<CommKey, ProfileSeries> collectives;
   /// Optional analytic options measured with the table ("options": {"comm_sm_share": 0.1}),
   /// applied under the plan's own `costmodel` options.
-  Json options = Json::object();
+  plan::Json options = plan::Json::object();
 
   /// Measured or interpolated ns for a compute query; nullopt if its series is absent.
   std::optional<double> kernel_ns(const ComputeQuery& q) const;
@@ -93,9 +93,9 @@ Expected<ProfileTable> parse_profile_table(const std::string& text, const std::s
 Expected<ProfileTable> load_profile_table(const std::string& path);
 
 /// Names used in tables (and accepted when parsing them).
-std::string_view profile_op_name(OpKind k);
-std::string_view profile_pass_name(Pass p);  // F, B, BI, BW, none (the optimizer step)
-std::string_view profile_comm_name(CommKind k);
-std::string_view profile_dtype_name(DType d);
+std::string_view profile_op_name(compiler::OpKind k);
+std::string_view profile_pass_name(plan::Pass p);  // F, B, BI, BW, none (the optimizer step)
+std::string_view profile_comm_name(compiler::CommKind k);
+std::string_view profile_dtype_name(plan::DType d);
 
 }  // namespace stretto::cost

@@ -67,7 +67,7 @@
 #include "stretto/engine/maxmin.h"
 #include "stretto/engine/program.h"
 
-namespace stretto::sim {
+namespace stretto::engine {
 
 /// Checks the structural contract of program.h: ids and ranges in bounds (stream ids below
 /// stream_names.size()), dep_begin never decreasing, deps pointing backwards, a comm spec for
@@ -130,4 +130,4 @@ class Engine {
   std::unique_ptr<State> state_;
 };
 
-}  // namespace stretto::sim
+}  // namespace stretto::engine

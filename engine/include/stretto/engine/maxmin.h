@@ -27,7 +27,7 @@
 #include <span>
 #include <vector>
 
-namespace stretto::sim {
+namespace stretto::engine {
 
 class MaxMin {
  public:
@@ -70,8 +70,6 @@ class MaxMin {
 
   size_t num_links() const { return links_.size(); }
   size_t num_active_flows() const { return active_; }
-  /// Flows currently crossing a link (in an unspecified but deterministic order).
-  std::span<const FlowId> flows_on(uint32_t link) const { return link_flows_[link]; }
   const Stats& stats() const { return stats_; }
 
  private:
@@ -130,4 +128,4 @@ class MaxMin {
   Stats stats_;
 };
 
-}  // namespace stretto::sim
+}  // namespace stretto::engine

@@ -43,7 +43,7 @@
 #include <string>
 #include <vector>
 
-namespace stretto::sim {
+namespace stretto::engine {
 
 using SimTime = int64_t;  // nanoseconds
 
@@ -189,4 +189,4 @@ struct RunResult {
   Stall stall;
 };
 
-}  // namespace stretto::sim
+}  // namespace stretto::engine

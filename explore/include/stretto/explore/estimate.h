@@ -51,7 +51,7 @@ struct Estimate {
 /// Thread-compatible (one per thread), or guarded by the caller.
 class Estimator {
  public:
-  static Expected<Estimator> make(const Plan& plan, const std::string& base_dir = ".");
+  static Expected<Estimator> make(const plan::Plan& plan, const std::string& base_dir = ".");
   /// Estimate for a resolved point; fails for layouts the estimate cannot price (unknown family).
   Expected<Estimate> operator()(const Resolved& r);
 
@@ -70,14 +70,14 @@ class Estimator {
     std::vector<double> layer_param_bytes;  // for ZeRO-3 gathers
   };
   const LayerCosts& costs(int64_t mbs, int tp, int ep, bool sp);
-  double comm_ns(CommKind k, int64_t bytes, int group, int nodes);
+  double comm_ns(compiler::CommKind k, int64_t bytes, int group, int nodes);
 
-  Plan plan_;
+  plan::Plan plan_;
   std::shared_ptr<const cost::CostModel> cm_;
   std::map<std::tuple<int64_t, int, int, bool>, LayerCosts> cache_;
 };
 
 /// One-shot estimate of a plan (builds an Estimator; for sweeps' estimate column).
-Expected<Estimate> estimate(const Plan& plan, const Resolved& r);
+Expected<Estimate> estimate(const plan::Plan& plan, const Resolved& r);
 
 }  // namespace stretto::explore

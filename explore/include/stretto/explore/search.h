@@ -63,29 +63,29 @@ struct SearchResult {
   int64_t global_batch = 0;
   std::vector<PointResult> results;  // simulated candidates, fastest feasible first
   std::optional<PointResult> best;
-  Json best_plan;                    // runnable plan document of `best`
+  plan::Json best_plan;                 // runnable plan document of `best`
   std::optional<PointResult> baseline;  // the fastest feasible Megatron-style default plan
   std::vector<PointResult> baselines;
 };
 
 /// Searches. `base` is a plan document (its model, cluster, cost model and global batch are
 /// kept); `base_dir` resolves profiled tables.
-Expected<SearchResult> search(const Json& base, const std::string& base_dir,
+Expected<SearchResult> search(const plan::Json& base, const std::string& base_dir,
                               const SearchOptions& opt);
 
 /// The report of `stretto search --format json` for a search on `devices` devices: the counts
 /// and times, `best` and `megatron_default` (point_json rows or null),
 /// `speedup_vs_megatron_default`, and the next ten simulated candidates as `runners_up`.
-Json search_json(const SearchResult& r, int devices);
+plan::Json search_json(const SearchResult& r, int devices);
 
 /// The points `search` enumerates (parameters as in a sweep point), for comparing with a full
 /// grid sweep over the same space.
-Expected<std::vector<Json>> search_space(const Json& base, const SearchOptions& opt);
+Expected<std::vector<plan::Json>> search_space(const plan::Json& base, const SearchOptions& opt);
 
 /// Megatron-style default plans for N devices: 1F1B, distributed optimizer (ZeRO-1), microbatch
 /// size 1, 25 MB buckets, EP = DP for MoE models, TP = 1 (Megatron-LM's default) or a whole node
 /// (8, fewer when the heads do not divide; sequence parallel on), PP = 1, 2, 4, ... The
 /// search's baseline is the fastest of them that fits.
-std::vector<Json> megatron_defaults(const Json& base, int devices);
+std::vector<plan::Json> megatron_defaults(const plan::Json& base, int devices);
 
 }  // namespace stretto::explore

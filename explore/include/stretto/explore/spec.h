@@ -29,7 +29,7 @@ namespace stretto::explore {
 
 struct Axis {
   std::string name;         // "family", "layout", "/cluster/inter_node/bandwidth_GBps", ...
-  std::vector<Json> values;  // "layout": objects {tp, pp, dp[, ep]}
+  std::vector<plan::Json> values;  // "layout": objects {tp, pp, dp[, ep]}
 };
 
 /// The most devices a point's layout (tp x pp x dp) may use: the layout's own dp bound.
@@ -39,7 +39,7 @@ struct SweepSpec {
   std::string file;       // the spec's path (for messages)
   std::string base_path;  // the base plan's path as written in the spec
   std::string base_dir;   // directory of the base plan (profiled cost tables resolve there)
-  Json base;              // the base plan document
+  plan::Json base;        // the base plan document
   std::vector<Axis> axes;
   std::vector<Expr> constraints;
   std::optional<size_t> sample_n;  // seeded random sample of the pruned grid
@@ -50,25 +50,23 @@ struct SweepSpec {
   sim::Granularity granularity = sim::Granularity::kOp;
   /// The spec with the base plan inlined, canonical: stored in the database (a database
   /// belongs to one spec) and enough to rebuild any point's plan.
-  Json canonical;
+  plan::Json canonical;
   std::string hash;  // of `canonical`
 };
 
 /// Parses a spec file (the base plan path is relative to the spec's directory).
 Expected<SweepSpec> load_spec(const std::string& path);
 /// Parses a spec document. `dir` resolves the base plan path.
-Expected<SweepSpec> parse_spec(const JsonSource& src, const std::string& dir);
-/// Rebuilds a spec from its canonical form (as stored in a results database).
-Expected<SweepSpec> spec_from_canonical(const Json& canonical, const std::string& base_dir);
+Expected<SweepSpec> parse_spec(const plan::JsonSource& src, const std::string& dir);
 
 struct Point {
-  Json params;       // flat object: axis name -> value (layout expanded into tp, pp, dp, ep)
+  plan::Json params;  // flat object: axis name -> value (layout expanded into tp, pp, dp, ep)
   std::string hash;  // point_hash(params)
 };
 
 /// FNV-1a 64 of the canonical JSON dump (keys sorted) + fmix64, as 16 lowercase hex digits.
-std::string stable_hash(const Json& j);
-inline std::string point_hash(const Json& params) {
+std::string stable_hash(const plan::Json& j);
+inline std::string point_hash(const plan::Json& params) {
   return stable_hash(params);
 }
 
@@ -97,7 +95,7 @@ struct Resolved {
   double bucket_size_MB = 25;
   std::string recompute = "none";  // none | selective | full
   std::string streams = "separate";  // separate | shared
-  Json prefetch;                     // null: not set
+  plan::Json prefetch;               // null: not set
   bool sequence_parallel = false;
   std::vector<std::string> order = {"tp", "dp", "pp"};  // rank order, innermost first
   bool reshard_after_forward = true;  // ZeRO-3: free gathered parameters after the forward
@@ -113,39 +111,39 @@ struct Resolved {
 /// its expanded builder call), read once per spec and passed to resolve_from() /
 /// bindings_from() when many points share the base. A base the parser refuses is an error
 /// with the parser's diagnostics (never a silent default).
-Expected<Resolved> base_defaults(const Json& base_plan);
+Expected<Resolved> base_defaults(const plan::Json& base_plan);
 /// base_defaults + resolve_from; a point value of the wrong type is an error.
-Expected<Resolved> resolve(const Json& base_plan, const Json& params);
-Expected<Resolved> resolve_from(Resolved defaults, const Json& params);
+Expected<Resolved> resolve(const plan::Json& base_plan, const plan::Json& params);
+Expected<Resolved> resolve_from(Resolved defaults, const plan::Json& params);
 
 /// Checks one value of a known axis with the plan parser's rules and words (the diagnostic
 /// `simulate` gives for the same value in a plan), located at `pointer` of the spec.
-std::optional<Diagnostic> check_axis_value(const std::string& axis, const Json& value);
+std::optional<Diagnostic> check_axis_value(const std::string& axis, const plan::Json& value);
 
 /// Constraint bindings of a point: its parameters plus devices, global_batch, stages.
-Expected<Bindings> bindings_of(const Json& base_plan, const Json& params);
-Expected<Bindings> bindings_from(const Resolved& defaults, const Json& params);
+Expected<Bindings> bindings_of(const plan::Json& base_plan, const plan::Json& params);
+Expected<Bindings> bindings_from(const Resolved& defaults, const plan::Json& params);
 
 /// The plan document of a point: the resolved base plus the point's edits. A point that sets
 /// every schedule value to the base's own leaves the schedule as written; on a base with the
 /// layout shorthand, a point the shorthand can express edits the builder call (keeping the
 /// layout's order); otherwise the schedule is regenerated (layout_schedule). The plan's
 /// `name` says which point it is. Diagnostics say why the point is invalid.
-Expected<Json> point_plan(const Json& base_plan, const Json& params);
+Expected<plan::Json> point_plan(const plan::Json& base_plan, const plan::Json& params);
 /// A point's plan document together with its resolved values (the base resolved once, plus
 /// the point's edits), which the estimator and constraints use without resolving again.
 struct PointPlan {
-  Json doc;
+  plan::Json doc;
   Resolved resolved;
 };
-Expected<PointPlan> resolve_point(const Json& base_plan, const Json& params);
+Expected<PointPlan> resolve_point(const plan::Json& base_plan, const plan::Json& params);
 /// "<base name> (sweep point: family=1f1b, zero=2)": the `name` point_plan writes.
-std::string point_name(const Json& base_plan, const Json& params);
+std::string point_name(const plan::Json& base_plan, const plan::Json& params);
 
 /// Layout directives for tp x pp x dp (x ep) with a builder family: the `schedule` value of a
 /// plan (a builder call) and the number of PP regions the model must be cut into.
 struct GeneratedSchedule {
-  Json schedule;
+  plan::Json schedule;
   int pp_regions = 1;
 };
 Expected<GeneratedSchedule> layout_schedule(const Resolved& r);

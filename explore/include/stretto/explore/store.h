@@ -29,7 +29,7 @@ namespace stretto::explore {
 /// One finished point.
 struct PointResult {
   std::string hash;
-  Json params;
+  plan::Json params;
   std::string status;      // "ok", "over_capacity" (simulated, infeasible), "invalid"
   std::string diagnostic;  // invalid: why; over_capacity: which device exceeds what
   double wall_ms = 0;      // compile + simulate, this point
@@ -55,7 +55,7 @@ class Store {
  public:
   /// Opens (creating if needed) a database for `spec_canonical`/`spec_hash`. An existing
   /// database made for another spec is refused with a diagnostic.
-  static Expected<Store> open(const std::string& path, const Json& spec_canonical,
+  static Expected<Store> open(const std::string& path, const plan::Json& spec_canonical,
                               const std::string& spec_hash, const std::string& shard);
   /// Opens an existing database (for merge and reports).
   static Expected<Store> open_existing(const std::string& path);
@@ -71,7 +71,7 @@ class Store {
   Expected<std::vector<PointResult>> rows() const;
   std::optional<PointResult> row(const std::string& hash) const;
   size_t count() const;
-  Json spec() const;
+  plan::Json spec() const;
   std::string spec_hash() const;
   std::string meta(const std::string& key) const;
   /// Takes the database's runner lock (an flock on PATH.lock, released when the process ends,

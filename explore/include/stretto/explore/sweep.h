@@ -22,14 +22,15 @@ namespace stretto::explore {
 
 /// The fields of `stretto simulate --format json` for one result (sim::metrics_json), with
 /// `over_capacity` (per device and overall) judged against `memory_cap_GiB`, and the cap.
-Json result_json(const CompiledPlan& cp, const sim::Result& r, double memory_cap_GiB);
+plan::Json result_json(const compiler::CompiledPlan& cp, const sim::Result& r,
+                       double memory_cap_GiB);
 /// The same object as JSON text, written directly (a sweep stores one per point; building the
 /// Json and dumping it cost more than compiling the point's order): Json::parse of it equals
 /// result_json(), and its text is result_json().dump()'s, up to how equal doubles are spelled.
-std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
+std::string result_json_text(const compiler::CompiledPlan& cp, const sim::Result& r,
                              double memory_cap_GiB);
 /// The same, with the result's pipeline metrics (sim::pipeline_metrics) already computed.
-std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
+std::string result_json_text(const compiler::CompiledPlan& cp, const sim::Result& r,
                              const sim::PipelineMetrics& pm, double memory_cap_GiB);
 
 /// What evaluate_point may reuse between the points that one thread evaluates: the analytic
@@ -38,7 +39,7 @@ std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
 struct EvalCache {
   /// The plan `estimator` was made for, less what the estimator takes per point (the
   /// schedule, the name, model.microbatch_size and model.pp_regions): estimate_key().
-  Json key;
+  plan::Json key;
   std::optional<Estimator> estimator;
 };
 
@@ -78,7 +79,7 @@ Expected<Progress> run_sweep(const SweepSpec& spec, const Grid& grid, Store& sto
 /// One finished point as `stretto sweep --format json` lists it: hash, params, status,
 /// wall_ms, the diagnostic (when there is one), and for simulated points `metrics` (the
 /// stored `simulate --format json` object) and `estimate` (step_time_ms, peak_memory_bytes).
-Json point_json(const PointResult& r);
+plan::Json point_json(const PointResult& r);
 
 /// Pareto front of step time against peak memory over feasible points: indices into `rows`,
 /// by increasing step time. A point is on it when no other feasible point is at least as fast

@@ -12,7 +12,7 @@
 
 namespace stretto::gui {
 
-using sim::SimTime;
+using engine::SimTime;
 
 /// What an op is, for its colour: the compute passes and the communication kinds.
 enum class OpClass : uint8_t {
@@ -30,7 +30,7 @@ enum class OpClass : uint8_t {
   kCount
 };
 std::string_view op_class_name(OpClass c);
-OpClass op_class(const CompiledPlan& cp, const sim::Result& r, uint32_t task);
+OpClass op_class(const compiler::CompiledPlan& cp, const sim::Result& r, uint32_t task);
 
 struct Op {
   SimTime start = 0, end = 0;
@@ -69,7 +69,7 @@ struct Timeline {
 };
 
 /// Lanes of every simulated (device, stream); barriers are left out (zero-time joins).
-Timeline build_timeline(const sim::Result& r, const CompiledPlan& cp);
+Timeline build_timeline(const sim::Result& r, const compiler::CompiledPlan& cp);
 
 /// A box to draw: one op, or a run of `count` > 1 ops merged because they are narrower than
 /// a pixel and less than a pixel apart (its class: the one covering most of the run's time,
@@ -103,7 +103,7 @@ bool search_match(std::string_view text, const std::vector<std::string>& words);
 /// Lower-cased text a DAG node is searched by: its name (tags, model op, communication kind
 /// and purpose, devices), e.g. "pp1 layer19 mb5 f (layer19.mlp.up) on device 1",
 /// "all-gather param-gather pp0 mb2 f (...) on devices [0,4]".
-std::string search_text(const CompiledPlan& cp, uint32_t node);
+std::string search_text(const compiler::CompiledPlan& cp, uint32_t node);
 
 /// Index of the op of `lane` under time `t` (within `slack` ns), or -1.
 long op_at(const Lane& lane, double t, double slack);

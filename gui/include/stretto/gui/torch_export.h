@@ -1,7 +1,5 @@
 #pragma once
-// The plan's pipeline schedule as torch.distributed.pipelining's CSV action table. Its own
-// header and file: torch_csv.h and dag.h both define a stretto::CommKind, so no file may
-// include both.
+// The plan's pipeline schedule as torch.distributed.pipelining's CSV action table.
 
 #include <string>
 #include <vector>
@@ -12,6 +10,6 @@ namespace stretto::gui {
 
 /// place + split + order directives read back (schedule_from_directives) and written as
 /// torch's CSV; diagnostics when they are not one pipeline schedule.
-Expected<std::string> torch_csv_of(const std::vector<Directive>& directives);
+Expected<std::string> torch_csv_of(const std::vector<plan::Directive>& directives);
 
 }  // namespace stretto::gui

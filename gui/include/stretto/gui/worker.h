@@ -55,8 +55,6 @@ class SimWorker {
   std::optional<Outcome> take();
   /// True while a request is queued or running.
   bool busy() const;
-  /// Blocks until idle (tests and scripts only; the UI never calls it).
-  void wait_idle();
   /// Phase and fraction of the running simulation ("" when idle).
   std::pair<std::string, double> progress() const;
   /// Requests submitted, replaced while queued (never run), and run so far.
@@ -80,7 +78,7 @@ class SimWorker {
   };
   void loop();
   mutable std::mutex mu_;
-  std::condition_variable cv_, idle_cv_;
+  std::condition_variable cv_;
   std::optional<Request> queued_;
   std::optional<Outcome> done_;
   bool running_ = false, stop_ = false;

@@ -33,7 +33,7 @@
 #include "stretto/plan/plan.h"
 #include "stretto/plan/tags.h"
 
-namespace stretto {
+namespace stretto::pipelines {
 
 /// Compute kinds. `kB` is the *full* backward (input + weight grads).
 enum class ActionKind : uint8_t { kF, kB, kI, kW };
@@ -41,9 +41,9 @@ enum class ActionKind : uint8_t { kF, kB, kI, kW };
 /// 'F', 'B', 'I', 'W'.
 char action_kind_char(ActionKind k);
 /// F -> F, B -> B, I -> BI, W -> BW.
-Pass action_kind_pass(ActionKind k);
+plan::Pass action_kind_pass(ActionKind k);
 /// Inverse of action_kind_pass; nullopt for Pass::kNone.
-std::optional<ActionKind> action_kind_from_pass(Pass p);
+std::optional<ActionKind> action_kind_from_pass(plan::Pass p);
 
 /// One compute action of one stage on one microbatch.
 struct Action {
@@ -156,23 +156,23 @@ Diagnostics validate_schedule(const PipelineSchedule& s, const SlotLocator& loca
 /// only name rank devices (rank r = devices of PP=r) and are replaced.
 /// Generated directives get index = position and pointer "/schedule/<index>" (their filters
 /// share the directive's pointer).
-Expected<std::vector<Directive>> schedule_to_directives(const PipelineSchedule& s,
-                                                        const std::vector<Directive>& base = {});
+Expected<std::vector<plan::Directive>> schedule_to_directives(
+    const PipelineSchedule& s, const std::vector<plan::Directive>& base = {});
 
 /// Reads place + split + order directives back into a schedule (for export). The rank of a
 /// stage is the index of its device list among the distinct stage device lists, ordered by
 /// first device. Every order filter must name one PP, one MB and a PASS. The result is
 /// validated.
-Expected<PipelineSchedule> schedule_from_directives(const std::vector<Directive>& ds);
+Expected<PipelineSchedule> schedule_from_directives(const std::vector<plan::Directive>& ds);
 
 /// Expands a plan's `"schedule": {"builder": ...}` into directives (called by the compiler).
 /// `ranks` <= 0 is inferred from the base's stage placement. Because BuilderCall defaults
 /// `stages_per_rank` to 1, a 1 means "family default" for the two-chunk families (zb-v,
 /// dualpipe, dualpipev). Diagnostics carry JSON pointers under `call.pointer`.
-Expected<std::vector<Directive>> expand_builder(const BuilderCall& call);
+Expected<std::vector<plan::Directive>> expand_builder(const plan::BuilderCall& call);
 
 /// Compact text grid: one row per rank, one fixed-width cell per slot ("F3", "B3", "I3", "W3";
 /// "1F3" when ranks hold several stages; "F3|B1" for an overlapped pair; "." for idle).
 std::string show_grid(const PipelineSchedule& s);
 
-}  // namespace stretto
+}  // namespace stretto::pipelines

@@ -23,7 +23,7 @@
 #include "stretto/pipelines/builders.h"
 #include "stretto/support/diag.h"
 
-namespace stretto {
+namespace stretto::pipelines {
 
 /// Parses CSV text. `file` is used in diagnostic locations (row = line, column of the cell).
 Expected<PipelineSchedule> parse_torch_csv(std::string_view text,
@@ -34,13 +34,13 @@ Expected<PipelineSchedule> load_torch_csv(const std::string& path);
 /// Compute-only CSV, one line per rank ("\n" line ends, no quoting needed).
 std::string write_torch_csv(const PipelineSchedule& s);
 
-enum class CommKind : uint8_t { kSendF, kRecvF, kSendB, kRecvB };
+enum class TorchCommOp : uint8_t { kSendF, kRecvF, kSendB, kRecvB };
 
 /// One entry of a lowered (compute + comms) rank list: a compute slot or a send/recv.
 struct LoweredOp {
   bool is_comm = false;
   Slot compute;                      // when !is_comm (never idle)
-  CommKind comm = CommKind::kSendF;  // when is_comm
+  TorchCommOp comm = TorchCommOp::kSendF;  // when is_comm
   int stage = 0;                     // stage of the comm action (torch's convention)
   int mb = 0;
 
@@ -56,4 +56,4 @@ Expected<std::vector<std::vector<LoweredOp>>> add_send_recv(const PipelineSchedu
 /// Compute + comms CSV (`add_send_recv` rendered one row per rank).
 Expected<std::string> write_torch_csv_with_comms(const PipelineSchedule& s);
 
-}  // namespace stretto
+}  // namespace stretto::pipelines

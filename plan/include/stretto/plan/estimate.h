@@ -18,7 +18,7 @@
 #include "stretto/support/diag.h"
 #include "stretto/plan/plan.h"
 
-namespace stretto {
+namespace stretto::plan {
 
 class JsonSource;
 
@@ -64,4 +64,4 @@ Diagnostics check_memory_budget(const Plan& plan, const JsonSource* src, bool fo
 /// text) is estimated above the memory budget.
 Diagnostics check_schedule_budget(int ranks, int stages_per_rank, int microbatches);
 
-}  // namespace stretto
+}  // namespace stretto::plan

@@ -18,7 +18,7 @@
 
 #include "stretto/support/diag.h"
 
-namespace stretto {
+namespace stretto::plan {
 
 using Json = nlohmann::json;
 
@@ -78,4 +78,4 @@ void erase_at(Json& doc, const std::string& pointer);
 /// Escapes a key for use in a JSON pointer ("~" -> "~0", "/" -> "~1").
 std::string pointer_escape(std::string_view key);
 
-}  // namespace stretto
+}  // namespace stretto::plan

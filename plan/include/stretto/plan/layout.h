@@ -20,7 +20,7 @@
 #include "stretto/support/diag.h"
 #include "stretto/plan/plan.h"
 
-namespace stretto {
+namespace stretto::plan {
 
 class JsonSource;
 
@@ -31,4 +31,4 @@ std::optional<Layout> parse_layout(const JsonSource& src, const std::string& poi
 /// The device of (tp, dp, pp) coordinates under `layout.order`.
 int layout_device(const Layout& layout, int tp, int dp, int pp);
 
-}  // namespace stretto
+}  // namespace stretto::plan

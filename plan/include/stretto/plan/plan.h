@@ -16,7 +16,7 @@
 #include "stretto/plan/json_source.h"
 #include "stretto/plan/tags.h"
 
-namespace stretto {
+namespace stretto::plan {
 
 enum class DType : uint8_t { kFP32, kBF16, kFP16, kFP8 };
 int dtype_bytes(DType d);
@@ -237,14 +237,9 @@ std::string plan_name(const JsonSource& src);
 /// Parses one directive list (a JSON array), e.g. a `--base` file or builder output.
 Expected<std::vector<Directive>> parse_directives(const JsonSource& src,
                                                   const std::string& pointer);
-/// Parses one filter object at `pointer`.
-Expected<Filter> parse_filter(const JsonSource& src, const std::string& pointer);
 
 /// Serialises directives back to the plan's JSON form (round-trips through parse_directives).
 Json directives_to_json(const std::vector<Directive>& ds);
 Json filter_to_json(const Filter& f);
 
-/// Cluster presets with published peak numbers; applies them before overrides.
-std::vector<std::string> cluster_preset_names();
-
-}  // namespace stretto
+}  // namespace stretto::plan

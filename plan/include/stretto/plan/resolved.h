@@ -31,7 +31,7 @@
 #include "stretto/plan/plan.h"
 #include "stretto/plan/schema.h"
 
-namespace stretto {
+namespace stretto::plan {
 
 /// One resolved value (see the header comment).
 struct ResolvedField {
@@ -85,4 +85,4 @@ struct ResolvedPlan {
 ResolvedPlan resolve_structure(const Plan& plan, const std::vector<Directive>& directives,
                                const JsonSource* src = nullptr);
 
-}  // namespace stretto
+}  // namespace stretto::plan

@@ -27,7 +27,7 @@
 
 #include "stretto/plan/json_source.h"
 
-namespace stretto {
+namespace stretto::plan {
 
 /// Where a resolved value came from (resolved.h); for a schema key, where it comes from when
 /// the plan leaves it out.
@@ -129,4 +129,4 @@ std::string plan_schema_markdown();
 /// markdown_sections() the doc has no markers for, returns "" and sets `error`.
 std::string splice_schema_tables(std::string_view doc, std::string* error);
 
-}  // namespace stretto
+}  // namespace stretto::plan

@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-namespace stretto {
+namespace stretto::plan {
 
 enum class Pass : uint8_t { kNone, kF, kB, kBI, kBW };
 std::string_view pass_name(Pass p);  // "F", "B", "BI", "BW", "-"
@@ -73,4 +73,4 @@ struct Filter {
   std::string str() const;
 };
 
-}  // namespace stretto
+}  // namespace stretto::plan

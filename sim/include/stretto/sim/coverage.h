@@ -27,18 +27,18 @@ struct TableCoverage {
 };
 
 /// Coverage of the plan's queries (CostQueries, as the simulator asks them) by `table`.
-TableCoverage table_coverage(const CompiledPlan& cp, const cost::ProfileTable& table);
+TableCoverage table_coverage(const compiler::CompiledPlan& cp, const cost::ProfileTable& table);
 /// The coverage of a plan whose cost model is `profiled`, by its table (read again from
 /// cp.plan.costmodel.profile, as the plan resolved it); nullopt for other cost models or a
 /// table that cannot be read (the cost model reports that).
-std::optional<TableCoverage> profiled_coverage(const CompiledPlan& cp);
+std::optional<TableCoverage> profiled_coverage(const compiler::CompiledPlan& cp);
 
 /// Coverage under which `validate` warns (percent of the plan's ops and collectives).
 inline constexpr double kLowCoveragePercent = 90.0;
 
 /// {"ops": N, "ops_measured": M, "collectives": ..., "percent": ..., "ops_fell_back": [...],
 /// "collectives_fell_back": [...]}
-Json coverage_json(const TableCoverage& c);
+plan::Json coverage_json(const TableCoverage& c);
 /// Two or three lines for people, each starting with `indent`.
 std::string coverage_text(const TableCoverage& c, const std::string& indent);
 

@@ -32,9 +32,9 @@ struct CriticalPathSummary {
   /// time is its ops' shares (their durations and the gaps before them).
   struct Cell {
     int32_t stage = -1;
-    Pass pass = Pass::kNone;
+    plan::Pass pass = plan::Pass::kNone;
     std::string kind;
-    SimTime time = 0;
+    engine::SimTime time = 0;
     size_t ops = 0;
   };
   /// A stretch of the path: consecutive steps [first, last] of one region pass (stage,
@@ -43,27 +43,27 @@ struct CriticalPathSummary {
     size_t first = 0, last = 0;  // indices into the path
     int device = -1;
     std::string what;  // "F mb3 PP1", or the communication op's name
-    SimTime start = 0, end = 0;
-    SimTime time = 0;  // its share of the step (end minus the end of the step before it)
+    engine::SimTime start = 0, end = 0;
+    engine::SimTime time = 0;  // its share of the step (end minus the end of the step before it)
     PathWait wait = PathWait::kStart;  // what its first step waited for
   };
   size_t steps = 0;
-  SimTime step_time = 0;  // end of the path's last op
+  engine::SimTime step_time = 0;  // end of the path's last op
   CriticalPathBreakdown breakdown;
   std::vector<Cell> cells;        // longest first
   std::vector<Segment> top;       // longest first, at most `top` of them
   size_t segments = 0;            // all segments of the path
-  std::array<SimTime, kPathWaits> waited_time{};  // by PathWait: the shares reached that way
+  std::array<engine::SimTime, kPathWaits>
+      waited_time{};                              // by PathWait: the shares reached that way
   std::array<size_t, kPathWaits> waited_links{};  // by PathWait: how many links
 };
 
-CriticalPathSummary summarize_critical_path(const CompiledPlan& cp, const Result& r,
-                                            const std::vector<CriticalStep>& path,
-                                            size_t top = 20);
+CriticalPathSummary summarize_critical_path(const compiler::CompiledPlan& cp, const Result& r,
+                                            const std::vector<CriticalStep>& path, size_t top = 20);
 
 /// `critical_path_summary` (cells, top segments, waits, in ms) and
 /// `critical_path_breakdown_ms`; with `full`, `critical_path` too: every step.
-nlohmann::json critical_path_json(const CompiledPlan& cp, const Result& r,
+nlohmann::json critical_path_json(const compiler::CompiledPlan& cp, const Result& r,
                                   const std::vector<CriticalStep>& path, bool full,
                                   size_t top = 20);
 

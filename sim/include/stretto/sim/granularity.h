@@ -36,22 +36,21 @@ std::optional<Granularity> parse_granularity(std::string_view s);
 
 /// A coarse program and how its tasks map to the op-level program's.
 struct PassProgram {
-  Program program;                   // the coarse program (no counters; a merged task's node
+  engine::Program program;           // the coarse program (no counters; a merged task's node
                                      // is its first op's)
   std::vector<uint32_t> task_of;     // by op task: the coarse task that runs it
   std::vector<uint32_t> member_begin;  // by coarse task (+ end): its op tasks in `members`
   std::vector<uint32_t> members;       // op tasks, in run order
-  size_t merged_tasks() const { return program.tasks.size(); }
 };
 
 /// Merges the ops of `ops` (a build_program result for `cp`) into region-pass tasks (above).
-PassProgram coarsen_to_passes(const CompiledPlan& cp, const Program& ops);
+PassProgram coarsen_to_passes(const compiler::CompiledPlan& cp, const engine::Program& ops);
 
 /// Op-level timings from a run of `pp.program`: a merged task's ops run back to back from its
 /// start, each for its share of the merged task's time in proportion to its work (exactly its
 /// work when the merged task ran at full rate).
-std::vector<TaskTiming> expand_timing(const PassProgram& pp, const Program& ops,
-                                      const std::vector<TaskTiming>& coarse);
+std::vector<engine::TaskTiming> expand_timing(const PassProgram& pp, const engine::Program& ops,
+                                              const std::vector<engine::TaskTiming>& coarse);
 
 }  // namespace stretto::sim
 
@@ -61,7 +60,8 @@ namespace stretto::sim {
 /// them: each task's effects at its start and end, sampled per device at the end of each
 /// instant; the first peak of the total with the counters then; curves only with `curves`.
 /// Tasks that never started (start < 0) have no effects. Empty when `ops` has no counters.
-std::vector<DeviceCounters> op_counters(const Program& ops, const std::vector<TaskTiming>& timing,
-                                        bool curves);
+std::vector<engine::DeviceCounters> op_counters(const engine::Program& ops,
+                                                const std::vector<engine::TaskTiming>& timing,
+                                                bool curves);
 
 }  // namespace stretto::sim

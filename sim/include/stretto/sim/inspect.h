@@ -20,7 +20,7 @@ namespace stretto::sim {
 /// each instant `t` in which it changed; the first sample is at t = 0. The totals equal
 /// DeviceMetrics::memory's at the same instants.
 struct CategorySample {
-  SimTime t = 0;
+  engine::SimTime t = 0;
   std::array<int64_t, kMemCategories> bytes{};
   int64_t total() const {
     int64_t s = 0;
@@ -29,7 +29,7 @@ struct CategorySample {
   }
 };
 /// Empty for a device that was not simulated (a folded replica: use its representative).
-std::vector<CategorySample> memory_by_category(const CompiledPlan& cp, const Result& r,
+std::vector<CategorySample> memory_by_category(const compiler::CompiledPlan& cp, const Result& r,
                                                int device);
 
 /// Why an op did not start earlier than it did: what it waited for after its lane (its
@@ -47,10 +47,11 @@ std::string_view wait_cause_name(WaitCause c);
 
 struct Wait {
   WaitCause cause = WaitCause::kNone;
-  SimTime ready = 0;             // when the binding constraint was met
+  engine::SimTime ready = 0;      // when the binding constraint was met
   uint32_t blocker = UINT32_MAX;  // the task waited for (kInput/kTransfer/kCollective/kOrder)
 };
 /// The cause of the gap [lane_free, start of `task`).
-Wait wait_cause(const CompiledPlan& cp, const Result& r, uint32_t task, SimTime lane_free);
+Wait wait_cause(const compiler::CompiledPlan& cp, const Result& r, uint32_t task,
+                engine::SimTime lane_free);
 
 }  // namespace stretto::sim

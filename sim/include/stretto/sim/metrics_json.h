@@ -20,14 +20,16 @@ namespace stretto::sim {
 /// exposed_comm_ms_per_device, exposed_collectives_ms_per_device, mfu, tokens_per_s, model_flops, events, sim_wall_ms,
 /// folded_replicas, not_modelled, costmodel, peak_memory_bytes and peak_memory_time_ms (of the
 /// device with the largest peak), over_capacity (any device over its memory), and `devices`.
-nlohmann::json metrics_json(const CompiledPlan& cp, const Result& r, const PipelineMetrics& pm);
+nlohmann::json metrics_json(const compiler::CompiledPlan& cp, const Result& r,
+                            const PipelineMetrics& pm);
 
 /// The whole object `stretto simulate --format json` prints (the CLI and the Python module):
 /// metrics_json, `table_coverage` for a plan under a profiled cost model (coverage.h), and with
 /// a critical path (`--critical-path`) the fields of critical_path_json (critical_path.h): the
 /// summary, or every op with `full_path` (`--critical-path=full`).
-nlohmann::json simulate_json(const CompiledPlan& cp, const Result& r, const PipelineMetrics& pm,
-                             const std::vector<CriticalStep>* path, bool full_path = false);
+nlohmann::json simulate_json(const compiler::CompiledPlan& cp, const Result& r,
+                             const PipelineMetrics& pm, const std::vector<CriticalStep>* path,
+                             bool full_path = false);
 
 /// The device with the largest memory peak (the first of them); null without devices.
 inline const DeviceMetrics* largest_peak(const Result& r) {
@@ -43,9 +45,9 @@ inline const DeviceMetrics* largest_peak(const Result& r) {
 /// writer for the nested object. `over_capacity`: whether any device is over its capacity
 /// (callers judge it against different caps).
 template <typename W>
-void step_fields(W& w, const CompiledPlan& cp, const Result& r, const PipelineMetrics& pm,
+void step_fields(W& w, const compiler::CompiledPlan& cp, const Result& r, const PipelineMetrics& pm,
                  bool over_capacity) {
-  auto ms = [](SimTime ns) { return static_cast<double>(ns) / 1e6; };
+  auto ms = [](engine::SimTime ns) { return static_cast<double>(ns) / 1e6; };
   w.string("plan", cp.plan.file);
   w.number("step_time_ms", ms(r.step_time));
   w.number("bubble_ratio", r.bubble_ratio);
@@ -59,10 +61,11 @@ void step_fields(W& w, const CompiledPlan& cp, const Result& r, const PipelineMe
   w.integer("events", r.events);
   w.number("sim_wall_ms", r.sim_wall_ms);
   w.boolean("folded_replicas", r.folded);
-  w.strings("not_modelled", unmodelled_effects(cp));
-  w.string("costmodel", cp.plan.costmodel.kind == CostModelSpec::Kind::kFixed      ? "fixed"
-                        : cp.plan.costmodel.kind == CostModelSpec::Kind::kProfiled ? "profiled"
-                                                                                   : "analytic");
+  w.strings("not_modelled", compiler::unmodelled_effects(cp));
+  w.string("costmodel", cp.plan.costmodel.kind == plan::CostModelSpec::Kind::kFixed ? "fixed"
+                        : cp.plan.costmodel.kind == plan::CostModelSpec::Kind::kProfiled
+                            ? "profiled"
+                            : "analytic");
   const DeviceMetrics* worst = largest_peak(r);
   w.integer("peak_memory_bytes", worst ? worst->peak_memory : int64_t{0});
   w.number("peak_memory_time_ms", worst ? ms(worst->peak_time) : 0.0);
@@ -72,7 +75,7 @@ void step_fields(W& w, const CompiledPlan& cp, const Result& r, const PipelineMe
 /// One element of `devices`, written through `w` (as step_fields).
 template <typename W>
 void device_fields(W& w, const DeviceMetrics& d, const DevicePipeline& dp, bool over_capacity) {
-  auto ms = [](SimTime ns) { return static_cast<double>(ns) / 1e6; };
+  auto ms = [](engine::SimTime ns) { return static_cast<double>(ns) / 1e6; };
   w.integer("id", d.id);
   w.number("busy_ms", ms(d.busy));
   w.number("bubble_ms", ms(d.bubble));

@@ -31,12 +31,14 @@ namespace stretto::sim {
 
 struct DevicePipeline {
   bool computes = false;  // runs at least one compute op
-  SimTime first_start = 0, last_end = 0;
-  SimTime compute = 0;  // union of the compute op intervals
+  engine::SimTime first_start = 0, last_end = 0;
+  engine::SimTime compute = 0;  // union of the compute op intervals
   /// Collectives running while no compute runs: over the step, and inside the compute span.
-  SimTime exposed_collectives = 0, exposed_collectives_in_span = 0;
+  engine::SimTime exposed_collectives = 0, exposed_collectives_in_span = 0;
   /// Pipeline bubble: the span's time with neither compute nor an exposed collective.
-  SimTime idle() const { return (last_end - first_start) - compute - exposed_collectives_in_span; }
+  engine::SimTime idle() const {
+    return (last_end - first_start) - compute - exposed_collectives_in_span;
+  }
 };
 
 struct PipelineMetrics {
@@ -48,6 +50,6 @@ struct PipelineMetrics {
   int largest_bubble_device = -1;
 };
 
-PipelineMetrics pipeline_metrics(const CompiledPlan& cp, const Result& r);
+PipelineMetrics pipeline_metrics(const compiler::CompiledPlan& cp, const Result& r);
 
 }  // namespace stretto::sim

@@ -21,14 +21,14 @@ inline constexpr size_t kMemCategories = 7;  // params, grads, optimizer + dag.h
 std::string_view memory_category_name(size_t i);
 
 /// A point of a device's allocated-memory curve: `total` bytes after the changes at `t`.
-using MemorySample = CounterSample;
+using MemorySample = engine::CounterSample;
 
 struct DeviceMetrics {
   int id = 0;
-  SimTime busy = 0, bubble = 0, exposed_comm = 0, comm = 0;
+  engine::SimTime busy = 0, bubble = 0, exposed_comm = 0, comm = 0;
   double bubble_ratio = 0;
   int64_t peak_memory = 0;
-  SimTime peak_time = 0;
+  engine::SimTime peak_time = 0;
   std::array<int64_t, kMemCategories> breakdown{};  // at the peak
   std::vector<MemorySample> memory;                 // the allocated-bytes curve (empty when folded)
   bool folded = false;      // metrics copied from an identical replica (replica folding)
@@ -47,17 +47,17 @@ inline constexpr size_t kPathWaits = 6;
 struct CriticalStep {
   uint32_t task = 0;
   std::string what;  // user-facing name of the op
-  TaskKind kind = TaskKind::kCompute;
+  engine::TaskKind kind = engine::TaskKind::kCompute;
   int device = -1;
-  SimTime start = 0, end = 0;
+  engine::SimTime start = 0, end = 0;
   std::string waited_for;  // "data from ...", "stream order", "rendezvous with device 3", ...
   PathWait wait = PathWait::kStart;
 };
 
 struct Result {
-  SimTime step_time = 0;
+  engine::SimTime step_time = 0;
   double bubble_ratio = 0;
-  SimTime exposed_comm = 0;  // sum over devices
+  engine::SimTime exposed_comm = 0;  // sum over devices
   double mfu = 0;
   double tokens_per_s = 0;
   double model_flops = 0;
@@ -72,15 +72,15 @@ struct Result {
   } phases;
   bool folded = false;
   // Engine-level detail, for traces, the GUI and the critical path.
-  Program program;
-  std::vector<TaskTiming> timing;  // by task id
+  engine::Program program;
+  std::vector<engine::TaskTiming> timing;  // by task id
 
   /// DAG node of a task.
   uint32_t node_of(uint32_t task) const { return program.tasks[task].node; }
   /// Primary device of a task (compute: its device; comm: its first simulated member); -1 for
   /// a barrier.
   int device_of(uint32_t task) const {
-    const Task& t = program.tasks[task];
+    const engine::Task& t = program.tasks[task];
     return t.part_count > 0 ? static_cast<int>(program.participants[t.part_begin].device) : -1;
   }
 };

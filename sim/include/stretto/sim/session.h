@@ -44,8 +44,8 @@ struct SimOptions {
 /// Builds the engine program of a compiled plan under a cost model (instance level).
 /// `only_devices` (optional, sorted) restricts it to those devices' tasks (replica folding).
 /// Each task's `node` is its DAG node.
-Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
-                      const std::vector<char>* only_devices = nullptr);
+engine::Program build_program(const compiler::CompiledPlan& cp, const cost::CostModel& cm,
+                              const std::vector<char>* only_devices = nullptr);
 
 /// The cost query of each DAG node, as build_program asks the cost model (one per compute,
 /// transfer or collective node: every instance of a node costs the same). For tools that map
@@ -53,74 +53,75 @@ Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
 /// distinct query once, so a cost model does not see one call per node.
 class CostQueries {
  public:
-  explicit CostQueries(const CompiledPlan& cp);
-  cost::ComputeQuery compute(const Node& n) const;  // n.kind == kCompute
-  cost::CommQuery comm(const Node& n);  // a transfer or collective (caches per device set)
+  explicit CostQueries(const compiler::CompiledPlan& cp);
+  cost::ComputeQuery compute(const compiler::Node& n) const;  // n.kind == kCompute
+  cost::CommQuery comm(
+      const compiler::Node& n);  // a transfer or collective (caches per device set)
 
  private:
-  const CompiledPlan& cp_;
+  const compiler::CompiledPlan& cp_;
   std::vector<int> nodes_spanned_;    // by device set; 0 = not computed yet
   std::vector<char> crosses_island_;  // by device set
 };
 
 /// Whether the plan's nodes hold more host-CPU devices than the cost model's `host_cores`, so
 /// that build_program gives them shared hosts (program.h) and simulate does not fold replicas.
-bool shares_host_cores(const CompiledPlan& cp, const cost::Interference& itf);
+bool shares_host_cores(const compiler::CompiledPlan& cp, const cost::Interference& itf);
 
 /// Runs the engine and computes every metric of `Result`.
-Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
+Expected<Result> simulate(const compiler::CompiledPlan& cp, const cost::CostModel& cm,
                           const SimOptions& opt = {});
 
 /// The chain of ops and waits that determines the step time, last op first reversed to
 /// first-to-last order.
-std::vector<CriticalStep> critical_path(const CompiledPlan& cp, const Result& r);
+std::vector<CriticalStep> critical_path(const compiler::CompiledPlan& cp, const Result& r);
 
 /// Where a critical path's time goes: its compute ops, its communication ops, and the gaps
 /// between one op's end and the next one's start (host dispatch, waiting for rendezvous
 /// peers). The three add up to the end of the path's last op, the step time.
 struct CriticalPathBreakdown {
-  SimTime compute = 0, comm = 0, wait = 0;
+  engine::SimTime compute = 0, comm = 0, wait = 0;
 };
 CriticalPathBreakdown breakdown(const std::vector<CriticalStep>& path);
 
 /// The resolved plan (plan/resolved.h): the compiled plan's structure plus the cost model's
 /// options with their sources. What `describe --format json`, the GUI's Parameters tab and
 /// Python's `Plan.resolved()` show.
-ResolvedPlan resolve_plan(const CompiledPlan& cp);
+plan::ResolvedPlan resolve_plan(const compiler::CompiledPlan& cp);
 
 class Session {
  public:
   static Expected<Session> open(const std::string& path);
   /// Compiles a parsed plan; `copt` is kept for recompiles (set_plan, set_directive). Without
   /// class programs (CompileOptions::class_programs) a session still simulates.
-  static Expected<Session> from_plan(Plan plan, std::string base_dir = ".",
-                                     const CompileOptions& copt = {});
+  static Expected<Session> from_plan(plan::Plan plan, std::string base_dir = ".",
+                                     const compiler::CompileOptions& copt = {});
   /// Parses, compiles and prepares a plan held in memory (an editor's buffer). `file` names it
   /// in diagnostics (file:line:col); relative paths in it (a profile) resolve from `base_dir`.
   static Expected<Session> from_text(std::string text, std::string file,
                                      std::string base_dir = ".");
 
-  const CompiledPlan& compiled() const { return *cp_; }
-  const Plan& plan() const { return cp_->plan; }
+  const compiler::CompiledPlan& compiled() const { return *cp_; }
+  const plan::Plan& plan() const { return cp_->plan; }
   const cost::CostModel& cost_model() const { return *cm_; }
   /// resolve_plan(compiled()).
-  ResolvedPlan resolved() const;
+  plan::ResolvedPlan resolved() const;
 
   Expected<Result> simulate(const SimOptions& opt = {}) const;
 
   /// Replaces the cost model (no recompilation).
-  Expected<void> set_costmodel(const CostModelSpec& spec);
+  Expected<void> set_costmodel(const plan::CostModelSpec& spec);
   /// Replaces directive `index` and recompiles; on error the session is unchanged.
-  Expected<void> set_directive(size_t index, const Directive& d);
+  Expected<void> set_directive(size_t index, const plan::Directive& d);
   /// Replaces the whole plan and recompiles; on error the session is unchanged.
-  Expected<void> set_plan(Plan plan);
+  Expected<void> set_plan(plan::Plan plan);
 
  private:
   Session() = default;
-  std::shared_ptr<const CompiledPlan> cp_;
+  std::shared_ptr<const compiler::CompiledPlan> cp_;
   std::shared_ptr<const cost::CostModel> cm_;
   std::string base_dir_;
-  CompileOptions copt_;
+  compiler::CompileOptions copt_;
 };
 
 }  // namespace stretto::sim

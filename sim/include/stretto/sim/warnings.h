@@ -32,7 +32,7 @@ using Warnings = std::vector<Warning>;
 /// a plan of 256 devices or more simulated without fold_replicas (`folded` says whether it
 /// was), and a profiled table that prices under kLowCoveragePercent of the plan — in that
 /// order. Empty when nothing applies.
-Warnings result_warnings(const CompiledPlan& cp, const Result& r, bool folded);
+Warnings result_warnings(const compiler::CompiledPlan& cp, const Result& r, bool folded);
 
 /// The low-coverage warning for a profiled table's coverage `c`; nullopt at or above
 /// kLowCoveragePercent.

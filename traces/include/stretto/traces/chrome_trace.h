@@ -27,8 +27,8 @@ struct ChromeTraceOptions {
   /// keeps its slice on the included end and loses its flow arrow.
   std::vector<char> devices;
   /// Time window [begin_ns, end_ns): slices overlapping it are kept (end_ns < 0 = no end).
-  sim::SimTime begin_ns = 0;
-  sim::SimTime end_ns = -1;
+  engine::SimTime begin_ns = 0;
+  engine::SimTime end_ns = -1;
   /// One enclosing slice per (stage, microbatch, pass) on a device's stream ("F mb3 PP1"),
   /// with that pass's ops nested under it, so a viewer shows the schedule zoomed out and the
   /// ops zoomed in. A region pass whose span overlaps another's on the same stream (an overlap
@@ -43,26 +43,26 @@ struct ChromeTraceSize {
   uint64_t events() const { return slices + flows + counters + metadata; }
   uint64_t approx_bytes = 0;
 };
-ChromeTraceSize estimate_chrome_trace(const CompiledPlan& cp, const sim::Result& r,
+ChromeTraceSize estimate_chrome_trace(const compiler::CompiledPlan& cp, const sim::Result& r,
                                       const ChromeTraceOptions& opt = {});
 
 /// Streams the trace to `write` in chunks of about 64 KiB (memory bounded by the chunk size
 /// and one name per DAG node, not by the trace). `write` returns false to stop (a failed
 /// write); chrome_trace_stream then returns false.
-bool chrome_trace_stream(const CompiledPlan& cp, const sim::Result& r,
+bool chrome_trace_stream(const compiler::CompiledPlan& cp, const sim::Result& r,
                          const ChromeTraceOptions& opt,
                          const std::function<bool(std::string_view)>& write);
 
 /// Streams the trace to an open file; false on a write error (errno set). `gzip`: compressed
 /// (a .json.gz that Perfetto opens as it is).
-bool write_chrome_trace(std::FILE* f, const CompiledPlan& cp, const sim::Result& r,
+bool write_chrome_trace(std::FILE* f, const compiler::CompiledPlan& cp, const sim::Result& r,
                         const ChromeTraceOptions& opt = {}, bool gzip = false);
 
 /// The whole trace as a JSON string (small plans, tests).
-std::string chrome_trace(const CompiledPlan& cp, const sim::Result& r,
+std::string chrome_trace(const compiler::CompiledPlan& cp, const sim::Result& r,
                          const ChromeTraceOptions& opt = {});
 
 /// Short user-facing slice name of a DAG node: "F mb3 PP1", "send act mb3 PP0→PP1", ...
-std::string slice_name(const CompiledPlan& cp, uint32_t node);
+std::string slice_name(const compiler::CompiledPlan& cp, uint32_t node);
 
 }  // namespace stretto::traces

@@ -74,7 +74,7 @@ Timeline timeline_from_slices(const std::vector<TimelineSlice>& slices, int64_t 
 /// content). Errors are located diagnostics.
 Expected<Timeline> load_timeline(const std::string& path);
 /// The timeline of a simulated step.
-Timeline timeline_from_result(const CompiledPlan& cp, const sim::Result& r,
+Timeline timeline_from_result(const compiler::CompiledPlan& cp, const sim::Result& r,
                               const std::string& source);
 /// Derives per-device metrics, the step and the critical path from the ops alone (for sources
 /// that only give ops); keeps peak memory.
@@ -113,7 +113,7 @@ struct Comparison {
 };
 
 Comparison compare(Timeline a, Timeline b, const CompareOptions& opt = {});
-Json comparison_json(const Comparison& c);
+plan::Json comparison_json(const Comparison& c);
 std::string comparison_table(const Comparison& c);
 
 /// Kendall's tau-b between two rankings given as values (higher or lower: only the order

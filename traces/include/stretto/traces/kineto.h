@@ -113,7 +113,7 @@ struct KinetoImport {
   /// The step of median duration over the steps every rank used, each from the earliest
   /// rank's start to the latest rank's end (kineto_step.h): what `compare` shows of the trace.
   std::optional<StepSpan> step;
-  Json table;  // the profiled cost-model table (version 1)
+  plan::Json table;  // the profiled cost-model table (version 1)
   size_t table_kernels = 0, table_collectives = 0;
 };
 
@@ -122,7 +122,7 @@ Expected<KinetoImport> import_kineto(const std::vector<std::string>& paths,
                                      const KinetoImportOptions& opt = {});
 
 /// The summary for machines (`--format json`).
-Json kineto_summary_json(const KinetoImport& k);
+plan::Json kineto_summary_json(const KinetoImport& k);
 /// The summary for people.
 std::string kineto_summary_table(const KinetoImport& k);
 

@@ -20,9 +20,9 @@
 namespace stretto::traces {
 
 struct OpLabel {
-  Tags tags;                 // PP, EP, LAYER, MB and PASS found in the label
-  int32_t pp_to = kAbsent;   // a second PP: the destination of a transfer ("PP0→PP1")
-  std::optional<OpKind> op;  // a model op named in the label
+  plan::Tags tags;                     // PP, EP, LAYER, MB and PASS found in the label
+  int32_t pp_to = plan::kAbsent;       // a second PP: the destination of a transfer ("PP0→PP1")
+  std::optional<compiler::OpKind> op;  // a model op named in the label
   std::string comm;  // "send", "recv", "all_reduce", "all_gather", "reduce_scatter", "all_to_all"
   bool piper = false;    // a Piper DAG-node label (":uid")
   bool logical = false;  // names a schedule op: (a PASS or a comm kind) and (PP or MB), or Piper

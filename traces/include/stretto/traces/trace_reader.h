@@ -32,7 +32,7 @@ namespace stretto::traces {
 
 /// One trace event as read.
 struct RawEvent {
-  const Json* json = nullptr;  // the event object (all its members)
+  const plan::Json* json = nullptr;  // the event object (all its members)
   size_t index = 0;            // position in traceEvents
   int64_t ts_ns = 0, dur_ns = 0;
   bool has_ts = false, has_dur = false;
@@ -49,7 +49,7 @@ struct EventError {
 
 /// What the reader keeps besides the events.
 struct TraceHeader {
-  Json metadata = Json::object();  // the kept top-level members (see above)
+  plan::Json metadata = plan::Json::object();  // the kept top-level members (see above)
   size_t events = 0;
   uint64_t bytes = 0;  // decompressed bytes read
   bool gzip = false;
