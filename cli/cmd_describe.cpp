@@ -1,7 +1,8 @@
 // `stretto describe PLAN`: what Stretto will simulate, resolved — the cluster (devices, per-link
-// bandwidth and latency, peak FLOP/s, memory), the model and its parallel layout, the cost model
-// and its options, which measured-table entries the plan's ops match and which fall back to the
-// analytic model, and the effects that are not modelled.
+// bandwidth and latency, peak FLOP/s, memory), the model, its parallel layout and batch, the cost
+// model and its options, every resolved value with its source (the fields of `--format json`),
+// which measured-table entries the plan's ops match and which fall back to the analytic model,
+// and the effects that are not modelled.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -31,8 +32,59 @@ std::string link(const plan::LinkSpec& l) {
                      l.latency_us);
 }
 
+// A resolved value as text: numbers as `{:g}`, strings bare ("-" when empty), the rest as
+// compact JSON.
+std::string value_text(const plan::Json& v) {
+  if (v.is_string()) return v.get<std::string>().empty() ? "-" : v.get<std::string>();
+  if (v.is_number_float()) return fmt::format("{:g}", v.get<double>());
+  return v.dump();
+}
+
+// The parallel layout and the batch, from the resolved plan.
+std::string layout_lines(const plan::ResolvedPlan& r) {
+  return fmt::format(
+      "  parallelism     tp {} x pp {} ({}, {} per rank) x dp {}, ep {}; ZeRO {}{}\n"
+      "  batch           {} x {} x dp {} = global batch {}; recompute {}\n",
+      r.tp, r.stages, count_noun(r.ranks, "rank", "ranks"),
+      count_noun(r.stages_per_rank, "stage", "stages"), r.dp, r.ep, r.zero,
+      r.sequence_parallel ? "; sequence parallel" : "",
+      count_noun(r.microbatches, "microbatch", "microbatches"),
+      count_noun(r.microbatch_size, "sequence", "sequences"), r.dp, r.global_batch(), r.recompute);
+}
+
+// Every resolved value (the fields of `--format json`), grouped by source in the order
+// plan, layout, directives, builder, preset, derived, default; each group's `name value` pairs
+// wrapped to ~100 columns.
+std::string resolved_text(const plan::ResolvedPlan& r) {
+  std::string o = "\nresolved values (as --format json; docs/plan-format.md \"Resolved values\")\n";
+  constexpr plan::ValueSource kOrder[] = {plan::ValueSource::kPlan,    plan::ValueSource::kLayout,
+                                          plan::ValueSource::kDirectives,
+                                          plan::ValueSource::kBuilder, plan::ValueSource::kPreset,
+                                          plan::ValueSource::kDerived, plan::ValueSource::kDefault};
+  constexpr size_t kIndent = 14, kWidth = 100;
+  for (plan::ValueSource s : kOrder) {
+    std::string line = fmt::format("  {:<{}}", plan::value_source_name(s), kIndent - 2);
+    bool any = false;
+    for (const plan::ResolvedField& f : r.fields) {
+      if (f.source != s) continue;
+      std::string item = f.name + " " + value_text(f.value);
+      if (any && line.size() + 2 + item.size() > kWidth) {
+        o += line + ",\n";
+        line = std::string(kIndent, ' ');
+      } else if (any) {
+        line += ", ";
+      }
+      line += item;
+      any = true;
+    }
+    if (any) o += line + "\n";
+  }
+  return o;
+}
+
 std::string describe(const compiler::CompiledPlan& cp, const std::string& path) {
   const plan::Plan& p = cp.plan;
+  const plan::ResolvedPlan resolved = sim::resolve_plan(cp);
   const plan::ClusterSpec& c = p.cluster;
   std::string o;
   o += fmt::format("plan        {}\n\n", path);
@@ -74,6 +126,7 @@ std::string describe(const compiler::CompiledPlan& cp, const std::string& path) 
   }
   o += fmt::format("  schedule        {} directives; devices used: {} of {}\n", p.schedule.size(),
                    used.size(), c.num_devices());
+  o += layout_lines(resolved);
   o += fmt::format("  DAG             {} nodes, {} device program classes\n", cp.dag.nodes.size(),
                    cp.classes.size());
   const plan::ResourceEstimate e = plan::estimate_resources(p, false, true);
@@ -99,7 +152,7 @@ std::string describe(const compiler::CompiledPlan& cp, const std::string& path) 
                                                                : "analytic",
                      cm.kind == CostModelSpec::Kind::kProfiled ? cm.profile : "");
     if (ap) {
-      o += fmt::format("  efficiencies    GEMM {:.2f}, attention {:.2f}, HBM {:.2f} of peak; "
+      o += fmt::format("  efficiencies    GEMM {:g}, attention {:g}, HBM {:g} of peak; "
                        "kernel floor {:g} us, dispatch {:g} us per op\n",
                        ap->gemm_efficiency, ap->attention_efficiency, ap->memory_efficiency,
                        ap->launch_floor_us, ap->dispatch_us);
@@ -119,6 +172,7 @@ std::string describe(const compiler::CompiledPlan& cp, const std::string& path) 
       }
     }
   }
+  o += resolved_text(resolved);
   // The same list `simulate` prints, plus what no plan models.
   o += "\nnot modelled\n";
   for (const auto& e : compiler::unmodelled_effects(cp)) o += fmt::format("  {}\n", e);

@@ -7,11 +7,14 @@
 
 #include "run_stretto.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -298,5 +301,87 @@ TEST(DoorCli, CompareReportsSimulatesPerDeviceExposedCommunication) {
       ++n;
     }
     EXPECT_EQ(n, sim["devices"].size());
+  }
+}
+
+namespace {
+
+// describe's text shows a resolved value as: numbers `{:g}`, strings bare ("-" when empty), the
+// rest as compact JSON.
+std::string described_text_value(const Json& v) {
+  if (v.is_string()) return v.get<std::string>().empty() ? "-" : v.get<std::string>();
+  if (v.is_number_float()) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", v.get<double>());
+    return buf;
+  }
+  return v.dump();
+}
+
+// The "resolved values" section of describe's text: {name: {source, value text}}.
+std::map<std::string, std::pair<std::string, std::string>> described_text_fields(
+    const std::string& text) {
+  std::map<std::string, std::pair<std::string, std::string>> out;
+  const size_t begin = text.find("\nresolved values");
+  const size_t end = text.find("\nnot modelled");
+  EXPECT_NE(begin, std::string::npos);
+  EXPECT_NE(end, std::string::npos);
+  if (begin == std::string::npos || end == std::string::npos) return out;
+  std::istringstream in(text.substr(begin, end - begin));
+  std::string line, source;
+  std::getline(in, line);  // (empty)
+  std::getline(in, line);  // the heading
+  while (std::getline(in, line)) {
+    if (line.size() < 14) continue;
+    const std::string label = line.substr(2, 12);
+    if (label.find_first_not_of(' ') != std::string::npos)
+      source = label.substr(0, label.find(' '));
+    std::string rest = line.substr(14);
+    if (!rest.empty() && rest.back() == ',') rest.pop_back();
+    size_t pos = 0;
+    while (pos < rest.size()) {  // "name value, name value"; no value holds ", "
+      size_t next = rest.find(", ", pos);
+      if (next == std::string::npos) next = rest.size();
+      const std::string item = rest.substr(pos, next - pos);
+      const size_t sp = item.find(' ');
+      if (sp != std::string::npos) out[item.substr(0, sp)] = {source, item.substr(sp + 1)};
+      pos = next + 2;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// describe's text shows every resolved value of `describe --format json`, with the same value
+// and source, and its parallelism and batch lines agree with them: on every example plan and the
+// small layout plans (TP2 x PP2 x DP2 with sequence parallelism among them).
+TEST(DoorCli, DescribeTextShowsTheResolvedValuesOfItsJson) {
+  std::vector<fs::path> plans = layout_plans();
+  for (const auto& e : fs::directory_iterator(fs::path(STRETTO_EXAMPLES)))
+    if (e.path().extension() == ".json") plans.push_back(e.path());
+  std::sort(plans.begin(), plans.end());
+  ASSERT_GT(plans.size(), 10u);
+  for (const fs::path& plan : plans) {
+    SCOPED_TRACE(plan.string());
+    const Result text = sh("describe " + plan.string());
+    const Json json = json_of("describe " + plan.string() + " --format json");
+    ASSERT_EQ(text.code, 0) << text.err;
+    const auto shown = described_text_fields(text.out);
+    ASSERT_EQ(shown.size(), json["fields"].size());
+    for (const auto& [name, f] : json["fields"].items()) {
+      ASSERT_TRUE(shown.count(name)) << name;
+      EXPECT_EQ(shown.at(name).first, f["source"].get<std::string>()) << name;
+      EXPECT_EQ(shown.at(name).second, described_text_value(f["value"])) << name;
+    }
+    const Json& v = json["fields"];
+    const std::string parallelism = "tp " + v["tp"]["value"].dump() + " x pp " +
+                                    v["stages"]["value"].dump() + " (" +
+                                    v["ranks"]["value"].dump() + " rank";
+    EXPECT_NE(text.out.find(parallelism), std::string::npos) << parallelism;
+    const std::string batch = "x dp " + v["dp"]["value"].dump() + " = global batch " +
+                              v["global_batch"]["value"].dump() + "; recompute " +
+                              v["recompute"]["value"].get<std::string>();
+    EXPECT_NE(text.out.find(batch), std::string::npos) << batch;
   }
 }
