@@ -159,10 +159,12 @@ Expected<Measured> load_measured(const std::string& path, SimTime first_start) {
     m.timeline.lanes[it->second].ops.push_back({s0, e0, i, classify(sl, pass)});
     m.end = std::max(m.end, e0);
     if (sl.cat != "comm" && pass != Pass::kNone) {
-      auto [sp, nw] = m.spans.try_emplace(std::make_tuple(pp, mb, static_cast<int>(pass)), s0, e0);
+      auto [sp, nw] = m.device_spans.try_emplace(
+          std::make_tuple(static_cast<int>(sl.pid), pp, mb, static_cast<int>(pass)), s0, e0);
       if (!nw) sp->second = {std::min(sp->second.first, s0), std::max(sp->second.second, e0)};
     }
   }
+  m.spans = merge_devices(m.device_spans);
   for (auto& l : m.timeline.lanes) {
     std::stable_sort(l.ops.begin(), l.ops.end(), [](const Op& a, const Op& b) { return a.start < b.start; });
     m.timeline.ops += l.ops.size();
@@ -172,8 +174,8 @@ Expected<Measured> load_measured(const std::string& path, SimTime first_start) {
   return m;
 }
 
-std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> logical_spans(const Snapshot& s) {
-  std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> m;
+DeviceSpans device_spans(const Snapshot& s) {
+  DeviceSpans m;
   const auto& cp = s.session->compiled();
   const auto& r = s.result;
   for (uint32_t t = 0; t < r.program.tasks.size(); ++t) {
@@ -182,7 +184,7 @@ std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> logical_spans(c
     if (n >= cp.dag.nodes.size()) continue;
     const plan::Tags& tg = cp.dag.nodes[n].tags;
     if (tg.pass == Pass::kNone) continue;
-    auto key = std::make_tuple(tg.pp(), tg.mb(), static_cast<int>(tg.pass));
+    auto key = std::make_tuple(r.device_of(t), tg.pp(), tg.mb(), static_cast<int>(tg.pass));
     auto [it, fresh] = m.try_emplace(key, r.timing[t].start, r.timing[t].end);
     if (!fresh) {
       it->second.first = std::min(it->second.first, r.timing[t].start);
@@ -191,6 +193,17 @@ std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> logical_spans(c
   }
   return m;
 }
+
+Spans merge_devices(const DeviceSpans& d) {
+  Spans m;
+  for (const auto& [k, v] : d) {
+    auto [it, fresh] = m.try_emplace(std::make_tuple(std::get<1>(k), std::get<2>(k), std::get<3>(k)), v);
+    if (!fresh) it->second = {std::min(it->second.first, v.first), std::max(it->second.second, v.second)};
+  }
+  return m;
+}
+
+Spans logical_spans(const Snapshot& s) { return merge_devices(device_spans(s)); }
 
 std::vector<CompareRow> compare_rows(const Spans& now, const Spans& base) {
   std::vector<CompareRow> rows;
@@ -206,6 +219,34 @@ std::vector<CompareRow> compare_rows(const Spans& now, const Spans& base) {
     return std::llabs(a.delta()) > std::llabs(b.delta());
   });
   return rows;
+}
+
+std::vector<DeviceDiff> device_diffs(const DeviceSpans& now, const DeviceSpans& ref) {
+  std::map<int, std::pair<Spans, Spans>> by_device;  // device -> (now, reference)
+  for (const auto& [k, v] : now)
+    by_device[std::get<0>(k)].first.emplace(std::make_tuple(std::get<1>(k), std::get<2>(k), std::get<3>(k)), v);
+  for (const auto& [k, v] : ref)
+    by_device[std::get<0>(k)].second.emplace(std::make_tuple(std::get<1>(k), std::get<2>(k), std::get<3>(k)), v);
+  std::vector<DeviceDiff> out;
+  for (const auto& [device, spans] : by_device) {
+    DeviceDiff d;
+    d.device = device;
+    d.rows = compare_rows(spans.first, spans.second);
+    for (const CompareRow& r : d.rows) {
+      if (!r.both()) {
+        ++(r.e1 < 0 ? d.gone : d.added);
+        continue;
+      }
+      const SimTime start = r.s1 - r.s0, duration = (r.e1 - r.s1) - (r.e0 - r.s0);
+      d.later += start > 0;
+      d.earlier += start < 0;
+      d.longer += duration > 0;
+      d.shorter += duration < 0;
+      if (std::llabs(r.delta()) > std::llabs(d.max_end_delta)) d.max_end_delta = r.delta();
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
 }
 
 std::vector<MetricRow> metric_rows(const Snapshot& now, const Snapshot* base) {
@@ -463,6 +504,12 @@ std::string App::state_json() const {
       c.push_back(row);
     }
     j["compare"] = {{"rows", rows.size()}, {"first", c}};
+    // The difference lanes: per device, what they draw.
+    nlohmann::ordered_json dd = nlohmann::ordered_json::array();
+    for (const DeviceDiff& d : device_diffs(device_spans(*current), measured ? measured->device_spans : device_spans(*baseline)))
+      dd.push_back({{"device", d.device}, {"later", d.later}, {"earlier", d.earlier}, {"longer", d.longer},
+                    {"shorter", d.shorter}, {"gone", d.gone}, {"new", d.added}, {"max_end_delta_ns", d.max_end_delta}});
+    j["differences"] = dd;
   }
   if (current && baseline && !measured) {
     // The Compare tab's metric table, the texts shown.
@@ -487,6 +534,7 @@ std::string App::state_json() const {
   v["lanes_drawn"] = tl.lanes_drawn;
   v["devices_drawn"] = tl.devices_drawn;
   v["reference_rows_drawn"] = tl.reference_rows_drawn;
+  v["diff_lanes_drawn"] = tl.diff_lanes_drawn;
   v["tooltip_shown"] = tooltip_shown;
   v["one_lane_per_device"] = tl.one_lane_per_device;
   v["labels"] = tl.labels.size() > 400 ? std::vector<std::string>(tl.labels.begin(), tl.labels.begin() + 400) : tl.labels;
@@ -518,7 +566,8 @@ std::string App::state_json() const {
     if (auto it = hooks.find(name); it != hooks.end())
       w[name] = {it->second.x0, it->second.y0, it->second.x1, it->second.y1};
   for (const auto& [name, r] : hooks)
-    if (name.rfind("device ", 0) == 0 || name.rfind("order ", 0) == 0) w[name] = {r.x0, r.y0, r.x1, r.y1};
+    if (name.rfind("device ", 0) == 0 || name.rfind("order ", 0) == 0 || name.rfind("diff ", 0) == 0)
+      w[name] = {r.x0, r.y0, r.x1, r.y1};
   j["widgets"] = w;
   if (!script_error.empty()) j["script_error"] = script_error;
   return j.dump(2) + "\n";

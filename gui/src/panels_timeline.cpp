@@ -1,6 +1,7 @@
 // Timeline panel: toolbar and search, the track overview (minimap), the ruler, one row group
 // per device (its lanes with nested pass -> layer -> op slices, or one row per device), the
-// baseline's rows under the current ones, flows of the selection, range, cursor and hover.
+// baseline's rows under the current ones, a difference lane under each device, flows of the
+// selection, range, cursor and hover.
 #include <fmt/format.h>
 #include <imgui.h>
 #include <imgui_internal.h>
@@ -42,10 +43,30 @@ struct Frame {
   const Timeline* ref = nullptr;
   std::vector<int> base_of;  // per lane: the reference lane of the same (device, stream), or -1
   std::vector<float> lane_y;  // per lane: the middle of its ops row, -1 off screen
+  std::vector<const DeviceDiff*> diff;  // per device (by_device index): its difference lane's data
+  float diff_h = 0;
   std::vector<Box> boxes;
   uint32_t hover_lane = UINT32_MAX;
   long hover_op = -1;
+  const CompareRow* hover_diff = nullptr;  // a difference lane's op under the mouse
+  int hover_diff_device = -1;
 };
+
+// The difference lanes' data: the current result against the reference, per device (made
+// again when either changes).
+const std::vector<DeviceDiff>& diffs_of(App& app) {
+  App::PanelCache& c = cache(app);
+  if (c.diff_now.lock() != app.current || c.diff_base.lock() != app.baseline || c.diff_measured.lock() != app.measured) {
+    c.diff_now = app.current;
+    c.diff_base = app.baseline;
+    c.diff_measured = app.measured;
+    c.diffs.clear();
+    if (app.current && (app.measured || app.baseline))
+      c.diffs = device_diffs(device_spans(*app.current),
+                             app.measured ? app.measured->device_spans : device_spans(*app.baseline));
+  }
+  return c.diffs;
+}
 
 // ---- toolbar: view buttons, lane mode, search
 
@@ -74,6 +95,15 @@ void toolbar(App& app, const Snapshot& s) {
   if (app.baseline || app.measured) {
     ImGui::SameLine();
     ImGui::Checkbox(app.measured ? "measured" : "baseline", &tl.show_baseline);
+    ImGui::SameLine();
+    ImGui::Checkbox("difference lanes", &tl.show_diff);
+    app.hook("difference lanes");
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("A lane under each device: where its ops differ from the %s.\n"
+                        "Upper half: the start moved (red: later, green: earlier).\n"
+                        "Lower half: the duration changed (red: longer, green: shorter).\n"
+                        "Magenta: in one run only (filled: gone, outlined: new).",
+                        app.measured ? "measured trace" : "baseline");
   }
   // Second row: search, counts, staleness.
   ImGui::SetNextItemWidth(320 * app.font_scale);
@@ -95,6 +125,16 @@ void toolbar(App& app, const Snapshot& s) {
   ImGui::SameLine();
   ImGui::TextColored(kGrey, "%zu ops, %zu lanes, step %s", T.ops, T.lanes.size(),
                      format_time(static_cast<double>(s.result.step_time)).c_str());
+  if ((app.baseline || app.measured) && tl.show_diff) {  // the difference lanes' legend
+    ImGui::SameLine();
+    ImGui::TextColored(kGrey, "diff:");
+    ImGui::SameLine();
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(kDiffWorse), "later/longer");
+    ImGui::SameLine();
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(kDiffBetter), "earlier/shorter");
+    ImGui::SameLine();
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(kDiffMissing), "in one run only");
+  }
   if (app.stale()) {
     ImGui::SameLine();
     ImGui::TextColored(app.last_failed ? kRed : kYellow, app.last_failed ? "[last good result: the edit failed]" : "[STALE]");
@@ -152,6 +192,17 @@ Frame geometry(App& app, const Snapshot& s) {
         f.base_of[i] = it->second;
   }
   f.lane_y.assign(s.timeline.lanes.size(), -1.0f);
+  f.diff.assign(s.timeline.by_device.size(), nullptr);
+  f.diff_h = f.level_h + 2;
+  if (f.ref && tl.show_diff) {
+    const auto& all = diffs_of(app);
+    for (size_t d = 0; d < s.timeline.by_device.size(); ++d) {
+      if (s.timeline.by_device[d].empty()) continue;
+      const int dev = s.timeline.lanes[s.timeline.by_device[d][0]].device;
+      auto it = std::lower_bound(all.begin(), all.end(), dev, [](const DeviceDiff& x, int v) { return x.device < v; });
+      if (it != all.end() && it->device == dev) f.diff[d] = &*it;
+    }
+  }
   return f;
 }
 
@@ -169,11 +220,12 @@ float lane_height(const Frame& f, uint32_t li) {
 float device_height(const App& app, const Frame& f, size_t d) {
   const Timeline& T = *f.T;
   if (T.by_device[d].empty()) return 0;
+  const float diff = f.diff[d] ? f.diff_h : 0;
   if (app.tl.one_lane_per_device) {
     const uint32_t c = compute_lane(T, d);
-    return f.row_h + (c != UINT32_MAX && f.base_of[c] >= 0 ? f.level_h : 0);
+    return f.row_h + (c != UINT32_MAX && f.base_of[c] >= 0 ? f.level_h : 0) + diff;
   }
-  float h = f.head_h;
+  float h = f.head_h + diff;
   if (!app.tl.collapsed[d])
     for (uint32_t li : T.by_device[d]) h += lane_height(f, li);
   return h;
@@ -421,6 +473,82 @@ void reference_row(App& app, Frame& f, int ref_lane, float y0, float y1) {
                         class_color(b.cls, 170));
 }
 
+// ---- the difference lane under a device: where the current run differs from the reference,
+// per logical op (PP, MB, PASS) of that device. Upper half: the start moved (red, later: from
+// the reference's start to the current one; green, earlier); lower half: the duration changed
+// (red, longer: the extra time at the op's end; green, shorter: the time it no longer takes,
+// after its end); full height, magenta: an op of one run only (filled: gone, where the
+// reference ran it; outlined: new). A change narrower than 2 px is drawn 2 px wide.
+
+void diff_row(App& app, Frame& f, size_t d, float y) {
+  const DeviceDiff& dd = *f.diff[d];
+  const float y1 = y + f.diff_h;
+  if (y1 < f.y_top || y > f.p1.y) return;
+  ++app.tl.diff_lanes_drawn;
+  ImDrawList* dl = f.dl;
+  dl->AddRectFilled(ImVec2(f.p0.x, y), ImVec2(f.p1.x, y1), kDiffBackground);
+  const std::string label =
+      dd.same() ? std::string("no difference")
+                : fmt::format("diff {}{}", dd.max_end_delta > 0 ? "+" : "", format_time(static_cast<double>(dd.max_end_delta)));
+  dl->AddText(ImVec2(f.p0.x + 14, y + 1), IM_COL32(210, 210, 210, 255), label.c_str());
+  app.tl.labels.push_back(label);
+  if (d < 64) app.hooks[fmt::format("diff {}", d)] = {f.v.x_origin, y, f.p1.x, y1};
+  const View& v = f.v;
+  const ImGuiIO& io = ImGui::GetIO();
+  const float ym = std::round(y + f.diff_h * 0.5f);
+  auto bar = [&](SimTime a, SimTime b, float ya, float yb, ImU32 c, bool filled) {
+    float x0 = v.x(static_cast<double>(a)), x1 = v.x(static_cast<double>(b));
+    if (x1 - x0 < 2) {
+      const float m = (x0 + x1) * 0.5f;
+      x0 = m - 1;
+      x1 = m + 1;
+    }
+    if (x1 < v.x_origin || x0 > f.p1.x) return false;
+    x0 = std::max(x0, v.x_origin);
+    if (filled)
+      dl->AddRectFilled(ImVec2(x0, ya), ImVec2(x1, yb), c);
+    else
+      dl->AddRect(ImVec2(x0, ya), ImVec2(x1, yb), c, 0, 0, 2);
+    return f.hovered && io.MousePos.x >= x0 && io.MousePos.x < x1 && io.MousePos.y >= ya && io.MousePos.y < yb;
+  };
+  for (const CompareRow& r : dd.rows) {
+    bool hit = false;
+    if (!r.both()) {
+      hit = r.e1 < 0 ? bar(r.s0, r.e0, y + 1, y1 - 1, kDiffMissing, true) : bar(r.s1, r.e1, y + 1, y1 - 1, kDiffMissing, false);
+    } else {
+      const SimTime ds = r.s1 - r.s0, dur = (r.e1 - r.s1) - (r.e0 - r.s0);
+      if (ds != 0) hit |= bar(std::min(r.s0, r.s1), std::max(r.s0, r.s1), y + 1, ym, ds > 0 ? kDiffWorse : kDiffBetter, true);
+      if (dur > 0) hit |= bar(r.e1 - dur, r.e1, ym, y1 - 1, kDiffWorse, true);
+      if (dur < 0) hit |= bar(r.e1, r.e1 - dur, ym, y1 - 1, kDiffBetter, true);
+    }
+    if (hit) {
+      f.hover_diff = &r;
+      f.hover_diff_device = dd.device;
+    }
+  }
+}
+
+// The tooltip of a difference lane's op: how it moved.
+void diff_tooltip(const App& app, const CompareRow& r, int device) {
+  const char* ref = app.measured ? "measured" : "baseline";
+  auto t = [](SimTime x) { return format_time(static_cast<double>(x)); };
+  auto signed_t = [&](SimTime x) { return (x > 0 ? "+" : "") + t(x); };
+  ImGui::BeginTooltip();
+  ImGui::Text("PP%d MB%d %s on device %d", r.pp, r.mb, std::string(plan::pass_name(static_cast<plan::Pass>(r.pass))).c_str(), device);
+  ImGui::Separator();
+  if (r.e1 < 0) {
+    ImGui::Text("only in the %s: %s - %s", ref, t(r.s0).c_str(), t(r.e0).c_str());
+  } else if (r.e0 < 0) {
+    ImGui::Text("new (not in the %s): %s - %s", ref, t(r.s1).c_str(), t(r.e1).c_str());
+  } else {
+    const SimTime ds = r.s1 - r.s0, dur = (r.e1 - r.s1) - (r.e0 - r.s0);
+    ImGui::Text("start     %s (%s %s)", signed_t(ds).c_str(), ref, t(r.s0).c_str());
+    ImGui::Text("duration  %s (%s %s)", signed_t(dur).c_str(), ref, t(r.e0 - r.s0).c_str());
+    ImGui::Text("end       %s", signed_t(r.e1 - r.e0).c_str());
+  }
+  ImGui::EndTooltip();
+}
+
 bool clicked_in(const Frame& f, float x0, float y0, float x1, float y1) {
   const ImGuiIO& io = ImGui::GetIO();
   return f.hovered && ImGui::IsMouseReleased(ImGuiMouseButton_Left) && !ImGui::IsMouseDragPastThreshold(ImGuiMouseButton_Left) &&
@@ -499,6 +627,7 @@ float device_row(App& app, Frame& f, size_t d, float y) {
       dl->AddRectFilled(ImVec2(std::max(b.x0, f.v.x_origin - 2), y + f.row_h - strip),
                         ImVec2(std::max(b.x1, b.x0 + 1), y + f.row_h - 1), class_color(b.cls, 220));
   }
+  if (f.diff[d]) diff_row(app, f, d, y + h - f.diff_h);
   return h;
 }
 
@@ -526,9 +655,13 @@ void rows(App& app, Frame& f) {
     y += f.head_h;
     if (tl.collapsed[d]) {
       for (uint32_t li : T.by_device[d]) f.lane_y[li] = y - f.head_h * 0.5f;
-      continue;
+    } else {
+      for (uint32_t li : T.by_device[d]) y += lane_rows(app, f, li, y);
     }
-    for (uint32_t li : T.by_device[d]) y += lane_rows(app, f, li, y);
+    if (f.diff[d]) {  // under the device's lanes, shown when it is collapsed too
+      diff_row(app, f, d, y);
+      y += f.diff_h;
+    }
   }
 }
 
@@ -578,7 +711,9 @@ void flows(App& app, Frame& f) {
 
 void hover_and_click(App& app, Frame& f) {
   const ImGuiIO& io = ImGui::GetIO();
-  if (f.hover_lane != UINT32_MAX && f.hover_op >= 0) {
+  if (f.hover_diff) {
+    diff_tooltip(app, *f.hover_diff, f.hover_diff_device);
+  } else if (f.hover_lane != UINT32_MAX && f.hover_op >= 0) {
     const Lane& lane = f.T->lanes[f.hover_lane];
     const Op& op = lane.ops[static_cast<size_t>(f.hover_op)];
     ImGui::BeginTooltip();
@@ -602,6 +737,7 @@ void draw_timeline_panel(App& app) {
   tl.lanes_drawn = 0;
   tl.devices_drawn = 0;
   tl.reference_rows_drawn = 0;
+  tl.diff_lanes_drawn = 0;
   if (!app.current) {
     ImGui::TextColored(kGrey, app.worker.busy() ? "Simulating..." : "Open a plan (path field, recent files, or drop a file on the window).");
     if (app.last_failed) ImGui::TextColored(kRed, "The plan has errors: see Diagnostics.");

@@ -29,6 +29,9 @@ struct App::PanelCache {
   std::weak_ptr<const Snapshot> cmp_now, cmp_base;
   std::weak_ptr<const Measured> cmp_measured;
   std::vector<CompareRow> rows;
+  std::weak_ptr<const Snapshot> diff_now, diff_base;  // the difference lanes' data was made
+  std::weak_ptr<const Measured> diff_measured;        // from these
+  std::vector<DeviceDiff> diffs;
 };
 
 namespace view {
@@ -43,6 +46,11 @@ inline const ImVec4 kGrey(0.65f, 0.65f, 0.65f, 1.0f), kRed(1.0f, 0.42f, 0.38f, 1
 
 // The baseline's memory total, drawn over the current stack.
 inline const ImU32 kBaselineMemory = IM_COL32(170, 230, 255, 255);
+
+// Difference lanes: later or longer than the reference, earlier or shorter, in one run only;
+// the lane's background.
+inline const ImU32 kDiffWorse = IM_COL32(240, 60, 60, 255), kDiffBetter = IM_COL32(60, 200, 90, 255),
+                   kDiffMissing = IM_COL32(210, 80, 230, 255), kDiffBackground = IM_COL32(46, 34, 56, 255);
 
 inline ImU32 class_color(OpClass c, int alpha = 255) {
   static constexpr unsigned char kC[][3] = {

@@ -7,6 +7,7 @@
 #include <stb_image.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -392,8 +393,10 @@ int64_t simulated_step(const fs::path& plan) {
 }
 
 // (PP, MB, PASS) -> first start and last end of that logical op's compute tasks, from a plan
-// simulated here (what the Compare tab aligns, computed apart from the GUI's code).
-std::map<std::string, std::pair<int64_t, int64_t>> spans_of(const fs::path& plan, stretto::sim::Result* out) {
+// simulated here (what the Compare tab aligns, computed apart from the GUI's code); with
+// `per_device`, per device ("D3 PP1 MB2 B": what a difference lane aligns).
+std::map<std::string, std::pair<int64_t, int64_t>> spans_of(const fs::path& plan, stretto::sim::Result* out,
+                                                           bool per_device = false) {
   std::map<std::string, std::pair<int64_t, int64_t>> m;
   auto s = stretto::sim::Session::open(plan.string());
   EXPECT_TRUE(s) << plan;
@@ -406,7 +409,8 @@ std::map<std::string, std::pair<int64_t, int64_t>> spans_of(const fs::path& plan
     if (r->program.tasks[t].kind != stretto::engine::TaskKind::kCompute) continue;
     const auto& tg = dag.nodes[r->node_of(t)].tags;
     if (tg.pass == stretto::plan::Pass::kNone) continue;
-    const std::string key = "PP" + std::to_string(tg.pp()) + " MB" + std::to_string(tg.mb()) + " " +
+    const std::string key = (per_device ? "D" + std::to_string(r->device_of(t)) + " " : std::string()) + "PP" +
+                            std::to_string(tg.pp()) + " MB" + std::to_string(tg.mb()) + " " +
                             std::string(stretto::plan::pass_name(tg.pass));
     auto [it, fresh] = m.try_emplace(key, r->timing[t].start, r->timing[t].end);
     if (!fresh) {
@@ -581,5 +585,126 @@ TEST(GuiWindow, TheLatestEditWins) {
     const fs::path earlier = dir / ("latest_edit" + std::to_string(k) + ".json");
     std::ofstream(earlier) << q.dump(1);
     EXPECT_NE(shown, simulated_step(earlier)) << "the result of edit " << k << " is shown";
+  }
+}
+
+namespace {
+
+// Per device, how many logical ops of `now` start later or earlier than in `base`, run longer
+// or shorter, are gone or new: counted from the two plans simulated here, apart from the GUI.
+std::map<int, json> expected_differences(const fs::path& base, const fs::path& now) {
+  const auto b = spans_of(base, nullptr, true), n = spans_of(now, nullptr, true);
+  std::map<int, json> out;
+  auto entry = [&](const std::string& key) -> json& {
+    const int d = std::stoi(key.substr(1, key.find(' ') - 1));
+    json& e = out[d];
+    if (e.is_null())
+      e = {{"later", 0}, {"earlier", 0}, {"longer", 0}, {"shorter", 0}, {"gone", 0}, {"new", 0}};
+    return e;
+  };
+  auto bump = [](json& e, const char* k) { e[k] = e[k].get<int>() + 1; };
+  for (const auto& [k, v] : n) {
+    json& e = entry(k);
+    auto it = b.find(k);
+    if (it == b.end()) {
+      bump(e, "new");
+      continue;
+    }
+    const int64_t start = v.first - it->second.first;
+    const int64_t duration = (v.second - v.first) - (it->second.second - it->second.first);
+    if (start > 0) bump(e, "later");
+    if (start < 0) bump(e, "earlier");
+    if (duration > 0) bump(e, "longer");
+    if (duration < 0) bump(e, "shorter");
+  }
+  for (const auto& [k, v] : b)
+    if (!n.count(k)) bump(entry(k), "gone");
+  return out;
+}
+
+// The difference lanes on screen: (device, its lane's rectangle clipped to the timeline).
+std::vector<std::pair<int, json>> diff_lanes(const json& st) {
+  std::vector<std::pair<int, json>> out;
+  const json tl = rect_of(st, "timeline");
+  for (int d = 0; d < 64; ++d) {
+    const std::string w = "diff " + std::to_string(d);
+    if (!st["widgets"].contains(w)) continue;
+    json r = st["widgets"][w];
+    const int y0 = std::max(r[1].get<int>(), tl[1].get<int>()), y1 = std::min(r[3].get<int>(), tl[3].get<int>());
+    if (y1 - y0 >= 8) out.emplace_back(d, json::array({r[0].get<int>(), y0, r[2].get<int>(), y1}));
+  }
+  return out;
+}
+
+}  // namespace
+
+// Difference lanes. Pinned, then every op made dearer (dispatch 5 -> 40 us) and two of the
+// eight microbatches dropped: under each device, its lane counts the ops that start later or
+// earlier, run longer or shorter, are gone or new, as the two saved plans simulated here give
+// them, and draws them red (later, longer) and magenta (gone) in the screenshot. Edited and
+// undone back to the pinned plan, the lanes are drawn and empty: "no difference", no red,
+// green or magenta pixel in them.
+TEST(GuiWindow, DifferenceLanesShowWhereTheRunsDiffer) {
+  if (!have_xvfb()) GTEST_SKIP() << "xvfb-run not installed";
+  const fs::path dir = STRETTO_GUI_SHOTS;
+  fs::create_directories(dir);
+  const fs::path base = dir / "difflanes_base.json", now = dir / "difflanes_now.json",
+                 shot = dir / "difflanes.png", same_shot = dir / "difflanes_same.png";
+  const std::string plan = std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b_builder.json";
+  auto coloured = [](const Image& img, const json& r) {
+    return std::array<size_t, 3>{img.count(r, 240, 60, 60, 8), img.count(r, 60, 200, 90, 8), img.count(r, 210, 80, 230, 8)};
+  };
+
+  // The control: the pinned plan again (an edit undone).
+  const json same = run_gui(plan, "wait\npin\nset /costmodel/dispatch_us 40\nwait\nundo\nwait\nkey L\nframes 2\n",
+                            same_shot, "difflanes_same");
+  ASSERT_TRUE(same.contains("differences")) << same.dump(2);
+  ASSERT_EQ(same["differences"].size(), 8u);
+  for (const auto& d : same["differences"]) {
+    for (const char* k : {"later", "earlier", "longer", "shorter", "gone", "new"}) EXPECT_EQ(d[k].get<int>(), 0) << d.dump();
+  }
+  const auto same_lanes = diff_lanes(same);
+  ASSERT_GE(same_lanes.size(), 4u) << same["widgets"].dump();
+  EXPECT_GE(same["view"]["diff_lanes_drawn"].get<size_t>(), same_lanes.size());  // some partly on screen
+  EXPECT_EQ(std::count(same["view"]["labels"].begin(), same["view"]["labels"].end(), json("no difference")),
+            same["view"]["diff_lanes_drawn"].get<long>());
+  Image si(same_shot.string());
+  for (const auto& [d, r] : same_lanes) {
+    SCOPED_TRACE("device " + std::to_string(d) + " (unchanged)");
+    EXPECT_GT(si.count(r, 46, 34, 56, 4), 1000u);  // the lane's background: it is drawn
+    EXPECT_EQ(coloured(si, r), (std::array<size_t, 3>{0, 0, 0}));
+  }
+
+  // The edit.
+  const json st = run_gui(plan,
+                          "wait\nsave " + base.string() + "\npin\nset /costmodel/dispatch_us 40\nwait\n"
+                          "set /schedule/microbatches 6\nwait\nsave " + now.string() + "\nkey L\nframes 2\n",
+                          shot, "difflanes");
+  ASSERT_TRUE(st.contains("differences")) << st.dump(2);
+  const auto want = expected_differences(base, now);
+  ASSERT_EQ(want.size(), 8u);
+  ASSERT_EQ(st["differences"].size(), 8u);
+  for (const auto& d : st["differences"]) {
+    const int dev = d["device"].get<int>();
+    SCOPED_TRACE("device " + std::to_string(dev));
+    ASSERT_TRUE(want.count(dev));
+    for (const char* k : {"later", "earlier", "longer", "shorter", "gone", "new"})
+      EXPECT_EQ(d[k].get<int>(), want.at(dev)[k].get<int>()) << k;
+    EXPECT_EQ(d["gone"].get<int>(), 4) << "MB6 and MB7, forward and backward";
+    EXPECT_GT(d["later"].get<int>() + d["longer"].get<int>(), 0);
+  }
+  const auto lanes = diff_lanes(st);
+  ASSERT_GE(lanes.size(), 4u) << st["widgets"].dump();
+  EXPECT_GE(st["view"]["diff_lanes_drawn"].get<size_t>(), lanes.size());
+  Image img(shot.string());
+  for (const auto& [d, r] : lanes) {
+    SCOPED_TRACE("device " + std::to_string(d));
+    const json& w = want.at(d);
+    const auto c = coloured(img, r);
+    EXPECT_GT(c[0], 50u) << "red: later starts, longer runs";
+    EXPECT_GT(c[2], 50u) << "magenta: the gone microbatches";
+    if (w["earlier"].get<int>() + w["shorter"].get<int>() == 0) {
+      EXPECT_EQ(c[1], 0u) << "green with nothing earlier or shorter";
+    }
   }
 }

@@ -42,12 +42,21 @@ struct Action {
   int line = 0;                   // in the script file, for messages
 };
 
+/// (PP, MB, PASS) -> first start, last end of a logical op's compute ops (over every device).
+using Spans = std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>>;
+/// The same per device: (device, PP, MB, PASS) -> first start, last end on that device.
+using DeviceSpans = std::map<std::tuple<int, int, int, int>, std::pair<SimTime, SimTime>>;
+/// Spans over every device: each logical op's first start and last end among its devices.
+Spans merge_devices(const DeviceSpans& d);
+
 /// A measured (or exported) Chrome trace opened against the prediction.
 struct Measured {
   std::string path;
   Timeline timeline;  // lanes per (process = device, thread = stream); Op::task = slice index
-  /// (PP, MB, PASS) -> first start, last end of its compute slices (from args.tags).
-  std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> spans;
+  /// (process, PP, MB, PASS) -> first start, last end of its compute slices (from args.tags),
+  /// and the same over every process.
+  DeviceSpans device_spans;
+  Spans spans;
   SimTime begin = 0, end = 0;  // first slice start in the file; last slice end (shown times)
   size_t skipped = 0;
 };
@@ -55,8 +64,10 @@ struct Measured {
 /// clocks start anywhere: the trace's first slice is placed at `first_start` (the prediction's
 /// first op start), so a trace `stretto export chrome` wrote keeps its times.
 Expected<Measured> load_measured(const std::string& path, SimTime first_start = 0);
-/// (PP, MB, PASS) -> first start, last end of a simulated step's compute ops.
-std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>> logical_spans(const Snapshot& s);
+/// (device, PP, MB, PASS) -> first start, last end of a simulated step's compute ops.
+DeviceSpans device_spans(const Snapshot& s);
+/// (PP, MB, PASS) -> the same over every device.
+Spans logical_spans(const Snapshot& s);
 
 /// One row of the Compare table: a logical op (PP, MB, PASS) in the baseline (s0, e0) and now
 /// (s1, e1); -1 where it is absent.
@@ -68,8 +79,21 @@ struct CompareRow {
 };
 /// Rows aligned by (PP, MB, PASS): the ops in both first, by |end delta| (largest first),
 /// then the new and the gone ones.
-using Spans = std::map<std::tuple<int, int, int>, std::pair<SimTime, SimTime>>;
 std::vector<CompareRow> compare_rows(const Spans& now, const Spans& base);
+
+/// How one device's logical ops differ between the reference (pinned baseline or measured
+/// trace) and now, for its difference lane: its rows (compare_rows of that device's spans) and
+/// how many start later or earlier, run longer or shorter (end - start), are only in the
+/// reference (gone) or only now (added).
+struct DeviceDiff {
+  int device = 0;
+  std::vector<CompareRow> rows;
+  size_t later = 0, earlier = 0, longer = 0, shorter = 0, gone = 0, added = 0;
+  SimTime max_end_delta = 0;  // the end delta of the largest magnitude, signed
+  bool same() const { return later + earlier + longer + shorter + gone + added == 0; }
+};
+/// One entry per device that has logical ops in either run, by device id.
+std::vector<DeviceDiff> device_diffs(const DeviceSpans& now, const DeviceSpans& ref);
 
 /// One row of the Compare tab's metric table (Numbers > Compare with a pinned baseline): the
 /// texts shown. `baseline` and `delta` are empty without a baseline.
@@ -118,6 +142,8 @@ struct TimelineState {
   std::vector<std::string> labels;  // text labels drawn last frame (tests read them)
   int devices_drawn = 0;            // device rows (headers) on screen last frame
   int reference_rows_drawn = 0;     // baseline (or measured) rows under current lanes
+  bool show_diff = true;            // a difference lane under each device (with a reference)
+  int diff_lanes_drawn = 0;         // difference lanes on screen last frame
 };
 
 struct Selection {
