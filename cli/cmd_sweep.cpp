@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "output.h"
 #include "usage.h"
+#include "stretto/explore/plot.h"
 #include "stretto/explore/search.h"
 #include "stretto/explore/sweep.h"
 #include "stretto/support/plural.h"
@@ -34,6 +35,8 @@ struct ReportOpts {
   bool pareto = false;
   size_t top = 0;
   std::string emit_best;
+  std::string plot;  // an SVG chart of every simulated point
+  std::string title;  // the chart's title: the spec's name (default: the database's path)
 };
 
 std::string gib(int64_t b) {
@@ -193,6 +196,13 @@ int report(const explore::Store& store, const ReportOpts& ro) {
     std::fprintf(stderr, "best plan (%s, %.3f ms) written to %s\n", rows[best[0]].hash.c_str(),
                  rows[best[0]].step_time_ms, ro.emit_best.c_str());
   }
+  if (!ro.plot.empty()) {
+    explore::PlotSummary ps;
+    if (!write_output(ro.plot, explore::sweep_svg(rows, ro.title.empty() ? store.path() : ro.title, &ps))) return 2;
+    std::fprintf(stderr, "chart of %zu simulated points (%zu on the Pareto front%s) written to %s\n",
+                 ps.feasible + ps.over_capacity, ps.front,
+                 ps.color_by.empty() ? "" : (", coloured by " + ps.color_by).c_str(), ro.plot.c_str());
+  }
   return 0;
 }
 
@@ -203,6 +213,9 @@ void add_report_options(CLI::App* c, ReportOpts& ro) {
   c->add_option("--top", ro.top, "Print the N fastest feasible points")
       ->check(CLI::Range(0, 1000000000));
   c->add_option("--emit-best", ro.emit_best, "Write the fastest feasible point as a plan file");
+  c->add_option("--plot", ro.plot,
+                "Write an SVG chart of step time against peak memory (every simulated point, the "
+                "Pareto front joined) to FILE");
 }
 
 std::string fmt_duration(double s) {
@@ -326,8 +339,8 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
   out.push_back({merge, [o] {
                    std::vector<std::string> inputs = o->merge_in;
                    inputs.push_back(o->merge_out);
-                   if (auto ok = check_output(o->ro.emit_best, inputs); !ok)
-                     return cli::report(ok.error());
+                   for (const std::string* out : {&o->ro.emit_best, &o->ro.plot})
+                     if (auto ok = check_output(*out, inputs); !ok) return cli::report(ok.error());
                    auto first = explore::Store::open_existing(o->merge_in[0]);
                    if (!first) return cli::report(first.error());
                    // Every input is checked before any is merged: a bad one leaves OUT as it was.
@@ -364,6 +377,7 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
          if (!parse_shard(o->shard, si, sn)) return 2;
          auto spec = explore::load_spec(o->spec);
          if (!spec) return cli::report(spec.error());
+         o->ro.title = spec->name.empty() ? o->spec : spec->name;
          const bool tty_err = isatty(STDERR_FILENO) != 0;
          auto grid = explore::enumerate(*spec, [tty_err](size_t done, size_t of) {
            if (tty_err)
@@ -377,11 +391,11 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
            if (sn > 1) db += fmt::format(".shard{}of{}", si, sn);
            db += ".db";
          }
-         // --emit-best must not replace the spec, its base plan or the database (checked
-         // before the database is opened or any point runs).
-         if (auto ok = check_output(o->ro.emit_best, {o->spec, db, base_plan_path(*spec, o->spec)});
-             !ok)
-           return cli::report(ok.error());
+         // --emit-best and --plot must not replace the spec, its base plan or the database
+         // (checked before the database is opened or any point runs).
+         for (const std::string* out : {&o->ro.emit_best, &o->ro.plot})
+           if (auto ok = check_output(*out, {o->spec, db, base_plan_path(*spec, o->spec)}); !ok)
+             return cli::report(ok.error());
          auto store = explore::Store::open(db, spec->canonical, spec->hash,
                                            fmt::format("{}/{}", si, sn));
          if (!store) return cli::report(store.error());

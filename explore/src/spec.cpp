@@ -335,6 +335,7 @@ Expected<SweepSpec> finish(SweepSpec spec, const JsonSource& src, const Json& ba
       spec.granularity = *parsed;
   }
   if (!diags.empty()) return fail(std::move(diags));
+  if (root.contains("name") && root["name"].is_string()) spec.name = root["name"].get<std::string>();
   Json canon = root;
   canon["base"] = base_inline;
   canon.erase("name");

@@ -12,6 +12,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
+#include <set>
 #include <thread>
 
 #include "stretto/explore/store.h"
@@ -148,6 +151,72 @@ TEST(SweepCli, InterruptSaysWhatIsSavedAndHowToResume) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("run the same command again to resume"), std::string::npos) << text;
+  fs::remove_all(dir);
+}
+
+// `--plot FILE.svg`: one dot per simulated point, filled within the memory cap and hollow over
+// it (the cap here is the points' median peak, so both kinds are drawn), the Pareto front's
+// points marked and joined, each dot at its point's step time and peak as the database holds
+// them; coloured by the schedule family. The chart may not replace the spec.
+TEST(SweepCli, PlotDrawsEveryPointAndTheParetoFront) {
+  const fs::path dir = scratch("plot");
+  Json spec = Json::parse(std::ifstream(data("small.json")));
+  spec["base"] = fs::canonical(fs::path(data("small.json")).parent_path() / spec["base"].get<std::string>()).string();
+  std::ofstream(dir / "spec.json") << spec.dump(1);
+  CliRun first = sh("sweep spec.json --db first.db --format json -j 2", dir);
+  ASSERT_EQ(first.code, 0) << first.err;
+  std::vector<double> peaks;
+  const Json first_json = Json::parse(first.out);
+  for (const auto& r : first_json["results"])
+    if (r["status"] == "ok") peaks.push_back(r["metrics"]["peak_memory_bytes"].get<double>() / (1 << 30));
+  ASSERT_GE(peaks.size(), 4u);
+  std::sort(peaks.begin(), peaks.end());
+  spec["memory_cap_GiB"] = peaks[peaks.size() / 2];
+  std::ofstream(dir / "spec.json") << spec.dump(1);
+  CliRun r = sh("sweep spec.json --db capped.db --format json -j 2 --plot chart.svg", dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("written to chart.svg"), std::string::npos) << r.err;
+  const Json all = Json::parse(r.out);
+  ASSERT_GT(all["over_capacity"].get<int>(), 0);
+  ASSERT_GT(all["ok"].get<int>(), 0);
+  std::map<std::string, Json> by_hash;
+  for (const auto& p : all["results"]) by_hash[p["hash"].get<std::string>()] = p;
+  std::ifstream f(dir / "chart.svg");
+  const std::string svg((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(svg.rfind("<svg ", 0), 0u);
+  std::map<std::string, int> dots;
+  std::set<std::string> front, drawn;
+  static const std::regex circle(
+      R"re(<circle class="([^"]+)" cx="[^"]+" cy="[^"]+" r="[^"]+" fill="([^"]+)"[^>]*data-hash="([^"]+)" data-step-ms="([^"]+)" data-peak-gib="([^"]+)")re");
+  for (std::sregex_iterator it(svg.begin(), svg.end(), circle), end; it != end; ++it) {
+    const std::string cls = (*it)[1], fill = (*it)[2], hash = (*it)[3];
+    SCOPED_TRACE(hash);
+    ++dots[cls];
+    EXPECT_TRUE(drawn.insert(hash).second) << "drawn twice";
+    ASSERT_TRUE(by_hash.count(hash));
+    const Json& p = by_hash[hash];
+    EXPECT_EQ(cls == "over", p["status"] == "over_capacity") << cls;
+    EXPECT_EQ(fill == "none", cls == "over");
+    EXPECT_NEAR(std::stod((*it)[4]), p["metrics"]["step_time_ms"].get<double>(), 5e-4);
+    EXPECT_NEAR(std::stod((*it)[5]), p["metrics"]["peak_memory_bytes"].get<double>() / (1 << 30), 5e-4);
+    if (cls == "ok front") front.insert(hash);
+  }
+  EXPECT_EQ(dots["ok"] + dots["ok front"], all["ok"].get<int>());
+  EXPECT_EQ(dots["over"], all["over_capacity"].get<int>());
+  CliRun p = sh("sweep spec.json --db capped.db --format json --pareto", dir);
+  ASSERT_EQ(p.code, 0) << p.err;
+  std::set<std::string> want;
+  const Json pareto = Json::parse(p.out);
+  for (const auto& q : pareto["pareto"]) want.insert(q["hash"].get<std::string>());
+  EXPECT_EQ(front, want);
+  EXPECT_NE(svg.find("<polyline class=\"front\""), std::string::npos);
+  EXPECT_NE(svg.find("class=\"cap\""), std::string::npos);
+  EXPECT_NE(svg.find(">family</text>"), std::string::npos) << "the legend names the colour key";
+  // Never over an input.
+  const CliRun over = sh("sweep spec.json --db capped.db --plot spec.json", dir);
+  EXPECT_EQ(over.code, 2) << over.err;
+  EXPECT_NE(over.err.find("spec.json"), std::string::npos) << over.err;
+  EXPECT_EQ(Json::parse(std::ifstream(dir / "spec.json")), spec);
   fs::remove_all(dir);
 }
 

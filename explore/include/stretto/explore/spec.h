@@ -37,6 +37,7 @@ inline constexpr int64_t kMaxLayoutDevices = int64_t{1} << 20;
 
 struct SweepSpec {
   std::string file;       // the spec's path (for messages)
+  std::string name;       // its "name" ("" without one; not part of the canonical spec)
   std::string base_path;  // the base plan's path as written in the spec
   std::string base_dir;   // directory of the base plan (profiled cost tables resolve there)
   plan::Json base;        // the base plan document
