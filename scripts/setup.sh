@@ -9,7 +9,7 @@ pkgs=(cmake g++ make ninja-build ccache pkg-config
       libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev graphviz
       libsqlite3-dev sqlite3 zlib1g-dev libjemalloc-dev
       libtorch-dev libgloo-dev libopenblas0-pthread
-      libimgui-dev libglfw3-dev libstb-dev xvfb xauth
+      libimgui-dev libglfw3-dev libstb-dev xvfb xauth pngquant
       pybind11-dev python3-dev python3-pytest python3-numpy python3-pandas
       slurmctld slurmd slurm-client munge)
 missing=()

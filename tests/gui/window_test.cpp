@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <regex>
+#include <set>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <filesystem>
@@ -705,6 +707,48 @@ TEST(GuiWindow, DifferenceLanesShowWhereTheRunsDiffer) {
     EXPECT_GT(c[2], 50u) << "magenta: the gone microbatches";
     if (w["earlier"].get<int>() + w["shorter"].get<int>() == 0) {
       EXPECT_EQ(c[1], 0u) << "green with nothing earlier or shorter";
+    }
+  }
+}
+
+// Every picture README.md shows is one scripts/readme_images.sh draws, and the script still
+// runs: it writes each of them (the window's PNGs under Xvfb, the sweep's SVG chart) into a
+// folder of the build, and nothing else. What the pictures show is checked by the tests above
+// (the same GUI scripts) and SweepCli.PlotDrawsEveryPointAndTheParetoFront, not pixel by
+// pixel against the committed files.
+TEST(ReadmePictures, TheScriptRedrawsEveryPictureTheReadmeShows) {
+  if (!have_xvfb()) GTEST_SKIP() << "xvfb-run not installed";
+  const fs::path src = STRETTO_SOURCE_DIR;
+  std::ifstream rf(src / "README.md");
+  const std::string readme((std::istreambuf_iterator<char>(rf)), std::istreambuf_iterator<char>());
+  std::set<std::string> shown;
+  static const std::regex image(R"re(!\[[^\]]*\]\(docs/images/([^)\s]+)\))re");
+  for (std::sregex_iterator it(readme.begin(), readme.end(), image), end; it != end; ++it) shown.insert((*it)[1]);
+  ASSERT_GE(shown.size(), 3u) << "one picture per use: the GUI, sweeps, validation";
+  const fs::path out = fs::path(STRETTO_GUI_SHOTS) / "readme_images";
+  fs::remove_all(out);
+  int rc = 0;
+  const std::string log =
+      run("bash " + (src / "scripts" / "readme_images.sh").string() + " " + STRETTO_BINARY + " " + out.string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  std::set<std::string> written;
+  for (const auto& e : fs::directory_iterator(out)) written.insert(e.path().filename().string());
+  EXPECT_EQ(written, shown) << log;
+  for (const std::string& name : shown) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(fs::exists(src / "docs" / "images" / name)) << "not committed";
+    const fs::path p = out / name;
+    if (p.extension() == ".png") {
+      Image img(p.string());
+      EXPECT_EQ(img.w, 1600);
+      EXPECT_EQ(img.h, 900);
+    } else {
+      std::ifstream f(p);
+      const std::string svg((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      EXPECT_EQ(svg.rfind("<svg ", 0), 0u);
+      size_t dots = 0;
+      for (size_t at = svg.find("<circle class=\""); at != std::string::npos; at = svg.find("<circle class=\"", at + 1)) ++dots;
+      EXPECT_GT(dots, 100u);
     }
   }
 }
