@@ -141,6 +141,7 @@ TEST_P(GradientCheck, EqualsSingleProcessReference) {
 INSTANTIATE_TEST_SUITE_P(Schedules, GradientCheck,
                          ::testing::Values("pp2_1f1b.json", "pp2_interleaved_v2.json",
                                            "pp2_zbh1.json", "pp2_dualpipev.json",
+                                           "pp4_dualpipe.json",
                                            "pp2_dp2_zero1.json", "dp2_zero2.json", "dp2_zero3.json",
                                            "ep2_moe.json",
                                            "tp2.json", "pp2_recompute.json",
@@ -407,6 +408,51 @@ TEST(Replay, ExecutesDualPipeVInThePapersOrder) {
        "BW mb3 PP2", "BW mb3 PP1"}};                 // then the queued W's
   const auto got = executed_order("pp2_dualpipev.json", 2, true);
   for (int d = 0; d < 2; ++d)
+    for (int it = 0; it < 2; ++it) EXPECT_EQ(got[d][it], want[d]) << "device " << d << " step " << it;
+}
+
+// DualPipe, both directions, written out by hand from DeepSeek's schedule (the DeepSeek-V3
+// report's DualPipe; dualpipe.py's eight phases, which are DualPipeV's with p/2 ranks and the
+// half rank h = min(r, p-1-r) in place of the rank). 4 ranks, 4 stages, 8 microbatches: direction 0
+// takes microbatches 0-3 in at rank 0 (stage k on rank k), direction 1 takes 4-7 in at rank 3
+// (stage k on rank 3-k), so rank 0 holds PP0 of direction 0 and PP3 of direction 1. A rank's
+// own direction is the one entering at its end (direction 0 on ranks 0-1, 1 on ranks 2-3), the
+// other is the one leaving there. "(F x; B y)" pairs overlap in DeepSeek's runtime; one compute
+// stream runs the forward first. Ranks 0 and 3 (h = 0) run every phase; ranks 1 and 2 (h = 1,
+// the middle) skip phases 1, 3, 5 and 7 and do not overlap their first pair.
+TEST(Replay, ExecutesDualPipeInThePapersOrder) {
+  ASSERT_EQ(load("pp4_dualpipe.json").num_microbatches, 8);
+  const std::vector<std::vector<std::string>> want = {
+      {"F mb0 PP0", "F mb1 PP0",                             // 1. 2(p/2-h-1) own forwards
+       "F mb2 PP0", "F mb4 PP3",                             // 2. (h+1) x [F own, F other]
+       "BI mb4 PP3", "BW mb4 PP3", "F mb5 PP3",              // 3. (p/2-h-1) x [I other, W, F other]
+       "F mb3 PP0", "B mb5 PP3", "F mb6 PP3", "B mb0 PP0",  // 4. (F own; B other) (F other; B own)
+       "B mb6 PP3", "F mb7 PP3", "B mb1 PP0",                // 5. B other, (F other; B own)
+       "B mb7 PP3", "BI mb2 PP0",                            // 6. zero bubble on between (h even)
+       "BW mb2 PP0", "BI mb3 PP0",                           // 7. W, I own
+       "BW mb3 PP0"},                                        // 8. the last W
+      {"F mb0 PP1", "F mb4 PP2", "F mb1 PP1", "F mb5 PP2",   // 2. (h+1) x [F own, F other]
+       "F mb2 PP1", "B mb4 PP2", "F mb6 PP2", "B mb0 PP1",   // 4. first pair not overlapped
+       "F mb3 PP1", "B mb5 PP2", "F mb7 PP2", "B mb1 PP1",
+       "B mb6 PP2", "B mb2 PP1",                             // 6. zero bubble off, then on
+       "BI mb7 PP2", "BI mb3 PP1",                           //    (h odd: before the other's)
+       "BW mb7 PP2", "BW mb3 PP1"},                          // 8. the queued W's
+      {"F mb4 PP1", "F mb0 PP2", "F mb5 PP1", "F mb1 PP2",   // rank 2: rank 1 with the
+       "F mb6 PP1", "B mb0 PP2", "F mb2 PP2", "B mb4 PP1",   // directions swapped
+       "F mb7 PP1", "B mb1 PP2", "F mb3 PP2", "B mb5 PP1",
+       "B mb2 PP2", "B mb6 PP1",
+       "BI mb3 PP2", "BI mb7 PP1",
+       "BW mb3 PP2", "BW mb7 PP1"},
+      {"F mb4 PP0", "F mb5 PP0",                             // rank 3: rank 0 with the
+       "F mb6 PP0", "F mb0 PP3",                             // directions swapped
+       "BI mb0 PP3", "BW mb0 PP3", "F mb1 PP3",
+       "F mb7 PP0", "B mb1 PP3", "F mb2 PP3", "B mb4 PP0",
+       "B mb2 PP3", "F mb3 PP3", "B mb5 PP0",
+       "B mb3 PP3", "BI mb6 PP0",
+       "BW mb6 PP0", "BI mb7 PP0",
+       "BW mb7 PP0"}};
+  const auto got = executed_order("pp4_dualpipe.json", 4, true);
+  for (int d = 0; d < 4; ++d)
     for (int it = 0; it < 2; ++it) EXPECT_EQ(got[d][it], want[d]) << "device " << d << " step " << it;
 }
 
