@@ -319,3 +319,61 @@ TEST(OpClassH200, TheReplayPlansPredictWhatTheDocQuotes) {
 
 }  // namespace
 }  // namespace stretto
+
+namespace stretto {
+namespace {
+
+// The optimizer step against the same four H200 replays
+// (h200_replay_optimizer_measured.json: the replay JSON's `optimizer step` op). That replay
+// stepped plain SGD, one `w.add_(g, -lr)` per bf16 parameter tensor: 6 bytes per parameter.
+// The analytic model prices the plan's `sgd` as Megatron runs it, with a momentum buffer
+// (OptimizerSpec::step_bytes_per_param: 10 bytes per bf16 parameter), at memory_efficiency x
+// HBM. The rate is checked at the replay's bytes: the model's bytes per ns against the
+// measured ones, within 7 % on all four (they are 3.5-6 % fast). The step as predicted is 57-61 %
+// longer than the replay measured, because the replay did not run the momentum the plan names;
+// the test pins that too, so the doc's explanation stays true to the data.
+TEST(OpClassH200, OptimizerStepRateAgainstTheReplays) {
+  const json m = load("h200_replay_optimizer_measured.json");
+  ASSERT_TRUE(m.is_object());
+  const double replay_bytes_per_param = m["bytes_per_param"].get<double>();
+  ASSERT_EQ(replay_bytes_per_param, 6);
+  int checked = 0;
+  for (const auto& [name, row] : m["plans"].items()) {
+    std::ifstream in(std::string(STRETTO_TEST_DATA) + "/costmodel/h200_replay_plans/" + name + ".json");
+    const json plan = json::parse(in, nullptr, false);
+    ASSERT_FALSE(plan.is_discarded()) << name;
+    auto s = testing::session_of(plan);
+    ASSERT_TRUE(s) << name << ": " << s.error()[0].message;
+    auto r = s->simulate();
+    ASSERT_TRUE(r) << name;
+    const compiler::CompiledPlan& cp = s->compiled();
+    double ns = 0, bytes = 0;
+    for (size_t t = 0; t < r->program.tasks.size(); ++t) {
+      const compiler::Node& n = cp.dag.nodes[r->node_of(static_cast<uint32_t>(t))];
+      if (n.kind != compiler::NodeKind::kCompute || n.op >= cp.model.ops.size() ||
+          cp.model.ops[n.op].kind != compiler::OpKind::kOptimizer)
+        continue;
+      ns += static_cast<double>(r->program.tasks[t].work);
+      bytes += static_cast<double>(n.bytes);
+    }
+    ASSERT_GT(ns, 0) << name;
+    const int64_t plan_bytes_per_param = cp.plan.optimizer.step_bytes_per_param(2);
+    ASSERT_EQ(plan_bytes_per_param, 10) << name;  // bf16 SGD with momentum, no master weights
+    const double params = bytes / static_cast<double>(plan_bytes_per_param);
+    const double measured_ns = row["optimizer_step_ms"].get<double>() * 1e6;
+    const double rate_err = (bytes / ns) / (params * replay_bytes_per_param / measured_ns) - 1;
+    const double step_err = ns / measured_ns - 1;
+    std::printf("  %-20s %.3e params: measured %.3f ms (%.0f GB/s at 6 B/param), model %.0f GB/s "
+                "(%+.1f %%); predicted step %.3f ms at 10 B/param (%+.1f %%)\n",
+                name.c_str(), params, measured_ns * 1e-6,
+                params * replay_bytes_per_param / measured_ns, bytes / ns, 100 * rate_err, ns * 1e-6,
+                100 * step_err);
+    EXPECT_LE(std::fabs(rate_err), 0.07) << name;
+    EXPECT_GT(step_err, 0.5) << name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
+}
+
+}  // namespace
+}  // namespace stretto
