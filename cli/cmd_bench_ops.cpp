@@ -127,6 +127,7 @@ int run_bench_ops(const BenchOpts& o) {
     d.hint = "--device cpu runs everywhere LibTorch does";
     return report({d});
   }
+  std::fputs(backend::kernel_fallback_warning(b.kernel_families).c_str(), stderr);
   std::optional<backend::ReplayResult> replayed;
   if (o.replay) {
     backend::ReplayOptions ro;
@@ -158,6 +159,7 @@ int run_bench_ops(const BenchOpts& o) {
               {"iterations", b.iterations},
               {"warmup", b.warmup},
               {"kernels", o.kernels},
+              {"kernel_families", backend::kernel_uses_json(b.kernel_families)},
               {"cuda_graphs", o.cuda_graphs},
               {"replay_iterations", replayed ? Json(o.replay_iterations) : Json(nullptr)},
               {"ops", Json::array()}};
@@ -205,6 +207,9 @@ int run_bench_ops(const BenchOpts& o) {
                           ms(rows[i].pred_b));
     }
     text += "times in ms; spread: (max - min) / 2 of the isolated runs, % of the median\n";
+    if (!b.kernel_families.empty())
+      text += fmt::format("kernels (--kernels {}): {}\n", o.kernels,
+                          backend::kernel_uses_table(b.kernel_families, "  "));
   }
   return write_output("", text) ? 0 : 2;
 }

@@ -134,6 +134,10 @@ std::optional<Diagnostic> port_taken(int port) {
                       "choose a free port above 1023 (e.g. 29500), the same for every rank");
 }
 
+void warn_kernel_fallbacks(const compiler::CompiledPlan& cp, const backend::ReplayOptions& ro) {
+  std::fputs(backend::kernel_fallback_warning(backend::kernel_uses(cp, ro.kernels)).c_str(), stderr);
+}
+
 int run_replay(const ReplayOpts& o) {
   if (auto ds = check_replay_options(o); !ds.empty()) return report(ds);
   if (auto ok = check_output(o.trace, {o.plan}); !ok) return report(ok.error());
@@ -207,6 +211,8 @@ int run_replay(const ReplayOpts& o) {
     spec.store_is_external = child;
     if (rank == 0 && !child)
       if (auto taken = port_taken(spec.master_port)) return report({*taken});
+    // Once, from the process that reports, as the run starts: op families without a fused kernel.
+    if (rank == 0 && !child) warn_kernel_fallbacks(cp, ro);
     auto r = backend::run_rank(cp, spec, ro);
     if (!r) {
       std::fputs(render_all(r.error()).c_str(), stderr);
@@ -253,6 +259,7 @@ int run_replay(const ReplayOpts& o) {
                             std::string("--fault-op"), std::to_string(o.fault_op),
                             std::string("--fault-kind"), o.fault_kind})
         lo.args.push_back(a);
+    warn_kernel_fallbacks(cp, ro);
     auto r = backend::launch_local(cp, ro, lo);
     if (!r) {
       std::fputs(render_all(r.error()).c_str(), stderr);

@@ -49,6 +49,43 @@ std::string json_escape(const std::string& s) {
 
 }  // namespace
 
+Json kernel_uses_json(const std::vector<KernelUse>& uses) {
+  Json a = Json::array();
+  for (const KernelUse& u : uses)
+    a.push_back({{"family", u.family},
+                 {"kernel", u.kernel},
+                 {"op", u.op},
+                 {"fallback", u.fallback},
+                 {"reason", u.reason.empty() ? Json(nullptr) : Json(u.reason)}});
+  return a;
+}
+
+std::string kernel_uses_table(const std::vector<KernelUse>& uses, const std::string& indent) {
+  std::string o;
+  for (const KernelUse& u : uses) {
+    if (!o.empty()) o += "\n" + indent;
+    o += fmt::format("{}: {}", u.family, u.kernel);
+    if (u.fallback) o += fmt::format(" (FALLBACK: {})", u.reason);
+  }
+  return o;
+}
+
+std::string kernel_fallback_warning(const std::vector<KernelUse>& uses) {
+  std::string list;
+  int n = 0;
+  for (const KernelUse& u : uses)
+    if (u.fallback) {
+      list += fmt::format("{}{} runs {} ({})", n ? "; " : "", u.family, u.kernel, u.reason);
+      ++n;
+    }
+  if (n == 0) return "";
+  return fmt::format(
+      "warning: --kernels fused: {} without a fused kernel on this LibTorch: {}\n"
+      "  hint: their replayed times are the fallback's, not what a training job's fused kernel "
+      "takes; a newer LibTorch runs the fused kernels (docs/validation.md, \"Replay kernels\")\n",
+      count_noun(n, "op family runs", "op families run"), list);
+}
+
 Json to_json(const RankResult& r) {
   Json j;
   j["rank"] = r.rank;
@@ -145,6 +182,8 @@ ReplayResult merge_results(const CompiledPlan& cp, const ReplayOptions& opt,
   r.world_size = static_cast<int>(ranks.size());
   r.iterations = opt.iterations;
   r.warmup = opt.warmup;
+  r.kernels = opt.kernels;
+  r.kernel_families = kernel_uses(cp, opt.kernels);
   std::sort(ranks.begin(), ranks.end(),
             [](const RankResult& a, const RankResult& b) { return a.rank < b.rank; });
   size_t n = SIZE_MAX;
@@ -263,6 +302,8 @@ ReplayResult pool_results(std::vector<ReplayResult> runs) {
   r.plan = first.plan;
   r.backend = first.backend;
   r.dtype_note = first.dtype_note;
+  r.kernels = first.kernels;
+  r.kernel_families = first.kernel_families;
   r.world_size = first.world_size;
   r.warmup = first.warmup;
   r.loss = first.loss;
@@ -351,6 +392,8 @@ Json result_json(const CompiledPlan& cp, const ReplayResult& r, const sim::Resul
   j["plan"] = r.plan;
   j["backend"] = r.backend;
   j["dtype"] = r.dtype_note;
+  j["kernels"] = r.kernels == Kernels::kFused ? "fused" : "reference";
+  j["kernel_families"] = kernel_uses_json(r.kernel_families);
   j["world_size"] = r.world_size;
   j["iterations"] = r.iterations;
   j["warmup"] = r.warmup;
@@ -483,6 +526,10 @@ std::string result_table(const CompiledPlan& cp, const ReplayResult& r, const si
   if (pred) o += fmt::format("   predicted {:.3f} ms", ms(pred->exposed_comm));
   o += "\n";
   if (r.loss != 0) o += fmt::format("loss           {:.6f} (first step, summed over loss ranks)\n", r.loss);
+  if (!r.kernel_families.empty())
+    o += fmt::format("kernels        --kernels {}, per op family:\n               {}\n",
+                     r.kernels == Kernels::kFused ? "fused" : "reference",
+                     kernel_uses_table(r.kernel_families, "               "));
   o += "\n";
   o += fmt::format("{:>7}  {:>10}  {:>10}  {:>7}  {:>10}  {:>10}", "device", "busy ms", "bubble ms",
                    "bubble", "exp.comm", "peak MiB");

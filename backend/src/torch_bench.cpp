@@ -90,18 +90,15 @@ bool any_nonzero(const at::Tensor& t) {
 // (after eager warm-up runs there, as capture requires) and then replayed `iterations` times.
 // Inputs, parameters, the output gradient and the saved activations are the graphs' static
 // buffers: a replay rewrites them in place. Throws where the op cannot be captured (a host
-// synchronisation or a host-to-device copy inside the op: dropout masks, MoE routing).
+// synchronisation inside the op: MoE routing's token counts).
 void time_graphs(const TorchModel& model, BenchOp& b, std::vector<at::Tensor>& inputs,
                  std::vector<Param>& params, const detail::TpAllReduce& no_reduce,
                  const BenchOpsOptions& opt) {
   const OpPlacement pl;
   const OpKind kind = model.plan().model.ops[b.op].kind;
   if (kind == OpKind::kExperts)
-    throw std::runtime_error("not capturable: expert routing counts tokens on the host (nonzero)");
-  if (model.plan().plan.model.dropout > 0 && (kind == OpKind::kResidual || kind == OpKind::kSoftmax))
     throw std::runtime_error(
-        "not capturable: dropout masks are drawn on the host (so --check's CPU reference draws "
-        "the same masks)");
+        "not capturable: expert routing reads its per-expert token counts on the host");
   c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
   c10::cuda::CUDAStreamGuard guard(side);
   at::Tensor dy;
@@ -167,6 +164,7 @@ BenchOpsResult bench_ops(const compiler::CompiledPlan& cp, const BenchOpsOptions
 
   BenchOpsResult res;
   res.device = cuda ? "cuda:0" : "cpu";
+  res.kernel_families = kernel_uses(cp, opt.kernels);
   res.dtype = std::string(c10::toString(c10::typeMetaToScalarType(to.dtype())));
   res.iterations = opt.iterations;
   res.warmup = opt.warmup;

@@ -15,6 +15,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -133,6 +134,13 @@ class Status {
   char* buf_ = nullptr;
 };
 
+// Gradient clipping's coefficient from the squared global norm, on the device:
+// min(1, kMaxGradNorm / (norm + 1e-6)), torch's clip_grad_norm_ (whose C++ version reads the
+// norm on the host to return it; the scale itself never needs the host).
+at::Tensor clip_coefficient(const at::Tensor& sq_norm) {
+  return at::clamp_max(at::reciprocal(sq_norm.sqrt().add(1e-6)).mul(kMaxGradNorm), 1.0);
+}
+
 class RankRun {
  public:
   RankRun(const CompiledPlan& cp, const RankSpec& spec, const ReplayOptions& opt)
@@ -180,7 +188,10 @@ class RankRun {
   std::vector<char> recomputed_;
   std::vector<int64_t> copies_of_op_;  // devices computing each op (for the global norm)
   std::vector<int64_t> zero_shards_;   // ZeRO reduce-scatter group of each op (1: none)
-  double clip_scale_ = 1;
+  // min(1, max norm / global norm) as a device tensor (undefined until the norm is known this
+  // step): the step scales by it without reading it on the host.
+  at::Tensor clip_scale_;
+  bool norm_all_reduced_ = false;  // this rank's program has the kGradNorm all-reduce
   // per (op, mb)
   std::vector<at::Tensor> val_, grad_acc_, pending_out_, ep_in_, ep_dy_;
   std::vector<std::vector<at::Tensor>> pending_dx_;
@@ -287,6 +298,7 @@ class RankRun {
   void optimizer_step(uint32_t o);
   void plan_optimizer_step();
   at::Tensor local_grad_sq_norm() const;
+  at::Tensor clip_scale();  // clip_scale_, from the local norm on a plan without the all-reduce
   void enqueue(size_t i, std::vector<WorkPtr> works);
   void stop_waiters();
   Group& group(const std::vector<int32_t>& devices);
@@ -460,8 +472,11 @@ void RankRun::setup_plan_ops() {
   const compiler::TrainingDag& dag = cp_.dag;
   const size_t nops = cp_.model.ops.size();
   recomputed_.assign(val_.size(), 0);
+  norm_all_reduced_ = false;
   for (const auto& o : ops_) {
     const Node& n = dag.nodes[o.node];
+    norm_all_reduced_ = norm_all_reduced_ || (n.kind == NodeKind::kCollective &&
+                                              n.purpose == CommPurpose::kGradNorm);
     if (n.kind != NodeKind::kCompute || n.op == kNone) continue;
     if (n.recompute) recomputed_[key(n.op, mb_of(n))] = 1;
     // Token ids, labels and synthetic inputs go to the device now, not inside a timed op.
@@ -487,7 +502,7 @@ at::Tensor RankRun::local_grad_sq_norm() const {
   // This rank's share of the squared global norm: each gradient element counted once over
   // the devices holding a copy of it (DP replicas, TP-replicated parameters), after the
   // gradient reductions (ZeRO: only the owned shard is final here).
-  double sum = 0;
+  at::Tensor sum = at::zeros({1}, model_.options().dtype(at::kFloat));
   for (uint32_t o = 0; o < params_.size(); ++o) {
     int64_t off = 0;
     for (const auto& p : params_[o]) {
@@ -504,14 +519,24 @@ at::Tensor RankRun::local_grad_sq_norm() const {
       // on a GPU: one read of the gradients). A double copy of every gradient would make the
       // norm a page-faulting pass over fresh memory, several ms per step that a training run
       // does not spend and the simulator does not model.
-      const at::Tensor g = p.grad.view({-1}).narrow(0, a, b - a);
-      const double sq = g.scalar_type() == at::kFloat
-                            ? static_cast<double>(at::dot(g, g).item<float>())
-                            : g.to(at::kDouble).pow(2).sum().item<double>();
-      sum += sq / copies;
+      // Summed on the device (fp32): no host read per gradient.
+      at::Tensor g = p.grad.view({-1}).narrow(0, a, b - a);
+      if (g.scalar_type() != at::kFloat) g = g.to(at::kFloat);
+      sum.add_(at::dot(g, g), 1.0 / copies);
     }
   }
-  return at::full({1}, sum, model_.options().dtype(at::kFloat));
+  return sum;
+}
+
+at::Tensor RankRun::clip_scale() {
+  if (!clip_scale_.defined()) {
+    // The kGradNorm all-reduce sets it in finalize(); the compiler emits none where one device
+    // holds every parameter, and then the local norm is the global one.
+    if (norm_all_reduced_)
+      throw std::runtime_error("internal: the optimizer step ran before the gradient norm");
+    clip_scale_ = clip_coefficient(local_grad_sq_norm());
+  }
+  return clip_scale_;
 }
 
 void RankRun::plan_optimizer_step() {
@@ -591,7 +616,7 @@ void RankRun::optimizer_step(uint32_t o) {
     if (b <= a) continue;
     at::Tensor w = p.value.detach().view({-1}).narrow(0, a, b - a);
     at::Tensor g = p.grad.view({-1}).narrow(0, a, b - a);
-    if (clip_scale_ < 1) g = g * clip_scale_;  // clipped to kMaxGradNorm (grads stay as reduced)
+    if (clips_gradients(cp_)) g = g * clip_scale();  // to kMaxGradNorm (grads stay as reduced)
     if (opt_.optimizer == Optimizer::kSgd) {
       w.add_(g, -opt_.lr);
     } else {
@@ -1140,8 +1165,7 @@ void RankRun::finalize(size_t i) {
       break;
     }
     case CommPurpose::kGradNorm: {
-      const double norm = std::sqrt(buf_[i].to(at::kDouble).item<double>());
-      clip_scale_ = std::min(1.0, kMaxGradNorm / (norm + 1e-6));
+      clip_scale_ = clip_coefficient(buf_[i]);
       break;
     }
     case CommPurpose::kTensorPar:
@@ -1201,7 +1225,7 @@ void RankRun::graph_step(RankResult& rr) {
     // Captured once, at the first measured step and untimed: the device's whole program (every
     // op of every microbatch) and the optimizer step, on a side stream. The tensors it
     // allocates stay in the graph's pool; every later step replays it in place. check_supported
-    // admits only what can be captured (one device, no host-drawn masks or routing, SGD).
+    // admits only what can be captured (one device, no MoE routing, SGD).
     c10::cuda::device_synchronize();
     graph_ = std::make_unique<at::cuda::CUDAGraph>();
     {
@@ -1248,7 +1272,7 @@ void RankRun::step(bool measured, RankResult& rr) {
   for (auto& s : st_) s = OpState{};
   std::fill(stepped_.begin(), stepped_.end(), 0);
   std::fill(synced_.begin(), synced_.end(), 0);
-  clip_scale_ = 1;
+  clip_scale_ = at::Tensor();
   for (auto* v : {&val_, &grad_acc_, &pending_out_, &ep_in_, &ep_dy_})
     for (auto& t : *v) t = at::Tensor();
   for (auto& d : pending_dx_) d.clear();
@@ -1268,9 +1292,16 @@ void RankRun::step(bool measured, RankResult& rr) {
 #endif
   const int64_t t0 = now_ns(), cpu0 = cpu_ns();
   for (auto& [name, w] : waiters_) w->last_end = t0;
-  run_program();
-  const int64_t t_opt = now_ns(), cpu_opt = cpu_ns();
-  run_optimizer();
+  int64_t t_opt = 0, cpu_opt = 0;
+  {
+    // The step's work, named for ATen's profilers and hooks (tests/backend counts the host
+    // synchronisations inside it).
+    RECORD_USER_SCOPE("stretto::step");
+    run_program();
+    t_opt = now_ns();
+    cpu_opt = cpu_ns();
+    run_optimizer();
+  }
 #ifdef STRETTO_BACKEND_CUDA
   if (cuda_) {
     // Kernels run asynchronously: compute times come from the events, on the step's clock.

@@ -2,6 +2,7 @@
 #include "torch_model.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/record_function.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/version.h>
@@ -9,8 +10,24 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
+
+// The LibTorch versions that have each fused kernel (torch_kernels()).
+#define STRETTO_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+#define STRETTO_TORCH_HAS_RMS_NORM STRETTO_TORCH_AT_LEAST(2, 4)
+#define STRETTO_TORCH_HAS_SDPA STRETTO_TORCH_AT_LEAST(2, 0)
+#define STRETTO_TORCH_HAS_SDPA_GQA STRETTO_TORCH_AT_LEAST(2, 5)
 
 namespace stretto::backend::detail {
+
+namespace {
+constexpr bool kHasRmsNorm = STRETTO_TORCH_HAS_RMS_NORM;
+constexpr bool kHasSdpa = STRETTO_TORCH_HAS_SDPA;
+constexpr bool kHasSdpaGqa = STRETTO_TORCH_HAS_SDPA_GQA;
+}  // namespace
+
+TorchKernels torch_kernels() { return {kHasRmsNorm, kHasSdpa, kHasSdpaGqa}; }
 
 using compiler::ModelOp;
 using compiler::OpKind;
@@ -38,6 +55,45 @@ at::Tensor repeat_kv_heads(const at::Tensor& t, int64_t rep) {
   return t.unsqueeze(2)
       .expand({sz[0], sz[1], rep, sz[2], sz[3]})
       .reshape({sz[0], sz[1] * rep, sz[2], sz[3]});
+}
+
+ExpertTokens route_tokens(const at::Tensor& gates) {
+  // Token t goes to local expert e where its gate is positive (the router's top-k). One sort
+  // of the keys e * N + t (routed) and E * N (not) on the device lists every expert's tokens
+  // in ascending order, expert after expert: the lists the per-expert nonzero() gave, without
+  // a host synchronisation per expert.
+  const at::Tensor routed = gates.detach().gt(0).t();  // [E, N]
+  const int64_t E = routed.size(0), N = routed.size(1);
+  const auto lng = at::TensorOptions().dtype(at::kLong).device(gates.device());
+  const at::Tensor keys = at::arange(E, lng).mul_(N).unsqueeze(1) + at::arange(N, lng).unsqueeze(0);
+  const at::Tensor sorted = std::get<0>(at::sort(keys.masked_fill(routed.logical_not(), E * N).reshape({-1})));
+  ExpertTokens r;
+  r.tokens = sorted.remainder(N);
+  at::Tensor counts = routed.sum(1);
+  {
+    // The experts' GEMM sizes: the one device-to-host read of the op (Megatron's dropless
+    // MoE reads its tokens_per_expert the same way), named for profilers and tests.
+    RECORD_USER_SCOPE("stretto::moe_token_counts_to_host");
+    counts = counts.to(at::kCPU);
+  }
+  r.counts.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + E);
+  return r;
+}
+
+at::Tensor dropout_keep(const at::Tensor& index, uint64_t key, double p) {
+  // Park-Miller's multiplier (48271) and the other minimal-standard one (69621) modulo the
+  // Mersenne prime 2^31 - 1, with xor-shifts between them to break the congruential structure
+  // between neighbouring indices. Every intermediate value is below 2^49: exact in int64 on
+  // every device. Indices are folded to 31 bits (a period of 2^31 elements).
+  constexpr int64_t kP = 2147483647;
+  const int64_t s1 = static_cast<int64_t>(key % kP), s2 = static_cast<int64_t>((key >> 31) % kP);
+  at::Tensor x = index.bitwise_and(kP);
+  x.add_(s1).remainder_(kP).mul_(48271).remainder_(kP);
+  x.bitwise_xor_(x.bitwise_right_shift(15));
+  x.add_(s2).mul_(69621).remainder_(kP);
+  x.bitwise_xor_(x.bitwise_right_shift(13));
+  x.mul_(48271).remainder_(kP);
+  return x.ge(static_cast<int64_t>(std::llround(p * static_cast<double>(kP))));
 }
 
 int64_t tensor_bytes(const at::Tensor& t) {
@@ -86,8 +142,7 @@ TorchModel::TorchModel(const compiler::CompiledPlan& cp, uint64_t seed, at::Tens
   bool mask = false;
   for (const ModelOp& op : ops)
     mask = mask || op.kind == OpKind::kAttnScores ||
-           (op.kind == OpKind::kAttention &&
-            (kernels_ == ModelKernels::kReference || TORCH_VERSION_MAJOR < 2));
+           (op.kind == OpKind::kAttention && (kernels_ == ModelKernels::kReference || !kHasSdpa));
   if (mask)
     causal_mask_ = at::ones({m.seq_len, m.seq_len},
                             at::TensorOptions().dtype(at::kBool).device(opts_.device()))
@@ -300,7 +355,7 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
         c.sites.push_back(Site{out, {params[0].value, params[1].value}, {0, 1}});
         break;
       }
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if STRETTO_TORCH_HAS_RMS_NORM
       if (kernels_ == ModelKernels::kFused) {  // at::rms_norm: fused where the device has it
         out = at::rms_norm(x, {h_}, params.at(0).value, 1e-5);
         c.sites.push_back(Site{out, {params[0].value}, {0}});
@@ -337,14 +392,14 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
         k = repeat_kv_heads(k, al / kvl);
         v = repeat_kv_heads(v, al / kvl);
       };
-      if (kernels_ == ModelKernels::kFused && TORCH_VERSION_MAJOR >= 2) {
+      if (kernels_ == ModelKernels::kFused && kHasSdpa) {
         // Causal attention without a materialised mask (flash / memory-efficient kernels where
         // the device has them): what the analytic model prices by default.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#if STRETTO_TORCH_HAS_SDPA_GQA
         out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                /*is_causal=*/true, /*scale=*/std::nullopt,
                                                /*enable_gqa=*/al != kvl);  // GQA in the kernel
-#elif TORCH_VERSION_MAJOR == 2
+#elif STRETTO_TORCH_HAS_SDPA
         repeat_kv();
         out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                /*is_causal=*/true);
@@ -412,11 +467,12 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
       const at::Tensor g = in.narrow(2, h_, E_).reshape({S * T, E_});
       at::Tensor acc = at::zeros({S * T, h_}, x.options());
       const int64_t local = E_ / std::max(1, pl.ep), per = gated ? 3 : 2;
-      for (int64_t j = 0; j < local; ++j) {
-        const int64_t e = pl.ep_rank * local + j;
-        const at::Tensor col = g.select(1, e);
-        const at::Tensor idx = col.detach().gt(0).nonzero().reshape({-1});
-        if (idx.numel() == 0) continue;
+      const ExpertTokens route = route_tokens(g.narrow(1, pl.ep_rank * local, local));
+      for (int64_t j = 0, off = 0; j < local; off += route.counts[static_cast<size_t>(j)], ++j) {
+        const int64_t n = route.counts[static_cast<size_t>(j)];
+        if (n == 0) continue;
+        const at::Tensor col = g.select(1, pl.ep_rank * local + j);
+        const at::Tensor idx = route.tokens.narrow(0, off, n);
         const at::Tensor y = mlp(x.index_select(0, idx), static_cast<size_t>(j * per));
         acc = acc.index_add(0, idx, y * col.index_select(0, idx).unsqueeze(1));
       }
@@ -535,3 +591,94 @@ void backward_weights(OpCtx& ctx, std::vector<Param>& params) {
 }
 
 }  // namespace stretto::backend::detail
+
+namespace stretto::backend {
+
+std::vector<KernelUse> kernel_uses(const compiler::CompiledPlan& cp, Kernels kernels) {
+  using compiler::OpKind;
+  const detail::TorchKernels has = detail::torch_kernels();
+  const plan::ModelSpec& m = cp.plan.model;
+  std::vector<KernelUse> out;
+  if (m.family != plan::ModelSpec::Family::kTransformer) return out;
+  std::set<OpKind> kinds;
+  for (const compiler::ModelOp& op : cp.model.ops) kinds.insert(op.kind);
+  bool loss_tp = false;
+  for (const compiler::Node& n : cp.dag.nodes)
+    loss_tp = loss_tp || (n.kind == compiler::NodeKind::kCompute && n.op < cp.model.ops.size() &&
+                          cp.model.ops[n.op].kind == OpKind::kLoss && n.tp > 1);
+  const bool fused = kernels == Kernels::kFused;
+  const std::string torch = fmt::format("LibTorch {}.{}", TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR);
+  auto add = [&](std::string family, std::string kernel, std::string op, std::string reason = "") {
+    const bool fallback = !reason.empty();
+    out.push_back({std::move(family), std::move(kernel), std::move(op), std::move(reason), fallback});
+  };
+  // The same decisions as TorchModel::forward, from the same constants (torch_model.h).
+  if (kinds.count(OpKind::kEmbedding))
+    add("embedding", "at::embedding (backward: embedding_dense_backward)", "aten::embedding");
+  if (kinds.count(OpKind::kNorm)) {
+    if (m.bias)
+      add("layer_norm", fused ? "at::layer_norm" : "formula: (x - mean) * rsqrt(var + eps) * weight + bias",
+          fused ? "aten::layer_norm" : "aten::rsqrt");
+    else if (fused && has.rms_norm)
+      add("rms_norm", "at::rms_norm", "aten::rms_norm");
+    else
+      add("rms_norm", "formula: x * rsqrt(mean(x^2) + eps) * weight", "aten::rsqrt",
+          fused ? torch + " has no at::rms_norm (LibTorch 2.4 and later)" : "");
+  }
+  if (kinds.count(OpKind::kAttention)) {
+    const bool gqa = m.kv_heads > 0 && m.kv_heads < m.heads;
+    const std::string sdpa =
+        "at::scaled_dot_product_attention (is_causal, no mask tensor; ATen picks flash, "
+        "memory-efficient or math)";
+    if (fused && has.sdpa_gqa)
+      add("attention", sdpa + (gqa ? ", GQA in the kernel (enable_gqa)" : ""),
+          "aten::scaled_dot_product_attention");
+    else if (fused && has.sdpa)
+      add("attention", sdpa + (gqa ? ", KV heads repeated in memory" : ""),
+          "aten::scaled_dot_product_attention",
+          gqa ? torch + " has no enable_gqa (LibTorch 2.5 and later)" : "");
+    else
+      add("attention",
+          std::string("formula: softmax(q k^T / sqrt(d), causal mask) v") +
+              (gqa ? ", KV heads repeated in memory" : ""),
+          "aten::softmax",
+          fused ? torch +
+                      " has no public at::scaled_dot_product_attention (LibTorch 2.0 and "
+                      "later); its private one reads scalars on the host (.item())"
+                : "");
+  }
+  if (kinds.count(OpKind::kAttnScores))
+    add("attention", "the plan's unfused attention: scores with the causal mask, softmax, context",
+        "aten::softmax");
+  if (kinds.count(OpKind::kMlpAct)) {
+    if (m.gated_mlp)
+      add("swiglu", fused ? "silu(gate) * up on chunk() halves" : "silu(gate) * up on narrow() views",
+          "aten::silu");
+    else
+      add("gelu", "at::gelu", "aten::gelu");
+  }
+  if (kinds.count(OpKind::kLoss)) {
+    if (loss_tp)
+      add("cross_entropy",
+          "vocab-parallel: max, sum of exponentials and target logit all-reduced over the TP "
+          "group, fp32",
+          "aten::exp");
+    else
+      add("cross_entropy",
+          fused ? "nll_loss(log_softmax(logits, fp32)) over the logits' own dtype"
+                : "cross_entropy over an fp32 copy of the logits",
+          fused ? "aten::log_softmax" : "aten::cross_entropy_loss");
+  }
+  if (m.dropout > 0)
+    add("dropout",
+        "mask from a counter-based hash of (seed, op, replica, microbatch, element) on the device",
+        "aten::bitwise_xor_");
+  if (kinds.count(OpKind::kExperts))
+    add("moe_routing",
+        "one sort of the routed (expert, token) keys on the device; the per-expert token counts "
+        "read on the host once per experts forward (the experts' GEMM sizes)",
+        "aten::sort");
+  return out;
+}
+
+}  // namespace stretto::backend

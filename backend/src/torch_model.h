@@ -66,6 +66,15 @@ struct OpCtx {
 /// All-reduce (sum or max) over the op's tensor-parallel group, in place (vocab-parallel loss).
 using TpAllReduce = std::function<void(at::Tensor&, bool max)>;
 
+/// What this build's LibTorch offers the fused path: at::rms_norm (2.4 and later), the public
+/// scaled_dot_product_attention (2.0; 1.13's private entry point reads scalars on the host), its
+/// enable_gqa (2.5). forward() and kernel_uses() (the report of which kernel ran) decide from
+/// the same facts (torch_model.cpp, from TORCH_VERSION).
+struct TorchKernels {
+  bool rms_norm = false, sdpa = false, sdpa_gqa = false;
+};
+TorchKernels torch_kernels();
+
 /// Kernels of the model ops (replay.h). kFused: at::layer_norm, at::rms_norm (LibTorch >= 2.4),
 /// scaled_dot_product_attention with is_causal (GQA in the kernel from 2.5, else KV heads
 /// repeated; never a materialised mask), cross-entropy as an fp32-accumulating log_softmax over
@@ -131,9 +140,13 @@ class TorchModel {
                               OpCtx& c) const;
   at::Tensor unfused_attention(uint32_t op, const std::vector<at::Tensor>& inputs,
                                const OpPlacement& pl, int replica, int mb) const;
-  /// Dropout keep-mask scaled by 1/(1-p), from a generator seeded by the op, replica and
-  /// microbatch (the same on every TP rank, in a recomputed forward and in --check's reference).
-  at::Tensor dropout_mask(uint32_t op, int replica, int mb, std::vector<int64_t> shape) const;
+  /// Dropout keep-mask scaled by 1/(1-p), drawn on the model's device by a counter-based hash
+  /// of the op, replica, microbatch and each element's index in the `full` tensor (the same
+  /// on every device kind, every TP rank, in a recomputed forward and in --check's
+  /// reference): no generator, no host draw, no host-to-device copy. The mask of the slice
+  /// [start, start + len) of dimension `dim` (len < 0: the whole tensor).
+  at::Tensor dropout_mask(uint32_t op, int replica, int mb, const std::vector<int64_t>& full,
+                          int dim = 0, int64_t start = 0, int64_t len = -1) const;
 
   at::Tensor full_weight(const std::string& name, std::vector<int64_t> shape, int64_t fan_in,
                          bool ones = false) const;
@@ -153,5 +166,19 @@ int64_t tensor_bytes(const at::Tensor& t);
 /// (head j of the result is KV head j / rep). One expand + copy: repeat_interleave with an
 /// integer count reads its output size on the host (.item(), a device synchronisation on CUDA).
 at::Tensor repeat_kv_heads(const at::Tensor& t, int64_t rep);
+
+/// The local experts' tokens for gates [N, experts] (a token goes to every expert whose gate is
+/// positive): tokens[o_e, o_e + counts[e]) are expert e's, ascending, o_e the sum of the counts
+/// before e. The counts are read on the host (once: the sizes of the experts' GEMMs).
+struct ExpertTokens {
+  at::Tensor tokens;
+  std::vector<int64_t> counts;
+};
+ExpertTokens route_tokens(const at::Tensor& gates);
+
+/// Dropout's keep test for the elements at `index` (int64, any device): true where a hash of
+/// (key, index) falls at or above a fraction p of its range. Exact integer arithmetic (every
+/// value below 2^49), so every device draws the same mask for the same key and index.
+at::Tensor dropout_keep(const at::Tensor& index, uint64_t key, double p);
 
 }  // namespace stretto::backend::detail

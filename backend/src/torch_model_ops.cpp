@@ -1,7 +1,6 @@
 // Ops of the merged cost model the replay executes beyond the original set (see
 // torch_model.h): the bias-dropout-add that ends every sub-block (OpKind::kResidual) and
 // unfused attention (scores, softmax with dropout on the probabilities, context).
-#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
 #include <cmath>
@@ -15,13 +14,24 @@ namespace stretto::backend::detail {
 using compiler::OpKind;
 
 at::Tensor TorchModel::dropout_mask(uint32_t o, int replica, int mb,
-                                    std::vector<int64_t> shape) const {
+                                    const std::vector<int64_t>& full, int dim, int64_t start,
+                                    int64_t len) const {
   const double p = cp_.plan.model.dropout;
   const std::string key = fmt::format("dropout/{}/{}/{}/{}", seed_, cp_.model.ops[o].name, replica, mb);
-  auto gen = at::detail::createCPUGenerator(std::hash<std::string>{}(key));
-  const at::Tensor keep =
-      at::bernoulli(at::full(shape, 1.0 - p, at::TensorOptions().dtype(at::kFloat)), gen);
-  return (keep / (1.0 - p)).to(opts_);
+  // Each element's index in the full tensor: [outer, len, inner] around dimension `dim`.
+  const size_t d = static_cast<size_t>(dim);
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < d; ++i) outer *= full[i];
+  for (size_t i = d + 1; i < full.size(); ++i) inner *= full[i];
+  if (len < 0) len = full[d] - start;
+  const auto lng = at::TensorOptions().dtype(at::kLong).device(opts_.device());
+  const at::Tensor index = at::arange(outer, lng).mul_(full[d] * inner).view({outer, 1, 1}) +
+                           at::arange(start, start + len, lng).mul_(inner).view({1, len, 1}) +
+                           at::arange(inner, lng).view({1, 1, inner});
+  std::vector<int64_t> shape = full;
+  shape[d] = len;
+  const at::Tensor keep = dropout_keep(index, std::hash<std::string>{}(key), p).reshape(shape);
+  return keep.to(opts_.dtype()).mul_(1.0 / (1.0 - p));
 }
 
 at::Tensor TorchModel::residual_forward(uint32_t o, const std::vector<at::Tensor>& inputs,
@@ -62,7 +72,7 @@ at::Tensor TorchModel::unfused_attention(uint32_t o, const std::vector<at::Tenso
     case OpKind::kSoftmax: {
       at::Tensor p = at::softmax(inputs.at(0), -1);
       if (cp_.plan.model.dropout > 0)  // the full model's mask, this rank's heads
-        p = p * dropout_mask(o, replica, mb, {bs, heads_, s, s}).narrow(1, pl.tp_rank * al, al);
+        p = p * dropout_mask(o, replica, mb, {bs, heads_, s, s}, 1, pl.tp_rank * al, al);
       return p;
     }
     case OpKind::kAttnContext:

@@ -61,6 +61,7 @@ struct BenchOpsResult {
   std::string device;  ///< "cpu", "cuda:0"
   std::string dtype;   ///< LibTorch's name of the tensors' dtype ("Float"; the plan's on CUDA)
   int iterations = 0, warmup = 0;
+  std::vector<KernelUse> kernel_families;  ///< what each op family ran (kernel_uses())
   std::vector<BenchOp> ops;  ///< in the order of their first model op
 };
 

@@ -47,6 +47,28 @@ enum class Optimizer : uint8_t { kSgd, kAdam, kNone };
 /// test the fused path against.
 enum class Kernels : uint8_t { kFused, kReference };
 
+/// Which kernel one family of the model's ops runs, and why when it is not the one `--kernels`
+/// asked for (a fallback: this LibTorch lacks the fused kernel). Stated in every replay and
+/// bench-ops report, so a fallback is never silent.
+struct KernelUse {
+  std::string family;  ///< "rms_norm", "layer_norm", "attention", "swiglu", "gelu", "cross_entropy", ...
+  std::string kernel;  ///< what runs: "at::layer_norm", "formula: x * rsqrt(mean(x^2) + eps) * weight"
+  std::string op;      ///< the ATen operator doing the work, as profilers name it ("aten::layer_norm")
+  std::string reason;  ///< why the fused kernel does not run (empty: it runs, or reference asked)
+  bool fallback = false;  ///< `--kernels fused` asked for a fused kernel this LibTorch lacks
+};
+
+/// The kernel of every op family of the plan's model under `kernels` on this build's LibTorch
+/// (empty for a synthetic model). The model code (backend/src/torch_model.cpp) decides with the
+/// same compile-time facts.
+std::vector<KernelUse> kernel_uses(const compiler::CompiledPlan& cp, Kernels kernels);
+/// The uses as JSON (an array of {family, kernel, op, fallback, reason}), as table lines
+/// ("family: kernel (fallback: reason)", each prefixed by `indent` after the first), and the
+/// one stderr warning that lists the fallbacks (empty when there are none).
+plan::Json kernel_uses_json(const std::vector<KernelUse>& uses);
+std::string kernel_uses_table(const std::vector<KernelUse>& uses, const std::string& indent);
+std::string kernel_fallback_warning(const std::vector<KernelUse>& uses);
+
 /// How to replay.
 struct ReplayOptions {
   int iterations = 5;  ///< measured steps
@@ -70,8 +92,8 @@ struct ReplayOptions {
   Kernels kernels = Kernels::kFused;
   /// CUDA only (--cuda-graphs): capture the device's whole step once, after the warm-up
   /// steps, and replay that graph for every measured step (launch overhead removed). Step
-  /// times only: no per-op records. check_supported() admits one-device plans without
-  /// dropout, MoE, gradient clipping or Adam (what synchronises the host or keeps host state).
+  /// times only: no per-op records. check_supported() admits one-device plans without MoE or
+  /// Adam (what synchronises the host or keeps host state).
   bool cuda_graphs = false;
   /// Refuse plans with more processes than this on this host (0: no limit).
   int max_procs = 0;
@@ -190,6 +212,8 @@ struct ReplayResult {
   double loss = 0;
   std::optional<CheckReport> check;
   double wall_ms = 0;  ///< whole replay including process start
+  Kernels kernels = Kernels::kFused;       ///< --kernels
+  std::vector<KernelUse> kernel_families;  ///< what each op family ran (kernel_uses())
 };
 
 /// Where the processes of a local group come from: `exe args... --rank R --world-size N
