@@ -42,6 +42,10 @@ std::string_view comm_purpose_name(CommPurpose p) {
                                             "grad-norm",   "tied-grad",    "loss-reduce"};
   return kN[static_cast<size_t>(p)];
 }
+std::string_view tp_overlap_name(TpOverlap m) {
+  static constexpr std::string_view kN[] = {"none", "ring exchange", "pipeline", "bulk"};
+  return kN[static_cast<size_t>(m)];
+}
 
 void TrainingDag::finalize() {
   const size_t n = nodes.size();
@@ -96,9 +100,13 @@ std::string TrainingDag::node_name(uint32_t id, const ModelGraph& m) const {
       return fmt::format("send {} {} -> {} ({}, from {} to {})", comm_purpose_name(n.purpose),
                          n.tags.str(), consumer_tags_of(n).str(), op, devs(n.devs), devs(n.devs2));
     case NodeKind::kCollective:
-      return fmt::format("{} {} {}{} ({}) on {}", comm_kind_name(n.comm),
+      return fmt::format("{} {} {}{}{} ({}) on {}", comm_kind_name(n.comm),
                          comm_purpose_name(n.purpose), n.tags.str(),
-                         n.recompute ? " (recompute)" : "", op, devs(n.devs));
+                         n.recompute ? " (recompute)" : "",
+                         n.tp_overlap != TpOverlap::kNone
+                             ? fmt::format(" (overlapped, {})", tp_overlap_name(n.tp_overlap))
+                             : "",
+                         op, devs(n.devs));
     case NodeKind::kBarrier:
       return fmt::format("order barrier of directive {}", n.directive);
   }
@@ -246,6 +254,7 @@ class Compiler {
   struct MicrobatchBlock {
     int mb;
     size_t nodes, nodes_end, edges, edges_end, mem, mem_end, consumers, consumers_end;
+    size_t overlaps = 0, overlaps_end = 0;  // its tp_comm_overlap pairs
   };
   bool same_units(int a, int b) const;
   void emit_microbatch(EmitState& es, int mb);
@@ -268,14 +277,18 @@ class Compiler {
   void received_inputs(EmitState& es, uint32_t o, int mb, std::vector<uint32_t>& deps);
   uint32_t forward_gather(EmitState& es, uint32_t o, int mb, bool rc, Pass pass,
                           std::vector<uint32_t>& deps);
-  uint32_t forward_outputs(uint32_t o, int mb, Pass pass, uint32_t c);
+  uint32_t forward_outputs(uint32_t o, int mb, Pass pass, uint32_t c,
+                           const std::vector<uint32_t>& deps);
+  bool tp_overlapped(const UnitInfo& u, const ModelOp& op) const;
+  void overlap_pair(uint32_t c, uint32_t comm, TpOverlap method, OverlapPart part);
   void emit_backward(EmitState& es, uint32_t o, int mb);
   void received_gradients(EmitState& es, uint32_t o, int mb, std::vector<uint32_t>& deps);
   uint32_t backward_gather(EmitState& es, uint32_t o, int mb, Pass bp);
   uint32_t backward_regather(uint32_t o, int mb, Pass bp, const std::vector<uint32_t>& deps);
   uint32_t backward_compute(EmitState& es, uint32_t o, int mb, uint32_t gather, uint32_t regather,
                             const std::vector<uint32_t>& deps);
-  uint32_t backward_outputs(uint32_t o, int mb, Pass bp, uint32_t first, uint32_t regather);
+  uint32_t backward_outputs(uint32_t o, int mb, Pass bp, uint32_t first, uint32_t regather,
+                            const std::vector<uint32_t>& deps);
   void add_gradient_reductions(std::vector<uint32_t>& reduce_of_op,
                                std::vector<uint32_t>& param_syncs);
   void add_optimizer(const std::vector<uint32_t>& reduce_of_op,
@@ -488,6 +501,34 @@ bool Compiler::apply_tensor_parallel() {
       error(d.filter.pointer + "/PASS", "'shard_tensor' cannot select a pass", "", d.index);
       ok = false;
       continue;
+    }
+    if (d.tp_comm_overlap && cp_.plan.cluster.device.sms <= 16) {
+      error(d.pointer + "/tp_comm_overlap",
+            fmt::format("'tp_comm_overlap' on a device of {} SMs: Transformer Engine's "
+                        "communication kernels take 16",
+                        cp_.plan.cluster.device.sms),
+            "use a GPU preset (h100-sxm, h200, a100-sxm) or drop tp_comm_overlap", d.index);
+      ok = false;
+      continue;
+    }
+    // Transformer Engine's userbuffers exchange a TP group's shards over NVLink (CUDA IPC
+    // buffers within one node): a TP group across nodes cannot overlap that way.
+    if (d.tp_comm_overlap) {
+      const int per_node = std::max(1, cp_.plan.cluster.devices_per_node);
+      for (size_t g = 0; g < d.device_groups.size() && ok; ++g)
+        for (int dev : d.device_groups[g])
+          if (dev / per_node != d.device_groups[g][0] / per_node) {
+            error(d.pointer + "/devices/" + std::to_string(g),
+                  fmt::format("'tp_comm_overlap' with TP group {} across nodes (devices {} and "
+                              "{}, {} devices per node)",
+                              g, d.device_groups[g][0], dev, per_node),
+                  "Transformer Engine's userbuffers overlap a TP group within one node "
+                  "(NVLink): keep each TP group on one node, or drop tp_comm_overlap",
+                  d.index);
+            ok = false;
+            break;
+          }
+      if (!ok) continue;
     }
     // Devices in some TP group of the directive (a flag per device; others are in none).
     std::vector<char> in_group(static_cast<size_t>(std::max(cp_.num_devices, 0)), 0);
@@ -926,8 +967,17 @@ void Compiler::build_nodes() {
       stamp_microbatch(*t, mb);
       continue;
     }
-    const MicrobatchBlock before{mb, dag.nodes.size(), 0, dag.edges.size(), 0,
-                                 dag.mem.size(), 0, dag.consumer_tags.size(), 0};
+    const MicrobatchBlock before{mb,
+                                 dag.nodes.size(),
+                                 0,
+                                 dag.edges.size(),
+                                 0,
+                                 dag.mem.size(),
+                                 0,
+                                 dag.consumer_tags.size(),
+                                 0,
+                                 dag.tp_overlaps.size(),
+                                 0};
     const size_t errors = diags_.size();
     emit_microbatch(es, mb);
     if (template_microbatches_ && mb > 0 && diags_.size() == errors) {
@@ -936,6 +986,7 @@ void Compiler::build_nodes() {
       b.edges_end = dag.edges.size();
       b.mem_end = dag.mem.size();
       b.consumers_end = dag.consumer_tags.size();
+      b.overlaps_end = dag.tp_overlaps.size();
       templates.push_back(b);
     }
   }
@@ -1006,6 +1057,12 @@ void Compiler::stamp_microbatch(const MicrobatchBlock& t, int mb) {
     MemEffect m = dag.mem[i];
     m.node += shift;
     dag.mem.push_back(m);
+  }
+  for (size_t i = t.overlaps; i < t.overlaps_end; ++i) {
+    TpOverlapPair pr = dag.tp_overlaps[i];
+    pr.compute += shift;
+    pr.comm += shift;
+    dag.tp_overlaps.push_back(pr);
   }
   auto moved = [&](uint32_t id) { return id == kNone ? kNone : id + shift; };
   for (uint32_t o = 0; o < nops(); ++o) {
@@ -1176,6 +1233,7 @@ uint32_t Compiler::emit_forward(EmitState& es, uint32_t o, int mb, bool rc,
   else
     received_inputs(es, o, mb, deps);
   const uint32_t gather = forward_gather(es, o, mb, rc, pass, deps);
+  uint32_t ring_ag = kNone;  // with tp_comm_overlap: the all-gather beside the GEMM
   // TP with sequence parallelism: all-gather the sequence before column-parallel GEMMs. Its
   // bytes are NCCL's (docs/costmodel.md): the gathered output, the whole b x s x h input.
   if (sp && (op.tp == TpSplit::kColumn) && op.kind != OpKind::kMlpAct &&
@@ -1183,7 +1241,10 @@ uint32_t Compiler::emit_forward(EmitState& es, uint32_t o, int mb, bool rc,
     uint32_t ag = add_collective(CommKind::kAllGather, CommPurpose::kTensorPar, o, mb, pass,
                                  tp_groups(u), tp_stream(u), op.saved_input_bytes, u.tp_dir);
     for (uint32_t d : deps) edge(d, ag);
-    deps = {ag};
+    if (tp_overlapped(u, op))
+      ring_ag = ag;  // the GEMM starts on its own shard (TE's ring exchange)
+    else
+      deps = {ag};
   }
   // EP: all-to-all dispatch before the experts.
   if (u.shard >= 0) {
@@ -1193,6 +1254,7 @@ uint32_t Compiler::emit_forward(EmitState& es, uint32_t o, int mb, bool rc,
   }
   const uint32_t c = add_compute(o, mb, pass);
   for (uint32_t d : deps) edge(d, c);
+  if (ring_ag != kNone) overlap_pair(c, ring_ag, TpOverlap::kRing, OverlapPart::kWhole);
   note_pass(es, o, mb, rc, u, c);
   // Saved activations: a checkpointed op keeps only its share of the segment's input at its
   // forward, and the rest when it is recomputed.
@@ -1201,7 +1263,7 @@ uint32_t Compiler::emit_forward(EmitState& es, uint32_t o, int mb, bool rc,
   mem(c, true, MemCategory::kActivations, rc ? saved - kept : kept);
   if (gather != kNone && !rc && !keeps_gathered(u))
     mem(c, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
-  const uint32_t out = forward_outputs(o, mb, pass, c);
+  const uint32_t out = forward_outputs(o, mb, pass, c, deps);
   if (rc)
     for (size_t i = first_node; i < cp_.dag.nodes.size(); ++i) cp_.dag.nodes[i].recompute = true;
   return out;
@@ -1284,7 +1346,25 @@ uint32_t Compiler::forward_gather(EmitState& es, uint32_t o, int mb, bool rc, Pa
 
 // The communication after a forward's compute node `c` (EP combine, vocab-parallel loss
 // reductions, TP partial sums), chained; returns the last node.
-uint32_t Compiler::forward_outputs(uint32_t o, int mb, Pass pass, uint32_t c) {
+// tp_comm_overlap (dag.h TpOverlap): the linear layers of a transformer layer whose TP
+// collectives Transformer Engine's userbuffers overlap (Megatron-Core builds them from TE's
+// LayerNormLinear / Linear; the output layer, experts and embedding are not TE modules).
+bool Compiler::tp_overlapped(const UnitInfo& u, const ModelOp& op) const {
+  return u.tp > 1 && u.tp_dir >= 0 && plan_.schedule[u.tp_dir].tp_comm_overlap &&
+         (op.kind == OpKind::kQKV || op.kind == OpKind::kOutProj || op.kind == OpKind::kMlpUp ||
+          op.kind == OpKind::kMlpDown);
+}
+void Compiler::overlap_pair(uint32_t c, uint32_t comm, TpOverlap method, OverlapPart part) {
+  cp_.dag.nodes[comm].tp_overlap = method;
+  cp_.dag.nodes[c].tp_overlap = TpOverlap::kRing;  // (any value: "overlapped")
+  cp_.dag.tp_overlaps.push_back({c, comm, method, part});
+}
+
+// The communication after a forward's compute node `c` (EP combine, the vocab-parallel loss's
+// all-reduces, TP partial sums), chained; returns the node consumers wait for. `deps` are
+// c's own dependencies (an overlapped reduce-scatter starts with c).
+uint32_t Compiler::forward_outputs(uint32_t o, int mb, Pass pass, uint32_t c,
+                                   const std::vector<uint32_t>& deps) {
   const UnitInfo& u = unit(o, mb);
   const ModelOp& op = cp_.model.ops[o];
   const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
@@ -1313,8 +1393,15 @@ uint32_t Compiler::forward_outputs(uint32_t o, int mb, Pass pass, uint32_t c) {
     uint32_t cl = add_collective(sp ? CommKind::kReduceScatter : CommKind::kAllReduce,
                                  CommPurpose::kTensorPar, o, mb, pass, tp_groups(u), tp_stream(u),
                                  op.out_bytes, u.tp_dir);
-    edge(out, cl);
-    out = cl;
+    if (tp_overlapped(u, op) && out == c) {
+      // Chunked beside the GEMM (TE's pipeline method): both start together, and the
+      // GEMM's node, priced with the chunks' closed form, is what consumers wait for.
+      for (uint32_t d : deps) edge(d, cl);
+      overlap_pair(c, cl, TpOverlap::kPipeline, OverlapPart::kWhole);
+    } else {
+      edge(out, cl);
+      out = cl;
+    }
   }
   return out;
 }
@@ -1339,13 +1426,18 @@ void Compiler::emit_backward(EmitState& es, uint32_t o, int mb) {
   }
   if (u.rc >= 0) deps.push_back(u.rf);
   const Pass bp = u.split_bwd ? Pass::kBI : Pass::kB;
+  const bool overlapped = tp_overlapped(u, op);
+  uint32_t ring_ag = kNone;  // with tp_comm_overlap: the all-gather beside the dgrad GEMM
   if (u.tp > 1 && op.tp == TpSplit::kRow && sp) {
     // Backward of the forward reduce-scatter: all-gather the output gradient (the
     // gathered output: the whole gradient, as the forward reduce-scatter's input).
     uint32_t ag = add_collective(CommKind::kAllGather, CommPurpose::kTensorPar, o, mb, bp,
                                  tp_groups(u), tp_stream(u), op.out_bytes, u.tp_dir);
     for (uint32_t d : deps) edge(d, ag);
-    deps = {ag};
+    if (overlapped)
+      ring_ag = ag;
+    else
+      deps = {ag};
   }
   const uint32_t gather = backward_gather(es, o, mb, bp);
   if (gather != kNone) deps.push_back(gather);
@@ -1356,7 +1448,15 @@ void Compiler::emit_backward(EmitState& es, uint32_t o, int mb) {
   }
   const uint32_t regather = backward_regather(o, mb, bp, deps);
   const uint32_t first = backward_compute(es, o, mb, gather, regather, deps);
-  const uint32_t out = backward_outputs(o, mb, bp, first, regather);
+  if (overlapped) {
+    const OverlapPart dgrad = u.split_bwd ? OverlapPart::kWhole : OverlapPart::kInputGrad;
+    if (ring_ag != kNone) {
+      overlap_pair(first, ring_ag, TpOverlap::kRing, dgrad);
+      if (u.split_bwd) edge(ring_ag, u.bw);  // the weight gradient reads the gathered dY
+    }
+    if (regather != kNone) overlap_pair(first, regather, TpOverlap::kBulk, dgrad);
+  }
+  const uint32_t out = backward_outputs(o, mb, bp, first, regather, deps);
   // Producers wait for the complete input gradient.
   if (u.split_bwd)
     u.bi = out;
@@ -1469,7 +1569,7 @@ uint32_t Compiler::backward_compute(EmitState& es, uint32_t o, int mb, uint32_t 
 // The communication after a backward's input-gradient node `first` (EP dispatch's gradient,
 // TP partial sums), chained; returns the last node.
 uint32_t Compiler::backward_outputs(uint32_t o, int mb, Pass bp, uint32_t first,
-                                    uint32_t regather) {
+                                    uint32_t regather, const std::vector<uint32_t>& deps) {
   const UnitInfo& u = unit(o, mb);
   const ModelOp& op = cp_.model.ops[o];
   const bool sp = u.tp_dir >= 0 && plan_.schedule[u.tp_dir].sequence_parallel;
@@ -1485,14 +1585,24 @@ uint32_t Compiler::backward_outputs(uint32_t o, int mb, Pass bp, uint32_t first,
     uint32_t c = add_collective(sp ? CommKind::kReduceScatter : CommKind::kAllReduce,
                                 CommPurpose::kTensorPar, o, mb, bp, tp_groups(u), tp_stream(u),
                                 op.saved_input_bytes, u.tp_dir);
-    edge(out, c);
+    // tp_comm_overlap in one B node: the reduce-scatter of the input gradient runs beside
+    // the weight-gradient GEMM (TE's bulk qkv_wgrad / fc1_wgrad), after the re-gather on the
+    // same stream; the B node, priced with the pair's closed form, is what the producers'
+    // backward waits for. (Split BI/BW: it follows BI, beside whatever runs next.)
+    const bool beside_wgrad = tp_overlapped(u, op) && !u.split_bwd && out == first;
+    if (beside_wgrad) {
+      for (uint32_t d : deps) edge(d, c);
+      overlap_pair(first, c, TpOverlap::kBulk, OverlapPart::kWeightGrad);
+    } else {
+      edge(out, c);
+    }
     // One backward node (B) holds both GEMMs: the re-gather overlaps it, and its buffer is
     // freed once both are done (the reduce-scatter follows both).
     if (regather != kNone && !u.split_bwd) {
       edge(regather, c);
       mem(c, true, MemCategory::kCommBuffers, -op.saved_input_bytes);
     }
-    out = c;
+    if (!beside_wgrad) out = c;
   }
   return out;
 }

@@ -111,13 +111,14 @@ struct Engine::State {
     uint32_t succ_begin = 0;  // successors are succ[succ_begin, next record's succ_begin)
     uint32_t next = kNone;    // compute: the next task of its stream; comm: Task::part_begin
     uint32_t bits = 0;        // (compute: device; comm: part_count) | effects << 28 | kind << 29
-                              // | mem_bound << 31
+                              // | (compute: mem_bound; comm: overlapped) << 31
 
     uint32_t device() const { return bits & kDeviceMask; }      // compute
     uint32_t part_begin() const { return next; }                // comm
     uint32_t part_count() const { return bits & kDeviceMask; }  // comm
     TaskKind kind() const { return static_cast<TaskKind>((bits >> 29) & 3u); }
-    bool mem_bound() const { return (bits >> 31) != 0; }
+    bool mem_bound() const { return (bits >> 31) != 0; }       // compute
+    bool overlapped() const { return (bits >> 31) != 0; }      // comm: Task::overlapped
   };
   static_assert(sizeof(TaskRec) == 32);
   struct Job {        // a running task whose completion depends on a rate
@@ -137,10 +138,11 @@ struct Engine::State {
   };
   struct Device {
     uint32_t comm_active = 0;  // comm tasks in their latency or bytes phase (per participation)
+    uint32_t comm_slowing = 0;  // of those, the ones not `overlapped` (they slow compute)
     uint32_t num_compute = 0;
     uint32_t first_job = kNone;
     bool dirty = false;
-    double sm_factor = 1, hbm_factor = 1;  // capacity multipliers while comm_active > 0
+    double sm_factor = 1, hbm_factor = 1;  // capacity multipliers while comm_slowing > 0
     uint32_t host = kNone;                 // DeviceProgram::host
     SimTime t_acc = 0;                     // occupancy accounted up to here
     DeviceOccupancy occ;
@@ -444,7 +446,8 @@ size_t Engine::State::scan_tasks(const Program& prog, const Sizes& z, Errors& er
     const Task& k = prog.tasks[t];
     TaskRec& rec = recs[t];
     rec = TaskRec{};
-    rec.bits = static_cast<uint32_t>(k.kind) << 29 | static_cast<uint32_t>(k.mem_bound) << 31;
+    rec.bits = static_cast<uint32_t>(k.kind) << 29 |
+               static_cast<uint32_t>(k.kind == TaskKind::kComm ? k.overlapped : k.mem_bound) << 31;
     rec.work = k.work;
     rec.pending = k.part_count;
     // (a node beyond the effect table has no effects)
@@ -880,7 +883,9 @@ void Engine::State::acquire_comm(const TaskRec& rec) {
   for (uint32_t pj = rec.part_begin(); pj < rec.part_begin() + rec.part_count(); ++pj) {
     const uint32_t d = p->participants[pj].device;
     account(devs[d]);
-    if (devs[d].comm_active++ == 0 && devs[d].num_compute > 0) mark_dirty(d);
+    ++devs[d].comm_active;
+    if (!rec.overlapped() && devs[d].comm_slowing++ == 0 && devs[d].num_compute > 0)
+      mark_dirty(d);
   }
 }
 
@@ -1002,7 +1007,8 @@ void Engine::State::end_task(uint32_t t, SimTime start, bool release, uint32_t n
         Device& dev = devs[d];
         STRETTO_ASSERT(dev.comm_active > 0, "comm count underflow");
         account(dev);
-        if (--dev.comm_active == 0 && dev.num_compute > 0) mark_dirty(d);
+        --dev.comm_active;
+        if (!rec.overlapped() && --dev.comm_slowing == 0 && dev.num_compute > 0) mark_dirty(d);
       }
       advance(part_next[pj]);
     }
@@ -1129,7 +1135,7 @@ void Engine::State::flush() {
       if (static_cast<double>(h.active) > h.cores)
         n *= static_cast<double>(h.active) / (h.cores * h.efficiency);
     }
-    const bool comm = dev.comm_active > 0;
+    const bool comm = dev.comm_slowing > 0;
     const double r_sm = (comm ? dev.sm_factor : 1.0) / n;
     const double r_hbm = (comm ? dev.hbm_factor : 1.0) / n;
     for (uint32_t j = dev.first_job; j != kNone; j = jobs[j].next) {

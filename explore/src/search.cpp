@@ -146,6 +146,8 @@ Expected<std::vector<Json>> search_space(const Json& base, const SearchOptions& 
                             {"zero", zero},          {"recompute", rc},
                             {"bucket_size_MB", bucket}, {"sequence_parallel", tp > 1}};
                   if (mf.experts > 0) p["ep"] = ep;  // a dense model has no expert parallelism
+                  // the base's TP communication overlap, where there is TP to overlap
+                  if (rb->tp_comm_overlap) p["tp_comm_overlap"] = tp > 1;
                   out.push_back(std::move(p));
                 }
         }
@@ -186,6 +188,8 @@ std::vector<Json> megatron_defaults(const Json& base, int devices) {
                 {"zero", dp > 1 ? 1 : 0}, {"recompute", "none"},
                 {"bucket_size_MB", 25},   {"sequence_parallel", tp > 1}};
       if (mf.experts > 0) p["ep"] = ep;  // a dense model has no expert parallelism
+      // Megatron-LM's --tp-comm-overlap is off unless asked for
+      if (rb->tp_comm_overlap) p["tp_comm_overlap"] = false;
       out.push_back(std::move(p));
     }
   return out;

@@ -37,7 +37,7 @@ const std::vector<std::string>& known_axes() {
       "family",    "ranks",          "pp",        "tp",      "dp",
       "ep",        "stages_per_rank", "microbatches", "microbatch_size", "zero",
       "bucket_size_MB", "recompute", "streams",   "prefetch", "sequence_parallel",
-      "layout"};
+      "tp_comm_overlap", "layout"};
   return k;
 }
 // Axes that regenerate the schedule (microbatch_size and pointers do not).
@@ -581,7 +581,8 @@ bool Resolved::same_schedule(const Resolved& o) const {
          zero == o.zero && bucket_size_MB == o.bucket_size_MB && recompute == o.recompute &&
          streams == o.streams && prefetch == o.prefetch &&
          reshard_after_forward == o.reshard_after_forward &&
-         sequence_parallel == o.sequence_parallel && order == o.order;
+         sequence_parallel == o.sequence_parallel && tp_comm_overlap == o.tp_comm_overlap &&
+         order == o.order;
 }
 
 Expected<Resolved> base_defaults(const Json& base) {
@@ -618,6 +619,7 @@ Expected<Resolved> base_defaults(const Json& base) {
   // The cluster's devices per node as plan/ resolves it: written, or the preset's.
   r.devices_per_node = std::max(1, plan->cluster.devices_per_node);
   r.sequence_parallel = rp.sequence_parallel;
+  r.tp_comm_overlap = rp.tp_comm_overlap;
   r.order = rp.order;
   return r;
 }
@@ -631,10 +633,13 @@ Expected<Resolved> resolve(const Json& base, const Json& params) {
 std::optional<Diagnostic> check_axis_value(const std::string& axis, const Json& v) {
   // Layout keys: the layout parser's own check (plan/layout.h), on a one-key layout.
   if (axis == "tp" || axis == "pp" || axis == "dp" || axis == "ep" || axis == "zero" ||
-      axis == "sequence_parallel") {
+      axis == "sequence_parallel" || axis == "tp_comm_overlap") {
     if (axis == "ep" && v == "dp") return std::nullopt;
     Json l = {{axis, v}};
     if (axis == "ep") l["dp"] = v;  // ep is 1 or dp: check the value alone
+    // tp_comm_overlap needs TP and sequence parallelism: check the value alone, on a layout
+    // that has both (a point's own tp is checked when its plan is compiled)
+    if (axis == "tp_comm_overlap") l.update({{"tp", 2}, {"sequence_parallel", true}});
     const JsonSource src = JsonSource::from_json(Json{{"layout", l}}, "<axis>");
     Diagnostics ds;
     if (!plan::parse_layout(src, "/layout", ds) && !ds.empty()) return ds[0];
@@ -717,9 +722,21 @@ Expected<Resolved> resolve_from(Resolved r, const Json& params) {
   if (params.contains("streams")) r.streams = params["streams"];
   if (params.contains("prefetch")) r.prefetch = params["prefetch"];
   if (params.contains("sequence_parallel")) r.sequence_parallel = params["sequence_parallel"];
+  if (params.contains("tp_comm_overlap")) r.tp_comm_overlap = params["tp_comm_overlap"];
   if (params.contains("ep")) r.ep = params["ep"] == "dp" ? -1 : params["ep"].get<int>();
   if (r.ep == -1 || (!params.contains("ep") && ep_is_dp)) r.ep = r.dp;
   if (r.family.empty() && r.schedule_axes) r.family = "1f1b";
+  // What the layout parser refuses of tp_comm_overlap (plan/src/layout.cpp), for the point as a
+  // whole: a regenerated schedule has no shard_tensor to carry it when tp = 1.
+  if (r.tp_comm_overlap && (r.tp < 2 || !r.sequence_parallel))
+    return fail(plain(
+        r.tp < 2 ? fmt::format("'tp_comm_overlap' with tp = {}: there is no TP communication to "
+                               "overlap",
+                               r.tp)
+                 : std::string("'tp_comm_overlap' needs 'sequence_parallel': Transformer Engine "
+                               "overlaps the sequence-parallel all-gathers and reduce-scatters"),
+        r.tp < 2 ? "set tp to 2 or more, or tp_comm_overlap to false"
+                 : "set sequence_parallel to true (Megatron-LM asserts the same)"));
   return r;
 }
 
@@ -790,11 +807,13 @@ Expected<GeneratedSchedule> layout_schedule(const Resolved& r) {
         for (int t = 0; t < r.tp; ++t) g.push_back(dev(t, d, p));
         groups.push_back(g);
       }
-    base.push_back({{"op", "shard_tensor"},
-                    {"filter", Json::object()},
-                    {"devices", groups},
-                    {"stream", shared ? "comm" : "tp"},
-                    {"sequence_parallel", r.sequence_parallel}});
+    Json st = {{"op", "shard_tensor"},
+               {"filter", Json::object()},
+               {"devices", groups},
+               {"stream", shared ? "comm" : "tp"},
+               {"sequence_parallel", r.sequence_parallel}};
+    if (r.tp_comm_overlap) st["tp_comm_overlap"] = true;
+    base.push_back(std::move(st));
   }
   if (r.recompute != "none")
     base.push_back({{"op", "recompute"}, {"filter", Json::object()}, {"mode", r.recompute}});
@@ -946,6 +965,8 @@ Expected<PointPlan> resolve_point(const Json& base_plan, const Json& params) {
     set("/schedule/layout/ep", r.ep);
     set("/schedule/layout/zero", r.zero);
     set("/schedule/layout/sequence_parallel", r.sequence_parallel);
+    if (r.tp_comm_overlap || base_values->tp_comm_overlap)
+      set("/schedule/layout/tp_comm_overlap", r.tp_comm_overlap);
     set("/model/pp_regions", sched->stages);
     if (auto ok = size_cluster(plan, r.devices(), dpn); !ok) return fail(std::move(ok).error());
     return PointPlan{std::move(plan), r};

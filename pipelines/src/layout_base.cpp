@@ -63,6 +63,7 @@ Expected<std::vector<plan::Directive>> layout_base(const plan::Layout& l,
     Json st = {{"op", "shard_tensor"}, {"filter", Json::object()}, {"devices", groups},
                {"stream", "tp"}};
     if (l.sequence_parallel) st["sequence_parallel"] = true;
+    if (l.tp_comm_overlap) st["tp_comm_overlap"] = true;
     base.push_back(std::move(st));
   }
   const JsonSource gen = JsonSource::from_json(std::move(base), "<layout>");

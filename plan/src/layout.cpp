@@ -58,13 +58,27 @@ std::optional<Layout> parse_layout(const JsonSource& src, const std::string& poi
   number("dp", l.dp);
   number("ep", l.ep);
   number("zero", l.zero);
-  if (j.contains("sequence_parallel")) {
-    if (j["sequence_parallel"].is_boolean())
-      l.sequence_parallel = j["sequence_parallel"].get<bool>();
+  auto boolean = [&](const char* key, bool& dst) {
+    if (!j.contains(key)) return;
+    if (j[key].is_boolean())
+      dst = j[key].get<bool>();
     else
-      out.push_back(src.error_at(pointer + "/sequence_parallel",
-                                 "layout 'sequence_parallel' must be true or false"));
-  }
+      out.push_back(src.error_at(pointer + "/" + key,
+                                 fmt::format("layout '{}' must be true or false", key)));
+  };
+  boolean("sequence_parallel", l.sequence_parallel);
+  boolean("tp_comm_overlap", l.tp_comm_overlap);
+  if (l.tp_comm_overlap && (l.tp < 2 || !l.sequence_parallel))
+    out.push_back(src.error_at(
+        pointer + "/tp_comm_overlap",
+        l.tp < 2 ? fmt::format("layout 'tp_comm_overlap' with tp = {}: there is no TP "
+                               "communication to overlap",
+                               l.tp)
+                 : std::string("layout 'tp_comm_overlap' needs 'sequence_parallel': Transformer "
+                               "Engine overlaps the sequence-parallel all-gathers and "
+                               "reduce-scatters"),
+        l.tp < 2 ? "set tp to 2 or more, or drop tp_comm_overlap"
+                 : "add \"sequence_parallel\": true (Megatron-LM asserts the same)"));
   if (j.contains("order")) {
     const Json& o = j["order"];
     std::vector<std::string> parts;

@@ -694,6 +694,7 @@ bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d)
       need_filter();
       r.string(ptr, "stream", d.stream, false, index);
       r.boolean(ptr, "sequence_parallel", d.sequence_parallel, index);
+      r.boolean(ptr, "tp_comm_overlap", d.tp_comm_overlap, index);
       const Json* dv = r.at(ptr + "/devices");
       if (!dv || !dv->is_array() || dv->empty()) {
         r.error(dv ? ptr + "/devices" : ptr, "'shard_tensor' needs 'devices': a list of TP groups",
@@ -720,6 +721,21 @@ bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d)
                   "all TP groups of one directive have the same size", index);
           ok = false;
         }
+      // Megatron-LM refuses --tp-comm-overlap without --sequence-parallel (arguments.py), and
+      // with one device per group there is no TP communication to overlap.
+      if (d.tp_comm_overlap && !d.sequence_parallel) {
+        r.error(ptr + "/tp_comm_overlap",
+                "'tp_comm_overlap' needs 'sequence_parallel': Transformer Engine overlaps the "
+                "sequence-parallel all-gathers and reduce-scatters",
+                "add \"sequence_parallel\": true (Megatron-LM asserts the same)", index);
+        ok = false;
+      } else if (d.tp_comm_overlap && tp < 2) {
+        r.error(ptr + "/tp_comm_overlap",
+                "'tp_comm_overlap' with TP groups of one device: there is no TP communication "
+                "to overlap",
+                "list TP groups of two or more devices, or drop tp_comm_overlap", index);
+        ok = false;
+      }
       break;
     }
     case DirectiveOp::kSplit:
@@ -916,6 +932,7 @@ Json directives_to_json(const std::vector<Directive>& ds) {
         j["devices"] = d.device_groups;
         if (!d.stream.empty()) j["stream"] = d.stream;
         if (d.sequence_parallel) j["sequence_parallel"] = true;
+        if (d.tp_comm_overlap) j["tp_comm_overlap"] = true;
         break;
       case DirectiveOp::kSplit:
         j["dim_name"] = d.dim_name.empty() ? "MB" : d.dim_name;

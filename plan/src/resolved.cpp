@@ -83,6 +83,7 @@ DirectivePaths read_directives(const std::vector<Directive>& ds, ResolvedPlan& r
         r.tp = static_cast<int>(d.device_groups[0].size());
         r.tp_groups = d.device_groups;
         r.sequence_parallel = d.sequence_parallel;
+        r.tp_comm_overlap = d.tp_comm_overlap;
         break;
       case DirectiveOp::kSplit:
         r.microbatches = d.num_microbatches;
@@ -171,6 +172,7 @@ ResolvedPlan resolve_structure(const Plan& plan, const std::vector<Directive>& d
   w.add("ep", lay("ep"), r.ep, structural);
   w.add("zero", lay("zero"), r.zero, structural);
   w.add("sequence_parallel", lay("sequence_parallel"), r.sequence_parallel, structural);
+  w.add("tp_comm_overlap", lay("tp_comm_overlap"), r.tp_comm_overlap, structural);
   w.add("order", lay("order"), r.order, layout ? ValueSource::kDefault : ValueSource::kDerived);
   // A hand-written plan's values live in its directives (the first split / replicate).
   auto in_directive = [&](const std::string& ptr, const char* key) {

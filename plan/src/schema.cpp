@@ -353,6 +353,9 @@ constexpr PlanKey kKeys[] = {
      .doc = "ZeRO level of the data-parallel replicas (1: optimizer state, 2: + gradients, 3: + parameters)"},
     {.section = "layout", .key = "sequence_parallel", .type = K::kBoolean, .fallback = "false",
      .doc = "Megatron sequence parallelism with TP"},
+    {.section = "layout", .key = "tp_comm_overlap", .type = K::kBoolean, .fallback = "false",
+     .doc = "Megatron-Core --tp-comm-overlap: TP collectives overlapped with their GEMMs "
+            "(Transformer Engine userbuffers); needs tp > 1 and sequence_parallel"},
 
     // ---- a filter
     {.section = "filter", .key = "PP", .type = K::kOther,
@@ -428,6 +431,12 @@ constexpr PlanKey kKeys[] = {
     {.section = "shard_tensor", .key = "stream", .type = K::kString, .fallback = R"("tp")", .doc = "the stream of the TP collectives"},
     {.section = "shard_tensor", .key = "sequence_parallel", .type = K::kBoolean,
      .fallback = "false", .doc = "Megatron sequence parallelism"},
+    {.section = "shard_tensor", .key = "tp_comm_overlap", .type = K::kBoolean,
+     .fallback = "false",
+     .doc = "Megatron-Core --tp-comm-overlap: the TP all-gathers and reduce-scatters of the "
+            "transformer layers' linear layers chunked and overlapped with their GEMMs, as "
+            "Transformer Engine's userbuffers run them; needs sequence_parallel, TP groups of 2 "
+            "or more devices, each on one node, and a device of more than 16 SMs"},
     {.section = "shard_tensor", .key = "comment", .type = K::kString, .doc = "free text"},
 
     {.section = "split", .key = "op", .type = K::kString, .requirement = R::kRequired, .doc = "copy the matched DAG per microbatch, tagged MB=i"},

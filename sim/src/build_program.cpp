@@ -21,6 +21,7 @@
 #include <unordered_map>
 
 #include "stretto/costmodel/host_reuse.h"
+#include "stretto/costmodel/tp_overlap.h"
 #include "stretto/sim/session.h"
 
 namespace stretto::sim {
@@ -262,7 +263,9 @@ class ProgramBuilder {
         topo_{cp.plan.cluster}, D_(cp.num_devices), N_(cp.dag.nodes.size()),
         itf_(cm.interference()), queries_(cp),
         compute_memo_(4 * cp.model.ops.size()),  // (~a query per op, pass)
-        comm_memo_(cp.model.ops.size()) {}
+        comm_memo_(cp.model.ops.size()) {
+    for (const compiler::TpOverlapPair& pr : cp.dag.tp_overlaps) overlaps_of_[pr.compute].push_back(&pr);
+  }
 
   Program build() {
     add_links();
@@ -544,16 +547,15 @@ class ProgramBuilder {
     bool mem_bound = false;
     cost::CommCost cc;
   };
-  NodeCost node_cost(const Node& nd) {
+  NodeCost node_cost(uint32_t n, const Node& nd) {
     NodeCost c;
     if (nd.kind == NodeKind::kCompute) {
       const cost::ComputeCost cc = compute_memo_.get(
           node_key(nd, model_), [&] { return cm_.compute(queries_.compute(nd)); });
-      c.work = cc.ns;
+      c.work = nd.tp_overlap == compiler::TpOverlap::kNone ? cc.ns : overlapped_work(n, nd, cc.ns);
       c.mem_bound = cc.mem_bound;
     } else if (nd.kind == NodeKind::kTransfer || nd.kind == NodeKind::kCollective) {
-      const cost::CommQuery q = queries_.comm(nd);
-      c.cc = comm_memo_.get(key_of(q), [&] { return cm_.comm(q); });
+      c.cc = comm_cost(nd);
       c.work = c.cc.wire_bytes;
       c.latency = c.cc.latency_ns;
       c.cap = c.cc.rate_cap;
@@ -562,6 +564,39 @@ class ProgramBuilder {
              : nd.kind == NodeKind::kBarrier ? TaskKind::kBarrier
                                              : TaskKind::kComm;
     return c;
+  }
+
+  // tp_comm_overlap (compiler/dag.h TpOverlap): an overlapped collective costs its chunks
+  // (cost::overlapped_comm_cost, memoised under its method), and the GEMM it overlaps takes
+  // the pair's closed form (cost::overlapped_pair_ns) on its compute node.
+  cost::CommCost comm_cost(const Node& x) {
+    const cost::CommQuery q = queries_.comm(x);
+    if (x.tp_overlap == compiler::TpOverlap::kNone)
+      return comm_memo_.get(key_of(q), [&] { return cm_.comm(q); });
+    QueryKey<4> k = key_of(q);
+    k.w[0] |= static_cast<uint64_t>(x.tp_overlap) << 24;
+    return comm_memo_.get(k, [&] { return cost::overlapped_comm_cost(cm_, q, x.tp_overlap); });
+  }
+  int64_t overlapped_work(uint32_t n, const Node& nd, int64_t whole_ns) {
+    const std::vector<const compiler::TpOverlapPair*>& prs = overlaps_of_.at(n);
+    auto with = [&](compiler::OverlapPart part, int64_t gemm_ns) {
+      for (const compiler::TpOverlapPair* pr : prs)
+        if (pr->part == part)
+          return cost::overlapped_pair_ns(pr->method, gemm_ns,
+                                          comm_cost(dag_.nodes[pr->comm]).time_ns, nd.tp,
+                                          cl_.device.sms);
+      return gemm_ns;
+    };
+    if (prs.front()->part == compiler::OverlapPart::kWhole) return with(compiler::OverlapPart::kWhole, whole_ns);
+    // One B node: its input-gradient and weight-gradient GEMMs, each with its own pair.
+    auto part_ns = [&](Pass pass) {
+      Node x = nd;
+      x.tags.pass = pass;
+      return compute_memo_.get(node_key(x, model_), [&] { return cm_.compute(queries_.compute(x)); })
+          .ns;
+    };
+    return with(compiler::OverlapPart::kInputGrad, part_ns(Pass::kBI)) +
+           with(compiler::OverlapPart::kWeightGrad, part_ns(Pass::kBW));
   }
 
   // Dependencies implied by a FIFO are left out. Every device program is a subsequence of the
@@ -581,7 +616,7 @@ class ProgramBuilder {
   // The tasks of node n: one per (kept) instance.
   void add_node_tasks(uint32_t n) {
     const Node& nd = dag_.nodes[n];
-    const NodeCost c = node_cost(nd);
+    const NodeCost c = node_cost(n, nd);
     const bool own_lane = has_lane(nd);
     resolve_preds(n, nd, own_lane);
     const uint32_t ninst = only_ ? kept_count_[n] : count_[n];
@@ -618,6 +653,7 @@ class ProgramBuilder {
     t.node = n;
     t.work = c.work;
     t.mem_bound = c.mem_bound;
+    t.overlapped = nd.tp_overlap != compiler::TpOverlap::kNone && c.kind == TaskKind::kComm;
     t.kind = c.kind;
     const std::span<const int> devs = involved(nd, i);
     // the simulated ones among them (all of them without folding)
@@ -827,6 +863,7 @@ class ProgramBuilder {
   CostQueries queries_;
   QueryMemo<QueryKey<3>, cost::ComputeCost> compute_memo_;
   QueryMemo<QueryKey<4>, cost::CommCost> comm_memo_;
+  std::unordered_map<uint32_t, std::vector<const compiler::TpOverlapPair*>> overlaps_of_;  // by GEMM node
 };
 
 }  // namespace

@@ -89,6 +89,26 @@ TEST(Engine, CommKernelSlowsConcurrentComputeBySmShare) {
   EXPECT_EQ(slowdown(b.p, c0, r.timing[c0]), 1.0f);
 }
 
+TEST(Engine, OverlappedCommDoesNotSlowCompute) {
+  // A comm marked `overlapped` (a TP collective under tp_comm_overlap, whose SM cost is priced
+  // into the GEMM it overlaps) takes nothing from the device's compute; a plain comm beside it
+  // still does. comm_sm_share 0.25; the overlapped comm is active during [0, 400) (latency 100
+  // + 600 bytes at rate_cap 2), the plain one during [0, 200) (latency 200). The kernel (work
+  // 1000) runs at 0.75 while the plain comm is active (150 done by 200), then at full speed:
+  // 200 + 850 = 1050. Without the plain comm it ends at 1000 (CommKernelSlows...: 1100).
+  for (bool plain : {false, true}) {
+    ProgramBuilder b(1, {"compute", "tp", "dp"});
+    b.p.devices[0].comm_sm_share = 0.25;
+    const auto k = b.compute(0, 0, 1000);
+    const auto c = b.comm({{0, 1}}, 600, 100, 2.0);
+    b.p.tasks[c].overlapped = true;
+    if (plain) b.comm({{0, 2}}, 0, 200, 0);
+    const RunResult r = run_ok(b.p);
+    EXPECT_EQ(r.timing[c].end, 400);
+    EXPECT_EQ(r.timing[k].end, plain ? 1050 : 1000) << (plain ? "with" : "without") << " a plain comm";
+  }
+}
+
 TEST(Engine, InterferenceCombinesWithProcessorSharing) {
   // Two kernels (work 600 each) and a comm of latency 400 with sm share 0.5.
   // [0,400): each at 0.5/2 = 0.25 -> 100 done each. Then 500 left each at 1/2 -> +1000 = 1400.

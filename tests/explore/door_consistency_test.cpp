@@ -62,6 +62,16 @@ std::vector<NamedPlan> variations() {
     p["cluster"]["nodes"] = 1;
     out.push_back({"layout tp2 pp2 dp2 sp, tp-pp-dp order", p});
   }
+  {
+    Json p = shrink(llama);
+    p["schedule"] = {{"builder", "1f1b"},
+                     {"microbatches", 8},
+                     {"layout", {{"tp", 2}, {"pp", 2}, {"dp", 2}, {"sequence_parallel", true},
+                                 {"tp_comm_overlap", true}}}};
+    p["model"]["pp_regions"] = 2;
+    p["cluster"]["nodes"] = 1;
+    out.push_back({"layout tp2 pp2 dp2 sp, tp_comm_overlap", p});
+  }
   for (const char* fam : {"zb-h1", "zb-v", "gpipe"}) {
     Json p = shrink(llama);
     p["schedule"] = {{"builder", fam}, {"microbatches", 8}, {"layout", {{"pp", 2}, {"dp", 2}}}};
@@ -124,7 +134,7 @@ Json own_values(const ResolvedPlan& r) {
             {"dp", r.dp},           {"zero", r.zero},
             {"microbatches", r.microbatches}, {"microbatch_size", r.microbatch_size},
             {"recompute", r.recompute},       {"sequence_parallel", r.sequence_parallel},
-            {"ep", r.ep}};
+            {"tp_comm_overlap", r.tp_comm_overlap}, {"ep", r.ep}};
   if (!r.family.empty()) p["family"] = r.family;
   return p;
 }
@@ -280,6 +290,8 @@ TEST(DoorConsistency, AnAxisValueThePlanCannotTakeIsRefusedWithTheParsersWords) 
            {{{"zero", 5}}, "layout 'zero' must be an integer in [0, 3]"},
            {{{"zero", "two"}}, "layout 'zero' must be an integer in [0, 3]"},
            {{{"sequence_parallel", 1}}, "layout 'sequence_parallel' must be true or false"},
+           {{{"tp_comm_overlap", "yes"}}, "layout 'tp_comm_overlap' must be true or false"},
+           {{{"tp_comm_overlap", true}}, "'tp_comm_overlap' with tp = 1"},
            {{{"recompute", "most"}}, "unknown mode 'most'"},
            {{{"microbatches", 0}}, "'microbatches' = 0 is out of range [1, 1000000]"},
            {{{"family", "1f2b"}}, "unknown pipeline schedule '1f2b'"},

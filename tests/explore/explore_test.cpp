@@ -346,6 +346,55 @@ TEST(Points, EveryScheduleAxisReachesThePlan) {
 
 // A point that regenerates a ZeRO-3 schedule keeps the base's reshard_after_forward = false
 // (FSDP SHARD_GRAD_OP): the resolved base plus the point's edits, not the defaults.
+// tp_comm_overlap is a sweep axis like sequence_parallel: it reaches the regenerated
+// shard_tensor, moves the simulated step, and a point without TP (or without sequence
+// parallelism) is refused with the layout parser's words; a spec refuses a non-boolean value.
+TEST(Points, TpCommOverlapAxisReachesThePlanAndTheStep) {
+  auto s = load_spec(data("small.json"));
+  ASSERT_TRUE(s) << render_all(s.error());
+  auto point = [](bool on) {
+    Point p{{{"tp", 2}, {"pp", 2}, {"dp", 2}, {"family", "1f1b"}, {"microbatches", 8},
+             {"sequence_parallel", true}, {"tp_comm_overlap", on}},
+            ""};
+    p.hash = point_hash(p.params);
+    return p;
+  };
+  for (bool on : {false, true}) {
+    auto plan = point_plan(s->base, point(on).params);
+    ASSERT_TRUE(plan) << render_all(plan.error());
+    size_t tp = 0;
+    for (const auto& d : (*plan)["schedule"]["base"])
+      if (d["op"] == "shard_tensor") {
+        ++tp;
+        EXPECT_EQ(d.value("tp_comm_overlap", false), on) << d.dump();
+      }
+    EXPECT_EQ(tp, 1u);
+  }
+  const PointResult off = evaluate_point(*s, point(false));
+  const PointResult on = evaluate_point(*s, point(true));
+  ASSERT_EQ(off.status, "ok") << off.diagnostic;
+  ASSERT_EQ(on.status, "ok") << on.diagnostic;
+  EXPECT_LT(on.step_time_ms, off.step_time_ms);
+  EXPECT_LT(Json::parse(on.metrics)["exposed_comm_ms_per_device"].get<double>(),
+            Json::parse(off.metrics)["exposed_comm_ms_per_device"].get<double>());
+
+  for (const auto& [params, words] : std::vector<std::pair<Json, std::string>>{
+           {{{"tp", 1}, {"sequence_parallel", true}, {"tp_comm_overlap", true}},
+            "'tp_comm_overlap' with tp = 1"},
+           {{{"tp", 2}, {"pp", 2}, {"dp", 2}, {"tp_comm_overlap", true}},
+            "'tp_comm_overlap' needs 'sequence_parallel'"}}) {
+    auto bad = point_plan(s->base, params);
+    ASSERT_FALSE(bad) << params.dump();
+    EXPECT_NE(render_all(bad.error()).find(words), std::string::npos) << render_all(bad.error());
+  }
+  auto spec = spec_of({{"base", "gpt_pp4_dp2_1f1b.json"},
+                       {"axes", {{"tp", {2}}, {"tp_comm_overlap", {false, 1}}}}});
+  ASSERT_FALSE(spec);
+  const std::string text = render_all(spec.error());
+  EXPECT_NE(text.find("layout 'tp_comm_overlap' must be true or false"), std::string::npos) << text;
+  EXPECT_NE(text.find("/axes/tp_comm_overlap/1"), std::string::npos) << text;
+}
+
 TEST(Points, RegeneratedScheduleKeepsReshardAfterForward) {
   std::ifstream f(std::string(STRETTO_EXAMPLES) + "/piper_qwen3_moe_zero3.json");
   Json base = Json::parse(f);
@@ -440,6 +489,39 @@ TEST(Search, OnlyMoeCandidatesNameExpertParallelism) {
   }
   EXPECT_GT(ep2, 0u);
   for (const Json& p : megatron_defaults(moe, 4)) EXPECT_TRUE(p.contains("ep")) << p.dump();
+}
+
+// A base with tp_comm_overlap: every candidate with TP keeps it, a candidate without TP drops
+// it (the layout parser refuses it there), and the Megatron-style defaults run without it
+// (Megatron-LM's default); a base without it puts no tp_comm_overlap in any point.
+TEST(Search, CandidatesKeepTheBasesTpCommOverlapWhereThereIsTp) {
+  SearchOptions so;
+  so.devices = 8;
+  const Json plain_base = example_plan("gpt_pp4_dp2_1f1b.json");
+  auto plain_space = search_space(plain_base, so);
+  ASSERT_TRUE(plain_space) << render_all(plain_space.error());
+  for (const Json& p : *plain_space) ASSERT_FALSE(p.contains("tp_comm_overlap")) << p.dump();
+  auto base = point_plan(plain_base, Json{{"tp", 2}, {"pp", 2}, {"dp", 2}, {"family", "1f1b"},
+                                          {"microbatches", 8}, {"sequence_parallel", true},
+                                          {"tp_comm_overlap", true}});
+  ASSERT_TRUE(base) << render_all(base.error());
+  auto space = search_space(*base, so);
+  ASSERT_TRUE(space) << render_all(space.error());
+  size_t with = 0, without = 0;
+  for (const Json& p : *space) {
+    ASSERT_TRUE(p.contains("tp_comm_overlap")) << p.dump();
+    EXPECT_EQ(p["tp_comm_overlap"].get<bool>(), p["tp"].get<int>() > 1) << p.dump();
+    (p["tp_comm_overlap"].get<bool>() ? with : without) += 1;
+  }
+  EXPECT_GT(with, 0u);
+  EXPECT_GT(without, 0u);
+  for (int tp : {1, 2}) {  // a point of each kind becomes a plan
+    auto it = std::find_if(space->begin(), space->end(), [&](const Json& p) { return p["tp"] == tp; });
+    ASSERT_NE(it, space->end());
+    auto doc = point_plan(*base, *it);
+    EXPECT_TRUE(doc) << it->dump() << ": " << render_all(doc.error());
+  }
+  for (const Json& p : megatron_defaults(*base, 8)) EXPECT_EQ(p["tp_comm_overlap"], false) << p.dump();
 }
 
 // search's first round simulates the estimate's best of every (layout, family) pair, whatever

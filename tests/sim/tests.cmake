@@ -10,3 +10,5 @@ stretto_test(sim_coverage_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/coverage_test.c
 stretto_test(sim_metrics_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/metrics_test.cpp LIBS stretto::sim)
 # sim/critical_path.h: the critical path's summary and JSON
 stretto_test(sim_critical_path_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/critical_path_test.cpp LIBS stretto::sim)
+# tp_comm_overlap: the chunked pairs' prices, a step by hand, exposed comm, refusals
+stretto_test(sim_tp_overlap_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/tp_overlap_test.cpp LIBS stretto::sim)

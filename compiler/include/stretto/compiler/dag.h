@@ -58,6 +58,33 @@ enum class CommPurpose : uint8_t {
 };
 std::string_view comm_purpose_name(CommPurpose p);
 
+/// Tensor-parallel communication overlap (`shard_tensor` `tp_comm_overlap`: Megatron-Core's
+/// --tp-comm-overlap on Transformer Engine's userbuffers). Each TP collective of a transformer
+/// layer's linear layers runs beside the GEMM it feeds or drains, in TE's method for it:
+///  - kRing: ring exchange, the sequence-parallel all-gather before a column-parallel GEMM's
+///    forward (qkv_fprop, fc1_fprop) and of the output gradient before a row-parallel GEMM's
+///    input gradient (proj_dgrad, fc2_dgrad): t − 1 point-to-point steps of the 1/t shard, each
+///    overlapping the GEMM on the chunk that arrived before it;
+///  - kPipeline: the reduce-scatter after a row-parallel GEMM's forward (proj_fprop, fc2_fprop),
+///    the GEMM cut into chunks whose reduce-scatters follow them;
+///  - kBulk: the input re-gather beside a column-parallel GEMM's input gradient (qkv_dgrad,
+///    fc1_dgrad) and the reduce-scatter of that gradient beside the weight gradient (qkv_wgrad,
+///    fc1_wgrad), each as one collective.
+/// How long a pair takes is the cost model's closed form (costmodel/tp_overlap.h), priced on
+/// the compute node; the collective runs concurrently on its stream.
+enum class TpOverlap : uint8_t { kNone, kRing, kPipeline, kBulk };
+std::string_view tp_overlap_name(TpOverlap m);
+
+/// One overlapped (GEMM, collective) pair: `part` says which GEMM of the compute node the
+/// collective overlaps (the whole node, or the input- or weight-gradient GEMM of a B node).
+enum class OverlapPart : uint8_t { kWhole, kInputGrad, kWeightGrad };
+struct TpOverlapPair {
+  uint32_t compute = kNone;
+  uint32_t comm = kNone;
+  TpOverlap method = TpOverlap::kNone;
+  OverlapPart part = OverlapPart::kWhole;
+};
+
 /// A set of devices. For compute: the devices that run an instance. For a collective: the
 /// devices, partitioned into consecutive groups of `group_size` (each group is one collective
 /// instance). For a transfer: the senders (src set) or receivers (dst set), paired by index.
@@ -98,6 +125,10 @@ struct Node {
   /// Compute under TP with sequence parallelism: ops that TP replicates (norms, residual adds,
   /// the router) run on this rank's 1/tp of the sequence.
   bool sequence_parallel = false;
+  /// tp_comm_overlap: for a collective, TE's method for it (its cost is its chunks'); for a
+  /// compute node, kRing (any value but kNone) when a collective overlaps it
+  /// (TrainingDag::tp_overlaps has the pairs).
+  TpOverlap tp_overlap = TpOverlap::kNone;
 };
 static_assert(sizeof(Node) <= 64, "a node is one cache line (big plans have millions)");
 
@@ -146,6 +177,8 @@ struct TrainingDag {
   // Tags of the receiving side of each transfer (Node::consumer): only transfers have them, so
   // they live here rather than in every node (a node is 64 bytes, and big plans have millions).
   std::vector<plan::Tags> consumer_tags;
+  /// Overlapped (GEMM, TP collective) pairs of tp_comm_overlap, in emission order.
+  std::vector<TpOverlapPair> tp_overlaps;
   const plan::Tags& consumer_tags_of(const Node& n) const { return consumer_tags[n.consumer]; }
   // CSR over edges (both kinds), built by finalize(): the successor nodes of node i are
   // succ[succ_begin[i] .. succ_begin[i + 1]) (node ids), its incoming edges are

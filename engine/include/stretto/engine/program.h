@@ -6,6 +6,7 @@
 //                Concurrent compute tasks on a device share its capacity (processor sharing);
 //                while any comm task is active on the device, capacity is multiplied by
 //                (1 - comm_sm_share) (by (1 - comm_hbm_share) for mem_bound tasks).
+//                Comm tasks marked `overlapped` do not slow compute (their cost is in it).
 //  - kComm:      a transfer or collective instance; `work` = wire bytes; its CommSpec
 //                (Task::comm) holds the fixed part `latency_ns`, `rate_cap` bytes/ns alone and
 //                the `links` its bytes flow over, sharing each link's capacity max-min fairly
@@ -66,6 +67,9 @@ struct CommSpec {
 struct Task {
   TaskKind kind = TaskKind::kCompute;
   bool mem_bound = false;
+  // comm only: its SM cost is priced into the compute task it overlaps (a tensor-parallel
+  // collective under tp_comm_overlap), so it does not slow the device's compute
+  bool overlapped = false;
   uint32_t node = UINT32_MAX;               // originating DAG node (for reports)
   int64_t work = 0;                         // compute: ns at full capacity; comm: wire bytes
   uint32_t part_begin = 0, part_count = 0;  // into Program::participants

@@ -11,7 +11,7 @@
 // A point becomes a plan (`point_plan`) by editing the base plan: JSON-pointer axes set that
 // field; `microbatch_size` sets the model's; any schedule axis (family, pp/ranks, stages_per_rank,
 // microbatches, tp, dp, ep, zero, bucket_size_MB, recompute, streams, prefetch,
-// sequence_parallel) regenerates the schedule as a builder call over a TP x DP x PP device
+// sequence_parallel, tp_comm_overlap) regenerates the schedule as a builder call over a TP x DP x PP device
 // layout (TP fastest, then DP, then PP: Megatron's order), taking every parameter the point
 // does not set from the base plan. Everything is deterministic.
 
@@ -98,6 +98,7 @@ struct Resolved {
   std::string streams = "separate";  // separate | shared
   plan::Json prefetch;               // null: not set
   bool sequence_parallel = false;
+  bool tp_comm_overlap = false;  // Megatron-Core --tp-comm-overlap (needs sequence_parallel)
   std::vector<std::string> order = {"tp", "dp", "pp"};  // rank order, innermost first
   bool reshard_after_forward = true;  // ZeRO-3: free gathered parameters after the forward
   bool layout_base = false;    // the base is a builder call with the "layout" shorthand

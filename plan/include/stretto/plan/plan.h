@@ -162,6 +162,7 @@ struct Directive {
   bool shard_params = false;                    // ZeRO-3
   bool shard_optimizer = false;                 // ZeRO-1 (implied by the two above)
   bool sequence_parallel = false;               // shard_tensor
+  bool tp_comm_overlap = false;                 // shard_tensor (needs sequence_parallel)
   int prefetch = 1;                 // replicate + shard_params: FSDP units gathered ahead
   bool reshard_after_forward = true;  // replicate + shard_params: free after F, regather for B
   RecomputeMode recompute = RecomputeMode::kFull;  // recompute
@@ -176,6 +177,7 @@ struct Layout {
   std::vector<std::string> order = {"tp", "dp", "pp"};  // innermost first (Megatron)
   int zero = 0;                                        // 0-3: replicate's ZeRO level
   bool sequence_parallel = false;                      // shard_tensor's
+  bool tp_comm_overlap = false;                        // shard_tensor's
   std::string pointer;                                 // "/schedule/layout"
 };
 

@@ -50,6 +50,7 @@ struct ResolvedPlan {
   int tp = 1, dp = 1, ep = 1;
   int zero = 0;  // 0-3, from the first replicate's flags
   bool sequence_parallel = false;
+  bool tp_comm_overlap = false;  // Megatron-Core --tp-comm-overlap (TE userbuffers)
   int microbatches = 1;
   int64_t microbatch_size = 1;
   std::string recompute = "none";  // none | selective | full
