@@ -163,6 +163,7 @@ void field_bool(App& app, const ResolvedPlan& rp, const char* name) {
   if (!f || !f->value.is_boolean()) return;
   if (f->path.empty()) ImGui::TextUnformatted(fmt::format("{} {}", f->value.dump(), name).c_str());
   else edit_bool(app, name, f->path, f->value.get<bool>());
+  app.hook(name);
   source_mark(*f);
 }
 
@@ -404,6 +405,7 @@ void parameters_tab(App& app) {
   field_int(app, doc, rp, "ep");
   field_int(app, doc, rp, "zero");
   field_bool(app, rp, "sequence_parallel");
+  field_bool(app, rp, "tp_comm_overlap");
   ImGui::TextUnformatted(fmt::format("recompute {}, streams {}, global batch {} sequences",
                                      rp.recompute, rp.streams, rp.global_batch())
                              .c_str());

@@ -100,6 +100,23 @@ TEST_F(Panels, ParametersAreTheResolvedPlanDescribePrints) {
   EXPECT_FALSE((*app.doc.json())["schedule"].contains("ranks"));
 }
 
+// The Parameters tab's structural booleans are editable rows like the integers: on a TP8 layout
+// plan, a click on tp_comm_overlap writes it into the layout, and the re-simulated plan resolves
+// it (the step gets shorter: TP collectives overlap their GEMMs).
+TEST_F(Panels, TpCommOverlapIsAParametersRow) {
+  run("open " + kEx + "/layout_gpt13b_tp8_pp2_dp2_1f1b.json\nwait\nclick tab parameters\nframes 2\n");
+  ASSERT_TRUE(app.current);
+  const auto before = nlohmann::json::parse(app.state_json());
+  EXPECT_EQ(before["parameters"]["tp_comm_overlap"], false);
+  ASSERT_TRUE(app.hooks.count("tp_comm_overlap") && app.hooks.count("sequence_parallel"));
+  run("click tp_comm_overlap\nwait\nframes 2\n");
+  ASSERT_TRUE(app.script_error.empty()) << app.script_error;
+  EXPECT_EQ((*app.doc.json())["schedule"]["layout"]["tp_comm_overlap"], true);
+  const auto after = nlohmann::json::parse(app.state_json());
+  EXPECT_EQ(after["parameters"]["tp_comm_overlap"], true);
+  EXPECT_LT(after["step_time_ns"].get<int64_t>(), before["step_time_ns"].get<int64_t>());
+}
+
 TEST_F(Panels, ZoomingInShowsLabelsZoomingOutMergesOps) {
   run("open " + k1f1b + "\nwait\nframes 2\n");
   const int boxes_fit = app.tl.boxes_drawn;
