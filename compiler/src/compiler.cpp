@@ -183,6 +183,9 @@ class Compiler {
   size_t nops_ = 0;  // model ops (the optimizer pseudo-op appended later is not a unit)
   size_t nops() const { return nops_; }
   UnitInfo& unit(uint32_t op, int mb) { return units_[static_cast<size_t>(mb) * nops() + op]; }
+  const UnitInfo& unit(uint32_t op, int mb) const {
+    return units_[static_cast<size_t>(mb) * nops() + op];
+  }
   Tags unit_tags(uint32_t op, int mb) const {
     Tags t = cp_.model.ops[op].tags;
     if (has_split_) t.set(TagKey::kMB, mb);
@@ -247,18 +250,49 @@ class Compiler {
     size_t nodes, edges, mem;
   };
   void reserve_microbatches(const DagSizes& base);
-  // Microbatch templates: a microbatch's nodes, edges, memory effects and consumer tags are
-  // one contiguous block of each array, and depend only on its units' placement and
-  // directives (same_units) and its MB tag; a microbatch whose units equal an earlier one's
-  // is that block copied (stamp_microbatch), not emitted again.
-  struct MicrobatchBlock {
-    int mb;
+  // Microbatch templates, by block: each microbatch is emitted as 2R blocks, the forward of
+  // each run of consecutive ops of one PP region (runs_, ascending), then their backwards (runs
+  // descending); a block's nodes, edges, memory effects and consumer tags are contiguous, and
+  // its edges end in it. A block of a later microbatch whose units (and those of the
+  // neighbours it reads) are alike an earlier microbatch's same block, up to which place
+  // directive placed them, is a copy of that block (stamp_block), not emitted again.
+  struct BlockClass {
+    int mb;  // the microbatch (1 or later) whose emitted block the class copies
     size_t nodes, nodes_end, edges, edges_end, mem, mem_end, consumers, consumers_end;
     size_t overlaps = 0, overlaps_end = 0;  // its tp_comm_overlap pairs
+    std::vector<uint32_t> ext;       // the microbatch's other blocks that edges into this one leave
+    std::vector<uint32_t> from_ext;  // of each edge from another block, in order: its ext index
+    std::vector<std::pair<uint32_t, uint32_t>> sent;  // (producer, devs) transfers made here
   };
+  struct BlockAt {
+    size_t nodes;  // where the block starts
+    int32_t cls;   // its class (-1: microbatch 0, untemplated, or emitted with an error)
+  };
+  using DirectiveMap = std::vector<std::pair<int32_t, int32_t>>;  // template's -> this one's
+  std::vector<std::pair<uint32_t, uint32_t>> runs_;               // [begin, end) of ops
+  // Ops whose units each block reads, with what is read: all but split_bwd (a forward's own
+  // ops and producers), all (a backward's own ops and consumers), devices only (a backward's
+  // producers outside its run, which a recomputed forward reads).
+  enum class Reads : uint8_t { kForward, kAll, kDevices };
+  std::vector<std::vector<std::pair<uint32_t, Reads>>> block_reads_;
+  std::vector<std::vector<BlockClass>> classes_;  // per block
+  std::vector<BlockAt> block_at_;                 // mb * blocks + block
+  std::vector<int32_t> last_class_;               // per block: the class it took last
+  std::vector<uint32_t> ext_shift_;  // stamp_block's scratch: node shift of each ext block
+  std::vector<int32_t> place_kind_;  // place directive -> the same (devices, stream) id
+  size_t nblocks() const { return 2 * runs_.size(); }
+  void plan_blocks(const std::vector<std::vector<uint32_t>>& consumers);
+  void emit_block(EmitState& es, size_t k, int mb);
+  bool alike(const UnitInfo& x, const UnitInfo& y, Reads r) const;
   bool same_units(int a, int b) const;
-  void emit_microbatch(EmitState& es, int mb);
-  void stamp_microbatch(const MicrobatchBlock& t, int mb);
+  struct MicrobatchAt {
+    size_t nodes, edges, mem, consumers, overlaps;  // where a microbatch starts
+  };
+  void copy_previous(const MicrobatchAt& from, int mb);
+  int32_t find_class(const EmitState& es, size_t k, int mb, DirectiveMap& dm) const;
+  size_t block_holding(int mb, size_t k, size_t n) const;
+  void add_class(const EmitState& es, size_t k, BlockClass b);
+  void stamp_block(EmitState& es, size_t k, const BlockClass& c, int mb, const DirectiveMap& dm);
   uint16_t tp_stream(const UnitInfo& u);
   uint16_t ep_stream(const UnitInfo& u);
   uint32_t add_collective(CommKind kind, CommPurpose purpose, uint32_t op, int mb, Pass pass,
@@ -936,8 +970,10 @@ struct Compiler::EmitState {
   // split backward a unit's pass is its BI (its BW may be deferred, as zero-bubble schedules do).
   using SeqKey = std::tuple<uint32_t, bool, int, int32_t>;  // devs, backward, mb, PP
   std::map<SeqKey, std::vector<std::pair<int32_t, uint32_t>>> gather_seq;  // (layer, last pass)
-  std::map<std::tuple<uint32_t, int, int32_t>, uint32_t> fwd_last;  // (devs, mb, PP) -> last F
-  std::map<std::tuple<uint32_t, int, uint32_t>, uint32_t> sent;  // forward activation transfers
+  // (keyed by microbatch first, as `sent`: a copied block copies its microbatch's)
+  std::map<std::tuple<int, int32_t, uint32_t>, uint32_t> fwd_last;  // (mb, PP, devs) -> last F
+  // forward activation transfers: (mb, producer, receiving devs) -> transfer
+  std::map<std::tuple<int, uint32_t, uint32_t>, uint32_t> sent;
   // Dependency lists of the forward and backward being emitted, reused (not one allocation per
   // unit and pass).
   std::vector<uint32_t> fwd_deps, bwd_deps;
@@ -950,6 +986,7 @@ void Compiler::build_nodes() {
   es.consumers.resize(nops());
   for (uint32_t o = 0; o < nops(); ++o)
     for (uint32_t i : cp_.model.ops[o].inputs) es.consumers[i].push_back(o);
+  plan_blocks(es.consumers);
 
   const DagSizes base{dag.nodes.size(), dag.edges.size(), dag.mem.size()};
   // The first microbatch: a few nodes and edges per op (F, B and their transfers), so it does
@@ -957,39 +994,55 @@ void Compiler::build_nodes() {
   dag.nodes.reserve(base.nodes + 4 * nops() + 64);
   dag.edges.reserve(base.edges + 8 * nops() + 64);
   dag.mem.reserve(base.mem + 4 * nops() + 64);
-  std::vector<MicrobatchBlock> templates;
+  const size_t nb = nblocks();
+  block_at_.assign(static_cast<size_t>(M_) * nb, BlockAt{0, -1});
+  classes_.assign(nb, {});
+  last_class_.assign(nb, -1);
+  DirectiveMap dm;
+  MicrobatchAt prev{};
   for (int mb = 0; mb < M_; ++mb) {
     if (mb == 1) reserve_microbatches(base);
+    const MicrobatchAt here{dag.nodes.size(), dag.edges.size(), dag.mem.size(),
+                            dag.consumer_tags.size(), dag.tp_overlaps.size()};
     // (microbatch 0 is never a template: under ZeRO-3 without resharding it alone gathers)
-    auto t = std::find_if(templates.begin(), templates.end(),
-                          [&](const MicrobatchBlock& b) { return same_units(b.mb, mb); });
-    if (t != templates.end()) {
-      stamp_microbatch(*t, mb);
+    const bool templated = template_microbatches_ && mb > 0;
+    // A microbatch whose units are the previous one's, placed by the same directives, is a
+    // copy of the previous one as a whole (no block of which was emitted with an error).
+    const BlockAt* prev_blocks = &block_at_[static_cast<size_t>(std::max(mb - 1, 0)) * nb];
+    if (templated && mb >= 2 &&
+        std::all_of(prev_blocks, prev_blocks + nb, [](const BlockAt& b) { return b.cls >= 0; }) &&
+        same_units(mb - 1, mb)) {
+      copy_previous(prev, mb);
+      cp_.blocks_stamped += static_cast<int>(nb);
+      ++cp_.microbatches_stamped;
+      prev = here;
       continue;
     }
-    const MicrobatchBlock before{mb,
-                                 dag.nodes.size(),
-                                 0,
-                                 dag.edges.size(),
-                                 0,
-                                 dag.mem.size(),
-                                 0,
-                                 dag.consumer_tags.size(),
-                                 0,
-                                 dag.tp_overlaps.size(),
-                                 0};
-    const size_t errors = diags_.size();
-    emit_microbatch(es, mb);
-    if (template_microbatches_ && mb > 0 && diags_.size() == errors) {
-      MicrobatchBlock b = before;
-      b.nodes_end = dag.nodes.size();
-      b.edges_end = dag.edges.size();
-      b.mem_end = dag.mem.size();
-      b.consumers_end = dag.consumer_tags.size();
-      b.overlaps_end = dag.tp_overlaps.size();
-      templates.push_back(b);
+    prev = here;
+    size_t stamped = 0;
+    for (size_t k = 0; k < nb; ++k) {
+      BlockAt& at = block_at_[static_cast<size_t>(mb) * nb + k];
+      at.nodes = dag.nodes.size();
+      if (const int32_t c = templated ? find_class(es, k, mb, dm) : -1; c >= 0) {
+        stamp_block(es, k, classes_[k][static_cast<size_t>(c)], mb, dm);
+        at.cls = last_class_[k] = c;
+        ++stamped;
+        continue;
+      }
+      const BlockClass before{.mb = mb,
+                              .nodes = dag.nodes.size(),
+                              .edges = dag.edges.size(),
+                              .mem = dag.mem.size(),
+                              .consumers = dag.consumer_tags.size(),
+                              .overlaps = dag.tp_overlaps.size()};
+      const size_t errors = diags_.size();
+      emit_block(es, k, mb);
+      if (templated && diags_.size() == errors) add_class(es, k, before);
     }
+    cp_.blocks_stamped += static_cast<int>(stamped);
+    if (nb > 0 && stamped == nb) ++cp_.microbatches_stamped;
   }
+  cp_.blocks = static_cast<int>(static_cast<size_t>(M_) * nb);
 
   std::vector<uint32_t> reduce_of_op(nops(), kNone);  // the reduction covering each op
   std::vector<uint32_t> param_syncs;                  // ZeRO-1/2 all-gathers after the step
@@ -997,85 +1050,315 @@ void Compiler::build_nodes() {
   add_optimizer(reduce_of_op, param_syncs);
 }
 
-void Compiler::emit_microbatch(EmitState& es, int mb) {
-  for (uint32_t o = 0; o < nops(); ++o) unit(o, mb).f = emit_forward(es, o, mb, false, {});
-  for (uint32_t o = static_cast<uint32_t>(nops()); o-- > 0;) emit_backward(es, o, mb);
+// The blocks of a microbatch (runs_, and which units each block reads), and which place
+// directives place alike (the same devices and stream: DualPipe places each stage and
+// microbatch with its own directive, alike for the microbatches of one direction).
+void Compiler::plan_blocks(const std::vector<std::vector<uint32_t>>& consumers) {
+  const auto& ops = cp_.model.ops;
+  runs_.clear();
+  std::set<int32_t> regions;
+  bool distinct = true;
+  for (uint32_t o = 0; o < nops(); ++o) {
+    if (!runs_.empty() && ops[runs_.back().first].tags.pp() == ops[o].tags.pp()) {
+      runs_.back().second = o + 1;
+      continue;
+    }
+    distinct &= regions.insert(ops[o].tags.pp()).second;
+    runs_.emplace_back(o, o + 1);
+  }
+  // (a region in two runs would share its prefetch bound's state between two blocks)
+  if (!distinct) runs_.assign(1, {0u, static_cast<uint32_t>(nops())});
+  const size_t R = runs_.size();
+  std::vector<size_t> run_of(nops());
+  for (size_t r = 0; r < R; ++r)
+    for (uint32_t o = runs_[r].first; o < runs_[r].second; ++o) run_of[o] = r;
+  block_reads_.assign(2 * R, {});
+  std::vector<char> seen(nops(), 0);
+  for (size_t r = 0; r < R; ++r)
+    for (const bool forward : {true, false}) {
+      auto& reads = block_reads_[forward ? r : 2 * R - 1 - r];
+      auto add = [&](uint32_t o, Reads how) {
+        if (!seen[o]) reads.emplace_back(o, how), seen[o] = 1;
+      };
+      const auto [first, end] = runs_[r];
+      for (uint32_t o = first; o < end; ++o) add(o, forward ? Reads::kForward : Reads::kAll);
+      for (uint32_t o = first; o < end && !forward; ++o)
+        for (uint32_t c : consumers[o]) add(c, Reads::kAll);
+      for (uint32_t o = first; o < end; ++o)
+        for (uint32_t i : ops[o].inputs)
+          if (run_of[i] != r) add(i, forward ? Reads::kForward : Reads::kDevices);
+      for (const auto& read : reads) seen[read.first] = 0;
+    }
+  place_kind_.assign(plan_.schedule.size(), -1);
+  std::map<std::pair<std::vector<int>, std::string>, int32_t> kinds;
+  for (const plan::Directive& d : plan_.schedule)
+    if (d.op == plan::DirectiveOp::kPlace)
+      place_kind_[static_cast<size_t>(d.index)] =
+          kinds.emplace(std::make_pair(d.devices, d.stream), static_cast<int32_t>(kinds.size()))
+              .first->second;
 }
 
-// Whether microbatches a and b have the same units (everything emit_forward and emit_backward
-// read of them besides the microbatch number): then their blocks differ only by the MB tag and
-// a shift of node ids. (Units placed by different directives differ: nodes name the directive
-// that placed them. DualPipe places each (PP, MB) with its own directive, and splits the
-// backward of some microbatches only, so its microbatches are each emitted.)
+void Compiler::emit_block(EmitState& es, size_t k, int mb) {
+  const size_t R = runs_.size();
+  if (k < R) {
+    for (uint32_t o = runs_[k].first; o < runs_[k].second; ++o)
+      unit(o, mb).f = emit_forward(es, o, mb, false, {});
+    return;
+  }
+  const auto [first, end] = runs_[2 * R - 1 - k];
+  for (uint32_t o = end; o-- > first;) emit_backward(es, o, mb);
+}
+
+// Whether a block emitted with unit x would be emitted alike with unit y, reading `r` of them
+// (up to which of two alike place directives placed them).
+bool Compiler::alike(const UnitInfo& x, const UnitInfo& y, Reads r) const {
+  if (x.devs != y.devs) return false;
+  if (r == Reads::kDevices) return true;
+  if (x.place != y.place &&
+      (x.place < 0 || y.place < 0 ||
+       place_kind_[static_cast<size_t>(x.place)] != place_kind_[static_cast<size_t>(y.place)]))
+    return false;
+  if (x.repl != y.repl || x.shard != y.shard || x.tp_dir != y.tp_dir || x.tp != y.tp ||
+      (r == Reads::kAll && x.split_bwd != y.split_bwd) || x.rc != y.rc || x.rc_last != y.rc_last ||
+      x.rc_kept != y.rc_kept || (x.rc_seg < 0) != (y.rc_seg < 0))
+    return false;
+  // (each microbatch has its own checkpoint segments: alike when they hold the same ops)
+  return x.rc_seg < 0 ||
+         segments_[static_cast<size_t>(x.rc_seg)] == segments_[static_cast<size_t>(y.rc_seg)];
+}
+
+// Whether microbatches a and b have the same units, placed by the same directives (everything
+// emit_forward and emit_backward read of them besides the microbatch number and node ids).
 bool Compiler::same_units(int a, int b) const {
   for (uint32_t o = 0; o < nops(); ++o) {
-    const UnitInfo& x = units_[static_cast<size_t>(a) * nops() + o];
-    const UnitInfo& y = units_[static_cast<size_t>(b) * nops() + o];
-    if (x.place != y.place || x.repl != y.repl || x.shard != y.shard || x.tp_dir != y.tp_dir ||
-        x.replicas.data() != y.replicas.data() || x.replicas.size() != y.replicas.size() ||
-        x.devs != y.devs || x.tp != y.tp || x.split_bwd != y.split_bwd || x.rc != y.rc ||
-        x.rc_last != y.rc_last || x.rc_kept != y.rc_kept || (x.rc_seg < 0) != (y.rc_seg < 0))
-      return false;
-    // (each microbatch has its own checkpoint segments: alike when they hold the same ops)
-    if (x.rc_seg >= 0 && segments_[static_cast<size_t>(x.rc_seg)] !=
-                             segments_[static_cast<size_t>(y.rc_seg)])
-      return false;
+    const UnitInfo& x = unit(o, a);
+    const UnitInfo& y = unit(o, b);
+    if (x.place != y.place || !alike(x, y, Reads::kAll)) return false;
   }
   return true;
 }
 
-// Microbatch mb as a copy of template t's block: nodes (MB tag set), their edges, memory
-// effects and transfers' consumer tags, node ids shifted by the distance between the blocks;
-// and each unit's emitted nodes (f, b, bi, bw, rf, rc_gather) likewise. Emitting a microbatch
-// reads nothing of other microbatches, interns no device set or stream that its template did
-// not, and makes no edge leaving its block, so the copy is what emitting it would make.
-void Compiler::stamp_microbatch(const MicrobatchBlock& t, int mb) {
+// A class of block k that microbatch mb's block k is a copy of (-1: none), with the map of
+// place directives; besides alike units, the blocks its edges come from must have the same
+// layout in mb as in the template (the same class), and the transfers it makes must not
+// exist in mb yet.
+int32_t Compiler::find_class(const EmitState& es, size_t k, int mb, DirectiveMap& dm) const {
+  const size_t nb = nblocks();
+  const auto& cs = classes_[k];
+  // (the class the block took last is tried first: alike microbatches come in runs; and the
+  // cheap checks first)
+  const size_t n = cs.size();
+  const size_t last = last_class_[k] >= 0 ? static_cast<size_t>(last_class_[k]) : 0;
+  for (size_t j = 0; j < n; ++j) {
+    const size_t ci = (last + j) % n;
+    const BlockClass& c = cs[ci];
+    bool ok = true;
+    for (size_t i = 0; i < c.ext.size() && ok; ++i) {
+      const int32_t a = block_at_[static_cast<size_t>(c.mb) * nb + c.ext[i]].cls;
+      ok = a >= 0 && a == block_at_[static_cast<size_t>(mb) * nb + c.ext[i]].cls;
+    }
+    for (size_t i = 0; i < c.sent.size() && ok; ++i)
+      ok = !es.sent.contains({mb, c.sent[i].first, c.sent[i].second});
+    bool places_differ = false;
+    for (size_t i = 0; i < block_reads_[k].size() && ok; ++i) {
+      const auto [o, how] = block_reads_[k][i];
+      ok = alike(unit(o, c.mb), unit(o, mb), how);
+      places_differ |= unit(o, c.mb).place != unit(o, mb).place;
+    }
+    // Which place directive of the template's stands for which of mb's: a function, or the
+    // nodes could not say which directive placed them.
+    dm.clear();
+    for (size_t i = 0; i < block_reads_[k].size() && ok && places_differ; ++i) {
+      const auto [o, how] = block_reads_[k][i];
+      const int32_t from = unit(o, c.mb).place, to = unit(o, mb).place;
+      if (how == Reads::kDevices) continue;
+      auto it = std::find_if(dm.begin(), dm.end(), [&](const auto& p) { return p.first == from; });
+      if (it == dm.end())
+        dm.emplace_back(from, to);
+      else
+        ok = it->second == to;
+    }
+    if (ok) return static_cast<int32_t>(ci);
+  }
+  return -1;
+}
+
+// The block of microbatch mb, before block k, that holds node id n.
+size_t Compiler::block_holding(int mb, size_t k, size_t n) const {
+  const BlockAt* first = &block_at_[static_cast<size_t>(mb) * nblocks()];
+  const BlockAt* it =
+      std::upper_bound(first, first + k, n, [](size_t x, const BlockAt& b) { return x < b.nodes; });
+  STRETTO_ASSERT(it != first, "a microbatch's edges stay within its block");
+  return static_cast<size_t>(it - first) - 1;
+}
+
+// Makes the block k that microbatch b.mb just emitted (from b's starts) a class.
+void Compiler::add_class(const EmitState& es, size_t k, BlockClass b) {
+  const auto& dag = cp_.dag;
+  b.nodes_end = dag.nodes.size();
+  b.edges_end = dag.edges.size();
+  b.mem_end = dag.mem.size();
+  b.consumers_end = dag.consumer_tags.size();
+  b.overlaps_end = dag.tp_overlaps.size();
+  for (size_t i = b.edges; i < b.edges_end; ++i)
+    if (dag.edges[i].from < b.nodes)
+      b.from_ext.push_back(static_cast<uint32_t>(block_holding(b.mb, k, dag.edges[i].from)));
+  b.ext = b.from_ext;
+  std::sort(b.ext.begin(), b.ext.end());
+  b.ext.erase(std::unique(b.ext.begin(), b.ext.end()), b.ext.end());
+  for (uint32_t& x : b.from_ext)
+    x = static_cast<uint32_t>(std::lower_bound(b.ext.begin(), b.ext.end(), x) - b.ext.begin());
+  for (auto it = es.sent.lower_bound({b.mb, 0, 0});
+       it != es.sent.end() && std::get<0>(it->first) == b.mb; ++it)
+    if (it->second >= b.nodes && it->second < b.nodes_end)
+      b.sent.emplace_back(std::get<1>(it->first), std::get<2>(it->first));
+  block_at_[static_cast<size_t>(b.mb) * nblocks() + k].cls = last_class_[k] =
+      static_cast<int32_t>(classes_[k].size());
+  classes_[k].push_back(std::move(b));
+}
+
+// Microbatch mb's block k as a copy of class c's: nodes (MB tag set, place directives mapped),
+// their edges (from this block: shifted; from an earlier block: to the same place in mb's
+// block, of the same layout), memory effects and transfers' consumer tags; the units' emitted
+// nodes and what the emitter remembers of the block (the prefetch bound's passes, the last
+// forward pass, the transfers made) likewise.
+void Compiler::stamp_block(EmitState& es, size_t k, const BlockClass& c, int mb,
+                           const DirectiveMap& dm) {
   auto& dag = cp_.dag;
-  const uint32_t shift = static_cast<uint32_t>(dag.nodes.size() - t.nodes);
-  const uint32_t consumer_shift = static_cast<uint32_t>(dag.consumer_tags.size() - t.consumers);
-  for (size_t i = t.nodes; i < t.nodes_end; ++i) {
+  const uint32_t shift = static_cast<uint32_t>(dag.nodes.size() - c.nodes);
+  const uint32_t consumer_shift = static_cast<uint32_t>(dag.consumer_tags.size() - c.consumers);
+  const bool same_directives =
+      std::all_of(dm.begin(), dm.end(), [](const auto& p) { return p.first == p.second; });
+  for (size_t i = c.nodes; i < c.nodes_end; ++i) {
     Node n = dag.nodes[i];
     if (has_split_) n.tags.set(TagKey::kMB, mb);
     if (n.consumer != kNone) n.consumer += consumer_shift;
+    if (!same_directives)
+      for (const auto& [from, to] : dm)
+        if (n.directive == from) {
+          n.directive = to;
+          break;
+        }
     dag.nodes.push_back(n);
   }
-  for (size_t i = t.consumers; i < t.consumers_end; ++i) {
+  for (size_t i = c.consumers; i < c.consumers_end; ++i) {
     Tags ct = dag.consumer_tags[i];
     if (has_split_) ct.set(TagKey::kMB, mb);
     dag.consumer_tags.push_back(ct);
   }
-  for (size_t i = t.edges; i < t.edges_end; ++i) {
+  const size_t nb = nblocks();
+  // (an edge from another block goes to the same place in mb's block, of the same layout)
+  ext_shift_.resize(c.ext.size());
+  for (size_t i = 0; i < c.ext.size(); ++i)
+    ext_shift_[i] =
+        static_cast<uint32_t>(block_at_[static_cast<size_t>(mb) * nb + c.ext[i]].nodes -
+                              block_at_[static_cast<size_t>(c.mb) * nb + c.ext[i]].nodes);
+  size_t from = 0;  // edges from other blocks so far
+  for (size_t i = c.edges; i < c.edges_end; ++i) {
     Edge e = dag.edges[i];
-    STRETTO_ASSERT(e.from >= t.nodes && e.from < t.nodes_end && e.to >= t.nodes &&
-                       e.to < t.nodes_end,
-                   "a microbatch's edges stay within its block");
-    e.from += shift;
+    STRETTO_ASSERT(e.to >= c.nodes && e.to < c.nodes_end && e.from < c.nodes_end,
+                   "a block's edges end in it");
     e.to += shift;
+    e.from += e.from >= c.nodes ? shift : ext_shift_[c.from_ext[from++]];
     dag.edges.push_back(e);
   }
-  for (size_t i = t.mem; i < t.mem_end; ++i) {
+  for (size_t i = c.mem; i < c.mem_end; ++i) {
     MemEffect m = dag.mem[i];
     m.node += shift;
     dag.mem.push_back(m);
   }
-  for (size_t i = t.overlaps; i < t.overlaps_end; ++i) {
+  for (size_t i = c.overlaps; i < c.overlaps_end; ++i) {
     TpOverlapPair pr = dag.tp_overlaps[i];
     pr.compute += shift;
     pr.comm += shift;
     dag.tp_overlaps.push_back(pr);
   }
   auto moved = [&](uint32_t id) { return id == kNone ? kNone : id + shift; };
-  for (uint32_t o = 0; o < nops(); ++o) {
-    const UnitInfo& from = unit(o, t.mb);
+  const size_t R = runs_.size();
+  const bool forward = k < R;
+  const auto [first, end] = runs_[forward ? k : 2 * R - 1 - k];
+  for (uint32_t o = first; o < end; ++o) {
+    const UnitInfo& from = unit(o, c.mb);
     UnitInfo& to = unit(o, mb);
-    to.f = moved(from.f);
+    if (forward) {
+      to.f = moved(from.f);
+      continue;
+    }
     to.b = moved(from.b);
     to.bi = moved(from.bi);
     to.bw = moved(from.bw);
     to.rf = moved(from.rf);
     to.rc_gather = moved(from.rc_gather);
   }
-  ++cp_.microbatches_stamped;
+  // (the prefetch bound's passes are read only by the block that notes them; the last forward
+  // pass of each region by its backward block, and a transfer by later forward blocks; one
+  // run of every op when a region is in two runs: then every region's)
+  if (!forward) return;
+  const int32_t pp = cp_.model.ops[first].tags.pp();
+  for (auto it = es.fwd_last.lower_bound({c.mb, INT32_MIN, 0});
+       it != es.fwd_last.end() && std::get<0>(it->first) == c.mb; ++it)
+    if (runs_.size() == 1 || std::get<1>(it->first) == pp)
+      es.fwd_last.emplace(std::make_tuple(mb, std::get<1>(it->first), std::get<2>(it->first)),
+                          moved(it->second));
+  for (const auto& [prod, devs] : c.sent)
+    es.sent.emplace(std::make_tuple(mb, prod, devs), moved(es.sent.at({c.mb, prod, devs})));
+}
+
+// Microbatch mb as a copy of the previous one (which starts at `from` and ends here), whose
+// units it has: nodes (MB tag set), edges, memory effects and consumer tags shifted by the
+// previous microbatch's size, and its blocks' starts, classes and units' nodes likewise. (No
+// block of it is emitted, so the emitter's memory of it is not needed.)
+void Compiler::copy_previous(const MicrobatchAt& from, int mb) {
+  auto& dag = cp_.dag;
+  const size_t end = dag.nodes.size();
+  const uint32_t shift = static_cast<uint32_t>(end - from.nodes);
+  const uint32_t consumer_shift = static_cast<uint32_t>(dag.consumer_tags.size() - from.consumers);
+  for (size_t i = from.nodes; i < end; ++i) {
+    Node n = dag.nodes[i];
+    if (has_split_) n.tags.set(TagKey::kMB, mb);
+    if (n.consumer != kNone) n.consumer += consumer_shift;
+    dag.nodes.push_back(n);
+  }
+  for (size_t i = from.consumers, e = dag.consumer_tags.size(); i < e; ++i) {
+    Tags ct = dag.consumer_tags[i];
+    if (has_split_) ct.set(TagKey::kMB, mb);
+    dag.consumer_tags.push_back(ct);
+  }
+  for (size_t i = from.edges, e = dag.edges.size(); i < e; ++i) {
+    Edge x = dag.edges[i];
+    STRETTO_ASSERT(x.from >= from.nodes && x.from < end && x.to >= from.nodes && x.to < end,
+                   "a microbatch's edges stay within its block");
+    x.from += shift;
+    x.to += shift;
+    dag.edges.push_back(x);
+  }
+  for (size_t i = from.mem, e = dag.mem.size(); i < e; ++i) {
+    MemEffect m = dag.mem[i];
+    m.node += shift;
+    dag.mem.push_back(m);
+  }
+  for (size_t i = from.overlaps, e = dag.tp_overlaps.size(); i < e; ++i) {
+    TpOverlapPair pr = dag.tp_overlaps[i];
+    pr.compute += shift;
+    pr.comm += shift;
+    dag.tp_overlaps.push_back(pr);
+  }
+  const size_t nb = nblocks();
+  for (size_t k = 0; k < nb; ++k) {
+    const BlockAt& b = block_at_[static_cast<size_t>(mb - 1) * nb + k];
+    block_at_[static_cast<size_t>(mb) * nb + k] = {b.nodes + shift, b.cls};
+  }
+  auto moved = [&](uint32_t id) { return id == kNone ? kNone : id + shift; };
+  for (uint32_t o = 0; o < nops(); ++o) {
+    const UnitInfo& x = unit(o, mb - 1);
+    UnitInfo& y = unit(o, mb);
+    y.f = moved(x.f);
+    y.b = moved(x.b);
+    y.bi = moved(x.bi);
+    y.bw = moved(x.bw);
+    y.rf = moved(x.rf);
+    y.rc_gather = moved(x.rc_gather);
+  }
 }
 
 // Every microbatch emits about as much as the first (emitted since `base`): reserve once, not
@@ -1193,7 +1476,7 @@ void Compiler::note_pass(EmitState& es, uint32_t o, int mb, bool bwd, const Unit
     seq.back().second = node;
   else
     seq.push_back({layer, node});
-  if (!bwd) es.fwd_last[{u.devs, mb, t.pp()}] = node;
+  if (!bwd) es.fwd_last[{mb, t.pp(), u.devs}] = node;
 }
 
 void Compiler::bound_gather(EmitState& es, uint32_t g, uint32_t o, int mb, bool bwd,
@@ -1208,7 +1491,7 @@ void Compiler::bound_gather(EmitState& es, uint32_t g, uint32_t o, int mb, bool 
   if (n >= back) {
     edge(seq[n - back].second, g);
   } else if (bwd) {
-    if (auto it = es.fwd_last.find({u.devs, mb, t.pp()}); it != es.fwd_last.end())
+    if (auto it = es.fwd_last.find({mb, t.pp(), u.devs}); it != es.fwd_last.end())
       edge(it->second, g);
   }
 }
@@ -1314,7 +1597,7 @@ void Compiler::received_inputs(EmitState& es, uint32_t o, int mb, std::vector<ui
     }
     // One transfer per (producer, microbatch, receiving devices): consumers on the same
     // devices (a layer's norm and its residual add) share the received activation.
-    const auto key = std::make_tuple(r.first, mb, u.devs);
+    const auto key = std::make_tuple(mb, r.first, u.devs);
     if (auto it = es.sent.find(key); it != es.sent.end()) {
       deps.push_back(it->second);
       continue;

@@ -13,11 +13,14 @@ struct CompileOptions {
   /// which summaries and executors read. The simulator needs only the global order
   /// (CompiledPlan::topo_order, always built): sweeps leave them out.
   bool class_programs = true;
-  /// Emit the nodes of each distinct kind of microbatch once and copy them for the others
-  /// (microbatches whose ops are placed and directed alike differ only in their MB tag), so
-  /// compiling costs about one microbatch per placement rather than one per microbatch. The
-  /// result is identical either way (tests/compiler/microbatch_template_test.cpp); off emits
-  /// every microbatch, for that comparison.
+  /// Emit each distinct kind of block once and copy it for the others. A block is the forward
+  /// or the backward of one PP region's ops for one microbatch; the same block of two
+  /// microbatches (1 or later) whose ops and neighbouring ops are placed and directed alike
+  /// differ only in their MB tag, which of two alike place directives placed them (DualPipe
+  /// places every stage and microbatch with its own) and a shift of node ids. So compiling
+  /// costs about one microbatch per kind of block rather than one per microbatch. The result
+  /// is identical either way (tests/compiler/microbatch_template_test.cpp); off emits every
+  /// microbatch, for that comparison.
   bool template_microbatches = true;
 };
 

@@ -202,8 +202,12 @@ struct CompiledPlan {
   std::vector<int32_t> class_of_device;  // -1: idle device
   std::vector<StaticMemory> static_mem;  // per device
   int zero_level = 0;                    // max over replicate directives
-  /// Microbatches copied from an earlier one's nodes rather than emitted
-  /// (CompileOptions::template_microbatches): a count of compile work saved, for tests.
+  /// Blocks (the forward or the backward of one PP region's ops for one microbatch) copied
+  /// from an earlier microbatch's rather than emitted, of `blocks` in all, and the microbatches
+  /// all of whose blocks were copied (CompileOptions::template_microbatches): counts of compile
+  /// work saved, for tests.
+  int blocks = 0;
+  int blocks_stamped = 0;
   int microbatches_stamped = 0;
   Diagnostics warnings;
   /// The plan's resolved structure (plan/resolved.h), from the plan as written and the directives
