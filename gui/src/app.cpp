@@ -406,34 +406,33 @@ void App::hook(const std::string& name) {
 
 namespace {
 
-const std::vector<sim::CategorySample>& cached_curve(const std::shared_ptr<const Snapshot>& snap, int device,
-                                                     std::weak_ptr<const Snapshot>& for_snap, int& for_dev,
-                                                     std::vector<sim::CategorySample>& curve) {
-  if (for_snap.lock() != snap || for_dev != device) {
-    for_snap = snap;
-    for_dev = device;
-    curve.clear();
+const App::MemoryCurve& cached_curve(const std::shared_ptr<const Snapshot>& snap, int device, App::MemoryCurve& c) {
+  if (c.snap.lock() != snap || c.device != device) {
+    c.snap = snap;
+    c.device = device;
+    c.samples.clear();
+    c.peak = 0;
     if (snap) {
       const auto& r = snap->result;
       int d = device;
       if (d >= 0 && static_cast<size_t>(d) < r.devices.size() && r.devices[d].folded)
         d = r.devices[d].representative;
       if (d >= 0 && static_cast<size_t>(d) < r.devices.size())
-        curve = sim::memory_by_category(snap->session->compiled(), r, d);
+        c.samples = sim::memory_by_category(snap->session->compiled(), r, d);
     }
+    for (size_t k = 1; k < c.samples.size(); ++k)
+      if (c.samples[k].total() > c.samples[c.peak].total()) c.peak = k;
   }
-  return curve;
+  return c;
 }
 
 }  // namespace
 
-const std::vector<sim::CategorySample>& App::memory_curve(int device) {
-  return cached_curve(current, device, mem_cache_snap, mem_cache_dev, mem_cache);
-}
+const App::MemoryCurve& App::memory_curve_of(int device) const { return cached_curve(current, device, mem_cache); }
 
-const std::vector<sim::CategorySample>& App::baseline_memory_curve(int device) {
+const App::MemoryCurve& App::baseline_memory_curve_of(int device) const {
   const auto b = baseline && baseline != current ? baseline : nullptr;
-  return cached_curve(b, device, base_mem_snap, base_mem_dev, base_mem_cache);
+  return cached_curve(b, device, base_mem_cache);
 }
 
 void App::ensure_critical() {
@@ -518,6 +517,37 @@ std::string App::state_json() const {
       m.push_back({{"metric", r.metric}, {"now", r.now}, {"baseline", r.baseline}, {"delta", r.delta}});
     j["compare_metrics"] = m;
   }
+  if (current) {
+    // The Memory panel: the device shown, each run's peak and the categories drawn; and each
+    // run's peak per device, from the curves it draws (baseline null without one).
+    auto peak_of = [](const MemoryCurve& c) -> nlohmann::ordered_json {
+      if (c.samples.empty()) return nullptr;
+      const sim::CategorySample& p = c.samples[c.peak];
+      return {{"peak_bytes", p.total()}, {"peak_time_ns", p.t}, {"peak_shown", format_bytes(static_cast<double>(p.total()))}};
+    };
+    nlohmann::ordered_json m;
+    m["device"] = memory_drawn.device;
+    for (int run = 0; run < 2; ++run) {
+      if (run == 1 && !memory_drawn.baseline) continue;
+      std::vector<std::string> cats;
+      for (size_t k = 0; k < sim::kMemCategories; ++k)
+        if (memory_drawn.categories[static_cast<size_t>(run)][k]) cats.emplace_back(sim::memory_category_name(k));
+      const int d = std::max(memory_drawn.device, 0);
+      nlohmann::ordered_json e = peak_of(run == 0 ? memory_curve_of(d) : baseline_memory_curve_of(d));
+      e["categories_drawn"] = cats;
+      m[run == 0 ? "now" : "baseline"] = e;
+    }
+    nlohmann::ordered_json per = nlohmann::ordered_json::array();
+    for (size_t d = 0; d < current->result.devices.size(); ++d) {
+      const auto now = peak_of(memory_curve_of(static_cast<int>(d)));
+      const auto base = peak_of(baseline_memory_curve_of(static_cast<int>(d)));
+      per.push_back({{"device", d},
+                     {"now_bytes", now.is_null() ? nlohmann::ordered_json() : now["peak_bytes"]},
+                     {"baseline_bytes", base.is_null() ? nlohmann::ordered_json() : base["peak_bytes"]}});
+    }
+    m["peak_per_device"] = per;
+    j["memory"] = m;
+  }
   if (search.active() && current) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     const auto& cp = current->session->compiled();
@@ -536,6 +566,7 @@ std::string App::state_json() const {
   v["reference_rows_drawn"] = tl.reference_rows_drawn;
   v["diff_lanes_drawn"] = tl.diff_lanes_drawn;
   v["tooltip_shown"] = tooltip_shown;
+  v["diff_tooltip"] = tl.diff_tooltip;
   v["one_lane_per_device"] = tl.one_lane_per_device;
   v["labels"] = tl.labels.size() > 400 ? std::vector<std::string>(tl.labels.begin(), tl.labels.begin() + 400) : tl.labels;
   j["view"] = v;
@@ -562,7 +593,7 @@ std::string App::state_json() const {
   nlohmann::ordered_json w;
   for (const char* name : {"timeline", "memory", "status", "microbatches", "minimap", "minimap viewport", "search",
                            "pin", "granularity", "devices table", "ruler first label", "memory axis", "diff table",
-                           "summary"})
+                           "summary", "memory now title", "memory baseline title", "memory baseline axis"})
     if (auto it = hooks.find(name); it != hooks.end())
       w[name] = {it->second.x0, it->second.y0, it->second.x1, it->second.y1};
   for (const auto& [name, r] : hooks)

@@ -529,12 +529,14 @@ void diff_row(App& app, Frame& f, size_t d, float y) {
 }
 
 // The tooltip of a difference lane's op: how it moved.
-void diff_tooltip(const App& app, const CompareRow& r, int device) {
+void diff_tooltip(App& app, const CompareRow& r, int device) {
   const char* ref = app.measured ? "measured" : "baseline";
   auto t = [](SimTime x) { return format_time(static_cast<double>(x)); };
   auto signed_t = [&](SimTime x) { return (x > 0 ? "+" : "") + t(x); };
   ImGui::BeginTooltip();
-  ImGui::Text("PP%d MB%d %s on device %d", r.pp, r.mb, std::string(plan::pass_name(static_cast<plan::Pass>(r.pass))).c_str(), device);
+  app.tl.diff_tooltip =
+      fmt::format("PP{} MB{} {} on device {}", r.pp, r.mb, plan::pass_name(static_cast<plan::Pass>(r.pass)), device);
+  ImGui::TextUnformatted(app.tl.diff_tooltip.c_str());
   ImGui::Separator();
   if (r.e1 < 0) {
     ImGui::Text("only in the %s: %s - %s", ref, t(r.s0).c_str(), t(r.e0).c_str());
@@ -738,6 +740,7 @@ void draw_timeline_panel(App& app) {
   tl.devices_drawn = 0;
   tl.reference_rows_drawn = 0;
   tl.diff_lanes_drawn = 0;
+  tl.diff_tooltip.clear();
   if (!app.current) {
     ImGui::TextColored(kGrey, app.worker.busy() ? "Simulating..." : "Open a plan (path field, recent files, or drop a file on the window).");
     if (app.last_failed) ImGui::TextColored(kRed, "The plan has errors: see Diagnostics.");

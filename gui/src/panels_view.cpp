@@ -64,8 +64,11 @@ void draw_memory_panel(App& app) {
                      format_bytes(static_cast<double>(dm.peak_memory)).c_str(),
                      format_time(static_cast<double>(dm.peak_time)).c_str(),
                      format_bytes(capacity).c_str(), dm.over_capacity ? "  OVER CAPACITY" : "");
-  const auto& curve = app.memory_curve(app.memory_device);
-  const auto& base_curve = app.baseline_memory_curve(app.memory_device);
+  const App::MemoryCurve& now_c = app.memory_curve_of(app.memory_device);
+  const App::MemoryCurve& base_c = app.baseline_memory_curve_of(app.memory_device);
+  const auto& curve = now_c.samples;
+  const auto& base_curve = base_c.samples;
+  const bool with_base = !base_curve.empty();
   // Legend: items wrap to the next line rather than run past the panel's edge.
   static constexpr OpClass kCatColor[] = {OpClass::kF, OpClass::kBW, OpClass::kCompute, OpClass::kB,
                                           OpClass::kSendRecv, OpClass::kReduceScatter, OpClass::kAllGather};
@@ -82,12 +85,12 @@ void draw_memory_panel(App& app) {
   };
   for (size_t c = 0; c < sim::kMemCategories; ++c)
     legend_item(c == 0, std::string(sim::memory_category_name(c)), class_color(kCatColor[c]));
-  if (!base_curve.empty()) legend_item(false, "baseline total", kBaselineMemory);
+  if (with_base) legend_item(false, "baseline total (line over now)", kBaselineMemory);
   app.hook("memory legend");
   const ImVec2 p0 = ImGui::GetCursorScreenPos();
   ImVec2 avail = ImGui::GetContentRegionAvail();
   avail.x = std::max(avail.x, 50.0f);
-  avail.y = std::max(avail.y, 40.0f);
+  avail.y = std::max(avail.y, with_base ? 140.0f : 70.0f);
   ImGui::InvisibleButton("memplot", avail);
   app.hook("memory");
   const ImVec2 p1(p0.x + avail.x, p0.y + avail.y);
@@ -100,40 +103,108 @@ void draw_memory_panel(App& app) {
   if (!(t1 > t0)) t0 = 0, t1 = step_end;
   const float axis_w = 60, axis_h = ImGui::GetTextLineHeight() + 4;  // bytes left, time below
   const float x0 = p0.x + axis_w, w = avail.x - axis_w;
-  const float plot_bottom = p1.y - axis_h, plot_h = avail.y - axis_h;
   auto X = [&](double t) { return x0 + static_cast<float>((t - t0) / (t1 - t0)) * w; };
-  double base_peak = 0;
-  for (const auto& c : base_curve) base_peak = std::max(base_peak, static_cast<double>(c.total()));
-  const double peak = std::max(static_cast<double>(dm.peak_memory), base_peak);
+  auto peak_bytes = [](const App::MemoryCurve& c) {
+    return c.samples.empty() ? 0.0 : static_cast<double>(c.samples[c.peak].total());
+  };
+  // One y scale for both runs, so that their heights compare.
+  const double peak = std::max(peak_bytes(now_c), peak_bytes(base_c));
   double ymax = app.memory_to_peak ? peak * 1.1 : std::max(capacity, peak) * 1.05;
   if (ymax <= 0) ymax = 1;
-  auto Y = [&](double b) { return plot_bottom - 4 - static_cast<float>(b / ymax) * (plot_h - 8); };
-  // Stacked categories: one column per pixel, at the largest total within the column (so a
-  // short peak is never lost).
-  if (!curve.empty()) {
-    size_t i = static_cast<size_t>(std::upper_bound(curve.begin(), curve.end(), t0,
-                                                    [](double t, const sim::CategorySample& c) {
-                                                      return t < static_cast<double>(c.t);
-                                                    }) -
-                                   curve.begin());
-    if (i > 0) --i;
-    for (float x = std::max(x0, X(0)); x < p1.x && x <= X(step_end); x += 1.0f) {
-      const double ct1 = t0 + static_cast<double>(x + 1 - x0) / w * (t1 - t0);
-      size_t best = i;
-      for (size_t k = i; k < curve.size() && static_cast<double>(curve[k].t) < ct1; ++k) {
-        if (curve[k].total() > curve[best].total()) best = k;
-        i = k;
-      }
-      float yb = Y(0);
-      for (size_t c = 0; c < sim::kMemCategories; ++c) {
-        const float yt = Y(static_cast<double>(curve[best].bytes[c]) + (Y(0) - yb) / (plot_h - 8) * ymax);
-        if (yt < yb) dl->AddRectFilled(ImVec2(x, yt), ImVec2(x + 1, yb), class_color(kCatColor[c]));
-        yb = std::min(yb, yt);
+  // With a baseline, the baseline's stack is drawn under the current one (same axes).
+  const float band_h = with_base ? std::floor(avail.y / 2) : avail.y;
+  app.memory_drawn = {};
+  app.memory_drawn.device = app.memory_device;
+  app.memory_drawn.baseline = with_base;
+  // Draws one run's stack in rows [top, top + band_h): categories, grid, capacity, peak and
+  // the time axis; run 0 is the current result, 1 the baseline.
+  auto plot = [&](const App::MemoryCurve& mc, int run, float top, const char* name, double run_end) {
+    const auto& cv = mc.samples;
+    // A title row (the run and its peak), the plot, the time axis.
+    const float title_h = ImGui::GetTextLineHeight() + 2;
+    const float plot_bottom = top + band_h - axis_h, plot_h = std::max(band_h - axis_h - title_h, 16.0f);
+    auto Y = [plot_bottom, plot_h, ymax](double b) {
+      return plot_bottom - 4 - static_cast<float>(b / ymax) * (plot_h - 8);
+    };
+    auto& drawn = app.memory_drawn.categories[static_cast<size_t>(run)];
+    // Stacked categories: one column per pixel, at the largest total within the column (so a
+    // short peak is never lost).
+    if (!cv.empty()) {
+      size_t i = static_cast<size_t>(std::upper_bound(cv.begin(), cv.end(), t0,
+                                                      [](double t, const sim::CategorySample& c) {
+                                                        return t < static_cast<double>(c.t);
+                                                      }) -
+                                     cv.begin());
+      if (i > 0) --i;
+      for (float x = std::max(x0, X(0)); x < p1.x && x <= X(run_end); x += 1.0f) {
+        const double ct1 = t0 + static_cast<double>(x + 1 - x0) / w * (t1 - t0);
+        size_t best = i;
+        for (size_t k = i; k < cv.size() && static_cast<double>(cv[k].t) < ct1; ++k) {
+          if (cv[k].total() > cv[best].total()) best = k;
+          i = k;
+        }
+        float yb = Y(0);
+        for (size_t c = 0; c < sim::kMemCategories; ++c) {
+          const float yt = Y(static_cast<double>(cv[best].bytes[c]) + (Y(0) - yb) / (plot_h - 8) * ymax);
+          if (yt < yb) {
+            dl->AddRectFilled(ImVec2(x, yt), ImVec2(x + 1, yb), class_color(kCatColor[c]));
+            drawn[c] = true;
+          }
+          yb = std::min(yb, yt);
+        }
       }
     }
-  }
-  // The baseline's total, as a line over the current stack.
-  if (!base_curve.empty()) {
+    if (capacity <= ymax) {
+      dl->AddLine(ImVec2(x0, Y(capacity)), ImVec2(p1.x, Y(capacity)), IM_COL32(255, 80, 80, 255), 1.5f);
+      dl->AddText(ImVec2(p1.x - ImGui::CalcTextSize("capacity").x - 4, Y(capacity) - ImGui::GetTextLineHeight()),
+                  IM_COL32(255, 120, 120, 255), "capacity");
+    } else if (run == 0) {
+      const std::string above = "capacity " + format_bytes(capacity) + " (above)";
+      dl->AddText(ImVec2(p1.x - ImGui::CalcTextSize(above.c_str()).x - 4, top + 2), IM_COL32(255, 120, 120, 255),
+                  above.c_str());
+    }
+    for (int k = 0; k <= 4; k += with_base ? 2 : 1) {
+      const double b = ymax * k / 4;
+      dl->AddText(ImVec2(p0.x + 2, std::max(top, Y(b) - 7)), IM_COL32(170, 170, 170, 255), format_bytes(b).c_str());
+      dl->AddLine(ImVec2(x0, Y(b)), ImVec2(p1.x, Y(b)), IM_COL32(60, 60, 70, 255));
+    }
+    if (!cv.empty()) {  // the peak, marked and labelled (GiB, as the tables)
+      const sim::CategorySample& pk = cv[mc.peak];
+      const float px = X(static_cast<double>(pk.t)), py = Y(static_cast<double>(pk.total()));
+      dl->AddCircleFilled(ImVec2(px, py), 4, IM_COL32(255, 255, 255, 255));
+      dl->AddText(ImVec2(px + 6, py - ImGui::GetTextLineHeight()), IM_COL32(255, 255, 255, 255), "peak");
+      const std::string title = fmt::format("{}: peak {} at {}", name, format_bytes(static_cast<double>(pk.total())),
+                                            format_time(static_cast<double>(pk.t)));
+      const ImVec2 tp(x0 + 4, top + 2), ts = ImGui::CalcTextSize(title.c_str());
+      dl->AddRectFilled(tp, ImVec2(tp.x + ts.x + 4, tp.y + ts.y), IM_COL32(24, 26, 30, 200));
+      dl->AddText(ImVec2(tp.x + 2, tp.y), run == 0 ? IM_COL32(255, 255, 255, 255) : kBaselineMemory, title.c_str());
+      app.hooks[run == 0 ? "memory now title" : "memory baseline title"] = {tp.x, tp.y, tp.x + ts.x + 4, tp.y + ts.y};
+    }
+    {  // time axis, in the ruler's units
+      const double step = nice_step(90.0 * static_cast<double>(app.font_scale) * (t1 - t0) / static_cast<double>(w));
+      dl->AddLine(ImVec2(x0, plot_bottom), ImVec2(p1.x, plot_bottom), IM_COL32(110, 110, 120, 255));
+      bool first = true;
+      for (double t = std::max(0.0, std::ceil(t0 / step) * step); t <= t1; t += step) {
+        const float x = X(t);
+        dl->AddLine(ImVec2(x, plot_bottom), ImVec2(x, plot_bottom + 4), IM_COL32(170, 170, 170, 255));
+        const std::string lab = format_tick(t, step);
+        if (x + 2 + ImGui::CalcTextSize(lab.c_str()).x > p1.x) break;  // the edge would cut it
+        dl->AddText(ImVec2(x + 2, plot_bottom + 2), IM_COL32(170, 170, 170, 255), lab.c_str());
+        if (first) {
+          const ImVec2 sz = ImGui::CalcTextSize(lab.c_str());
+          app.hooks[run == 0 ? "memory axis" : "memory baseline axis"] = {x + 2, plot_bottom + 2, x + 2 + sz.x,
+                                                                          plot_bottom + 2 + sz.y};
+          first = false;
+        }
+      }
+    }
+    return Y;
+  };
+  const auto Y = plot(now_c, 0, p0.y, with_base ? "now" : "peak", step_end);
+  if (with_base) {
+    plot(base_c, 1, p0.y + band_h, "baseline", static_cast<double>(std::max<SimTime>(app.baseline->result.step_time, 1)));
+    dl->AddLine(ImVec2(p0.x, p0.y + band_h), ImVec2(p1.x, p0.y + band_h), IM_COL32(110, 110, 120, 255));
+    // The baseline's total, also as a line over the current stack.
     std::vector<ImVec2> pts;
     size_t i = 0;
     for (float x = std::max(x0, X(0)); x < p1.x; x += 1.0f) {
@@ -148,54 +219,31 @@ void draw_memory_panel(App& app) {
     }
     if (pts.size() > 1) dl->AddPolyline(pts.data(), static_cast<int>(pts.size()), kBaselineMemory, 0, 2.0f);
   }
-  // Capacity, peak, cursor, axes.
-  if (capacity <= ymax) {
-    dl->AddLine(ImVec2(x0, Y(capacity)), ImVec2(p1.x, Y(capacity)), IM_COL32(255, 80, 80, 255), 1.5f);
-    dl->AddText(ImVec2(x0 + 4, Y(capacity) - ImGui::GetTextLineHeight()), IM_COL32(255, 120, 120, 255), "capacity");
-  } else {
-    dl->AddText(ImVec2(x0 + 4, p0.y + 2), IM_COL32(255, 120, 120, 255),
-                ("capacity " + format_bytes(capacity) + " (above)").c_str());
-  }
-  const float px = X(static_cast<double>(dm.peak_time)), py = Y(static_cast<double>(dm.peak_memory));
-  dl->AddCircleFilled(ImVec2(px, py), 4, IM_COL32(255, 255, 255, 255));
-  dl->AddText(ImVec2(px + 6, py - ImGui::GetTextLineHeight()), IM_COL32(255, 255, 255, 255), "peak");
-  for (int k = 0; k <= 4; ++k) {
-    const double b = ymax * k / 4;
-    dl->AddText(ImVec2(p0.x + 2, std::max(p0.y, Y(b) - 7)), IM_COL32(170, 170, 170, 255), format_bytes(b).c_str());
-    dl->AddLine(ImVec2(x0, Y(b)), ImVec2(p1.x, Y(b)), IM_COL32(60, 60, 70, 255));
-  }
-  {  // time axis, in the ruler's units
-    const double step = nice_step(90.0 * static_cast<double>(app.font_scale) * (t1 - t0) / static_cast<double>(w));
-    dl->AddLine(ImVec2(x0, plot_bottom), ImVec2(p1.x, plot_bottom), IM_COL32(110, 110, 120, 255));
-    bool first = true;
-    for (double t = std::max(0.0, std::ceil(t0 / step) * step); t <= t1; t += step) {
-      const float x = X(t);
-      dl->AddLine(ImVec2(x, plot_bottom), ImVec2(x, plot_bottom + 4), IM_COL32(170, 170, 170, 255));
-      const std::string lab = format_tick(t, step);
-      if (x + 2 + ImGui::CalcTextSize(lab.c_str()).x > p1.x) break;  // the edge would cut it
-      dl->AddText(ImVec2(x + 2, plot_bottom + 2), IM_COL32(170, 170, 170, 255), lab.c_str());
-      if (first) {
-        const ImVec2 sz = ImGui::CalcTextSize(lab.c_str());
-        app.hooks["memory axis"] = {x + 2, plot_bottom + 2, x + 2 + sz.x, plot_bottom + 2 + sz.y};
-        first = false;
-      }
-    }
-  }
   double cursor = app.tl.cursor;
   if (ImGui::IsItemHovered()) cursor = t0 + static_cast<double>(ImGui::GetIO().MousePos.x - x0) / w * (t1 - t0);
   if (cursor >= 0) {
     dl->AddLine(ImVec2(X(cursor), p0.y), ImVec2(X(cursor), p1.y), IM_COL32(255, 255, 255, 120));
     if (ImGui::IsItemHovered() && !curve.empty()) {
-      auto it = std::upper_bound(curve.begin(), curve.end(), cursor, [](double t, const sim::CategorySample& c) {
-        return t < static_cast<double>(c.t);
-      });
-      const auto& c = it == curve.begin() ? *it : *(it - 1);
+      auto at = [&](const std::vector<sim::CategorySample>& cv) -> const sim::CategorySample& {
+        auto it = std::upper_bound(cv.begin(), cv.end(), cursor, [](double t, const sim::CategorySample& c) {
+          return t < static_cast<double>(c.t);
+        });
+        return it == cv.begin() ? *it : *(it - 1);
+      };
+      const auto& c = at(curve);
       ImGui::BeginTooltip();
       ImGui::Text("device %d at %s: %s", app.memory_device, format_time(cursor).c_str(),
                   format_bytes(static_cast<double>(c.total())).c_str());
+      if (with_base)
+        ImGui::Text("  baseline         %s", format_bytes(static_cast<double>(at(base_curve).total())).c_str());
       for (size_t k = 0; k < sim::kMemCategories; ++k)
-        ImGui::Text("  %-16s %s", std::string(sim::memory_category_name(k)).c_str(),
-                    format_bytes(static_cast<double>(c.bytes[k])).c_str());
+        if (with_base)
+          ImGui::Text("  %-16s %s (baseline %s)", std::string(sim::memory_category_name(k)).c_str(),
+                      format_bytes(static_cast<double>(c.bytes[k])).c_str(),
+                      format_bytes(static_cast<double>(at(base_curve).bytes[k])).c_str());
+        else
+          ImGui::Text("  %-16s %s", std::string(sim::memory_category_name(k)).c_str(),
+                      format_bytes(static_cast<double>(c.bytes[k])).c_str());
       ImGui::EndTooltip();
     }
   }

@@ -10,6 +10,8 @@
 
 #include "stretto/gui/app.h"
 #include "stretto/gui/script.h"
+#include "stretto/sim/metrics_json.h"
+#include "stretto/sim/pipeline_metrics.h"
 #include "stretto/sim/session.h"
 
 namespace stretto::gui {
@@ -258,6 +260,80 @@ TEST_F(Panels, PinKeepsTheBaselineUntilUnpin) {
   EXPECT_EQ(st["baseline_step_time_ns"].get<int64_t>(), app.baseline->result.step_time);
   run("unpin\nframes 1\n");
   EXPECT_FALSE(app.baseline);
+}
+
+// `stretto simulate --format json` of a snapshot's plan text, simulated afresh.
+nlohmann::json simulate_json_of(const Snapshot& snap) {
+  auto s = sim::Session::from_text(snap.text, "x.json", STRETTO_EXAMPLES);
+  EXPECT_TRUE(s) << render_all(s.error());
+  auto r = s->simulate();
+  EXPECT_TRUE(r);
+  return sim::simulate_json(s->compiled(), *r, sim::pipeline_metrics(s->compiled(), *r), nullptr);
+}
+
+// With a pinned baseline the Memory panel draws both runs' category stacks on one scale, each
+// with its peak: every device's peak of either run is the one `simulate` prints for its plan.
+TEST_F(Panels, MemoryDrawsTheBaselinesCategoriesAndBothPeaks) {
+  run("open " + kBuilder + "\nwait\npin\nset /schedule/microbatches 2\nwait\ntype memory_device 0\nframes 2\n");
+  ASSERT_TRUE(app.baseline && app.current);
+  const auto now = simulate_json_of(*app.current), base = simulate_json_of(*app.baseline);
+  const auto st = nlohmann::json::parse(app.state_json());
+  const auto& m = st["memory"];
+  ASSERT_EQ(m["peak_per_device"].size(), now["devices"].size());
+  int differ = 0;
+  for (size_t d = 0; d < now["devices"].size(); ++d) {
+    const auto& row = m["peak_per_device"][d];
+    EXPECT_EQ(row["now_bytes"], now["devices"][d]["peak_memory_bytes"]) << "device " << d;
+    EXPECT_EQ(row["baseline_bytes"], base["devices"][d]["peak_memory_bytes"]) << "device " << d;
+    differ += row["now_bytes"] != row["baseline_bytes"];
+  }
+  EXPECT_GT(differ, 0) << "the edit should change some device's memory";
+  // The device shown: each run's peak labelled in GiB, and every category that holds memory at
+  // the run's peak drawn in its plot.
+  EXPECT_EQ(m["device"], 0);
+  for (const auto& [run, sim_json] : {std::pair{"now", &now}, std::pair{"baseline", &base}}) {
+    SCOPED_TRACE(run);
+    const auto& dev = (*sim_json)["devices"][0];
+    ASSERT_TRUE(m.contains(run));
+    EXPECT_EQ(m[run]["peak_bytes"], dev["peak_memory_bytes"]);
+    EXPECT_EQ(m[run]["peak_shown"], format_bytes(dev["peak_memory_bytes"].get<double>()));
+    EXPECT_NE(m[run]["peak_shown"].get<std::string>().find("GiB"), std::string::npos);
+    const auto drawn = m[run]["categories_drawn"].get<std::vector<std::string>>();
+    int held = 0;
+    for (const auto& [cat, bytes] : dev["memory_breakdown"].items())
+      if (bytes.get<int64_t>() > 0) {
+        ++held;
+        EXPECT_NE(std::find(drawn.begin(), drawn.end(), cat), drawn.end()) << cat << " not drawn";
+      }
+    EXPECT_GE(held, 4);
+  }
+  EXPECT_TRUE(app.hooks.count("memory baseline title") && app.hooks.count("memory baseline axis"));
+  EXPECT_LT(app.hooks["memory now title"].y1, app.hooks["memory baseline title"].y0);
+  run("unpin\nframes 1\n");
+  const auto after = nlohmann::json::parse(app.state_json());
+  EXPECT_FALSE(after["memory"].contains("baseline"));
+  EXPECT_TRUE(after["memory"]["peak_per_device"][0]["baseline_bytes"].is_null());
+}
+
+// Hovering a difference lane's mark gives that op's changes: an op of the baseline only (a
+// microbatch the edit removed), zoomed so that it fills the middle of the lane.
+TEST_F(Panels, HoveringADifferenceMarkNamesItsOp) {
+  run("open " + kBuilder + "\nwait\npin\nset /schedule/microbatches 4\nwait\nframes 2\n");
+  ASSERT_TRUE(app.baseline && app.current);
+  const auto diffs = device_diffs(device_spans(*app.current), device_spans(*app.baseline));
+  ASSERT_FALSE(diffs.empty());
+  ASSERT_EQ(diffs[0].device, 0);
+  const CompareRow* gone = nullptr;
+  for (const CompareRow& r : diffs[0].rows)
+    if (r.e1 < 0) gone = gone ? gone : &r;
+  ASSERT_NE(gone, nullptr);
+  const double s0 = static_cast<double>(gone->s0) / 1e6, e0 = static_cast<double>(gone->e0) / 1e6;
+  const std::string name = fmt::format("PP{} MB{} {} on device 0", gone->pp, gone->mb,
+                                       plan::pass_name(static_cast<plan::Pass>(gone->pass)));
+  run(fmt::format("zoom {} {}\nframes 2\nhover diff 0\nframes 2\n", s0 - 0.1 * (e0 - s0), e0 + 0.1 * (e0 - s0)));
+  EXPECT_TRUE(app.tooltip_shown);
+  EXPECT_EQ(app.tl.diff_tooltip, name);
+  EXPECT_EQ(nlohmann::json::parse(app.state_json())["view"]["diff_tooltip"], name);
 }
 
 TEST_F(Panels, DirectiveListRemovesADirective) {

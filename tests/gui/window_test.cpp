@@ -320,6 +320,14 @@ TEST(GuiWindow, CompareSortsByDeltaAndDrawsTheBaselineAndItsMemory) {
   EXPECT_GT(st["view"]["reference_rows_drawn"].get<int>(), 4);
   Image img(shot.string());
   EXPECT_GT(img.count(st["widgets"]["memory"], 170, 230, 255, 10), 150u);  // the baseline's total
+  // The baseline's own stack, between its title and its time axis under the current one's:
+  // activations (orange) and optimizer state (purple) fill pixels there.
+  const json mem = rect_of(st, "memory"), title = rect_of(st, "memory baseline title"),
+             axis = rect_of(st, "memory baseline axis"), now_title = rect_of(st, "memory now title");
+  EXPECT_LT(now_title[3].get<double>(), title[1].get<double>());
+  const json band = {mem[0], title[3], mem[2], axis[1]};
+  EXPECT_GT(img.count(band, 230, 126, 34, 10), 500u) << "baseline activations";
+  EXPECT_GT(img.count(band, 142, 68, 173, 10), 500u) << "baseline optimizer";
 }
 
 // Screenshots carry no tooltip (automation ignores the real mouse and parks the scripted one

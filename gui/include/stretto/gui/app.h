@@ -144,6 +144,7 @@ struct TimelineState {
   int reference_rows_drawn = 0;     // baseline (or measured) rows under current lanes
   bool show_diff = true;            // a difference lane under each device (with a reference)
   int diff_lanes_drawn = 0;         // difference lanes on screen last frame
+  std::string diff_tooltip;         // the first line of a difference lane's tooltip last frame
 };
 
 struct Selection {
@@ -197,12 +198,22 @@ struct App {
   std::string critical_for;           // text of the snapshot critical_ was computed for
   std::vector<char> critical;         // per task: on the critical path
   std::vector<sim::CriticalStep> critical_steps;
-  std::weak_ptr<const Snapshot> mem_cache_snap;
-  int mem_cache_dev = -1;
-  std::vector<sim::CategorySample> mem_cache;
-  std::weak_ptr<const Snapshot> base_mem_snap;
-  int base_mem_dev = -1;
-  std::vector<sim::CategorySample> base_mem_cache;
+  /// A device's category curve of one snapshot, cached with its peak (memory_curve).
+  struct MemoryCurve {
+    std::weak_ptr<const Snapshot> snap;
+    int device = -1;
+    std::vector<sim::CategorySample> samples;
+    size_t peak = 0;  // index of the sample with the largest total (valid when samples are)
+  };
+  mutable MemoryCurve mem_cache, base_mem_cache;
+  /// What the Memory panel drew last frame, per run (0 the current result, 1 the baseline):
+  /// the device shown, and the categories that filled at least one pixel column.
+  struct MemoryDrawn {
+    int device = -1;
+    bool baseline = false;  // the baseline's plot was drawn
+    std::array<std::array<bool, sim::kMemCategories>, 2> categories{};
+  };
+  MemoryDrawn memory_drawn;
 
   /// Panel state and caches derived from a snapshot (panels_view.cpp).
   struct PanelCache;
@@ -254,10 +265,14 @@ struct App {
   std::string state_json() const;
   /// Records the last item's rect under `name` (for scripts and tests).
   void hook(const std::string& name);
-  /// Category curve of a device of the current result (cached).
-  const std::vector<sim::CategorySample>& memory_curve(int device);
+  /// Category curve of a device of the current result (cached, with its peak).
+  const MemoryCurve& memory_curve_of(int device) const;
+  const std::vector<sim::CategorySample>& memory_curve(int device) const { return memory_curve_of(device).samples; }
   /// The same of the pinned baseline (empty without one, or when it is the current result).
-  const std::vector<sim::CategorySample>& baseline_memory_curve(int device);
+  const MemoryCurve& baseline_memory_curve_of(int device) const;
+  const std::vector<sim::CategorySample>& baseline_memory_curve(int device) const {
+    return baseline_memory_curve_of(device).samples;
+  }
   /// Asks the search worker for the matches when the query or the result changed, and takes
   /// its answer when it has one (never waits). Matches are only kept for the current result.
   void update_search();
