@@ -173,10 +173,12 @@ void draw_memory_panel(App& app) {
       const float px = X(static_cast<double>(pk.t)), py = Y(static_cast<double>(pk.total()));
       dl->AddCircleFilled(ImVec2(px, py), 4, IM_COL32(255, 255, 255, 255));
       dl->AddText(ImVec2(px + 6, py - ImGui::GetTextLineHeight()), IM_COL32(255, 255, 255, 255), "peak");
-      const std::string title = fmt::format("{}: peak {} at {}", name, format_bytes(static_cast<double>(pk.total())),
-                                            format_time(static_cast<double>(pk.t)));
+      // Titled by its run; alone, the line above the plot gives the peak already.
+      const std::string title = with_base ? fmt::format("{}: peak {} at {}", name, format_bytes(static_cast<double>(pk.total())),
+                                                        format_time(static_cast<double>(pk.t)))
+                                          : std::string();
       const ImVec2 tp(x0 + 4, top + 2), ts = ImGui::CalcTextSize(title.c_str());
-      dl->AddRectFilled(tp, ImVec2(tp.x + ts.x + 4, tp.y + ts.y), IM_COL32(24, 26, 30, 200));
+      if (!title.empty()) dl->AddRectFilled(tp, ImVec2(tp.x + ts.x + 4, tp.y + ts.y), IM_COL32(24, 26, 30, 200));
       dl->AddText(ImVec2(tp.x + 2, tp.y), run == 0 ? IM_COL32(255, 255, 255, 255) : kBaselineMemory, title.c_str());
       app.hooks[run == 0 ? "memory now title" : "memory baseline title"] = {tp.x, tp.y, tp.x + ts.x + 4, tp.y + ts.y};
     }
@@ -200,7 +202,7 @@ void draw_memory_panel(App& app) {
     }
     return Y;
   };
-  const auto Y = plot(now_c, 0, p0.y, with_base ? "now" : "peak", step_end);
+  const auto Y = plot(now_c, 0, p0.y, "now", step_end);
   if (with_base) {
     plot(base_c, 1, p0.y + band_h, "baseline", static_cast<double>(std::max<SimTime>(app.baseline->result.step_time, 1)));
     dl->AddLine(ImVec2(p0.x, p0.y + band_h), ImVec2(p1.x, p0.y + band_h), IM_COL32(110, 110, 120, 255));
