@@ -484,6 +484,7 @@ Json result_json(const CompiledPlan& cp, const ReplayResult& r, const sim::Resul
     c["passed"] = r.check->passed;
     c["max_abs_diff"] = r.check->max_abs_diff;
     c["max_rel_diff"] = r.check->max_rel_diff;
+    c["max_rel_diff_first_step"] = r.check->max_rel_diff_first_step;
     c["worst_param"] = r.check->worst_param;
     c["tolerance"] = r.check->tolerance;
     c["loss"] = r.check->loss;

@@ -179,7 +179,8 @@ class RankRun {
   std::vector<std::vector<Param>> params_;
   std::vector<OpPlacement> place_;
   std::vector<std::pair<int64_t, int64_t>> owned_;  // op-flat range this rank updates
-  std::vector<std::vector<at::Tensor>> adam_m_, adam_v_;
+  // Optimizer state per op: the first moment (SGD's momentum buffer, Adam's m) and Adam's v.
+  std::vector<std::vector<at::Tensor>> moment1_, moment2_;
   std::vector<char> stepped_;
   std::vector<char> synced_;  // per op: a ZeRO-1/2 all-gather wrote every shard's step this step
   int adam_t_ = 0;
@@ -401,8 +402,8 @@ void RankRun::setup() {
     }
   owned_.assign(nops, {0, 0});
   for (uint32_t o = 0; o < nops; ++o) owned_[o] = {0, op_numel(o)};
-  adam_m_.assign(nops, {});
-  adam_v_.assign(nops, {});
+  moment1_.assign(nops, {});
+  moment2_.assign(nops, {});
   // Roles of collectives around compute, gradient buckets, ZeRO ownership.
   fwd_post_.assign(nops * M, 0);
   bwd_post_.assign(nops * M, 0);
@@ -602,11 +603,13 @@ void RankRun::optimizer_step(uint32_t o) {
   at::NoGradGuard ng;
   const auto [ob, oe] = owned_[o];
   int64_t off = 0;
-  if (opt_.optimizer == Optimizer::kAdam && adam_m_[o].empty())
+  const bool adam = opt_.optimizer == Optimizer::kAdam;
+  if (moment1_[o].empty())
     for (const auto& p : params_[o]) {
-      adam_m_[o].push_back(at::zeros_like(p.grad));
-      adam_v_[o].push_back(at::zeros_like(p.grad));
-      mem_.add(kOptim, 2 * tensor_bytes(p.grad));
+      // Zero buffers: SGD's first momentum is then the gradient, as torch.optim.SGD starts it.
+      moment1_[o].push_back(at::zeros_like(p.grad));
+      if (adam) moment2_[o].push_back(at::zeros_like(p.grad));
+      mem_.add(kOptim, (adam ? 2 : 1) * tensor_bytes(p.grad));
     }
   for (size_t k = 0; k < params_[o].size(); ++k) {
     auto& p = params_[o][k];
@@ -617,12 +620,15 @@ void RankRun::optimizer_step(uint32_t o) {
     at::Tensor w = p.value.detach().view({-1}).narrow(0, a, b - a);
     at::Tensor g = p.grad.view({-1}).narrow(0, a, b - a);
     if (clips_gradients(cp_)) g = g * clip_scale();  // to kMaxGradNorm (grads stay as reduced)
-    if (opt_.optimizer == Optimizer::kSgd) {
-      w.add_(g, -opt_.lr);
+    at::Tensor m = moment1_[o][k].view({-1}).narrow(0, a, b - a);
+    if (!adam) {
+      // SGD with momentum (the plan's `sgd`, what the cost model prices): torch.optim.SGD with
+      // momentum kSgdMomentum, no dampening, no Nesterov, no weight decay.
+      m.mul_(kSgdMomentum).add_(g);
+      w.add_(m, -opt_.lr);
     } else {
       const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
-      at::Tensor m = adam_m_[o][k].view({-1}).narrow(0, a, b - a);
-      at::Tensor v = adam_v_[o][k].view({-1}).narrow(0, a, b - a);
+      at::Tensor v = moment2_[o][k].view({-1}).narrow(0, a, b - a);
       m.mul_(b1).add_(g, 1 - b1);
       v.mul_(b2).addcmul_(g, g, 1 - b2);
       const double c1 = 1 - std::pow(b1, adam_t_), c2 = 1 - std::pow(b2, adam_t_);
@@ -1364,6 +1370,12 @@ void RankRun::step(bool measured, RankResult& rr) {
   r.compute_cpu_ns += cpu_compute_;
 }
 
+// A tensor's values as host floats, flattened (what --check compares).
+std::vector<float> float_values(const at::Tensor& t) {
+  const at::Tensor f = t.detach().to(at::kCPU).to(at::kFloat).contiguous().view({-1});
+  return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+}
+
 RankResult RankRun::run(std::vector<GradDump>* grads) {
   at::set_num_threads(std::max(1, opt_.threads));
   setup();
@@ -1374,7 +1386,13 @@ RankResult RankRun::run(std::vector<GradDump>* grads) {
   char host[256] = {0};
   if (::gethostname(host, sizeof host - 1) == 0) rr.host = host;
   const int total = opt_.warmup + opt_.iterations;
-  for (iteration_ = 0; iteration_ < total; ++iteration_) step(iteration_ >= opt_.warmup, rr);
+  std::vector<std::vector<float>> first_grads;  // --check: every gradient of the first step
+  for (iteration_ = 0; iteration_ < total; ++iteration_) {
+    step(iteration_ >= opt_.warmup, rr);
+    if (grads && iteration_ == 0)
+      for (const auto& ps : params_)
+        for (const auto& p : ps) first_grads.push_back(float_values(p.grad));
+  }
   status_.set("finished");
   const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(rr.step_ns.size()));
   DeviceReport& r = rr.report;
@@ -1414,12 +1432,11 @@ RankResult RankRun::run(std::vector<GradDump>* grads) {
         g.owned_begin = std::clamp<int64_t>(owned_[o].first - off, 0, n_p);
         g.owned_end = std::clamp<int64_t>(owned_[o].second - off, 0, n_p);
         off += n_p;
-        const at::Tensor f = p.grad.detach().to(at::kCPU).to(at::kFloat).contiguous().view({-1});
-        g.values.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+        g.values = float_values(p.grad);
+        g.first_values = std::move(first_grads.at(grads->size()));
         g.stepped_begin = synced_[o] ? 0 : g.owned_begin;
         g.stepped_end = synced_[o] ? n_p : g.owned_end;
-        const at::Tensor w = p.value.detach().to(at::kCPU).to(at::kFloat).contiguous().view({-1});
-        g.weights.assign(w.data_ptr<float>(), w.data_ptr<float>() + w.numel());
+        g.weights = float_values(p.value);
         grads->push_back(std::move(g));
       }
     }
@@ -1454,7 +1471,7 @@ Expected<ReplayResult> run_rank(const CompiledPlan& cp, const RankSpec& spec,
                                 const ReplayOptions& opt_in) {
   ReplayOptions opt = opt_in;
   if (opt.check) {
-    opt.iterations = 1;
+    opt.iterations = detail::kCheckSteps;
     opt.warmup = 0;
   }
   if (opt.device == DeviceKind::kAuto) opt.device = cuda_available() ? DeviceKind::kCuda : DeviceKind::kCpu;

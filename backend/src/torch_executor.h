@@ -8,8 +8,9 @@
 
 namespace stretto::backend::detail {
 
-/// A parameter as a rank holds it after one step (--check): its gradient and its value after
-/// the optimizer step, each the local tensor (a TP slice or the whole parameter) flattened; the
+/// A parameter as a rank holds it after the check's kCheckSteps steps (--check): its gradient of
+/// the first and of the last step, and its value after the last optimizer step, each the local
+/// tensor (a TP slice or the whole parameter) flattened; the
 /// flat range of the gradient this rank owns (ZeRO-2/3 shards), and the range of the value
 /// that holds the step (this rank's shard, or the whole tensor where a ZeRO-1/2 all-gather
 /// brought every shard's step back).
@@ -19,10 +20,16 @@ struct GradDump {
   int dim = -1;
   int64_t start = 0, length = 0;
   int64_t owned_begin = 0, owned_end = 0;
-  std::vector<float> values;  // the local gradient, flattened
+  std::vector<float> values;        // the local gradient of the last step, flattened
+  std::vector<float> first_values;  // the local gradient of the first step, flattened
   int64_t stepped_begin = 0, stepped_end = 0;
   std::vector<float> weights;  // the local parameter after the step, flattened
 };
+
+/// Steps a --check replays: two, so that the optimizer's state (SGD's momentum, Adam's moments
+/// and bias correction) enters the second update; after one step, SGD with and without
+/// momentum are the same update.
+inline constexpr int kCheckSteps = 2;
 
 std::vector<uint8_t> encode_grads(const std::vector<GradDump>& g);
 std::vector<GradDump> decode_grads(const std::vector<uint8_t>& b);
@@ -32,6 +39,9 @@ Optimizer step_optimizer(const compiler::CompiledPlan& cp, const ReplayOptions& 
 /// Whether the step clips gradients to a global norm of kMaxGradNorm (the plan's `grad_clip`).
 bool clips_gradients(const compiler::CompiledPlan& cp);
 inline constexpr double kMaxGradNorm = 1.0;  // Megatron-LM's --clip-grad default
+/// SGD's momentum: the plan's `sgd` is SGD with one momentum buffer (docs/fidelity.md prices
+/// it); 0.9 is Megatron-LM's --sgd-momentum default (megatron/training/arguments.py).
+inline constexpr double kSgdMomentum = 0.9;
 
 /// Compares the ranks' gradients, and their parameters after the optimizer step, with a
 /// single-process run of the same global batch stepped by LibTorch's own optimizer.

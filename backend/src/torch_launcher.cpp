@@ -79,10 +79,11 @@ std::vector<uint8_t> encode_grads(const std::vector<GradDump>& g) {
                  {"owned_begin", d.owned_begin},
                  {"owned_end", d.owned_end},
                  {"n", d.values.size()},
+                 {"n_first", d.first_values.size()},
                  {"stepped_begin", d.stepped_begin},
                  {"stepped_end", d.stepped_end},
                  {"n_weights", d.weights.size()}});
-    floats += d.values.size() + d.weights.size();
+    floats += d.values.size() + d.first_values.size() + d.weights.size();
   }
   const std::string hs = h.dump();
   std::vector<uint8_t> out(8 + hs.size() + floats * sizeof(float));
@@ -91,7 +92,7 @@ std::vector<uint8_t> encode_grads(const std::vector<GradDump>& g) {
   std::memcpy(out.data() + 8, hs.data(), hs.size());
   size_t off = 8 + hs.size();
   for (const auto& d : g)
-    for (const auto* v : {&d.values, &d.weights}) {
+    for (const auto* v : {&d.values, &d.first_values, &d.weights}) {
       std::memcpy(out.data() + off, v->data(), v->size() * sizeof(float));
       off += v->size() * sizeof(float);
     }
@@ -117,14 +118,14 @@ std::vector<GradDump> decode_grads(const std::vector<uint8_t>& b) {
     d.owned_end = e.at("owned_end").get<int64_t>();
     d.stepped_begin = e.at("stepped_begin").get<int64_t>();
     d.stepped_end = e.at("stepped_end").get<int64_t>();
-    const size_t n = e.at("n").get<size_t>(), nw = e.at("n_weights").get<size_t>();
-    if (off + (n + nw) * sizeof(float) > b.size()) break;
-    d.values.resize(n);
-    std::memcpy(d.values.data(), b.data() + off, n * sizeof(float));
-    off += n * sizeof(float);
-    d.weights.resize(nw);
-    std::memcpy(d.weights.data(), b.data() + off, nw * sizeof(float));
-    off += nw * sizeof(float);
+    const size_t n = e.at("n").get<size_t>(), nf = e.at("n_first").get<size_t>(),
+                 nw = e.at("n_weights").get<size_t>();
+    if (off + (n + nf + nw) * sizeof(float) > b.size()) break;
+    for (auto [v, k] : {std::pair{&d.values, n}, std::pair{&d.first_values, nf}, std::pair{&d.weights, nw}}) {
+      v->resize(k);
+      std::memcpy(v->data(), b.data() + off, k * sizeof(float));
+      off += k * sizeof(float);
+    }
     out.push_back(std::move(d));
   }
   return out;
@@ -134,80 +135,118 @@ namespace {
 
 // The single-process reference: the plan's global batch (every replica's microbatches) through
 // the whole model without any parallelism. Gradients and initial parameters by name.
-struct Reference {
-  std::map<std::string, at::Tensor> grad, before;
-  double loss = 0;
+// The single-process reference's model and parameters (full tensors, fp32).
+class Reference {
+ public:
+  Reference(const CompiledPlan& cp, const ReplayOptions& opt)
+      : cp_(cp), model_(cp, opt.seed, at::TensorOptions().dtype(at::kFloat)), params_(cp.model.ops.size()) {
+    for (uint32_t o = 0; o < params_.size(); ++o) params_[o] = model_.make_params(o, OpPlacement{});
+  }
+
+  // The parameters' current values, by name.
+  std::map<std::string, at::Tensor> values() const {
+    std::map<std::string, at::Tensor> out;
+    for (const auto& ps : params_)
+      for (const auto& p : ps) out[p.slice.name] = p.value.detach().clone();
+    return out;
+  }
+  void set_values(const std::map<std::string, at::Tensor>& v) {
+    at::NoGradGuard ng;
+    for (auto& ps : params_)
+      for (auto& p : ps) p.value.copy_(v.at(p.slice.name));
+  }
+
+  // The global batch (every replica's microbatches) forward and backward at the current
+  // values: the summed loss, and every parameter's gradient.
+  double gradients(std::map<std::string, at::Tensor>& grad) {
+    const auto& ops = cp_.model.ops;
+    for (auto& ps : params_)
+      for (auto& p : ps) p.value.mutable_grad() = at::Tensor();
+    int R = 1;
+    for (const compiler::Node& n : cp_.dag.nodes)
+      if (n.kind == compiler::NodeKind::kCompute && n.tags.pass == plan::Pass::kF &&
+          model_.is_last(n.op)) {
+        R = static_cast<int>(cp_.dag.device_sets[n.devs].devices.size()) / std::max<int>(1, n.tp);
+        break;
+      }
+    const int M = std::max(1, cp_.num_microbatches);
+    const double scale = 1.0 / (static_cast<double>(R) * M);
+    double total = 0;
+    for (int r = 0; r < R; ++r)
+      for (int mb = 0; mb < M; ++mb) {
+        std::vector<at::Tensor> val(ops.size());
+        at::Tensor loss;
+        for (uint32_t o = 0; o < ops.size(); ++o) {
+          if (ops[o].kind == compiler::OpKind::kOptimizer) continue;  // the step, not a model op
+          std::vector<at::Tensor> in;
+          for (uint32_t p : ops[o].inputs) in.push_back(val[p]);
+          OpCtx c = model_.forward(o, in, params_[o], OpPlacement{}, r, mb, scale, {});
+          at::Tensor v = c.out.dim() == 3 ? c.out.sum(0) : c.out;
+          if (model_.residual_source(o) != compiler::kNone) v = v + val[model_.residual_source(o)];
+          val[o] = v;
+          if (model_.is_last(o)) loss = v;
+        }
+        total += loss.item<double>();
+        torch::autograd::backward({loss});
+      }
+    grad.clear();
+    for (const auto& ps : params_)
+      for (const auto& p : ps) {
+        const at::Tensor g = p.value.grad();
+        grad[p.slice.name] = g.defined() ? g.detach().clone() : at::zeros_like(p.value).detach();
+      }
+    return total;
+  }
+
+ private:
+  const CompiledPlan& cp_;
+  TorchModel model_;
+  std::vector<std::vector<Param>> params_;
 };
 
-Reference run_reference(const CompiledPlan& cp, const ReplayOptions& opt) {
-  Reference ref;
-  TorchModel model(cp, opt.seed, at::TensorOptions().dtype(at::kFloat));
-  const auto& ops = cp.model.ops;
-  std::vector<std::vector<Param>> params(ops.size());
-  for (uint32_t o = 0; o < ops.size(); ++o) params[o] = model.make_params(o, OpPlacement{});
-  int R = 1;
-  for (const compiler::Node& n : cp.dag.nodes)
-    if (n.kind == compiler::NodeKind::kCompute && n.tags.pass == plan::Pass::kF &&
-        model.is_last(n.op)) {
-      R = static_cast<int>(cp.dag.device_sets[n.devs].devices.size()) / std::max<int>(1, n.tp);
-      break;
+// LibTorch's own optimizer on full tensors, its state kept from step to step: clip_grad_norm_
+// (the plan's `grad_clip`), then torch::optim (SGD with momentum kSgdMomentum, no dampening or
+// Nesterov; Adam with PyTorch's betas 0.9, 0.999 and eps 1e-8; no weight decay), the step the
+// replay takes (the plan's `optimizer`, else --optimizer).
+class LibTorchStep {
+ public:
+  LibTorchStep(const CompiledPlan& cp, const ReplayOptions& opt,
+               const std::map<std::string, at::Tensor>& params)
+      : clip_(clips_gradients(cp)) {
+    for (const auto& [name, p] : params) {
+      at::Tensor w = p.clone().set_requires_grad(true);
+      leaves_[name] = w;
+      list_.push_back(w);
     }
-  const int M = std::max(1, cp.num_microbatches);
-  const double scale = 1.0 / (static_cast<double>(R) * M);
-  for (int r = 0; r < R; ++r)
-    for (int mb = 0; mb < M; ++mb) {
-      std::vector<at::Tensor> val(ops.size());
-      at::Tensor loss;
-      for (uint32_t o = 0; o < ops.size(); ++o) {
-        if (ops[o].kind == compiler::OpKind::kOptimizer) continue;  // the step, not a model op
-        std::vector<at::Tensor> in;
-        for (uint32_t p : ops[o].inputs) in.push_back(val[p]);
-        OpCtx c = model.forward(o, in, params[o], OpPlacement{}, r, mb, scale, {});
-        at::Tensor v = c.out.dim() == 3 ? c.out.sum(0) : c.out;
-        if (model.residual_source(o) != compiler::kNone) v = v + val[model.residual_source(o)];
-        val[o] = v;
-        if (model.is_last(o)) loss = v;
-      }
-      ref.loss += loss.item<double>();
-      torch::autograd::backward({loss});
+    switch (step_optimizer(cp, opt)) {
+      case Optimizer::kSgd:
+        optim_ = std::make_unique<torch::optim::SGD>(
+            list_, torch::optim::SGDOptions(opt.lr).momentum(kSgdMomentum));
+        break;
+      case Optimizer::kAdam:
+        optim_ = std::make_unique<torch::optim::Adam>(list_, torch::optim::AdamOptions(opt.lr));
+        break;
+      case Optimizer::kNone:
+        break;
     }
-  for (auto& ps : params)
-    for (auto& p : ps) {
-      const at::Tensor g = p.value.grad();
-      ref.grad[p.slice.name] = g.defined() ? g.detach().clone() : at::zeros_like(p.value).detach();
-      ref.before[p.slice.name] = p.value.detach().clone();
-    }
-  return ref;
-}
+  }
 
-// LibTorch's own step on full tensors: clip_grad_norm_ (the plan's `grad_clip`), then
-// torch::optim with PyTorch's defaults (SGD without momentum; Adam's betas 0.9, 0.999 and eps
-// 1e-8; no weight decay), the step the replay takes (the plan's `optimizer`, else --optimizer).
-std::map<std::string, at::Tensor> libtorch_step(const CompiledPlan& cp, const ReplayOptions& opt,
-                                                const std::map<std::string, at::Tensor>& params,
-                                                const std::map<std::string, at::Tensor>& grads) {
-  std::map<std::string, at::Tensor> out;
-  std::vector<at::Tensor> leaves;
-  for (const auto& [name, p] : params) {
-    at::Tensor w = p.clone().set_requires_grad(true);
-    w.mutable_grad() = grads.at(name).clone();
-    out[name] = w;
-    leaves.push_back(w);
+  // One step with these gradients: the parameters after it.
+  std::map<std::string, at::Tensor> step(const std::map<std::string, at::Tensor>& grads) {
+    for (auto& [name, w] : leaves_) w.mutable_grad() = grads.at(name).clone();
+    if (clip_) torch::nn::utils::clip_grad_norm_(list_, kMaxGradNorm);
+    if (optim_) optim_->step();
+    std::map<std::string, at::Tensor> out;
+    for (const auto& [name, w] : leaves_) out[name] = w.detach().clone();
+    return out;
   }
-  if (clips_gradients(cp)) torch::nn::utils::clip_grad_norm_(leaves, kMaxGradNorm);
-  switch (step_optimizer(cp, opt)) {
-    case Optimizer::kSgd:
-      torch::optim::SGD(leaves, torch::optim::SGDOptions(opt.lr)).step();
-      break;
-    case Optimizer::kAdam:
-      torch::optim::Adam(leaves, torch::optim::AdamOptions(opt.lr)).step();
-      break;
-    case Optimizer::kNone:
-      break;
-  }
-  for (auto& [name, w] : out) w = w.detach();
-  return out;
-}
+
+ private:
+  bool clip_;
+  std::map<std::string, at::Tensor> leaves_;
+  std::vector<at::Tensor> list_;
+  std::unique_ptr<torch::optim::Optimizer> optim_;
+};
 
 // The elements of the reference tensor that the flat range [begin, end) of a rank's local
 // tensor holds (`d` names the TP slice), as flat indices.
@@ -295,8 +334,16 @@ CheckReport check_against_reference(const CompiledPlan& cp, const ReplayOptions&
                                     double replayed_loss) {
   CheckReport rep;
   rep.loss = replayed_loss;
-  const Reference ref = run_reference(cp, opt);
-  rep.reference_loss = ref.loss;
+  // The reference runs the check's steps: each step's gradients at its current parameters,
+  // compared with the replay's; then LibTorch's optimizer steps it with the gradients the
+  // replay reduced (Adam divides by |g|, so a gradient that is float noise in both runs would
+  // give the reference an update of unrelated sign). The parameters after the last step are
+  // compared with the replay's, relative to that step's update: after two steps SGD's momentum
+  // and Adam's moments and bias correction are in it.
+  Reference ref(cp, opt);
+  const std::map<std::string, at::Tensor> initial = ref.values();
+  LibTorchStep optim(cp, opt, initial);
+  std::map<std::string, at::Tensor> before = initial, after = initial, ref_grad;
   rep.optimizer = std::array{"sgd", "adam", "none"}[static_cast<int>(step_optimizer(cp, opt))];
   rep.grad_clip = clips_gradients(cp);
   // fp32 everywhere (CPU, or fp32 plans on GPU): agreement to float rounding. bf16/fp16 on
@@ -307,60 +354,72 @@ CheckReport check_against_reference(const CompiledPlan& cp, const ReplayOptions&
   const bool low_precision =
       opt.device == DeviceKind::kCuda && cp.model.dtype != plan::DType::kFP32;
   rep.tolerance = low_precision ? 5e-2 : 1e-4;
-  double grad_floor = 0;
-  for (const auto& [name, g] : ref.grad) grad_floor = std::max(grad_floor, 1e-3 * g.abs().max().item<double>());
   auto record = [](GradCheck&& gc, std::vector<GradCheck>& list, double& max_rel, double& max_abs,
-                   std::string& worst) {
+                   std::string& worst, int step) {
     if (gc.elements == 0) return;
     if (gc.max_rel_diff >= max_rel) {
       max_rel = gc.max_rel_diff;
-      worst = fmt::format("{} on device {}", gc.param, gc.device);
+      worst = fmt::format("{} on device {} (step {})", gc.param, gc.device, step);
     }
     max_abs = std::max(max_abs, gc.max_abs_diff);
     list.push_back(std::move(gc));
   };
-  // Gradients, and the replayed gradient assembled from every rank's owned part.
-  std::map<std::string, at::Tensor> replayed;
-  for (const auto& [name, g] : ref.grad) replayed[name] = at::zeros_like(g);
-  Coverage grads_seen(ref.grad), weights_seen(ref.grad);
-  for (size_t rank = 0; rank < ranks.size(); ++rank)
-    for (const auto& d : ranks[rank]) {
-      auto it = ref.grad.find(d.name);
-      if (it == ref.grad.end()) {
-        rep.unmatched.push_back(fmt::format(
-            "{} on device {}: no parameter of that name in the reference", d.name, rank));
-        continue;
-      }
-      auto g = compare(d, rank, "gradient values", d.values, d.owned_begin, d.owned_end,
-                       it->second, at::zeros_like(it->second), grad_floor, 0, rep.unmatched);
-      if (!g) continue;
-      const at::Tensor idx = flat_indices(d, it->second, d.owned_begin, d.owned_end);
-      grads_seen.mark(d.name, idx);
-      replayed.at(d.name).view({-1}).index_put_(
-          {idx}, at::tensor(at::ArrayRef<float>(d.values)).narrow(0, d.owned_begin,
+  Coverage grads_seen(initial), weights_seen(initial);
+  for (int step = 1; step <= kCheckSteps; ++step) {
+    const double loss = ref.gradients(ref_grad);
+    if (step == 1) rep.reference_loss = loss;  // the replay reports its first step's loss
+    double grad_floor = 0;
+    for (const auto& [name, g] : ref_grad) grad_floor = std::max(grad_floor, 1e-3 * g.abs().max().item<double>());
+    // Gradients, and the replayed gradient assembled from every rank's owned part.
+    std::map<std::string, at::Tensor> replayed;
+    for (const auto& [name, g] : ref_grad) replayed[name] = at::zeros_like(g);
+    std::vector<std::string> again;  // the second step's mismatches repeat the first's
+    for (size_t rank = 0; rank < ranks.size(); ++rank)
+      for (const auto& d : ranks[rank]) {
+        auto it = ref_grad.find(d.name);
+        if (it == ref_grad.end()) {
+          if (step == 1)
+            rep.unmatched.push_back(fmt::format(
+                "{} on device {}: no parameter of that name in the reference", d.name, rank));
+          continue;
+        }
+        const std::vector<float>& values = step == kCheckSteps ? d.values : d.first_values;
+        auto g = compare(d, rank, "gradient values", values, d.owned_begin, d.owned_end,
+                         it->second, at::zeros_like(it->second), grad_floor, 0,
+                         step == 1 ? rep.unmatched : again);
+        if (!g) continue;
+        const at::Tensor idx = flat_indices(d, it->second, d.owned_begin, d.owned_end);
+        grads_seen.mark(d.name, idx);
+        replayed.at(d.name).view({-1}).index_put_(
+            {idx}, at::tensor(at::ArrayRef<float>(values)).narrow(0, d.owned_begin,
                                                                   d.owned_end - d.owned_begin));
-      record(std::move(*g), rep.params, rep.max_rel_diff, rep.max_abs_diff, rep.worst_param);
+        record(std::move(*g), rep.params, rep.max_rel_diff, rep.max_abs_diff, rep.worst_param, step);
+      }
+    if (step == 1) {
+      grads_seen.report("gradient elements", rep.unmatched);
+      rep.max_rel_diff_first_step = rep.max_rel_diff;
     }
-  grads_seen.report("gradient elements", rep.unmatched);
-  // Parameters after the step, against LibTorch's optimizer stepping the initial parameters
-  // with the gradients the replay reduced (compared above with the reference's): Adam divides
-  // by |g|, so a gradient that is float noise in both runs would give the reference an update
-  // of unrelated sign. Only when every gradient element was returned.
+    // Only when every gradient element was returned.
+    if (!rep.unmatched.empty()) break;
+    before = after;
+    after = optim.step(replayed);
+    ref.set_values(after);
+  }
+  // Parameters after the last step, against the reference's.
   if (rep.unmatched.empty()) {
-    const auto stepped = libtorch_step(cp, opt, ref.before, replayed);
     double step_floor = 0;
-    for (const auto& [name, w] : stepped)
-      step_floor = std::max(step_floor, 1e-3 * (w - ref.before.at(name)).abs().max().item<double>());
+    for (const auto& [name, w] : after)
+      step_floor = std::max(step_floor, 1e-3 * (w - before.at(name)).abs().max().item<double>());
     constexpr double kFloatUlp = 1.0 / (1 << 23);
     for (size_t rank = 0; rank < ranks.size(); ++rank)
       for (const auto& d : ranks[rank]) {
         auto w = compare(d, rank, "parameter values", d.weights, d.stepped_begin, d.stepped_end,
-                         stepped.at(d.name), ref.before.at(d.name), step_floor, kFloatUlp,
+                         after.at(d.name), before.at(d.name), step_floor, kFloatUlp,
                          rep.unmatched);
         if (!w) continue;
-        weights_seen.mark(d.name, flat_indices(d, ref.grad.at(d.name), d.stepped_begin, d.stepped_end));
+        weights_seen.mark(d.name, flat_indices(d, initial.at(d.name), d.stepped_begin, d.stepped_end));
         record(std::move(*w), rep.weights, rep.max_rel_diff_weights, rep.max_abs_diff_weights,
-               rep.worst_weight);
+               rep.worst_weight, kCheckSteps);
       }
     weights_seen.report("stepped parameter elements", rep.unmatched);
   }
@@ -412,7 +471,7 @@ Expected<ReplayResult> launch_local(const CompiledPlan& cp, const ReplayOptions&
   const auto t_start = std::chrono::steady_clock::now();
   ReplayOptions opt = opt_in;
   if (opt.check) {
-    opt.iterations = 1;
+    opt.iterations = detail::kCheckSteps;
     opt.warmup = 0;
   }
   if (opt.device == DeviceKind::kAuto) opt.device = cuda_available() ? DeviceKind::kCuda : DeviceKind::kCpu;

@@ -163,8 +163,11 @@ struct GradCheck {
 };
 
 struct CheckReport {
-  std::vector<GradCheck> params;  ///< gradients after the DP reduction
+  std::vector<GradCheck> params;  ///< gradients after the DP reduction, of every checked step
   double max_abs_diff = 0, max_rel_diff = 0;
+  /// max_rel_diff over the first step's gradients alone: the later steps' gradients also
+  /// depend on the earlier updates, the first step's on the initial parameters only.
+  double max_rel_diff_first_step = 0;
   std::string worst_param;
   /// Parameters after the optimizer step (this rank's ZeRO shard, or the whole tensor once a
   /// ZeRO-1/2 all-gather brought every shard back), against LibTorch's optimizer stepping the
