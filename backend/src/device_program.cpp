@@ -183,15 +183,11 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
       refuse(fmt::format("{} after an eager warm-up step: it needs --warmup 1 or more and no "
                          "--check", why),
              "");
-    // Dropout masks are drawn on the device and clipping scales by a device tensor: both
-    // capture. MoE routing reads its per-expert token counts on the host.
+    // Dropout masks are drawn on the device, clipping scales by a device tensor and Adam's
+    // bias correction follows a device step count: all capture. MoE routing reads its per-expert token counts on the host.
     if (cp.plan.model.moe)
       refuse(fmt::format("{}: MoE routing reads its per-expert token counts on the host", why),
              "replay MoE plans without --cuda-graphs", "/model/moe");
-    if ((cp.plan.optimizer.given && cp.plan.optimizer.kind == plan::OptimizerSpec::Kind::kAdam) ||
-        (!cp.plan.optimizer.given && opt.optimizer == Optimizer::kAdam))
-      refuse(fmt::format("{}: Adam's bias correction is a host scalar per step", why),
-             "use --optimizer sgd", cp.plan.optimizer.given ? "/optimizer" : "");
   }
   // Every node and op kind must be one the executor knows (a newer compiler may add some).
   std::set<std::string> unknown;

@@ -183,7 +183,9 @@ class RankRun {
   std::vector<std::vector<at::Tensor>> moment1_, moment2_;
   std::vector<char> stepped_;
   std::vector<char> synced_;  // per op: a ZeRO-1/2 all-gather wrote every shard's step this step
-  int adam_t_ = 0;
+  // Adam's step count and this step's bias corrections, on the device: a captured step
+  // (--cuda-graphs) advances them on every replay, as a host scalar would not.
+  at::Tensor adam_step_, adam_c1_, adam_c2_;
   // Plan ops of the merged compiler: forwards recomputed on this device (per (op, mb) key),
   // and gradient clipping (the global norm from the kGradNorm all-reduce scales the step).
   std::vector<char> recomputed_;
@@ -403,6 +405,7 @@ void RankRun::setup() {
   owned_.assign(nops, {0, 0});
   for (uint32_t o = 0; o < nops; ++o) owned_[o] = {0, op_numel(o)};
   moment1_.assign(nops, {});
+  adam_step_ = at::zeros({}, model_.options().dtype(at::kDouble));
   moment2_.assign(nops, {});
   // Roles of collectives around compute, gradient buckets, ZeRO ownership.
   fwd_post_.assign(nops * M, 0);
@@ -542,9 +545,7 @@ at::Tensor RankRun::clip_scale() {
 
 void RankRun::plan_optimizer_step() {
   // The compiler's optimizer step (OpKind::kOptimizer): this rank's shard of every op it holds.
-  ++adam_t_;
   for (uint32_t o = 0; o < params_.size(); ++o) optimizer_step(o);
-  --adam_t_;
 }
 
 int64_t RankRun::op_numel(uint32_t o) const {
@@ -631,8 +632,12 @@ void RankRun::optimizer_step(uint32_t o) {
       at::Tensor v = moment2_[o][k].view({-1}).narrow(0, a, b - a);
       m.mul_(b1).add_(g, 1 - b1);
       v.mul_(b2).addcmul_(g, g, 1 - b2);
-      const double c1 = 1 - std::pow(b1, adam_t_), c2 = 1 - std::pow(b2, adam_t_);
-      w.addcdiv_(m / c1, (v / c2).sqrt_().add_(eps), -opt_.lr);
+      if (!adam_c1_.defined()) {  // the step's first Adam update: t += 1, on the device
+        adam_step_.add_(1);
+        adam_c1_ = at::pow(b1, adam_step_).neg_().add_(1);  // 1 - b1^t (fp64)
+        adam_c2_ = at::pow(b2, adam_step_).neg_().add_(1);
+      }
+      w.addcdiv_(m / adam_c1_, (v / adam_c2_).sqrt_().add_(eps), -opt_.lr);
     }
   }
 }
@@ -1007,9 +1012,7 @@ void RankRun::post_comm(size_t i) {
           n.purpose == CommPurpose::kParamSync ? bucket_of_node_[dop.node] : std::vector<uint32_t>{n.op};
       const int64_t R = g.size(), r = g.rank();
       if (n.purpose == CommPurpose::kParamSync) {
-        ++adam_t_;
         for (uint32_t o : list) optimizer_step(o);  // ZeRO-1/2: step this bucket's shard now
-        --adam_t_;
       }
       std::vector<at::Tensor> mine;
       for (uint32_t o : list) {
@@ -1221,7 +1224,6 @@ void RankRun::run_program() {
 
 void RankRun::run_optimizer() {
   status_.set(fmt::format("step {}: optimizer step", iteration_));
-  ++adam_t_;
   for (uint32_t o = 0; o < params_.size(); ++o) optimizer_step(o);
 }
 
@@ -1231,7 +1233,7 @@ void RankRun::graph_step(RankResult& rr) {
     // Captured once, at the first measured step and untimed: the device's whole program (every
     // op of every microbatch) and the optimizer step, on a side stream. The tensors it
     // allocates stay in the graph's pool; every later step replays it in place. check_supported
-    // admits only what can be captured (one device, no MoE routing, SGD).
+    // admits only what can be captured (one device, no MoE routing).
     c10::cuda::device_synchronize();
     graph_ = std::make_unique<at::cuda::CUDAGraph>();
     {
@@ -1279,6 +1281,7 @@ void RankRun::step(bool measured, RankResult& rr) {
   std::fill(stepped_.begin(), stepped_.end(), 0);
   std::fill(synced_.begin(), synced_.end(), 0);
   clip_scale_ = at::Tensor();
+  adam_c1_ = adam_c2_ = at::Tensor();
   for (auto* v : {&val_, &grad_acc_, &pending_out_, &ep_in_, &ep_dy_})
     for (auto& t : *v) t = at::Tensor();
   for (auto& d : pending_dx_) d.clear();
