@@ -416,7 +416,7 @@ TEST(Loop, ProfileMeasuresTheShareOfOversubscribedCores) {
                  << cores;
   const std::string table = ::testing::TempDir() + "stretto_loop_share_profile.json";
   auto [rc, out] = cli("profile " + kData + "dp2_tiny.json " + kData +
-                       "pp2_dp2_tiny.json --iterations 6 --format json -o " + table);
+                       "pp2_dp2_tiny.json --iterations 16 --format json -o " + table);
   ASSERT_EQ(rc, 0) << stderr_text();
   Json stats = Json::parse(out);
   EXPECT_EQ(stats["plans_not_filed_oversubscribed"].get<int>(), 1);
