@@ -305,7 +305,8 @@ void add_replay_command(CLI::App& app, Commands& out) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", o->device, "auto (CUDA when available), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd->add_option("--optimizer", o->optimizer, "sgd (default), adam or none")
+  cmd->add_option("--optimizer", o->optimizer,
+                  "sgd (default: SGD with momentum 0.9, as the plan's \"sgd\" is priced), adam or none")
       ->check(CLI::IsMember({"sgd", "adam", "none"}));
   cmd->add_option("--lr", o->lr, "Learning rate (default 1e-3; 0 to 10)");
   cmd->add_option("--seed", o->seed, "Seed of parameters and synthetic data (default 1234)");
