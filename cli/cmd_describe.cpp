@@ -7,10 +7,10 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "commands.h"
-#include "stretto/costmodel/analytic.h"
 #include "stretto/costmodel/profile_table.h"
 #include "stretto/compiler/compiler.h"
 #include "stretto/plan/estimate.h"
@@ -145,18 +145,23 @@ std::string describe(const compiler::CompiledPlan& cp, const std::string& path) 
                      cm.f_ns / 1e6, cm.b_ns / 1e6, cm.bi_ns / 1e6, cm.bw_ns / 1e6,
                      cm.comm_ns / 1e6);
   } else {
-    auto ap = cost::parse_analytic_params(
-        cm.options.is_object() ? cm.options : plan::Json::object(), c, cm.pointer, p.file);
     o += fmt::format("  {}{}\n",
                      cm.kind == CostModelSpec::Kind::kProfiled ? "profiled        table "
                                                                : "analytic",
                      cm.kind == CostModelSpec::Kind::kProfiled ? cm.profile : "");
-    if (ap) {
+    // The resolved values (the same the section below and --format json show).
+    auto num = [&](const char* name) -> std::optional<double> {
+      const plan::ResolvedField* f = resolved.field(name);
+      if (!f || !f->value.is_number()) return std::nullopt;
+      return f->value.get<double>();
+    };
+    const auto gemm = num("gemm_efficiency"), attn = num("attention_efficiency"),
+               hbm = num("memory_efficiency"), floor = num("launch_floor_us"),
+               dispatch = num("dispatch_us");
+    if (gemm && attn && hbm && floor && dispatch)
       o += fmt::format("  efficiencies    GEMM {:g}, attention {:g}, HBM {:g} of peak; "
                        "kernel floor {:g} us, dispatch {:g} us per op\n",
-                       ap->gemm_efficiency, ap->attention_efficiency, ap->memory_efficiency,
-                       ap->launch_floor_us, ap->dispatch_us);
-    }
+                       *gemm, *attn, *hbm, *floor, *dispatch);
     if (cm.options.is_object() && !cm.options.empty())
       o += fmt::format("  options set     {}\n", cm.options.dump());
     else
