@@ -30,7 +30,7 @@ command -v pngquant > /dev/null || { echo "error: pngquant is missing (scripts/s
 gui() {  # gui PLAN SCRIPT_TEXT PNG: the window at 1600x900, no hover, the last frame saved,
          # then quantized to 256 colours (a quarter of the bytes; the UI has few colours)
   printf '%b' "$2" > "$tmp/gui.script"
-  xvfb-run -a -s '-screen 0 1600x900x24' "$stretto" gui "$1" --script "$tmp/gui.script" --frames 2 \
+  scripts/under_xvfb.sh --screen 1600x900x24 "$stretto" gui "$1" --script "$tmp/gui.script" --frames 2 \
     --size 1600x900 --screenshot "$tmp/shot.png" > "$tmp/gui.log" 2>&1 || { cat "$tmp/gui.log" >&2; exit 1; }
   pngquant --force --strip --output "$3" 256 "$tmp/shot.png"
   echo "wrote $3"

@@ -117,19 +117,14 @@ TEST(DoorCli, GuiParametersAreDescribesResolvedValues) {
                  state_edited = tmpdir() / "door_gui_state_edited.json";
   auto gui = [&](const std::string& script_text, const fs::path& dump) {
     std::ofstream(script) << script_text;
-    const std::string cmd = "xvfb-run -a -s '-screen 0 1280x800x24' " +
+    const std::string cmd = std::string(STRETTO_UNDER_XVFB) + " --screen 1280x800x24 " +
                             std::string(STRETTO_BINARY) + " gui " + plan.string() + " --script " +
                             script.string() + " --frames 2 --size 1280x800 --dump-state " +
                             dump.string();
-    for (int attempt = 0; attempt < 2; ++attempt) {  // one retry: Xvfb start races (window_test)
-      const Result r = run_shell(cmd + " 2>" + (tmpdir() / "gui_err.txt").string(),
-                                               tmpdir() / "gui_err.txt");
-      if (r.code == 0) return true;
-      if (r.err.find("Failed to open display") == std::string::npos) {
-        ADD_FAILURE() << r.err;
-        return false;
-      }
-    }
+    const Result r =
+        run_shell(cmd + " 2>" + (tmpdir() / "gui_err.txt").string(), tmpdir() / "gui_err.txt");
+    if (r.code == 0) return true;
+    ADD_FAILURE() << r.err;
     return false;
   };
   ASSERT_TRUE(gui("wait\nframes 2\n", state));
@@ -167,7 +162,7 @@ TEST(DoorCli, SimulateAndTheGuiShowTheSameWarnings) {
     const fs::path script = tmpdir() / "door_warn.script", state = tmpdir() / "door_warn.json";
     std::ofstream(script) << "wait\nclick tab diagnostics\nframes 2\n";
     const fs::path err = tmpdir() / "door_warn_err.txt";
-    const Result gui = run_shell("xvfb-run -a -s '-screen 0 1280x800x24' " +
+    const Result gui = run_shell(std::string(STRETTO_UNDER_XVFB) + " --screen 1280x800x24 " +
                                      std::string(STRETTO_BINARY) + " gui " + plan + " --script " +
                                      script.string() + " --frames 2 --size 1280x800 --dump-state " +
                                      state.string() + " 2>" + err.string(),
@@ -210,7 +205,7 @@ TEST(DoorCli, AGuiEditThePlanCannotTakeIsRefusedWithSimulatesWords) {
     const fs::path script = tmpdir() / "door_refuse.script", state = tmpdir() / "door_refuse.json";
     std::ofstream(script) << "wait\n" << e.action << "\nwait\nframes 2\n";
     const fs::path err = tmpdir() / "door_refuse_err.txt";
-    const Result gui = run_shell("xvfb-run -a -s '-screen 0 1280x800x24' " +
+    const Result gui = run_shell(std::string(STRETTO_UNDER_XVFB) + " --screen 1280x800x24 " +
                                      std::string(STRETTO_BINARY) + " gui " + base.string() +
                                      " --script " + script.string() +
                                      " --frames 2 --size 1280x800 --dump-state " + state.string() +

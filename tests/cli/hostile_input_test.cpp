@@ -785,7 +785,7 @@ TEST(Hostile, GuiFilesSizesAndLongLinesAreBounded) {
   expect_refusal(sh("gui --size 99999999999x900 --frames 1"), "--size");
   if (std::system("command -v xvfb-run >/dev/null 2>&1") != 0) GTEST_SKIP() << "no xvfb-run";
   put(dir / "open.script", "open /dev/zero\n");
-  const std::string cmd = "ulimit -v 3000000; xvfb-run -a " + binary() + " gui --script " +
+  const std::string cmd = "ulimit -v 3000000; " + std::string(STRETTO_UNDER_XVFB) + " " + binary() + " gui --script " +
                           (dir / "open.script").string() + " --frames 2 2>" +
                           (dir / "open.err").string();
   const int rc = std::system(("/bin/bash -c '" + cmd + "'").c_str());
@@ -915,7 +915,7 @@ TEST(Hostile, BackendAndGuiScriptOutputsNeverReplaceTheirInput) {
   for (const std::string verb : {"export-trace", "export-torch-csv"}) {
     SCOPED_TRACE(verb);
     put(dir / "export.script", "wait\n" + verb + " " + p + "\n");
-    const std::string cmd = "xvfb-run -a " + binary() + " gui " + p + " --script " +
+    const std::string cmd = std::string(STRETTO_UNDER_XVFB) + " " + binary() + " gui " + p + " --script " +
                             (dir / "export.script").string() + " --frames 2 2>" +
                             (dir / "export.err").string();
     const int rc = std::system(("/bin/bash -c '" + cmd + "'").c_str());

@@ -12,7 +12,8 @@ if(TARGET stretto_gui)
     GTest::gtest_main stretto_warnings)
   target_compile_definitions(gui_window_test PRIVATE
     STRETTO_EXAMPLES="${STRETTO_EXAMPLES}" STRETTO_BINARY="$<TARGET_FILE:stretto>"
-    STRETTO_GUI_SHOTS="${CMAKE_BINARY_DIR}/gui_shots" STRETTO_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+    STRETTO_GUI_SHOTS="${CMAKE_BINARY_DIR}/gui_shots" STRETTO_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    STRETTO_UNDER_XVFB="${PROJECT_SOURCE_DIR}/scripts/under_xvfb.sh")
   add_dependencies(gui_window_test stretto)
   gtest_discover_tests(gui_window_test DISCOVERY_TIMEOUT 60 PROPERTIES RESOURCE_LOCK xvfb)
 endif()

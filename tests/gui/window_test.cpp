@@ -88,13 +88,11 @@ TEST(GuiWindow, EditMicrobatchesThroughTheUiUnderXvfb) {
                            "frames 3\n"
                            "save " << edited.string() << "\n";
   const std::string plan = std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b_builder.json";
-  const std::string cmd = "xvfb-run -a -s '-screen 0 1600x900x24' " + std::string(STRETTO_BINARY) +
+  const std::string cmd = std::string(STRETTO_UNDER_XVFB) + " --screen 1600x900x24 " + std::string(STRETTO_BINARY) +
                           " gui " + plan + " --script " + script.string() + " --frames 2 --screenshot " +
                           after.string() + " --dump-state " + state.string();
   int rc = 0;
-  std::string out = run(cmd, &rc);
-  if (rc != 0 && out.find("Failed to open display") != std::string::npos)
-    out = run(cmd, &rc);  // Xvfb start races are rare; one retry (gui-notes)
+  const std::string out = run(cmd, &rc);
   ASSERT_EQ(rc, 0) << out;
 
   const json st = json::parse(std::ifstream(state));
@@ -134,7 +132,7 @@ TEST(GuiWindow, ABadPlanOpensWithItsDiagnosticsAndExitsCleanly) {
   std::ofstream(bad) << "{\"model\": {\"family\": \"transformer\", \"layers\": \"many\"}}\n";
   std::ofstream(dir / "bad.script") << "wait\nclick tab diagnostics\nframes 2\n";
   int rc = 0;
-  const std::string out = run("xvfb-run -a -s '-screen 0 1280x800x24' " + std::string(STRETTO_BINARY) + " gui " +
+  const std::string out = run(std::string(STRETTO_UNDER_XVFB) + " --screen 1280x800x24 " + std::string(STRETTO_BINARY) + " gui " +
                                   bad.string() + " --script " + (dir / "bad.script").string() +
                                   " --frames 2 --size 1280x800 --screenshot " + shot.string() +
                                   " --dump-state " + state.string(),
@@ -185,12 +183,11 @@ json run_gui(const std::string& plan, const std::string& script_text, const fs::
   fs::create_directories(dir);
   const fs::path script = dir / (tag + ".script"), state = dir / (tag + "_state.json");
   std::ofstream(script) << script_text;
-  const std::string cmd = "xvfb-run -a -s '-screen 0 1600x900x24' " + std::string(STRETTO_BINARY) + " gui " + plan +
+  const std::string cmd = std::string(STRETTO_UNDER_XVFB) + " --screen 1600x900x24 " + std::string(STRETTO_BINARY) + " gui " + plan +
                           " --script " + script.string() + " --frames 2 --screenshot " + shot.string() +
                           " --dump-state " + state.string();
   int rc = 0;
-  std::string out = run(cmd, &rc);
-  if (rc != 0 && out.find("Failed to open display") != std::string::npos) out = run(cmd, &rc);
+  const std::string out = run(cmd, &rc);
   EXPECT_EQ(rc, 0) << out;
   return rc == 0 ? json::parse(std::ifstream(state)) : json::object();
 }

@@ -14,6 +14,7 @@ import pytest
 
 ROOT = pathlib.Path(os.environ.get("STRETTO_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 BINARY = os.environ.get("STRETTO_BINARY", str(ROOT / "build" / "stretto"))
+UNDER_XVFB = os.environ.get("STRETTO_UNDER_XVFB", str(ROOT / "scripts" / "under_xvfb.sh"))
 
 
 @pytest.fixture(autouse=True)
