@@ -4,6 +4,7 @@
 // edit to the redrawn result for 64 devices (target: <= 50 ms) and 1,024. The GPU part of a
 // frame is measured in the real window (`stretto gui --frames N --dump-state`, frame_ms).
 #include <benchmark/benchmark.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <fstream>
@@ -33,6 +34,14 @@ nlohmann::json plan_for(int which) {
     default:  // 1,024 devices
       return stretto::bench::moe_plan(16, 64, 1, 16, true);
   }
+}
+
+// Minor page faults of this process so far, every thread (first touches of fresh memory: about
+// 0.6-1 s per GB on the CI machine, docs/performance.md; a count that does not depend on load).
+long minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
 }
 
 void wait_current(App& app, Headless& h) {
@@ -116,16 +125,20 @@ void BM_EditToRedraw(benchmark::State& state) {
     return;
   }
   int k = 0;
+  const long faults0 = minor_faults();
   for (auto _ : state) {
     app.doc.set("/costmodel/dispatch_us", 5 + (++k % 2));
     h.frame(app);  // submits
     wait_current(app, h);
     h.frame(app);  // draws the new result
   }
+  state.counters["faults_per_edit"] = static_cast<double>(minor_faults() - faults0) /
+                                      static_cast<double>(state.iterations());
   state.counters["devices"] = static_cast<double>(app.current->result.devices.size());
   state.counters["ops"] = static_cast<double>(app.current->timeline.ops);
   state.counters["sim_ms"] = app.current->result.sim_wall_ms;
   state.counters["recompiled"] = app.current->recompiled;
+  state.counters["lanes_retimed"] = app.current->lanes_retimed;
   state.counters["worker_ms"] = app.current->wall_ms;  // parse + (re)compile + simulate + lanes
   state.counters["prepare_ms"] = app.current->prepare_ms;
   state.counters["lanes_ms"] = app.current->lanes_ms;

@@ -105,6 +105,18 @@ void nest_lane(Lane& l, const sim::Result& r, const CompiledPlan& cp) {
   if (!repeats(passes, l.layers.empty() ? l.ops.size() : l.layers.size())) l.passes = std::move(passes);
 }
 
+// Each task's first placement (lane, index) and the timeline's end, from its sorted lanes.
+void locate_ops(Timeline& tl) {
+  for (uint32_t li = 0; li < tl.lanes.size(); ++li) {
+    const Lane& l = tl.lanes[li];
+    for (uint32_t i = 0; i < l.ops.size(); ++i) {
+      auto& w = tl.where[l.ops[i].task];
+      if (w.first == UINT32_MAX) w = {li, i};
+      tl.end = std::max(tl.end, l.ops[i].end);
+    }
+  }
+}
+
 }  // namespace
 
 Timeline build_timeline(const sim::Result& r, const CompiledPlan& cp) {
@@ -150,17 +162,77 @@ Timeline build_timeline(const sim::Result& r, const CompiledPlan& cp) {
   });
   for (uint32_t li = 0; li < tl.lanes.size(); ++li) {
     Lane& l = tl.lanes[li];
-    // Task ids are a topological order, nearly time order: the sort is cheap.
+    // Task ids are a topological order, nearly time order: the sort is cheap. (Ops are added
+    // by task id, so the stable sort by start orders them by (start, task).)
     auto by_start = [](const Op& a, const Op& b) { return a.start < b.start; };
     if (!std::is_sorted(l.ops.begin(), l.ops.end(), by_start))
       std::stable_sort(l.ops.begin(), l.ops.end(), by_start);
-    for (uint32_t i = 0; i < l.ops.size(); ++i) {
-      auto& w = tl.where[l.ops[i].task];
-      if (w.first == UINT32_MAX) w = {li, i};
-      tl.end = std::max(tl.end, l.ops[i].end);
-    }
     tl.ops += l.ops.size();
     if (l.stream == 0) nest_lane(l, r, cp);
+  }
+  locate_ops(tl);
+  return tl;
+}
+
+namespace {
+
+// Whether two programs have the structure a timeline reads: the same tasks (kind, DAG node,
+// participants) on the same devices and streams.
+bool same_structure(const engine::Program& a, const engine::Program& b) {
+  if (a.tasks.size() != b.tasks.size() || a.participants.size() != b.participants.size() ||
+      a.devices.size() != b.devices.size() || a.stream_names != b.stream_names)
+    return false;
+  for (size_t t = 0; t < a.tasks.size(); ++t) {
+    const engine::Task &x = a.tasks[t], &y = b.tasks[t];
+    if (x.kind != y.kind || x.node != y.node || x.part_begin != y.part_begin ||
+        x.part_count != y.part_count)
+      return false;
+  }
+  for (size_t i = 0; i < a.participants.size(); ++i)
+    if (a.participants[i].device != b.participants[i].device ||
+        a.participants[i].stream != b.participants[i].stream)
+      return false;
+  return true;
+}
+
+}  // namespace
+
+std::optional<Timeline> retime_timeline(const Timeline& prev, const sim::Result& prev_r,
+                                        const sim::Result& r, const CompiledPlan& cp) {
+  const size_t n = r.program.tasks.size();
+  if (prev.where.size() != n || prev_r.timing.size() != n || r.timing.size() != n ||
+      !same_structure(prev_r.program, r.program))
+    return std::nullopt;
+  // The same ops run (an op that did not run, start < 0, is in no lane).
+  for (size_t t = 0; t < n; ++t)
+    if ((prev_r.timing[t].start < 0) != (r.timing[t].start < 0)) return std::nullopt;
+  Timeline tl = prev;
+  tl.end = 0;
+  bool reordered = false;
+  for (Lane& l : tl.lanes) {
+    for (Op& o : l.ops) {
+      o.start = r.timing[o.task].start;
+      o.end = r.timing[o.task].end;
+    }
+    // build_timeline's order: by (start, task), a total order within a lane.
+    auto before = [](const Op& a, const Op& b) { return a.start < b.start || (a.start == b.start && a.task < b.task); };
+    if (std::is_sorted(l.ops.begin(), l.ops.end(), before)) {
+      for (Span& s : l.passes) s.start = l.ops[s.first].start, s.end = l.ops[s.last].end;
+      for (Span& s : l.layers) s.start = l.ops[s.first].start, s.end = l.ops[s.last].end;
+    } else {
+      std::sort(l.ops.begin(), l.ops.end(), before);
+      l.passes.clear();
+      l.layers.clear();
+      if (l.stream == 0) nest_lane(l, r, cp);
+      reordered = true;
+    }
+  }
+  if (reordered) {
+    tl.where.assign(n, {UINT32_MAX, 0});
+    locate_ops(tl);
+  } else {
+    for (const Lane& l : tl.lanes)
+      for (const Op& o : l.ops) tl.end = std::max(tl.end, o.end);
   }
   return tl;
 }

@@ -2,6 +2,7 @@
 #include "stretto/gui/worker.h"
 
 #include <chrono>
+#include <future>
 
 #include "stretto/sim/warnings.h"
 
@@ -61,24 +62,23 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
   Outcome o;
   o.generation = generation;
   bool recompiled = true;
+  // The plan without its cost model, kept in the snapshot so that the next edit compares
+  // against it without parsing the previous text again.
+  auto structure = std::make_shared<nlohmann::json>(nlohmann::json::parse(text, nullptr, false));
+  if (structure->is_object())
+    structure->erase("costmodel");
+  else
+    structure.reset();
   auto s = [&]() -> Expected<sim::Session> {
-    if (prev && prev->file == file) {
-      auto a = nlohmann::json::parse(text, nullptr, false);
-      auto b = nlohmann::json::parse(prev->text, nullptr, false);
-      if (a.is_object() && b.is_object()) {
-        a.erase("costmodel");
-        b.erase("costmodel");
-        if (a == b) {
-          auto src = plan::JsonSource::parse(text, file);
-          if (!src) return fail(src.error());
-          auto plan = plan::parse_plan(*src);
-          if (!plan) return fail(plan.error());
-          sim::Session copy = *prev->session;
-          if (auto ok = copy.set_costmodel(plan->costmodel); !ok) return fail(ok.error());
-          recompiled = false;
-          return copy;
-        }
-      }
+    if (prev && prev->file == file && structure && prev->structure && *structure == *prev->structure) {
+      auto src = plan::JsonSource::parse(text, file);
+      if (!src) return fail(src.error());
+      auto plan = plan::parse_plan(*src);
+      if (!plan) return fail(plan.error());
+      sim::Session copy = *prev->session;
+      if (auto ok = copy.set_costmodel(plan->costmodel); !ok) return fail(ok.error());
+      recompiled = false;
+      return copy;
     }
     return sim::Session::from_text(text, file, base_dir);
   }();
@@ -93,19 +93,29 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
       auto snap = std::make_shared<Snapshot>();
       snap->text = text;
       snap->file = file;
+      snap->structure = std::move(structure);
       snap->recompiled = recompiled;
       auto session = std::make_shared<sim::Session>(std::move(*s));
       snap->result = std::move(*r);
-      snap->pipeline = sim::pipeline_metrics(session->compiled(), snap->result);
+      const compiler::CompiledPlan& cp = session->compiled();
       const auto t_lanes = std::chrono::steady_clock::now();
-      snap->timeline = build_timeline(snap->result, session->compiled());
+      // The pipeline metrics on a second thread while this one lays out the lanes: both only
+      // read the result (the machine has cores to spare while the UI thread waits for vsync).
+      auto pipeline = std::async(std::launch::async, [&] { return sim::pipeline_metrics(cp, snap->result); });
+      // A cost-model edit keeps the DAG (cp is a copy of prev's with another cost model) and,
+      // usually, the program's structure: the previous lanes are retimed.
+      std::optional<Timeline> retimed;
+      if (prev && !recompiled)
+        retimed = retime_timeline(prev->timeline, prev->result, snap->result, cp);
+      snap->timeline = retimed ? std::move(*retimed) : build_timeline(snap->result, cp);
+      snap->lanes_retimed = retimed.has_value();
+      snap->pipeline = pipeline.get();
       snap->prepare_ms = std::chrono::duration<double, std::milli>(t_prepared - t0).count();
       snap->lanes_ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_lanes).count();
-      o.diags = session->compiled().warnings;
+      o.diags = cp.warnings;
       // The warnings `simulate` prints (unused devices, imbalance, fold hint, low coverage).
-      for (sim::Warning& w :
-           sim::result_warnings(session->compiled(), snap->result, opt.fold_replicas)) {
+      for (sim::Warning& w : sim::result_warnings(cp, snap->result, opt.fold_replicas)) {
         o.diag_codes.resize(o.diags.size());
         o.diags.push_back(std::move(w.diag));
         o.diag_codes.push_back(std::move(w.code));

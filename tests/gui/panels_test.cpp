@@ -13,6 +13,7 @@
 #include "stretto/sim/metrics_json.h"
 #include "stretto/sim/pipeline_metrics.h"
 #include "stretto/sim/session.h"
+#include "timeline_compare.h"
 
 namespace stretto::gui {
 
@@ -208,6 +209,22 @@ TEST_F(Panels, TheLatestEditWins) {
   EXPECT_EQ(app.current->text, app.doc.text());
   EXPECT_EQ(app.current->result.step_time, simulate_text(app.doc.text()));
   EXPECT_FALSE(app.current->recompiled);  // a cost-model edit reuses the compiled plan
+  EXPECT_TRUE(app.current->lanes_retimed);  // and the lanes of the result before it
+  {  // the same answer as `simulate`: every op's timing, the lanes built from them, the metrics
+    auto s = sim::Session::from_text(app.doc.text(), "x.json", STRETTO_EXAMPLES);
+    ASSERT_TRUE(s);
+    auto r = s->simulate();
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->timing.size(), app.current->result.timing.size());
+    for (size_t t = 0; t < r->timing.size(); ++t) {
+      ASSERT_EQ(r->timing[t].start, app.current->result.timing[t].start) << t;
+      ASSERT_EQ(r->timing[t].end, app.current->result.timing[t].end) << t;
+    }
+    expect_same_timeline(app.current->timeline, build_timeline(*r, s->compiled()));
+    const auto pm = sim::pipeline_metrics(s->compiled(), *r);
+    EXPECT_EQ(app.current->pipeline.pipeline_bubble_ratio, pm.pipeline_bubble_ratio);
+    EXPECT_EQ(app.current->pipeline.exposed_collectives_ms_per_device, pm.exposed_collectives_ms_per_device);
+  }
   run("set /schedule/microbatches 5\nwait\n");
   EXPECT_TRUE(app.current->recompiled);
   EXPECT_EQ(app.current->result.step_time, simulate_text(app.doc.text()));

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "stretto/gui/timeline.h"
+#include "timeline_compare.h"
 #include "stretto/sim/session.h"
 
 namespace stretto::gui {
@@ -191,6 +192,54 @@ TEST(Timeline, ComputeLanesNestPassLayerOp) {
     }
   // Communication lanes have no nesting.
   EXPECT_EQ(tl.lanes[tl.by_device[0][1]].depth(), 1);
+}
+
+// A cost-model edit keeps the program's structure: the previous lanes, retimed, are the lanes
+// build_timeline makes of the new result (what the GUI shows after such an edit).
+TEST(Timeline, RetimedLanesOfACostModelEditAreTheBuiltLanes) {
+  auto s = sim::Session::open(std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json");
+  ASSERT_TRUE(s);
+  auto r0 = s->simulate();
+  ASSERT_TRUE(r0);
+  const Timeline tl0 = build_timeline(*r0, s->compiled());
+  sim::Session edited = *s;
+  plan::CostModelSpec spec = s->plan().costmodel;
+  spec.options["dispatch_us"] = 40;
+  ASSERT_TRUE(edited.set_costmodel(spec));
+  auto r1 = edited.simulate();
+  ASSERT_TRUE(r1);
+  ASSERT_NE(r1->step_time, r0->step_time);
+  const compiler::CompiledPlan& cp = edited.compiled();  // the same DAG, another cost model
+  const Timeline built = build_timeline(*r1, cp);
+  auto retimed = retime_timeline(tl0, *r0, *r1, cp);
+  ASSERT_TRUE(retimed);
+  expect_same_timeline(*retimed, built);
+  EXPECT_NE(retimed->end, tl0.end);
+
+  // Ops that swap places in a lane (times exchanged by hand): the lane is sorted and nested
+  // again, and every op's place (`where`) follows.
+  sim::Result r2 = *r1;
+  const Lane& lane = built.lanes[built.by_device[0][0]];
+  ASSERT_GE(lane.ops.size(), 3u);
+  std::swap(r2.timing[lane.ops[1].task], r2.timing[lane.ops[2].task]);
+  const Timeline built2 = build_timeline(r2, cp);
+  ASSERT_NE(built2.where[lane.ops[1].task], built.where[lane.ops[1].task]);
+  auto retimed2 = retime_timeline(built, *r1, r2, cp);
+  ASSERT_TRUE(retimed2);
+  expect_same_timeline(*retimed2, built2);
+
+  // Another structure is refused: an op that did not run, another plan's program.
+  sim::Result r3 = *r1;
+  r3.timing[lane.ops[0].task].start = -1;
+  EXPECT_FALSE(retime_timeline(built, *r1, r3, cp));
+  sim::Result r5 = *r1;  // an op moved to another device
+  r5.program.participants[r5.program.tasks[lane.ops[0].task].part_begin].device = 1;
+  EXPECT_FALSE(retime_timeline(built, *r1, r5, cp));
+  auto other = sim::Session::open(std::string(STRETTO_EXAMPLES) + "/cpu_gpt_pp2_1f1b.json");
+  ASSERT_TRUE(other);
+  auto r4 = other->simulate();
+  ASSERT_TRUE(r4);
+  EXPECT_FALSE(retime_timeline(built, *r1, *r4, cp));
 }
 
 }  // namespace

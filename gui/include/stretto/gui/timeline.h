@@ -4,6 +4,7 @@
 // (ops narrower than a pixel merge into runs; off-screen ops are never visited).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,7 +70,18 @@ struct Timeline {
 };
 
 /// Lanes of every simulated (device, stream); barriers are left out (zero-time joins).
+/// A lane's ops are in (start, task) order.
 Timeline build_timeline(const sim::Result& r, const compiler::CompiledPlan& cp);
+
+/// build_timeline(r, cp) made from `prev`, the timeline of `prev_r`, when both results come
+/// from one compiled DAG (`cp`, or a copy of it under another cost model: Session::set_costmodel)
+/// and their programs have the same structure (the same tasks on the same devices and streams,
+/// the same ops run). The lanes are reused and
+/// their ops retimed; a lane whose order changed is sorted again and its slices nested again.
+/// Equal to build_timeline(r, cp), at a fraction of its cost; std::nullopt when the structures
+/// differ (then build it).
+std::optional<Timeline> retime_timeline(const Timeline& prev, const sim::Result& prev_r,
+                                        const sim::Result& r, const compiler::CompiledPlan& cp);
 
 /// A box to draw: one op, or a run of `count` > 1 ops merged because they are narrower than
 /// a pixel and less than a pixel apart (its class: the one covering most of the run's time,

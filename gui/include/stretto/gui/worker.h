@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "stretto/gui/timeline.h"
 #include "stretto/sim/granularity.h"
 #include "stretto/sim/pipeline_metrics.h"
@@ -27,9 +29,14 @@ struct Snapshot {
   sim::Result result;
   sim::PipelineMetrics pipeline;  // sim::pipeline_metrics of result (exposed comm per device)
   Timeline timeline;
+  /// The plan's JSON without "costmodel" (null if the text is not a JSON object): an edit
+  /// that leaves it equal only re-costs.
+  std::shared_ptr<const nlohmann::json> structure;
   double wall_ms = 0;  // compile + simulate + timeline
-  double prepare_ms = 0, lanes_ms = 0;  // parse + (re)compile + cost model; timeline lanes
+  /// parse + (re)compile + cost model; timeline lanes (and, alongside, the pipeline metrics)
+  double prepare_ms = 0, lanes_ms = 0;
   bool recompiled = true;  // false: only the cost model changed (Session::set_costmodel)
+  bool lanes_retimed = false;  // the previous snapshot's lanes retimed (retime_timeline)
 };
 
 struct Outcome {
