@@ -546,6 +546,20 @@ std::string App::state_json() const {
                      {"baseline_bytes", base.is_null() ? nlohmann::ordered_json() : base["peak_bytes"]}});
     }
     m["peak_per_device"] = per;
+    if (memory_tooltip.shown) {  // the hover tooltip: each category's bytes of both runs
+      const MemoryTooltip& tip = memory_tooltip;
+      nlohmann::ordered_json t;
+      t["device"] = tip.device;
+      t["t_ns"] = tip.t;
+      for (int run = 0; run < (tip.baseline ? 2 : 1); ++run) {
+        nlohmann::ordered_json cats;
+        for (size_t k = 0; k < sim::kMemCategories; ++k)
+          cats[std::string(sim::memory_category_name(k))] = tip.bytes[static_cast<size_t>(run)][k];
+        t[run == 0 ? "now_bytes" : "baseline_bytes"] = cats;
+      }
+      t["lines"] = tip.lines;
+      m["tooltip"] = t;
+    }
     j["memory"] = m;
   }
   if (search.active() && current) {

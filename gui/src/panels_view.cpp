@@ -38,6 +38,7 @@ std::array<KindStat, static_cast<size_t>(OpClass::kCount)> kind_stats(const Time
 // ------------------------------------------------------------------------------- Memory
 
 void draw_memory_panel(App& app) {
+  app.memory_tooltip = {};
   if (!app.current) return;
   const Snapshot& s = *app.current;
   const auto& r = s.result;
@@ -233,19 +234,23 @@ void draw_memory_panel(App& app) {
         return it == cv.begin() ? *it : *(it - 1);
       };
       const auto& c = at(curve);
+      App::MemoryTooltip& tip = app.memory_tooltip;
+      tip.shown = true;
+      tip.baseline = with_base;
+      tip.device = app.memory_device;
+      tip.t = cursor;
+      tip.bytes[0] = c.bytes;
+      if (with_base) tip.bytes[1] = at(base_curve).bytes;
+      auto bytes = [](int64_t b) { return format_bytes(static_cast<double>(b)); };
+      tip.lines.push_back(fmt::format("device {} at {}: {}", app.memory_device, format_time(cursor), bytes(c.total())));
+      if (with_base) tip.lines.push_back(fmt::format("  baseline         {}", bytes(at(base_curve).total())));
+      for (size_t k = 0; k < sim::kMemCategories; ++k) {
+        const std::string name(sim::memory_category_name(k));
+        tip.lines.push_back(with_base ? fmt::format("  {:<16} {} (baseline {})", name, bytes(tip.bytes[0][k]), bytes(tip.bytes[1][k]))
+                                      : fmt::format("  {:<16} {}", name, bytes(tip.bytes[0][k])));
+      }
       ImGui::BeginTooltip();
-      ImGui::Text("device %d at %s: %s", app.memory_device, format_time(cursor).c_str(),
-                  format_bytes(static_cast<double>(c.total())).c_str());
-      if (with_base)
-        ImGui::Text("  baseline         %s", format_bytes(static_cast<double>(at(base_curve).total())).c_str());
-      for (size_t k = 0; k < sim::kMemCategories; ++k)
-        if (with_base)
-          ImGui::Text("  %-16s %s (baseline %s)", std::string(sim::memory_category_name(k)).c_str(),
-                      format_bytes(static_cast<double>(c.bytes[k])).c_str(),
-                      format_bytes(static_cast<double>(at(base_curve).bytes[k])).c_str());
-        else
-          ImGui::Text("  %-16s %s", std::string(sim::memory_category_name(k)).c_str(),
-                      format_bytes(static_cast<double>(c.bytes[k])).c_str());
+      for (const std::string& line : tip.lines) ImGui::TextUnformatted(line.c_str());
       ImGui::EndTooltip();
     }
   }

@@ -332,6 +332,72 @@ TEST_F(Panels, MemoryDrawsTheBaselinesCategoriesAndBothPeaks) {
   EXPECT_TRUE(after["memory"]["peak_per_device"][0]["baseline_bytes"].is_null());
 }
 
+// Hovering the Memory panel gives, at the time under the cursor, each memory category's bytes of
+// the current run and of the pinned baseline. With the cursor put at a run's peak, that run's
+// bytes are the breakdown `simulate` reports at the device's peak (the engine's counters there).
+TEST_F(Panels, MemoryTooltipGivesEachCategoryOfBothRunsAtTheCursor) {
+  run("open " + kBuilder + "\nwait\npin\nset /schedule/microbatches 2\nwait\ntype memory_device 0\nframes 2\n");
+  ASSERT_TRUE(app.baseline && app.current);
+  auto simulated = [](const Snapshot& snap) {
+    auto s = sim::Session::from_text(snap.text, "x.json", STRETTO_EXAMPLES);
+    EXPECT_TRUE(s) << render_all(s.error());
+    auto r = s->simulate();
+    EXPECT_TRUE(r);
+    return r->devices.at(0);
+  };
+  const sim::DeviceMetrics now = simulated(*app.current), base = simulated(*app.baseline);
+  ASSERT_NE(now.peak_time, base.peak_time);
+  // Hovers the plot's middle with the view 64 ns wide and moved until the cursor is at t + 1/4 ns
+  // (the samples are whole nanoseconds: the one shown is the state after every change at t).
+  auto hover_at = [&](double t) {
+    double t0 = t - 32;
+    nlohmann::json tip;
+    for (int i = 0; i < 2; ++i) {
+      app.zoom(t0, t0 + 64);
+      run("hover memory\nframes 2\n");
+      tip = nlohmann::json::parse(app.state_json())["memory"]["tooltip"];
+      if (tip.is_null()) break;
+      t0 += t + 0.25 - tip["t_ns"].get<double>();
+    }
+    EXPECT_NEAR(tip["t_ns"].get<double>(), t + 0.25, 0.05);
+    return tip;
+  };
+  for (int run_at = 0; run_at < 2; ++run_at) {
+    const sim::DeviceMetrics& at = run_at == 0 ? now : base;
+    SCOPED_TRACE(run_at == 0 ? "at the current run's peak" : "at the baseline's peak");
+    const nlohmann::json tip = hover_at(static_cast<double>(at.peak_time));
+    ASSERT_TRUE(tip.is_object()) << "no tooltip";
+    EXPECT_TRUE(app.tooltip_shown);
+    EXPECT_EQ(tip["device"], 0);
+    ASSERT_TRUE(tip.contains("now_bytes") && tip.contains("baseline_bytes"));
+    const nlohmann::json& bytes = tip[run_at == 0 ? "now_bytes" : "baseline_bytes"];
+    const nlohmann::json& other = tip[run_at == 0 ? "baseline_bytes" : "now_bytes"];
+    int64_t sum = 0, other_sum = 0;
+    for (size_t k = 0; k < sim::kMemCategories; ++k) {
+      const std::string cat(sim::memory_category_name(k));
+      EXPECT_EQ(bytes[cat].get<int64_t>(), at.breakdown[k]) << cat;
+      sum += bytes[cat].get<int64_t>();
+      other_sum += other[cat].get<int64_t>();
+      // As shown: the category's line gives both runs' bytes.
+      const std::string line = tip["lines"][2 + k].get<std::string>();
+      EXPECT_NE(line.find(cat), std::string::npos) << line;
+      EXPECT_NE(line.find(format_bytes(tip["now_bytes"][cat].get<double>()) + " (baseline " +
+                          format_bytes(tip["baseline_bytes"][cat].get<double>()) + ")"),
+                std::string::npos)
+          << line;
+    }
+    EXPECT_EQ(sum, at.peak_memory);
+    EXPECT_LT(other_sum, run_at == 0 ? base.peak_memory + 1 : now.peak_memory + 1);
+    EXPECT_NE(tip["lines"][1].get<std::string>().find(format_bytes(static_cast<double>(run_at == 0 ? other_sum : sum))),
+              std::string::npos)
+        << "the baseline's total";
+  }
+  run("unpin\nframes 1\n");
+  const auto tip = nlohmann::json::parse(app.state_json())["memory"]["tooltip"];
+  ASSERT_TRUE(tip.is_object());
+  EXPECT_FALSE(tip.contains("baseline_bytes"));
+}
+
 // Hovering a difference lane's mark gives that op's changes: an op of the baseline only (a
 // microbatch the edit removed), zoomed so that it fills the middle of the lane.
 TEST_F(Panels, HoveringADifferenceMarkNamesItsOp) {

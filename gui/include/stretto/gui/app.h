@@ -214,6 +214,17 @@ struct App {
     std::array<std::array<bool, sim::kMemCategories>, 2> categories{};
   };
   MemoryDrawn memory_drawn;
+  /// The Memory panel's hover tooltip last frame (shown false when none was): the device, the
+  /// time under the cursor, each category's bytes at that time in the current run and in the
+  /// baseline (with one pinned), and the tooltip's lines as shown.
+  struct MemoryTooltip {
+    bool shown = false, baseline = false;
+    int device = -1;
+    double t = 0;
+    std::array<std::array<int64_t, sim::kMemCategories>, 2> bytes{};  // [0] now, [1] baseline
+    std::vector<std::string> lines;
+  };
+  MemoryTooltip memory_tooltip;
 
   /// Panel state and caches derived from a snapshot (panels_view.cpp).
   struct PanelCache;
