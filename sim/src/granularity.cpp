@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
+#include <memory>
 #include <span>
+#include <utility>
 
 namespace stretto::sim {
 
@@ -152,6 +155,7 @@ PassProgram coarsen_to_passes(const compiler::CompiledPlan& cp, const Program& o
     cd.comm_sm_share = od.comm_sm_share;
     cd.comm_hbm_share = od.comm_hbm_share;
     cd.host = od.host;
+    cd.dispatch.reserve(od.dispatch.size());
     for (uint32_t t : od.dispatch) {
       const uint32_t c = pp.task_of[t];
       if (pp.members[pp.member_begin[c]] == t) cd.dispatch.push_back(c);
@@ -204,16 +208,21 @@ std::vector<DeviceCounters> op_counters(const Program& ops, const std::vector<Ta
   const uint32_t nc = ops.num_counters;
   out.resize(D);
   for (DeviceCounters& c : out) c.curve.push_back({0, 0});
-  // A task's start or end with effects, on each device it takes part in (once per device).
+  // Which instants of each node have effects: bit 0 its start, bit 1 its end.
+  const size_t N = ops.effect_begin.size() - 1;
+  std::vector<uint8_t> when(N, 0);
+  for (size_t n = 0; n < N; ++n)
+    for (uint32_t e = ops.effect_begin[n]; e < ops.effect_begin[n + 1]; ++e)
+      when[n] |= ops.effects[e].at_end ? 2 : 1;
+  auto when_of = [&](uint32_t t) -> uint32_t {
+    const uint32_t n = ops.tasks[t].node;
+    return timing[t].start < 0 || n >= N ? 0 : when[n];
+  };
+  // A task's start or end with effects, on each device it takes part in (once per device):
+  // `de` is the device << 1 | at the end.
   struct Change {
     SimTime t;
-    uint32_t task;
-    bool at_end;
-  };
-  auto has = [&](uint32_t n, bool at_end) {
-    for (uint32_t e = ops.effect_begin[n]; e < ops.effect_begin[n + 1]; ++e)
-      if (ops.effects[e].at_end == at_end) return true;
-    return false;
+    uint32_t task, de;
   };
   std::vector<uint32_t> stamp(D, UINT32_MAX);
   auto for_devices = [&](uint32_t t, auto&& f) {
@@ -225,60 +234,89 @@ std::vector<DeviceCounters> op_counters(const Program& ops, const std::vector<Ta
       f(d);
     }
   };
+  // Count per device, then list the changes in task order.
   std::vector<uint32_t> begin(D + 1, 0);
-  // Counting pass, then filling pass (one array of changes grouped by device).
+  std::vector<uint8_t> task_when(ops.tasks.size());
+  size_t total = 0;
   for (uint32_t t = 0; t < ops.tasks.size(); ++t) {
-    const uint32_t n = ops.tasks[t].node;
-    if (timing[t].start < 0 || n + size_t{1} >= ops.effect_begin.size() ||
-        ops.effect_begin[n] == ops.effect_begin[n + 1])
-      continue;
-    const int k = has(n, false) + has(n, true);
-    for_devices(t, [&](uint32_t d) { begin[d + 1] += static_cast<uint32_t>(k); });
-  }
-  for (size_t d = 0; d < D; ++d) begin[d + 1] += begin[d];
-  std::vector<Change> changes(begin[D]);
-  std::vector<uint32_t> fill(begin.begin(), begin.end() - 1);
-  std::fill(stamp.begin(), stamp.end(), UINT32_MAX);
-  for (uint32_t t = 0; t < ops.tasks.size(); ++t) {
-    const uint32_t n = ops.tasks[t].node;
-    if (timing[t].start < 0 || n + size_t{1} >= ops.effect_begin.size() ||
-        ops.effect_begin[n] == ops.effect_begin[n + 1])
-      continue;
-    const bool s = has(n, false), e = has(n, true);
+    const uint32_t w = task_when[t] = static_cast<uint8_t>(when_of(t));
+    if (w == 0) continue;
+    const uint32_t k = (w & 1) + (w >> 1);
     for_devices(t, [&](uint32_t d) {
-      if (s) changes[fill[d]++] = {timing[t].start, t, false};
-      if (e) changes[fill[d]++] = {timing[t].end, t, true};
+      begin[d + 1] += k;
+      total += k;
     });
   }
+  for (size_t d = 0; d < D; ++d) begin[d + 1] += begin[d];
+  // (Written before read: no value-initialisation.)
+  std::unique_ptr<Change[]> changes(new Change[total]), other(new Change[total]);
+  {
+    size_t i = 0;
+    std::fill(stamp.begin(), stamp.end(), UINT32_MAX);
+    for (uint32_t t = 0; t < ops.tasks.size(); ++t) {
+      const uint32_t w = task_when[t];
+      if (w == 0) continue;
+      for_devices(t, [&](uint32_t d) {
+        if (w & 1) changes[i++] = {timing[t].start, t, d << 1};
+        if (w & 2) changes[i++] = {timing[t].end, t, d << 1 | 1};
+      });
+    }
+  }
+  // Grouped by device in time order: a radix sort on the time (12 bits a round), then a stable
+  // scatter by device. The order of one instant's changes does not matter (only its end state
+  // is sampled), so no comparison sort is needed.
+  if (total > 0) {
+    const std::span<const Change> all{changes.get(), total};
+    SimTime lo = all[0].t, hi = all[0].t;
+    for (const Change& c : all) lo = std::min(lo, c.t), hi = std::max(hi, c.t);
+    const int bits = std::bit_width(static_cast<uint64_t>(hi - lo));
+    constexpr int kDigit = 12;  // three rounds up to 68 s
+    std::vector<uint32_t> count(size_t{1} << kDigit);
+    for (int shift = 0; shift < bits; shift += kDigit) {
+      auto digit = [&](const Change& c) {
+        return (static_cast<uint64_t>(c.t - lo) >> shift) & ((uint64_t{1} << kDigit) - 1);
+      };
+      std::fill(count.begin(), count.end(), 0);
+      for (size_t i = 0; i < total; ++i) ++count[digit(changes[i])];
+      uint32_t sum = 0;
+      for (uint32_t& k : count) sum += std::exchange(k, sum);
+      for (size_t i = 0; i < total; ++i) other[count[digit(changes[i])]++] = changes[i];
+      changes.swap(other);
+    }
+    std::vector<uint32_t> fill(begin.begin(), begin.end() - 1);
+    for (size_t i = 0; i < total; ++i) other[fill[changes[i].de >> 1]++] = changes[i];
+    changes.swap(other);
+  }
+  other.reset();
   // Per device, in time order: apply an instant's changes, then sample (program.h: within one
   // instant only the end state counts; the peak is the first time the total reached its max).
   std::array<int64_t, engine::kMaxCounters> level{};
   for (size_t d = 0; d < D; ++d) {
-    Change* first = changes.data() + begin[d];
-    Change* last = changes.data() + begin[d + 1];
-    std::stable_sort(first, last, [](const Change& a, const Change& b) { return a.t < b.t; });
+    const Change* first = changes.get() + begin[d];
+    const Change* last = changes.get() + begin[d + 1];
     level.fill(0);
-    int64_t total = 0;
+    int64_t total_now = 0;
     DeviceCounters& c = out[d];
-    for (Change* i = first; i != last;) {
+    for (const Change* i = first; i != last;) {
       const SimTime now = i->t;
       for (; i != last && i->t == now; ++i) {
         const uint32_t n = ops.tasks[i->task].node;
+        const bool at_end = (i->de & 1) != 0;
         for (uint32_t k = ops.effect_begin[n]; k < ops.effect_begin[n + 1]; ++k) {
           const engine::CounterEffect& ef = ops.effects[k];
-          if (ef.at_end != i->at_end) continue;
+          if (ef.at_end != at_end) continue;
           level[ef.counter] += ef.delta;
-          total += ef.delta;
+          total_now += ef.delta;
         }
       }
       if (curves) {
         if (c.curve.back().t == now)
-          c.curve.back().total = total;
+          c.curve.back().total = total_now;
         else
-          c.curve.push_back({now, total});
+          c.curve.push_back({now, total_now});
       }
-      if (total > c.peak) {
-        c.peak = total;
+      if (total_now > c.peak) {
+        c.peak = total_now;
         c.peak_time = now;
         std::copy(level.begin(), level.begin() + nc, c.at_peak.begin());
       }
