@@ -11,6 +11,16 @@ namespace {
 
 using Interval = std::pair<SimTime, SimTime>;
 
+// Appends [s, e) to `v`, joined to the last interval when it starts where that one ends (the
+// union, all merge() keeps of them, is the same; a device's ops run back to back, a merged
+// region pass's always, so this keeps `v` short).
+void add(std::vector<Interval>& v, SimTime s, SimTime e) {
+  if (!v.empty() && v.back().second == s && v.back().first <= s && s <= e)
+    v.back().second = e;
+  else
+    v.push_back({s, e});
+}
+
 // Sorts and merges `v` in place into disjoint intervals; returns their total length. (The
 // intervals come in task order, which is nearly time order: often sorted already.)
 SimTime merge(std::vector<Interval>& v) {
@@ -62,12 +72,12 @@ PipelineMetrics pipeline_metrics(const compiler::CompiledPlan& cp, const Result&
     const engine::TaskTiming& tm = r.timing[t];
     if (tk.kind == engine::TaskKind::kCompute) {
       const uint32_t d = p.participants[tk.part_begin].device;
-      if (d < D) compute[d].push_back({tm.start, tm.end});
+      if (d < D) add(compute[d], tm.start, tm.end);
     } else if (tk.kind == engine::TaskKind::kComm && tk.node < cp.dag.nodes.size() &&
                cp.dag.nodes[tk.node].kind == compiler::NodeKind::kCollective) {
       for (uint32_t i = 0; i < tk.part_count; ++i) {
         const uint32_t d = p.participants[tk.part_begin + i].device;
-        if (d < D) collectives[d].push_back({tm.start, tm.end});
+        if (d < D) add(collectives[d], tm.start, tm.end);
       }
     }
   }
