@@ -910,8 +910,10 @@ Expected<Json> point_plan(const Json& base_plan, const Json& params) {
   return std::move(p->doc);
 }
 
-Expected<PointPlan> resolve_point(const Json& base_plan, const Json& params) {
+Expected<PointPlan> resolve_point(const Json& base_plan, const Json& params,
+                                  const Resolved* base_given) {
   Json plan = base_plan;
+  bool edited = false;  // by a JSON-pointer axis (then the base's defaults are resolved again)
   if (!plan.is_object()) return fail(plain("the base plan is not a JSON object"));
   // JSON-pointer axes first, so the layout sees an edited cluster.
   for (const auto& [k, v] : params.items()) {
@@ -930,12 +932,18 @@ Expected<PointPlan> resolve_point(const Json& base_plan, const Json& params) {
       // assignment would pad the list with nulls up to any index (10^8 of them).
       if (auto far = index_past_end(plan, ptr)) return fail(plain(fmt::format("axis '{}': {}", k, *far)));
       plan[ptr] = v;
+      edited = true;
     } catch (const std::exception& e) {
       return fail(plain(fmt::format("axis '{}': {}", k, e.what())));
     }
   }
-  auto base_values = base_defaults(plan);
-  if (!base_values) return fail(std::move(base_values).error());
+  std::optional<Resolved> own;
+  const Resolved* base_values = edited ? nullptr : base_given;
+  if (!base_values) {
+    auto d = base_defaults(plan);
+    if (!d) return fail(std::move(d).error());
+    base_values = &own.emplace(std::move(*d));
+  }
   auto rr = resolve_from(*base_values, params);
   if (!rr) return fail(std::move(rr).error());
   const Resolved& r = *rr;

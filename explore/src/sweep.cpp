@@ -268,7 +268,16 @@ PointResult evaluate_point(const SweepSpec& spec, const Point& p, EvalCache* cac
   try {
     // The base resolved once with the point's edits: the estimate uses these values, the
     // simulation the plan parsed from the document they wrote.
-    auto point = resolve_point(spec.base, p.params);
+    const Resolved* base_values = nullptr;
+    if (cache && !spec.hash.empty()) {
+      if (cache->spec_hash != spec.hash) {
+        cache->spec_hash = spec.hash;
+        cache->base_values.reset();
+        if (auto d = base_defaults(spec.base)) cache->base_values = std::move(*d);
+      }
+      if (cache->base_values) base_values = &*cache->base_values;
+    }
+    auto point = resolve_point(spec.base, p.params, base_values);
     if (!point) return invalid(point.error());
     const Json* doc = &point->doc;
     plan::JsonSource src = plan::JsonSource::from_json(*doc, fmt::format("point {}", p.hash));

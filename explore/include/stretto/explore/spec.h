@@ -138,7 +138,10 @@ struct PointPlan {
   plan::Json doc;
   Resolved resolved;
 };
-Expected<PointPlan> resolve_point(const plan::Json& base_plan, const plan::Json& params);
+/// `base_values`, when given, is base_defaults(base_plan), which a caller resolving many points
+/// of one base computes once; it is used unless a JSON-pointer axis edits the plan.
+Expected<PointPlan> resolve_point(const plan::Json& base_plan, const plan::Json& params,
+                                  const Resolved* base_values = nullptr);
 /// "<base name> (sweep point: family=1f1b, zero=2)": the `name` point_plan writes.
 std::string point_name(const plan::Json& base_plan, const plan::Json& params);
 

@@ -41,6 +41,10 @@ struct EvalCache {
   /// schedule, the name, model.microbatch_size and model.pp_regions): estimate_key().
   plan::Json key;
   std::optional<Estimator> estimator;
+  /// base_defaults of the base of the spec whose hash is `spec_hash` (resolve_point's
+  /// `base_values`): resolved once, not once per point.
+  std::string spec_hash;
+  std::optional<Resolved> base_values;
 };
 
 /// Compiles and simulates one point (folded replicas, no memory curves). Never throws; an
