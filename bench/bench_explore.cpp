@@ -288,6 +288,50 @@ BENCHMARK(BM_SearchVsGrid)
 
 namespace {
 
+// Search at scale, alone (no grid): the dense GPT with its global batch scaled to one sequence
+// per device (the example's 16 sequences on 8 devices, times devices / 8), searched on
+// `devices` devices with 2 jobs; the rounds at the given granularity (0 op, 1 pass, search's
+// default), the finalists at op granularity. The target: 1,024 devices in <= 10 s
+// (search_s). Args: devices, granularity.
+void BM_Search(benchmark::State& state) {
+  const int devices = static_cast<int>(state.range(0));
+  Json base = JsonSource::load(example("gpt_pp4_dp2_1f1b.json"))->root();
+  for (auto& d : base["schedule"])
+    if (d["op"] == "split") d["num_microbatches"] = d["num_microbatches"].get<int>() * devices / 8;
+  SearchOptions so;
+  so.devices = devices;
+  so.jobs = 2;
+  so.budget_s = 600;
+  so.granularity = state.range(1) != 0 ? sim::Granularity::kPass : sim::Granularity::kOp;
+  std::optional<SearchResult> sr;
+  for (auto _ : state) {
+    auto r = search(base, examples_dir(), so);
+    if (!r) {
+      state.SkipWithError(render_all(r.error()).c_str());
+      return;
+    }
+    sr = std::move(*r);
+    state.SetIterationTime(sr->total_s);
+  }
+  state.counters["space"] = static_cast<double>(sr->space);
+  state.counters["simulated"] = static_cast<double>(sr->simulated);
+  state.counters["finalists"] = static_cast<double>(sr->finalists);
+  state.counters["estimate_s"] = sr->estimate_s;
+  state.counters["simulate_s"] = sr->simulate_s;
+  state.counters["search_s"] = sr->total_s;
+  if (sr->best) state.counters["best_ms"] = sr->best->step_time_ms;
+}
+BENCHMARK(BM_Search)
+    ->Args({1024, 1})
+    ->Args({1024, 0})
+    ->UseManualTime()
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond);
+
+}  // namespace
+
+namespace {
+
 // Compile time of a tensor-parallel layout through the explore layout generator:
 // TP x PP x DP of the dense GPT example with 8 layers per stage, 1F1B, `m` microbatches. The
 // issue's case is TP8 x PP16 x DP48 = 6,144 devices.
