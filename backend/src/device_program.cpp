@@ -184,10 +184,14 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
                          "--check", why),
              "");
     // Dropout masks are drawn on the device, clipping scales by a device tensor and Adam's
-    // bias correction follows a device step count: all capture. MoE routing reads its per-expert token counts on the host.
-    if (cp.plan.model.moe)
-      refuse(fmt::format("{}: MoE routing reads its per-expert token counts on the host", why),
-             "replay MoE plans without --cuda-graphs", "/model/moe");
+    // bias correction follows a device step count: all capture; so does MoE routing padded to
+    // a capacity. Dropless MoE routing reads its per-expert token counts on the host.
+    if (cp.plan.model.moe && cp.plan.model.moe->capacity_factor <= 0)
+      refuse(fmt::format("{}: dropless MoE routing reads its per-expert token counts on the host",
+                         why),
+             "give moe.capacity_factor (experts padded to a capacity have static shapes), or "
+             "replay without --cuda-graphs",
+             "/model/moe");
   }
   // Every node and op kind must be one the executor knows (a newer compiler may add some).
   std::set<std::string> unknown;

@@ -103,6 +103,7 @@ Json to_json(const RankResult& r) {
                  {"bubble_ratio", d.bubble_ratio},
                  {"peak_memory", d.peak_memory},
                  {"breakdown", d.breakdown},
+                 {"optimizer_state_bytes", d.optimizer_state_bytes},
                  {"step_ns", d.step_ns},
                  {"overhead_ns", d.overhead_ns},
                  {"post_ns", d.post_ns},
@@ -147,6 +148,7 @@ Expected<RankResult> rank_result_from_json(const Json& j) {
     r.report.peak_memory = d.at("peak_memory").get<int64_t>();
     r.report.breakdown = d.at("breakdown").get<std::array<int64_t, sim::kMemCategories>>();
     r.report.step_ns = d.at("step_ns").get<int64_t>();
+    r.report.optimizer_state_bytes = d.value("optimizer_state_bytes", int64_t{0});
     r.report.overhead_ns = d.value("overhead_ns", int64_t{0});
     r.report.post_ns = d.value("post_ns", int64_t{0});
     r.report.unpack_ns = d.value("unpack_ns", int64_t{0});
@@ -364,6 +366,7 @@ ReplayResult pool_results(std::vector<ReplayResult> runs) {
     d.ops_per_step = a.ops;
     d.peak_memory = a.peak.peak_memory;
     d.breakdown = a.peak.breakdown;
+    d.optimizer_state_bytes = a.peak.optimizer_state_bytes;
     // as merge_results: bubbles against the group's (pooled) step
     d.bubble_ns = std::max<int64_t>(0, mean_step - d.busy_ns);
     d.bubble_ratio = mean_step > 0 ? static_cast<double>(d.bubble_ns) / static_cast<double>(mean_step) : 0.0;
@@ -426,6 +429,7 @@ Json result_json(const CompiledPlan& cp, const ReplayResult& r, const sim::Resul
     for (size_t k = 0; k < sim::kMemCategories; ++k)
       b[std::string(sim::memory_category_name(k))] = d.breakdown[k];
     e["memory_breakdown"] = b;
+    e["optimizer_state_bytes"] = d.optimizer_state_bytes;
     e["own_step_ms"] = ms(d.step_ns);
     e["overhead_ms"] = ms(d.overhead_ns);
     e["post_ms"] = ms(d.post_ns);

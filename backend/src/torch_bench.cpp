@@ -90,15 +90,17 @@ bool any_nonzero(const at::Tensor& t) {
 // (after eager warm-up runs there, as capture requires) and then replayed `iterations` times.
 // Inputs, parameters, the output gradient and the saved activations are the graphs' static
 // buffers: a replay rewrites them in place. Throws where the op cannot be captured (a host
-// synchronisation inside the op: MoE routing's token counts).
+// synchronisation inside the op: dropless MoE routing's token counts).
 void time_graphs(const TorchModel& model, BenchOp& b, std::vector<at::Tensor>& inputs,
                  std::vector<Param>& params, const detail::TpAllReduce& no_reduce,
                  const BenchOpsOptions& opt) {
   const OpPlacement pl;
   const OpKind kind = model.plan().model.ops[b.op].kind;
-  if (kind == OpKind::kExperts)
+  const auto& moe = model.plan().plan.model.moe;
+  if (kind == OpKind::kExperts && (!moe || moe->capacity_factor <= 0))
     throw std::runtime_error(
-        "not capturable: expert routing reads its per-expert token counts on the host");
+        "not capturable: dropless expert routing reads its per-expert token counts on the host "
+        "(give moe.capacity_factor)");
   c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
   c10::cuda::CUDAStreamGuard guard(side);
   at::Tensor dy;

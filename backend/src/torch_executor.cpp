@@ -179,8 +179,10 @@ class RankRun {
   std::vector<std::vector<Param>> params_;
   std::vector<OpPlacement> place_;
   std::vector<std::pair<int64_t, int64_t>> owned_;  // op-flat range this rank updates
-  // Optimizer state per op: the first moment (SGD's momentum buffer, Adam's m) and Adam's v.
-  std::vector<std::vector<at::Tensor>> moment1_, moment2_;
+  // Optimizer state per op: the first moment (SGD's momentum buffer, Adam's m) and Adam's v,
+  // each one flat tensor over the op's owned range owned_[o] only (a ZeRO rank's shard, as the
+  // cost model prices it; the whole op without ZeRO). Undefined until the op's first step.
+  std::vector<at::Tensor> moment1_, moment2_;
   std::vector<char> stepped_;
   std::vector<char> synced_;  // per op: a ZeRO-1/2 all-gather wrote every shard's step this step
   // Adam's step count and this step's bias corrections, on the device: a captured step
@@ -605,13 +607,13 @@ void RankRun::optimizer_step(uint32_t o) {
   const auto [ob, oe] = owned_[o];
   int64_t off = 0;
   const bool adam = opt_.optimizer == Optimizer::kAdam;
-  if (moment1_[o].empty())
-    for (const auto& p : params_[o]) {
-      // Zero buffers: SGD's first momentum is then the gradient, as torch.optim.SGD starts it.
-      moment1_[o].push_back(at::zeros_like(p.grad));
-      if (adam) moment2_[o].push_back(at::zeros_like(p.grad));
-      mem_.add(kOptim, (adam ? 2 : 1) * tensor_bytes(p.grad));
-    }
+  if (!moment1_[o].defined()) {
+    // Zero buffers: SGD's first momentum is then the gradient, as torch.optim.SGD starts it.
+    const at::TensorOptions g = params_[o].front().grad.options();
+    moment1_[o] = at::zeros({oe - ob}, g);
+    if (adam) moment2_[o] = at::zeros({oe - ob}, g);
+    mem_.add(kOptim, tensor_bytes(moment1_[o]) + tensor_bytes(moment2_[o]));
+  }
   for (size_t k = 0; k < params_[o].size(); ++k) {
     auto& p = params_[o][k];
     const int64_t n = p.value.numel();
@@ -621,7 +623,8 @@ void RankRun::optimizer_step(uint32_t o) {
     at::Tensor w = p.value.detach().view({-1}).narrow(0, a, b - a);
     at::Tensor g = p.grad.view({-1}).narrow(0, a, b - a);
     if (clips_gradients(cp_)) g = g * clip_scale();  // to kMaxGradNorm (grads stay as reduced)
-    at::Tensor m = moment1_[o][k].view({-1}).narrow(0, a, b - a);
+    // The moments of elements [off + a, off + b) of the op, at their place in the owned range.
+    at::Tensor m = moment1_[o].narrow(0, off - n + a - ob, b - a);
     if (!adam) {
       // SGD with momentum (the plan's `sgd`, what the cost model prices): torch.optim.SGD with
       // momentum kSgdMomentum, no dampening, no Nesterov, no weight decay.
@@ -629,7 +632,7 @@ void RankRun::optimizer_step(uint32_t o) {
       w.add_(m, -opt_.lr);
     } else {
       const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
-      at::Tensor v = moment2_[o][k].view({-1}).narrow(0, a, b - a);
+      at::Tensor v = moment2_[o].narrow(0, off - n + a - ob, b - a);
       m.mul_(b1).add_(g, 1 - b1);
       v.mul_(b2).addcmul_(g, g, 1 - b2);
       if (!adam_c1_.defined()) {  // the step's first Adam update: t += 1, on the device
@@ -1413,6 +1416,8 @@ RankResult RankRun::run(std::vector<GradDump>* grads) {
   r.bubble_ratio = r.step_ns > 0 ? static_cast<double>(r.bubble_ns) / r.step_ns : 0;
   r.peak_memory = mem_.peak;
   r.breakdown = mem_.at_peak;
+  for (size_t o = 0; o < moment1_.size(); ++o)
+    r.optimizer_state_bytes += tensor_bytes(moment1_[o]) + tensor_bytes(moment2_[o]);
 #ifdef STRETTO_BACKEND_CUDA
   if (cuda_) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(

@@ -57,7 +57,43 @@ at::Tensor repeat_kv_heads(const at::Tensor& t, int64_t rep) {
       .reshape({sz[0], sz[1] * rep, sz[2], sz[3]});
 }
 
-ExpertTokens route_tokens(const at::Tensor& gates) {
+int64_t expert_capacity(int64_t tokens, int64_t top_k, int64_t experts, double factor) {
+  if (factor <= 0) return 0;
+  const double c = std::ceil(static_cast<double>(tokens * top_k) / static_cast<double>(experts) * factor);
+  return std::clamp<int64_t>(static_cast<int64_t>(c), 1, tokens);
+}
+
+namespace {
+
+// With a capacity: each (expert, source) list holds the source's first C routed tokens,
+// padded to C. A token's place in its list is the running count of the source's tokens routed
+// to that expert (a cumulative sum on the device); kept tokens are scattered to their slots of
+// a [experts, sources, C] buffer, dropped ones to one spare slot past its end. Every size
+// follows from the plan: no host read, the same operators in every step (CUDA graphs capture
+// it).
+ExpertTokens route_to_capacity(const at::Tensor& routed, int64_t S, int64_t C) {
+  const int64_t N = routed.size(0), L = routed.size(1), T = N / S;
+  const auto lng = at::TensorOptions().dtype(at::kLong).device(routed.device());
+  const at::Tensor r = routed.reshape({S, T, L});
+  const at::Tensor place = r.to(at::kLong).cumsum(1).sub_(1);  // [S, T, L]
+  const at::Tensor keep = r.logical_and(place.lt(C));
+  const at::Tensor list = at::arange(L, lng).mul_(S).view({1, 1, L}) + at::arange(S, lng).view({S, 1, 1});
+  const at::Tensor slot = (list.mul(C) + place).masked_fill_(keep.logical_not(), L * S * C);
+  const at::Tensor token = (at::arange(S, lng).mul_(T).view({S, 1, 1}) + at::arange(T, lng).view({1, T, 1}))
+                               .expand({S, T, L});
+  ExpertTokens e;
+  // Padding names token N (one past the last); kept tokens overwrite their slots.
+  const at::Tensor buf = at::full({L * S * C + 1}, N, lng).scatter_(0, slot.reshape({-1}), token.reshape({-1}));
+  const at::Tensor listed = buf.narrow(0, 0, L * S * C).reshape({L, S * C});
+  e.valid = listed.lt(N);
+  e.tokens = listed.masked_fill(e.valid.logical_not(), 0);
+  return e;
+}
+
+}  // namespace
+
+ExpertTokens route_tokens(const at::Tensor& gates, int64_t sources, int64_t capacity) {
+  if (capacity > 0) return route_to_capacity(gates.detach().gt(0), sources, capacity);
   // Token t goes to local expert e where its gate is positive (the router's top-k). One sort
   // of the keys e * N + t (routed) and E * N (not) on the device lists every expert's tokens
   // in ascending order, expert after expert: the lists the per-expert nonzero() gave, without
@@ -467,14 +503,23 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
       const at::Tensor g = in.narrow(2, h_, E_).reshape({S * T, E_});
       at::Tensor acc = at::zeros({S * T, h_}, x.options());
       const int64_t local = E_ / std::max(1, pl.ep), per = gated ? 3 : 2;
-      const ExpertTokens route = route_tokens(g.narrow(1, pl.ep_rank * local, local));
-      for (int64_t j = 0, off = 0; j < local; off += route.counts[static_cast<size_t>(j)], ++j) {
-        const int64_t n = route.counts[static_cast<size_t>(j)];
-        if (n == 0) continue;
+      const int64_t capacity = expert_capacity(T, k_, E_, cp_.plan.model.moe->capacity_factor);
+      const ExpertTokens route = route_tokens(g.narrow(1, pl.ep_rank * local, local), S, capacity);
+      for (int64_t j = 0, off = 0; j < local; ++j) {
         const at::Tensor col = g.select(1, pl.ep_rank * local + j);
-        const at::Tensor idx = route.tokens.narrow(0, off, n);
+        at::Tensor idx, gate;
+        if (capacity > 0) {  // S x C rows, padding with a zero gate (a zero contribution)
+          idx = route.tokens.select(0, j);
+          gate = col.index_select(0, idx) * route.valid.select(0, j).to(col.scalar_type());
+        } else {
+          const int64_t n = route.counts[static_cast<size_t>(j)];
+          off += n;
+          if (n == 0) continue;
+          idx = route.tokens.narrow(0, off - n, n);
+          gate = col.index_select(0, idx);
+        }
         const at::Tensor y = mlp(x.index_select(0, idx), static_cast<size_t>(j * per));
-        acc = acc.index_add(0, idx, y * col.index_select(0, idx).unsqueeze(1));
+        acc = acc.index_add(0, idx, y * gate.unsqueeze(1));
       }
       out = acc.reshape({S, T, h_});
       break;
@@ -673,11 +718,18 @@ std::vector<KernelUse> kernel_uses(const compiler::CompiledPlan& cp, Kernels ker
     add("dropout",
         "mask from a counter-based hash of (seed, op, replica, microbatch, element) on the device",
         "aten::bitwise_xor_");
-  if (kinds.count(OpKind::kExperts))
-    add("moe_routing",
-        "one sort of the routed (expert, token) keys on the device; the per-expert token counts "
-        "read on the host once per experts forward (the experts' GEMM sizes)",
-        "aten::sort");
+  if (kinds.count(OpKind::kExperts)) {
+    if (m.moe && m.moe->capacity_factor > 0)
+      add("moe_routing",
+          "capacity-padded: each expert's first C tokens of every source placed by a cumulative "
+          "sum on the device, padded to C (C from moe.capacity_factor); nothing read on the host",
+          "aten::cumsum");
+    else
+      add("moe_routing",
+          "dropless: one sort of the routed (expert, token) keys on the device; the per-expert "
+          "token counts read on the host once per experts forward (the experts' GEMM sizes)",
+          "aten::sort");
+  }
   return out;
 }
 

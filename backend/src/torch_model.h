@@ -168,13 +168,27 @@ int64_t tensor_bytes(const at::Tensor& t);
 at::Tensor repeat_kv_heads(const at::Tensor& t, int64_t rep);
 
 /// The local experts' tokens for gates [N, experts] (a token goes to every expert whose gate is
-/// positive): tokens[o_e, o_e + counts[e]) are expert e's, ascending, o_e the sum of the counts
-/// before e. The counts are read on the host (once: the sizes of the experts' GEMMs).
+/// positive), N = sources x T tokens, source after source.
+///   Dropless (capacity 0): tokens[o_e, o_e + counts[e]) are expert e's, ascending, o_e the sum
+///   of the counts before e. The counts are read on the host (once: the sizes of the experts'
+///   GEMMs).
+///   With a capacity C > 0 (moe.capacity_factor): every expert takes at most C tokens of each
+///   source, the first C in token order (later ones are dropped), and its list is padded to
+///   exactly sources x C: tokens [experts, sources x C] (padding rows name token 0) and
+///   `valid` [experts, sources x C] (1 for a routed token, 0 for padding). Every shape follows
+///   from the plan, nothing is read on the host.
 struct ExpertTokens {
   at::Tensor tokens;
-  std::vector<int64_t> counts;
+  std::vector<int64_t> counts;  // dropless only
+  at::Tensor valid;             // with a capacity only (bool)
 };
-ExpertTokens route_tokens(const at::Tensor& gates);
+ExpertTokens route_tokens(const at::Tensor& gates, int64_t sources = 1, int64_t capacity = 0);
+
+/// The capacity of one expert for one source of `tokens` tokens routed top_k of `experts` ways
+/// with moe.capacity_factor `factor` (0: dropless, returns 0): ceil(tokens * top_k / experts *
+/// factor) as Megatron-Core's get_capacity computes it (moe_utils.py), at most `tokens` (an
+/// expert takes a token once).
+int64_t expert_capacity(int64_t tokens, int64_t top_k, int64_t experts, double factor);
 
 /// Dropout's keep test for the elements at `index` (int64, any device): true where a hash of
 /// (key, index) falls at or above a fraction p of its range. Exact integer arithmetic (every

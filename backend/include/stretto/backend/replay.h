@@ -134,6 +134,9 @@ struct DeviceReport {
   /// tensors the backend holds, by the simulator's categories (sim::memory_category_name).
   int64_t peak_memory = 0;
   std::array<int64_t, sim::kMemCategories> breakdown{};  ///< at the peak
+  /// The optimizer state this device holds after its steps (SGD's momentum, Adam's two
+  /// moments), the bytes of the tensors themselves: for its ZeRO shard only on a ZeRO rank.
+  int64_t optimizer_state_bytes = 0;
   int64_t step_ns = 0;  ///< this device's own step (start barrier to its last op), mean
   /// Host time outside the model's kernels and outside waiting for communication: posting
   /// ops, applying received data, recording times (the replay's own overhead), mean.
