@@ -116,26 +116,34 @@ PassProgram coarsen_to_passes(const compiler::CompiledPlan& cp, const Program& o
   p.host_cores = ops.host_cores;
   p.host_share_efficiency = ops.host_share_efficiency;
   // No counters: op_counters() replays the ops' effects at their rebuilt times.
-  p.tasks.reserve(C);
-  p.deps.reserve(ops.deps.size());
+  // Every coarse dependency comes from an op dependency, so the op program's counts bound the
+  // arrays: written in place, then cut to size.
+  p.tasks.resize(C);
+  p.deps.resize(ops.deps.size());
   p.participants.reserve(ops.participants.size());
-  std::vector<uint32_t> deps;
+  uint32_t* const dep0 = p.deps.data();
+  uint32_t num_deps = 0;
   for (uint32_t c = 0; c < C; ++c) {
     const std::span<const uint32_t> mem{pp.members.data() + pp.member_begin[c],
                                         pp.member_begin[c + 1] - pp.member_begin[c]};
     const Task& first = ops.tasks[mem[0]];
-    Task& t = p.tasks.emplace_back(first);
+    Task& t = p.tasks[c];
+    t = first;
     t.part_begin = static_cast<uint32_t>(p.participants.size());
     for (uint32_t k = 0; k < first.part_count; ++k)
       p.participants.push_back(ops.participants[first.part_begin + k]);
-    deps.clear();
+    // Its dependencies outside itself, each once, in increasing order.
+    uint32_t* const b = dep0 + num_deps;
+    uint32_t* e = b;
     for (uint32_t m : mem)
       for (uint32_t u : ops.deps_of(m))
-        if (pp.task_of[u] != c) deps.push_back(pp.task_of[u]);
-    std::sort(deps.begin(), deps.end());
-    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
-    t.dep_begin = static_cast<uint32_t>(p.deps.size());
-    p.deps.insert(p.deps.end(), deps.begin(), deps.end());
+        if (pp.task_of[u] != c) *e++ = pp.task_of[u];
+    if (e - b > 1) {
+      std::sort(b, e);
+      e = std::unique(b, e);
+    }
+    t.dep_begin = num_deps;
+    num_deps = static_cast<uint32_t>(e - dep0);
     if (mem.size() == 1) continue;
     // A merged run: the sum of its work, bound as the larger part of it is.
     int64_t work = 0, mem_work = 0;
@@ -146,6 +154,7 @@ PassProgram coarsen_to_passes(const compiler::CompiledPlan& cp, const Program& o
     t.work = work;
     t.mem_bound = 2 * mem_work > work;
   }
+  p.deps.resize(num_deps);
   // Dispatch lists: each coarse task where its first op was issued.
   p.devices.resize(ops.devices.size());
   for (size_t d = 0; d < ops.devices.size(); ++d) {
