@@ -557,7 +557,8 @@ std::string App::state_json() const {
           cats[std::string(sim::memory_category_name(k))] = tip.bytes[static_cast<size_t>(run)][k];
         t[run == 0 ? "now_bytes" : "baseline_bytes"] = cats;
       }
-      t["lines"] = tip.lines;
+      t["title"] = tip.title;
+      t["rows"] = tip.rows;
       m["tooltip"] = t;
     }
     j["memory"] = m;

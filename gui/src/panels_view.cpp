@@ -242,15 +242,38 @@ void draw_memory_panel(App& app) {
       tip.bytes[0] = c.bytes;
       if (with_base) tip.bytes[1] = at(base_curve).bytes;
       auto bytes = [](int64_t b) { return format_bytes(static_cast<double>(b)); };
-      tip.lines.push_back(fmt::format("device {} at {}: {}", app.memory_device, format_time(cursor), bytes(c.total())));
-      if (with_base) tip.lines.push_back(fmt::format("  baseline         {}", bytes(at(base_curve).total())));
-      for (size_t k = 0; k < sim::kMemCategories; ++k) {
-        const std::string name(sim::memory_category_name(k));
-        tip.lines.push_back(with_base ? fmt::format("  {:<16} {} (baseline {})", name, bytes(tip.bytes[0][k]), bytes(tip.bytes[1][k]))
-                                      : fmt::format("  {:<16} {}", name, bytes(tip.bytes[0][k])));
-      }
+      tip.title = fmt::format("device {} at {}", app.memory_device, format_time(cursor));
+      auto total = [](const std::array<int64_t, sim::kMemCategories>& b) {
+        int64_t sum = 0;
+        for (int64_t x : b) sum += x;
+        return sum;
+      };
+      tip.rows.push_back({"total", bytes(total(tip.bytes[0])), with_base ? bytes(total(tip.bytes[1])) : ""});
+      for (size_t k = 0; k < sim::kMemCategories; ++k)
+        tip.rows.push_back({std::string(sim::memory_category_name(k)), bytes(tip.bytes[0][k]),
+                            with_base ? bytes(tip.bytes[1][k]) : ""});
+      // A table, so that the bytes line up in columns (the font is proportional).
       ImGui::BeginTooltip();
-      for (const std::string& line : tip.lines) ImGui::TextUnformatted(line.c_str());
+      ImGui::TextUnformatted(tip.title.c_str());
+      const int cols = with_base ? 3 : 2;
+      if (ImGui::BeginTable("memory tooltip", cols, ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_BordersInnerV)) {
+        ImGui::TableSetupColumn("");
+        ImGui::TableSetupColumn("now");
+        if (with_base) ImGui::TableSetupColumn("baseline");
+        ImGui::TableHeadersRow();
+        for (const auto& row : tip.rows) {
+          ImGui::TableNextRow();
+          for (int c = 0; c < cols; ++c) {
+            ImGui::TableNextColumn();
+            const std::string& cell = row[static_cast<size_t>(c)];
+            if (c > 0)  // bytes right-aligned (a column narrower than its text grows to fit it)
+              ImGui::SetCursorPosX(ImGui::GetCursorPosX() +
+                                   std::max(0.0f, ImGui::GetColumnWidth() - ImGui::CalcTextSize(cell.c_str()).x));
+            ImGui::TextUnformatted(cell.c_str());
+          }
+        }
+        ImGui::EndTable();
+      }
       ImGui::EndTooltip();
     }
   }

@@ -216,13 +216,15 @@ struct App {
   MemoryDrawn memory_drawn;
   /// The Memory panel's hover tooltip last frame (shown false when none was): the device, the
   /// time under the cursor, each category's bytes at that time in the current run and in the
-  /// baseline (with one pinned), and the tooltip's lines as shown.
+  /// baseline (with one pinned), and the tooltip's text: a title, then a table of rows (the
+  /// total, then each category) with the current run's bytes and the baseline's.
   struct MemoryTooltip {
     bool shown = false, baseline = false;
     int device = -1;
     double t = 0;
     std::array<std::array<int64_t, sim::kMemCategories>, 2> bytes{};  // [0] now, [1] baseline
-    std::vector<std::string> lines;
+    std::string title;
+    std::vector<std::array<std::string, 3>> rows;  // name, now, baseline ("" without one)
   };
   MemoryTooltip memory_tooltip;
 
