@@ -419,6 +419,8 @@ TEST(Points, RegeneratedScheduleKeepsReshardAfterForward) {
 TEST(Points, OneEvalCacheForManyPointsGivesTheSameResults) {
   // One cache across points of different layouts, microbatch sizes and models (a JSON-pointer
   // axis on the model: the cached estimator must be replaced), against a fresh evaluation each.
+  // The last point's JSON-pointer axis edits a value the base's defaults hold (the cache keeps
+  // the base's: they must be resolved again for it).
   auto s = load_spec(data("small.json"));
   ASSERT_TRUE(s);
   const std::vector<Json> points = {
@@ -427,7 +429,9 @@ TEST(Points, OneEvalCacheForManyPointsGivesTheSameResults) {
        {"microbatch_size", 1}},
       {{"tp", 1}, {"pp", 4}, {"dp", 2}, {"family", "zb-h1"}, {"microbatches", 8},
        {"microbatch_size", 1}, {"/model/hidden", 1024}},
-      {{"tp", 2}, {"pp", 2}, {"dp", 2}, {"family", "1f1b"}, {"microbatches", 4}}};
+      {{"tp", 2}, {"pp", 2}, {"dp", 2}, {"family", "1f1b"}, {"microbatches", 4}},
+      {{"tp", 2}, {"pp", 2}, {"dp", 2}, {"family", "1f1b"}, {"microbatches", 4},
+       {"/model/microbatch_size", 4}}};
   EvalCache cache;
   std::vector<double> estimates;
   for (const Json& params : points) {
@@ -443,6 +447,7 @@ TEST(Points, OneEvalCacheForManyPointsGivesTheSameResults) {
   }
   EXPECT_LT(estimates[2], estimates[1]);  // a smaller model only: a new estimator, a faster step
   EXPECT_EQ(estimates[3], estimates[0]);
+  EXPECT_GT(estimates[4], estimates[0]);  // twice the sequences per microbatch
 }
 
 // search never enumerates a schedule its family's builder refuses (on 64 devices with a
