@@ -69,7 +69,7 @@ cmake --build build-gpu -j16 --target stretto $([ "${GPU_CHECK_ONLY_LOOP:-0}" = 
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 if [ "${GPU_CHECK_ONLY_LOOP:-0}" != 1 ]; then
 step "GPU tests (backend_test: CUDA one-GPU check; the Gloo tests too when the wheel has Gloo)"
-build-gpu/tests/backend_test --gtest_filter='Replay.CudaOneGpu:Replay.CudaGraphs*:Replay.Refuses*:Replay.Expected*:BenchOps.CudaGraphsOneGpu:ReplayKernels.*' \
+build-gpu/tests/backend_test --gtest_filter='Replay.CudaOneGpu:Replay.CudaBf16*:Replay.CudaGraphs*:Replay.Refuses*:Replay.Expected*:BenchOps.CudaGraphsOneGpu:ReplayKernels.*' \
   2>&1 | tee "$OUT/backend_test_gpu.txt" | tail -15 || status=1
 build-gpu/tests/backend_test --gtest_filter='Schedules/GradientCheck.*:ReplayStep.*' --gtest_brief=1 \
   > "$OUT/backend_test_gloo.txt" 2>&1 && echo "Gloo tests: passed" \

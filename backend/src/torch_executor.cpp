@@ -182,7 +182,10 @@ class RankRun {
   // Optimizer state per op: the first moment (SGD's momentum buffer, Adam's m) and Adam's v,
   // each one flat tensor over the op's owned range owned_[o] only (a ZeRO rank's shard, as the
   // cost model prices it; the whole op without ZeRO). Undefined until the op's first step.
-  std::vector<at::Tensor> moment1_, moment2_;
+  // With 16-bit parameters and the plan's master_weights (mixed precision): an fp32 master copy
+  // of the owned range too, the moments in fp32, and the step updates the master and writes
+  // it back in the parameters' dtype (Megatron's distributed optimizer).
+  std::vector<at::Tensor> moment1_, moment2_, master_;
   std::vector<char> stepped_;
   std::vector<char> synced_;  // per op: a ZeRO-1/2 all-gather wrote every shard's step this step
   // Adam's step count and this step's bias corrections, on the device: a captured step
@@ -409,6 +412,7 @@ void RankRun::setup() {
   moment1_.assign(nops, {});
   adam_step_ = at::zeros({}, model_.options().dtype(at::kDouble));
   moment2_.assign(nops, {});
+  master_.assign(nops, {});
   // Roles of collectives around compute, gradient buckets, ZeRO ownership.
   fwd_post_.assign(nops * M, 0);
   bwd_post_.assign(nops * M, 0);
@@ -607,12 +611,20 @@ void RankRun::optimizer_step(uint32_t o) {
   const auto [ob, oe] = owned_[o];
   int64_t off = 0;
   const bool adam = opt_.optimizer == Optimizer::kAdam;
+  const bool master = cp_.plan.optimizer.master_weights &&
+                      params_[o].front().value.scalar_type() != at::kFloat;
   if (!moment1_[o].defined()) {
     // Zero buffers: SGD's first momentum is then the gradient, as torch.optim.SGD starts it.
     const at::TensorOptions g = params_[o].front().grad.options();
-    moment1_[o] = at::zeros({oe - ob}, g);
-    if (adam) moment2_[o] = at::zeros({oe - ob}, g);
-    mem_.add(kOptim, tensor_bytes(moment1_[o]) + tensor_bytes(moment2_[o]));
+    const at::TensorOptions st = master ? g.dtype(at::kFloat) : g;
+    moment1_[o] = at::zeros({oe - ob}, st);
+    if (adam) moment2_[o] = at::zeros({oe - ob}, st);
+    if (master) {  // the owned elements of the initial parameters, in fp32
+      std::vector<at::Tensor> parts;
+      for (const auto& p : params_[o]) parts.push_back(p.value.detach().reshape({-1}));
+      master_[o] = at::cat(parts).narrow(0, ob, oe - ob).to(at::kFloat);
+    }
+    mem_.add(kOptim, tensor_bytes(moment1_[o]) + tensor_bytes(moment2_[o]) + tensor_bytes(master_[o]));
   }
   for (size_t k = 0; k < params_[o].size(); ++k) {
     auto& p = params_[o][k];
@@ -622,6 +634,11 @@ void RankRun::optimizer_step(uint32_t o) {
     if (b <= a) continue;
     at::Tensor w = p.value.detach().view({-1}).narrow(0, a, b - a);
     at::Tensor g = p.grad.view({-1}).narrow(0, a, b - a);
+    const at::Tensor w16 = w;
+    if (master) {
+      w = master_[o].narrow(0, off - n + a - ob, b - a);
+      g = g.to(at::kFloat);
+    }
     if (clips_gradients(cp_)) g = g * clip_scale();  // to kMaxGradNorm (grads stay as reduced)
     // The moments of elements [off + a, off + b) of the op, at their place in the owned range.
     at::Tensor m = moment1_[o].narrow(0, off - n + a - ob, b - a);
@@ -642,6 +659,7 @@ void RankRun::optimizer_step(uint32_t o) {
       }
       w.addcdiv_(m / adam_c1_, (v / adam_c2_).sqrt_().add_(eps), -opt_.lr);
     }
+    if (master) w16.copy_(w);  // the master back in the parameters' dtype
   }
 }
 
@@ -1417,7 +1435,8 @@ RankResult RankRun::run(std::vector<GradDump>* grads) {
   r.peak_memory = mem_.peak;
   r.breakdown = mem_.at_peak;
   for (size_t o = 0; o < moment1_.size(); ++o)
-    r.optimizer_state_bytes += tensor_bytes(moment1_[o]) + tensor_bytes(moment2_[o]);
+    r.optimizer_state_bytes +=
+        tensor_bytes(moment1_[o]) + tensor_bytes(moment2_[o]) + tensor_bytes(master_[o]);
 #ifdef STRETTO_BACKEND_CUDA
   if (cuda_) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(

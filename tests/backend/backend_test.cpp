@@ -1365,6 +1365,41 @@ TEST(Replay, CudaOneGpu) {
   EXPECT_TRUE(r->check->passed) << r->check->max_rel_diff;
 }
 
+// The optimizer state of a one-device bf16 Adam plan with master_weights, after a --check
+// replay: LibTorch's own check passes, and the state is the moments (and, for 16-bit tensors,
+// the fp32 master), per parameter.
+int64_t optimizer_state_per_param(DeviceKind dev) {
+  const char* plan = "gpu_1dev_bf16_adam.json";
+  const CompiledPlan cp = load(plan);
+  ReplayRun run = make_run(plan, /*check=*/true, 1, 0);
+  run.opt.device = dev;
+  if (dev == DeviceKind::kCuda)
+    for (auto& a : run.launch.args)
+      if (a == "cpu") a = "cuda";
+  auto r = launch_local(cp, run.opt, run.launch);
+  EXPECT_TRUE(r.has_value()) << render_all(r.error());
+  if (!r || !r->check || r->devices.size() != 1) return -1;
+  EXPECT_TRUE(r->check->passed) << r->check->max_rel_diff << " " << r->check->max_rel_diff_weights;
+  int64_t params = 0;
+  for (const compiler::ModelOp& op : cp.model.ops) params += op.param_count;
+  EXPECT_EQ(r->devices[0].optimizer_state_bytes % params, 0) << r->devices[0].optimizer_state_bytes;
+  return r->devices[0].optimizer_state_bytes / params;
+}
+
+// On the CPU the replay's tensors are fp32 (the plan's bf16 notwithstanding): Adam's two fp32
+// moments and no master copy, which would duplicate the parameters. Fails with a master kept
+// for fp32 parameters (12).
+TEST(Replay, NoMasterCopyOfFp32Parameters) { EXPECT_EQ(optimizer_state_per_param(DeviceKind::kCpu), 8); }
+
+// On a GPU the plan's bf16 parameters are stepped through an fp32 master copy with fp32
+// moments, 12 bytes per parameter as the cost model prices master_weights (4 + 2 x 4), and the
+// check against LibTorch's fp32 optimizer passes. Never run yet: no GPU was lent.
+TEST(Replay, CudaBf16AdamStepsAnFp32Master) {
+  if (!has_cuda_build() || !cuda_available()) GTEST_SKIP() << "no CUDA build or no GPU";
+  EXPECT_EQ(optimizer_state_per_param(DeviceKind::kCuda), 12);
+  EXPECT_EQ(load("gpu_1dev_bf16_adam.json").plan.optimizer.state_bytes_per_param(2), 12);
+}
+
 // --cuda-graphs captures one device's whole step: refused, located, where it cannot be (on the
 // CPU, several devices, dropless MoE), before anything starts.
 TEST(Replay, CudaGraphsRefusedWhereTheyCannotCapture) {
