@@ -96,6 +96,12 @@ std::string describe(const compiler::CompiledPlan& cp, const std::string& path) 
   o += fmt::format("  device          {:g} TFLOP/s dense BF16 peak, {:g} GB/s HBM, {:g} GiB, {} "
                    "SMs\n",
                    c.device.peak_tflops, c.device.hbm_GBps, c.device.memory_GiB, c.device.sms);
+  o += c.device.kind == "cpu"
+           ? "  memory          simulate reports the allocated peak (no caching allocator on a "
+             "CPU: reserved = allocated)\n"
+           : "  memory          simulate reports the allocated peak and what PyTorch's CUDA "
+             "caching allocator reserves (512 B blocks, 2 / 20 MiB segments); context and "
+             "NCCL buffers not counted\n";
   o += fmt::format("  intra-node link {}\n", link(c.intra_node));
   if (c.nodes > 1) o += fmt::format("  inter-node link {}\n", link(c.inter_node));
   if (c.islands > 1)

@@ -67,10 +67,20 @@ std::string result_table(const compiler::CompiledPlan& cp, const sim::Result& r,
     o += "\n";
   }
   // worst device: largest bubble (only when some device has one), then largest peak memory
-  size_t worst = 0, worst_mem = 0;
+  size_t worst = 0, worst_mem = 0, worst_reserved = 0;
   for (size_t i = 0; i < r.devices.size(); ++i) {
     if (r.devices[i].bubble > r.devices[worst].bubble) worst = i;
     if (r.devices[i].peak_memory > r.devices[worst_mem].peak_memory) worst_mem = i;
+    if (r.devices[i].peak_reserved > r.devices[worst_reserved].peak_reserved) worst_reserved = i;
+  }
+  if (!r.devices.empty()) {
+    const auto& d = r.devices[worst_reserved];
+    o += fmt::format(
+        "reserved       {:.2f} GiB on device {}  (held by the CUDA caching allocator: its "
+        "allocated peak {:.2f} GiB, rounding and cached blocks {:.2f} GiB)\n\n",
+        static_cast<double>(d.peak_reserved) / (1 << 30), d.id,
+        static_cast<double>(d.peak_memory) / (1 << 30),
+        static_cast<double>(d.peak_reserved - d.peak_memory) / (1 << 30));
   }
   if (r.devices.empty() || r.devices[worst].bubble <= 0) worst = SIZE_MAX;
   o += fmt::format("{:>9}  {:>10}  {:>10}  {:>7}  {:>10}  {:>9}  {:>7} {:>7} {:>7} {:>7} {:>7}\n",

@@ -59,6 +59,7 @@ class Result(Mapping[str, Any]):
     costmodel: str
     peak_memory_bytes: int
     peak_memory_time_ms: float
+    peak_reserved_bytes: int
     over_capacity: bool
     def __getitem__(self, key: str) -> Any: ...
     def __iter__(self) -> Iterator[str]: ...

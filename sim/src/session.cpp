@@ -8,11 +8,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <filesystem>
 #include <map>
 
 #include "stretto/engine/engine.h"
+#include "stretto/sim/caching_allocator.h"
 
 namespace stretto::sim {
 
@@ -60,6 +62,109 @@ Diagnostics check_participants(const CompiledPlan& cp) {
   return {d};
 }
 
+
+// The bytes PyTorch's CUDA caching allocator reserves on each simulated device over the step
+// (caching_allocator.h): the static memory (parameters, gradients, optimizer state: one block
+// each) at the start, then every memory effect in time order, frees of an instant before its
+// allocations (the engine samples its counters at the end of an instant, so the allocated
+// peak seen here is the engine's), except the frees of a task that took no time, which follow
+// its own allocations. An allocation effect is one block; a free releases the
+// oldest live block of its category with exactly its size, else the oldest ones, splitting
+// the last (an op's saved activations freed in two parts, BI then BW, were two tensors).
+// Devices not in `want` (folded replicas) get 0. A device kind "cpu" has no caching
+// allocator: its reserved bytes are its allocated peak.
+std::vector<int64_t> reserved_peaks(const CompiledPlan& cp, const engine::Program& p,
+                                    const std::vector<engine::TaskTiming>& timing,
+                                    const std::vector<char>& want) {
+  const int D = cp.num_devices;
+  struct Ev {
+    SimTime time;
+    uint8_t order;  // 0 free, 1 allocation, 2 free at the end of a task that took no time
+    bool alloc;
+    uint32_t seq;
+    uint8_t cat;
+    int64_t bytes;
+  };
+  std::vector<std::vector<Ev>> evs(static_cast<size_t>(D));
+  auto wanted = [&](uint32_t d) {
+    return d < static_cast<uint32_t>(D) && (want.empty() || want[d]);
+  };
+  uint32_t seq = 0;
+  std::vector<uint32_t> stamp(static_cast<size_t>(D), UINT32_MAX);
+  if (!p.effect_begin.empty())
+    for (uint32_t t = 0; t < p.tasks.size() && t < timing.size(); ++t) {
+      const engine::Task& tk = p.tasks[t];
+      if (tk.node + size_t{1} >= p.effect_begin.size() || tk.part_count == 0 ||
+          timing[t].start < 0 || p.effect_begin[tk.node] == p.effect_begin[tk.node + 1])
+        continue;
+      const uint32_t parts = tk.kind == TaskKind::kCompute ? 1 : tk.part_count;
+      for (uint32_t i = 0; i < parts; ++i) {
+        const uint32_t d = p.participants[tk.part_begin + i].device;
+        if (!wanted(d) || stamp[d] == t) continue;  // once per device, however many streams
+        stamp[d] = t;
+        for (uint32_t e = p.effect_begin[tk.node]; e < p.effect_begin[tk.node + 1]; ++e) {
+          const engine::CounterEffect& ce = p.effects[e];
+          if (ce.delta == 0) continue;
+          const bool alloc = ce.delta > 0;
+          const bool instant = ce.at_end && timing[t].end == timing[t].start;
+          evs[d].push_back({ce.at_end ? timing[t].end : timing[t].start,
+                            static_cast<uint8_t>(alloc ? 1 : instant ? 2 : 0), alloc, seq++,
+                            ce.counter, alloc ? ce.delta : -ce.delta});
+        }
+      }
+    }
+  std::vector<int64_t> out(static_cast<size_t>(D), 0);
+  for (int d = 0; d < D; ++d) {
+    if (!wanted(static_cast<uint32_t>(d))) continue;
+    std::vector<Ev>& v = evs[static_cast<size_t>(d)];
+    std::sort(v.begin(), v.end(), [](const Ev& a, const Ev& b) {
+      if (a.time != b.time) return a.time < b.time;
+      if (a.order != b.order) return a.order < b.order;
+      return a.seq < b.seq;
+    });
+    CachingAllocator a;
+    if (static_cast<size_t>(d) < cp.static_mem.size()) {
+      const compiler::StaticMemory& sm = cp.static_mem[static_cast<size_t>(d)];
+      for (const int64_t b : {sm.params, sm.grads, sm.optimizer})
+        if (b > 0) a.malloc(b);
+    }
+    struct Live {
+      uint32_t block;
+      int64_t bytes;
+    };
+    std::vector<std::vector<Live>> live(static_cast<size_t>(compiler::MemCategory::kCount));
+    for (const Ev& e : v) {
+      std::vector<Live>& l = live[e.cat];
+      if (e.alloc) {
+        l.push_back({a.malloc(e.bytes), e.bytes});
+        continue;
+      }
+      int64_t left = e.bytes;
+      while (left > 0 && !l.empty()) {
+        auto exact = std::find_if(l.begin(), l.end(), [&](const Live& x) { return x.bytes == left; });
+        if (exact != l.end()) {
+          a.free(exact->block);
+          l.erase(exact);
+          break;
+        }
+        Live& old = l.front();
+        if (old.bytes <= left) {
+          left -= old.bytes;
+          a.free(old.block);
+          l.erase(l.begin());
+        } else {
+          const uint32_t rest = a.split_in_use(old.block, left);
+          if (rest != old.block) a.free(old.block);
+          old.block = rest;
+          old.bytes -= left;
+          left = 0;
+        }
+      }
+    }
+    out[static_cast<size_t>(d)] = a.reserved();
+  }
+  return out;
+}
 }  // namespace
 
 Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
@@ -164,6 +269,10 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
   const double capacity = cp.plan.cluster.device.memory_GiB * 1024.0 * 1024.0 * 1024.0;
   r.devices.resize(D);
   double busy_sum = 0;
+  const bool cpu = cp.plan.cluster.device.kind == "cpu";
+  const std::vector<int64_t> reserved =
+      cpu ? std::vector<int64_t>(static_cast<size_t>(D), 0)
+          : reserved_peaks(cp, r.program, r.timing, r.folded ? keep : std::vector<char>{});
   engine::DeviceCounters no_counters;  // for a program without counters: static memory only
   no_counters.curve.push_back({0, 0});
   for (int d = 0; d < D; ++d) {
@@ -192,6 +301,8 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
     for (size_t k = 0; k < static_cast<size_t>(compiler::MemCategory::kCount); ++k)
       m.breakdown[3 + k] = c.at_peak[k];
     m.over_capacity = static_cast<double>(m.peak_memory) > capacity;
+    m.peak_reserved = cpu ? m.peak_memory : reserved[static_cast<size_t>(d)];
+    assert(m.peak_reserved >= m.peak_memory);
   }
   for (int d = 0; d < D; ++d) {
     DeviceMetrics& m = r.devices[d];

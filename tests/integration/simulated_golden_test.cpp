@@ -1,7 +1,8 @@
 // Golden simulated results: every example plan (examples/*.json and examples/builders/*.json)
 // compiles and simulates to the results in tests/data/simulated/: the step time, and per
 // device the busy, bubble, exposed and total communication times (integer ns, deterministic),
-// the peak of allocated memory (bytes) and its time. Compared exactly: a change to the cost
+// the peak of allocated memory (bytes) and its time, and the bytes the CUDA caching allocator
+// reserves (sim/caching_allocator.h). Compared exactly: a change to the cost
 // model, the compiler or the engine that moves any prediction of an example shows here as a
 // line diff. After a deliberate change, rerun with STRETTO_UPDATE_GOLDEN=accept (tests/golden.h)
 // and review the diff.
@@ -30,10 +31,13 @@ std::string simulated_text(const fs::path& path) {
   if (!r) return "error: " + render_all(r.error());
   std::string out = fmt::format("step_time_ns {}\nbubble_ratio {:.6f}\nexposed_comm_ns {}\n",
                                 r->step_time, r->bubble_ratio, r->exposed_comm);
-  out += "device busy_ns bubble_ns exposed_comm_ns comm_ns peak_memory_bytes peak_time_ns\n";
+  out +=
+      "device busy_ns bubble_ns exposed_comm_ns comm_ns peak_memory_bytes peak_time_ns "
+      "peak_reserved_bytes\n";
   for (const auto& d : r->devices)
-    out += fmt::format("{} {} {} {} {} {} {}{}\n", d.id, d.busy, d.bubble, d.exposed_comm, d.comm,
-                       d.peak_memory, d.peak_time, d.over_capacity ? " over_capacity" : "");
+    out += fmt::format("{} {} {} {} {} {} {} {}{}\n", d.id, d.busy, d.bubble, d.exposed_comm,
+                       d.comm, d.peak_memory, d.peak_time, d.peak_reserved,
+                       d.over_capacity ? " over_capacity" : "");
   return out;
 }
 

@@ -12,3 +12,5 @@ stretto_test(sim_metrics_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/metrics_test.cpp
 stretto_test(sim_critical_path_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/critical_path_test.cpp LIBS stretto::sim)
 # tp_comm_overlap: the chunked pairs' prices, a step by hand, exposed comm, refusals
 stretto_test(sim_tp_overlap_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/tp_overlap_test.cpp LIBS stretto::sim)
+# sim/caching_allocator.h: PyTorch's CUDA caching allocator by hand, and simulate's reserved bytes
+stretto_test(sim_allocator_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/allocator_test.cpp LIBS stretto::sim)

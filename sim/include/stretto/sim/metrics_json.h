@@ -6,6 +6,7 @@
 // (explore::result_json_text, for speed).
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,7 +20,8 @@ namespace stretto::sim {
 /// Top level: plan, step_time_ms, bubble_ratio, pipeline_bubble_ratio, exposed_comm_ms,
 /// exposed_comm_ms_per_device, exposed_collectives_ms_per_device, mfu, tokens_per_s, model_flops, events, sim_wall_ms,
 /// folded_replicas, not_modelled, costmodel, peak_memory_bytes and peak_memory_time_ms (of the
-/// device with the largest peak), over_capacity (any device over its memory), and `devices`.
+/// device with the largest peak), peak_reserved_bytes (the largest of the devices' bytes the
+/// CUDA caching allocator reserves), over_capacity (any device over its memory), and `devices`.
 nlohmann::json metrics_json(const compiler::CompiledPlan& cp, const Result& r,
                             const PipelineMetrics& pm);
 
@@ -69,6 +71,9 @@ void step_fields(W& w, const compiler::CompiledPlan& cp, const Result& r, const 
   const DeviceMetrics* worst = largest_peak(r);
   w.integer("peak_memory_bytes", worst ? worst->peak_memory : int64_t{0});
   w.number("peak_memory_time_ms", worst ? ms(worst->peak_time) : 0.0);
+  int64_t reserved = 0;
+  for (const auto& d : r.devices) reserved = std::max(reserved, d.peak_reserved);
+  w.integer("peak_reserved_bytes", reserved);
   w.boolean("over_capacity", over_capacity);
 }
 
@@ -86,6 +91,7 @@ void device_fields(W& w, const DeviceMetrics& d, const DevicePipeline& dp, bool 
   w.number("comm_ms", ms(d.comm));
   w.integer("peak_memory_bytes", d.peak_memory);
   w.number("peak_memory_time_ms", ms(d.peak_time));
+  w.integer("peak_reserved_bytes", d.peak_reserved);
   w.object("memory_breakdown", [&](auto& b) {
     for (size_t k = 0; k < kMemCategories; ++k) b.integer(memory_category_name(k), d.breakdown[k]);
   });
@@ -99,6 +105,7 @@ inline bool same_fields_but_id(const DeviceMetrics& a, const DevicePipeline& pa,
   return a.busy == b.busy && a.bubble == b.bubble && a.bubble_ratio == b.bubble_ratio &&
          a.exposed_comm == b.exposed_comm && a.comm == b.comm &&
          a.peak_memory == b.peak_memory && a.peak_time == b.peak_time &&
+         a.peak_reserved == b.peak_reserved &&
          a.breakdown == b.breakdown && pa.computes == pb.computes &&
          pa.exposed_collectives == pb.exposed_collectives &&
          (!pa.computes || pa.idle() == pb.idle());

@@ -27,8 +27,11 @@ struct DeviceMetrics {
   int id = 0;
   engine::SimTime busy = 0, bubble = 0, exposed_comm = 0, comm = 0;
   double bubble_ratio = 0;
-  int64_t peak_memory = 0;
+  int64_t peak_memory = 0;  // allocated bytes (tensors), at their peak
   engine::SimTime peak_time = 0;
+  // The bytes the CUDA caching allocator holds in segments at the end of the step, its peak
+  // (caching_allocator.h); >= peak_memory. A "cpu" device's is its peak_memory.
+  int64_t peak_reserved = 0;
   std::array<int64_t, kMemCategories> breakdown{};  // at the peak
   std::vector<MemorySample> memory;                 // the allocated-bytes curve (empty when folded)
   bool folded = false;      // metrics copied from an identical replica (replica folding)
