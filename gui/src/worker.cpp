@@ -86,7 +86,8 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
   if (!s) {
     o.diags = std::move(s.error());
   } else {
-    auto r = s->simulate(opt);
+    // A cost-model edit re-costs the previous program instead of building it again.
+    auto r = prev && !recompiled ? s->simulate(opt, prev->result) : s->simulate(opt);
     if (!r) {
       o.diags = std::move(r.error());
     } else {

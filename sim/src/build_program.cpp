@@ -279,6 +279,63 @@ class ProgramBuilder {
     return std::move(p_);
   }
 
+  // build() of `built`, a program build() made of the same compiled plan and simulated
+  // devices under a cost model with the same host_compute: its structure is kept and only what
+  // the cost model decides is written again (task work, comm latencies and rate caps, dispatch
+  // and interference shares, host cores, host-thread effects), in build()'s order. Nullopt
+  // when this cost model would change the structure (a comm task's links appear or vanish, a
+  // collective moves between intra- and inter-node links, hosts become shared or not).
+  std::optional<Program> recost(Program built) {
+    number_tasks();
+    p_ = std::move(built);
+    if (p_.tasks.size() != num_tasks_ || p_.devices.size() != static_cast<size_t>(D_))
+      return std::nullopt;
+    if (shares_host_cores(cp_, itf_) == p_.host_cores.empty()) return std::nullopt;
+    for (int d = 0; d < D_; ++d) {
+      engine::DeviceProgram& dp = p_.devices[d];
+      dp.dispatch_ns = cm_.dispatch_ns();
+      dp.comm_sm_share = itf_.comm_sm_share;
+      dp.comm_hbm_share = itf_.comm_hbm_share;
+    }
+    if (!p_.host_cores.empty()) {
+      p_.host_share_efficiency = itf_.host_share_efficiency;
+      std::fill(p_.host_cores.begin(), p_.host_cores.end(), itf_.host_cores);
+    }
+    prepare_task_state();
+    const bool host_effects = !last_compute_.empty() || !issued_since_.empty();
+    for (uint32_t n : cp_.topo_order) {
+      const Node& nd = dag_.nodes[n];
+      const NodeCost c = node_cost(n, nd);
+      const uint32_t ninst = only_ ? kept_count_[n] : count_[n];
+      const uint32_t first = only_ ? kept_first_[n] : base_[n];
+      for (uint32_t j = 0; j < ninst; ++j) {
+        const uint32_t tid = first + j;
+        Task& t = p_.tasks[tid];
+        if (t.node != n || t.kind != c.kind) return std::nullopt;
+        t.work = c.work;
+        t.mem_bound = c.mem_bound;
+        if (c.kind == TaskKind::kComm) {
+          engine::CommSpec& s = p_.comms[t.comm];
+          // add_comm's links: two per transfer, two per simulated member of a collective
+          const uint32_t links =
+              t.work <= 0 ? 0 : nd.kind == NodeKind::kTransfer ? 2 : 2 * t.part_count;
+          if (s.link_count != links) return std::nullopt;
+          if (nd.kind == NodeKind::kCollective && links > 0 &&
+              (p_.task_links[s.link_begin] % 4 >= 2) != c.cc.inter_node)
+            return std::nullopt;
+          s.latency_ns = c.latency;
+          s.rate_cap = c.cap;
+        }
+        if (host_effects) {
+          const uint32_t i = only_ ? kept_inst_[tid] : j;
+          const std::span<const int> devs = involved(nd, i);
+          apply_host_effects(t, nd, tid, devs, wanted_of(nd, i, devs));
+        }
+      }
+    }
+    return std::move(p_);
+  }
+
  private:
   bool wanted(int d) const { return !only_ || (*only_)[d]; }
 
@@ -871,6 +928,12 @@ class ProgramBuilder {
 Program build_program(const CompiledPlan& cp, const cost::CostModel& cm,
                       const std::vector<char>* only) {
   return ProgramBuilder(cp, cm, only).build();
+}
+
+std::optional<Program> recost_program(Program built, const CompiledPlan& cp,
+                                      const cost::CostModel& cm,
+                                      const std::vector<char>* only) {
+  return ProgramBuilder(cp, cm, only).recost(std::move(built));
 }
 
 }  // namespace stretto::sim

@@ -167,8 +167,10 @@ std::vector<int64_t> reserved_peaks(const CompiledPlan& cp, const engine::Progra
 }
 }  // namespace
 
-Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
-                          const SimOptions& opt) {
+namespace {
+
+Expected<Result> simulate_impl(const CompiledPlan& cp, const cost::CostModel& cm,
+                               const SimOptions& opt, const Result* previous) {
   auto t0 = std::chrono::steady_clock::now();
   // Refuse before allocating when the estimate exceeds the memory budget (estimate.h).
   if (auto big = plan::check_memory_budget(cp.plan, nullptr, opt.fold_replicas, true);
@@ -211,7 +213,11 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
     return std::chrono::duration<double, std::milli>(Clock::now() - a).count();
   };
   if (opt.progress) opt.progress("building", 0.0);
-  r.program = build_program(cp, cm, r.folded ? &keep : nullptr);
+  r.host_compute = cm.interference().host_compute;
+  std::optional<engine::Program> recosted;
+  if (previous && previous->folded == r.folded && previous->host_compute == r.host_compute)
+    recosted = recost_program(previous->program, cp, cm, r.folded ? &keep : nullptr);
+  r.program = recosted ? std::move(*recosted) : build_program(cp, cm, r.folded ? &keep : nullptr);
   // Pass granularity: the engine runs the merged program; op timings are rebuilt from it.
   std::optional<PassProgram> passes;
   if (opt.granularity == Granularity::kPass) passes = coarsen_to_passes(cp, r.program);
@@ -357,6 +363,18 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
   r.phases.metrics_ms = ms_since(t_metrics);
   r.sim_wall_ms = ms_since(t0);
   return r;
+}
+
+}  // namespace
+
+Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
+                          const SimOptions& opt) {
+  return simulate_impl(cp, cm, opt, nullptr);
+}
+
+Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
+                          const SimOptions& opt, const Result& previous) {
+  return simulate_impl(cp, cm, opt, &previous);
 }
 
 CriticalPathBreakdown breakdown(const std::vector<CriticalStep>& path) {
@@ -539,6 +557,10 @@ Expected<Session> Session::from_text(std::string text, std::string file, std::st
 
 Expected<Result> Session::simulate(const SimOptions& opt) const {
   return sim::simulate(*cp_, *cm_, opt);
+}
+
+Expected<Result> Session::simulate(const SimOptions& opt, const Result& previous) const {
+  return sim::simulate(*cp_, *cm_, opt, previous);
 }
 
 Expected<void> Session::set_costmodel(const CostModelSpec& spec) {

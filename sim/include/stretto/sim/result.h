@@ -74,6 +74,9 @@ struct Result {
     double build_ms = 0, prepare_ms = 0, run_ms = 0, metrics_ms = 0;
   } phases;
   bool folded = false;
+  /// The program's tasks wait for their device's previous compute task
+  /// (cost::Interference::host_compute): part of its structure, for recost_program.
+  bool host_compute = false;
   // Engine-level detail, for traces, the GUI and the critical path.
   engine::Program program;
   std::vector<engine::TaskTiming> timing;  // by task id

@@ -47,6 +47,17 @@ struct SimOptions {
 engine::Program build_program(const compiler::CompiledPlan& cp, const cost::CostModel& cm,
                               const std::vector<char>* only_devices = nullptr);
 
+/// build_program(cp, cm, only_devices) made from `built`, a program that build_program made of
+/// the same compiled plan (or a copy of it) and the same `only_devices` under another cost model
+/// with the same Interference::host_compute: the structure (tasks, participants, dependencies,
+/// dispatch lists, links, counters) is kept, the costs are written again. Equal, field by
+/// field, to build_program's. Nullopt where `cm` changes the structure (a comm task's links
+/// appear or vanish, a collective crosses nodes or no longer does, hosts become shared or not).
+std::optional<engine::Program> recost_program(engine::Program built,
+                                              const compiler::CompiledPlan& cp,
+                                              const cost::CostModel& cm,
+                                              const std::vector<char>* only_devices = nullptr);
+
 /// The cost query of each DAG node, as build_program asks the cost model (one per compute,
 /// transfer or collective node: every instance of a node costs the same). For tools that map
 /// measurements to queries (`stretto profile` and `validate`). build_program answers each
@@ -71,6 +82,12 @@ bool shares_host_cores(const compiler::CompiledPlan& cp, const cost::Interferenc
 /// Runs the engine and computes every metric of `Result`.
 Expected<Result> simulate(const compiler::CompiledPlan& cp, const cost::CostModel& cm,
                           const SimOptions& opt = {});
+/// The same Result, bit for bit, reusing `previous`: a result `simulate` gave for the same
+/// compiled plan (or a copy of it) under another cost model. Its program is re-costed
+/// (recost_program) instead of built when the folding, host_compute and the structure agree;
+/// otherwise it is built as by simulate(cp, cm, opt). For cost-model edits (the GUI).
+Expected<Result> simulate(const compiler::CompiledPlan& cp, const cost::CostModel& cm,
+                          const SimOptions& opt, const Result& previous);
 
 /// The chain of ops and waits that determines the step time, last op first reversed to
 /// first-to-last order.
@@ -108,6 +125,10 @@ class Session {
   plan::ResolvedPlan resolved() const;
 
   Expected<Result> simulate(const SimOptions& opt = {}) const;
+  /// sim::simulate(compiled(), cost_model(), opt, previous): `previous` is a result of this
+  /// session, or of the one it was copied from, before set_costmodel (not set_plan or
+  /// set_directive, which recompile).
+  Expected<Result> simulate(const SimOptions& opt, const Result& previous) const;
 
   /// Replaces the cost model (no recompilation).
   Expected<void> set_costmodel(const plan::CostModelSpec& spec);
