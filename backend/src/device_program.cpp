@@ -242,6 +242,9 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
     if (d.op == plan::DirectiveOp::kShardTensor && d.sequence_parallel)
       refuse("replay does not support sequence parallelism yet", "drop \"sequence_parallel\"",
              d.pointer);
+    if (d.op == plan::DirectiveOp::kReplicate && d.context_parallel > 1)
+      refuse("replay does not support context parallelism yet (ring attention)",
+             "simulate the plan instead, or drop cp / context_parallel", d.pointer);
   }
   if (m.family == plan::ModelSpec::Family::kTransformer) {
     const int kv = m.kv_heads > 0 ? m.kv_heads : m.heads;

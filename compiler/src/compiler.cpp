@@ -39,11 +39,13 @@ std::string_view comm_purpose_name(CommPurpose p) {
   static constexpr std::string_view kN[] = {"none",        "activation",   "gradient",
                                             "grad-reduce", "param-gather", "param-sync",
                                             "dispatch",    "combine",      "tensor-parallel",
-                                            "grad-norm",   "tied-grad",    "loss-reduce"};
+                                            "grad-norm",   "tied-grad",    "loss-reduce",
+                                            "context-parallel"};
   return kN[static_cast<size_t>(p)];
 }
 std::string_view tp_overlap_name(TpOverlap m) {
-  static constexpr std::string_view kN[] = {"none", "ring exchange", "pipeline", "bulk"};
+  static constexpr std::string_view kN[] = {"none", "ring exchange", "pipeline", "bulk",
+                                            "context-parallel ring"};
   return kN[static_cast<size_t>(m)];
 }
 
@@ -228,6 +230,16 @@ class Compiler {
   }
 
   bool check_devices(const Directive& d);
+  // Context parallelism (replicate's context_parallel; Megatron-Core --context-parallel-size):
+  // one degree for the whole plan, checked before the model is expanded on s/cp tokens.
+  int ctx_par_ = 1;
+  int32_t ctx_dir_ = -1;  // the first replicate directive with context_parallel > 1
+  bool check_context_parallel();
+  bool check_context_parallel_covers();
+  uint32_t add_cp_ring(uint32_t o, int mb, Pass pass, const UnitInfo& u,
+                       const std::vector<uint32_t>& deps, uint32_t attention);
+  std::vector<uint32_t> cp_groups_of_;
+  uint32_t cp_groups(const UnitInfo& u);
   bool apply_split();
   bool apply_place();
   bool apply_tensor_parallel();
@@ -412,6 +424,116 @@ class Compiler {
     return lp;
   }
 };
+
+// Context parallelism: the replicate directives' context_parallel, one degree for the plan
+// (Megatron-Core has one --context-parallel-size), with Megatron-Core's conditions: a
+// transformer with fused (flash) attention (TE's DotProductAttention runs the CP ring), and a
+// sequence cut into 2·cp chunks (the load-balanced causal split, get_batch_on_this_cp_rank).
+bool Compiler::check_context_parallel() {
+  for (const Directive& d : plan_.schedule) {
+    if (d.op != DirectiveOp::kReplicate || d.context_parallel <= 1) continue;
+    if (ctx_dir_ < 0) {
+      ctx_dir_ = d.index;
+      ctx_par_ = d.context_parallel;
+    } else if (d.context_parallel != ctx_par_) {
+      error(d.pointer + "/context_parallel",
+            fmt::format("context_parallel = {}, but an earlier replicate has {}",
+                        d.context_parallel, ctx_par_),
+            "a plan has one context-parallel degree (Megatron-Core's --context-parallel-size)",
+            d.index, {{loc(plan_.schedule[ctx_dir_].pointer), "set here"}});
+      return false;
+    }
+  }
+  if (ctx_par_ <= 1) return true;
+  const Directive& d = plan_.schedule[ctx_dir_];
+  const plan::ModelSpec& m = plan_.model;
+  // (a layout's generated replicate points at the layout: its `cp` is what the user wrote)
+  const bool from_layout = plan_.builder && plan_.builder->layout &&
+                           d.pointer == plan_.builder->layout->pointer;
+  const std::string at = from_layout ? d.pointer + "/cp" : d.pointer + "/context_parallel";
+  if (m.family != plan::ModelSpec::Family::kTransformer) {
+    error(at,
+          "context_parallel needs a transformer: a synthetic model has no sequence to split",
+          "drop context_parallel", d.index);
+    return false;
+  }
+  if (m.attention != plan::AttentionImpl::kFlash) {
+    error(at,
+          "context_parallel needs fused (flash) attention: Transformer Engine's attention runs "
+          "the CP ring, and unfused attention has none",
+          "set \"attention\": \"flash\" in \"model\", or drop context_parallel", d.index,
+          {{loc(m.pointer), "the model"}});
+    return false;
+  }
+  if (m.seq_len % (2 * ctx_par_) != 0) {
+    error(at,
+          fmt::format("context_parallel = {} with seq_len {}: context parallelism cuts each "
+                      "sequence into 2·cp = {} chunks (load-balanced causal ring attention), "
+                      "and {} does not divide it",
+                      ctx_par_, m.seq_len, 2 * ctx_par_, 2 * ctx_par_),
+          "pick cp so that 2·cp divides seq_len (Megatron-Core asserts the same)", d.index,
+          {{loc(m.pointer + "/seq_len"), "seq_len"}});
+    return false;
+  }
+  return true;
+}
+
+// Every op is split over the CP group (the model was expanded on s/cp tokens): every unit is
+// replicated by a directive with the plan's context_parallel.
+bool Compiler::check_context_parallel_covers() {
+  if (ctx_par_ <= 1) return true;
+  for (int mb = 0; mb < M_; ++mb)
+    for (uint32_t o = 0; o < nops(); ++o) {
+      const UnitInfo& u = unit(o, mb);
+      if (u.repl >= 0 && plan_.schedule[u.repl].context_parallel == ctx_par_) continue;
+      error(plan_.schedule[u.place].pointer,
+            fmt::format("{} is not context-parallel, but the plan splits sequences over {} CP "
+                        "ranks",
+                        cp_.model.ops[o].name, ctx_par_),
+            "context parallelism splits every op's tokens: replicate every region with the same "
+            "context_parallel",
+            u.place, {{loc(plan_.schedule[ctx_dir_].pointer + "/context_parallel"), "set here"}});
+      return false;
+    }
+  return true;
+}
+
+// The CP groups of a unit's devices (replica-major, TP inner): for every cp consecutive
+// replicas (one CP group of leaders) and TP rank, the cp devices in ring order.
+uint32_t Compiler::cp_groups(const UnitInfo& u) {
+  if (memo_of(cp_groups_of_, u.devs) != kNone) return cp_groups_of_[u.devs];
+  const auto& all = cp_.dag.device_sets[u.devs].devices;
+  const size_t R = u.replicas.size(), cpd = static_cast<size_t>(ctx_par_);
+  const auto tp = static_cast<size_t>(u.tp);
+  STRETTO_ASSERT(all.size() == R * tp && R % cpd == 0, "CP groups tile the unit's replicas");
+  std::vector<int32_t> d;
+  d.reserve(all.size());
+  for (size_t g = 0; g < R / cpd; ++g)
+    for (size_t t = 0; t < tp; ++t)
+      for (size_t c = 0; c < cpd; ++c) d.push_back(all[(g * cpd + c) * tp + t]);
+  const uint32_t id = sets_.intern(std::move(d), ctx_par_);
+  memo_of(cp_groups_of_, u.devs) = id;
+  return id;
+}
+
+// The ring exchange beside a CP rank's attention (forward, or backward: the pass says which):
+// one send/recv per rank to its ring neighbour per step, `bytes` one K/V chunk (K and V of
+// the rank's s/cp tokens, its kv_heads/tp heads); how many steps and what each carries is
+// costmodel/cp_attention.h's. It starts with the attention (TE launches the first exchange
+// before the first step), and the pair's closed form prices the attention node.
+uint32_t Compiler::add_cp_ring(uint32_t o, int mb, Pass pass, const UnitInfo& u,
+                               const std::vector<uint32_t>& deps, uint32_t attention) {
+  const plan::ModelSpec& m = plan_.model;
+  const int64_t bytes = 2 * cp_.model.tokens_per_microbatch * (m.kv_heads / u.tp) *
+                        m.attention_head_dim() * plan::dtype_bytes(cp_.model.dtype);
+  const uint32_t ring = add_collective(CommKind::kSendRecv, CommPurpose::kContextPar, o, mb,
+                                       pass, cp_groups(u), stream("cp"), bytes, u.repl);
+  for (uint32_t d : deps) edge(d, ring);
+  // TE's double buffer: the chunk in use and the one arriving (backward: K/V and dK/dV each).
+  comm_buffer(ring, (pass == Pass::kF ? 2 : 4) * bytes);
+  overlap_pair(attention, ring, TpOverlap::kCpRing, OverlapPart::kWhole);
+  return ring;
+}
 
 bool Compiler::check_devices(const Directive& d) {
   bool ok = true;
@@ -881,7 +1003,7 @@ void Compiler::pad_vocab() {
   if (padded == m.vocab) return;
   ModelSpec spec = m;
   spec.vocab = padded;
-  auto model = expand_model(spec, src_);
+  auto model = expand_model(spec, src_, ctx_par_);
   STRETTO_ASSERT(model && model->ops.size() == cp_.model.ops.size(),
                  "the padded vocabulary changes sizes, not the ops");
   cp_.model = std::move(*model);
@@ -1538,6 +1660,7 @@ uint32_t Compiler::emit_forward(EmitState& es, uint32_t o, int mb, bool rc,
   const uint32_t c = add_compute(o, mb, pass);
   for (uint32_t d : deps) edge(d, c);
   if (ring_ag != kNone) overlap_pair(c, ring_ag, TpOverlap::kRing, OverlapPart::kWhole);
+  if (ctx_par_ > 1 && op.kind == OpKind::kAttention) add_cp_ring(o, mb, pass, u, deps, c);
   note_pass(es, o, mb, rc, u, c);
   // Saved activations: a checkpointed op keeps only its share of the segment's input at its
   // forward, and the rest when it is recomputed.
@@ -1731,6 +1854,7 @@ void Compiler::emit_backward(EmitState& es, uint32_t o, int mb) {
   }
   const uint32_t regather = backward_regather(o, mb, bp, deps);
   const uint32_t first = backward_compute(es, o, mb, gather, regather, deps);
+  if (ctx_par_ > 1 && op.kind == OpKind::kAttention) add_cp_ring(o, mb, bp, u, deps, first);
   if (overlapped) {
     const OverlapPart dgrad = u.split_bwd ? OverlapPart::kWhole : OverlapPart::kInputGrad;
     if (ring_ag != kNone) {
@@ -2142,7 +2266,8 @@ void Compiler::compute_static_memory() {
 }
 
 bool Compiler::run() {
-  auto model = expand_model(plan_.model, src_);
+  if (!check_context_parallel()) return false;
+  auto model = expand_model(plan_.model, src_, ctx_par_);
   if (!model) {
     diags_ = model.error();
     return false;
@@ -2154,7 +2279,7 @@ bool Compiler::run() {
   for (const auto& d : plan_.schedule) ok &= check_devices(d);
   if (!ok || !apply_split()) return false;
   if (!apply_place() || !apply_tensor_parallel() || !check_heads_divisible() ||
-      !check_replication())
+      !check_replication() || !check_context_parallel_covers())
     return false;
   pad_vocab();
   mark_split_backward();

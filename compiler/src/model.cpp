@@ -169,8 +169,9 @@ void expand_synthetic(Builder& b, const ModelSpec& spec) {
 // block), final norm, head and loss, with the spec's dimensions.
 class Transformer {
  public:
-  Transformer(Builder& b, const ModelSpec& spec)
-      : b_(b), spec_(spec), dt(b.dt), bs(spec.microbatch_size), s(spec.seq_len), T(bs * s),
+  Transformer(Builder& b, const ModelSpec& spec, int cp_degree)
+      : b_(b), spec_(spec), dt(b.dt), bs(spec.microbatch_size), s(spec.seq_len), cp(cp_degree),
+        sl(spec.seq_len / cp_degree), T(bs * sl),
         h(spec.hidden), a(spec.heads), kv(spec.kv_heads), d(spec.attention_head_dim()),
         f(spec.ffn_hidden), ad(a * d), V(spec.vocab), qkv_n((a + 2 * kv) * d),
         drop(spec.dropout > 0), norm_params(spec.bias ? 2 * h : h), e(T * h) {}
@@ -263,15 +264,20 @@ class Transformer {
     prev_ = is_moe ? add_moe(L, n2, r1) : add_dense_mlp(L, n2, r1);
   }
 
+  // Context parallelism (cp > 1): the rank's s/cp queries attend to all s keys over the ring's
+  // cp steps (the K/V of the other cp − 1 ranks arrive one chunk a step), so its work is 1/cp
+  // of the whole attention's, [s/cp, d] x [d, s] per head, as Megatron-Core counts it
+  // (the FLOPs of the whole sequence divided over the CP ranks); it reads the received K/V
+  // chunks besides its own q, k, v.
   uint32_t add_flash_attention(const Layer& L, uint32_t qkv) {
     ModelOp att;
     att.name = name(L, "attn.core");
     att.kind = OpKind::kAttention;
     att.tp = TpSplit::kHeads;
-    att.gemm = {s, s, d, bs * a};  // per head: [s,d]x[d,s]
-    att.fwd_flops = 2.0 * static_cast<double>(bs) * s * s * ad;
+    att.gemm = {sl, s, d, bs * a};  // per head: [s/cp,d]x[d,s]
+    att.fwd_flops = 2.0 * static_cast<double>(bs) * sl * s * ad;
     att.bi_flops = 2.5 * att.fwd_flops;
-    att.fwd_bytes = T * qkv_n * dt + T * ad * dt;
+    att.fwd_bytes = T * qkv_n * dt + T * ad * dt + (cp - 1) * T * 2 * kv * d * dt;
     att.bi_bytes = 2 * att.fwd_bytes + T * ad * dt;
     att.saved_bytes = T * qkv_n * dt + T * ad * dt + T * a * 4;  // q, k, v, output, logsumexp
     att.saved_input_bytes = T * qkv_n * dt;
@@ -431,7 +437,9 @@ class Transformer {
   // head_dim, or h / a: attention works on a·d wide queries and outputs, = h unless head_dim
   // says otherwise, as on Qwen3 and Gemma; keys and values kv·d wide), FFN hidden,
   // query / attention-output width, vocabulary, QKV output width.
-  const int64_t bs, s, T, h, a, kv, d, f, ad, V, qkv_n;
+  // With context parallelism (cp > 1) every op works on this rank's s/cp tokens (sl; T = bs·sl)
+  // but attention, whose keys span the whole sequence s.
+  const int64_t bs, s, cp, sl, T, h, a, kv, d, f, ad, V, qkv_n;
   const bool drop;
   const int64_t norm_params;  // LayerNorm weight + bias, or RMSNorm
   const int64_t e;            // hidden-state elements
@@ -441,8 +449,12 @@ class Transformer {
 
 }  // namespace
 
-Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) {
+Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src, int cp) {
   if (auto ok = check_regions(spec, src); !ok) return fail(std::move(ok.error()));
+  STRETTO_ASSERT(cp == 1 || (spec.family == ModelSpec::Family::kTransformer &&
+                             spec.attention == plan::AttentionImpl::kFlash &&
+                             spec.seq_len % (2 * cp) == 0),
+                 "context parallelism's conditions are checked by the compiler");
   Builder b;
   b.dt = plan::dtype_bytes(spec.dtype);
   b.pdt = detail::param_dtype_bytes(spec.dtype);
@@ -454,7 +466,7 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src) 
     expand_synthetic(b, spec);
     return std::move(g);
   }
-  Transformer(b, spec).expand();
+  Transformer(b, spec, cp).expand();
   for (const auto& op : g.ops) {
     g.total_params += op.param_count;
     g.model_flops_per_microbatch += op.fwd_flops + op.bi_flops + op.bw_flops;

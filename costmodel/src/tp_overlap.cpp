@@ -8,6 +8,7 @@
 namespace stretto::cost {
 
 CommCost overlapped_comm_cost(const CostModel& cm, const CommQuery& q, compiler::TpOverlap method) {
+  STRETTO_ASSERT(method != compiler::TpOverlap::kCpRing, "a CP ring is priced by cp_attention.h");
   if (method == compiler::TpOverlap::kBulk || method == compiler::TpOverlap::kNone) return cm.comm(q);
   const int t = std::max(2, q.group_size);
   CommQuery chunk = q;
@@ -53,6 +54,7 @@ int64_t overlapped_pair_ns(compiler::TpOverlap method, int64_t gemm_ns, int64_t 
       t = std::max(g * sms / (sms - kTeCommSms), c);
       break;
     case compiler::TpOverlap::kNone:
+    case compiler::TpOverlap::kCpRing:  // (priced by cp_attention.h, not here)
       return gemm_ns;
   }
   return static_cast<int64_t>(std::ceil(t - 1e-6));

@@ -18,21 +18,26 @@ using plan::JsonSource;
 Expected<std::vector<plan::Directive>> layout_base(const plan::Layout& l,
                                                    const std::vector<int>& stage_to_rank,
                                                    bool bidirectional, const std::string& family) {
-  if (bidirectional && l.dp > 1) {
+  if (bidirectional && l.dp * l.cp > 1) {
     Diagnostic d;
     d.message = fmt::format(
-        "{} with data parallelism (dp = {}) is not supported: DualPipe runs every stage in both "
-        "directions on mirrored ranks, and Stretto does not model the extra gradient reduction "
-        "between a stage's two copies",
-        family, l.dp);
-    d.hint = "use dualpipev (one copy per stage; data parallelism works), or dp = 1";
-    d.loc.json_pointer = l.pointer + "/dp";
+        "{} with {} is not supported: DualPipe runs every stage in both directions on mirrored "
+        "ranks, and Stretto does not model the extra gradient reduction between a stage's two "
+        "copies",
+        family,
+        l.cp > 1 ? fmt::format("context parallelism (cp = {}, dp = {})", l.cp, l.dp)
+                 : fmt::format("data parallelism (dp = {})", l.dp));
+    d.hint = l.cp > 1 ? "use dualpipev (one copy per stage; context parallelism works), or cp = 1"
+                      : "use dualpipev (one copy per stage; data parallelism works), or dp = 1";
+    d.loc.json_pointer = l.pointer + (l.cp > 1 ? "/cp" : "/dp");
     return fail(std::move(d));
   }
   Json base = Json::array();
   auto heads = [&](int rank) {
     std::vector<int> v;
-    for (int d = 0; d < l.dp; ++d) v.push_back(plan::layout_device(l, 0, d, rank));
+    // dp-major, the CP ranks of one DP replica consecutive (replicate's context_parallel)
+    for (int d = 0; d < l.dp; ++d)
+      for (int c = 0; c < l.cp; ++c) v.push_back(plan::layout_device(l, 0, d, rank, c));
     return v;
   };
   const int stages = bidirectional ? l.pp : static_cast<int>(stage_to_rank.size());
@@ -40,9 +45,10 @@ Expected<std::vector<plan::Directive>> layout_base(const plan::Layout& l,
     const int r = bidirectional ? st : stage_to_rank[static_cast<size_t>(st)];
     const std::vector<int> h = heads(r);
     base.push_back({{"op", "place"}, {"filter", {{"PP", st}}}, {"devices", h}, {"stream", "pp"}});
-    if (l.dp > 1) {
+    if (l.dp * l.cp > 1) {
       Json rep = {{"op", "replicate"}, {"filter", {{"PP", st}}}, {"devices", h},
                   {"reduce_stream", "dp"}};
+      if (l.cp > 1) rep["context_parallel"] = l.cp;
       if (l.zero >= 1) rep["shard_optimizer"] = true;
       if (l.zero >= 2) rep["shard_grads"] = true;
       if (l.zero >= 3) rep["shard_params"] = true;
@@ -55,11 +61,12 @@ Expected<std::vector<plan::Directive>> layout_base(const plan::Layout& l,
   if (l.tp > 1) {
     Json groups = Json::array();
     for (int r = 0; r < l.pp; ++r)
-      for (int d = 0; d < l.dp; ++d) {
-        std::vector<int> g;
-        for (int t = 0; t < l.tp; ++t) g.push_back(plan::layout_device(l, t, d, r));
-        groups.push_back(g);
-      }
+      for (int d = 0; d < l.dp; ++d)
+        for (int c = 0; c < l.cp; ++c) {
+          std::vector<int> g;
+          for (int t = 0; t < l.tp; ++t) g.push_back(plan::layout_device(l, t, d, r, c));
+          groups.push_back(g);
+        }
     Json st = {{"op", "shard_tensor"}, {"filter", Json::object()}, {"devices", groups},
                {"stream", "tp"}};
     if (l.sequence_parallel) st["sequence_parallel"] = true;
@@ -94,13 +101,27 @@ Diagnostics check_builder_call(const plan::Plan& plan, const JsonSource* src) {
   };
   if (call.layout) {
     const plan::Layout& l = *call.layout;
-    const int64_t need = int64_t{l.tp} * l.pp * l.dp;
+    const int64_t need = int64_t{l.tp} * l.pp * l.dp * l.cp;
     const int64_t have = int64_t{plan.cluster.nodes} * plan.cluster.devices_per_node;
     if (need > have)
       at(l.pointer,
-         fmt::format("the layout tp {} x pp {} x dp {} needs {} devices; the cluster has {}", l.tp,
-                     l.pp, l.dp, need, have),
+         l.cp > 1 ? fmt::format("the layout tp {} x cp {} x pp {} x dp {} needs {} devices; the "
+                                "cluster has {}",
+                                l.tp, l.cp, l.pp, l.dp, need, have)
+                  : fmt::format("the layout tp {} x pp {} x dp {} needs {} devices; the cluster "
+                                "has {}",
+                                l.tp, l.pp, l.dp, need, have),
          "add nodes (\"cluster\": {\"nodes\": N}) or shrink the layout");
+    // Megatron-Core's load-balanced causal ring attention cuts each sequence into 2·cp chunks
+    // (get_batch_on_this_cp_rank).
+    if (l.cp > 1 && plan.model.family == plan::ModelSpec::Family::kTransformer &&
+        plan.model.seq_len % (2 * l.cp) != 0)
+      at(l.pointer + "/cp",
+         fmt::format("layout cp = {} with seq_len {}: context parallelism cuts each sequence into "
+                     "2·cp = {} chunks (load-balanced causal ring attention), and {} does not "
+                     "divide it",
+                     l.cp, plan.model.seq_len, 2 * l.cp, 2 * l.cp),
+         "pick cp so that 2·cp divides seq_len (Megatron-Core asserts the same)");
     if (call.ranks > 0 && call.ranks != l.pp)
       at(call.pointer + "/ranks",
          fmt::format("\"ranks\": {} disagrees with the layout's pp = {}", call.ranks, l.pp),

@@ -57,6 +57,7 @@ std::optional<Layout> parse_layout(const JsonSource& src, const std::string& poi
   number("pp", l.pp);
   number("dp", l.dp);
   number("ep", l.ep);
+  number("cp", l.cp);
   number("zero", l.zero);
   auto boolean = [&](const char* key, bool& dst) {
     if (!j.contains(key)) return;
@@ -110,15 +111,23 @@ std::optional<Layout> parse_layout(const JsonSource& src, const std::string& poi
                                            "replicas (ep = dp) or none (ep = 1)",
                                            l.ep, l.dp),
                                "set ep to 1 or to dp, or write the shard directives in a base"));
+  if (l.ep > 1 && l.cp > 1)
+    out.push_back(src.error_at(pointer + "/cp",
+                               fmt::format("layout cp = {} with ep = {}: expert parallelism with "
+                                           "context parallelism is not modelled",
+                                           l.cp, l.ep),
+                               "set ep or cp to 1"));
   if (out.size() != before) return std::nullopt;
   return l;
 }
 
-int layout_device(const Layout& l, int tp, int dp, int pp) {
+int layout_device(const Layout& l, int tp, int dp, int pp, int cp) {
   int dev = 0, stride = 1;
   for (const std::string& k : l.order) {
-    const int coord = k == "tp" ? tp : k == "dp" ? dp : pp;
-    const int size = k == "tp" ? l.tp : k == "dp" ? l.dp : l.pp;
+    // CP ranks sit next to TP, outside it (Megatron-Core's tp-cp-ep-dp-pp): the "tp" slot of
+    // the order holds tp + TP · cp.
+    const int coord = k == "tp" ? tp + l.tp * cp : k == "dp" ? dp : pp;
+    const int size = k == "tp" ? l.tp * l.cp : k == "dp" ? l.dp : l.pp;
     dev += coord * stride;
     stride *= size;
   }

@@ -662,6 +662,14 @@ bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d)
       r.boolean(ptr, "shard_grads", d.shard_grads, index);
       r.boolean(ptr, "shard_params", d.shard_params, index);
       r.boolean(ptr, "shard_optimizer", d.shard_optimizer, index);
+      if (r.num(ptr, "replicate", "context_parallel", d.context_parallel, index) &&
+          d.context_parallel > 1 && d.devices.size() % static_cast<size_t>(d.context_parallel) != 0) {
+        r.error(ptr + "/context_parallel",
+                fmt::format("'context_parallel' = {} does not divide the {} devices listed",
+                            d.context_parallel, d.devices.size()),
+                "list dp × cp devices, each CP group's cp devices consecutively", index);
+        ok = false;
+      }
       if (d.shard_params && !d.shard_grads) {
         r.error(ptr + "/shard_params", "shard_params (ZeRO-3) requires shard_grads (ZeRO-2)",
                 "set \"shard_grads\": true as well", index, true);
@@ -924,6 +932,7 @@ Json directives_to_json(const std::vector<Directive>& ds) {
         if (d.shard_optimizer && !d.shard_grads) j["shard_optimizer"] = true;
         if (d.shard_params && d.prefetch != 1) j["prefetch"] = d.prefetch;
         if (d.shard_params && !d.reshard_after_forward) j["reshard_after_forward"] = false;
+        if (d.context_parallel > 1) j["context_parallel"] = d.context_parallel;
         break;
       case DirectiveOp::kRecompute:
         j["mode"] = d.recompute == RecomputeMode::kFull ? "full" : "selective";

@@ -66,7 +66,8 @@ DirectivePaths read_directives(const std::vector<Directive>& ds, ResolvedPlan& r
         if (have_rep) break;
         have_rep = true;
         paths.replicate = d.pointer;
-        r.dp = static_cast<int>(d.devices.size());
+        r.cp = std::max(1, d.context_parallel);
+        r.dp = static_cast<int>(d.devices.size()) / r.cp;
         r.zero = d.shard_params ? 3 : d.shard_grads ? 2 : d.shard_optimizer ? 1 : 0;
         r.bucket_size_MB = d.bucket_size_MB;
         r.prefetch = d.prefetch;
@@ -170,6 +171,7 @@ ResolvedPlan resolve_structure(const Plan& plan, const std::vector<Directive>& d
   w.add("tp", lay("tp"), r.tp, structural);
   w.add("dp", lay("dp"), r.dp, structural);
   w.add("ep", lay("ep"), r.ep, structural);
+  w.add("cp", lay("cp"), r.cp, structural);
   w.add("zero", lay("zero"), r.zero, structural);
   w.add("sequence_parallel", lay("sequence_parallel"), r.sequence_parallel, structural);
   w.add("tp_comm_overlap", lay("tp_comm_overlap"), r.tp_comm_overlap, structural);

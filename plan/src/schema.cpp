@@ -353,6 +353,10 @@ constexpr PlanKey kKeys[] = {
      .doc = "ZeRO level of the data-parallel replicas (1: optimizer state, 2: + gradients, 3: + parameters)"},
     {.section = "layout", .key = "sequence_parallel", .type = K::kBoolean, .fallback = "false",
      .doc = "Megatron sequence parallelism with TP"},
+    {.section = "layout", .key = "cp", .type = K::kInteger, .min = 1, .max = 1024, .fallback = "1",
+     .doc = "context-parallel degree (Megatron-Core --context-parallel-size): each sequence split "
+            "over cp ranks (2·cp chunks, load-balanced causal ring attention); CP ranks sit next to "
+            "TP, outside it (Megatron-Core's tp-cp-dp-pp order); gradients reduce over dp × cp"},
     {.section = "layout", .key = "tp_comm_overlap", .type = K::kBoolean, .fallback = "false",
      .doc = "Megatron-Core --tp-comm-overlap: TP collectives overlapped with their GEMMs "
             "(Transformer Engine userbuffers); needs tp > 1 and sequence_parallel"},
@@ -400,6 +404,12 @@ constexpr PlanKey kKeys[] = {
     {.section = "replicate", .key = "reshard_after_forward", .type = K::kBoolean,
      .fallback = "true",
      .doc = "ZeRO-3 (shard_params only): free a unit's gathered parameters after its forward and gather them again for the backward (FSDP FULL_SHARD); false: gather each unit once and keep it until its gradient is reduce-scattered (FSDP SHARD_GRAD_OP)"},
+    {.section = "replicate", .key = "context_parallel", .type = K::kInteger, .min = 1,
+     .max = 1024, .fallback = "1",
+     .doc = "context parallelism (Megatron-Core --context-parallel-size): every cp consecutive "
+            "devices of the list are one CP group, splitting each sequence over its ranks with "
+            "ring attention (K/V exchanged on stream cp); the gradient reduction spans all the "
+            "devices (dp × cp); must divide the list and seq_len / 2"},
     {.section = "replicate", .key = "comment", .type = K::kString, .doc = "free text"},
 
     {.section = "recompute", .key = "op", .type = K::kString, .requirement = R::kRequired, .doc = "activation recomputation (checkpointing) of the matching model ops"},

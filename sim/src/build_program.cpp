@@ -21,6 +21,7 @@
 #include <unordered_map>
 
 #include "stretto/costmodel/host_reuse.h"
+#include "stretto/costmodel/cp_attention.h"
 #include "stretto/costmodel/tp_overlap.h"
 #include "stretto/sim/session.h"
 
@@ -632,13 +633,21 @@ class ProgramBuilder {
       return comm_memo_.get(key_of(q), [&] { return cm_.comm(q); });
     QueryKey<4> k = key_of(q);
     k.w[0] |= static_cast<uint64_t>(x.tp_overlap) << 24;
+    if (x.tp_overlap == compiler::TpOverlap::kCpRing) {
+      // context parallelism's ring (cost/cp_attention.h): the forward's steps or the backward's
+      const bool bwd = x.tags.pass != Pass::kF;
+      k.w[0] |= static_cast<uint64_t>(bwd) << 32;
+      return comm_memo_.get(k, [&] { return cost::cp_ring_comm_cost(cm_, q, bwd); });
+    }
     return comm_memo_.get(k, [&] { return cost::overlapped_comm_cost(cm_, q, x.tp_overlap); });
   }
   int64_t overlapped_work(uint32_t n, const Node& nd, int64_t whole_ns) {
     const std::vector<const compiler::TpOverlapPair*>& prs = overlaps_of_.at(n);
     auto with = [&](compiler::OverlapPart part, int64_t gemm_ns) {
       for (const compiler::TpOverlapPair* pr : prs)
-        if (pr->part == part)
+        if (pr->method == compiler::TpOverlap::kCpRing)
+          return cp_pair_ns(dag_.nodes[pr->comm], gemm_ns);
+        else if (pr->part == part)
           return cost::overlapped_pair_ns(pr->method, gemm_ns,
                                           comm_cost(dag_.nodes[pr->comm]).time_ns, nd.tp,
                                           cl_.device.sms);
@@ -654,6 +663,17 @@ class ProgramBuilder {
     };
     return with(compiler::OverlapPart::kInputGrad, part_ns(Pass::kBI)) +
            with(compiler::OverlapPart::kWeightGrad, part_ns(Pass::kBW));
+  }
+
+  // Context parallelism: the attention node of a (attention, ring exchange) pair takes
+  // cost/cp_attention.h's closed form of its cp steps, each beside one ring step.
+  int64_t cp_pair_ns(const Node& ring, int64_t attn_ns) {
+    const cost::CommQuery q = queries_.comm(ring);
+    const int cp = q.group_size;
+    if (ring.tags.pass == Pass::kF)
+      return cost::cp_attention_fwd_ns(cp, attn_ns, cost::cp_step_ns(cm_, q, 1));
+    return cost::cp_attention_bwd_ns(cp, attn_ns, cost::cp_step_ns(cm_, q, 1),
+                                     cost::cp_step_ns(cm_, q, 2));
   }
 
   // Dependencies implied by a FIFO are left out. Every device program is a subsequence of the

@@ -10,3 +10,6 @@ stretto_test(costmodel_test
     ${CMAKE_CURRENT_LIST_DIR}/fidelity_costmodel_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/calibration_test.cpp
   LIBS stretto::costmodel)
+# Context parallelism's attention closed forms (costmodel/cp_attention.h), by hand
+stretto_test(costmodel_cp_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cp_attention_test.cpp
+  LIBS stretto::costmodel)

@@ -17,3 +17,5 @@ stretto_test(sim_allocator_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/allocator_test
 # recost_program and simulate(previous): a cost-model edit re-costs the previous program; the
 # result equals a fresh simulation field by field
 stretto_test(sim_recost_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/recost_test.cpp LIBS stretto::sim)
+# context parallelism: rank order, s/cp ops, the ring pairs' prices, a step by hand, memory, refusals
+stretto_test(sim_cp_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cp_test.cpp LIBS stretto::sim)

@@ -55,6 +55,9 @@ enum class CommPurpose : uint8_t {
   kLossReduce,   // vocab-parallel cross-entropy under TP (Megatron's _VocabParallelCrossEntropy):
                  //   three all-reduces of b·s fp32 over the TP group in the loss's forward, the
                  //   logits' max, the predicted (target) logit and the sum of exponentials
+  kContextPar,   // context parallelism's ring attention (Transformer Engine's
+                 //   AttnFuncWithCPAndKVP2P): the K/V (forward) or K/V and dK/dV (backward)
+                 //   exchanged with the CP ring's neighbours, beside the attention (TpOverlap::kCpRing)
 };
 std::string_view comm_purpose_name(CommPurpose p);
 
@@ -72,7 +75,10 @@ std::string_view comm_purpose_name(CommPurpose p);
 ///    fc1_wgrad), each as one collective.
 /// How long a pair takes is the cost model's closed form (costmodel/tp_overlap.h), priced on
 /// the compute node; the collective runs concurrently on its stream.
-enum class TpOverlap : uint8_t { kNone, kRing, kPipeline, kBulk };
+/// kCpRing is context parallelism's ring attention, paired the same way: the ring exchange
+/// node (CommPurpose::kContextPar, a send/recv per CP rank over the CP groups; `bytes` one K/V
+/// chunk) runs beside the attention node, whose time is costmodel/cp_attention.h's closed form.
+enum class TpOverlap : uint8_t { kNone, kRing, kPipeline, kBulk, kCpRing };
 std::string_view tp_overlap_name(TpOverlap m);
 
 /// One overlapped (GEMM, collective) pair: `part` says which GEMM of the compute node the

@@ -99,7 +99,10 @@ struct ModelGraph {
 };
 
 /// Expands the model. Errors (e.g. pp_regions > layers) point at spec.pointer fields.
+/// `cp` > 1 (context parallelism): the ops of ONE CP rank, on its s/cp tokens of each sequence
+/// (tokens_per_microbatch and model_flops_per_microbatch are that rank's); the caller has
+/// checked a transformer with flash attention and seq_len divisible by 2·cp.
 Expected<ModelGraph> expand_model(const plan::ModelSpec& spec,
-                                  const plan::JsonSource* src = nullptr);
+                                  const plan::JsonSource* src = nullptr, int cp = 1);
 
 }  // namespace stretto::compiler

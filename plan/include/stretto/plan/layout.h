@@ -10,7 +10,9 @@
 // layout generates a `place` on the heads (TP rank 0) of its rank's DP replicas, a
 // `replicate` across them when dp > 1 (ZeRO level from "zero": 0-3), a `shard` of the expert
 // blocks when ep > 1 (ep = dp: experts spread over the stage's replicas), and one
-// `shard_tensor` with every TP group when tp > 1. The stage -> rank mapping is the family's
+// `shard_tensor` with every TP group when tp > 1. With cp > 1 (context parallelism) the
+// replicas are dp × cp heads, cp consecutive ones per CP group (`replicate`'s
+// context_parallel), and the gradient reduction spans them all. The stage -> rank mapping is the family's
 // (loop for 1F1B, interleaved, V for zb-v / dualpipev), taken from the built schedule.
 
 #include <optional>
@@ -28,7 +30,9 @@ class JsonSource;
 std::optional<Layout> parse_layout(const JsonSource& src, const std::string& pointer,
                                    Diagnostics& out);
 
-/// The device of (tp, dp, pp) coordinates under `layout.order`.
-int layout_device(const Layout& layout, int tp, int dp, int pp);
+/// The device of (tp, dp, pp, cp) coordinates under `layout.order`. CP ranks sit next to TP,
+/// outside it (Megatron-Core's rank order tp-cp-ep-dp-pp, parallel_state.py's RankGenerator):
+/// with the default order, device = tp + TP · (cp + CP · (dp + DP · pp)).
+int layout_device(const Layout& layout, int tp, int dp, int pp, int cp = 0);
 
 }  // namespace stretto::plan

@@ -161,6 +161,7 @@ struct Directive {
   bool shard_grads = false;                     // ZeRO-2
   bool shard_params = false;                    // ZeRO-3
   bool shard_optimizer = false;                 // ZeRO-1 (implied by the two above)
+  int context_parallel = 1;  // replicate: every cp consecutive devices form one CP group
   bool sequence_parallel = false;               // shard_tensor
   bool tp_comm_overlap = false;                 // shard_tensor (needs sequence_parallel)
   int prefetch = 1;                 // replicate + shard_params: FSDP units gathered ahead
@@ -174,6 +175,7 @@ struct Directive {
 /// Layout shorthand of a builder call (layout.h): parallel degrees and rank order.
 struct Layout {
   int tp = 1, pp = 1, dp = 1, ep = 1;
+  int cp = 1;  // context parallelism: next to TP, outside it (Megatron-Core's tp-cp-dp-pp)
   std::vector<std::string> order = {"tp", "dp", "pp"};  // innermost first (Megatron)
   int zero = 0;                                        // 0-3: replicate's ZeRO level
   bool sequence_parallel = false;                      // shard_tensor's

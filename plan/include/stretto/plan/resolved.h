@@ -48,6 +48,7 @@ struct ResolvedPlan {
   int stages = 1;           // pipeline stages (distinct PP indices placed)
   int stages_per_rank = 1;  // most stages one rank holds (2 for V and DualPipe schedules)
   int tp = 1, dp = 1, ep = 1;
+  int cp = 1;    // context parallelism (the first replicate's context_parallel); dp excludes it
   int zero = 0;  // 0-3, from the first replicate's flags
   bool sequence_parallel = false;
   bool tp_comm_overlap = false;  // Megatron-Core --tp-comm-overlap (TE userbuffers)

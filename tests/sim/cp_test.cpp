@@ -1,0 +1,273 @@
+// Context parallelism (layout `cp`, replicate's `context_parallel`: Megatron-Core
+// --context-parallel-size with Transformer Engine's p2p ring attention; compiler/dag.h
+// TpOverlap::kCpRing, costmodel/cp_attention.h).
+//
+//  * Layout: Megatron-Core's rank order tp-cp-dp-pp, the CP rings over the right devices, the
+//    gradient reduction over dp × cp;
+//  * Ops on s/cp tokens: the model's tokens and FLOPs per CP rank, the step's model FLOPs
+//    and tokens unchanged against the same batch without CP;
+//  * Pairs: every ring exchange priced as its steps by an α–β hand computation (links of
+//    360 GB/s and 1 µs), every attention node as the ring's closed form;
+//  * Step: under the fixed cost model, CP 2 against DP 2 differs by the closed forms' excess;
+//  * Memory: the activations per device halve at cp 2;
+//  * Refusals: 2·cp not dividing seq_len (layout and directive), cp not dividing the devices,
+//    unfused attention, located.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "stretto/sim/inspect.h"
+#include "stretto/sim/session.h"
+
+namespace stretto::sim {
+namespace {
+
+using compiler::CommKind;
+using compiler::CommPurpose;
+using compiler::CompiledPlan;
+using compiler::Node;
+using compiler::NodeKind;
+using compiler::OpKind;
+using compiler::TpOverlap;
+using engine::Program;
+using nlohmann::json;
+using plan::Pass;
+
+constexpr double kLinkGBps = 360;
+constexpr double kLinkLatencyUs = 1;
+constexpr double kNvlinkHopUs = 3.4;  // NCCL 2.28 tuning.cc hwLat[NVLink][Ring][Simple]
+
+json tiny_plan(json layout, json costmodel, int layers = 2) {
+  return {{"model",
+           {{"family", "transformer"},
+            {"layers", layers},
+            {"hidden", 1024},
+            {"heads", 16},
+            {"kv_heads", 8},
+            {"ffn_hidden", 4096},
+            {"vocab", 16384},
+            {"seq_len", 1024},
+            {"microbatch_size", 2}}},
+          {"cluster",
+           {{"preset", "h100-sxm"},
+            {"nodes", 1},
+            {"devices_per_node", 32},
+            {"intra_node", {{"bandwidth_GBps", kLinkGBps}, {"latency_us", kLinkLatencyUs}}}}},
+          {"costmodel", costmodel},
+          {"schedule", {{"builder", "1f1b"}, {"microbatches", 4}, {"layout", layout}}}};
+}
+json analytic() {
+  return {{"kind", "analytic"},
+          {"nccl_algo", "ring"},
+          {"nccl_proto", "simple"},
+          {"nccl_intra_GBps", kLinkGBps}};
+}
+int64_t us(double x) { return std::llround(x * 1000); }
+int64_t wire_ns(double bytes) { return static_cast<int64_t>(std::ceil(bytes / kLinkGBps)); }
+
+Session open(const json& plan) {
+  auto s = Session::from_text(plan.dump(), "cp.json");
+  EXPECT_TRUE(s) << render_all(s.error());
+  return std::move(*s);
+}
+
+// TP 2 x CP 2 x DP 2: device = tp + 2 (cp + 2 dp). Each ring joins the CP ranks of one TP rank
+// and DP replica; the gradients of a TP rank reduce over its 4 = dp × cp copies.
+TEST(ContextParallel, RanksFollowMegatronOrderAndGradientsReduceOverDpTimesCp) {
+  Session s = open(tiny_plan({{"tp", 2}, {"cp", 2}, {"dp", 2}}, analytic()));
+  const CompiledPlan& cp = s.compiled();
+  EXPECT_EQ(cp.resolved.cp, 2);
+  EXPECT_EQ(cp.resolved.dp, 2);
+  EXPECT_EQ(cp.resolved.global_batch(), 2 * 4 * 2);  // microbatch size x microbatches x dp
+  EXPECT_EQ(cp.resolved.placement.at(0), (std::vector<int>{0, 2, 4, 6}));
+  int rings_f = 0, rings_b = 0, reductions = 0;
+  for (const Node& n : cp.dag.nodes) {
+    if (n.purpose == CommPurpose::kContextPar) {
+      ASSERT_EQ(n.kind, NodeKind::kCollective);
+      EXPECT_EQ(n.comm, CommKind::kSendRecv);
+      EXPECT_EQ(cp.model.ops[n.op].kind, OpKind::kAttention);
+      const auto& ds = cp.dag.device_sets[n.devs];
+      EXPECT_EQ(ds.group_size, 2);
+      EXPECT_EQ(ds.devices, (std::vector<int32_t>{0, 2, 1, 3, 4, 6, 5, 7}));
+      EXPECT_EQ(cp.dag.streams[n.stream], "cp");
+      // one K/V chunk: K and V of 2 x 512 tokens, 8 / 2 KV heads of 64, bf16
+      EXPECT_EQ(n.bytes, 2 * 2 * 512 * 4 * 64 * 2);
+      (n.tags.pass == Pass::kF ? rings_f : rings_b) += 1;
+    }
+    if (n.purpose == CommPurpose::kGradReduce) {
+      ++reductions;
+      EXPECT_EQ(cp.dag.device_sets[n.devs].group_size, 4);
+    }
+  }
+  EXPECT_EQ(rings_f, 2 * 4);  // layers x microbatches
+  EXPECT_EQ(rings_b, 2 * 4);
+  EXPECT_GT(reductions, 0);
+  size_t pairs = 0;
+  for (const auto& pr : cp.dag.tp_overlaps) pairs += pr.method == TpOverlap::kCpRing;
+  EXPECT_EQ(pairs, 16u);
+}
+
+// Every op of a CP rank works on its s/cp tokens; its attention is 1/cp of the whole
+// sequence's ([s/cp, d] x [d, s] per head). The step's model FLOPs and tokens are the same as
+// without CP for the same global batch, so MFU compares.
+TEST(ContextParallel, OpsRunOnTheRanksTokensAndModelFlopsAreUnchanged) {
+  Session one = open(tiny_plan({{"dp", 1}}, analytic()));
+  Session two = open(tiny_plan({{"cp", 2}}, analytic()));
+  const auto& m1 = one.compiled().model;
+  const auto& m2 = two.compiled().model;
+  EXPECT_EQ(m1.tokens_per_microbatch, 2 * 1024);
+  EXPECT_EQ(m2.tokens_per_microbatch, 2 * 512);
+  ASSERT_EQ(m1.ops.size(), m2.ops.size());
+  for (size_t i = 0; i < m1.ops.size(); ++i) {
+    SCOPED_TRACE(m1.ops[i].name);
+    EXPECT_DOUBLE_EQ(m2.ops[i].fwd_flops * 2, m1.ops[i].fwd_flops);
+    EXPECT_EQ(m2.ops[i].saved_bytes * 2, m1.ops[i].saved_bytes);
+    if (m1.ops[i].kind == OpKind::kAttention) {
+      EXPECT_DOUBLE_EQ(m2.ops[i].fwd_flops, 2.0 * 2 * 512 * 1024 * 1024);  // 2·b·(s/cp)·s·h
+    }
+  }
+  EXPECT_DOUBLE_EQ(m2.model_flops_per_microbatch * 2, m1.model_flops_per_microbatch);
+  auto r1 = one.simulate();
+  auto r2 = two.simulate();
+  ASSERT_TRUE(r1 && r2);
+  EXPECT_NEAR(r2->model_flops, r1->model_flops, 1e-9 * r1->model_flops);
+  EXPECT_NEAR(r2->tokens_per_s * r2->step_time, r1->tokens_per_s * r1->step_time,
+              1e-6 * r1->tokens_per_s * r1->step_time);
+}
+
+// Analytic model, one node: every ring step is a send/recv of one K/V chunk (two in the
+// backward's middle steps) over one NVLink hop, α–β by hand; the attention node takes
+// T_f = a + (cp − 1) max(a, p) and T_b = 2 max(a_b, p) + (cp − 2) max(a_b, p2).
+TEST(ContextParallel, RingAndAttentionArePricedAsTheClosedForms) {
+  for (int c : {2, 4}) {
+    SCOPED_TRACE("cp " + std::to_string(c));
+    Session s = open(tiny_plan({{"cp", c}}, analytic()));
+    const CompiledPlan& cp = s.compiled();
+    const Program p = build_program(cp, s.cost_model());
+    std::map<uint32_t, uint32_t> task_of;
+    for (uint32_t i = 0; i < p.tasks.size(); ++i) task_of.try_emplace(p.tasks[i].node, i);
+    const int64_t chunk = 2 * 2 * (1024 / c) * 8 * 64 * 2;
+    const int64_t p1 = us(kLinkLatencyUs + kNvlinkHopUs) + wire_ns(double(chunk));
+    const int64_t p2 = us(kLinkLatencyUs + kNvlinkHopUs) + wire_ns(double(2 * chunk));
+    CostQueries queries(cp);
+    int seen = 0;
+    for (const auto& pr : cp.dag.tp_overlaps) {
+      ASSERT_EQ(pr.method, TpOverlap::kCpRing);
+      const Node& ring = cp.dag.nodes[pr.comm];
+      const Node& att = cp.dag.nodes[pr.compute];
+      ASSERT_EQ(ring.bytes, chunk);
+      const bool fwd = ring.tags.pass == Pass::kF;
+      const engine::Task& rt = p.tasks[task_of.at(pr.comm)];
+      EXPECT_TRUE(rt.overlapped);
+      const engine::CommSpec& cs = p.comms[rt.comm];
+      const int64_t ring_ns = cs.latency_ns + cost::transfer_ns(rt.work, cs.rate_cap);
+      const int64_t want_ring = fwd ? (c - 1) * p1 : 2 * p1 + (c - 2) * p2;
+      EXPECT_NEAR(double(ring_ns), double(want_ring), 4.0);
+      const int64_t alone = s.cost_model().compute(queries.compute(att)).ns;
+      const int64_t a = (alone + c - 1) / c;
+      const int64_t want = fwd ? a + (c - 1) * std::max(a, p1)
+                               : 2 * std::max(a, p1) + (c - 2) * std::max(a, p2);
+      EXPECT_NEAR(double(p.tasks[task_of.at(pr.compute)].work), double(want), 4.0)
+          << cp.dag.node_name(pr.compute, cp.model);
+      ++seen;
+    }
+    EXPECT_EQ(seen, 2 * 2 * 4);
+  }
+}
+
+// One layer, one microbatch, the fixed cost model (each of the region's 14 ops f forward and b
+// backward, every communication c): CP 2 and DP 2 replicate over the same two devices and
+// reduce the same buckets, and differ only in the attention: CP's forward takes
+// f/2 + max(f/2, c) and its backward 2 max(b/2, c), against f and b.
+TEST(ContextParallel, OneLayerStepMatchesTheHandComputationUnderTheFixedModel) {
+  const int64_t f = 116'000, b = 232'000, c = 150'000;  // ns
+  const json fixed = {{"kind", "fixed"}, {"F", 14 * f}, {"B", 14 * b}, {"comm", c}, {"unit", "ns"}};
+  auto step = [&](json layout) {
+    json plan = tiny_plan(layout, fixed, 1);
+    plan["model"]["pp_regions"] = 1;
+    plan["schedule"]["microbatches"] = 1;
+    Session s = open(plan);
+    auto r = s.simulate();
+    EXPECT_TRUE(r) << render_all(r.error());
+    return r->step_time;
+  };
+  const int64_t cp_f = f / 2 + std::max(f / 2, c);
+  const int64_t cp_b = 2 * std::max(b / 2, c);
+  EXPECT_EQ(step({{"cp", 2}}) - step({{"dp", 2}}), (cp_f - f) + (cp_b - b));
+}
+
+int64_t peak_activations(const json& plan) {
+  Session s = open(plan);
+  auto r = s.simulate();
+  EXPECT_TRUE(r) << render_all(r.error());
+  int64_t peak = 0;
+  for (const CategorySample& x : memory_by_category(s.compiled(), *r, 0))
+    peak = std::max(peak, x.bytes[3]);  // activations
+  return peak;
+}
+
+TEST(ContextParallel, ActivationsPerDeviceAreDividedByCp) {
+  const int64_t one = peak_activations(tiny_plan({{"tp", 2}}, analytic()));
+  const int64_t two = peak_activations(tiny_plan({{"tp", 2}, {"cp", 2}}, analytic()));
+  EXPECT_GT(one, 0);
+  EXPECT_EQ(two * 2, one);
+}
+
+struct Refusal {
+  const char* name;
+  json plan;
+  const char* pointer;
+  const char* says;
+};
+
+TEST(ContextParallel, RefusedWhereMegatronCoreRefusesIt) {
+  // 1026 tokens divide into 2 CP ranks, but not into 2·cp = 4 load-balanced chunks
+  json layout2 = tiny_plan({{"cp", 2}}, analytic());
+  layout2["model"]["seq_len"] = 1026;
+  auto base = [&](int devices, int cpd) {
+    json p = tiny_plan(json::object(), analytic(), 1);
+    p["model"]["pp_regions"] = 1;
+    json devs = json::array();
+    for (int i = 0; i < devices; ++i) devs.push_back(i);
+    p["schedule"] = {{"builder", "gpipe"},
+                     {"microbatches", 1},
+                     {"base",
+                      {{{"op", "place"}, {"filter", {{"PP", 0}}}, {"devices", devs}},
+                       {{"op", "replicate"},
+                        {"filter", {{"PP", 0}}},
+                        {"devices", devs},
+                        {"context_parallel", cpd}}}}};
+    return p;
+  };
+  json directive2 = base(2, 2);
+  directive2["model"]["seq_len"] = 1026;
+  json unfused = tiny_plan({{"cp", 2}}, analytic());
+  unfused["model"]["attention"] = "unfused";
+  const Refusal cases[] = {
+      {"layout: 2·cp does not divide seq_len", layout2, "/schedule/layout/cp",
+       "2·cp = 4 chunks"},
+      {"directive: 2·cp does not divide seq_len", directive2,
+       "/schedule/base/1/context_parallel", "2·cp = 4 chunks"},
+      {"directive: cp does not divide the devices", base(3, 2),
+       "/schedule/base/1/context_parallel", "does not divide the 3 devices"},
+      {"unfused attention", unfused, "", "flash"},
+  };
+  for (const Refusal& rc : cases) {
+    SCOPED_TRACE(rc.name);
+    auto s = Session::from_text(rc.plan.dump(2), "refused.json");
+    ASSERT_FALSE(s);
+    const std::string all = render_all(s.error());
+    EXPECT_NE(all.find(rc.says), std::string::npos) << all;
+    if (*rc.pointer) {
+      EXPECT_NE(all.find(rc.pointer), std::string::npos) << all;
+    }
+    EXPECT_NE(all.find("refused.json:"), std::string::npos) << all;  // file:line:col
+  }
+}
+
+}  // namespace
+}  // namespace stretto::sim
