@@ -148,6 +148,8 @@ Expected<std::vector<Json>> search_space(const Json& base, const SearchOptions& 
                   if (mf.experts > 0) p["ep"] = ep;  // a dense model has no expert parallelism
                   // the base's TP communication overlap, where there is TP to overlap
                   if (rb->tp_comm_overlap) p["tp_comm_overlap"] = tp > 1;
+                  // context parallelism is not searched: candidates run without it
+                  if (rb->cp > 1) p["cp"] = 1;
                   out.push_back(std::move(p));
                 }
         }
@@ -190,6 +192,7 @@ std::vector<Json> megatron_defaults(const Json& base, int devices) {
       if (mf.experts > 0) p["ep"] = ep;  // a dense model has no expert parallelism
       // Megatron-LM's --tp-comm-overlap is off unless asked for
       if (rb->tp_comm_overlap) p["tp_comm_overlap"] = false;
+      if (rb->cp > 1) p["cp"] = 1;  // (not searched)
       out.push_back(std::move(p));
     }
   return out;

@@ -37,7 +37,7 @@ const std::vector<std::string>& known_axes() {
       "family",    "ranks",          "pp",        "tp",      "dp",
       "ep",        "stages_per_rank", "microbatches", "microbatch_size", "zero",
       "bucket_size_MB", "recompute", "streams",   "prefetch", "sequence_parallel",
-      "tp_comm_overlap", "layout"};
+      "tp_comm_overlap", "cp", "layout"};
   return k;
 }
 // Axes that regenerate the schedule (microbatch_size and pointers do not).
@@ -423,6 +423,7 @@ Expected<Bindings> bindings_from(const Resolved& defaults, const Json& params) {
   b.try_emplace("pp", static_cast<double>(r.pp));
   b.try_emplace("dp", static_cast<double>(r.dp));
   b.try_emplace("ep", static_cast<double>(r.ep));
+  b.try_emplace("cp", static_cast<double>(r.cp));
   b.try_emplace("microbatches", static_cast<double>(r.microbatches));
   b.try_emplace("microbatch_size", static_cast<double>(r.microbatch_size));
   b.try_emplace("zero", static_cast<double>(r.zero));
@@ -582,7 +583,7 @@ bool Resolved::same_schedule(const Resolved& o) const {
          streams == o.streams && prefetch == o.prefetch &&
          reshard_after_forward == o.reshard_after_forward &&
          sequence_parallel == o.sequence_parallel && tp_comm_overlap == o.tp_comm_overlap &&
-         order == o.order;
+         cp == o.cp && order == o.order;
 }
 
 Expected<Resolved> base_defaults(const Json& base) {
@@ -620,6 +621,7 @@ Expected<Resolved> base_defaults(const Json& base) {
   r.devices_per_node = std::max(1, plan->cluster.devices_per_node);
   r.sequence_parallel = rp.sequence_parallel;
   r.tp_comm_overlap = rp.tp_comm_overlap;
+  r.cp = rp.cp;
   r.order = rp.order;
   return r;
 }
@@ -633,7 +635,7 @@ Expected<Resolved> resolve(const Json& base, const Json& params) {
 std::optional<Diagnostic> check_axis_value(const std::string& axis, const Json& v) {
   // Layout keys: the layout parser's own check (plan/layout.h), on a one-key layout.
   if (axis == "tp" || axis == "pp" || axis == "dp" || axis == "ep" || axis == "zero" ||
-      axis == "sequence_parallel" || axis == "tp_comm_overlap") {
+      axis == "sequence_parallel" || axis == "tp_comm_overlap" || axis == "cp") {
     if (axis == "ep" && v == "dp") return std::nullopt;
     Json l = {{axis, v}};
     if (axis == "ep") l["dp"] = v;  // ep is 1 or dp: check the value alone
@@ -712,6 +714,7 @@ Expected<Resolved> resolve_from(Resolved r, const Json& params) {
   num("tp", r.tp);
   num("pp", r.pp);
   num("dp", r.dp);
+  num("cp", r.cp);
   num("stages_per_rank", r.stages_per_rank);
   num("microbatches", r.microbatches);
   num("microbatch_size", r.microbatch_size);
@@ -726,6 +729,12 @@ Expected<Resolved> resolve_from(Resolved r, const Json& params) {
   if (params.contains("ep")) r.ep = params["ep"] == "dp" ? -1 : params["ep"].get<int>();
   if (r.ep == -1 || (!params.contains("ep") && ep_is_dp)) r.ep = r.dp;
   if (r.family.empty() && r.schedule_axes) r.family = "1f1b";
+  // What the layout parser refuses of cp (plan/src/layout.cpp), for the point as a whole.
+  if (r.cp > 1 && r.ep > 1)
+    return fail(plain(fmt::format("layout cp = {} with ep = {}: expert parallelism with context "
+                                  "parallelism is not modelled",
+                                  r.cp, r.ep),
+                      "set ep or cp to 1"));
   // What the layout parser refuses of tp_comm_overlap (plan/src/layout.cpp), for the point as a
   // whole: a regenerated schedule has no shard_tensor to carry it when tp = 1.
   if (r.tp_comm_overlap && (r.tp < 2 || !r.sequence_parallel))
@@ -767,11 +776,13 @@ Expected<GeneratedSchedule> layout_schedule(const Resolved& r) {
   order.tp = r.tp;
   order.pp = r.pp;
   order.dp = r.dp;
+  order.cp = r.cp;
   order.order = r.order;
-  auto dev = [&](int t, int d, int p) { return plan::layout_device(order, t, d, p); };
-  auto rank_devices = [&](int rank) {
+  auto dev = [&](int t, int d, int p, int c) { return plan::layout_device(order, t, d, p, c); };
+  auto rank_devices = [&](int rank) {  // dp-major, a replica's CP ranks consecutive
     Json a = Json::array();
-    for (int d = 0; d < r.dp; ++d) a.push_back(dev(0, d, rank));
+    for (int d = 0; d < r.dp; ++d)
+      for (int c = 0; c < r.cp; ++c) a.push_back(dev(0, d, rank, c));
     return a;
   };
   Json base = Json::array();
@@ -781,8 +792,9 @@ Expected<GeneratedSchedule> layout_schedule(const Resolved& r) {
     Json place = {{"op", "place"}, {"filter", {{"PP", s}}}, {"devices", devs}};
     place["stream"] = shared ? "comm" : "pp";
     base.push_back(place);
-    if (r.dp > 1) {
+    if (r.dp * r.cp > 1) {
       Json rep = {{"op", "replicate"}, {"filter", {{"PP", s}}}, {"devices", devs}};
+      if (r.cp > 1) rep["context_parallel"] = r.cp;
       rep["reduce_stream"] = shared ? "comm" : "dp";
       rep["gather_stream"] = shared ? "comm" : "dp";
       rep["bucket_size"] = r.bucket_size_MB;
@@ -802,11 +814,12 @@ Expected<GeneratedSchedule> layout_schedule(const Resolved& r) {
   if (r.tp > 1) {
     Json groups = Json::array();
     for (int p = 0; p < r.pp; ++p)
-      for (int d = 0; d < r.dp; ++d) {
-        Json g = Json::array();
-        for (int t = 0; t < r.tp; ++t) g.push_back(dev(t, d, p));
-        groups.push_back(g);
-      }
+      for (int d = 0; d < r.dp; ++d)
+        for (int c = 0; c < r.cp; ++c) {
+          Json g = Json::array();
+          for (int t = 0; t < r.tp; ++t) g.push_back(dev(t, d, p, c));
+          groups.push_back(g);
+        }
     Json st = {{"op", "shard_tensor"},
                {"filter", Json::object()},
                {"devices", groups},
@@ -975,6 +988,7 @@ Expected<PointPlan> resolve_point(const Json& base_plan, const Json& params,
     set("/schedule/layout/sequence_parallel", r.sequence_parallel);
     if (r.tp_comm_overlap || base_values->tp_comm_overlap)
       set("/schedule/layout/tp_comm_overlap", r.tp_comm_overlap);
+    if (r.cp > 1 || base_values->cp > 1) set("/schedule/layout/cp", r.cp);
     set("/model/pp_regions", sched->stages);
     if (auto ok = size_cluster(plan, r.devices(), dpn); !ok) return fail(std::move(ok).error());
     return PointPlan{std::move(plan), r};

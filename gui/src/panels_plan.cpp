@@ -403,6 +403,7 @@ void parameters_tab(App& app) {
   field_int(app, doc, rp, "tp");
   field_int(app, doc, rp, "dp");
   field_int(app, doc, rp, "ep");
+  field_int(app, doc, rp, "cp");
   field_int(app, doc, rp, "zero");
   field_bool(app, rp, "sequence_parallel");
   field_bool(app, rp, "tp_comm_overlap");

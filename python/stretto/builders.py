@@ -6,7 +6,7 @@ expands to (the same library code, pipelines/builders.h), as a list of directive
     >>> plan = stretto.Plan.from_dict(dict(base_doc, schedule=ds))
 
 ``base`` is a directive list (placements, replication, ...) the schedule keeps first, as a
-builder call's ``base``; ``layout`` ({"tp", "pp", "dp", "ep", "order", "zero",
+builder call's ``base``; ``layout`` ({"tp", "pp", "dp", "ep", "cp", "order", "zero",
 "sequence_parallel", "tp_comm_overlap"}) generates that base instead. Errors raise :class:`stretto.PlanError`
 pointing into the call (``/base/3``, ``/microbatches``).
 

@@ -350,6 +350,43 @@ TEST(Points, EveryScheduleAxisReachesThePlan) {
 // tp_comm_overlap is a sweep axis like sequence_parallel: it reaches the regenerated
 // shard_tensor, moves the simulated step, and a point without TP (or without sequence
 // parallelism) is refused with the layout parser's words; a spec refuses a non-boolean value.
+// The cp axis on a hand-written base: the regenerated schedule places each stage on its dp x cp
+// heads in Megatron-Core's tp-cp-dp-pp order, replicates over them with context_parallel, and
+// the point's plan sizes the cluster for tp x cp x pp x dp; a sequence that 2·cp does not divide
+// is an invalid point with the compiler's words.
+TEST(Points, CpAxisReachesThePlanAndTheStep) {
+  auto s = load_spec(data("small.json"));
+  ASSERT_TRUE(s) << render_all(s.error());
+  auto point = [](int cp) {
+    Point p{{{"tp", 2}, {"pp", 2}, {"dp", 1}, {"cp", cp}, {"family", "1f1b"}, {"microbatches", 8}},
+            ""};
+    p.hash = point_hash(p.params);
+    return p;
+  };
+  auto plan = point_plan(s->base, point(2).params);
+  ASSERT_TRUE(plan) << render_all(plan.error());
+  size_t reps = 0;
+  for (const auto& d : (*plan)["schedule"]["base"])
+    if (d["op"] == "replicate") {
+      ++reps;
+      EXPECT_EQ(d.value("context_parallel", 1), 2) << d.dump();
+      if (d["filter"]["PP"] == 0) {
+        EXPECT_EQ(d["devices"], Json::array({0, 2})) << d.dump();
+      }
+    }
+  EXPECT_EQ(reps, 2u);
+  EXPECT_EQ((*plan)["cluster"]["nodes"].get<int>() * (*plan)["cluster"]["devices_per_node"].get<int>(),
+            8);
+  const PointResult r = evaluate_point(*s, point(2));
+  ASSERT_EQ(r.status, "ok") << r.diagnostic;
+  Point odd = point(2);  // 2050 tokens: 2·cp = 4 does not divide them
+  odd.params["/model/seq_len"] = 2050;
+  odd.hash = point_hash(odd.params);
+  const PointResult bad = evaluate_point(*s, odd);
+  EXPECT_EQ(bad.status, "invalid");
+  EXPECT_NE(bad.diagnostic.find("2·cp = 4 chunks"), std::string::npos) << bad.diagnostic;
+}
+
 TEST(Points, TpCommOverlapAxisReachesThePlanAndTheStep) {
   auto s = load_spec(data("small.json"));
   ASSERT_TRUE(s) << render_all(s.error());

@@ -89,6 +89,7 @@ Expected<Grid> enumerate(const SweepSpec& spec,
 struct Resolved {
   std::string family;  // canonical builder family ("" = the base's hand-written directives)
   int tp = 1, pp = 1, dp = 1, ep = 1;
+  int cp = 1;  // context parallelism (layout cp / replicate's context_parallel)
   int stages_per_rank = 0;  // 0: the family's default
   int microbatches = 1;
   int64_t microbatch_size = 1;
@@ -104,7 +105,7 @@ struct Resolved {
   bool layout_base = false;    // the base is a builder call with the "layout" shorthand
   int devices_per_node = 1;    // the base's resolved cluster.devices_per_node (plan or preset)
   bool schedule_axes = false;  // the point changes the schedule: it is regenerated
-  int64_t devices() const { return int64_t{tp} * pp * dp; }
+  int64_t devices() const { return int64_t{tp} * pp * dp * cp; }
   int64_t global_batch() const { return microbatch_size * microbatches * dp; }
   /// The same schedule (every field a schedule axis sets).
   bool same_schedule(const Resolved& o) const;
