@@ -2241,10 +2241,11 @@ void Compiler::compute_static_memory() {
     const std::vector<int32_t>& holders = lp.holders;
     const int64_t count = lp.count, R = lp.R;
     const Directive* rd = lp.repl;
-    // Optimizer state per parameter: the plan's optimizer (OptimizerSpec), else the ZeRO
-    // paper's mixed-precision Adam (K = 12).
+    // Optimizer state per parameter: the plan's optimizer (OptimizerSpec), else its default,
+    // Adam with master weights: the ZeRO paper's mixed-precision K = 12 for 16-bit parameters,
+    // 8 (the moments) for fp32 ones, whose weights are their own master.
     const OptimizerSpec& os = plan_.optimizer;
-    const int64_t k = os.given ? os.state_bytes_per_param(dt) : 12;
+    const int64_t k = os.given ? os.state_bytes_per_param(dt) : OptimizerSpec{}.state_bytes_per_param(dt);
     const OpKind kind = cp_.model.ops[o].kind;
     const bool te_gemm = kind == OpKind::kQKV || kind == OpKind::kOutProj ||
                          kind == OpKind::kMlpUp || kind == OpKind::kMlpDown ||

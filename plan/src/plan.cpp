@@ -48,15 +48,22 @@ std::string_view directive_op_name(DirectiveOp op) {
   return "?";
 }
 
+bool OptimizerSpec::keeps_master(int dt) const {
+  // Megatron-LM keeps fp32 main params only under --fp16/--bf16 (Float16OptimizerWithFloat16
+  // Params); an fp32 model's own weights are the master (FP32Optimizer).
+  return master_weights && dt < 4;
+}
+
 int64_t OptimizerSpec::state_bytes_per_param(int dt) const {
   // fp32 master copy when kept (mixed precision); moments in fp32 alongside it, else in the
   // parameters' dtype (torch.optim keeps state in the parameter's dtype).
-  const int64_t s = master_weights ? 4 : dt;
+  const bool m = keeps_master(dt);
+  const int64_t s = m ? 4 : dt;
   switch (kind) {
     case Kind::kAdam:
-      return (master_weights ? 4 : 0) + 2 * s;
+      return (m ? 4 : 0) + 2 * s;
     case Kind::kSgd:
-      return (master_weights ? 4 : 0) + s;
+      return (m ? 4 : 0) + s;
     case Kind::kNone:
       return 0;
   }
@@ -72,10 +79,11 @@ int64_t OptimizerSpec::step_bytes_per_param(int dt) const {
   //  - gradient clipping: one read of the grads for the norm, one read + write to scale them;
   //  - Adam: read grad, weight, m, v; write weight, m, v. SGD (momentum): read grad, weight,
   //    momentum; write weight, momentum.
-  const int64_t g = master_weights ? 4 : dt;  // grads as the update reads them
-  const int64_t w = master_weights ? 4 : dt;  // weights and moments as the update keeps them
+  const bool m = keeps_master(dt);
+  const int64_t g = m ? 4 : dt;  // grads as the update reads them
+  const int64_t w = m ? 4 : dt;  // weights and moments as the update keeps them
   int64_t b = 0;
-  if (master_weights) b += (dt + 4) + (4 + dt);
+  if (m) b += (dt + 4) + (4 + dt);
   if (grad_clip) b += 3 * g;
   b += kind == Kind::kAdam ? g + 6 * w : g + 4 * w;
   return b;

@@ -261,6 +261,25 @@ TEST(FidelityPlan, OptimizerGradNormAndTiedEmbeddings) {
                                                                   {{1, 3}, 58304 * 52}}));
   // Optimizer state: master weights 4 + Adam moments 8 = 12 bytes per parameter.
   EXPECT_EQ(cp->static_mem[1].optimizer, 58304 * 12);
+  {
+    // An fp32 model keeps no master copy, master_weights or not (its weights are the master,
+    // as Megatron-LM's FP32Optimizer): Adam's fp32 moments, 8 bytes per parameter, and a step
+    // without the two copies: clipping 3x4 + Adam 4 + 24 = 40 bytes per parameter.
+    json fp32 = plan;
+    fp32["model"]["dtype"] = "fp32";
+    auto c32 = compile_json(fp32);
+    ASSERT_TRUE(c32) << c32.error()[0].message;
+    EXPECT_EQ(c32->static_mem[1].optimizer, 58304 * 8);
+    size_t steps = 0;
+    for (const auto& n : c32->dag.nodes) {
+      if (n.kind != NodeKind::kCompute || c32->model.ops[n.op].kind != OpKind::kOptimizer ||
+          c32->dag.device_sets[n.devs].devices != std::vector<int32_t>{1, 3})
+        continue;
+      ++steps;
+      EXPECT_EQ(n.bytes, 58304 * 40);
+    }
+    EXPECT_EQ(steps, 1u);
+  }
   EXPECT_TRUE(unmodelled_effects(*cp).size() == 1u);  // host work only
   plan["optimizer"] = {{"kind", "none"}};
   auto none = compile_json(plan);

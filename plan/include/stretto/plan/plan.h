@@ -201,6 +201,9 @@ struct OptimizerSpec {
   bool master_weights = true;  // fp32 master copy (mixed precision) for 16-bit models
   bool grad_clip = true;
   bool given = false;  // false: the plan has no `optimizer` (no step is modelled)
+  /// Whether the step keeps an fp32 master copy: `master_weights` on a model whose parameters
+  /// are narrower than fp32 (an fp32 model's weights are their own master).
+  bool keeps_master(int dtype_bytes) const;
   /// Bytes of optimizer state per parameter: fp32 master weights (4) if kept, plus Adam's two
   /// moments or SGD's momentum in fp32 (with master weights) or the model dtype (without).
   int64_t state_bytes_per_param(int dtype_bytes) const;
