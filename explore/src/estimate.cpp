@@ -129,6 +129,9 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
 }
 
 Expected<Estimate> Estimator::operator()(const Resolved& r) {
+  // The closed forms below know nothing of context parallelism (ring attention, s/cp tokens,
+  // the DP x CP reduction): no estimate rather than the cp = 1 one.
+  if (r.cp > 1) return fail(plain("no closed form with context parallelism (cp > 1)"));
   const int p = std::max(1, r.pp), tp = std::max(1, r.tp), dp = std::max(1, r.dp);
   const int m = std::max(1, r.microbatches);
   const std::string& fam = r.family.empty() ? std::string("1f1b") : r.family;

@@ -379,6 +379,10 @@ TEST(Points, CpAxisReachesThePlanAndTheStep) {
             8);
   const PointResult r = evaluate_point(*s, point(2));
   ASSERT_EQ(r.status, "ok") << r.diagnostic;
+  // The analytic estimate has no closed form for CP: none (0), not the cp = 1 figure.
+  EXPECT_EQ(r.estimate_step_ms, 0) << r.estimate_step_ms;
+  EXPECT_EQ(r.estimate_memory_bytes, 0);
+  EXPECT_GT(evaluate_point(*s, point(1)).estimate_step_ms, 0);
   Point odd = point(2);  // 2050 tokens: 2·cp = 4 does not divide them
   odd.params["/model/seq_len"] = 2050;
   odd.hash = point_hash(odd.params);
