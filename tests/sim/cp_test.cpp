@@ -22,6 +22,7 @@
 
 #include "stretto/sim/inspect.h"
 #include "stretto/sim/session.h"
+#include "refusals.h"
 
 namespace stretto::sim {
 namespace {
@@ -217,12 +218,7 @@ TEST(ContextParallel, ActivationsPerDeviceAreDividedByCp) {
   EXPECT_EQ(two * 2, one);
 }
 
-struct Refusal {
-  const char* name;
-  json plan;
-  const char* pointer;
-  const char* says;
-};
+using testing::Refusal;
 
 TEST(ContextParallel, RefusedWhereMegatronCoreRefusesIt) {
   // 1026 tokens divide into 2 CP ranks, but not into 2·cp = 4 load-balanced chunks
@@ -256,17 +252,7 @@ TEST(ContextParallel, RefusedWhereMegatronCoreRefusesIt) {
        "/schedule/base/1/context_parallel", "does not divide the 3 devices"},
       {"unfused attention", unfused, "", "flash"},
   };
-  for (const Refusal& rc : cases) {
-    SCOPED_TRACE(rc.name);
-    auto s = Session::from_text(rc.plan.dump(2), "refused.json");
-    ASSERT_FALSE(s);
-    const std::string all = render_all(s.error());
-    EXPECT_NE(all.find(rc.says), std::string::npos) << all;
-    if (*rc.pointer) {
-      EXPECT_NE(all.find(rc.pointer), std::string::npos) << all;
-    }
-    EXPECT_NE(all.find("refused.json:"), std::string::npos) << all;  // file:line:col
-  }
+  testing::expect_refused(cases);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 
 #include "stretto/sim/pipeline_metrics.h"
 #include "stretto/sim/session.h"
+#include "refusals.h"
 
 namespace stretto::sim {
 namespace {
@@ -202,12 +203,7 @@ TEST(TpOverlap, ExposedTensorParallelCommunicationDrops) {
   EXPECT_LT(on, 0.5 * off) << off << " ms without the overlap, " << on << " with";
 }
 
-struct Refusal {
-  const char* name;
-  json plan;
-  const char* pointer;
-  const char* says;
-};
+using testing::Refusal;
 
 TEST(TpOverlap, RefusedWhereMegatronAndTransformerEngineRefuseIt) {
   json no_sp = tiny_plan({{"tp", 2}, {"tp_comm_overlap", true}}, analytic());
@@ -233,17 +229,7 @@ TEST(TpOverlap, RefusedWhereMegatronAndTransformerEngineRefuseIt) {
       {"shard_tensor without sequence parallelism", directive,
        "/schedule/base/1/tp_comm_overlap", "needs 'sequence_parallel'"},
   };
-  for (const Refusal& rc : cases) {
-    SCOPED_TRACE(rc.name);
-    auto s = Session::from_text(rc.plan.dump(2), "refused.json");
-    ASSERT_FALSE(s);
-    const std::string all = render_all(s.error());
-    EXPECT_NE(all.find(rc.says), std::string::npos) << all;
-    if (*rc.pointer) {
-      EXPECT_NE(all.find(rc.pointer), std::string::npos) << all;
-    }
-    EXPECT_NE(all.find("refused.json:"), std::string::npos) << all;  // file:line:col
-  }
+  testing::expect_refused(cases);
 }
 
 }  // namespace
