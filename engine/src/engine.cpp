@@ -31,9 +31,9 @@ constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
 constexpr SimTime kNever = std::numeric_limits<SimTime>::max();
 constexpr size_t kMaxErrors = 50;
 constexpr size_t kMaxBlocked = 8;
-constexpr uint32_t kDeviceMask = (1u << 28) - 1;  // device ids share a word with flag bits
+constexpr uint32_t kDeviceMask = (1u << 27) - 1;  // device ids share a word with flag bits
+constexpr uint32_t kSortedBit = 1u << 27;  // comm: participants sorted by device (prepare only)
 constexpr uint32_t kEffectsBit = 1u << 28;        // the task has counter effects
-constexpr uint32_t kSortedBit = 1u << 31;  // comm: participants sorted by device (prepare only)
 constexpr double kMaxNs = 4.0e18;          // beyond this a duration is "never" (int64 safety)
 constexpr size_t kAhead = 16;  // prefetch distance for the random accesses of prepare
 
@@ -110,7 +110,8 @@ struct Engine::State {
     uint32_t pending = 0;     // unmet start conditions: deps + stream heads not reached
     uint32_t succ_begin = 0;  // successors are succ[succ_begin, next record's succ_begin)
     uint32_t next = kNone;    // compute: the next task of its stream; comm: Task::part_begin
-    uint32_t bits = 0;        // (compute: device; comm: part_count) | effects << 28 | kind << 29
+    uint32_t bits = 0;        // (compute: device; comm: part_count) | sorted << 27
+                              // | effects << 28 | kind << 29
                               // | (compute: mem_bound; comm: overlapped) << 31
 
     uint32_t device() const { return bits & kDeviceMask; }      // compute

@@ -109,6 +109,28 @@ TEST(Engine, OverlappedCommDoesNotSlowCompute) {
   }
 }
 
+TEST(Engine, AWideCollectiveSlowsComputeUnlessOverlapped) {
+  // A collective of 17 devices (more than the engine's small-group limit, 16, so that it finds
+  // each device's entry by search) with latency 400, comm_sm_share 0.5 everywhere, beside a
+  // kernel (work 600) on device 0: [0, 400) at 0.5 -> 200 done, then 400 more -> 800. Marked
+  // overlapped it takes nothing: 600. Participants sorted by device or not, both ways.
+  for (bool overlapped : {false, true}) {
+    for (bool sorted : {true, false}) {
+      ProgramBuilder b(17, {"compute", "comm"});
+      std::vector<Participant> parts;
+      for (uint32_t d = 0; d < 17; ++d) parts.push_back({sorted ? d : 16 - d, 1});
+      for (uint32_t d = 0; d < 17; ++d) b.p.devices[d].comm_sm_share = 0.5;
+      const auto k = b.compute(0, 0, 600);
+      const auto c = b.comm(parts, 0, 400, 0);
+      b.p.tasks[c].overlapped = overlapped;
+      const RunResult r = run_ok(b.p);
+      EXPECT_EQ(r.timing[c].end, 400);
+      EXPECT_EQ(r.timing[k].end, overlapped ? 600 : 800)
+          << (overlapped ? "overlapped" : "plain") << ", " << (sorted ? "sorted" : "unsorted");
+    }
+  }
+}
+
 TEST(Engine, InterferenceCombinesWithProcessorSharing) {
   // Two kernels (work 600 each) and a comm of latency 400 with sm share 0.5.
   // [0,400): each at 0.5/2 = 0.25 -> 100 done each. Then 500 left each at 1/2 -> +1000 = 1400.
