@@ -34,6 +34,7 @@ constexpr size_t kMaxBlocked = 8;
 constexpr uint32_t kDeviceMask = (1u << 27) - 1;  // device ids share a word with flag bits
 constexpr uint32_t kSortedBit = 1u << 27;  // comm: participants sorted by device (prepare only)
 constexpr uint32_t kEffectsBit = 1u << 28;        // the task has counter effects
+constexpr uint32_t kFlagBit = 1u << 31;  // compute: Task::mem_bound; comm: Task::overlapped
 constexpr double kMaxNs = 4.0e18;          // beyond this a duration is "never" (int64 safety)
 constexpr size_t kAhead = 16;  // prefetch distance for the random accesses of prepare
 
@@ -165,6 +166,17 @@ struct Engine::State {
   std::vector<uint32_t> head_task;   // per (device << slot_shift | stream) slot: first task
   std::vector<uint32_t> free_tasks;  // tasks with no deps and no participants
   std::vector<double> link_caps;
+  // The sizes of the program whose structure the above holds (rerun_checked compares them);
+  // `prepared` is false until a prepare finds no errors.
+  struct Shape {
+    size_t tasks = 0, deps = 0, parts = 0, comms = 0, task_links = 0, links = 0, devices = 0,
+           streams = 0, dispatch = 0, host_cores = 0, effect_begin = 0, effects = 0;
+    uint32_t num_counters = 0;
+    bool operator==(const Shape&) const = default;
+  };
+  static Shape shape_of(const Program& prog);
+  Shape shape;
+  bool prepared = false;
 
   // ---- scratch of prepare ----
   struct BigTask {
@@ -224,6 +236,8 @@ struct Engine::State {
   double prepare_ms = 0;
 
   bool prepare(const Program& prog, std::vector<std::string>* errors);
+  // prepare() for a program with the structure of the prepared one: its values only
+  bool rearm(const Program& prog, std::vector<std::string>* errors);
   void simulate(RunResult& out);
 
   // prepare's steps, in the order it calls them
@@ -250,6 +264,11 @@ struct Engine::State {
   void report_undispatched_comm(const Program& prog, Errors& err) const;
   void successor_offsets(const Sizes& z, Errors& err);
   void fill_successors(const Program& prog, const Sizes& z, size_t num_succ);
+  void copy_link_capacities(const Program& prog);
+
+  // rearm's steps
+  void rearm_tasks(const Program& prog, Errors& err);
+  void rearm_issue_times(const Program& prog);
 
   // simulate's steps
   void reset_run(RunResult& out);
@@ -326,6 +345,7 @@ struct Engine::State {
 
 bool Engine::State::prepare(const Program& prog, std::vector<std::string>* errors) {
   p = &prog;
+  prepared = false;
   Errors err(errors);
   Sizes z;
   if (!check_sizes(prog, z, err)) return false;
@@ -347,9 +367,33 @@ bool Engine::State::prepare(const Program& prog, std::vector<std::string>* error
     return false;
   }
   fill_successors(prog, z, num_succ);
-  link_caps.resize(z.links);
-  for (size_t l = 0; l < z.links; ++l) link_caps[l] = prog.links[l].capacity;
+  copy_link_capacities(prog);
+  shape = shape_of(prog);
+  prepared = true;
   return true;
+}
+
+Engine::State::Shape Engine::State::shape_of(const Program& prog) {
+  Shape s;
+  s.tasks = prog.tasks.size();
+  s.deps = prog.deps.size();
+  s.parts = prog.participants.size();
+  s.comms = prog.comms.size();
+  s.task_links = prog.task_links.size();
+  s.links = prog.links.size();
+  s.devices = prog.devices.size();
+  s.streams = prog.stream_names.size();
+  for (const DeviceProgram& dp : prog.devices) s.dispatch += dp.dispatch.size();
+  s.host_cores = prog.host_cores.size();
+  s.effect_begin = prog.effect_begin.size();
+  s.effects = prog.effects.size();
+  s.num_counters = prog.num_counters;
+  return s;
+}
+
+void Engine::State::copy_link_capacities(const Program& prog) {
+  link_caps.resize(prog.links.size());
+  for (size_t l = 0; l < prog.links.size(); ++l) link_caps[l] = prog.links[l].capacity;
 }
 
 // The program's sizes, and whether its ids fit in 32 bits.
@@ -836,6 +880,57 @@ void Engine::State::fill_successors(const Program& prog, const Sizes& z, size_t 
     for (uint32_t i = prog.dep_end(t); i-- > begin;) {
       if (z.prefetch && i >= kAhead) __builtin_prefetch(&recs[prog.deps[i - kAhead]], 1);
       succ[--recs[prog.deps[i]].succ_begin] = t;
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// rearm: a program with the prepared structure and other values (engine.h, rerun_checked).
+// What prepare derived from the structure stays (successor lists, stream links, collective
+// order, free tasks); each task's record gets its values and start conditions again.
+// ------------------------------------------------------------------------------------------
+
+bool Engine::State::rearm(const Program& prog, std::vector<std::string>* errors) {
+  STRETTO_ASSERT(prepared, "rerun_checked: no prepared structure (run_checked first)");
+  STRETTO_ASSERT(shape_of(prog) == shape,
+                 "rerun_checked: the program's structure is not the prepared one");
+  p = &prog;
+  Errors err(errors);
+  check_devices_and_links(prog, err);
+  rearm_tasks(prog, err);
+  if (err.count() > 0) {
+    err.finish();
+    return false;
+  }
+  rearm_issue_times(prog);
+  copy_link_capacities(prog);
+  return true;
+}
+
+// Work, the flag bit (mem_bound or overlapped), the start conditions a run counts down
+// (dependencies and stream heads, as scan_tasks counts them) and the values' checks.
+void Engine::State::rearm_tasks(const Program& prog, Errors& err) {
+  const auto n = static_cast<uint32_t>(prog.tasks.size());
+  for (uint32_t t = 0; t < n; ++t) {
+    const Task& k = prog.tasks[t];
+    TaskRec& rec = recs[t];
+    rec.work = k.work;
+    rec.pending = k.part_count + (prog.dep_end(t) - k.dep_begin);
+    rec.issue = 0;
+    const bool flag = k.kind == TaskKind::kComm ? k.overlapped : k.mem_bound;
+    rec.bits = (rec.bits & ~kFlagBit) | static_cast<uint32_t>(flag) << 31;
+    check_task_values(t, k, k.kind == TaskKind::kComm ? &prog.comms[k.comm] : nullptr, err);
+  }
+}
+
+// Issue times: entry k of a device's dispatch list at (k + 1) * dispatch_ns, a task's the
+// latest over its devices (as link_dispatch_lists sets them).
+void Engine::State::rearm_issue_times(const Program& prog) {
+  for (const DeviceProgram& dp : prog.devices) {
+    if (dp.dispatch_ns == 0) continue;  // every issue time 0, as rearm_tasks left it
+    for (size_t pos = 0; pos < dp.dispatch.size(); ++pos) {
+      TaskRec& rec = recs[dp.dispatch[pos]];
+      rec.issue = std::max(rec.issue, static_cast<SimTime>(pos + 1) * dp.dispatch_ns);
     }
   }
 }
@@ -1366,10 +1461,25 @@ void Engine::run(const Program& program, RunResult& out, const RunOptions& optio
 
 std::vector<std::string> Engine::run_checked(const Program& program, RunResult& out,
                                              const RunOptions& options) {
+  return run_impl(program, out, options, false);
+}
+
+std::vector<std::string> Engine::rerun_checked(const Program& program, RunResult& out,
+                                               const RunOptions& options) {
+  return run_impl(program, out, options, true);
+}
+
+bool Engine::prepared() const {
+  return state_ && state_->prepared;
+}
+
+std::vector<std::string> Engine::run_impl(const Program& program, RunResult& out,
+                                          const RunOptions& options, bool rearm) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!state_) state_ = std::make_unique<State>();
   std::vector<std::string> errors;
-  if (!state_->prepare(program, &errors)) return errors;
+  if (!(rearm ? state_->rearm(program, &errors) : state_->prepare(program, &errors)))
+    return errors;
   const auto t1 = std::chrono::steady_clock::now();
   state_->curves = options.counter_curves;
   state_->options = &options;

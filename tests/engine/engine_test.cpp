@@ -109,21 +109,28 @@ TEST(Engine, OverlappedCommDoesNotSlowCompute) {
   }
 }
 
+// A collective of 17 devices (more than the engine's small-group limit, 16, so that it finds
+// each device's entry by search) with latency 400, comm_sm_share 0.5 everywhere, beside a
+// kernel (work 600) on device 0 (task 0; the collective is task 1): [0, 400) at 0.5 -> 200
+// done, then 400 more -> 800. Marked overlapped it takes nothing: 600.
+Program wide_collective_beside_a_kernel(bool sorted_participants) {
+  ProgramBuilder b(17, {"compute", "comm"});
+  std::vector<Participant> parts;
+  for (uint32_t d = 0; d < 17; ++d) parts.push_back({sorted_participants ? d : 16 - d, 1});
+  for (uint32_t d = 0; d < 17; ++d) b.p.devices[d].comm_sm_share = 0.5;
+  b.compute(0, 0, 600);
+  b.comm(parts, 0, 400, 0);
+  return b.p;
+}
+
 TEST(Engine, AWideCollectiveSlowsComputeUnlessOverlapped) {
-  // A collective of 17 devices (more than the engine's small-group limit, 16, so that it finds
-  // each device's entry by search) with latency 400, comm_sm_share 0.5 everywhere, beside a
-  // kernel (work 600) on device 0: [0, 400) at 0.5 -> 200 done, then 400 more -> 800. Marked
-  // overlapped it takes nothing: 600. Participants sorted by device or not, both ways.
+  // Participants sorted by device or not, both ways.
   for (bool overlapped : {false, true}) {
     for (bool sorted : {true, false}) {
-      ProgramBuilder b(17, {"compute", "comm"});
-      std::vector<Participant> parts;
-      for (uint32_t d = 0; d < 17; ++d) parts.push_back({sorted ? d : 16 - d, 1});
-      for (uint32_t d = 0; d < 17; ++d) b.p.devices[d].comm_sm_share = 0.5;
-      const auto k = b.compute(0, 0, 600);
-      const auto c = b.comm(parts, 0, 400, 0);
-      b.p.tasks[c].overlapped = overlapped;
-      const RunResult r = run_ok(b.p);
+      Program p = wide_collective_beside_a_kernel(sorted);
+      const uint32_t k = 0, c = 1;
+      p.tasks[c].overlapped = overlapped;
+      const RunResult r = run_ok(p);
       EXPECT_EQ(r.timing[c].end, 400);
       EXPECT_EQ(r.timing[k].end, overlapped ? 600 : 800)
           << (overlapped ? "overlapped" : "plain") << ", " << (sorted ? "sorted" : "unsorted");
@@ -1000,6 +1007,153 @@ TEST(Validate, ReportsMalformedCounters) {
   EXPECT_TRUE(has(validate(b.p), "num_counters above"));
   b.p.num_counters = 1;
   EXPECT_TRUE(validate(b.p).empty());
+}
+
+// ---- rerun_checked: a program whose values alone changed, on the prepared structure ----
+
+// random_program with counters (an allocation at the start of some tasks, freed at their end or
+// never) and with some devices time-sharing host cores.
+Program with_counters_and_hosts(Program p, uint32_t seed) {
+  std::mt19937 rng(seed);
+  p.num_counters = 2;
+  p.effect_begin.assign(1, 0);
+  for (size_t t = 0; t < p.tasks.size(); ++t) {
+    if (rng() % 2) {
+      const auto c = static_cast<uint8_t>(rng() % 2);
+      const int64_t bytes = 1 + rng() % 1000;
+      p.effects.push_back({c, false, bytes});
+      if (rng() % 3) p.effects.push_back({c, true, -bytes});
+    }
+    p.effect_begin.push_back(static_cast<uint32_t>(p.effects.size()));
+  }
+  p.host_cores = {1.0, 2.0};
+  for (size_t d = 0; d < p.devices.size(); ++d)
+    p.devices[d].host = d % 3 == 2 ? kNoHost : static_cast<uint32_t>(d % 2);
+  return p;
+}
+
+// The same structure with every value rerun_checked lets change drawn again.
+Program revalued(Program p, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (Task& t : p.tasks) {
+    if (t.kind == TaskKind::kCompute) {
+      t.work = 1 + rng() % 5000;
+      t.mem_bound = rng() % 3 == 0;
+    } else if (t.kind == TaskKind::kComm) {
+      t.work = rng() % 20000;
+      t.overlapped = rng() % 4 == 0;
+    }
+  }
+  for (CommSpec& c : p.comms) {
+    c.latency_ns = rng() % 300;
+    c.rate_cap = rng() % 2 ? 0.0 : 0.3 + (rng() % 10) / 10.0;
+  }
+  for (Link& l : p.links) l.capacity = 0.5 + rng() % 4;
+  for (DeviceProgram& d : p.devices) {
+    d.dispatch_ns = rng() % 3 == 0 ? 0 : 1 + rng() % 9;
+    d.comm_sm_share = (rng() % 4) / 8.0;
+    d.comm_hbm_share = (rng() % 4) / 6.0;
+  }
+  for (double& c : p.host_cores) c = 0.5 + rng() % 3;
+  p.host_share_efficiency = 0.5 + (rng() % 6) / 10.0;
+  for (CounterEffect& e : p.effects) e.delta = (e.at_end ? -1 : 1) * static_cast<int64_t>(1 + rng() % 1000);
+  return p;
+}
+
+// Everything a RunResult holds but the wall time.
+void expect_same_run(const RunResult& a, const RunResult& b) {
+  EXPECT_TRUE(same(a, b));
+  ASSERT_EQ(a.occupancy.size(), b.occupancy.size());
+  for (size_t d = 0; d < a.occupancy.size(); ++d) {
+    EXPECT_EQ(a.occupancy[d].busy, b.occupancy[d].busy) << "device " << d;
+    EXPECT_EQ(a.occupancy[d].comm, b.occupancy[d].comm) << "device " << d;
+    EXPECT_EQ(a.occupancy[d].exposed_comm, b.occupancy[d].exposed_comm) << "device " << d;
+  }
+  ASSERT_EQ(a.counters.size(), b.counters.size());
+  for (size_t d = 0; d < a.counters.size(); ++d) {
+    const DeviceCounters &x = a.counters[d], &y = b.counters[d];
+    EXPECT_EQ(x.peak, y.peak) << "device " << d;
+    EXPECT_EQ(x.peak_time, y.peak_time) << "device " << d;
+    EXPECT_EQ(x.at_peak, y.at_peak) << "device " << d;
+    ASSERT_EQ(x.curve.size(), y.curve.size()) << "device " << d;
+    for (size_t i = 0; i < x.curve.size(); ++i) {
+      EXPECT_EQ(x.curve[i].t, y.curve[i].t);
+      EXPECT_EQ(x.curve[i].total, y.curve[i].total);
+    }
+  }
+}
+
+TEST(Engine, RerunOfAProgramWithOtherValuesEqualsAFreshRun) {
+  for (uint32_t seed = 0; seed < 12; ++seed) {
+    SCOPED_TRACE(seed);
+    const Program p = with_counters_and_hosts(random_program(500 + seed, 2 + seed % 6, 80), seed);
+    ASSERT_TRUE(validate(p).empty());
+    Engine kept;
+    RunResult out;
+    ASSERT_TRUE(kept.run_checked(p, out).empty());
+    ASSERT_TRUE(kept.prepared());
+    const SimTime first = out.makespan;
+    bool moved = false;
+    for (uint32_t edit = 0; edit < 4; ++edit) {
+      const Program q = revalued(p, 1000 * seed + edit);
+      ASSERT_TRUE(validate(q).empty());
+      const RunResult fresh = Engine().run(q);
+      ASSERT_FALSE(fresh.stalled);
+      ASSERT_TRUE(kept.rerun_checked(q, out).empty());  // into the reused result
+      expect_same_run(fresh, out);
+      moved |= fresh.makespan != first;
+    }
+    EXPECT_TRUE(moved) << "edits that change nothing test nothing";
+  }
+}
+
+TEST(Engine, RerunFlipsOverlappedAndKeepsAWideCollectivesOrder) {
+  // wide_collective_beside_a_kernel re-run with the collective overlapped and not: 600 and
+  // 800 ns, sorted participants or not.
+  for (bool sorted : {true, false}) {
+    Program p = wide_collective_beside_a_kernel(sorted);
+    const uint32_t k = 0, c = 1;
+    Engine engine;
+    RunResult out;
+    ASSERT_TRUE(engine.run_checked(p, out).empty());
+    EXPECT_EQ(out.timing[k].end, 800);
+    for (bool overlapped : {true, false, true}) {
+      p.tasks[c].overlapped = overlapped;
+      ASSERT_TRUE(engine.rerun_checked(p, out).empty());
+      EXPECT_EQ(out.timing[k].end, overlapped ? 600 : 800) << (sorted ? "sorted" : "unsorted");
+    }
+  }
+}
+
+TEST(Engine, RerunAfterAStallAndAfterBadValues) {
+  // A deadlocked program re-run gives the same stall (the start conditions are counted again).
+  ProgramBuilder b(2, {"pp"});
+  const auto a = b.comm({{0, 0}, {1, 0}}, 100, 10, 1.0);
+  const auto bb = b.comm({{1, 0}, {0, 0}}, 100, 10, 1.0);
+  b.p.devices[1].dispatch = {bb, a};
+  Engine engine;
+  RunResult out;
+  ASSERT_TRUE(engine.run_checked(b.p, out).empty());
+  const RunResult stalled = out;
+  ASSERT_TRUE(stalled.stalled);
+  ASSERT_TRUE(engine.rerun_checked(b.p, out).empty());
+  expect_same_run(stalled, out);
+  // Bad values are reported as validate() reports them; the structure stays prepared.
+  Program bad = random_program(9, 4, 40);
+  ASSERT_TRUE(engine.run_checked(bad, out).empty());
+  const RunResult good = out;
+  bad.tasks[3].work = -1;
+  bad.devices[1].comm_sm_share = 2;
+  const auto errors = engine.rerun_checked(bad, out);
+  EXPECT_EQ(errors, validate(bad));
+  EXPECT_EQ(errors.size(), 2u);
+  EXPECT_TRUE(engine.prepared());
+  bad.tasks[3].work = random_program(9, 4, 40).tasks[3].work;
+  bad.devices[1].comm_sm_share = random_program(9, 4, 40).devices[1].comm_sm_share;
+  ASSERT_TRUE(engine.rerun_checked(bad, out).empty());
+  expect_same_run(good, out);
+  // A copied engine holds no preparation.
+  EXPECT_FALSE(Engine(engine).prepared());
 }
 
 TEST(Engine, EmptyProgram) {

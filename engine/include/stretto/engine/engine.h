@@ -3,7 +3,8 @@
 // returns per-task start/end times (slowdown() derives how much interference stretched each).
 //
 // Usage: `Engine engine; RunResult r = engine.run(program);` (validate(program) first when the
-// program may be malformed). Keep the Engine to re-simulate cheaply: its buffers are reused.
+// program may be malformed). Keep the Engine to re-simulate cheaply: its buffers are reused, and
+// rerun_checked reuses its preparation of a program whose values alone changed.
 //
 // Model, in the terms of program.h:
 //  - Time is an integer count of ns. A task starts at the first instant where all of its
@@ -110,6 +111,23 @@ class Engine {
   std::vector<std::string> run_checked(const Program& program, RunResult& out,
                                        const RunOptions& options = {});
 
+  /// run_checked() for a program with the structure of the one this engine last prepared (the
+  /// last run or run_checked that found no errors): equal to it in everything but these values,
+  /// which may differ (a cost-model edit: sim::recost_program) — Task::work, mem_bound and
+  /// overlapped; CommSpec::latency_ns and rate_cap; Link::capacity; DeviceProgram::dispatch_ns,
+  /// comm_sm_share and comm_hbm_share; host_cores and host_share_efficiency; CounterEffect::delta.
+  /// The derived structure (successor lists, stream order, collective indexes) is kept, and only
+  /// the values are checked (validate()'s checks of them) and each task's state set again: one
+  /// sequential pass over the tasks and the dispatch lists, instead of prepare's random accesses.
+  /// The same RunResult as run_checked, bit for bit. Precondition (STRETTO_ASSERT): prepared(),
+  /// and the program's sizes are the prepared one's; the rest of the structure is the caller's
+  /// promise (it is not compared: that would cost what it saves).
+  std::vector<std::string> rerun_checked(const Program& program, RunResult& out,
+                                         const RunOptions& options = {});
+  /// Whether the engine holds a prepared structure for rerun_checked (a run found no errors since
+  /// the engine was made or copied, and no later run_checked found errors).
+  bool prepared() const;
+
   /// Completion events of the last run that were popped after being superseded by an earlier
   /// completion (lazily invalidated by the job's version).
   uint64_t stale_events() const;
@@ -118,7 +136,8 @@ class Engine {
   uint64_t requeued_events() const;
   /// Largest number of pending events during the last run.
   uint64_t max_queue() const;
-  /// Wall time of the last run's setup (validation and derived structure), included in
+  /// Wall time of the last run's setup (validation and derived structure, or rerun_checked's
+  /// re-arming), included in
   /// RunResult::stats.wall_ms.
   double prepare_ms() const;
   /// Work of the max-min solver in the last run (solves, component sizes, rate changes).
@@ -126,6 +145,8 @@ class Engine {
 
  private:
   friend std::vector<std::string> validate(const Program& program);
+  std::vector<std::string> run_impl(const Program& program, RunResult& out,
+                                    const RunOptions& options, bool rearm);
   struct State;
   std::unique_ptr<State> state_;
 };
