@@ -139,6 +139,7 @@ void BM_EditToRedraw(benchmark::State& state) {
   state.counters["sim_ms"] = app.current->result.sim_wall_ms;
   state.counters["recompiled"] = app.current->recompiled;
   state.counters["lanes_retimed"] = app.current->lanes_retimed;
+  state.counters["engine_rerun"] = app.current->engine_rerun;
   state.counters["worker_ms"] = app.current->wall_ms;  // parse + (re)compile + simulate + lanes
   state.counters["prepare_ms"] = app.current->prepare_ms;
   state.counters["lanes_ms"] = app.current->lanes_ms;

@@ -57,7 +57,8 @@ std::pair<std::string, double> SimWorker::progress() const {
 
 Outcome SimWorker::run(const std::string& text, const std::string& file,
                        const std::string& base_dir, uint64_t generation,
-                       const sim::SimOptions& opt, const Snapshot* prev) {
+                       const sim::SimOptions& opt, const Snapshot* prev,
+                       sim::Resimulator* resim) {
   const auto t0 = std::chrono::steady_clock::now();
   Outcome o;
   o.generation = generation;
@@ -86,8 +87,12 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
   if (!s) {
     o.diags = std::move(s.error());
   } else {
-    // A cost-model edit re-costs the previous program instead of building it again.
-    auto r = prev && !recompiled ? s->simulate(opt, prev->result) : s->simulate(opt);
+    // A cost-model edit re-costs the previous program instead of building it again (and the
+    // worker's engine re-runs its preparation of that program).
+    const sim::Result* previous = prev && !recompiled ? &prev->result : nullptr;
+    auto r = resim       ? resim->simulate(s->compiled(), s->cost_model(), opt, previous)
+             : previous ? s->simulate(opt, *previous)
+                        : s->simulate(opt);
     if (!r) {
       o.diags = std::move(r.error());
     } else {
@@ -96,6 +101,7 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
       snap->file = file;
       snap->structure = std::move(structure);
       snap->recompiled = recompiled;
+      snap->engine_rerun = resim && resim->reused();
       auto session = std::make_shared<sim::Session>(std::move(*s));
       snap->result = std::move(*r);
       const compiler::CompiledPlan& cp = session->compiled();
@@ -157,7 +163,7 @@ void SimWorker::loop() {
       phase_ = std::string(phase);
       fraction_ = f;
     };
-    Outcome o = run(req.text, req.file, req.base_dir, req.generation, opt, last_good_.get());
+    Outcome o = run(req.text, req.file, req.base_dir, req.generation, opt, last_good_.get(), &resim_);
     if (o.snapshot) last_good_ = o.snapshot;
     {
       std::lock_guard lk(mu_);

@@ -169,8 +169,17 @@ std::vector<int64_t> reserved_peaks(const CompiledPlan& cp, const engine::Progra
 
 namespace {
 
+// A Resimulator's engine, lent to one simulate_impl.
+struct KeptEngine {
+  engine::Engine* engine = nullptr;
+  bool prepared_previous = false;  // it holds the preparation of the previous result's program
+  bool rerun = false;              // out: the run re-used that preparation
+  bool prepared = false;           // out: it holds the preparation of the new result's program
+};
+
 Expected<Result> simulate_impl(const CompiledPlan& cp, const cost::CostModel& cm,
-                               const SimOptions& opt, const Result* previous) {
+                               const SimOptions& opt, const Result* previous,
+                               KeptEngine* kept = nullptr) {
   auto t0 = std::chrono::steady_clock::now();
   // Refuse before allocating when the estimate exceeds the memory budget (estimate.h).
   if (auto big = plan::check_memory_budget(cp.plan, nullptr, opt.fold_replicas, true);
@@ -217,6 +226,7 @@ Expected<Result> simulate_impl(const CompiledPlan& cp, const cost::CostModel& cm
   std::optional<engine::Program> recosted;
   if (previous && previous->folded == r.folded && previous->host_compute == r.host_compute)
     recosted = recost_program(previous->program, cp, cm, r.folded ? &keep : nullptr);
+  const bool same_structure = recosted.has_value();
   r.program = recosted ? std::move(*recosted) : build_program(cp, cm, r.folded ? &keep : nullptr);
   // Pass granularity: the engine runs the merged program; op timings are rebuilt from it.
   std::optional<PassProgram> passes;
@@ -226,7 +236,11 @@ Expected<Result> simulate_impl(const CompiledPlan& cp, const cost::CostModel& cm
   r.phases.build_ms = ms_since(t0);
   engine::RunResult run;
   {
-    engine::Engine engine;  // scoped: its scratch state is freed before the metrics are computed
+    // Scoped (its scratch state is freed before the metrics are computed) unless a Resimulator
+    // keeps it.
+    engine::Engine scoped;
+    engine::Engine& engine = kept ? *kept->engine : scoped;
+    const bool rerun = kept && kept->prepared_previous && same_structure && !passes;
     // One pass validates the program and prepares the run.
     engine::RunOptions ro;
     ro.counter_curves = opt.memory_curves;
@@ -236,7 +250,13 @@ Expected<Result> simulate_impl(const CompiledPlan& cp, const cost::CostModel& cm
                      total > 0 ? static_cast<double>(finished) / static_cast<double>(total) : 1.0);
       };
     }
-    if (auto errs = engine.run_checked(engine_program, run, ro); !errs.empty()) {
+    auto errs = rerun ? engine.rerun_checked(engine_program, run, ro)
+                      : engine.run_checked(engine_program, run, ro);
+    if (kept) {
+      kept->rerun = rerun;
+      kept->prepared = errs.empty() && !passes;  // (the coarse program does not outlive this)
+    }
+    if (!errs.empty()) {
       Diagnostic d;
       d.message = "internal error: the engine program is malformed: " + errs.front();
       d.loc.file = cp.plan.file;
@@ -375,6 +395,19 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
 Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
                           const SimOptions& opt, const Result& previous) {
   return simulate_impl(cp, cm, opt, &previous);
+}
+
+Expected<Result> Resimulator::simulate(const CompiledPlan& cp, const cost::CostModel& cm,
+                                       const SimOptions& opt, const Result* previous) {
+  KeptEngine kept;
+  kept.engine = &engine_;
+  kept.prepared_previous =
+      previous && prepared_ && previous->engine_preparation == prepared_ && engine_.prepared();
+  Expected<Result> r = simulate_impl(cp, cm, opt, previous, &kept);
+  reused_ = kept.rerun;
+  prepared_ = kept.prepared ? std::make_shared<const int>(0) : nullptr;
+  if (r) r->engine_preparation = prepared_;
+  return r;
 }
 
 CriticalPathBreakdown breakdown(const std::vector<CriticalStep>& path) {

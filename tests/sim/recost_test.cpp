@@ -148,6 +148,12 @@ void check(const Case& c, const SimOptions& opt) {
   ASSERT_TRUE(s) << s.error().front().message;
   auto prev = s->simulate(opt);
   ASSERT_TRUE(prev);
+  // The same chain of edits through a Resimulator: its engine re-runs its preparation at op
+  // granularity (the coarse program of pass granularity is not kept).
+  Resimulator resim;
+  auto chained = resim.simulate(s->compiled(), s->cost_model(), opt);
+  ASSERT_TRUE(chained);
+  EXPECT_FALSE(resim.reused());
   plan::CostModelSpec spec = s->plan().costmodel;
   for (const json& e : c.edits) {
     SCOPED_TRACE(e.dump());
@@ -167,6 +173,11 @@ void check(const Case& c, const SimOptions& opt) {
     EXPECT_NE(fresh->step_time, prev->step_time) << "an edit that changes nothing tests nothing";
     expect_same_result(*fresh, *again);
     prev = std::move(again);
+    auto next = resim.simulate(s->compiled(), s->cost_model(), opt, &*chained);
+    ASSERT_TRUE(next);
+    EXPECT_EQ(resim.reused(), opt.granularity == Granularity::kOp);
+    expect_same_result(*fresh, *next);
+    chained = std::move(next);
   }
 }
 
@@ -209,6 +220,45 @@ TEST(Recost, StructureChangingEditsAreBuiltAfresh) {
   ASSERT_TRUE(off);
   EXPECT_FALSE(off->host_compute);
   expect_same_result(*s->simulate(), *off);
+}
+
+// A Resimulator reuses its engine's preparation only for its own last result: an older result,
+// one from a plain simulate, or a structure-changing edit prepares afresh; each result equals a
+// fresh simulation.
+TEST(Recost, AResimulatorReusesOnlyThePreparationOfItsLastResult) {
+  auto s = Session::open(std::string(STRETTO_EXAMPLES) + "/cpu_gpt_pp2_dp2_zero1.json");
+  ASSERT_TRUE(s);
+  const plan::CostModelSpec base = s->plan().costmodel;
+  Resimulator resim;
+  auto first = resim.simulate(s->compiled(), s->cost_model(), {});
+  ASSERT_TRUE(first);
+  auto edit = [&](const json& e, const Result* previous, bool reused) {
+    SCOPED_TRACE(e.dump());
+    EXPECT_TRUE(s->set_costmodel(with(base, e)));
+    auto r = resim.simulate(s->compiled(), s->cost_model(), {}, previous);
+    EXPECT_TRUE(r);
+    EXPECT_EQ(resim.reused(), reused);
+    expect_same_result(*s->simulate(), *r);
+    return r;
+  };
+  (void)edit({{"gemm_efficiency", 0.5}}, &*first, true);
+  (void)edit({{"dispatch_us", 9}}, &*first, false);  // not the last result
+  auto plain = s->simulate();
+  ASSERT_TRUE(plain);
+  (void)edit({{"host_op_us", 14}}, &*plain, false);  // not a Resimulator's result
+  auto last = edit({{"host_op_us", 15}}, nullptr, false);
+  auto shared = edit({{"host_cores", 1}}, &*last, false);  // hosts appear: built afresh
+  (void)edit({{"host_cores", 2}}, &*shared, true);
+  // `last` has the structure before hosts were shared; the engine holds the shared one's.
+  (void)edit({{"host_op_us", 16}}, &*last, false);
+  // A run at pass granularity keeps no preparation (its coarse program is gone): the op
+  // granularity run after it prepares afresh.
+  SimOptions pass;
+  pass.granularity = Granularity::kPass;
+  auto coarse = resim.simulate(s->compiled(), s->cost_model(), pass, &*last);
+  ASSERT_TRUE(coarse);
+  EXPECT_FALSE(resim.reused());
+  (void)edit({{"host_op_us", 17}}, &*coarse, false);
 }
 
 }  // namespace

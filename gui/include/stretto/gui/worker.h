@@ -37,6 +37,7 @@ struct Snapshot {
   double prepare_ms = 0, lanes_ms = 0;
   bool recompiled = true;  // false: only the cost model changed (Session::set_costmodel)
   bool lanes_retimed = false;  // the previous snapshot's lanes retimed (retime_timeline)
+  bool engine_rerun = false;   // the engine re-ran its preparation (sim::Resimulator::reused)
 };
 
 struct Outcome {
@@ -72,10 +73,13 @@ class SimWorker {
 
   /// Runs one request on the calling thread (what the worker does). With `prev` (the last
   /// good snapshot) and a text that differs from it only in "costmodel", the compiled plan is
-  /// reused (Session::set_costmodel) instead of recompiled.
+  /// reused (Session::set_costmodel) instead of recompiled. With `resim` (the worker's own), a
+  /// cost-model edit also reuses the engine's preparation of the previous program when `prev`
+  /// is the last snapshot `resim` made.
   static Outcome run(const std::string& text, const std::string& file,
                      const std::string& base_dir, uint64_t generation,
-                     const sim::SimOptions& opt = {}, const Snapshot* prev = nullptr);
+                     const sim::SimOptions& opt = {}, const Snapshot* prev = nullptr,
+                     sim::Resimulator* resim = nullptr);
 
  private:
   struct Request {
@@ -92,6 +96,7 @@ class SimWorker {
   uint64_t next_gen_ = 0;
   Counts counts_;
   std::shared_ptr<const Snapshot> last_good_;  // worker thread only
+  sim::Resimulator resim_;                      // worker thread only
   std::string phase_;
   double fraction_ = 0;
   std::thread thread_;

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,9 @@ struct Result {
   bool host_compute = false;
   // Engine-level detail, for traces, the GUI and the critical path.
   engine::Program program;
+  /// Names the preparation of `program` that a Resimulator's engine holds (session.h); null
+  /// when none is kept. Copies share it.
+  std::shared_ptr<const void> engine_preparation;
   std::vector<engine::TaskTiming> timing;  // by task id
 
   /// DAG node of a task.

@@ -16,6 +16,7 @@
 
 #include "stretto/costmodel/cost_model.h"
 #include "stretto/compiler/compiler.h"
+#include "stretto/engine/engine.h"
 #include "stretto/sim/granularity.h"
 #include "stretto/sim/result.h"
 
@@ -88,6 +89,29 @@ Expected<Result> simulate(const compiler::CompiledPlan& cp, const cost::CostMode
 /// otherwise it is built as by simulate(cp, cm, opt). For cost-model edits (the GUI).
 Expected<Result> simulate(const compiler::CompiledPlan& cp, const cost::CostModel& cm,
                           const SimOptions& opt, const Result& previous);
+
+/// Simulates one compiled plan again and again under other cost models (the GUI's worker),
+/// keeping the engine that ran its last result: when the next cost model's program is
+/// re-costed from that result (recost_program), the engine runs it on the preparation it holds
+/// (engine::Engine::rerun_checked: the successor lists, stream links and collective indexes of
+/// the same structure) instead of preparing it again. Each Result is sim::simulate's, bit for
+/// bit. Holds the engine's scratch state (about the program's size) between calls; one thread
+/// at a time.
+class Resimulator {
+ public:
+  /// sim::simulate(cp, cm, opt), or sim::simulate(cp, cm, opt, *previous). The engine's
+  /// preparation is reused when `previous` is the last result this object gave (or a copy of
+  /// it: Result::engine_preparation), its program is re-costed, and both run at op granularity.
+  Expected<Result> simulate(const compiler::CompiledPlan& cp, const cost::CostModel& cm,
+                            const SimOptions& opt, const Result* previous = nullptr);
+  /// Whether the last simulate re-ran the engine's preparation.
+  bool reused() const { return reused_; }
+
+ private:
+  engine::Engine engine_;
+  std::shared_ptr<const void> prepared_;  // the Result::engine_preparation it holds, or null
+  bool reused_ = false;
+};
 
 /// The chain of ops and waits that determines the step time, last op first reversed to
 /// first-to-last order.
