@@ -525,6 +525,12 @@ std::string App::state_json() const {
       const sim::CategorySample& p = c.samples[c.peak];
       return {{"peak_bytes", p.total()}, {"peak_time_ns", p.t}, {"peak_shown", format_bytes(static_cast<double>(p.total()))}};
     };
+    // A run's peak of reserved bytes on device d (simulate's peak_reserved_bytes); null without
+    // the run.
+    auto reserved_of = [](const std::shared_ptr<const Snapshot>& s, size_t d) -> nlohmann::ordered_json {
+      if (!s || d >= s->result.devices.size()) return nullptr;
+      return s->result.devices[d].peak_reserved;
+    };
     nlohmann::ordered_json m;
     m["device"] = memory_drawn.device;
     for (int run = 0; run < 2; ++run) {
@@ -534,6 +540,8 @@ std::string App::state_json() const {
         if (memory_drawn.categories[static_cast<size_t>(run)][k]) cats.emplace_back(sim::memory_category_name(k));
       const int d = std::max(memory_drawn.device, 0);
       nlohmann::ordered_json e = peak_of(run == 0 ? memory_curve_of(d) : baseline_memory_curve_of(d));
+      e["peak_reserved_bytes"] = reserved_of(run == 0 ? current : baseline, static_cast<size_t>(d));
+      e["reserved_line_drawn"] = memory_drawn.reserved_line[static_cast<size_t>(run)];
       e["categories_drawn"] = cats;
       m[run == 0 ? "now" : "baseline"] = e;
     }
@@ -543,7 +551,9 @@ std::string App::state_json() const {
       const auto base = peak_of(baseline_memory_curve_of(static_cast<int>(d)));
       per.push_back({{"device", d},
                      {"now_bytes", now.is_null() ? nlohmann::ordered_json() : now["peak_bytes"]},
-                     {"baseline_bytes", base.is_null() ? nlohmann::ordered_json() : base["peak_bytes"]}});
+                     {"baseline_bytes", base.is_null() ? nlohmann::ordered_json() : base["peak_bytes"]},
+                     {"now_reserved_bytes", reserved_of(current, d)},
+                     {"baseline_reserved_bytes", reserved_of(baseline, d)}});
     }
     m["peak_per_device"] = per;
     if (memory_tooltip.shown) {  // the hover tooltip: each category's bytes of both runs

@@ -61,10 +61,12 @@ void draw_memory_panel(App& app) {
   ImGui::SameLine();
   ImGui::Checkbox("scale to peak", &app.memory_to_peak);
   app.hook("scale to peak");
-  ImGui::TextColored(dm.over_capacity ? kRed : kGrey, "peak %s at %s of %s%s",
+  ImGui::TextColored(dm.over_capacity ? kRed : kGrey, "peak %s at %s, reserved %s, of %s%s",
                      format_bytes(static_cast<double>(dm.peak_memory)).c_str(),
                      format_time(static_cast<double>(dm.peak_time)).c_str(),
+                     format_bytes(static_cast<double>(dm.peak_reserved)).c_str(),
                      format_bytes(capacity).c_str(), dm.over_capacity ? "  OVER CAPACITY" : "");
+  app.hook("memory peak line");
   const App::MemoryCurve& now_c = app.memory_curve_of(app.memory_device);
   const App::MemoryCurve& base_c = app.baseline_memory_curve_of(app.memory_device);
   const auto& curve = now_c.samples;
@@ -108,8 +110,15 @@ void draw_memory_panel(App& app) {
   auto peak_bytes = [](const App::MemoryCurve& c) {
     return c.samples.empty() ? 0.0 : static_cast<double>(c.samples[c.peak].total());
   };
+  // Each run's peak of reserved bytes (the CUDA caching allocator's segments; sim::DeviceMetrics),
+  // for the device shown; 0 without a baseline.
+  const auto reserved_of = [&](const std::shared_ptr<const Snapshot>& s) {
+    const auto d = static_cast<size_t>(app.memory_device);
+    return s && d < s->result.devices.size() ? static_cast<double>(s->result.devices[d].peak_reserved) : 0.0;
+  };
+  const double reserved_now = reserved_of(app.current), reserved_base = with_base ? reserved_of(app.baseline) : 0.0;
   // One y scale for both runs, so that their heights compare.
-  const double peak = std::max(peak_bytes(now_c), peak_bytes(base_c));
+  const double peak = std::max({peak_bytes(now_c), peak_bytes(base_c), reserved_now, reserved_base});
   double ymax = app.memory_to_peak ? peak * 1.1 : std::max(capacity, peak) * 1.05;
   if (ymax <= 0) ymax = 1;
   // With a baseline, the baseline's stack is drawn under the current one (same axes).
@@ -119,7 +128,8 @@ void draw_memory_panel(App& app) {
   app.memory_drawn.baseline = with_base;
   // Draws one run's stack in rows [top, top + band_h): categories, grid, capacity, peak and
   // the time axis; run 0 is the current result, 1 the baseline.
-  auto plot = [&](const App::MemoryCurve& mc, int run, float top, const char* name, double run_end) {
+  auto plot = [&](const App::MemoryCurve& mc, int run, float top, const char* name, double run_end,
+                  double reserved) {
     const auto& cv = mc.samples;
     // A title row (the run and its peak), the plot, the time axis.
     const float title_h = ImGui::GetTextLineHeight() + 2;
@@ -164,6 +174,13 @@ void draw_memory_panel(App& app) {
       dl->AddText(ImVec2(p1.x - ImGui::CalcTextSize(above.c_str()).x - 4, top + 2), IM_COL32(255, 120, 120, 255),
                   above.c_str());
     }
+    if (reserved > 0 && reserved <= ymax) {  // the peak of reserved bytes: a line over the stack
+      const float yr = std::round(Y(reserved));  // on whole pixels: two rows in its own colour
+      dl->AddLine(ImVec2(x0, yr), ImVec2(p1.x, yr), kReservedMemory, 2.0f);
+      const char* label = "reserved peak";
+      dl->AddText(ImVec2(p1.x - ImGui::CalcTextSize(label).x - 4, yr + 1), kReservedMemory, label);
+      app.memory_drawn.reserved_line[static_cast<size_t>(run)] = true;
+    }
     for (int k = 0; k <= 4; k += with_base ? 2 : 1) {
       const double b = ymax * k / 4;
       dl->AddText(ImVec2(p0.x + 2, std::max(top, Y(b) - 7)), IM_COL32(170, 170, 170, 255), format_bytes(b).c_str());
@@ -175,9 +192,10 @@ void draw_memory_panel(App& app) {
       dl->AddCircleFilled(ImVec2(px, py), 4, IM_COL32(255, 255, 255, 255));
       dl->AddText(ImVec2(px + 6, py - ImGui::GetTextLineHeight()), IM_COL32(255, 255, 255, 255), "peak");
       // Titled by its run; alone, the line above the plot gives the peak already.
-      const std::string title = with_base ? fmt::format("{}: peak {} at {}", name, format_bytes(static_cast<double>(pk.total())),
-                                                        format_time(static_cast<double>(pk.t)))
-                                          : std::string();
+      const std::string title =
+          with_base ? fmt::format("{}: peak {} at {}, reserved {}", name, format_bytes(static_cast<double>(pk.total())),
+                                  format_time(static_cast<double>(pk.t)), format_bytes(reserved))
+                    : std::string();
       const ImVec2 tp(x0 + 4, top + 2), ts = ImGui::CalcTextSize(title.c_str());
       if (!title.empty()) dl->AddRectFilled(tp, ImVec2(tp.x + ts.x + 4, tp.y + ts.y), IM_COL32(24, 26, 30, 200));
       dl->AddText(ImVec2(tp.x + 2, tp.y), run == 0 ? IM_COL32(255, 255, 255, 255) : kBaselineMemory, title.c_str());
@@ -203,9 +221,10 @@ void draw_memory_panel(App& app) {
     }
     return Y;
   };
-  const auto Y = plot(now_c, 0, p0.y, "now", step_end);
+  const auto Y = plot(now_c, 0, p0.y, "now", step_end, reserved_now);
   if (with_base) {
-    plot(base_c, 1, p0.y + band_h, "baseline", static_cast<double>(std::max<SimTime>(app.baseline->result.step_time, 1)));
+    plot(base_c, 1, p0.y + band_h, "baseline", static_cast<double>(std::max<SimTime>(app.baseline->result.step_time, 1)),
+         reserved_base);
     dl->AddLine(ImVec2(p0.x, p0.y + band_h), ImVec2(p1.x, p0.y + band_h), IM_COL32(110, 110, 120, 255));
     // The baseline's total, also as a line over the current stack.
     std::vector<ImVec2> pts;

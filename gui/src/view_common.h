@@ -46,6 +46,7 @@ inline const ImVec4 kGrey(0.65f, 0.65f, 0.65f, 1.0f), kRed(1.0f, 0.42f, 0.38f, 1
 
 // The baseline's memory total, drawn over the current stack.
 inline const ImU32 kBaselineMemory = IM_COL32(170, 230, 255, 255);
+inline const ImU32 kReservedMemory = IM_COL32(255, 150, 230, 255);  // the caching allocator's bytes
 
 // Difference lanes: later or longer than the reference, earlier or shorter, in one run only;
 // the lane's background.

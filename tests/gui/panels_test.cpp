@@ -45,6 +45,14 @@ class Panels : public ::testing::Test {
     EXPECT_TRUE(r);
     return r->step_time;
   }
+  // Each device's metrics of a fresh simulation of a snapshot's plan.
+  static std::vector<sim::DeviceMetrics> simulated_devices(const Snapshot& snap) {
+    auto s = sim::Session::from_text(snap.text, "x.json", STRETTO_EXAMPLES);
+    EXPECT_TRUE(s) << render_all(s.error());
+    auto r = s->simulate();
+    EXPECT_TRUE(r);
+    return r->devices;
+  }
   fs::path tmp(const std::string& name) {
     fs::path d = fs::temp_directory_path() / ("stretto_gui_test_" + std::to_string(::getpid()));
     fs::create_directories(d);
@@ -335,17 +343,37 @@ TEST_F(Panels, MemoryDrawsTheBaselinesCategoriesAndBothPeaks) {
 // Hovering the Memory panel gives, at the time under the cursor, each memory category's bytes of
 // the current run and of the pinned baseline. With the cursor put at a run's peak, that run's
 // bytes are the breakdown `simulate` reports at the device's peak (the engine's counters there).
+TEST_F(Panels, MemoryShowsEachRunsReservedPeakNextToTheAllocatedOne) {
+  // A pinned baseline, then an edit that moves memory; device 1 shown.
+  run("open " + kBuilder + "\nwait\npin\nset /schedule/microbatches 2\nwait\ntype memory_device 1\nframes 2\n");
+  ASSERT_TRUE(app.baseline && app.current);
+  const std::vector<sim::DeviceMetrics> now = simulated_devices(*app.current), base = simulated_devices(*app.baseline);
+  const nlohmann::json m = nlohmann::json::parse(app.state_json())["memory"];
+  ASSERT_EQ(m["device"], 1);
+  // The caching allocator's bytes are more than the tensors' here, and the edit moves them.
+  ASSERT_GT(now[1].peak_reserved, now[1].peak_memory);
+  ASSERT_NE(now[1].peak_reserved, base[1].peak_reserved);
+  EXPECT_EQ(m["now"]["peak_reserved_bytes"].get<int64_t>(), now[1].peak_reserved);
+  EXPECT_EQ(m["baseline"]["peak_reserved_bytes"].get<int64_t>(), base[1].peak_reserved);
+  EXPECT_TRUE(m["now"]["reserved_line_drawn"].get<bool>());
+  EXPECT_TRUE(m["baseline"]["reserved_line_drawn"].get<bool>());
+  ASSERT_EQ(m["peak_per_device"].size(), now.size());
+  for (size_t d = 0; d < now.size(); ++d) {
+    EXPECT_EQ(m["peak_per_device"][d]["now_reserved_bytes"].get<int64_t>(), now[d].peak_reserved) << d;
+    EXPECT_EQ(m["peak_per_device"][d]["baseline_reserved_bytes"].get<int64_t>(), base[d].peak_reserved) << d;
+  }
+  // Unpinned: the current run's only.
+  run("unpin\nframes 1\n");
+  const nlohmann::json alone = nlohmann::json::parse(app.state_json())["memory"];
+  EXPECT_FALSE(alone.contains("baseline"));
+  EXPECT_TRUE(alone["peak_per_device"][0]["baseline_reserved_bytes"].is_null());
+  EXPECT_EQ(alone["now"]["peak_reserved_bytes"].get<int64_t>(), now[1].peak_reserved);
+}
+
 TEST_F(Panels, MemoryTooltipGivesEachCategoryOfBothRunsAtTheCursor) {
   run("open " + kBuilder + "\nwait\npin\nset /schedule/microbatches 2\nwait\ntype memory_device 0\nframes 2\n");
   ASSERT_TRUE(app.baseline && app.current);
-  auto simulated = [](const Snapshot& snap) {
-    auto s = sim::Session::from_text(snap.text, "x.json", STRETTO_EXAMPLES);
-    EXPECT_TRUE(s) << render_all(s.error());
-    auto r = s->simulate();
-    EXPECT_TRUE(r);
-    return r->devices.at(0);
-  };
-  const sim::DeviceMetrics now = simulated(*app.current), base = simulated(*app.baseline);
+  const sim::DeviceMetrics now = simulated_devices(*app.current).at(0), base = simulated_devices(*app.baseline).at(0);
   ASSERT_NE(now.peak_time, base.peak_time);
   // Hovers the plot's middle with the view 64 ns wide and moved until the cursor is at t + 1/4 ns
   // (the samples are whole nanoseconds: the one shown is the state after every change at t).

@@ -106,6 +106,18 @@ TEST(GuiWindow, EditMicrobatchesThroughTheUiUnderXvfb) {
   const json sj = json::parse(sim.substr(sim.find('{')));
   EXPECT_EQ(st["step_time_ms"].get<double>(), sj["step_time_ms"].get<double>());
   EXPECT_NE(st["baseline_step_time_ns"].get<int64_t>(), st["step_time_ns"].get<int64_t>());
+  // The Memory panel's reserved bytes are `simulate`'s, device by device.
+  const json& mem_state = st["memory"];
+  ASSERT_EQ(mem_state["peak_per_device"].size(), sj["devices"].size());
+  for (size_t d = 0; d < sj["devices"].size(); ++d)
+    EXPECT_EQ(mem_state["peak_per_device"][d]["now_reserved_bytes"].get<int64_t>(),
+              sj["devices"][d]["peak_reserved_bytes"].get<int64_t>()) << "device " << d;
+  const size_t shown = mem_state["device"].get<size_t>();
+  EXPECT_EQ(mem_state["now"]["peak_reserved_bytes"].get<int64_t>(),
+            sj["devices"][shown]["peak_reserved_bytes"].get<int64_t>());
+  EXPECT_GT(sj["devices"][shown]["peak_reserved_bytes"].get<int64_t>(),
+            sj["devices"][shown]["peak_memory_bytes"].get<int64_t>());
+  EXPECT_TRUE(mem_state["now"]["reserved_line_drawn"].get<bool>());
 
   // Pixels: forward (66,133,244) and backward (230,126,34) boxes in the timeline; optimizer
   // state and activations stacked in the memory plot, and its capacity line.
@@ -121,6 +133,7 @@ TEST(GuiWindow, EditMicrobatchesThroughTheUiUnderXvfb) {
     EXPECT_GT(img.count(mem, 142, 68, 173), 2000u);  // optimizer state (the compute colour)
     EXPECT_GT(img.count(mem, 230, 126, 34), 2000u);  // activations (the backward colour)
     EXPECT_GT(img.count(mem, 255, 80, 80, 30), 100u);  // the capacity line
+    EXPECT_GT(img.count(mem, 255, 150, 230, 20), 100u);  // the reserved peak's line
   }
 }
 

@@ -212,6 +212,7 @@ struct App {
     int device = -1;
     bool baseline = false;  // the baseline's plot was drawn
     std::array<std::array<bool, sim::kMemCategories>, 2> categories{};
+    std::array<bool, 2> reserved_line{};  // each run's reserved-bytes line was drawn
   };
   MemoryDrawn memory_drawn;
   /// The Memory panel's hover tooltip last frame (shown false when none was): the device, the
