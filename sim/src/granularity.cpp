@@ -1,6 +1,8 @@
 // Pass granularity (granularity.h): merging each region pass's consecutive ops into one task.
 #include "stretto/sim/granularity.h"
 
+#include "radix_sort.h"
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -271,31 +273,14 @@ std::vector<DeviceCounters> op_counters(const Program& ops, const std::vector<Ta
       });
     }
   }
-  // Grouped by device in time order: a radix sort on the time (12 bits a round), then a stable
-  // scatter by device. The order of one instant's changes does not matter (only its end state
-  // is sampled), so no comparison sort is needed.
-  if (total > 0) {
-    const std::span<const Change> all{changes.get(), total};
-    SimTime lo = all[0].t, hi = all[0].t;
-    for (const Change& c : all) lo = std::min(lo, c.t), hi = std::max(hi, c.t);
-    const int bits = std::bit_width(static_cast<uint64_t>(hi - lo));
-    constexpr int kDigit = 12;  // three rounds up to 68 s
-    std::vector<uint32_t> count(size_t{1} << kDigit);
-    for (int shift = 0; shift < bits; shift += kDigit) {
-      auto digit = [&](const Change& c) {
-        return (static_cast<uint64_t>(c.t - lo) >> shift) & ((uint64_t{1} << kDigit) - 1);
-      };
-      std::fill(count.begin(), count.end(), 0);
-      for (size_t i = 0; i < total; ++i) ++count[digit(changes[i])];
-      uint32_t sum = 0;
-      for (uint32_t& k : count) sum += std::exchange(k, sum);
-      for (size_t i = 0; i < total; ++i) other[count[digit(changes[i])]++] = changes[i];
-      changes.swap(other);
-    }
-    std::vector<uint32_t> fill(begin.begin(), begin.end() - 1);
-    for (size_t i = 0; i < total; ++i) other[fill[changes[i].de >> 1]++] = changes[i];
-    changes.swap(other);
-  }
+  // Grouped by device in time order. The order of one instant's changes does not matter
+  // (only its end state is sampled), so no comparison sort is needed.
+  SimTime lo = total > 0 ? changes[0].t : 0;
+  for (size_t i = 0; i < total; ++i) lo = std::min(lo, changes[i].t);
+  radix_sort_grouped(
+      changes, other, total, std::span<const uint32_t>(begin.data(), D),
+      [lo](const Change& c) { return static_cast<uint64_t>(c.t - lo); },
+      [](const Change& c) { return c.de >> 1; });
   other.reset();
   // Per device, in time order: apply an instant's changes, then sample (program.h: within one
   // instant only the end state counts; the peak is the first time the total reached its max).

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 
+#include "radix_sort.h"
 #include "stretto/engine/engine.h"
 #include "stretto/sim/caching_allocator.h"
 
@@ -68,30 +69,22 @@ Diagnostics check_participants(const CompiledPlan& cp) {
 // each) at the start, then every memory effect in time order, frees of an instant before its
 // allocations (the engine samples its counters at the end of an instant, so the allocated
 // peak seen here is the engine's), except the frees of a task that took no time, which follow
-// its own allocations. An allocation effect is one block; a free releases the
-// oldest live block of its category with exactly its size, else the oldest ones, splitting
-// the last (an op's saved activations freed in two parts, BI then BW, were two tensors).
-// Devices not in `want` (folded replicas) get 0. A device kind "cpu" has no caching
+// its own allocations; effects of one instant and kind keep the order of their tasks and
+// effects (AllocationReplay says how an effect becomes blocks). Devices not in `want`
+// (folded replicas) get 0 and are not replayed. A device kind "cpu" has no caching
 // allocator: its reserved bytes are its allocated peak.
-std::vector<int64_t> reserved_peaks(const CompiledPlan& cp, const engine::Program& p,
-                                    const std::vector<engine::TaskTiming>& timing,
-                                    const std::vector<char>& want) {
-  const int D = cp.num_devices;
-  struct Ev {
-    SimTime time;
-    uint8_t order;  // 0 free, 1 allocation, 2 free at the end of a task that took no time
-    bool alloc;
-    uint32_t seq;
-    uint8_t cat;
-    int64_t bytes;
-  };
-  std::vector<std::vector<Ev>> evs(static_cast<size_t>(D));
-  auto wanted = [&](uint32_t d) {
-    return d < static_cast<uint32_t>(D) && (want.empty() || want[d]);
-  };
-  uint32_t seq = 0;
-  std::vector<uint32_t> stamp(static_cast<size_t>(D), UINT32_MAX);
-  if (!p.effect_begin.empty())
+// (Out of line, so that profiles show it.)
+[[gnu::noinline]] std::vector<int64_t> reserved_peaks(const CompiledPlan& cp,
+                                                      const engine::Program& p,
+                                                      const std::vector<engine::TaskTiming>& timing,
+                                                      const std::vector<char>& want) {
+  const auto D = static_cast<uint32_t>(cp.num_devices);
+  auto wanted = [&](uint32_t d) { return d < D && (want.empty() || want[d]); };
+  // Each task with effects, on each wanted device it takes part in (once per device, however
+  // many streams), in task order.
+  std::vector<uint32_t> stamp(D, UINT32_MAX);
+  auto for_devices = [&](auto&& f) {
+    if (p.effect_begin.empty()) return;
     for (uint32_t t = 0; t < p.tasks.size() && t < timing.size(); ++t) {
       const engine::Task& tk = p.tasks[t];
       if (tk.node + size_t{1} >= p.effect_begin.size() || tk.part_count == 0 ||
@@ -100,68 +93,64 @@ std::vector<int64_t> reserved_peaks(const CompiledPlan& cp, const engine::Progra
       const uint32_t parts = tk.kind == TaskKind::kCompute ? 1 : tk.part_count;
       for (uint32_t i = 0; i < parts; ++i) {
         const uint32_t d = p.participants[tk.part_begin + i].device;
-        if (!wanted(d) || stamp[d] == t) continue;  // once per device, however many streams
+        if (!wanted(d) || stamp[d] == t) continue;
         stamp[d] = t;
-        for (uint32_t e = p.effect_begin[tk.node]; e < p.effect_begin[tk.node + 1]; ++e) {
-          const engine::CounterEffect& ce = p.effects[e];
-          if (ce.delta == 0) continue;
-          const bool alloc = ce.delta > 0;
-          const bool instant = ce.at_end && timing[t].end == timing[t].start;
-          evs[d].push_back({ce.at_end ? timing[t].end : timing[t].start,
-                            static_cast<uint8_t>(alloc ? 1 : instant ? 2 : 0), alloc, seq++,
-                            ce.counter, alloc ? ce.delta : -ce.delta});
-        }
+        f(t, d);
       }
     }
-  std::vector<int64_t> out(static_cast<size_t>(D), 0);
-  for (int d = 0; d < D; ++d) {
-    if (!wanted(static_cast<uint32_t>(d))) continue;
-    std::vector<Ev>& v = evs[static_cast<size_t>(d)];
-    std::sort(v.begin(), v.end(), [](const Ev& a, const Ev& b) {
-      if (a.time != b.time) return a.time < b.time;
-      if (a.order != b.order) return a.order < b.order;
-      return a.seq < b.seq;
-    });
-    CachingAllocator a;
-    if (static_cast<size_t>(d) < cp.static_mem.size()) {
-      const compiler::StaticMemory& sm = cp.static_mem[static_cast<size_t>(d)];
+  };
+  // Count per device, then list every effect as (time, kind) with kind 0 a free, 1 an
+  // allocation, 2 a free at the end of a task that took no time.
+  std::vector<uint32_t> begin(D + size_t{1}, 0);
+  for_devices([&](uint32_t t, uint32_t d) {
+    const uint32_t n = p.tasks[t].node;
+    for (uint32_t e = p.effect_begin[n]; e < p.effect_begin[n + 1]; ++e)
+      begin[d + 1] += p.effects[e].delta != 0;
+  });
+  for (uint32_t d = 0; d < D; ++d) begin[d + 1] += begin[d];
+  struct Ev {
+    uint64_t key;  // time << 2 | kind
+    uint32_t effect, device;
+  };
+  const size_t total = begin[D];
+  std::unique_ptr<Ev[]> evs(new Ev[total]), other(new Ev[total]);  // written before read
+  size_t i = 0;
+  std::fill(stamp.begin(), stamp.end(), UINT32_MAX);
+  for_devices([&](uint32_t t, uint32_t d) {
+    const uint32_t n = p.tasks[t].node;
+    for (uint32_t e = p.effect_begin[n]; e < p.effect_begin[n + 1]; ++e) {
+      const engine::CounterEffect& ce = p.effects[e];
+      if (ce.delta == 0) continue;
+      const SimTime at = ce.at_end ? timing[t].end : timing[t].start;
+      const uint64_t kind = ce.delta > 0                                    ? 1
+                            : ce.at_end && timing[t].end == timing[t].start ? 2
+                                                                            : 0;
+      evs[i++] = {static_cast<uint64_t>(at) << 2 | kind, e, d};
+    }
+  });
+  assert(i == total);
+  radix_sort_grouped(
+      evs, other, total, std::span<const uint32_t>(begin.data(), D),
+      [](const Ev& e) { return e.key; }, [](const Ev& e) { return e.device; });
+  other.reset();
+  std::vector<int64_t> out(D, 0);
+  AllocationReplay a;
+  for (uint32_t d = 0; d < D; ++d) {
+    if (!wanted(d)) continue;
+    a.clear();
+    if (d < cp.static_mem.size()) {
+      const compiler::StaticMemory& sm = cp.static_mem[d];
       for (const int64_t b : {sm.params, sm.grads, sm.optimizer})
-        if (b > 0) a.malloc(b);
+        if (b > 0) a.allocate_static(b);
     }
-    struct Live {
-      uint32_t block;
-      int64_t bytes;
-    };
-    std::vector<std::vector<Live>> live(static_cast<size_t>(compiler::MemCategory::kCount));
-    for (const Ev& e : v) {
-      std::vector<Live>& l = live[e.cat];
-      if (e.alloc) {
-        l.push_back({a.malloc(e.bytes), e.bytes});
-        continue;
-      }
-      int64_t left = e.bytes;
-      while (left > 0 && !l.empty()) {
-        auto exact = std::find_if(l.begin(), l.end(), [&](const Live& x) { return x.bytes == left; });
-        if (exact != l.end()) {
-          a.free(exact->block);
-          l.erase(exact);
-          break;
-        }
-        Live& old = l.front();
-        if (old.bytes <= left) {
-          left -= old.bytes;
-          a.free(old.block);
-          l.erase(l.begin());
-        } else {
-          const uint32_t rest = a.split_in_use(old.block, left);
-          if (rest != old.block) a.free(old.block);
-          old.block = rest;
-          old.bytes -= left;
-          left = 0;
-        }
-      }
+    for (uint32_t k = begin[d]; k < begin[d + 1]; ++k) {
+      const engine::CounterEffect& ce = p.effects[evs[k].effect];
+      if (ce.delta > 0)
+        a.allocate(ce.counter, ce.delta);
+      else
+        a.release(ce.counter, -ce.delta);
     }
-    out[static_cast<size_t>(d)] = a.reserved();
+    out[d] = a.reserved();
   }
   return out;
 }

@@ -3,8 +3,12 @@
 // bytes `simulate` reports next to the allocated peak.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "stretto/sim/caching_allocator.h"
 #include "stretto/sim/metrics_json.h"
@@ -80,6 +84,181 @@ TEST(CachingAllocator, SplittingABlockInUse) {
   a.malloc(4 * MiB);  // reuses the freed first part
   EXPECT_EQ(a.reserved(), 12 * MiB);
   EXPECT_EQ(a.split_in_use(rest, 8 * MiB), rest);  // nothing left over
+}
+
+// The straightforward model the replay must equal: the allocator's pools as plain sets, each
+// category's live blocks as a vector searched front to back and erased from. Kept apart from
+// sim/ on purpose: it is the reference AllocationReplay and CachingAllocator are checked against.
+class ReferenceReplay {
+ public:
+  void allocate_static(int64_t bytes) { malloc(bytes); }
+  void allocate(uint8_t cat, int64_t bytes) {
+    if (cat >= live_.size()) live_.resize(cat + size_t{1});
+    live_[cat].push_back({malloc(bytes), bytes});
+  }
+  void release(uint8_t cat, int64_t bytes) {
+    if (cat >= live_.size()) return;
+    std::vector<Live>& l = live_[cat];
+    int64_t left = bytes;
+    while (left > 0 && !l.empty()) {
+      auto exact = std::find_if(l.begin(), l.end(), [&](const Live& x) { return x.bytes == left; });
+      if (exact != l.end()) {
+        free(exact->block);
+        l.erase(exact);
+        break;
+      }
+      Live& old = l.front();
+      if (old.bytes <= left) {
+        left -= old.bytes;
+        free(old.block);
+        l.erase(l.begin());
+      } else {
+        const int64_t first = CachingAllocator::round_size(left);
+        if (first < blocks_[old.block].size) {
+          const uint32_t rest = split(old.block, first, true);
+          free(old.block);
+          old.block = rest;
+        }
+        old.bytes -= left;
+        left = 0;
+      }
+    }
+  }
+  int64_t reserved() const { return reserved_; }
+  int64_t allocated() const { return allocated_; }
+
+ private:
+  struct Live {
+    uint32_t block;
+    int64_t bytes;
+  };
+  struct Block {
+    int64_t size = 0;
+    uint32_t prev = UINT32_MAX, next = UINT32_MAX;
+    bool small = false, used = false;
+  };
+  using Pool = std::set<std::pair<int64_t, uint32_t>>;
+  uint32_t split(uint32_t id, int64_t size, bool used) {
+    Block r;
+    r.size = blocks_[id].size - size;
+    r.small = blocks_[id].small;
+    r.used = used;
+    r.prev = id;
+    r.next = blocks_[id].next;
+    blocks_.push_back(r);
+    const auto rid = static_cast<uint32_t>(blocks_.size() - 1);
+    if (r.next != UINT32_MAX) blocks_[r.next].prev = rid;
+    blocks_[id].next = rid;
+    blocks_[id].size = size;
+    return rid;
+  }
+  uint32_t malloc(int64_t bytes) {
+    const int64_t size = CachingAllocator::round_size(bytes);
+    const bool small = size <= kSmallSize;
+    Pool& p = small ? small_ : large_;
+    uint32_t id;
+    if (auto it = p.lower_bound({size, 0}); it != p.end()) {
+      id = it->second;
+      p.erase(it);
+    } else {
+      Block b;
+      b.size = CachingAllocator::segment_size(size);
+      b.small = small;
+      reserved_ += b.size;
+      blocks_.push_back(b);
+      id = static_cast<uint32_t>(blocks_.size() - 1);
+    }
+    const int64_t rest = blocks_[id].size - size;
+    if (small ? rest >= kMinBlockSize : rest > kSmallSize) p.insert({rest, split(id, size, false)});
+    blocks_[id].used = true;
+    allocated_ += blocks_[id].size;
+    return id;
+  }
+  void free(uint32_t id) {
+    blocks_[id].used = false;
+    allocated_ -= blocks_[id].size;
+    Pool& p = blocks_[id].small ? small_ : large_;
+    auto absorb = [&](uint32_t left, uint32_t right) {
+      blocks_[left].size += blocks_[right].size;
+      blocks_[left].next = blocks_[right].next;
+      if (blocks_[right].next != UINT32_MAX) blocks_[blocks_[right].next].prev = left;
+    };
+    if (const uint32_t prev = blocks_[id].prev; prev != UINT32_MAX && !blocks_[prev].used) {
+      p.erase({blocks_[prev].size, prev});
+      absorb(prev, id);
+      id = prev;
+    }
+    if (const uint32_t next = blocks_[id].next; next != UINT32_MAX && !blocks_[next].used) {
+      p.erase({blocks_[next].size, next});
+      absorb(id, next);
+    }
+    p.insert({blocks_[id].size, id});
+  }
+  std::vector<Block> blocks_;
+  Pool small_, large_;
+  int64_t reserved_ = 0, allocated_ = 0;
+  std::vector<std::vector<Live>> live_;
+};
+
+TEST(AllocationReplay, EqualsTheReferenceOnRandomSequences) {
+  // Random allocations and frees in three categories: sizes from a small set (so exact matches
+  // are common, in both pools and across the 1 MiB and 10 MiB bounds) and arbitrary ones;
+  // frees of a live block's size (the exact match, often not the oldest), of any amount up to
+  // what lives (several blocks, splitting the last), and of more than lives. After every
+  // step the reserved and allocated bytes equal the reference's.
+  const int64_t sizes[] = {100,     512,      700 << 10, MiB,      MiB + 1,           3 * MiB,
+                           8 * MiB, 10 * MiB, 12 * MiB,  25 * MiB, 19 * MiB + MiB / 2};
+  int checked = 0;
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    std::mt19937_64 rng(seed);
+    AllocationReplay fast;
+    ReferenceReplay ref;
+    if (seed % 3 == 0) fast.clear();  // a reused replay starts afresh
+    fast.allocate_static(5 * MiB + 3);
+    ref.allocate_static(5 * MiB + 3);
+    std::vector<std::vector<int64_t>> live(3);  // what each category holds, as allocated
+    for (int step = 0; step < 2000; ++step) {
+      const auto cat = static_cast<uint8_t>(rng() % 3);
+      std::vector<int64_t>& l = live[cat];
+      const uint64_t r = rng() % 100;
+      if (l.empty() || r < 45) {
+        const int64_t b = rng() % 4 == 0 ? 1 + static_cast<int64_t>(rng() % (30 * MiB))
+                                         : sizes[rng() % std::size(sizes)];
+        fast.allocate(cat, b);
+        ref.allocate(cat, b);
+        l.push_back(b);
+        continue;
+      }
+      int64_t held = 0;
+      for (const int64_t b : l) held += b;
+      int64_t b;
+      if (r < 70)
+        b = l[rng() % l.size()];  // a live block's size
+      else if (r < 80)  // cuts the oldest down to a common size, which a later free may match
+        b = std::max<int64_t>(1, l.front() - sizes[rng() % std::size(sizes)]);
+      else if (r < 95)
+        b = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(held));
+      else
+        b = held + 1 + static_cast<int64_t>(rng() % MiB);
+      fast.release(cat, b);
+      ref.release(cat, b);
+      // The sizes the category now holds (the replay's rule on sizes alone).
+      for (int64_t left = b; left > 0 && !l.empty();) {
+        if (auto it = std::find(l.begin(), l.end(), left); it != l.end()) {
+          l.erase(it);
+          break;
+        }
+        const int64_t cut = std::min(left, l.front());
+        left -= cut;
+        if ((l.front() -= cut) == 0) l.erase(l.begin());
+      }
+      ASSERT_EQ(fast.reserved(), ref.reserved()) << "seed " << seed << " step " << step;
+      ASSERT_EQ(fast.allocated(), ref.allocated()) << "seed " << seed << " step " << step;
+      ++checked;
+    }
+    EXPECT_GT(fast.reserved(), 0);
+  }
+  EXPECT_GT(checked, 30000);
 }
 
 json gpt_plan(int microbatches, const std::string& preset) {

@@ -5,6 +5,7 @@
 // Segments are never returned (no empty_cache, no out-of-memory retry), so the reserved bytes
 // only grow: their final value is the step's reserved peak. One stream; no
 // expandable_segments, no max_split_size (PyTorch's defaults).
+#include <cstddef>
 #include <cstdint>
 #include <set>
 #include <utility>
@@ -14,12 +15,12 @@ namespace stretto::sim {
 
 /// The allocator's constants, as PyTorch names them (c10/cuda/CUDACachingAllocator.cpp and
 /// c10/core/AllocatorConfig.h).
-inline constexpr int64_t kMinBlockSize = 512;             // every size is a multiple of 512 B
-inline constexpr int64_t kSmallSize = 1 << 20;            // the largest "small" block, 1 MiB
-inline constexpr int64_t kSmallBuffer = 2 << 20;          // small blocks come from 2 MiB segments
-inline constexpr int64_t kLargeBuffer = 20 << 20;         // 1-10 MiB blocks: 20 MiB segments
-inline constexpr int64_t kMinLargeAlloc = 10 << 20;       // from 10 MiB a block has its own segment
-inline constexpr int64_t kRoundLarge = 2 << 20;           // ... rounded up to 2 MiB
+inline constexpr int64_t kMinBlockSize = 512;        // every size is a multiple of 512 B
+inline constexpr int64_t kSmallSize = 1 << 20;       // the largest "small" block, 1 MiB
+inline constexpr int64_t kSmallBuffer = 2 << 20;     // small blocks come from 2 MiB segments
+inline constexpr int64_t kLargeBuffer = 20 << 20;    // 1-10 MiB blocks: 20 MiB segments
+inline constexpr int64_t kMinLargeAlloc = 10 << 20;  // from 10 MiB a block has its own segment
+inline constexpr int64_t kRoundLarge = 2 << 20;      // ... rounded up to 2 MiB
 
 class CachingAllocator {
  public:
@@ -39,6 +40,9 @@ class CachingAllocator {
   /// when nothing is left over.
   uint32_t split_in_use(uint32_t block, int64_t bytes);
 
+  /// Back to no segment at all, keeping the memory of its arrays (handles restart at 0).
+  void clear();
+
   int64_t reserved() const { return reserved_; }
   int64_t allocated() const { return allocated_; }  // rounded sizes of the blocks in use
   int64_t block_size(uint32_t block) const { return blocks_[block].size; }
@@ -50,7 +54,11 @@ class CachingAllocator {
     uint32_t prev = kNone, next = kNone;  // neighbours in the segment
     bool small = false, used = false;
   };
-  using Pool = std::set<std::pair<int64_t, uint32_t>>;  // (size, handle): best fit first
+  // (size, handle): best fit first. Erased entries keep their tree nodes in `spare_` for the
+  // next insert, so the replay allocates no node per free once warm.
+  using Pool = std::set<std::pair<int64_t, uint32_t>>;
+  void insert(Pool& p, int64_t size, uint32_t id);
+  void erase(Pool& p, Pool::iterator it) { spare_.push_back(p.extract(it)); }
   Pool& pool(const Block& b) { return b.small ? small_ : large_; }
   // Cuts `id` at `size`; the rest becomes a new block after it (in use or not); returns it.
   uint32_t split(uint32_t id, int64_t size, bool used);
@@ -59,7 +67,56 @@ class CachingAllocator {
 
   std::vector<Block> blocks_;
   Pool small_, large_;
+  std::vector<Pool::node_type> spare_;
   int64_t reserved_ = 0, allocated_ = 0;
+};
+
+/// One device's memory effects replayed through a CachingAllocator, in time order (session.cpp
+/// orders them): an allocation of a category is one block; a free of `bytes` of a category
+/// releases the oldest live block of that category with exactly that size, else the oldest
+/// ones, splitting the last (an op's saved activations freed in two parts, BI then BW, were two
+/// tensors). Each step costs O(1) amortised besides the allocator's work and a binary search
+/// over the distinct (category, size) pairs allocated so far: the live blocks of a category
+/// are a FIFO with lazy removal, and so are those of each (category, size).
+class AllocationReplay {
+ public:
+  /// A new device: no block, no segment (the arrays keep their memory).
+  void clear();
+  /// A block that lives through the step (parameters, gradients, optimizer state).
+  void allocate_static(int64_t bytes) { alloc_.malloc(bytes); }
+  void allocate(uint8_t category, int64_t bytes);
+  void release(uint8_t category, int64_t bytes);
+  int64_t reserved() const { return alloc_.reserved(); }
+  int64_t allocated() const { return alloc_.allocated(); }
+
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  struct Live {
+    uint32_t block;
+    bool alive;
+    int64_t bytes;  // only the oldest block of its category is ever cut, so only it shrinks
+  };
+  struct Fifo {  // ids into live_, oldest first; ids before `head` are gone
+    std::vector<uint32_t> ids;
+    size_t head = 0;
+    void push(uint32_t id) { ids.push_back(id); }
+    void pop();
+  };
+  struct SizeKey {
+    int64_t bytes;
+    uint32_t category, fifo;  // fifo: index into by_size_
+  };
+  // The first live id of `f` (dropping dead ones and, when `bytes` >= 0, ones of another size:
+  // the shrunk oldest block), or kNone.
+  uint32_t front(Fifo& f, int64_t bytes);
+  Fifo* fifo_of(uint8_t category, int64_t bytes);  // nullptr when never allocated
+  void kill(uint32_t id);
+
+  CachingAllocator alloc_;
+  std::vector<Live> live_;
+  std::vector<Fifo> by_age_;    // per category
+  std::vector<Fifo> by_size_;   // per (category, size), indexed through sizes_
+  std::vector<SizeKey> sizes_;  // sorted by (bytes, category); kept across clear()
 };
 
 }  // namespace stretto::sim
