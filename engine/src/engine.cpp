@@ -917,9 +917,14 @@ void Engine::State::rearm_tasks(const Program& prog, Errors& err) {
     rec.work = k.work;
     rec.pending = k.part_count + (prog.dep_end(t) - k.dep_begin);
     rec.issue = 0;
-    const bool flag = k.kind == TaskKind::kComm ? k.overlapped : k.mem_bound;
-    rec.bits = (rec.bits & ~kFlagBit) | static_cast<uint32_t>(flag) << 31;
-    check_task_values(t, k, k.kind == TaskKind::kComm ? &prog.comms[k.comm] : nullptr, err);
+    const bool comm = k.kind == TaskKind::kComm;
+    rec.bits = (rec.bits & ~kFlagBit) | static_cast<uint32_t>(comm ? k.overlapped : k.mem_bound) << 31;
+    // The values' checks of check_task_values (its participant counts are structure), which
+    // names what is wrong only when something is.
+    const CommSpec* cs = comm ? &prog.comms[k.comm] : nullptr;
+    if (k.work < 0 ||
+        (cs && (cs->latency_ns < 0 || !(cs->rate_cap >= 0) || !std::isfinite(cs->rate_cap))))
+      check_task_values(t, k, cs, err);
   }
 }
 

@@ -1144,12 +1144,15 @@ TEST(Engine, RerunAfterAStallAndAfterBadValues) {
   const RunResult good = out;
   bad.tasks[3].work = -1;
   bad.devices[1].comm_sm_share = 2;
+  ASSERT_FALSE(bad.comms.empty());
+  bad.comms[0].latency_ns = -5;
   const auto errors = engine.rerun_checked(bad, out);
   EXPECT_EQ(errors, validate(bad));
-  EXPECT_EQ(errors.size(), 2u);
+  EXPECT_EQ(errors.size(), 3u);
   EXPECT_TRUE(engine.prepared());
   bad.tasks[3].work = random_program(9, 4, 40).tasks[3].work;
   bad.devices[1].comm_sm_share = random_program(9, 4, 40).devices[1].comm_sm_share;
+  bad.comms[0].latency_ns = random_program(9, 4, 40).comms[0].latency_ns;
   ASSERT_TRUE(engine.rerun_checked(bad, out).empty());
   expect_same_run(good, out);
   // A copied engine holds no preparation.
