@@ -233,11 +233,21 @@ class Compiler {
   // Context parallelism (replicate's context_parallel; Megatron-Core --context-parallel-size):
   // one degree for the whole plan, checked before the model is expanded on s/cp tokens.
   int ctx_par_ = 1;
+  plan::CpCommType ctx_comm_ = plan::CpCommType::kP2P;
   int32_t ctx_dir_ = -1;  // the first replicate directive with context_parallel > 1
   bool check_context_parallel();
   bool check_context_parallel_covers();
+  std::string ctx_pointer(const char* key) const;
   uint32_t add_cp_ring(uint32_t o, int mb, Pass pass, const UnitInfo& u,
                        const std::vector<uint32_t>& deps, uint32_t attention);
+  int64_t cp_kv_bytes(const UnitInfo& u) const;
+  uint32_t cp_chain(CommKind kind, uint32_t o, int mb, Pass pass, const UnitInfo& u,
+                    std::initializer_list<int64_t> bytes, std::vector<uint32_t>& deps);
+  // (`bwd`: the attention's backward; a recomputed forward runs in a backward pass)
+  void cp_before_attention(uint32_t o, int mb, Pass pass, bool bwd, const UnitInfo& u,
+                           std::vector<uint32_t>& deps);
+  uint32_t cp_after_attention(uint32_t o, int mb, Pass pass, bool bwd, const UnitInfo& u,
+                              uint32_t c, const std::vector<uint32_t>& deps);
   std::vector<uint32_t> cp_groups_of_;
   uint32_t cp_groups(const UnitInfo& u);
   bool apply_split();
@@ -435,6 +445,15 @@ bool Compiler::check_context_parallel() {
     if (ctx_dir_ < 0) {
       ctx_dir_ = d.index;
       ctx_par_ = d.context_parallel;
+      ctx_comm_ = d.cp_comm_type;
+    } else if (d.cp_comm_type != ctx_comm_) {
+      error(d.pointer + "/cp_comm_type",
+            fmt::format("cp_comm_type {}, but an earlier replicate has {}",
+                        plan::cp_comm_type_name(d.cp_comm_type),
+                        plan::cp_comm_type_name(ctx_comm_)),
+            "give every context-parallel replicate the same cp_comm_type", d.index,
+            {{loc(plan_.schedule[ctx_dir_].pointer), "set here"}});
+      return false;
     } else if (d.context_parallel != ctx_par_) {
       error(d.pointer + "/context_parallel",
             fmt::format("context_parallel = {}, but an earlier replicate has {}",
@@ -447,10 +466,7 @@ bool Compiler::check_context_parallel() {
   if (ctx_par_ <= 1) return true;
   const Directive& d = plan_.schedule[ctx_dir_];
   const plan::ModelSpec& m = plan_.model;
-  // (a layout's generated replicate points at the layout: its `cp` is what the user wrote)
-  const bool from_layout = plan_.builder && plan_.builder->layout &&
-                           d.pointer == plan_.builder->layout->pointer;
-  const std::string at = from_layout ? d.pointer + "/cp" : d.pointer + "/context_parallel";
+  const std::string at = ctx_pointer("context_parallel");
   if (m.family != plan::ModelSpec::Family::kTransformer) {
     error(at,
           "context_parallel needs a transformer: a synthetic model has no sequence to split",
@@ -478,13 +494,37 @@ bool Compiler::check_context_parallel() {
   return true;
 }
 
+// Where the user wrote the plan's CP setting `key` (context_parallel or cp_comm_type): a
+// layout's generated replicate points at the layout, whose keys are `cp` and `cp_comm_type`.
+std::string Compiler::ctx_pointer(const char* key) const {
+  const Directive& d = plan_.schedule[ctx_dir_];
+  const bool from_layout = plan_.builder && plan_.builder->layout &&
+                           d.pointer == plan_.builder->layout->pointer;
+  const std::string k = key;
+  return d.pointer + "/" + (from_layout && k == "context_parallel" ? "cp" : k);
+}
+
 // Every op is split over the CP group (the model was expanded on s/cp tokens): every unit is
-// replicated by a directive with the plan's context_parallel.
+// replicated by a directive with the plan's context_parallel. With cp_comm_type a2a every
+// CP rank computes 1/cp of a TP rank's heads (TE's AttnFuncWithCPAndQKVOA2A asserts "The
+// number of attention heads needs to be divisible by CP size!" of the query and KV heads).
 bool Compiler::check_context_parallel_covers() {
   if (ctx_par_ <= 1) return true;
   for (int mb = 0; mb < M_; ++mb)
     for (uint32_t o = 0; o < nops(); ++o) {
       const UnitInfo& u = unit(o, mb);
+      const plan::ModelSpec& m = plan_.model;
+      if (ctx_comm_ == plan::CpCommType::kA2A && cp_.model.ops[o].kind == OpKind::kAttention &&
+          ((m.heads / u.tp) % ctx_par_ != 0 || (m.kv_heads / u.tp) % ctx_par_ != 0)) {
+        error(ctx_pointer("cp_comm_type"),
+              fmt::format("cp_comm_type a2a with cp = {}: each TP rank's {} query and {} KV "
+                          "heads are split over the CP ranks, and {} does not divide them",
+                          ctx_par_, m.heads / u.tp, m.kv_heads / u.tp, ctx_par_),
+              "pick cp dividing heads / tp and kv_heads / tp (Transformer Engine asserts the "
+              "same), or use cp_comm_type p2p or all_gather",
+              ctx_dir_, {{loc(m.pointer + "/kv_heads"), "the model's heads"}});
+        return false;
+      }
       if (u.repl >= 0 && plan_.schedule[u.repl].context_parallel == ctx_par_) continue;
       error(plan_.schedule[u.place].pointer,
             fmt::format("{} is not context-parallel, but the plan splits sequences over {} CP "
@@ -523,9 +563,7 @@ uint32_t Compiler::cp_groups(const UnitInfo& u) {
 // before the first step), and the pair's closed form prices the attention node.
 uint32_t Compiler::add_cp_ring(uint32_t o, int mb, Pass pass, const UnitInfo& u,
                                const std::vector<uint32_t>& deps, uint32_t attention) {
-  const plan::ModelSpec& m = plan_.model;
-  const int64_t bytes = 2 * cp_.model.tokens_per_microbatch * (m.kv_heads / u.tp) *
-                        m.attention_head_dim() * plan::dtype_bytes(cp_.model.dtype);
+  const int64_t bytes = cp_kv_bytes(u);
   const uint32_t ring = add_collective(CommKind::kSendRecv, CommPurpose::kContextPar, o, mb,
                                        pass, cp_groups(u), stream("cp"), bytes, u.repl);
   for (uint32_t d : deps) edge(d, ring);
@@ -533,6 +571,89 @@ uint32_t Compiler::add_cp_ring(uint32_t o, int mb, Pass pass, const UnitInfo& u,
   comm_buffer(ring, (pass == Pass::kF ? 2 : 4) * bytes);
   overlap_pair(attention, ring, TpOverlap::kCpRing, OverlapPart::kWhole);
   return ring;
+}
+
+// One CP rank's K and V (its s/cp tokens, kv_heads/tp heads): the p2p ring's chunk.
+int64_t Compiler::cp_kv_bytes(const UnitInfo& u) const {
+  const plan::ModelSpec& m = plan_.model;
+  return 2 * cp_.model.tokens_per_microbatch * (m.kv_heads / u.tp) * m.attention_head_dim() *
+         plan::dtype_bytes(cp_.model.dtype);
+}
+
+// Collectives of `kind` over the CP groups on stream `cp`, one per tensor (`bytes`), issued in
+// order after `deps`, each holding its buffer while it runs; deps becomes the last one.
+uint32_t Compiler::cp_chain(CommKind kind, uint32_t o, int mb, Pass pass, const UnitInfo& u,
+                            std::initializer_list<int64_t> bytes, std::vector<uint32_t>& deps) {
+  uint32_t last = kNone;
+  for (int64_t b : bytes) {
+    const uint32_t n = add_collective(kind, CommPurpose::kContextPar, o, mb, pass, cp_groups(u),
+                                      stream("cp"), b, u.repl);
+    for (uint32_t d : deps) edge(d, n);
+    if (kind == CommKind::kAllToAll) comm_buffer(n, b);
+    deps = {n};
+    last = n;
+  }
+  return last;
+}
+
+// The CP communication a rank's attention waits for (Transformer Engine, context_parallel.py):
+//  * all_gather (AttnFuncWithCPAndKVAllGather): K and V all-gathered over the CP group, one
+//    all-gather each (gather_along_first_dim), before the forward and again before the
+//    backward; the gathered K/V (cp·chunk) is held until the attention ends, and the backward
+//    also holds the whole dK/dV (cp·chunk) from its start until it is reduce-scattered.
+//  * a2a (AttnFuncWithCPAndQKVOA2A): all-to-alls of Q, K and V (forward) or of the output
+//    gradient (backward), one per tensor, each rank's whole send buffer.
+void Compiler::cp_before_attention(uint32_t o, int mb, Pass pass, bool bwd, const UnitInfo& u,
+                                   std::vector<uint32_t>& deps) {
+  const plan::ModelSpec& m = plan_.model;
+  const int64_t kv = cp_kv_bytes(u), dt = plan::dtype_bytes(cp_.model.dtype);
+  const int64_t q = cp_.model.tokens_per_microbatch * (m.heads / u.tp) * m.attention_head_dim() * dt;
+  if (ctx_comm_ == plan::CpCommType::kAllGather) {
+    const int64_t gathered = ctx_par_ * kv;  // K and V of the whole sequence
+    const uint32_t first = static_cast<uint32_t>(cp_.dag.nodes.size());
+    cp_chain(CommKind::kAllGather, o, mb, pass, u, {gathered / 2, gathered / 2}, deps);
+    mem(first, false, MemCategory::kCommBuffers, gathered);
+  } else if (ctx_comm_ == plan::CpCommType::kA2A) {
+    if (!bwd)
+      cp_chain(CommKind::kAllToAll, o, mb, pass, u, {q, kv / 2, kv / 2}, deps);
+    else
+      cp_chain(CommKind::kAllToAll, o, mb, pass, u, {q}, deps);
+  }
+}
+
+// What follows a rank's attention node `c` (returns the node consumers wait for):
+//  * p2p: the ring exchange beside it (add_cp_ring); c itself;
+//  * all_gather: the forward frees the gathered K/V; the backward frees it and reduce-scatters
+//    dK and dV (reduce_scatter_along_first_dim, one each, the whole cp·chunk input), then frees
+//    them;
+//  * a2a: all-to-all of the output (forward) or of dQ, dK and dV (backward).
+uint32_t Compiler::cp_after_attention(uint32_t o, int mb, Pass pass, bool bwd,
+                                      const UnitInfo& u, uint32_t c,
+                                      const std::vector<uint32_t>& deps) {
+  const plan::ModelSpec& m = plan_.model;
+  const int64_t kv = cp_kv_bytes(u), dt = plan::dtype_bytes(cp_.model.dtype);
+  const int64_t q = cp_.model.tokens_per_microbatch * (m.heads / u.tp) * m.attention_head_dim() * dt;
+  std::vector<uint32_t> after = {c};
+  switch (ctx_comm_) {
+    case plan::CpCommType::kP2P:
+      add_cp_ring(o, mb, pass, u, deps, c);
+      return c;
+    case plan::CpCommType::kAllGather: {
+      const int64_t gathered = ctx_par_ * kv;
+      mem(c, true, MemCategory::kCommBuffers, -gathered);
+      if (!bwd) return c;
+      mem(c, false, MemCategory::kCommBuffers, gathered);  // dK, dV of the whole sequence
+      const uint32_t last = cp_chain(CommKind::kReduceScatter, o, mb, pass, u,
+                                     {gathered / 2, gathered / 2}, after);
+      mem(last, true, MemCategory::kCommBuffers, -gathered);
+      return last;
+    }
+    case plan::CpCommType::kA2A:
+      if (!bwd)
+        return cp_chain(CommKind::kAllToAll, o, mb, pass, u, {q}, after);
+      return cp_chain(CommKind::kAllToAll, o, mb, pass, u, {q, kv / 2, kv / 2}, after);
+  }
+  return c;
 }
 
 bool Compiler::check_devices(const Directive& d) {
@@ -1003,7 +1124,7 @@ void Compiler::pad_vocab() {
   if (padded == m.vocab) return;
   ModelSpec spec = m;
   spec.vocab = padded;
-  auto model = expand_model(spec, src_, ctx_par_);
+  auto model = expand_model(spec, src_, ctx_par_, ctx_comm_);
   STRETTO_ASSERT(model && model->ops.size() == cp_.model.ops.size(),
                  "the padded vocabulary changes sizes, not the ops");
   cp_.model = std::move(*model);
@@ -1657,10 +1778,12 @@ uint32_t Compiler::emit_forward(EmitState& es, uint32_t o, int mb, bool rc,
     for (uint32_t d : deps) edge(d, a2a);
     deps = {a2a};
   }
+  const bool cp_attention = ctx_par_ > 1 && op.kind == OpKind::kAttention;
+  if (cp_attention) cp_before_attention(o, mb, pass, false, u, deps);
   const uint32_t c = add_compute(o, mb, pass);
   for (uint32_t d : deps) edge(d, c);
   if (ring_ag != kNone) overlap_pair(c, ring_ag, TpOverlap::kRing, OverlapPart::kWhole);
-  if (ctx_par_ > 1 && op.kind == OpKind::kAttention) add_cp_ring(o, mb, pass, u, deps, c);
+  const uint32_t cp_out = cp_attention ? cp_after_attention(o, mb, pass, false, u, c, deps) : c;
   note_pass(es, o, mb, rc, u, c);
   // Saved activations: a checkpointed op keeps only its share of the segment's input at its
   // forward, and the rest when it is recomputed.
@@ -1669,7 +1792,7 @@ uint32_t Compiler::emit_forward(EmitState& es, uint32_t o, int mb, bool rc,
   mem(c, true, MemCategory::kActivations, rc ? saved - kept : kept);
   if (gather != kNone && !rc && !keeps_gathered(u))
     mem(c, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
-  const uint32_t out = forward_outputs(o, mb, pass, c, deps);
+  const uint32_t out = cp_out != c ? cp_out : forward_outputs(o, mb, pass, c, deps);
   if (rc)
     for (size_t i = first_node; i < cp_.dag.nodes.size(); ++i) cp_.dag.nodes[i].recompute = true;
   return out;
@@ -1853,8 +1976,11 @@ void Compiler::emit_backward(EmitState& es, uint32_t o, int mb) {
     deps = {a2a};
   }
   const uint32_t regather = backward_regather(o, mb, bp, deps);
+  const bool cp_attention = ctx_par_ > 1 && op.kind == OpKind::kAttention;
+  if (cp_attention) cp_before_attention(o, mb, bp, true, u, deps);
   const uint32_t first = backward_compute(es, o, mb, gather, regather, deps);
-  if (ctx_par_ > 1 && op.kind == OpKind::kAttention) add_cp_ring(o, mb, bp, u, deps, first);
+  const uint32_t cp_out =
+      cp_attention ? cp_after_attention(o, mb, bp, true, u, first, deps) : first;
   if (overlapped) {
     const OverlapPart dgrad = u.split_bwd ? OverlapPart::kWhole : OverlapPart::kInputGrad;
     if (ring_ag != kNone) {
@@ -1863,7 +1989,8 @@ void Compiler::emit_backward(EmitState& es, uint32_t o, int mb) {
     }
     if (regather != kNone) overlap_pair(first, regather, TpOverlap::kBulk, dgrad);
   }
-  const uint32_t out = backward_outputs(o, mb, bp, first, regather, deps);
+  const uint32_t out =
+      cp_out != first ? cp_out : backward_outputs(o, mb, bp, first, regather, deps);
   // Producers wait for the complete input gradient.
   if (u.split_bwd)
     u.bi = out;
@@ -2268,7 +2395,7 @@ void Compiler::compute_static_memory() {
 
 bool Compiler::run() {
   if (!check_context_parallel()) return false;
-  auto model = expand_model(plan_.model, src_, ctx_par_);
+  auto model = expand_model(plan_.model, src_, ctx_par_, ctx_comm_);
   if (!model) {
     diags_ = model.error();
     return false;

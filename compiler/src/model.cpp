@@ -169,8 +169,9 @@ void expand_synthetic(Builder& b, const ModelSpec& spec) {
 // block), final norm, head and loss, with the spec's dimensions.
 class Transformer {
  public:
-  Transformer(Builder& b, const ModelSpec& spec, int cp_degree)
+  Transformer(Builder& b, const ModelSpec& spec, int cp_degree, plan::CpCommType cp_comm)
       : b_(b), spec_(spec), dt(b.dt), bs(spec.microbatch_size), s(spec.seq_len), cp(cp_degree),
+        cp_a2a(cp_degree > 1 && cp_comm == plan::CpCommType::kA2A),
         sl(spec.seq_len / cp_degree), T(bs * sl),
         h(spec.hidden), a(spec.heads), kv(spec.kv_heads), d(spec.attention_head_dim()),
         f(spec.ffn_hidden), ad(a * d), V(spec.vocab), qkv_n((a + 2 * kv) * d),
@@ -268,16 +269,20 @@ class Transformer {
   // cp steps (the K/V of the other cp − 1 ranks arrive one chunk a step), so its work is 1/cp
   // of the whole attention's, [s/cp, d] x [d, s] per head, as Megatron-Core counts it
   // (the FLOPs of the whole sequence divided over the CP ranks); it reads the received K/V
-  // chunks besides its own q, k, v.
+  // chunks besides its own q, k, v (p2p; all_gather: the gathered K/V, the same bytes).
+  // With cp_comm_type a2a (DeepSpeed-Ulysses, TE's AttnFuncWithCPAndQKVOA2A) the all-to-all
+  // before it hands each rank the whole sequence of 1/cp of the heads: the same FLOPs, as
+  // [s, d] x [d, s] kernels over a/cp heads, reading no other rank's K/V.
   uint32_t add_flash_attention(const Layer& L, uint32_t qkv) {
     ModelOp att;
     att.name = name(L, "attn.core");
     att.kind = OpKind::kAttention;
     att.tp = TpSplit::kHeads;
-    att.gemm = {sl, s, d, bs * a};  // per head: [s/cp,d]x[d,s]
+    att.gemm = cp_a2a ? GemmShape{s, s, d, bs * a / cp}  // per head: [s,d]x[d,s], a/cp heads
+                      : GemmShape{sl, s, d, bs * a};     // per head: [s/cp,d]x[d,s]
     att.fwd_flops = 2.0 * static_cast<double>(bs) * sl * s * ad;
     att.bi_flops = 2.5 * att.fwd_flops;
-    att.fwd_bytes = T * qkv_n * dt + T * ad * dt + (cp - 1) * T * 2 * kv * d * dt;
+    att.fwd_bytes = T * qkv_n * dt + T * ad * dt + (cp_a2a ? 0 : (cp - 1) * T * 2 * kv * d * dt);
     att.bi_bytes = 2 * att.fwd_bytes + T * ad * dt;
     att.saved_bytes = T * qkv_n * dt + T * ad * dt + T * a * 4;  // q, k, v, output, logsumexp
     att.saved_input_bytes = T * qkv_n * dt;
@@ -439,7 +444,9 @@ class Transformer {
   // query / attention-output width, vocabulary, QKV output width.
   // With context parallelism (cp > 1) every op works on this rank's s/cp tokens (sl; T = bs·sl)
   // but attention, whose keys span the whole sequence s.
-  const int64_t bs, s, cp, sl, T, h, a, kv, d, f, ad, V, qkv_n;
+  const int64_t bs, s, cp;
+  const bool cp_a2a;  // cp_comm_type a2a: attention over the whole sequence, a/cp heads
+  const int64_t sl, T, h, a, kv, d, f, ad, V, qkv_n;
   const bool drop;
   const int64_t norm_params;  // LayerNorm weight + bias, or RMSNorm
   const int64_t e;            // hidden-state elements
@@ -449,7 +456,8 @@ class Transformer {
 
 }  // namespace
 
-Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src, int cp) {
+Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src, int cp,
+                                  plan::CpCommType cp_comm) {
   if (auto ok = check_regions(spec, src); !ok) return fail(std::move(ok.error()));
   STRETTO_ASSERT(cp == 1 || (spec.family == ModelSpec::Family::kTransformer &&
                              spec.attention == plan::AttentionImpl::kFlash &&
@@ -466,7 +474,7 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src, 
     expand_synthetic(b, spec);
     return std::move(g);
   }
-  Transformer(b, spec, cp).expand();
+  Transformer(b, spec, cp, cp_comm).expand();
   for (const auto& op : g.ops) {
     g.total_params += op.param_count;
     g.model_flops_per_microbatch += op.fwd_flops + op.bi_flops + op.bw_flops;

@@ -37,7 +37,7 @@ const std::vector<std::string>& known_axes() {
       "family",    "ranks",          "pp",        "tp",      "dp",
       "ep",        "stages_per_rank", "microbatches", "microbatch_size", "zero",
       "bucket_size_MB", "recompute", "streams",   "prefetch", "sequence_parallel",
-      "tp_comm_overlap", "cp", "layout"};
+      "tp_comm_overlap", "cp", "cp_comm_type", "layout"};
   return k;
 }
 // Axes that regenerate the schedule (microbatch_size and pointers do not).
@@ -583,7 +583,7 @@ bool Resolved::same_schedule(const Resolved& o) const {
          streams == o.streams && prefetch == o.prefetch &&
          reshard_after_forward == o.reshard_after_forward &&
          sequence_parallel == o.sequence_parallel && tp_comm_overlap == o.tp_comm_overlap &&
-         cp == o.cp && order == o.order;
+         cp == o.cp && cp_comm_type == o.cp_comm_type && order == o.order;
 }
 
 Expected<Resolved> base_defaults(const Json& base) {
@@ -622,6 +622,7 @@ Expected<Resolved> base_defaults(const Json& base) {
   r.sequence_parallel = rp.sequence_parallel;
   r.tp_comm_overlap = rp.tp_comm_overlap;
   r.cp = rp.cp;
+  r.cp_comm_type = rp.cp_comm_type;
   r.order = rp.order;
   return r;
 }
@@ -635,13 +636,15 @@ Expected<Resolved> resolve(const Json& base, const Json& params) {
 std::optional<Diagnostic> check_axis_value(const std::string& axis, const Json& v) {
   // Layout keys: the layout parser's own check (plan/layout.h), on a one-key layout.
   if (axis == "tp" || axis == "pp" || axis == "dp" || axis == "ep" || axis == "zero" ||
-      axis == "sequence_parallel" || axis == "tp_comm_overlap" || axis == "cp") {
+      axis == "sequence_parallel" || axis == "tp_comm_overlap" || axis == "cp" ||
+      axis == "cp_comm_type") {
     if (axis == "ep" && v == "dp") return std::nullopt;
     Json l = {{axis, v}};
     if (axis == "ep") l["dp"] = v;  // ep is 1 or dp: check the value alone
     // tp_comm_overlap needs TP and sequence parallelism: check the value alone, on a layout
     // that has both (a point's own tp is checked when its plan is compiled)
     if (axis == "tp_comm_overlap") l.update({{"tp", 2}, {"sequence_parallel", true}});
+    if (axis == "cp_comm_type") l["cp"] = 2;  // (likewise: it needs cp > 1)
     const JsonSource src = JsonSource::from_json(Json{{"layout", l}}, "<axis>");
     Diagnostics ds;
     if (!plan::parse_layout(src, "/layout", ds) && !ds.empty()) return ds[0];
@@ -726,6 +729,7 @@ Expected<Resolved> resolve_from(Resolved r, const Json& params) {
   if (params.contains("prefetch")) r.prefetch = params["prefetch"];
   if (params.contains("sequence_parallel")) r.sequence_parallel = params["sequence_parallel"];
   if (params.contains("tp_comm_overlap")) r.tp_comm_overlap = params["tp_comm_overlap"];
+  if (params.contains("cp_comm_type")) r.cp_comm_type = params["cp_comm_type"];
   if (params.contains("ep")) r.ep = params["ep"] == "dp" ? -1 : params["ep"].get<int>();
   if (r.ep == -1 || (!params.contains("ep") && ep_is_dp)) r.ep = r.dp;
   if (r.family.empty() && r.schedule_axes) r.family = "1f1b";
@@ -735,6 +739,16 @@ Expected<Resolved> resolve_from(Resolved r, const Json& params) {
                                   "parallelism is not modelled",
                                   r.cp, r.ep),
                       "set ep or cp to 1"));
+  // A cp_comm_type of the base means nothing on a point without CP; an axis that asks for one
+  // is refused there as the layout parser refuses it.
+  if (r.cp < 2 && r.cp_comm_type != "p2p") {
+    if (params.contains("cp_comm_type"))
+      return fail(plain(fmt::format("'cp_comm_type' {} with cp = {}: there is no context-parallel "
+                                    "communication",
+                                    r.cp_comm_type, r.cp),
+                        "set cp to 2 or more, or cp_comm_type to p2p"));
+    r.cp_comm_type = "p2p";
+  }
   // What the layout parser refuses of tp_comm_overlap (plan/src/layout.cpp), for the point as a
   // whole: a regenerated schedule has no shard_tensor to carry it when tp = 1.
   if (r.tp_comm_overlap && (r.tp < 2 || !r.sequence_parallel))
@@ -795,6 +809,7 @@ Expected<GeneratedSchedule> layout_schedule(const Resolved& r) {
     if (r.dp * r.cp > 1) {
       Json rep = {{"op", "replicate"}, {"filter", {{"PP", s}}}, {"devices", devs}};
       if (r.cp > 1) rep["context_parallel"] = r.cp;
+      if (r.cp > 1 && r.cp_comm_type != "p2p") rep["cp_comm_type"] = r.cp_comm_type;
       rep["reduce_stream"] = shared ? "comm" : "dp";
       rep["gather_stream"] = shared ? "comm" : "dp";
       rep["bucket_size"] = r.bucket_size_MB;
@@ -989,6 +1004,10 @@ Expected<PointPlan> resolve_point(const Json& base_plan, const Json& params,
     if (r.tp_comm_overlap || base_values->tp_comm_overlap)
       set("/schedule/layout/tp_comm_overlap", r.tp_comm_overlap);
     if (r.cp > 1 || base_values->cp > 1) set("/schedule/layout/cp", r.cp);
+    if (r.cp_comm_type != "p2p")
+      set("/schedule/layout/cp_comm_type", r.cp_comm_type);
+    else
+      plan::erase_at(plan, "/schedule/layout/cp_comm_type");
     set("/model/pp_regions", sched->stages);
     if (auto ok = size_cluster(plan, r.devices(), dpn); !ok) return fail(std::move(ok).error());
     return PointPlan{std::move(plan), r};

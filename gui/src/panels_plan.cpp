@@ -167,6 +167,23 @@ void field_bool(App& app, const ResolvedPlan& rp, const char* name) {
   source_mark(*f);
 }
 
+// An enum value (the schema table's choices) as a combo, or as text where no plan key holds it.
+void field_enum(App& app, const Json& doc, const ResolvedPlan& rp, const char* name) {
+  const ResolvedField* f = rp.field(name);
+  if (!f || !f->value.is_string()) return;
+  const PlanKey* k = f->path.empty() ? nullptr : plan::plan_key_at(doc, f->path);
+  const std::string v = f->value.get<std::string>();
+  if (!k || k->type != KeyType::kEnum) {
+    ImGui::TextUnformatted(fmt::format("{} {}", v, name).c_str());
+  } else if (ImGui::BeginCombo(name, v.c_str())) {
+    for (std::string_view c : k->choices)
+      if (ImGui::Selectable(std::string(c).c_str(), c == v)) app.doc.set(f->path, std::string(c));
+    ImGui::EndCombo();
+  }
+  app.hook(name);
+  source_mark(*f);
+}
+
 void edit_string(App& app, const char* label, const std::string& pointer) {
   const OJson* v = at(app, pointer);
   std::string s = v && v->is_string() ? v->get<std::string>() : "";
@@ -404,6 +421,7 @@ void parameters_tab(App& app) {
   field_int(app, doc, rp, "dp");
   field_int(app, doc, rp, "ep");
   field_int(app, doc, rp, "cp");
+  if (rp.cp > 1) field_enum(app, doc, rp, "cp_comm_type");
   field_int(app, doc, rp, "zero");
   field_bool(app, rp, "sequence_parallel");
   field_bool(app, rp, "tp_comm_overlap");

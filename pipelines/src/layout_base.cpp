@@ -49,6 +49,8 @@ Expected<std::vector<plan::Directive>> layout_base(const plan::Layout& l,
       Json rep = {{"op", "replicate"}, {"filter", {{"PP", st}}}, {"devices", h},
                   {"reduce_stream", "dp"}};
       if (l.cp > 1) rep["context_parallel"] = l.cp;
+      if (l.cp > 1 && l.cp_comm_type != plan::CpCommType::kP2P)
+        rep["cp_comm_type"] = std::string(plan::cp_comm_type_name(l.cp_comm_type));
       if (l.zero >= 1) rep["shard_optimizer"] = true;
       if (l.zero >= 2) rep["shard_grads"] = true;
       if (l.zero >= 3) rep["shard_params"] = true;

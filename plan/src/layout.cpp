@@ -67,6 +67,26 @@ std::optional<Layout> parse_layout(const JsonSource& src, const std::string& poi
       out.push_back(src.error_at(pointer + "/" + key,
                                  fmt::format("layout '{}' must be true or false", key)));
   };
+  if (j.contains("cp_comm_type")) {
+    const PlanKey& k = schema_key("layout", "cp_comm_type");
+    const Json& v = j["cp_comm_type"];
+    const auto it = v.is_string() ? std::find(k.choices.begin(), k.choices.end(),
+                                              v.get<std::string>())
+                                  : k.choices.end();
+    if (it == k.choices.end())
+      out.push_back(src.error_at(pointer + "/cp_comm_type",
+                                 fmt::format("layout 'cp_comm_type' must be one of {}",
+                                             fmt::join(k.choices, ", ")),
+                                 "Transformer Engine's cp_comm_type (Megatron-Core --cp-comm-type)"));
+    else if (l.cp < 2)
+      out.push_back(src.error_at(pointer + "/cp_comm_type",
+                                 fmt::format("layout 'cp_comm_type' with cp = {}: there is no "
+                                             "context-parallel communication",
+                                             l.cp),
+                                 "set cp to 2 or more, or drop cp_comm_type"));
+    else
+      l.cp_comm_type = static_cast<CpCommType>(it - k.choices.begin());
+  }
   boolean("sequence_parallel", l.sequence_parallel);
   boolean("tp_comm_overlap", l.tp_comm_overlap);
   if (l.tp_comm_overlap && (l.tp < 2 || !l.sequence_parallel))

@@ -28,6 +28,11 @@ int dtype_bytes(DType d) {
   return 2;
 }
 
+std::string_view cp_comm_type_name(CpCommType t) {
+  static constexpr std::string_view kN[] = {"p2p", "all_gather", "a2a"};  // schema.cpp kCpComm
+  return kN[static_cast<size_t>(t)];
+}
+
 std::string_view directive_op_name(DirectiveOp op) {
   switch (op) {
     case DirectiveOp::kPlace:
@@ -678,6 +683,16 @@ bool parse_directive(Reader& r, const std::string& ptr, int index, Directive& d)
                 "list dp × cp devices, each CP group's cp devices consecutively", index);
         ok = false;
       }
+      if (r.has(ptr, "cp_comm_type")) {
+        r.pick<CpCommType>(ptr, "replicate", "cp_comm_type", d.cp_comm_type,
+                           {CpCommType::kP2P, CpCommType::kAllGather, CpCommType::kA2A}, index);
+        if (d.context_parallel <= 1) {
+          r.error(ptr + "/cp_comm_type",
+                  "'cp_comm_type' without context parallelism: there is no CP communication",
+                  "set \"context_parallel\" to 2 or more, or drop cp_comm_type", index, true);
+          ok = false;
+        }
+      }
       if (d.shard_params && !d.shard_grads) {
         r.error(ptr + "/shard_params", "shard_params (ZeRO-3) requires shard_grads (ZeRO-2)",
                 "set \"shard_grads\": true as well", index, true);
@@ -941,6 +956,8 @@ Json directives_to_json(const std::vector<Directive>& ds) {
         if (d.shard_params && d.prefetch != 1) j["prefetch"] = d.prefetch;
         if (d.shard_params && !d.reshard_after_forward) j["reshard_after_forward"] = false;
         if (d.context_parallel > 1) j["context_parallel"] = d.context_parallel;
+        if (d.context_parallel > 1 && d.cp_comm_type != CpCommType::kP2P)
+          j["cp_comm_type"] = std::string(cp_comm_type_name(d.cp_comm_type));
         break;
       case DirectiveOp::kRecompute:
         j["mode"] = d.recompute == RecomputeMode::kFull ? "full" : "selective";

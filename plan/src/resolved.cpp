@@ -67,6 +67,7 @@ DirectivePaths read_directives(const std::vector<Directive>& ds, ResolvedPlan& r
         have_rep = true;
         paths.replicate = d.pointer;
         r.cp = std::max(1, d.context_parallel);
+        r.cp_comm_type = std::string(cp_comm_type_name(d.cp_comm_type));
         r.dp = static_cast<int>(d.devices.size()) / r.cp;
         r.zero = d.shard_params ? 3 : d.shard_grads ? 2 : d.shard_optimizer ? 1 : 0;
         r.bucket_size_MB = d.bucket_size_MB;
@@ -172,6 +173,7 @@ ResolvedPlan resolve_structure(const Plan& plan, const std::vector<Directive>& d
   w.add("dp", lay("dp"), r.dp, structural);
   w.add("ep", lay("ep"), r.ep, structural);
   w.add("cp", lay("cp"), r.cp, structural);
+  w.add("cp_comm_type", lay("cp_comm_type"), r.cp_comm_type, structural);
   w.add("zero", lay("zero"), r.zero, structural);
   w.add("sequence_parallel", lay("sequence_parallel"), r.sequence_parallel, structural);
   w.add("tp_comm_overlap", lay("tp_comm_overlap"), r.tp_comm_overlap, structural);

@@ -48,6 +48,7 @@ constexpr std::string_view kOptimizers[] = {"adam", "sgd", "none"};
 constexpr std::string_view kOrders[] = {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp",
                                         "dp-pp-tp", "pp-tp-dp", "pp-dp-tp"};
 constexpr std::string_view kRecompute[] = {"full", "selective"};
+constexpr std::string_view kCpComm[] = {"p2p", "all_gather", "a2a"};  // plan.h CpCommType
 constexpr std::string_view kPasses[] = {"F", "B", "BI", "BW"};
 constexpr std::string_view kNcclArch[] = {"volta", "ampere", "hopper", "blackwell"};
 constexpr std::string_view kNcclIntraLink[] = {"nvlink", "pci"};
@@ -357,6 +358,13 @@ constexpr PlanKey kKeys[] = {
      .doc = "context-parallel degree (Megatron-Core --context-parallel-size): each sequence split "
             "over cp ranks (2·cp chunks, load-balanced causal ring attention); CP ranks sit next to "
             "TP, outside it (Megatron-Core's tp-cp-dp-pp order); gradients reduce over dp × cp"},
+    {.section = "layout", .key = "cp_comm_type", .type = K::kEnum, .choices = kCpComm,
+     .fallback = "\"p2p\"",
+     .doc = "context parallelism's communication (Megatron-Core --cp-comm-type, Transformer "
+            "Engine's cp_comm_type): p2p = K/V ring overlapped with the attention steps; "
+            "all_gather = K/V all-gathered before the attention (exposed), dK/dV "
+            "reduce-scattered after; a2a = all-to-alls of Q/K/V before and of the output after "
+            "(DeepSpeed-Ulysses), needs heads / tp and kv_heads / tp divisible by cp; needs cp > 1"},
     {.section = "layout", .key = "tp_comm_overlap", .type = K::kBoolean, .fallback = "false",
      .doc = "Megatron-Core --tp-comm-overlap: TP collectives overlapped with their GEMMs "
             "(Transformer Engine userbuffers); needs tp > 1 and sequence_parallel"},
@@ -410,6 +418,11 @@ constexpr PlanKey kKeys[] = {
             "devices of the list are one CP group, splitting each sequence over its ranks with "
             "ring attention (K/V exchanged on stream cp); the gradient reduction spans all the "
             "devices (dp × cp); must divide the list and seq_len / 2"},
+    {.section = "replicate", .key = "cp_comm_type", .type = K::kEnum, .choices = kCpComm,
+     .fallback = "\"p2p\"",
+     .doc = "context parallelism's communication (layout cp_comm_type): p2p (K/V ring), "
+            "all_gather (K/V all-gathered, exposed) or a2a (Q/K/V and output all-to-alls; "
+            "heads / tp and kv_heads / tp divisible by cp); needs context_parallel > 1"},
     {.section = "replicate", .key = "comment", .type = K::kString, .doc = "free text"},
 
     {.section = "recompute", .key = "op", .type = K::kString, .requirement = R::kRequired, .doc = "activation recomputation (checkpointing) of the matching model ops"},

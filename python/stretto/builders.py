@@ -6,8 +6,8 @@ expands to (the same library code, pipelines/builders.h), as a list of directive
     >>> plan = stretto.Plan.from_dict(dict(base_doc, schedule=ds))
 
 ``base`` is a directive list (placements, replication, ...) the schedule keeps first, as a
-builder call's ``base``; ``layout`` ({"tp", "pp", "dp", "ep", "cp", "order", "zero",
-"sequence_parallel", "tp_comm_overlap"}) generates that base instead. Errors raise :class:`stretto.PlanError`
+builder call's ``base``; ``layout`` ({"tp", "pp", "dp", "ep", "cp", "cp_comm_type", "order",
+"zero", "sequence_parallel", "tp_comm_overlap"}) generates that base instead. Errors raise :class:`stretto.PlanError`
 pointing into the call (``/base/3``, ``/microbatches``).
 
 A builder of your own is any function returning such a list; :meth:`stretto.Plan.from_builder`

@@ -389,6 +389,25 @@ TEST(Points, CpAxisReachesThePlanAndTheStep) {
   const PointResult bad = evaluate_point(*s, odd);
   EXPECT_EQ(bad.status, "invalid");
   EXPECT_NE(bad.diagnostic.find("2·cp = 4 chunks"), std::string::npos) << bad.diagnostic;
+  // cp_comm_type: onto the regenerated replicates; on a point of cp 1 it is invalid.
+  Point a2a = point(2);
+  a2a.params["cp_comm_type"] = "a2a";
+  a2a.hash = point_hash(a2a.params);
+  auto a2a_plan = point_plan(s->base, a2a.params);
+  ASSERT_TRUE(a2a_plan) << render_all(a2a_plan.error());
+  for (const auto& d : (*a2a_plan)["schedule"]["base"])
+    if (d["op"] == "replicate") {
+      EXPECT_EQ(d.value("cp_comm_type", ""), "a2a") << d.dump();
+    }
+  const PointResult ra = evaluate_point(*s, a2a);
+  ASSERT_EQ(ra.status, "ok") << ra.diagnostic;
+  EXPECT_NE(ra.step_time_ms, r.step_time_ms);
+  Point none = point(1);
+  none.params["cp_comm_type"] = "a2a";
+  none.hash = point_hash(none.params);
+  const PointResult rn = evaluate_point(*s, none);
+  EXPECT_EQ(rn.status, "invalid");
+  EXPECT_NE(rn.diagnostic.find("cp = 1"), std::string::npos) << rn.diagnostic;
 }
 
 TEST(Points, TpCommOverlapAxisReachesThePlanAndTheStep) {

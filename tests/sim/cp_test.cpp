@@ -180,22 +180,31 @@ TEST(ContextParallel, RingAndAttentionArePricedAsTheClosedForms) {
   }
 }
 
+// The fixed cost model of the step tests: each of a one-layer region's 14 ops kFixedF forward
+// and kFixedB backward, every communication kFixedComm (ns).
+constexpr int64_t kFixedF = 116'000, kFixedB = 232'000, kFixedComm = 150'000;
+json fixed_model() {
+  return {{"kind", "fixed"}, {"F", 14 * kFixedF}, {"B", 14 * kFixedB}, {"comm", kFixedComm},
+          {"unit", "ns"}};
+}
+// The step of a one-layer, one-microbatch plan of `layout` under the fixed model.
+int64_t fixed_one_layer_step(json layout) {
+  json plan = tiny_plan(std::move(layout), fixed_model(), 1);
+  plan["model"]["pp_regions"] = 1;
+  plan["schedule"]["microbatches"] = 1;
+  Session s = open(plan);
+  auto r = s.simulate();
+  EXPECT_TRUE(r) << render_all(r.error());
+  return r ? r->step_time : 0;
+}
+
 // One layer, one microbatch, the fixed cost model (each of the region's 14 ops f forward and b
 // backward, every communication c): CP 2 and DP 2 replicate over the same two devices and
 // reduce the same buckets, and differ only in the attention: CP's forward takes
 // f/2 + max(f/2, c) and its backward 2 max(b/2, c), against f and b.
 TEST(ContextParallel, OneLayerStepMatchesTheHandComputationUnderTheFixedModel) {
-  const int64_t f = 116'000, b = 232'000, c = 150'000;  // ns
-  const json fixed = {{"kind", "fixed"}, {"F", 14 * f}, {"B", 14 * b}, {"comm", c}, {"unit", "ns"}};
-  auto step = [&](json layout) {
-    json plan = tiny_plan(layout, fixed, 1);
-    plan["model"]["pp_regions"] = 1;
-    plan["schedule"]["microbatches"] = 1;
-    Session s = open(plan);
-    auto r = s.simulate();
-    EXPECT_TRUE(r) << render_all(r.error());
-    return r->step_time;
-  };
+  const int64_t f = kFixedF, b = kFixedB, c = kFixedComm;
+  auto step = [](json layout) { return fixed_one_layer_step(std::move(layout)); };
   const int64_t cp_f = f / 2 + std::max(f / 2, c);
   const int64_t cp_b = 2 * std::max(b / 2, c);
   EXPECT_EQ(step({{"cp", 2}}) - step({{"dp", 2}}), (cp_f - f) + (cp_b - b));
@@ -216,6 +225,105 @@ TEST(ContextParallel, ActivationsPerDeviceAreDividedByCp) {
   const int64_t two = peak_activations(tiny_plan({{"tp", 2}, {"cp", 2}}, analytic()));
   EXPECT_GT(one, 0);
   EXPECT_EQ(two * 2, one);
+}
+
+// cp_comm_type all_gather and a2a (Transformer Engine's AttnFuncWithCPAndKVAllGather and
+// AttnFuncWithCPAndQKVOA2A): the communication of each attention pass, kind by kind and
+// tensor by tensor, with its bytes by hand; no ring pairs; a2a's attention kernels span the
+// whole sequence over a/cp heads with the same FLOPs.
+struct CpComm {
+  CommKind kind;
+  int64_t bytes;
+};
+std::map<std::pair<int, int>, std::vector<CpComm>> cp_comms_of_first_layer(const CompiledPlan& cp) {
+  // (pass: 0 forward / 1 backward, which side of the attention: 0 before / 1 after)
+  std::map<std::pair<int, int>, std::vector<CpComm>> out;
+  uint32_t att = 0;
+  while (cp.model.ops[att].kind != OpKind::kAttention) ++att;
+  for (uint32_t i = 0; i < cp.dag.nodes.size(); ++i) {
+    const Node& n = cp.dag.nodes[i];
+    if (n.purpose != CommPurpose::kContextPar || n.op != att || n.tags.mb() != 0) continue;
+    // before the attention's compute node of the same pass, or after it: the node's position
+    // relative to that compute node in the DAG's (topological) order
+    uint32_t c = 0;
+    for (uint32_t j = 0; j < cp.dag.nodes.size(); ++j) {
+      const Node& m = cp.dag.nodes[j];
+      if (m.kind == NodeKind::kCompute && m.op == att && m.tags.mb() == 0 &&
+          (m.tags.pass == Pass::kF) == (n.tags.pass == Pass::kF))
+        c = j;
+    }
+    out[{n.tags.pass == Pass::kF ? 0 : 1, i < c ? 0 : 1}].push_back({n.comm, n.bytes});
+  }
+  return out;
+}
+
+TEST(ContextParallel, AllGatherAndA2aEmitTransformerEnginesCollectives) {
+  const int64_t tok = 2 * 512;                 // b · s/cp at cp 2
+  const int64_t kv = 2 * tok * 4 * 64 * 2;     // K and V: 8/2 KV heads of 64, bf16
+  const int64_t q = tok * 8 * 64 * 2;          // Q (or the output): 16/2 heads
+  {
+    SCOPED_TRACE("all_gather");
+    Session s = open(tiny_plan({{"tp", 2}, {"cp", 2}, {"cp_comm_type", "all_gather"}}, analytic()));
+    const CompiledPlan& cp = s.compiled();
+    EXPECT_TRUE(cp.dag.tp_overlaps.empty());
+    const auto c = cp_comms_of_first_layer(cp);
+    const int64_t half = 2 * kv / 2;  // K (or V) of the whole sequence: cp · chunk / 2
+    auto expect = [&](std::pair<int, int> at, std::vector<CpComm> want) {
+      ASSERT_EQ(c.count(at), 1u) << at.first << at.second;
+      ASSERT_EQ(c.at(at).size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(c.at(at)[i].kind, want[i].kind);
+        EXPECT_EQ(c.at(at)[i].bytes, want[i].bytes);
+      }
+    };
+    expect({0, 0}, {{CommKind::kAllGather, half}, {CommKind::kAllGather, half}});
+    EXPECT_EQ(c.count({0, 1}), 0u);
+    expect({1, 0}, {{CommKind::kAllGather, half}, {CommKind::kAllGather, half}});
+    expect({1, 1}, {{CommKind::kReduceScatter, half}, {CommKind::kReduceScatter, half}});
+  }
+  {
+    SCOPED_TRACE("a2a");
+    Session s = open(tiny_plan({{"tp", 2}, {"cp", 2}, {"cp_comm_type", "a2a"}}, analytic()));
+    const CompiledPlan& cp = s.compiled();
+    EXPECT_TRUE(cp.dag.tp_overlaps.empty());
+    const auto c = cp_comms_of_first_layer(cp);
+    auto expect = [&](std::pair<int, int> at, std::vector<int64_t> want) {
+      ASSERT_EQ(c.count(at), 1u) << at.first << at.second;
+      ASSERT_EQ(c.at(at).size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(c.at(at)[i].kind, CommKind::kAllToAll);
+        EXPECT_EQ(c.at(at)[i].bytes, want[i]);
+      }
+    };
+    expect({0, 0}, {q, kv / 2, kv / 2});  // Q, K, V
+    expect({0, 1}, {q});                  // the output
+    expect({1, 0}, {q});                  // the output gradient
+    expect({1, 1}, {q, kv / 2, kv / 2});  // dQ, dK, dV
+    Session p2p = open(tiny_plan({{"tp", 2}, {"cp", 2}}, analytic()));
+    for (size_t i = 0; i < cp.model.ops.size(); ++i) {
+      const auto& a = cp.model.ops[i];
+      const auto& b = p2p.compiled().model.ops[i];
+      EXPECT_DOUBLE_EQ(a.fwd_flops, b.fwd_flops) << a.name;
+      if (a.kind != OpKind::kAttention) continue;
+      EXPECT_EQ(a.gemm.m, 1024);  // every query of the sequence
+      EXPECT_EQ(a.gemm.n, 1024);
+      EXPECT_EQ(a.gemm.batch, 2 * 16 / 2);  // b · heads / cp (TP divides it further)
+      EXPECT_EQ(b.gemm.m, 512);
+    }
+  }
+}
+
+// One layer, one microbatch, the fixed cost model (every op f forward and b backward, every
+// communication c), CP 2 against DP 2 over the same two devices: all_gather waits for two
+// all-gathers before the attention's forward and backward and two reduce-scatters after the
+// backward, unoverlapped (6c); a2a for three all-to-alls before the forward and one after,
+// one before the backward and three after (8c). The attention runs whole (f, b) in both.
+TEST(ContextParallel, AllGatherAndA2aStepsMatchTheHandComputationUnderTheFixedModel) {
+  const int64_t c = kFixedComm;
+  auto step = [](json layout) { return fixed_one_layer_step(std::move(layout)); };
+  const int64_t dp2 = step({{"dp", 2}});
+  EXPECT_EQ(step({{"cp", 2}, {"cp_comm_type", "all_gather"}}) - dp2, 6 * c);
+  EXPECT_EQ(step({{"cp", 2}, {"cp_comm_type", "a2a"}}) - dp2, 8 * c);
 }
 
 using testing::Refusal;
@@ -251,6 +359,32 @@ TEST(ContextParallel, RefusedWhereMegatronCoreRefusesIt) {
       {"directive: cp does not divide the devices", base(3, 2),
        "/schedule/base/1/context_parallel", "does not divide the 3 devices"},
       {"unfused attention", unfused, "", "flash"},
+  };
+  testing::expect_refused(cases);
+}
+
+TEST(ContextParallel, CpCommTypeRefusedWhereTransformerEngineRefusesIt) {
+  // 16 heads, 8 KV heads: at TP 2 each TP rank has 4 KV heads, which cp 8 does not divide
+  json heads = tiny_plan({{"tp", 2}, {"cp", 8}, {"cp_comm_type", "a2a"}}, analytic());
+  json no_cp = tiny_plan({{"dp", 2}, {"cp_comm_type", "a2a"}}, analytic());
+  json unknown = tiny_plan({{"cp", 2}, {"cp_comm_type", "ring"}}, analytic());
+  json directive = tiny_plan(json::object(), analytic(), 1);
+  directive["model"]["pp_regions"] = 1;
+  directive["schedule"] = {{"builder", "gpipe"},
+                           {"microbatches", 1},
+                           {"base",
+                            {{{"op", "place"}, {"filter", {{"PP", 0}}}, {"devices", {0, 1}}},
+                             {{"op", "replicate"},
+                              {"filter", {{"PP", 0}}},
+                              {"devices", {0, 1}},
+                              {"cp_comm_type", "all_gather"}}}}};
+  const Refusal cases[] = {
+      {"a2a: cp does not divide the heads", heads, "/schedule/layout/cp_comm_type",
+       "4 KV heads"},
+      {"layout: cp_comm_type without cp", no_cp, "/schedule/layout/cp_comm_type", "cp = 1"},
+      {"layout: unknown cp_comm_type", unknown, "/schedule/layout/cp_comm_type", "must be one of"},
+      {"directive: cp_comm_type without context_parallel", directive,
+       "/schedule/base/1/cp_comm_type", "without context parallelism"},
   };
   testing::expect_refused(cases);
 }

@@ -55,9 +55,12 @@ enum class CommPurpose : uint8_t {
   kLossReduce,   // vocab-parallel cross-entropy under TP (Megatron's _VocabParallelCrossEntropy):
                  //   three all-reduces of b·s fp32 over the TP group in the loss's forward, the
                  //   logits' max, the predicted (target) logit and the sum of exponentials
-  kContextPar,   // context parallelism's ring attention (Transformer Engine's
-                 //   AttnFuncWithCPAndKVP2P): the K/V (forward) or K/V and dK/dV (backward)
-                 //   exchanged with the CP ring's neighbours, beside the attention (TpOverlap::kCpRing)
+  kContextPar,   // context parallelism's communication over the CP groups, by cp_comm_type
+                 //   (Transformer Engine): p2p (AttnFuncWithCPAndKVP2P), the K/V (forward) or
+                 //   K/V and dK/dV (backward) exchanged with the ring's neighbours beside the
+                 //   attention (TpOverlap::kCpRing); all_gather, K and V all-gathered before
+                 //   the attention and dK, dV reduce-scattered after its backward; a2a, the
+                 //   all-to-alls of Q, K, V and of the output (and of their gradients)
 };
 std::string_view comm_purpose_name(CommPurpose p);
 

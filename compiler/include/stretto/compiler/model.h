@@ -102,7 +102,10 @@ struct ModelGraph {
 /// `cp` > 1 (context parallelism): the ops of ONE CP rank, on its s/cp tokens of each sequence
 /// (tokens_per_microbatch and model_flops_per_microbatch are that rank's); the caller has
 /// checked a transformer with flash attention and seq_len divisible by 2·cp.
+/// `cp_comm` a2a: attention kernels over the whole sequence and a/cp heads (the caller has
+/// checked heads and kv_heads divisible by tp·cp).
 Expected<ModelGraph> expand_model(const plan::ModelSpec& spec,
-                                  const plan::JsonSource* src = nullptr, int cp = 1);
+                                  const plan::JsonSource* src = nullptr, int cp = 1,
+                                  plan::CpCommType cp_comm = plan::CpCommType::kP2P);
 
 }  // namespace stretto::compiler

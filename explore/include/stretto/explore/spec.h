@@ -90,6 +90,7 @@ struct Resolved {
   std::string family;  // canonical builder family ("" = the base's hand-written directives)
   int tp = 1, pp = 1, dp = 1, ep = 1;
   int cp = 1;  // context parallelism (layout cp / replicate's context_parallel)
+  std::string cp_comm_type = "p2p";  // layout cp_comm_type / replicate's (with cp > 1)
   int stages_per_rank = 0;  // 0: the family's default
   int microbatches = 1;
   int64_t microbatch_size = 1;

@@ -146,6 +146,11 @@ enum class DirectiveOp : uint8_t {
 /// `selective` (Korthikanti et al. 2022): only the core attention re-runs; its s x s scores,
 /// softmax output and dropout mask are not kept.
 enum class RecomputeMode : uint8_t { kFull, kSelective };
+/// Context parallelism's communication (Transformer Engine's cp_comm_type, Megatron-Core's
+/// --cp-comm-type): the K/V ring (p2p), K/V all-gathered before the attention (all_gather), or
+/// all-to-alls of Q/K/V and the output (a2a, DeepSpeed-Ulysses).
+enum class CpCommType : uint8_t { kP2P, kAllGather, kA2A };
+std::string_view cp_comm_type_name(CpCommType t);
 std::string_view directive_op_name(DirectiveOp op);
 
 struct Directive {
@@ -162,6 +167,7 @@ struct Directive {
   bool shard_params = false;                    // ZeRO-3
   bool shard_optimizer = false;                 // ZeRO-1 (implied by the two above)
   int context_parallel = 1;  // replicate: every cp consecutive devices form one CP group
+  CpCommType cp_comm_type = CpCommType::kP2P;  // replicate, with context_parallel
   bool sequence_parallel = false;               // shard_tensor
   bool tp_comm_overlap = false;                 // shard_tensor (needs sequence_parallel)
   int prefetch = 1;                 // replicate + shard_params: FSDP units gathered ahead
@@ -176,6 +182,7 @@ struct Directive {
 struct Layout {
   int tp = 1, pp = 1, dp = 1, ep = 1;
   int cp = 1;  // context parallelism: next to TP, outside it (Megatron-Core's tp-cp-dp-pp)
+  CpCommType cp_comm_type = CpCommType::kP2P;  // replicate's
   std::vector<std::string> order = {"tp", "dp", "pp"};  // innermost first (Megatron)
   int zero = 0;                                        // 0-3: replicate's ZeRO level
   bool sequence_parallel = false;                      // shard_tensor's

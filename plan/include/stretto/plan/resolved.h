@@ -49,6 +49,7 @@ struct ResolvedPlan {
   int stages_per_rank = 1;  // most stages one rank holds (2 for V and DualPipe schedules)
   int tp = 1, dp = 1, ep = 1;
   int cp = 1;    // context parallelism (the first replicate's context_parallel); dp excludes it
+  std::string cp_comm_type = "p2p";  // the first replicate's (Megatron-Core --cp-comm-type)
   int zero = 0;  // 0-3, from the first replicate's flags
   bool sequence_parallel = false;
   bool tp_comm_overlap = false;  // Megatron-Core --tp-comm-overlap (TE userbuffers)
