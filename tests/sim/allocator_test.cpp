@@ -203,9 +203,10 @@ class ReferenceReplay {
 TEST(AllocationReplay, EqualsTheReferenceOnRandomSequences) {
   // Random allocations and frees in three categories: sizes from a small set (so exact matches
   // are common, in both pools and across the 1 MiB and 10 MiB bounds) and arbitrary ones;
-  // frees of a live block's size (the exact match, often not the oldest), of any amount up to
-  // what lives (several blocks, splitting the last), and of more than lives. After every
-  // step the reserved and allocated bytes equal the reference's.
+  // frees of a live block's size (the exact match, often not the oldest), of the oldest block
+  // and another one's size, of any amount up to what lives (several blocks, splitting the
+  // last), and of more than lives. After every step the reserved and allocated bytes equal
+  // the reference's.
   const int64_t sizes[] = {100,     512,      700 << 10, MiB,      MiB + 1,           3 * MiB,
                            8 * MiB, 10 * MiB, 12 * MiB,  25 * MiB, 19 * MiB + MiB / 2};
   int checked = 0;
@@ -236,6 +237,8 @@ TEST(AllocationReplay, EqualsTheReferenceOnRandomSequences) {
         b = l[rng() % l.size()];  // a live block's size
       else if (r < 80)  // cuts the oldest down to a common size, which a later free may match
         b = std::max<int64_t>(1, l.front() - sizes[rng() % std::size(sizes)]);
+      else if (r < 88)  // the oldest and then, exactly, another block (not the next oldest)
+        b = l.front() + l[rng() % l.size()];
       else if (r < 95)
         b = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(held));
       else
