@@ -238,7 +238,7 @@ class Compiler {
   bool check_context_parallel();
   bool check_context_parallel_covers();
   std::string ctx_pointer(const char* key) const;
-  uint32_t add_cp_ring(uint32_t o, int mb, Pass pass, const UnitInfo& u,
+  uint32_t add_cp_ring(uint32_t o, int mb, Pass pass, bool bwd, const UnitInfo& u,
                        const std::vector<uint32_t>& deps, uint32_t attention);
   int64_t cp_kv_bytes(const UnitInfo& u) const;
   uint32_t cp_chain(CommKind kind, uint32_t o, int mb, Pass pass, const UnitInfo& u,
@@ -561,14 +561,14 @@ uint32_t Compiler::cp_groups(const UnitInfo& u) {
 // the rank's s/cp tokens, its kv_heads/tp heads); how many steps and what each carries is
 // costmodel/cp_attention.h's. It starts with the attention (TE launches the first exchange
 // before the first step), and the pair's closed form prices the attention node.
-uint32_t Compiler::add_cp_ring(uint32_t o, int mb, Pass pass, const UnitInfo& u,
+uint32_t Compiler::add_cp_ring(uint32_t o, int mb, Pass pass, bool bwd, const UnitInfo& u,
                                const std::vector<uint32_t>& deps, uint32_t attention) {
   const int64_t bytes = cp_kv_bytes(u);
   const uint32_t ring = add_collective(CommKind::kSendRecv, CommPurpose::kContextPar, o, mb,
                                        pass, cp_groups(u), stream("cp"), bytes, u.repl);
   for (uint32_t d : deps) edge(d, ring);
   // TE's double buffer: the chunk in use and the one arriving (backward: K/V and dK/dV each).
-  comm_buffer(ring, (pass == Pass::kF ? 2 : 4) * bytes);
+  comm_buffer(ring, (bwd ? 4 : 2) * bytes);
   overlap_pair(attention, ring, TpOverlap::kCpRing, OverlapPart::kWhole);
   return ring;
 }
@@ -636,7 +636,7 @@ uint32_t Compiler::cp_after_attention(uint32_t o, int mb, Pass pass, bool bwd,
   std::vector<uint32_t> after = {c};
   switch (ctx_comm_) {
     case plan::CpCommType::kP2P:
-      add_cp_ring(o, mb, pass, u, deps, c);
+      add_cp_ring(o, mb, pass, bwd, u, deps, c);
       return c;
     case plan::CpCommType::kAllGather: {
       const int64_t gathered = ctx_par_ * kv;

@@ -1,6 +1,7 @@
 #include "stretto/costmodel/cp_attention.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "stretto/support/diag.h"
 
@@ -13,16 +14,44 @@ int64_t cp_kv_chunk_bytes(int64_t microbatch, int64_t seq_len, int cp, int64_t k
   return 2 * microbatch * (seq_len / cp) * (kv_heads / tp) * head_dim * dtype_bytes;
 }
 
-int64_t cp_attention_fwd_ns(int cp, int64_t attn_ns, int64_t kv_ns) {
-  if (cp <= 1) return attn_ns;
-  const int64_t a = (attn_ns + cp - 1) / cp;  // one step, rounded up
-  return a + (cp - 1) * std::max(a, kv_ns);
+namespace {
+// A step beside a transfer: the attention on the SMs the send/recv kernels leave.
+int64_t beside(int64_t x, double sm_share) {
+  STRETTO_ASSERT(sm_share >= 0 && sm_share < 1, "comm_sm_share leaves SMs to compute");
+  return static_cast<int64_t>(std::ceil(static_cast<double>(x) / (1.0 - sm_share) - 1e-6));
+}
+int64_t step_ns(int64_t whole_ns, int cp, double ratio) {
+  return static_cast<int64_t>(std::ceil(static_cast<double>(whole_ns) * ratio / cp - 1e-6));
+}
+}  // namespace
+
+CpSteps cp_attention_steps(const CostModel& cm, const ComputeQuery& whole, int64_t whole_ns,
+                           int cp) {
+  if (cp <= 1) return {whole_ns, whole_ns};
+  const double at_whole = static_cast<double>(cm.compute(whole).ns);
+  auto ratio = [&](int64_t m, int64_t n) {
+    ComputeQuery q = whole;  // the same work on the step's kernel shape
+    q.gemm.m = std::max<int64_t>(1, m);
+    q.gemm.n = std::max<int64_t>(1, n);
+    return at_whole > 0 ? static_cast<double>(cm.compute(q).ns) / at_whole : 1.0;
+  };
+  const int64_t local = whole.gemm.m;  // the rank's s/cp queries (= keys of one rank)
+  return {step_ns(whole_ns, cp, ratio(local, local)),
+          step_ns(whole_ns, cp, ratio(local / 2, local))};
 }
 
-int64_t cp_attention_bwd_ns(int cp, int64_t attn_ns, int64_t kv_ns, int64_t kv_dkv_ns) {
-  if (cp <= 1) return attn_ns;
-  const int64_t a = (attn_ns + cp - 1) / cp;
-  return 2 * std::max(a, kv_ns) + (cp - 2) * std::max(a, kv_dkv_ns);
+int64_t cp_attention_fwd_ns(int cp, CpSteps a, int64_t kv_ns, double sm_share) {
+  if (cp <= 1) return a.diag;
+  return std::max(beside(a.diag, sm_share), kv_ns) +
+         (cp - 2) * std::max(beside(a.off, sm_share), kv_ns) + a.off;
+}
+
+int64_t cp_attention_bwd_ns(int cp, CpSteps a, int64_t kv_ns, int64_t kv_dkv_ns,
+                            double sm_share) {
+  if (cp <= 1) return a.diag;
+  const int64_t off = beside(a.off, sm_share);
+  return std::max(beside(a.diag, sm_share), kv_ns) + (cp - 2) * std::max(off, kv_dkv_ns) +
+         std::max(off, kv_ns);
 }
 
 namespace {

@@ -635,7 +635,8 @@ class ProgramBuilder {
     k.w[0] |= static_cast<uint64_t>(x.tp_overlap) << 24;
     if (x.tp_overlap == compiler::TpOverlap::kCpRing) {
       // context parallelism's ring (cost/cp_attention.h): the forward's steps or the backward's
-      const bool bwd = x.tags.pass != Pass::kF;
+      // (a recomputed forward's ring is tagged with its backward's pass)
+      const bool bwd = x.tags.pass != Pass::kF && !x.recompute;
       k.w[0] |= static_cast<uint64_t>(bwd) << 32;
       return comm_memo_.get(k, [&] { return cost::cp_ring_comm_cost(cm_, q, bwd); });
     }
@@ -646,7 +647,7 @@ class ProgramBuilder {
     auto with = [&](compiler::OverlapPart part, int64_t gemm_ns) {
       for (const compiler::TpOverlapPair* pr : prs)
         if (pr->method == compiler::TpOverlap::kCpRing)
-          return cp_pair_ns(dag_.nodes[pr->comm], gemm_ns);
+          return cp_pair_ns(nd, dag_.nodes[pr->comm], gemm_ns);
         else if (pr->part == part)
           return cost::overlapped_pair_ns(pr->method, gemm_ns,
                                           comm_cost(dag_.nodes[pr->comm]).time_ns, nd.tp,
@@ -666,14 +667,18 @@ class ProgramBuilder {
   }
 
   // Context parallelism: the attention node of a (attention, ring exchange) pair takes
-  // cost/cp_attention.h's closed form of its cp steps, each beside one ring step.
-  int64_t cp_pair_ns(const Node& ring, int64_t attn_ns) {
+  // cost/cp_attention.h's closed form of its cp steps (each its own kernel, priced on its
+  // shape), each beside one ring step, on the SMs the ring's kernels leave.
+  int64_t cp_pair_ns(const Node& att, const Node& ring, int64_t attn_ns) {
     const cost::CommQuery q = queries_.comm(ring);
     const int cp = q.group_size;
-    if (ring.tags.pass == Pass::kF)
-      return cost::cp_attention_fwd_ns(cp, attn_ns, cost::cp_step_ns(cm_, q, 1));
-    return cost::cp_attention_bwd_ns(cp, attn_ns, cost::cp_step_ns(cm_, q, 1),
-                                     cost::cp_step_ns(cm_, q, 2));
+    const cost::CpSteps a =
+        cost::cp_attention_steps(cm_, queries_.compute(att), attn_ns, cp);
+    const double share = cm_.interference().comm_sm_share;
+    if (ring.tags.pass == Pass::kF || ring.recompute)  // (a recomputed forward: F's steps)
+      return cost::cp_attention_fwd_ns(cp, a, cost::cp_step_ns(cm_, q, 1), share);
+    return cost::cp_attention_bwd_ns(cp, a, cost::cp_step_ns(cm_, q, 1),
+                                     cost::cp_step_ns(cm_, q, 2), share);
   }
 
   // Dependencies implied by a FIFO are left out. Every device program is a subsequence of the

@@ -14,25 +14,36 @@ TEST(CpAttention, KvChunkIsKAndVOfTheRanksTokens) {
   EXPECT_EQ(cp_kv_chunk_bytes(2, 8192, 4, 8, 4, 128, 2), 2 * 2 * 2048 * 2 * 128 * 2);
 }
 
-// Forward, cp 4, the rank's attention alone 4000 ns (a step: 1000): with a transfer of
-// 1500 ns the ring is exposed, 1000 + 3 · 1500; with 500 ns it hides behind the steps,
-// 1000 + 3 · 1000 = A. cp 1 is the attention alone.
+// Forward, cp 4, steps alone: the diagonal 1000 ns, each other 1200 ns (a smaller kernel of
+// the same work, slower), no SM share: step 0 and the two middle steps beside a transfer of
+// 1500 ns, the last alone: 1500 + 2 · 1500 + 1200; with 500 ns transfers they hide:
+// 1000 + 2 · 1200 + 1200. cp 1 is the attention alone.
 TEST(CpAttention, ForwardStepsOverlapTheNextSteps) {
-  EXPECT_EQ(cp_attention_fwd_ns(4, 4000, 1500), 5500);
-  EXPECT_EQ(cp_attention_fwd_ns(4, 4000, 500), 4000);
-  EXPECT_EQ(cp_attention_fwd_ns(2, 4000, 3000), 2000 + 3000);
-  EXPECT_EQ(cp_attention_fwd_ns(1, 4000, 9999), 4000);
-  EXPECT_EQ(cp_attention_fwd_ns(4, 1001, 0), 4 * 251);  // each step rounded up to whole ns
+  EXPECT_EQ(cp_attention_fwd_ns(4, {1000, 1200}, 1500, 0), 1500 + 2 * 1500 + 1200);
+  EXPECT_EQ(cp_attention_fwd_ns(4, {1000, 1200}, 500, 0), 1000 + 2 * 1200 + 1200);
+  EXPECT_EQ(cp_attention_fwd_ns(2, {2000, 2000}, 3000, 0), 3000 + 2000);
+  EXPECT_EQ(cp_attention_fwd_ns(1, {4000, 4000}, 9999, 0), 4000);
 }
 
-// Backward, cp 4, 8000 ns alone (a step: 2000): the first and last transfers carry one chunk
-// (K/V, then dK/dV: 1500 ns), the cp − 2 = 2 middle ones K/V and dK/dV (2500 ns):
-// 2 · max(2000, 1500) + 2 · max(2000, 2500) = 9000. cp 2 has no middle step.
+// The ring's send/recv kernels hold comm_sm_share of the SMs while a transfer runs: a step
+// beside one takes x / (1 − share), rounded up; the last forward step runs on every SM.
+// H100's 20 of 132 SMs: 1000 ns -> 1000 · 132 / 112 = 1178.57 -> 1179.
+TEST(CpAttention, StepsBesideATransferLoseTheCommunicationSms) {
+  const double share = 20.0 / 132;
+  EXPECT_EQ(cp_attention_fwd_ns(2, {1000, 1000}, 0, share), 1179 + 1000);
+  EXPECT_EQ(cp_attention_fwd_ns(4, {1000, 1000}, 1100, share), 1179 + 2 * 1179 + 1000);
+  EXPECT_EQ(cp_attention_bwd_ns(2, {1000, 1000}, 0, 0, share), 2 * 1179);
+}
+
+// Backward, cp 4, steps alone 2000 ns (diagonal and others): the first and last transfers
+// carry one chunk (K/V, then dK/dV: 1500 ns), the cp − 2 = 2 middle ones K/V and dK/dV
+// (2500 ns): 2 · max(2000, 1500) + 2 · max(2000, 2500) = 9000. cp 2 has no middle step.
 TEST(CpAttention, BackwardCarriesKvAndDkvBetweenTheEnds) {
-  EXPECT_EQ(cp_attention_bwd_ns(4, 8000, 1500, 2500), 2 * 2000 + 2 * 2500);
-  EXPECT_EQ(cp_attention_bwd_ns(4, 8000, 2200, 1000), 2 * 2200 + 2 * 2000);
-  EXPECT_EQ(cp_attention_bwd_ns(2, 8000, 1500, 2500), 2 * 4000);
-  EXPECT_EQ(cp_attention_bwd_ns(1, 8000, 1500, 2500), 8000);
+  EXPECT_EQ(cp_attention_bwd_ns(4, {2000, 2000}, 1500, 2500, 0), 2 * 2000 + 2 * 2500);
+  EXPECT_EQ(cp_attention_bwd_ns(4, {2000, 2000}, 2200, 1000, 0), 2 * 2200 + 2 * 2000);
+  EXPECT_EQ(cp_attention_bwd_ns(2, {4000, 4000}, 1500, 2500, 0), 2 * 4000);
+  EXPECT_EQ(cp_attention_bwd_ns(4, {1000, 3000}, 1500, 2500, 0), 1500 + 2 * 3000 + 3000);
+  EXPECT_EQ(cp_attention_bwd_ns(1, {8000, 8000}, 1500, 2500, 0), 8000);
 }
 
 }  // namespace

@@ -168,10 +168,26 @@ TEST(ContextParallel, RingAndAttentionArePricedAsTheClosedForms) {
       const int64_t ring_ns = cs.latency_ns + cost::transfer_ns(rt.work, cs.rate_cap);
       const int64_t want_ring = fwd ? (c - 1) * p1 : 2 * p1 + (c - 2) * p2;
       EXPECT_NEAR(double(ring_ns), double(want_ring), 4.0);
-      const int64_t alone = s.cost_model().compute(queries.compute(att)).ns;
-      const int64_t a = (alone + c - 1) / c;
-      const int64_t want = fwd ? a + (c - 1) * std::max(a, p1)
-                               : 2 * std::max(a, p1) + (c - 2) * std::max(a, p2);
+      // each step its own kernel, the whole attention's work at the step's shape: the
+      // diagonal [s/cp, s/cp], the others [s/(2cp), s/cp] (fewer query blocks: fewer SMs
+      // filled); a step beside a transfer on H100's 132 − 20 SMs (comm_sm_share)
+      const cost::ComputeQuery whole = queries.compute(att);
+      const double alone = double(s.cost_model().compute(whole).ns);
+      auto step = [&](int64_t m, int64_t n) {
+        cost::ComputeQuery q = whole;
+        q.gemm.m = m;
+        q.gemm.n = n;
+        return int64_t(std::ceil(double(s.cost_model().compute(q).ns) / c - 1e-6));
+      };
+      const int64_t local = 1024 / c;
+      const int64_t d = step(local, local), o = step(local / 2, local);
+      EXPECT_GT(o, d);  // the smaller kernel fills fewer SMs
+      EXPECT_GT(o, int64_t(alone / c) + 1);
+      auto beside = [](int64_t x) { return int64_t(std::ceil(double(x) * 132 / 112 - 1e-6)); };
+      const int64_t want =
+          fwd ? std::max(beside(d), p1) + (c - 2) * std::max(beside(o), p1) + o
+              : std::max(beside(d), p1) + (c - 2) * std::max(beside(o), p2) +
+                    std::max(beside(o), p1);
       EXPECT_NEAR(double(p.tasks[task_of.at(pr.compute)].work), double(want), 4.0)
           << cp.dag.node_name(pr.compute, cp.model);
       ++seen;
@@ -324,6 +340,87 @@ TEST(ContextParallel, AllGatherAndA2aStepsMatchTheHandComputationUnderTheFixedMo
   const int64_t dp2 = step({{"dp", 2}});
   EXPECT_EQ(step({{"cp", 2}, {"cp_comm_type", "all_gather"}}) - dp2, 6 * c);
   EXPECT_EQ(step({{"cp", 2}, {"cp_comm_type", "a2a"}}) - dp2, 8 * c);
+}
+
+// Recompute with context parallelism (Megatron-Core --recompute-granularity with
+// --context-parallel-size): a CP rank checkpoints its own s/cp tokens, and the recomputed
+// forward runs the attention's ring again as a forward (TE's AttnFuncWithCPAndKVP2P.forward
+// re-run under the checkpoint: cp − 1 K/V transfers), not as a backward.
+json recompute_plan(int cpd, const char* mode, json fixed = json()) {
+  json p = tiny_plan(json::object(), fixed.is_null() ? analytic() : fixed, 1);
+  p["model"]["pp_regions"] = 1;
+  json devs = json::array();
+  for (int i = 0; i < std::max(1, cpd); ++i) devs.push_back(i);
+  json base = {{{"op", "place"}, {"filter", {{"PP", 0}}}, {"devices", devs}}};
+  if (cpd > 1)
+    base.push_back({{"op", "replicate"},
+                    {"filter", {{"PP", 0}}},
+                    {"devices", devs},
+                    {"context_parallel", cpd}});
+  if (mode)
+    base.push_back({{"op", "recompute"}, {"filter", {{"LAYER", "*"}}}, {"mode", mode}});
+  p["schedule"] = {{"builder", "gpipe"}, {"microbatches", 1}, {"base", base}};
+  return p;
+}
+
+// Memory: full recompute keeps each layer's input, b·(s/cp)·h in bf16 on a CP rank (2·(s/cp)·b·h
+// bytes, Korthikanti's 2sbh with s/cp tokens); selective keeps what it keeps without CP,
+// halved at cp 2 (every saved tensor is the rank's s/cp tokens').
+TEST(ContextParallel, RecomputeKeepsTheRanksShareOfTheCheckpoint) {
+  auto act = [](const json& plan) {
+    Session s = open(plan);
+    return compiler::summarize(s.compiled()).devices[0].activation_bytes_per_mb;
+  };
+  const int64_t b = 2, s = 1024, h = 1024;
+  const int64_t full1 = act(recompute_plan(1, "full")), full2 = act(recompute_plan(2, "full"));
+  const int64_t none2 = act(recompute_plan(2, nullptr));
+  const int64_t sel1 = act(recompute_plan(1, "selective")), sel2 = act(recompute_plan(2, "selective"));
+  // one layer; the embedding, final norm, head and loss are not recomputed: their share is
+  // what no recompute keeps minus the layer's
+  EXPECT_EQ(full1, 2 * full2);
+  EXPECT_EQ(sel1, 2 * sel2);
+  EXPECT_LT(full2, sel2);
+  EXPECT_LT(sel2, none2);
+  const int64_t layer_input = 2 * b * (s / 2) * h;  // bf16, the rank's tokens
+  Session n2 = open(recompute_plan(2, nullptr));
+  int64_t outside = 0;  // saved by ops outside the layer, per CP rank
+  for (const auto& op : n2.compiled().model.ops)
+    if (op.tags.layer() == plan::kAbsent) outside += op.saved_bytes;
+  EXPECT_EQ(full2, outside + layer_input);
+}
+
+// Time: selective and full recompute re-run the attention's forward with its ring before the
+// backward; the recomputed pair is priced as the forward's (cp − 1 K/V transfers, the forward
+// closed form), not as the backward's (its node carries the backward's pass tag).
+TEST(ContextParallel, RecomputedForwardRunsTheRingAsAForward) {
+  for (const char* mode : {"selective", "full"}) {
+    SCOPED_TRACE(mode);
+    Session s = open(recompute_plan(2, mode));
+    const CompiledPlan& cp = s.compiled();
+    const Program p = build_program(cp, s.cost_model());
+    std::map<uint32_t, uint32_t> task_of;
+    for (uint32_t i = 0; i < p.tasks.size(); ++i) task_of.try_emplace(p.tasks[i].node, i);
+    auto ring_ns = [&](uint32_t n) {
+      const engine::Task& t = p.tasks[task_of.at(n)];
+      const engine::CommSpec& cs = p.comms[t.comm];
+      return cs.latency_ns + cost::transfer_ns(t.work, cs.rate_cap);
+    };
+    int64_t fwd_att = -1, fwd_ring = -1, rc_att = -1, rc_ring = -1;
+    for (const auto& pr : cp.dag.tp_overlaps) {
+      const Node& att = cp.dag.nodes[pr.compute];
+      if (att.tags.pass == Pass::kF) {
+        fwd_att = p.tasks[task_of.at(pr.compute)].work;
+        fwd_ring = ring_ns(pr.comm);
+      } else if (att.recompute) {
+        rc_att = p.tasks[task_of.at(pr.compute)].work;
+        rc_ring = ring_ns(pr.comm);
+      }
+    }
+    ASSERT_GT(fwd_att, 0);
+    ASSERT_GT(rc_att, 0) << "no recomputed attention pair";
+    EXPECT_EQ(rc_att, fwd_att);
+    EXPECT_EQ(rc_ring, fwd_ring);
+  }
 }
 
 using testing::Refusal;

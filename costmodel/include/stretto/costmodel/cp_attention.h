@@ -4,20 +4,29 @@
 // attention with its K/V ring exchange. The compiler pairs each attention node with a ring
 // exchange node (compiler/dag.h TpOverlap::kCpRing); sim prices the pair with these.
 //
-// The sequence of s tokens is cut into 2·cp chunks; CP rank r holds chunks r and 2·cp − 1 − r
-// (the causal load balance), s/cp tokens. Its attention runs in cp steps: step 0 on its own
-// K/V (the two diagonal blocks, causal), step i on the K/V of the rank i hops up the ring
-// (half of it, or half of its own queries: a block of the same size). Every step is the same
-// work, a = A/cp for the rank's whole attention A (its 1/cp of the causal attention's FLOPs).
+// The sequence of s tokens is cut into 2·cp chunks of c = s/(2·cp); CP rank r holds chunks r
+// and 2·cp − 1 − r (the causal load balance, Megatron-Core's get_batch_on_this_cp_rank), s/cp
+// tokens. Its attention runs in cp steps, each its own kernel (TE calls the attention kernel
+// once a step): step 0 on its own K/V, causal, [2c, d] x [d, 2c] (the diagonal); step i ≥ 1
+// on the K/V of the rank i hops up the ring, either all its queries against the first half
+// of that K/V ([2c, d] x [d, c], i ≤ r) or its second half of queries against all of it
+// ([c, d] x [d, 2c], i > r). Every step is the same work, A/cp of the rank's whole attention
+// A; a step is priced at that work on its own kernel shape (CpSteps below): the diagonal `d`
+// at [2c, 2c], an off-diagonal step `o` at [c, 2c], the slower of the two kinds (the ring
+// waits for its slowest rank, and rank 0 runs [c, 2c] at every step i ≥ 1).
+//
+// While a transfer runs, NCCL's send/recv kernels hold SMs the attention cannot use: a step
+// beside a transfer takes x' = x / (1 − comm_sm_share) (the cost model's share of SMs taken
+// by communication kernels, docs/costmodel.md), like tp_comm_overlap's SM margin.
 //
 // Forward (TE: for i in range(cp_size + 1); step i < cp − 1 launches the send/recv of the K/V
 // step i + 1 needs; step i waits for its own): cp − 1 transfers of this rank's K/V chunk, p
-// each, each overlapping one step's compute:
-//     T_f = a + (cp − 1) · max(a, p)
+// each, beside steps 0 .. cp − 2; the last step runs alone:
+//     T_f = max(d', p) + (cp − 2) · max(o', p) + o                      (cp ≥ 2)
 // Backward (TE: step 0 sends K/V only, steps 1 .. cp − 2 send K/V and the dK/dV accumulated so
 // far together, step cp − 1 sends dK/dV only, each overlapping that step's compute):
-//     T_b = max(a_b, p) + (cp − 2) · max(a_b, p2) + max(a_b, p)      (cp ≥ 2)
-// with a_b = A_b/cp, p one transfer of the K/V chunk and p2 one of twice its bytes.
+//     T_b = max(d_b', p) + (cp − 2) · max(o_b', p2) + max(o_b', p)      (cp ≥ 2)
+// with p one transfer of the K/V chunk and p2 one of twice its bytes.
 // Source: TransformerEngine, transformer_engine/pytorch/attention/dot_product_attention/
 // context_parallel.py, AttnFuncWithCPAndKVP2P.forward and .backward (bf16, no fp8).
 
@@ -32,13 +41,27 @@ namespace stretto::cost {
 int64_t cp_kv_chunk_bytes(int64_t microbatch, int64_t seq_len, int cp, int64_t kv_heads, int tp,
                           int64_t head_dim, int dtype_bytes);
 
-/// T_f above: `attn_ns` is the rank's whole forward attention alone (A), `kv_ns` one transfer
-/// of its K/V chunk (p).
-int64_t cp_attention_fwd_ns(int cp, int64_t attn_ns, int64_t kv_ns);
+/// One step's attention alone (ns), for a pass: `diag` step 0, `off` every other step.
+struct CpSteps {
+  int64_t diag = 0, off = 0;
+};
 
-/// T_b above: `attn_ns` the rank's whole attention backward alone (A_b), `kv_ns` one transfer
-/// of the K/V chunk (p), `kv_dkv_ns` one of K/V and dK/dV together (p2).
-int64_t cp_attention_bwd_ns(int cp, int64_t attn_ns, int64_t kv_ns, int64_t kv_dkv_ns);
+/// The steps of a rank's attention whose whole kernel `whole` (its query: the [s/cp, d] x
+/// [d, s] shape per head, the pass's FLOPs and bytes) the cost model prices at `whole_ns`:
+/// each step is whole_ns / cp times the cost model's price of the same work at the step's
+/// shape over its price at the whole shape (how much slower the smaller kernel runs; 1 for a
+/// model that prices by op, not shape), rounded up to whole ns.
+CpSteps cp_attention_steps(const CostModel& cm, const ComputeQuery& whole, int64_t whole_ns,
+                           int cp);
+
+/// T_f above: `a` the forward steps alone, `kv_ns` one transfer of the K/V chunk (p),
+/// `sm_share` the SMs a transfer takes.
+int64_t cp_attention_fwd_ns(int cp, CpSteps a, int64_t kv_ns, double sm_share);
+
+/// T_b above: `a` the backward steps alone, `kv_ns` one transfer of the K/V chunk (p),
+/// `kv_dkv_ns` one of K/V and dK/dV together (p2).
+int64_t cp_attention_bwd_ns(int cp, CpSteps a, int64_t kv_ns, int64_t kv_dkv_ns,
+                            double sm_share);
 
 /// One ring step's transfer of `chunks` (1: K/V or dK/dV; 2: both) K/V chunks of `q.bytes`
 /// each to the ring neighbour: a send/recv, across nodes when the CP group spans nodes (every
