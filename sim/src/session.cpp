@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 
+#include "fork_join.h"
 #include "radix_sort.h"
 #include "stretto/engine/engine.h"
 #include "stretto/sim/caching_allocator.h"
@@ -73,11 +74,14 @@ Diagnostics check_participants(const CompiledPlan& cp) {
 // effects (AllocationReplay says how an effect becomes blocks). Devices not in `want`
 // (folded replicas) get 0 and are not replayed. A device kind "cpu" has no caching
 // allocator: its reserved bytes are its allocated peak.
+// Devices are replayed independently, on up to `threads` threads (SimOptions::threads), each
+// writing only its own devices' slots of the result: the same result for any count.
 // (Out of line, so that profiles show it.)
 [[gnu::noinline]] std::vector<int64_t> reserved_peaks(const CompiledPlan& cp,
                                                       const engine::Program& p,
                                                       const std::vector<engine::TaskTiming>& timing,
-                                                      const std::vector<char>& want) {
+                                                      const std::vector<char>& want,
+                                                      int threads) {
   const auto D = static_cast<uint32_t>(cp.num_devices);
   auto wanted = [&](uint32_t d) { return d < D && (want.empty() || want[d]); };
   // Each task with effects, on each wanted device it takes part in (once per device, however
@@ -134,24 +138,30 @@ Diagnostics check_participants(const CompiledPlan& cp) {
       [](const Ev& e) { return e.key; }, [](const Ev& e) { return e.device; });
   other.reset();
   std::vector<int64_t> out(D, 0);
-  AllocationReplay a;
-  for (uint32_t d = 0; d < D; ++d) {
-    if (!wanted(d)) continue;
-    a.clear();
-    if (d < cp.static_mem.size()) {
-      const compiler::StaticMemory& sm = cp.static_mem[d];
-      for (const int64_t b : {sm.params, sm.grads, sm.optimizer})
-        if (b > 0) a.allocate_static(b);
+  // Devices [first, last), each into its own slot of `out` (and nothing else shared is written).
+  auto replay = [&](uint32_t first, uint32_t last) {
+    AllocationReplay a;
+    for (uint32_t d = first; d < last; ++d) {
+      if (!wanted(d)) continue;
+      a.clear();
+      if (d < cp.static_mem.size()) {
+        const compiler::StaticMemory& sm = cp.static_mem[d];
+        for (const int64_t b : {sm.params, sm.grads, sm.optimizer})
+          if (b > 0) a.allocate_static(b);
+      }
+      for (uint32_t k = begin[d]; k < begin[d + 1]; ++k) {
+        const engine::CounterEffect& ce = p.effects[evs[k].effect];
+        if (ce.delta > 0)
+          a.allocate(ce.counter, ce.delta);
+        else
+          a.release(ce.counter, -ce.delta);
+      }
+      out[d] = a.reserved();
     }
-    for (uint32_t k = begin[d]; k < begin[d + 1]; ++k) {
-      const engine::CounterEffect& ce = p.effects[evs[k].effect];
-      if (ce.delta > 0)
-        a.allocate(ce.counter, ce.delta);
-      else
-        a.release(ce.counter, -ce.delta);
-    }
-    out[d] = a.reserved();
-  }
+  };
+  const std::vector<uint32_t> parts =
+      device_ranges(begin, static_cast<uint32_t>(std::max(threads, 1)));
+  fork_join(parts.size() - 1, [&](size_t j) { replay(parts[j], parts[j + 1]); });
   return out;
 }
 }  // namespace
@@ -287,7 +297,8 @@ Expected<Result> simulate_impl(const CompiledPlan& cp, const cost::CostModel& cm
   const bool cpu = cp.plan.cluster.device.kind == "cpu";
   const std::vector<int64_t> reserved =
       cpu ? std::vector<int64_t>(static_cast<size_t>(D), 0)
-          : reserved_peaks(cp, r.program, r.timing, r.folded ? keep : std::vector<char>{});
+          : reserved_peaks(cp, r.program, r.timing, r.folded ? keep : std::vector<char>{},
+                           opt.threads);
   engine::DeviceCounters no_counters;  // for a program without counters: static memory only
   no_counters.curve.push_back({0, 0});
   for (int d = 0; d < D; ++d) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "same_result.h"
 #include "stretto/sim/caching_allocator.h"
 #include "stretto/sim/metrics_json.h"
 #include "stretto/sim/session.h"
@@ -320,6 +321,48 @@ TEST(ReservedMemory, CpuDevicesHaveNoCachingAllocator) {
   ASSERT_TRUE(j.contains("devices"));
   for (const json& d : j["devices"])
     EXPECT_EQ(d["peak_reserved_bytes"].get<int64_t>(), d["peak_memory_bytes"].get<int64_t>());
+}
+
+// SimOptions::threads splits the devices' replay between threads, each device's reserved bytes
+// into its own slot: every field of the Result is that of one thread, whatever the count (more
+// threads than devices included), folded or not, at op or pass granularity; and every replayed
+// device reserves at least its allocated peak (so that a replay into the wrong slot, which
+// every count would share, fails too).
+TEST(ReservedMemory, TheSameResultOnAnyNumberOfThreads) {
+  EXPECT_EQ(SimOptions{}.threads, 1);
+  struct Case {
+    const char* plan;
+    bool fold;
+    Granularity granularity;
+  };
+  for (const Case& c : {Case{"gpt_pp4_dp2_1f1b.json", false, Granularity::kOp},
+                        Case{"gpt_pp4_dp2_1f1b.json", true, Granularity::kOp},
+                        Case{"megatron_gpt13b_tp8_pp2_dp2.json", false, Granularity::kPass},
+                        Case{"piper_qwen3_moe_pp2_dp2_ep2.json", false, Granularity::kOp},
+                        Case{"layout_llama7b_pp4_dp4_interleaved.json", true, Granularity::kPass}}) {
+    SCOPED_TRACE(c.plan + std::string(c.fold ? " folded" : "") +
+                 (c.granularity == Granularity::kPass ? " pass" : " op"));
+    auto s = Session::open(std::string(STRETTO_EXAMPLES) + "/" + c.plan);
+    ASSERT_TRUE(s) << s.error().front().message;
+    SimOptions opt;
+    opt.fold_replicas = c.fold;
+    opt.granularity = c.granularity;
+    auto one = s->simulate(opt);
+    ASSERT_TRUE(one);
+    ASSERT_GE(one->devices.size(), 4u);
+    ASSERT_EQ(one->folded, c.fold);
+    for (const DeviceMetrics& m : one->devices) {
+      EXPECT_GT(m.peak_memory, 0) << "device " << m.id;
+      EXPECT_GE(m.peak_reserved, m.peak_memory) << "device " << m.id;
+    }
+    for (const int threads : {2, 3, static_cast<int>(one->devices.size()) + 5}) {
+      SCOPED_TRACE(threads);
+      opt.threads = threads;
+      auto many = s->simulate(opt);
+      ASSERT_TRUE(many);
+      expect_same_result(*one, *many);
+    }
+  }
 }
 
 }  // namespace

@@ -35,6 +35,10 @@ struct SimOptions {
   /// ops merged (granularity.h: equal under fixed costs, an approximation under interference
   /// and dispatch costs, fewer events). Either way the Result has every op's timing.
   Granularity granularity = Granularity::kOp;
+  /// Threads that replay the devices' allocations for reserved memory (each device on one of
+  /// them, the caller's included): the Result is the same for any count. 1 (the default) runs
+  /// it on the caller's thread alone, as a sweep, which runs points in parallel, wants.
+  int threads = 1;
   /// Progress, for long runs (the CLI on a terminal, a GUI): called with the phase ("building",
   /// "simulating", "metrics") and the fraction of it done; "building" and "metrics" once at
   /// their start (0), "simulating" from 0 to 1 by tasks finished, about every 65 k events. On
