@@ -158,6 +158,9 @@ void SimWorker::loop() {
     // device are not needed.
     opt.memory_curves = false;
     opt.granularity = req.granularity;  // as `simulate --granularity`
+    // The reserved-memory replay on two threads (the worker's and one more): the edit waits on
+    // it, and the Result is the same for any count.
+    opt.threads = 2;
     opt.progress = [this](std::string_view phase, double f) {
       std::lock_guard lk(mu_);
       phase_ = std::string(phase);
