@@ -2371,8 +2371,7 @@ void Compiler::compute_static_memory() {
     // Optimizer state per parameter: the plan's optimizer (OptimizerSpec), else its default,
     // Adam with master weights: the ZeRO paper's mixed-precision K = 12 for 16-bit parameters,
     // 8 (the moments) for fp32 ones, whose weights are their own master.
-    const OptimizerSpec& os = plan_.optimizer;
-    const int64_t k = os.given ? os.state_bytes_per_param(dt) : OptimizerSpec{}.state_bytes_per_param(dt);
+    const int64_t k = static_bytes_per_param(cp_.model.dtype, plan_.optimizer).optimizer;
     const OpKind kind = cp_.model.ops[o].kind;
     const bool te_gemm = kind == OpKind::kQKV || kind == OpKind::kOutProj ||
                          kind == OpKind::kMlpUp || kind == OpKind::kMlpDown ||

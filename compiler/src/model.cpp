@@ -482,4 +482,10 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src, 
   return std::move(g);
 }
 
+StaticBytesPerParam static_bytes_per_param(plan::DType dtype, const plan::OptimizerSpec& opt) {
+  const int dt = detail::param_dtype_bytes(dtype);
+  const plan::OptimizerSpec& os = opt.given ? opt : plan::OptimizerSpec{};
+  return {dt, dt, os.state_bytes_per_param(dt)};
+}
+
 }  // namespace stretto::compiler

@@ -15,8 +15,6 @@ using plan::Pass;
 
 namespace {
 
-constexpr double kParamBytes = 2, kGradBytes = 2, kOptimizerBytes = 12;  // README "Memory"
-
 Diagnostic plain(std::string msg) {
   Diagnostic d;
   d.message = std::move(msg);
@@ -135,6 +133,8 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   const int p = std::max(1, r.pp), tp = std::max(1, r.tp), dp = std::max(1, r.dp);
   const int m = std::max(1, r.microbatches);
   const std::string& fam = r.family.empty() ? std::string("1f1b") : r.family;
+  const compiler::StaticBytesPerParam bpp =
+      compiler::static_bytes_per_param(plan_.model.dtype, plan_.optimizer);
   int v = r.stages_per_rank;
   const bool two_chunk = fam == "zb-v" || fam == "dualpipev" || fam == "dualpipe";
   if (v <= 0 || (two_chunk && v == 1))
@@ -252,7 +252,7 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   double dp_exposed = 0;
   if (dp > 1) {
     const int dp_nodes = (tp * dp + dpn - 1) / dpn;
-    const auto grad_bytes = static_cast<int64_t>(max_params * kGradBytes);
+    const auto grad_bytes = static_cast<int64_t>(max_params * static_cast<double>(bpp.grads));
     // (ZeRO-1 too: the distributed optimizer reduce-scatters, as the compiler does)
     const CommKind red = r.zero >= 1 ? CommKind::kReduceScatter : CommKind::kAllReduce;
     const double total = comm_ns(red, grad_bytes, dp, dp_nodes);
@@ -263,15 +263,17 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
     // hides little of it behind that backward (measured: bench_explore BM_Agreement).
     dp_exposed = std::max(bucket, total - 0.25 * cB * v);
     if (r.zero == 1 || r.zero == 2)
-      dp_exposed += comm_ns(CommKind::kAllGather, static_cast<int64_t>(max_params * kParamBytes),
-                            dp, dp_nodes);
+      dp_exposed +=
+          comm_ns(CommKind::kAllGather,
+                  static_cast<int64_t>(max_params * static_cast<double>(bpp.params)), dp, dp_nodes);
   }
   // Memory: per rank, static state by ZeRO level + the activations of the chunk-microbatches
   // it holds at its peak (rank r of 1F1B holds p - r; Megatron's interleaved warm-up holds
   // 2(p-r-1) + (v-1)p + 1); the largest rank is the peak.
-  const double per_param = kParamBytes / (r.zero >= 3 ? dp : 1) +
-                           kGradBytes / (r.zero >= 2 ? dp : 1) +
-                           kOptimizerBytes / (r.zero >= 1 ? dp : 1);
+  // (bytes per parameter: the compiler's rule, static_bytes_per_param)
+  const double per_param = static_cast<double>(bpp.params) / (r.zero >= 3 ? dp : 1) +
+                           static_cast<double>(bpp.grads) / (r.zero >= 2 ? dp : 1) +
+                           static_cast<double>(bpp.optimizer) / (r.zero >= 1 ? dp : 1);
   double mem = 0;
   for (int k = 0; k < p; ++k) {
     double in_flight = 0;  // chunk-microbatches

@@ -1024,6 +1024,56 @@ Agreement search_space_agreement(const char* example, int batch_scale) {
 
 }  // namespace
 
+// The estimate's static memory follows the plan's optimizer and dtype as the simulator prices
+// them (it kept 12 B/param of optimizer state whatever the plan said): over bf16 and fp32
+// models with Adam, SGD and Adam without master weights, the estimated peak less that of the
+// same plan with optimizer "none" is the simulator's optimizer state on its largest device.
+TEST(Estimate, OptimizerStateFollowsThePlansOptimizerAndDtype) {
+  const Json params = {{"tp", 1}, {"pp", 4}, {"dp", 2}, {"microbatches", 4}, {"zero", 0}};
+  auto run = [&](const std::string& dtype, const Json& optimizer) {
+    Json base = example_plan("gpt_pp4_dp2_1f1b.json");
+    base["model"]["dtype"] = dtype;
+    base["optimizer"] = optimizer;
+    SweepSpec spec;
+    spec.base = base;
+    spec.base_dir = STRETTO_EXAMPLES;
+    spec.canonical = {{"base", base}};
+    spec.hash = stable_hash(spec.canonical);
+    PointResult r = evaluate_point(spec, {params, point_hash(params)});
+    EXPECT_EQ(r.status, "ok") << r.diagnostic;
+    int64_t state = 0;
+    const Json metrics = Json::parse(r.metrics);
+    for (const Json& d : metrics["devices"])
+      state = std::max(state, d["memory_breakdown"]["optimizer"].get<int64_t>());
+    return std::make_pair(r.estimate_memory_bytes, state);
+  };
+  struct Case {
+    const char* dtype;
+    Json optimizer;
+    int64_t bytes_per_param;  // docs/semantics.md
+  };
+  const std::vector<Case> cases = {
+      {"bf16", {{"kind", "adam"}}, 12},
+      {"bf16", {{"kind", "sgd"}}, 8},
+      {"bf16", {{"kind", "adam"}, {"master_weights", false}}, 4},
+      {"fp32", {{"kind", "adam"}}, 8},
+      {"fp32", {{"kind", "sgd"}}, 4},
+  };
+  for (const Case& c : cases) {
+    const auto none = run(c.dtype, {{"kind", "none"}});
+    const auto with = run(c.dtype, c.optimizer);
+    EXPECT_EQ(none.second, 0) << c.dtype;
+    ASSERT_GT(with.second, 0) << c.dtype << " " << c.optimizer.dump();
+    const double est = static_cast<double>(with.first - none.first);
+    std::printf("%s %s: estimate %.0f B of optimizer state, simulated %lld B\n", c.dtype,
+                c.optimizer.dump().c_str(), est, static_cast<long long>(with.second));
+    EXPECT_NEAR(est / static_cast<double>(with.second), 1.0, 0.01)
+        << c.dtype << " " << c.optimizer.dump();
+    // and the state per parameter is the documented one (the largest stage's parameters)
+    EXPECT_EQ(with.second % c.bytes_per_param, 0) << c.dtype << " " << c.optimizer.dump();
+  }
+}
+
 // bench_explore's BM_Agreement/0/0 as a test: every point of the layout sweep, estimated and
 // simulated (one worker, a few seconds).
 TEST(Estimate, AgreesWithTheSimulatorOverTheLayoutSweep) {

@@ -108,4 +108,14 @@ Expected<ModelGraph> expand_model(const plan::ModelSpec& spec,
                                   const plan::JsonSource* src = nullptr, int cp = 1,
                                   plan::CpCommType cp_comm = plan::CpCommType::kP2P);
 
+/// Bytes per parameter of a device's static memory before any ZeRO sharding, as the compiler
+/// prices them (CompiledPlan::static_mem): weights and gradients in the parameters' dtype (bf16
+/// for an fp8 model, whose fp8 weight copies are not counted here), and the state of the plan's
+/// optimizer (OptimizerSpec::state_bytes_per_param; Adam with master weights when the plan
+/// names no optimizer). The one rule the compiler and the sweep estimate both use.
+struct StaticBytesPerParam {
+  int64_t params = 0, grads = 0, optimizer = 0;
+};
+StaticBytesPerParam static_bytes_per_param(plan::DType dtype, const plan::OptimizerSpec& opt);
+
 }  // namespace stretto::compiler

@@ -22,7 +22,8 @@
 //   measured by bench_explore BM_Agreement), plus ZeRO-1/2's parameter all-gather after the
 //   step.
 //   memory = parameters, gradients and optimizer state of the largest stage by ZeRO level
-//   (2 + 2 + 12 bytes per parameter, as the simulator counts) + saved activations of the
+//   (the simulator's bytes per parameter: compiler::static_bytes_per_param of the plan's dtype
+//   and optimizer, e.g. 2 + 2 + 12 for bf16 Adam with master weights) + saved activations of the
 //   chunks the first rank holds at its peak (1F1B: min(m, p); GPipe and looped BFS: all;
 //   interleaved: 2(p-1) + (v-1)p + 1; ZB-H2: 2p-1; V schedules: 2p + 1 chunks).
 //
