@@ -99,9 +99,12 @@ std::string describe(const compiler::CompiledPlan& cp, const std::string& path) 
   o += c.device.kind == "cpu"
            ? "  memory          simulate reports the allocated peak (no caching allocator on a "
              "CPU: reserved = allocated)\n"
-           : "  memory          simulate reports the allocated peak and what PyTorch's CUDA "
-             "caching allocator reserves (512 B blocks, 2 / 20 MiB segments); context and "
-             "NCCL buffers not counted\n";
+           : fmt::format(
+                 "  memory          simulate reports the allocated peak, what PyTorch's CUDA "
+                 "caching allocator reserves (512 B blocks, 2 / 20 MiB segments), and the "
+                 "device total with a {:g} MiB CUDA context and NCCL's buffers ({} channels), "
+                 "which capacity is judged on\n",
+                 c.device.cuda_context_MiB, c.device.nccl_channels);
   o += fmt::format("  intra-node link {}\n", link(c.intra_node));
   if (c.nodes > 1) o += fmt::format("  inter-node link {}\n", link(c.inter_node));
   if (c.islands > 1)

@@ -50,7 +50,7 @@ Json result_json(const CompiledPlan& cp, const sim::Result& r, double memory_cap
   const int64_t cap = cap_bytes(memory_cap_GiB);
   bool over = false;
   for (auto& d : j["devices"]) {
-    const bool o = d["peak_memory_bytes"].get<int64_t>() > cap;
+    const bool o = d["peak_device_bytes"].get<int64_t>() > cap;
     d["over_capacity"] = o;
     over = over || o;
   }
@@ -95,14 +95,20 @@ std::optional<Estimate> estimate_point(const SweepSpec& spec, const Json& doc,
 
 // A device with the largest memory peak (the first of them), and whether any device's peak
 // exceeds `cap` bytes.
+// The device with the largest allocated peak (the sweep's peak_memory_bytes), and the one with
+// the largest device total (reserved + CUDA context + NCCL buffers), which capacity is judged on
+// (docs/semantics.md "Capacity").
 struct Peak {
   const sim::DeviceMetrics* worst = nullptr;
+  const sim::DeviceMetrics* fullest = nullptr;
   bool over = false;
 };
 Peak peak_of(const sim::Result& r, int64_t cap) {
   Peak p;
   p.worst = sim::largest_peak(r);
-  p.over = p.worst && p.worst->peak_memory > cap;
+  for (const auto& d : r.devices)
+    if (!p.fullest || d.peak_device() > p.fullest->peak_device()) p.fullest = &d;
+  p.over = p.fullest && p.fullest->peak_device() > cap;
   return p;
 }
 
@@ -237,7 +243,7 @@ std::string result_json_text(const CompiledPlan& cp, const sim::Result& r,
       continue;
     }
     e.clear();
-    sim::device_fields(e, d, pm.devices[i], d.peak_memory > cap);
+    sim::device_fields(e, d, pm.devices[i], d.peak_device() > cap);
     prev_begin = devs.size();
     e.write(devs);
     prev_end = devs.size();
@@ -318,14 +324,12 @@ PointResult evaluate_point(const SweepSpec& spec, const Point& p, EvalCache* cac
     out.folded = r->folded;
     if (peak.over) {
       out.status = "over_capacity";
-      int dev = 0;
-      for (const auto& d : r->devices)
-        if (d.peak_memory == out.peak_memory_bytes) {
-          dev = d.id;
-          break;
-        }
-      out.diagnostic = fmt::format("infeasible: device {} peaks at {:.2f} GiB, over the {:.2f} GiB cap",
-                                   dev, static_cast<double>(out.peak_memory_bytes) / (1 << 30), cap);
+      const sim::DeviceMetrics& d = *peak.fullest;
+      out.diagnostic = fmt::format(
+          "infeasible: device {} peaks at {:.2f} GiB with the allocator's cache, the CUDA context "
+          "and NCCL's buffers ({:.2f} GiB allocated), over the {:.2f} GiB cap",
+          d.id, static_cast<double>(d.peak_device()) / (1 << 30),
+          static_cast<double>(d.peak_memory) / (1 << 30), cap);
     } else {
       out.status = "ok";
     }

@@ -433,13 +433,29 @@ struct Preset {
 // Published peak numbers. Dense BF16 tensor-core peak (no sparsity), HBM bandwidth, memory,
 // SM count from the vendor data sheets; intra-node = NVLink per-direction bandwidth per GPU;
 // inter-node = one 400 Gb/s (H100/H200, NDR) or 200 Gb/s (A100, HDR) NIC per GPU.
+//
+// Outside the allocator (plan keys cuda_context_MiB, nccl_channels; docs/semantics.md):
+// - kCudaContextMiB: the CUDA context a PyTorch process creates on its device, "around 400MB"
+//   with CUDA >= 11.7's lazy module loading (PyTorch's default), per NVIDIA's PyTorch engineer
+//   in pytorch/pytorch#109888 (pytorch/pytorch#107667: ~300 MB; > 1000 MB before lazy loading).
+//   It grows with the kernels a process loads; set the key from nvidia-smi on your machine.
+// - kNcclChannels: NCCL's collective channels on an 8-GPU Hopper node: "16 coll channels ...
+//   16 p2p channels per peer" in the NCCL INFO log of NVIDIA/nccl#892 (8 x H800, NVSwitch),
+//   "Channel 01/16" in NVIDIA/nccl#1538 (2 x 8 Hopper GPUs). Not measured for A100; the same
+//   value there. NCCL picks it from the topology: read it from NCCL_DEBUG=INFO on your machine.
+constexpr double kCudaContextMiB = 400;
+constexpr int kNcclChannels = 16;
 const Preset kPresets[] = {
-    {"h100-sxm", {"h100-sxm", 989.4, 3350, 80, 132}, 8, {450, 2.0}, {50, 5.0}},
-    {"h200", {"h200", 989.4, 4800, 141e9 / (1u << 30), 132}, 8, {450, 2.0}, {50, 5.0}},
-    {"a100-sxm", {"a100-sxm", 312, 2039, 80, 108}, 8, {300, 2.0}, {25, 5.0}},
+    {"h100-sxm", {"h100-sxm", 989.4, 3350, 80, 132, kCudaContextMiB, kNcclChannels}, 8,
+     {450, 2.0}, {50, 5.0}},
+    {"h200", {"h200", 989.4, 4800, 141e9 / (1u << 30), 132, kCudaContextMiB, kNcclChannels}, 8,
+     {450, 2.0}, {50, 5.0}},
+    {"a100-sxm", {"a100-sxm", 312, 2039, 80, 108, kCudaContextMiB, kNcclChannels}, 8,
+     {300, 2.0}, {25, 5.0}},
     // A CPU process as used by the Gloo backend: numbers for one multi-core socket; links are
-    // loopback TCP (Gloo) — calibrate with `stretto profile` on the machine at hand.
-    {"cpu", {"cpu", 1.0, 50, 64, 1}, 1, {5, 20.0}, {5, 20.0}},
+    // loopback TCP (Gloo) — calibrate with `stretto profile` on the machine at hand. No CUDA
+    // context, no NCCL.
+    {"cpu", {"cpu", 1.0, 50, 64, 1, 0, 0}, 1, {5, 20.0}, {5, 20.0}},
 };
 
 void parse_link(Reader& r, const std::string& obj, const std::string& key, LinkSpec& l) {
@@ -477,6 +493,8 @@ void parse_cluster(Reader& r, ClusterSpec& c) {
   r.num(P, "cluster", "hbm_GBps", c.device.hbm_GBps);
   r.num(P, "cluster", "memory_GiB", c.device.memory_GiB);
   r.num(P, "cluster", "sms", c.device.sms);
+  r.num(P, "cluster", "cuda_context_MiB", c.device.cuda_context_MiB);
+  r.num(P, "cluster", "nccl_channels", c.device.nccl_channels);
   parse_link(r, P, "intra_node", c.intra_node);
   parse_link(r, P, "inter_node", c.inter_node);
   r.num(P, "cluster", "islands", c.islands);

@@ -60,6 +60,7 @@ class Result(Mapping[str, Any]):
     peak_memory_bytes: int
     peak_memory_time_ms: float
     peak_reserved_bytes: int
+    peak_device_bytes: int
     over_capacity: bool
     def __getitem__(self, key: str) -> Any: ...
     def __iter__(self) -> Iterator[str]: ...

@@ -17,6 +17,7 @@
 #include "radix_sort.h"
 #include "stretto/engine/engine.h"
 #include "stretto/sim/caching_allocator.h"
+#include "stretto/sim/outside_allocator.h"
 
 namespace stretto::sim {
 
@@ -299,6 +300,7 @@ Expected<Result> simulate_impl(const CompiledPlan& cp, const cost::CostModel& cm
       cpu ? std::vector<int64_t>(static_cast<size_t>(D), 0)
           : reserved_peaks(cp, r.program, r.timing, r.folded ? keep : std::vector<char>{},
                            opt.threads);
+  const std::vector<OutsideAllocator> outside = outside_allocator(cp);
   engine::DeviceCounters no_counters;  // for a program without counters: static memory only
   no_counters.curve.push_back({0, 0});
   for (int d = 0; d < D; ++d) {
@@ -326,7 +328,6 @@ Expected<Result> simulate_impl(const CompiledPlan& cp, const cost::CostModel& cm
     m.breakdown = base;
     for (size_t k = 0; k < static_cast<size_t>(compiler::MemCategory::kCount); ++k)
       m.breakdown[3 + k] = c.at_peak[k];
-    m.over_capacity = static_cast<double>(m.peak_memory) > capacity;
     m.peak_reserved = cpu ? m.peak_memory : reserved[static_cast<size_t>(d)];
     assert(m.peak_reserved >= m.peak_memory);
   }
@@ -342,6 +343,11 @@ Expected<Result> simulate_impl(const CompiledPlan& cp, const cost::CostModel& cm
       m.folded = true;
       m.representative = rep_of[d];
     }
+    m.cuda_context = outside[static_cast<size_t>(d)].cuda_context;
+    m.nccl_buffers = outside[static_cast<size_t>(d)].nccl;
+    // The device runs out of memory when the allocator cannot get a segment: reserved bytes
+    // plus what is held outside the allocator (docs/semantics.md "Capacity").
+    m.over_capacity = static_cast<double>(m.peak_device()) > capacity;
     m.bubble = r.step_time - m.busy;
     m.bubble_ratio = r.step_time > 0 ? static_cast<double>(m.bubble) / r.step_time : 0;
     r.exposed_comm += m.exposed_comm;

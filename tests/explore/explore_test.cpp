@@ -269,7 +269,8 @@ TEST(Points, LayoutPointsCompileAndInvalidOnesAreRecorded) {
   // Every field of `simulate --format json` (sim::metrics_json), the newer ones included.
   for (const char* k : {"step_time_ms", "bubble_ratio", "exposed_comm_ms", "mfu", "tokens_per_s",
                         "events", "sim_wall_ms", "folded_replicas", "peak_memory_bytes",
-                        "peak_memory_time_ms", "peak_reserved_bytes", "over_capacity",
+                        "peak_memory_time_ms", "peak_reserved_bytes", "peak_device_bytes",
+                        "over_capacity",
                         "pipeline_bubble_ratio",
                         "exposed_comm_ms_per_device", "not_modelled", "model_flops", "costmodel"})
     EXPECT_TRUE(metrics.contains(k)) << k;

@@ -365,5 +365,98 @@ TEST(ReservedMemory, TheSameResultOnAnyNumberOfThreads) {
   }
 }
 
+// A plan of `devices` H100s laid out by `layout` (1F1B), optimizer with or without clipping.
+json layout_plan(int devices, const json& layout, bool grad_clip, const json& cluster_extra = {}) {
+  json p = gpt_plan(4, "h100-sxm");
+  p["cluster"]["devices_per_node"] = devices;
+  for (const auto& [k, v] : cluster_extra.items()) p["cluster"][k] = v;
+  p["schedule"]["layout"] = layout;
+  p["model"]["pp_regions"] = layout.value("pp", 1);
+  p["optimizer"]["grad_clip"] = grad_clip;
+  return p;
+}
+
+// NCCL's buffers by hand (docs/semantics.md "Memory outside the allocator"): a ring
+// communicator is 16 channels x (LL 512 KiB + LL128 4,915,200 B + Simple 4 MiB), a device
+// received from point-to-point 16 x 4 MiB; the CUDA context 400 MiB on every GPU device.
+TEST(OutsideAllocator, ContextAndNcclBuffersByHand) {
+  constexpr int64_t kRing = 512 * 1024 + 4915200 + 4 * MiB;
+  ASSERT_EQ(kRing, 9633792);
+  struct Case {
+    json plan;
+    int64_t comms, peers;  // per device, every device alike
+    const char* what;
+  };
+  const std::vector<Case> cases = {
+      // one TP group
+      {layout_plan(2, {{"tp", 2}}, false), 1, 0, "tp2"},
+      // two stages: each receives from the other (activations, gradients), no collective
+      {layout_plan(2, {{"pp", 2}}, false), 0, 1, "pp2"},
+      // TP and DP groups, and the gradient-norm all-reduce over all 8; one pipeline neighbour
+      {layout_plan(8, {{"tp", 2}, {"pp", 2}, {"dp", 2}}, true), 3, 1, "tp2 pp2 dp2, clipped"},
+      // the same DP group reduces every bucket: still one communicator
+      {layout_plan(4, {{"dp", 4}}, false), 1, 0, "dp4"},
+  };
+  for (const Case& c : cases) {
+    const json j = simulate_json_of(c.plan);
+    ASSERT_TRUE(j.contains("devices")) << c.what;
+    int64_t top = 0;
+    for (const json& d : j["devices"]) {
+      const int64_t nccl = 16 * (c.comms * kRing + c.peers * 4 * MiB);
+      EXPECT_EQ(d["nccl_buffer_bytes"].get<int64_t>(), nccl) << c.what << " device " << d["id"];
+      EXPECT_EQ(d["cuda_context_bytes"].get<int64_t>(), 400 * MiB) << c.what;
+      EXPECT_EQ(d["peak_device_bytes"].get<int64_t>(),
+                d["peak_reserved_bytes"].get<int64_t>() + 400 * MiB + nccl)
+          << c.what;
+      top = std::max(top, d["peak_device_bytes"].get<int64_t>());
+    }
+    EXPECT_EQ(j["peak_device_bytes"].get<int64_t>(), top) << c.what;
+  }
+}
+
+// The cluster keys override the preset's: 4 channels and a 1,000 MiB context.
+TEST(OutsideAllocator, ClusterKeysOverrideThePreset) {
+  const json j = simulate_json_of(
+      layout_plan(2, {{"tp", 2}}, false, {{"nccl_channels", 4}, {"cuda_context_MiB", 1000}}));
+  ASSERT_TRUE(j.contains("devices"));
+  for (const json& d : j["devices"]) {
+    EXPECT_EQ(d["nccl_buffer_bytes"].get<int64_t>(), 4 * int64_t{9633792});
+    EXPECT_EQ(d["cuda_context_bytes"].get<int64_t>(), 1000 * MiB);
+  }
+}
+
+// A CPU process (Gloo) has no CUDA context and no NCCL: its device total is its allocated peak.
+TEST(OutsideAllocator, CpuDevicesHoldNone) {
+  const json j = simulate_json_of(gpt_plan(4, "cpu"));
+  ASSERT_TRUE(j.contains("devices"));
+  for (const json& d : j["devices"]) {
+    EXPECT_EQ(d["cuda_context_bytes"].get<int64_t>(), 0);
+    EXPECT_EQ(d["nccl_buffer_bytes"].get<int64_t>(), 0);
+    EXPECT_EQ(d["peak_device_bytes"].get<int64_t>(), d["peak_memory_bytes"].get<int64_t>());
+  }
+}
+
+// Capacity is judged on the device total: with memory_GiB between the allocated peak and
+// reserved + context + NCCL buffers, the plan is over capacity (the allocated peak fits).
+TEST(OutsideAllocator, CapacityIsJudgedOnTheDeviceTotal) {
+  const json probe = simulate_json_of(layout_plan(2, {{"pp", 2}}, false));
+  ASSERT_TRUE(probe.contains("devices"));
+  const int64_t alloc = probe["peak_memory_bytes"], total = probe["peak_device_bytes"];
+  ASSERT_GT(total, alloc + 400 * MiB);
+  const double between = static_cast<double>(alloc + total) / 2 / (1 << 30);
+  const json j = simulate_json_of(layout_plan(2, {{"pp", 2}}, false, {{"memory_GiB", between}}));
+  ASSERT_TRUE(j.contains("devices"));
+  EXPECT_LT(static_cast<double>(j["peak_memory_bytes"].get<int64_t>()), between * (1 << 30));
+  EXPECT_TRUE(j["over_capacity"].get<bool>());
+  bool any = false;
+  for (const json& d : j["devices"]) any = any || d["over_capacity"].get<bool>();
+  EXPECT_TRUE(any);
+  // and above the total it fits
+  const double above = static_cast<double>(total + MiB) / (1 << 30);
+  const json k = simulate_json_of(layout_plan(2, {{"pp", 2}}, false, {{"memory_GiB", above}}));
+  ASSERT_TRUE(k.contains("devices"));
+  EXPECT_FALSE(k["over_capacity"].get<bool>());
+}
+
 }  // namespace
 }  // namespace stretto::sim

@@ -101,6 +101,10 @@ struct DeviceSpec {
   double hbm_GBps = 0;
   double memory_GiB = 0;
   int sms = 0;
+  // Device memory outside PyTorch's caching allocator (docs/semantics.md "Memory outside the
+  // allocator"): the CUDA context of the process, and the channels NCCL runs per communicator.
+  double cuda_context_MiB = 0;
+  int nccl_channels = 0;
 };
 
 struct ClusterSpec {

@@ -21,7 +21,9 @@ namespace stretto::sim {
 /// exposed_comm_ms_per_device, exposed_collectives_ms_per_device, mfu, tokens_per_s, model_flops, events, sim_wall_ms,
 /// folded_replicas, not_modelled, costmodel, peak_memory_bytes and peak_memory_time_ms (of the
 /// device with the largest peak), peak_reserved_bytes (the largest of the devices' bytes the
-/// CUDA caching allocator reserves), over_capacity (any device over its memory), and `devices`.
+/// CUDA caching allocator reserves), peak_device_bytes (the largest of the devices' reserved
+/// bytes plus their CUDA context and NCCL buffers), over_capacity (any device's
+/// peak_device_bytes over its memory), and `devices`.
 nlohmann::json metrics_json(const compiler::CompiledPlan& cp, const Result& r,
                             const PipelineMetrics& pm);
 
@@ -71,9 +73,13 @@ void step_fields(W& w, const compiler::CompiledPlan& cp, const Result& r, const 
   const DeviceMetrics* worst = largest_peak(r);
   w.integer("peak_memory_bytes", worst ? worst->peak_memory : int64_t{0});
   w.number("peak_memory_time_ms", worst ? ms(worst->peak_time) : 0.0);
-  int64_t reserved = 0;
-  for (const auto& d : r.devices) reserved = std::max(reserved, d.peak_reserved);
+  int64_t reserved = 0, device = 0;
+  for (const auto& d : r.devices) {
+    reserved = std::max(reserved, d.peak_reserved);
+    device = std::max(device, d.peak_device());
+  }
   w.integer("peak_reserved_bytes", reserved);
+  w.integer("peak_device_bytes", device);
   w.boolean("over_capacity", over_capacity);
 }
 
@@ -92,6 +98,9 @@ void device_fields(W& w, const DeviceMetrics& d, const DevicePipeline& dp, bool 
   w.integer("peak_memory_bytes", d.peak_memory);
   w.number("peak_memory_time_ms", ms(d.peak_time));
   w.integer("peak_reserved_bytes", d.peak_reserved);
+  w.integer("cuda_context_bytes", d.cuda_context);
+  w.integer("nccl_buffer_bytes", d.nccl_buffers);
+  w.integer("peak_device_bytes", d.peak_device());
   w.object("memory_breakdown", [&](auto& b) {
     for (size_t k = 0; k < kMemCategories; ++k) b.integer(memory_category_name(k), d.breakdown[k]);
   });
@@ -105,7 +114,8 @@ inline bool same_fields_but_id(const DeviceMetrics& a, const DevicePipeline& pa,
   return a.busy == b.busy && a.bubble == b.bubble && a.bubble_ratio == b.bubble_ratio &&
          a.exposed_comm == b.exposed_comm && a.comm == b.comm &&
          a.peak_memory == b.peak_memory && a.peak_time == b.peak_time &&
-         a.peak_reserved == b.peak_reserved &&
+         a.peak_reserved == b.peak_reserved && a.cuda_context == b.cuda_context &&
+         a.nccl_buffers == b.nccl_buffers &&
          a.breakdown == b.breakdown && pa.computes == pb.computes &&
          pa.exposed_collectives == pb.exposed_collectives &&
          (!pa.computes || pa.idle() == pb.idle());

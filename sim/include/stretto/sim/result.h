@@ -33,11 +33,17 @@ struct DeviceMetrics {
   // The bytes the CUDA caching allocator holds in segments at the end of the step, its peak
   // (caching_allocator.h); >= peak_memory. A "cpu" device's is its peak_memory.
   int64_t peak_reserved = 0;
+  // Outside the allocator (outside_allocator.h): the CUDA context and NCCL's buffers, held all
+  // step. 0 on a "cpu" device.
+  int64_t cuda_context = 0, nccl_buffers = 0;
+  /// What nvidia-smi shows for the process at the peak: reserved + context + NCCL buffers.
+  /// over_capacity compares it with the device's memory.
+  int64_t peak_device() const { return peak_reserved + cuda_context + nccl_buffers; }
   std::array<int64_t, kMemCategories> breakdown{};  // at the peak
   std::vector<MemorySample> memory;                 // the allocated-bytes curve (empty when folded)
   bool folded = false;      // metrics copied from an identical replica (replica folding)
   int representative = -1;  // folded: the simulated replica whose `memory` curve this one shares
-  bool over_capacity = false;
+  bool over_capacity = false;  // peak_device() > the device's memory_GiB
 };
 
 /// What a critical-path step waited for last (the dependency that set its start): the output of
