@@ -118,10 +118,17 @@ std::string describe(const compiler::CompiledPlan& cp, const std::string& path) 
                      m.layers, m.hidden, m.heads, m.kv_heads ? m.kv_heads : m.heads, m.ffn_hidden,
                      m.vocab, m.seq_len, m.microbatch_size);
     if (m.head_dim > 0) o += fmt::format("  head_dim        {}\n", m.head_dim);
-    if (m.moe)
-      o += fmt::format("  MoE             {} experts, top-{}, expert ffn {}, {} shared\n",
-                       m.moe->experts, m.moe->top_k, m.moe->expert_ffn_hidden,
-                       m.moe->shared_experts);
+    if (m.moe) {
+      o += fmt::format("  MoE             {} experts, top-{}, expert ffn {}, {} shared", m.moe->experts,
+                       m.moe->top_k, m.moe->expert_ffn_hidden, m.moe->shared_experts);
+      if (m.moe->capacity_factor > 0)
+        o += fmt::format("; capacity factor {:g}, over it an expert keeps {}",
+                         m.moe->capacity_factor,
+                         m.moe->token_drop_policy == plan::MoeSpec::DropPolicy::kProbs
+                             ? "the highest-probability tokens (token_drop_policy probs)"
+                             : "the first tokens (token_drop_policy position)");
+      o += "\n";
+    }
   } else {
     o += fmt::format("  synthetic       {} regions\n", m.layers);
   }

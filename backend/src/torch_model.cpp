@@ -65,17 +65,27 @@ int64_t expert_capacity(int64_t tokens, int64_t top_k, int64_t experts, double f
 
 namespace {
 
-// With a capacity: each (expert, source) list holds the source's first C routed tokens,
-// padded to C. A token's place in its list is the running count of the source's tokens routed
-// to that expert (a cumulative sum on the device); kept tokens are scattered to their slots of
-// a [experts, sources, C] buffer, dropped ones to one spare slot past its end. Every size
-// follows from the plan: no host read, the same operators in every step (CUDA graphs capture
-// it).
-ExpertTokens route_to_capacity(const at::Tensor& routed, int64_t S, int64_t C) {
-  const int64_t N = routed.size(0), L = routed.size(1), T = N / S;
-  const auto lng = at::TensorOptions().dtype(at::kLong).device(routed.device());
-  const at::Tensor r = routed.reshape({S, T, L});
-  const at::Tensor place = r.to(at::kLong).cumsum(1).sub_(1);  // [S, T, L]
+// With a capacity: each (expert, source) list holds C of the source's routed tokens, padded to
+// C. A token's place in its list is its rank among the source's tokens routed to that expert:
+// under the position policy the running count in token order (a cumulative sum on the
+// device), under the probs policy the rank by descending gate (a stable sort on the device, so
+// equal gates keep token order; unrouted tokens have gate 0 and rank after every routed one).
+// Tokens placed below C are kept and scattered to their slots of a [experts, sources, C]
+// buffer, dropped ones to one spare slot past its end. Every size follows from the plan: no
+// host read, the same operators in every step (CUDA graphs capture it).
+ExpertTokens route_to_capacity(const at::Tensor& gates, int64_t S, int64_t C,
+                               plan::MoeSpec::DropPolicy policy) {
+  const int64_t N = gates.size(0), L = gates.size(1), T = N / S;
+  const auto lng = at::TensorOptions().dtype(at::kLong).device(gates.device());
+  const at::Tensor g = gates.detach().reshape({S, T, L});
+  const at::Tensor r = g.gt(0);
+  at::Tensor place;
+  if (policy == plan::MoeSpec::DropPolicy::kPosition) {
+    place = r.to(at::kLong).cumsum(1).sub_(1);  // [S, T, L]
+  } else {
+    const at::Tensor order = std::get<1>(at::sort(g, /*stable=*/true, /*dim=*/1, /*descending=*/true));
+    place = at::empty_like(order).scatter_(1, order, at::arange(T, lng).view({1, T, 1}).expand({S, T, L}));
+  }
   const at::Tensor keep = r.logical_and(place.lt(C));
   const at::Tensor list = at::arange(L, lng).mul_(S).view({1, 1, L}) + at::arange(S, lng).view({S, 1, 1});
   const at::Tensor slot = (list.mul(C) + place).masked_fill_(keep.logical_not(), L * S * C);
@@ -92,8 +102,9 @@ ExpertTokens route_to_capacity(const at::Tensor& routed, int64_t S, int64_t C) {
 
 }  // namespace
 
-ExpertTokens route_tokens(const at::Tensor& gates, int64_t sources, int64_t capacity) {
-  if (capacity > 0) return route_to_capacity(gates.detach().gt(0), sources, capacity);
+ExpertTokens route_tokens(const at::Tensor& gates, int64_t sources, int64_t capacity,
+                          plan::MoeSpec::DropPolicy policy) {
+  if (capacity > 0) return route_to_capacity(gates, sources, capacity, policy);
   // Token t goes to local expert e where its gate is positive (the router's top-k). One sort
   // of the keys e * N + t (routed) and E * N (not) on the device lists every expert's tokens
   // in ascending order, expert after expert: the lists the per-expert nonzero() gave, without
@@ -504,7 +515,8 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
       at::Tensor acc = at::zeros({S * T, h_}, x.options());
       const int64_t local = E_ / std::max(1, pl.ep), per = gated ? 3 : 2;
       const int64_t capacity = expert_capacity(T, k_, E_, cp_.plan.model.moe->capacity_factor);
-      const ExpertTokens route = route_tokens(g.narrow(1, pl.ep_rank * local, local), S, capacity);
+      const ExpertTokens route = route_tokens(g.narrow(1, pl.ep_rank * local, local), S, capacity,
+                                              cp_.plan.model.moe->token_drop_policy);
       for (int64_t j = 0, off = 0; j < local; ++j) {
         const at::Tensor col = g.select(1, pl.ep_rank * local + j);
         at::Tensor idx, gate;
@@ -719,11 +731,19 @@ std::vector<KernelUse> kernel_uses(const compiler::CompiledPlan& cp, Kernels ker
         "mask from a counter-based hash of (seed, op, replica, microbatch, element) on the device",
         "aten::bitwise_xor_");
   if (kinds.count(OpKind::kExperts)) {
-    if (m.moe && m.moe->capacity_factor > 0)
+    if (m.moe && m.moe->capacity_factor > 0 &&
+        m.moe->token_drop_policy == plan::MoeSpec::DropPolicy::kPosition)
       add("moe_routing",
-          "capacity-padded: each expert's first C tokens of every source placed by a cumulative "
-          "sum on the device, padded to C (C from moe.capacity_factor); nothing read on the host",
+          "capacity-padded, position policy: each expert's first C tokens of every source placed "
+          "by a cumulative sum on the device, padded to C (C from moe.capacity_factor); nothing "
+          "read on the host",
           "aten::cumsum");
+    else if (m.moe && m.moe->capacity_factor > 0)
+      add("moe_routing",
+          "capacity-padded, probs policy: each expert's C highest-gate tokens of every source "
+          "placed by a stable sort on the device, padded to C (C from moe.capacity_factor); "
+          "nothing read on the host",
+          "aten::sort");
     else
       add("moe_routing",
           "dropless: one sort of the routed (expert, token) keys on the device; the per-expert "

@@ -173,7 +173,9 @@ at::Tensor repeat_kv_heads(const at::Tensor& t, int64_t rep);
 ///   of the counts before e. The counts are read on the host (once: the sizes of the experts'
 ///   GEMMs).
 ///   With a capacity C > 0 (moe.capacity_factor): every expert takes at most C tokens of each
-///   source, the first C in token order (later ones are dropped), and its list is padded to
+///   source, chosen by `policy` (moe.token_drop_policy): the C with the highest gates (probs;
+///   equal gates in token order) or the first C in token order (position); the others are
+///   dropped. Its list is padded to
 ///   exactly sources x C: tokens [experts, sources x C] (padding rows name token 0) and
 ///   `valid` [experts, sources x C] (1 for a routed token, 0 for padding). Every shape follows
 ///   from the plan, nothing is read on the host.
@@ -182,7 +184,8 @@ struct ExpertTokens {
   std::vector<int64_t> counts;  // dropless only
   at::Tensor valid;             // with a capacity only (bool)
 };
-ExpertTokens route_tokens(const at::Tensor& gates, int64_t sources = 1, int64_t capacity = 0);
+ExpertTokens route_tokens(const at::Tensor& gates, int64_t sources = 1, int64_t capacity = 0,
+                          plan::MoeSpec::DropPolicy policy = plan::MoeSpec::DropPolicy::kProbs);
 
 /// The capacity of one expert for one source of `tokens` tokens routed top_k of `experts` ways
 /// with moe.capacity_factor `factor` (0: dropless, returns 0): ceil(tokens * top_k / experts *

@@ -407,6 +407,8 @@ void parse_model(Reader& r, ModelSpec& m) {
       r.num(Q, "moe", "first_layer", moe.first_layer);
       r.num(Q, "moe", "every", moe.every);
       r.num(Q, "moe", "capacity_factor", moe.capacity_factor);
+      r.pick<MoeSpec::DropPolicy>(Q, "moe", "token_drop_policy", moe.token_drop_policy,
+                                  {MoeSpec::DropPolicy::kProbs, MoeSpec::DropPolicy::kPosition});
       r.num(Q, "moe", "imbalance", moe.imbalance);
       if (moe.top_k > moe.experts)
         r.error(Q + "/top_k",

@@ -40,6 +40,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr std::string_view kFamilies[] = {"transformer", "synthetic"};
 constexpr std::string_view kDTypes[] = {"bf16", "fp16", "fp32", "fp8"};
 constexpr std::string_view kAttention[] = {"flash", "unfused"};
+constexpr std::string_view kTokenDropPolicies[] = {"probs", "position"};
 constexpr std::string_view kPresets[] = {"h100-sxm", "h200", "a100-sxm", "cpu"};
 constexpr std::string_view kCostKinds[] = {"analytic", "profiled", "fixed"};
 constexpr std::string_view kKernelStyles[] = {"fused", "eager", "roofline"};
@@ -157,6 +158,9 @@ constexpr PlanKey kKeys[] = {
     {.section = "moe", .key = "capacity_factor", .type = K::kNumber, .min = 0, .max = 1e4,
      .fallback = "0",
      .doc = "tokens per expert padded to capacity_factor x the balanced share T*k/E (GShard/Switch capacity), which sizes the expert GEMMs and the all-to-alls; 0 = no capacity (dropless)"},
+    {.section = "moe", .key = "token_drop_policy", .type = K::kEnum, .choices = kTokenDropPolicies,
+     .fallback = R"("probs")",
+     .doc = "with a capacity_factor, which of an expert's tokens over its capacity are dropped (Megatron-Core's --moe-token-drop-policy, default probs): probs keeps the tokens with the highest routing probabilities, position the first ones. Both keep the same number of tokens, so the cost model prices them alike; the replay runs the one given"},
     {.section = "moe", .key = "imbalance", .type = K::kNumber, .min = 1, .max = 1e4,
      .fallback = "1",
      .doc = "the busiest expert's tokens over the mean (1 = balanced); it sets the grouped GEMM's time when there is no capacity_factor"},

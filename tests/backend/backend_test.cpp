@@ -155,7 +155,9 @@ INSTANTIATE_TEST_SUITE_P(Schedules, GradientCheck,
                                            "one_dev_adam_dropout_clip.json",
                                            "one_dev_moe_dropout_clip.json",
                                            "ep2_moe_capacity.json",
-                                           "one_dev_moe_capacity_adam_clip.json"),
+                                           "ep2_moe_capacity_position.json",
+                                           "one_dev_moe_capacity_adam_clip.json",
+                                           "one_dev_moe_capacity_probs_adam_clip.json"),
                          [](const auto& info) {
                            std::string s = info.param;
                            s = s.substr(0, s.find('.'));
@@ -934,7 +936,8 @@ const std::set<std::string> kHostOps = {"aten::_local_scalar_dense", "aten::item
 TEST(ReplayKernels, NoHostWorkPerOp) {
   std::map<std::string, int> all;
   for (const char* plan :
-       {"pp2_1f1b.json", "pp2_gpt_adam.json", "ep2_moe.json", "tp2.json", "ep2_moe_capacity.json"}) {
+       {"pp2_1f1b.json", "pp2_gpt_adam.json", "ep2_moe.json", "tp2.json", "ep2_moe_capacity.json",
+        "ep2_moe_capacity_position.json"}) {
     SCOPED_TRACE(plan);
     const CompiledPlan cp = load(plan);
     const TorchModel m(cp, 7, at::TensorOptions().dtype(at::kFloat));
@@ -959,7 +962,7 @@ TEST(ReplayKernels, NoHostWorkPerOp) {
   EXPECT_GT(all["aten::embedding"], 0);
   EXPECT_GT(all["aten::bitwise_xor_"], 0);
   EXPECT_GT(all["aten::sort"], 0);
-  EXPECT_GT(all["aten::cumsum"], 0);  // capacity routing
+  EXPECT_GT(all["aten::cumsum"], 0);  // capacity routing, position policy
 }
 
 // Routing to a capacity C (GShard / Megatron-Core's drop-and-pad): every expert takes the first
@@ -973,7 +976,8 @@ TEST(ReplayKernels, CapacityRoutingKeepsEachSourcesFirstTokens) {
       at::tensor({0.5f, 0.f, 0.4f, 0.f, 0.f, 0.3f, 0.2f, 0.f,  // source 0: tokens 0-3
                   0.f, 0.6f, 0.7f, 0.f, 0.f, 0.1f, 0.f, 0.9f})  // source 1: tokens 4-7
           .reshape({8, 2});
-  const detail::ExpertTokens r = detail::route_tokens(gates, /*sources=*/2, /*capacity=*/2);
+  const detail::ExpertTokens r = detail::route_tokens(gates, /*sources=*/2, /*capacity=*/2,
+                                                      plan::MoeSpec::DropPolicy::kPosition);
   ASSERT_EQ(r.tokens.sizes(), at::IntArrayRef({2, 4}));
   const auto list = [&](int e) {
     std::vector<int64_t> v;
@@ -995,39 +999,91 @@ TEST(ReplayKernels, CapacityRoutingKeepsEachSourcesFirstTokens) {
   EXPECT_EQ(detail::expert_capacity(64, 2, 4, 0.0), 0);  // dropless
 }
 
+// Megatron-Core's default drop policy, probs: over its capacity C an expert keeps each source's
+// C tokens with the highest routing probabilities (gates), not the first ones. Two sources of
+// four tokens, two experts, C = 2, gates chosen so the two policies keep different tokens:
+//   expert 0, source 0: gates 0.1 0.5 0.3 0.3 -> 1 and 2 (2 and 3 tie: token order; position: 0, 1)
+//   expert 0, source 1: only token 6 routed -> 6 and a padding row
+//   expert 1, source 0: gates 0.9 0 0.6 0.7 -> 0 and 3 (position: 0, 2)
+//   expert 1, source 1: gates 0.8 0.1 0.05 0.4 -> 4 and 7 (position: 4, 5)
+// The order inside a list is free (the experts' sum does not depend on it), so each (expert,
+// source) list is compared as a set. Fails under the position policy, with an ascending sort,
+// with an unstable tie break that keeps token 3, or with one ranking over both sources.
+TEST(ReplayKernels, CapacityRoutingByProbsKeepsEachSourcesHighestGates) {
+  const at::Tensor gates =
+      at::tensor({0.1f, 0.9f, 0.5f, 0.f, 0.3f, 0.6f, 0.3f, 0.7f,    // source 0: tokens 0-3
+                  0.f, 0.8f, 0.f, 0.1f, 0.9f, 0.05f, 0.f, 0.4f})  // source 1: tokens 4-7
+          .reshape({8, 2});
+  const detail::ExpertTokens r =
+      detail::route_tokens(gates, /*sources=*/2, /*capacity=*/2, plan::MoeSpec::DropPolicy::kProbs);
+  ASSERT_EQ(r.tokens.sizes(), at::IntArrayRef({2, 4}));
+  const auto kept = [&](int e, int source) {
+    std::set<int64_t> v;
+    for (int64_t i = 2 * source; i < 2 * source + 2; ++i)
+      v.insert(r.valid[e][i].item<bool>() ? r.tokens[e][i].item<int64_t>() : -1);
+    return v;
+  };
+  EXPECT_EQ(kept(0, 0), (std::set<int64_t>{1, 2}));
+  EXPECT_EQ(kept(0, 1), (std::set<int64_t>{6, -1}));
+  EXPECT_EQ(kept(1, 0), (std::set<int64_t>{0, 3}));
+  EXPECT_EQ(kept(1, 1), (std::set<int64_t>{4, 7}));
+  EXPECT_TRUE(r.counts.empty());
+  EXPECT_EQ(r.tokens.min().item<int64_t>(), 0);  // padding names a real token, with a zero gate
+}
+
 // The experts op of a plan with moe.capacity_factor computes what the capacity says: each
 // token's output is the sum over the experts that kept it of gate x SwiGLU expert(x), written
-// out here per expert over all tokens with a mask counted on the host. Some tokens are dropped
-// (else the check says nothing about dropping). Fails when the forward ignores the capacity
-// (dropless), or weights padding rows by their token's gate.
+// out here per expert over all tokens with a mask chosen on the host by the plan's
+// moe.token_drop_policy: the first C routed tokens (position) or the C with the highest gates,
+// equal gates in token order (probs). Some tokens are dropped (else the check says nothing
+// about dropping), and the two policies keep different tokens on these gates (else it says
+// nothing about the policy). Fails when the forward ignores the capacity (dropless), weights
+// padding rows by their token's gate, or runs the other policy.
 TEST(ReplayKernels, ExpertsWithCapacityDropTheTokensOverIt) {
-  const CompiledPlan cp = load("one_dev_moe_capacity_adam_clip.json");
-  const TorchModel m(cp, 7, at::TensorOptions().dtype(at::kFloat));
-  uint32_t o = 0;
-  while (cp.model.ops[o].kind != OpKind::kExperts) ++o;
-  const int64_t h = cp.plan.model.hidden, E = cp.plan.model.moe->experts;
-  const int64_t T = static_cast<int64_t>(cp.plan.model.microbatch_size) * cp.plan.model.seq_len;
-  const int64_t C = detail::expert_capacity(T, cp.plan.model.moe->top_k, E, 1.0);
-  auto gen = at::detail::createCPUGenerator(11);
-  const at::Tensor in = at::randn({T, h + E}, gen, at::TensorOptions().dtype(at::kFloat));
-  const std::vector<Param> params = m.make_params(o, {});
-  at::NoGradGuard ng;
-  const at::Tensor out = m.forward(o, {in}, params, {}, 0, 0, 1.0, {}).out.reshape({T, h});
-  const at::Tensor x = in.narrow(1, 0, h), g = in.narrow(1, h, E);
-  at::Tensor want = at::zeros({T, h});
-  int dropped = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    std::vector<float> keep(static_cast<size_t>(T), 0.f);
-    for (int64_t t = 0, n = 0; t < T; ++t)
-      if (g[t][e].item<float>() > 0) (n++ < C ? keep[static_cast<size_t>(t)] = 1.f : ++dropped);
-    const at::Tensor& wg = params[static_cast<size_t>(3 * e)].value;
-    const at::Tensor& wu = params[static_cast<size_t>(3 * e + 1)].value;
-    const at::Tensor& wd = params[static_cast<size_t>(3 * e + 2)].value;
-    const at::Tensor y = at::matmul(at::silu(at::matmul(x, wg.t())) * at::matmul(x, wu.t()), wd.t());
-    want += y * (g.select(1, e) * at::tensor(keep)).unsqueeze(1);
+  for (const char* plan : {"one_dev_moe_capacity_adam_clip.json", "one_dev_moe_capacity_probs_adam_clip.json"}) {
+    SCOPED_TRACE(plan);
+    const CompiledPlan cp = load(plan);
+    const TorchModel m(cp, 7, at::TensorOptions().dtype(at::kFloat));
+    uint32_t o = 0;
+    while (cp.model.ops[o].kind != OpKind::kExperts) ++o;
+    const int64_t h = cp.plan.model.hidden, E = cp.plan.model.moe->experts;
+    const int64_t T = static_cast<int64_t>(cp.plan.model.microbatch_size) * cp.plan.model.seq_len;
+    const int64_t C = detail::expert_capacity(T, cp.plan.model.moe->top_k, E, 1.0);
+    const bool probs = cp.plan.model.moe->token_drop_policy == plan::MoeSpec::DropPolicy::kProbs;
+    auto gen = at::detail::createCPUGenerator(11);
+    const at::Tensor in = at::randn({T, h + E}, gen, at::TensorOptions().dtype(at::kFloat));
+    const std::vector<Param> params = m.make_params(o, {});
+    at::NoGradGuard ng;
+    const at::Tensor out = m.forward(o, {in}, params, {}, 0, 0, 1.0, {}).out.reshape({T, h});
+    const at::Tensor x = in.narrow(1, 0, h), g = in.narrow(1, h, E);
+    at::Tensor want = at::zeros({T, h});
+    int dropped = 0, policies_differ = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      std::vector<std::pair<float, int64_t>> routed;  // (gate, token), token order
+      for (int64_t t = 0; t < T; ++t)
+        if (g[t][e].item<float>() > 0) routed.emplace_back(g[t][e].item<float>(), t);
+      std::vector<std::pair<float, int64_t>> by_gate = routed;
+      std::stable_sort(by_gate.begin(), by_gate.end(),
+                       [](const auto& a, const auto& b) { return a.first > b.first; });
+      std::vector<float> keep(static_cast<size_t>(T), 0.f);
+      std::set<int64_t> first, highest;
+      for (size_t i = 0; i < routed.size() && static_cast<int64_t>(i) < C; ++i) {
+        first.insert(routed[i].second);
+        highest.insert(by_gate[i].second);
+      }
+      for (int64_t t : probs ? highest : first) keep[static_cast<size_t>(t)] = 1.f;
+      dropped += static_cast<int>(routed.size() - first.size());
+      policies_differ += first != highest;
+      const at::Tensor& wg = params[static_cast<size_t>(3 * e)].value;
+      const at::Tensor& wu = params[static_cast<size_t>(3 * e + 1)].value;
+      const at::Tensor& wd = params[static_cast<size_t>(3 * e + 2)].value;
+      const at::Tensor y = at::matmul(at::silu(at::matmul(x, wg.t())) * at::matmul(x, wu.t()), wd.t());
+      want += y * (g.select(1, e) * at::tensor(keep)).unsqueeze(1);
+    }
+    EXPECT_GT(dropped, 0);
+    EXPECT_GT(policies_differ, 0);
+    EXPECT_TRUE(at::allclose(out, want, 1e-5, 1e-5)) << (out - want).abs().max().item<double>();
   }
-  EXPECT_GT(dropped, 0);
-  EXPECT_TRUE(at::allclose(out, want, 1e-5, 1e-5)) << (out - want).abs().max().item<double>();
 }
 
 // The dropout hash: a mask is the same for the same key and index, its keep fraction is 1 - p,
@@ -1213,18 +1269,22 @@ std::map<std::string, int> ops_inside_a_checked_step(const CompiledPlan& cp, int
 }
 
 // MoE routing padded to a capacity reads nothing on the host: the same step with
-// moe.capacity_factor (and Adam) has no named host read, routes by a cumulative sum, and still
-// equals the single-process reference. Fails with the dropless routing (its named read, once
-// per experts forward) on this plan.
+// moe.capacity_factor (and Adam) has no named host read, routes by a cumulative sum (position
+// policy) or a sort of the gates (probs), and still equals the single-process reference. Fails
+// with the dropless routing (its named read, once per experts forward) on these plans.
 TEST(ReplayStep, CapacityMoEStepHasNoHostRead) {
-  const CompiledPlan cp = load("one_dev_moe_capacity_adam_clip.json");
-  int experts_forwards = 0;
-  std::map<std::string, int> seen = ops_inside_a_checked_step(cp, experts_forwards);
-  for (const auto& [name, n] : seen) EXPECT_FALSE(kHostOps.count(name)) << name << " x" << n;
-  EXPECT_EQ(seen["stretto::step"], detail::kCheckSteps);
-  EXPECT_GT(experts_forwards, 0);
-  EXPECT_EQ(seen["stretto::moe_token_counts_to_host"], 0);
-  EXPECT_GE(seen["aten::cumsum"], detail::kCheckSteps * experts_forwards);
+  for (const char* plan : {"one_dev_moe_capacity_adam_clip.json", "one_dev_moe_capacity_probs_adam_clip.json"}) {
+    SCOPED_TRACE(plan);
+    const CompiledPlan cp = load(plan);
+    int experts_forwards = 0;
+    std::map<std::string, int> seen = ops_inside_a_checked_step(cp, experts_forwards);
+    for (const auto& [name, n] : seen) EXPECT_FALSE(kHostOps.count(name)) << name << " x" << n;
+    EXPECT_EQ(seen["stretto::step"], detail::kCheckSteps);
+    EXPECT_GT(experts_forwards, 0);
+    EXPECT_EQ(seen["stretto::moe_token_counts_to_host"], 0);
+    const bool probs = cp.plan.model.moe->token_drop_policy == plan::MoeSpec::DropPolicy::kProbs;
+    EXPECT_GE(seen[probs ? "aten::sort" : "aten::cumsum"], detail::kCheckSteps * experts_forwards);
+  }
 }
 
 // One device's whole replayed step, run in this process through run_rank (the executor, the
@@ -1323,7 +1383,8 @@ void expect_same_ops_and_scalars_every_step(const char* plan) {
   for (size_t i = 0; i < steps[1].size(); ++i)
     ASSERT_EQ(steps[1][i], steps[2][i]) << "operator " << i << " of the step, after " << steps[1][i > 0 ? i - 1 : 0] << ", " << steps[1][i > 1 ? i - 2 : 0] << ", " << steps[1][i > 2 ? i - 3 : 0];
   if (cp.plan.model.moe) {  // routing to a capacity ran, with no host read
-    EXPECT_TRUE(names.count("aten::cumsum"));
+    const bool probs = cp.plan.model.moe->token_drop_policy == plan::MoeSpec::DropPolicy::kProbs;
+    EXPECT_TRUE(names.count(probs ? "aten::sort" : "aten::cumsum"));
     EXPECT_FALSE(names.count("stretto::moe_token_counts_to_host"));
   }
 }
@@ -1337,6 +1398,7 @@ TEST(ReplayStep, EveryStepDispatchesTheSameOpsAndScalars) {
 // narrow()s take the host-read token counts, which change as the router's weights do).
 TEST(ReplayStep, EveryStepDispatchesTheSameOpsAndScalarsWithMoECapacity) {
   expect_same_ops_and_scalars_every_step("one_dev_moe_capacity_adam_clip.json");
+  expect_same_ops_and_scalars_every_step("one_dev_moe_capacity_probs_adam_clip.json");
 }
 
 // Replay with the reference kernels: the gradient check still passes (the fused path is the
@@ -1420,6 +1482,7 @@ TEST(Replay, CudaGraphsRefusedWhereTheyCannotCapture) {
   EXPECT_NE(refusals("ep2_moe.json", DeviceKind::kCuda).find("@/model/moe"), std::string::npos);
   // MoE routed to a capacity has static shapes: it captures.
   EXPECT_EQ(refusals("one_dev_moe_capacity_adam_clip.json", DeviceKind::kCuda), "");
+  EXPECT_EQ(refusals("one_dev_moe_capacity_probs_adam_clip.json", DeviceKind::kCuda), "");
   // Dropout masks are drawn on the device and clipping scales by a device tensor: a one-device
   // plan with both captures; with MoE it is refused for the routing alone.
   EXPECT_EQ(refusals("one_dev_dropout_clip.json", DeviceKind::kCuda), "");
@@ -1478,6 +1541,7 @@ TEST(Replay, CudaGraphsOneGpuWithAdam) {
 TEST(Replay, CudaGraphsOneGpuWithCapacityMoE) {
   if (!has_cuda_build() || !cuda_available()) GTEST_SKIP() << "no CUDA build or no GPU";
   expect_graph_replays("one_dev_moe_capacity_adam_clip.json");
+  expect_graph_replays("one_dev_moe_capacity_probs_adam_clip.json");
 }
 
 // bench-ops: every distinct op of the plan, each op class of the model present, forward and

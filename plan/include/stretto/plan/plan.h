@@ -33,6 +33,10 @@ struct MoeSpec {
   /// (GShard / Switch capacity). 0 = no capacity limit (dropless). With a limit, expert GEMMs
   /// and all-to-alls are padded to it.
   double capacity_factor = 0;
+  /// Which tokens an expert over its capacity keeps (Megatron-Core's --moe-token-drop-policy):
+  /// the highest routing probabilities (its default) or the first in sequence order. The count
+  /// kept is the capacity either way, so costs do not depend on it; the replay runs it.
+  enum class DropPolicy : uint8_t { kProbs, kPosition } token_drop_policy = DropPolicy::kProbs;
   /// Routing imbalance: tokens of the busiest expert over the mean (1 = balanced). The busiest
   /// expert sets the grouped-GEMM time and the all-to-all size; capped by capacity_factor.
   double imbalance = 1.0;
