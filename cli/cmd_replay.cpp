@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "output.h"
 #include "stretto/backend/replay.h"
+#include "stretto/plan/json_source.h"
 #include "stretto/sim/session.h"
 
 namespace stretto::cli {
@@ -177,7 +178,19 @@ int run_replay(const ReplayOpts& o) {
   ro.fault_rank = o.fault_rank;
   ro.fault_op = o.fault_op;
   ro.fault_kind = o.fault_kind;
-  if (auto d = backend::check_supported(cp, ro); !d.empty()) return report(d);
+  if (auto d = backend::check_supported(cp, ro); !d.empty()) {
+    // The backend names JSON pointers; the plan's text gives them a line and column.
+    if (auto src = plan::JsonSource::load(o.plan))
+      for (Diagnostic& x : d) {
+        if (x.loc.known() || x.loc.json_pointer.empty()) continue;
+        const SourceLoc at = src->loc(x.loc.json_pointer);
+        if (!at.known()) continue;
+        x.loc.line = at.line;
+        x.loc.col = at.col;
+        x.source_line = src->line_window(at.line, x.caret_col = at.col);
+      }
+    return report(d);
+  }
 
   // Rank mode: explicit flags, or the variables torchrun and srun set.
   backend::RankSpec spec;

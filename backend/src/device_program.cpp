@@ -205,6 +205,8 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
       default:
         unknown.insert(fmt::format("node kind {}", static_cast<int>(n.kind)));
     }
+    // Context parallelism's ring exchanges: the plan's context_parallel is refused below, once.
+    if (n.purpose == CommPurpose::kContextPar) continue;
     if (n.kind == NodeKind::kCollective) {
       const bool known = (n.purpose == CommPurpose::kGradReduce &&
                           (n.comm == CommKind::kAllReduce || n.comm == CommKind::kReduceScatter)) ||
@@ -243,8 +245,14 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
       refuse("replay does not support sequence parallelism yet", "drop \"sequence_parallel\"",
              d.pointer);
     if (d.op == plan::DirectiveOp::kReplicate && d.context_parallel > 1)
-      refuse("replay does not support context parallelism yet (ring attention)",
-             "simulate the plan instead, or drop cp / context_parallel", d.pointer);
+      refuse(fmt::format("replay does not run context parallelism (context_parallel {}): each "
+                         "rank's attention needs the keys and values of the whole sequence from "
+                         "its cp group (ring attention), which the replay does not implement",
+                         d.context_parallel),
+             "simulate the plan (it prices Transformer Engine's p2p ring), or replay it with "
+             "cp / context_parallel 1",
+             // a layout's generated replicate carries the layout's pointer: its key is cp
+             d.pointer + (d.pointer.ends_with("/layout") ? "/cp" : "/context_parallel"));
   }
   if (m.family == plan::ModelSpec::Family::kTransformer) {
     const int kv = m.kv_heads > 0 ? m.kv_heads : m.heads;

@@ -661,6 +661,38 @@ TEST(Replay, CliRefusesWithExitCode2) {
   EXPECT_EQ(WEXITSTATUS(rc), 2);
 }
 
+// Context parallelism is not replayed: a cp 2 plan, written as replicate's context_parallel or
+// as the layout's cp, is refused before any process starts, located at the directive that sets
+// it (the layout's generated replicate carries the layout's pointer), and `stretto replay`
+// exits 2 with file:line:col and the reason. Fails if the refusal is dropped (the replay would
+// run each rank's attention over its own s/cp tokens only and --check would compare against a
+// reference of another sequence length), or loses its location.
+TEST(Replay, ContextParallelismIsRefusedLocated) {
+  const CompiledPlan cp = load("cp2.json");
+  std::string all;
+  for (const Diagnostic& d : check_supported(cp, ReplayOptions{}))
+    all += d.message + " @" + d.loc.json_pointer + "\n";
+  EXPECT_NE(all.find("replay does not run context parallelism (context_parallel 2)"),
+            std::string::npos) << all;
+  EXPECT_NE(all.find("@/schedule/1/context_parallel\n"), std::string::npos) << all;
+  // The ring exchanges are not refused a second time as unknown nodes.
+  EXPECT_EQ(all.find("an op kind this backend does not know"), std::string::npos) << all;
+  for (const auto& [plan, where] : {std::pair{"cp2.json", "cp2.json:5:25 (/schedule/1/context_parallel)"},
+                                     std::pair{"cp2_layout.json", "cp2_layout.json:2:70 (/schedule/layout/cp)"}}) {
+    SCOPED_TRACE(plan);
+    const std::string err = ::testing::TempDir() + "stretto_replay_cp_err.txt";
+    const int rc = std::system((std::string(STRETTO_BINARY) + " replay " + kData + plan +
+                                " --check --device cpu > /dev/null 2> " + err).c_str());
+    ASSERT_TRUE(WIFEXITED(rc));
+    EXPECT_EQ(WEXITSTATUS(rc), 2);
+    std::ifstream in(err);
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_NE(text.find("replay does not run context parallelism"), std::string::npos) << text;
+    EXPECT_NE(text.find(where), std::string::npos) << text;  // file:line:col (pointer)
+    EXPECT_EQ(text.find("error:", text.find("error:") + 1), std::string::npos) << text;  // one
+  }
+}
+
 TEST(Replay, ExpectedOpsFollowTheSimulatorsStreams) {
   const CompiledPlan cp = load("pp2_dp2_zero1.json");
   for (int d = 0; d < cp.num_devices; ++d) {
