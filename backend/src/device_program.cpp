@@ -245,12 +245,13 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
       refuse("replay does not support sequence parallelism yet", "drop \"sequence_parallel\"",
              d.pointer);
     if (d.op == plan::DirectiveOp::kReplicate && d.context_parallel > 1)
-      refuse(fmt::format("replay does not run context parallelism (context_parallel {}): each "
-                         "rank's attention needs the keys and values of the whole sequence from "
-                         "its cp group (ring attention), which the replay does not implement",
-                         d.context_parallel),
-             "simulate the plan (it prices Transformer Engine's p2p ring), or replay it with "
-             "cp / context_parallel 1",
+      refuse(fmt::format("replay does not run context parallelism (context_parallel {}, "
+                         "cp_comm_type {}): each rank's attention needs the keys and values of "
+                         "the whole sequence from its cp group, which the replay implements for "
+                         "no cp_comm_type",
+                         d.context_parallel, plan::cp_comm_type_name(d.cp_comm_type)),
+             "simulate the plan (it prices Transformer Engine's p2p, all_gather and a2a), or "
+             "replay it with cp / context_parallel 1",
              // a layout's generated replicate carries the layout's pointer: its key is cp
              d.pointer + (d.pointer.ends_with("/layout") ? "/cp" : "/context_parallel"));
   }

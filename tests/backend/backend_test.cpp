@@ -672,13 +672,22 @@ TEST(Replay, ContextParallelismIsRefusedLocated) {
   std::string all;
   for (const Diagnostic& d : check_supported(cp, ReplayOptions{}))
     all += d.message + " @" + d.loc.json_pointer + "\n";
-  EXPECT_NE(all.find("replay does not run context parallelism (context_parallel 2)"),
+  EXPECT_NE(all.find("replay does not run context parallelism (context_parallel 2, cp_comm_type p2p)"),
             std::string::npos) << all;
   EXPECT_NE(all.find("@/schedule/1/context_parallel\n"), std::string::npos) << all;
   // The ring exchanges are not refused a second time as unknown nodes.
   EXPECT_EQ(all.find("an op kind this backend does not know"), std::string::npos) << all;
+  // Every cp_comm_type is refused alike (none is implemented).
+  for (const auto& [plan, type] : {std::pair{"cp2_all_gather.json", "all_gather"},
+                                   std::pair{"cp2_a2a_layout.json", "a2a"}}) {
+    std::string msgs;
+    for (const Diagnostic& d : check_supported(load(plan), ReplayOptions{})) msgs += d.message + "\n";
+    EXPECT_NE(msgs.find(std::string("(context_parallel 2, cp_comm_type ") + type + ")"),
+              std::string::npos) << plan << ": " << msgs;
+  }
   for (const auto& [plan, where] : {std::pair{"cp2.json", "cp2.json:5:25 (/schedule/1/context_parallel)"},
-                                     std::pair{"cp2_layout.json", "cp2_layout.json:2:70 (/schedule/layout/cp)"}}) {
+                                     std::pair{"cp2_layout.json", "cp2_layout.json:2:70 (/schedule/layout/cp)"},
+                                     std::pair{"cp2_a2a_layout.json", "cp2_a2a_layout.json:2:70 (/schedule/layout/cp)"}}) {
     SCOPED_TRACE(plan);
     const std::string err = ::testing::TempDir() + "stretto_replay_cp_err.txt";
     const int rc = std::system((std::string(STRETTO_BINARY) + " replay " + kData + plan +
