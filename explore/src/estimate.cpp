@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "stretto/costmodel/cp_attention.h"
+
 namespace stretto::explore {
 
 using compiler::CommKind;
@@ -43,15 +45,21 @@ double Estimator::comm_ns(CommKind k, int64_t bytes, int group, int nodes) {
   return static_cast<double>(cm_->comm(q).time_ns);
 }
 
-const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool sp) {
-  auto key = std::make_tuple(mbs, tp, ep, sp);
+const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool sp, int cp,
+                                               plan::CpCommType cp_comm) {
+  auto key = std::make_tuple(mbs, tp, ep, sp, cp, cp_comm);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
   LayerCosts& c = cache_[key];
   plan::ModelSpec ms = plan_.model;
   ms.microbatch_size = mbs;
   ms.pp_regions = 1;
-  auto g = compiler::expand_model(ms);
+  // With context parallelism the ops of one CP rank, on its s/cp tokens (as the compiler),
+  // where the compiler takes it (else empty: the point's own compile reports why).
+  if (cp > 1 && (ms.family != plan::ModelSpec::Family::kTransformer ||
+                 ms.attention != plan::AttentionImpl::kFlash || ms.seq_len % (2 * cp) != 0))
+    return c;
+  auto g = compiler::expand_model(ms, nullptr, cp, cp_comm);
   if (!g) return c;  // empty: the point's own compile reports the problem
   const int L = g->layers;
   for (auto* v : {&c.f, &c.bi, &c.bw, &c.tp_f, &c.tp_b, &c.a2a, &c.attn_f, &c.saved, &c.boundary,
@@ -60,10 +68,11 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
   const int dpn = std::max(1, plan_.cluster.devices_per_node);
   const int tp_nodes = (tp + dpn - 1) / dpn;
   const int ep_nodes = std::max(1, (tp * ep + dpn - 1) / dpn);
+  const int cp_nodes = std::max(1, (tp * cp + dpn - 1) / dpn);  // a CP group: cp ranks tp apart
   for (const compiler::ModelOp& op : g->ops) {
     const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
     const int t = split ? tp : 1;
-    auto time = [&](Pass pass, double flops, int64_t bytes, int64_t bw_bytes = 0) {
+    auto query = [&](Pass pass, double flops, int64_t bytes, int64_t bw_bytes = 0) {
       cost::ComputeQuery q;
       q.kind = op.kind;
       q.pass = pass;
@@ -80,15 +89,54 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
       q.bytes = bytes / t;
       q.bw_bytes = bw_bytes / t;
       q.param_bytes = op.param_bytes / t;
-      return static_cast<double>(cm_->compute(q).ns);
+      return q;
     };
-    const double f = time(Pass::kF, op.fwd_flops, op.fwd_bytes);
-    const double bi = time(Pass::kBI, op.bi_flops, op.bi_bytes);
+    auto time = [&](Pass pass, double flops, int64_t bytes, int64_t bw_bytes = 0) {
+      return static_cast<double>(cm_->compute(query(pass, flops, bytes, bw_bytes)).ns);
+    };
+    double f = time(Pass::kF, op.fwd_flops, op.fwd_bytes);
+    double bi = time(Pass::kBI, op.bi_flops, op.bi_bytes);
     // The weight-gradient share of the whole backward (B), as the simulator prices an unsplit
     // backward: a fused kernel (a norm's) may do both gradients in one sweep.
     const double b = time(Pass::kB, op.bi_flops + op.bw_flops, op.bi_bytes + op.bw_bytes,
                           op.bw_bytes);
     const double bw = std::max(0.0, b - bi);
+    // Context parallelism's attention (docs/costmodel.md, as the simulator prices it): p2p,
+    // the ring's closed forms over the attention's steps; all_gather and a2a, their
+    // collectives over the CP group before and after it (cp_f, cp_b).
+    double cp_f = 0, cp_b = 0;
+    if (cp > 1 && op.kind == OpKind::kAttention) {
+      const int64_t dt = plan::dtype_bytes(g->dtype), hd = ms.attention_head_dim();
+      const int64_t kv = 2 * g->tokens_per_microbatch * (ms.kv_heads / tp) * hd * dt;
+      const int64_t qb = g->tokens_per_microbatch * (ms.heads / tp) * hd * dt;
+      auto cp_comm_ns = [&](CommKind k, int64_t bytes) { return comm_ns(k, bytes, cp, cp_nodes); };
+      if (cp_comm == plan::CpCommType::kP2P) {
+        cost::CommQuery cq;
+        cq.kind = CommKind::kSendRecv;
+        cq.bytes = kv;
+        cq.group_size = cp;
+        cq.nodes_spanned = cp_nodes;
+        cq.dtype = ms.dtype;
+        const int64_t p1 = cost::cp_step_ns(*cm_, cq, 1), p2 = cost::cp_step_ns(*cm_, cq, 2);
+        const double share = cm_->interference().comm_sm_share;
+        auto steps = [&](Pass pass, double flops, int64_t bytes, double alone) {
+          return cost::cp_attention_steps(*cm_, query(pass, flops, bytes),
+                                          static_cast<int64_t>(alone), cp);
+        };
+        f = static_cast<double>(cost::cp_attention_fwd_ns(
+            cp, steps(Pass::kF, op.fwd_flops, op.fwd_bytes, f), p1, share));
+        bi = static_cast<double>(cost::cp_attention_bwd_ns(
+            cp, steps(Pass::kBI, op.bi_flops, op.bi_bytes, bi), p1, p2, share));
+      } else if (cp_comm == plan::CpCommType::kAllGather) {
+        const double ag = cp_comm_ns(CommKind::kAllGather, cp * kv / 2);
+        cp_f = 2 * ag;
+        cp_b = 2 * ag + 2 * cp_comm_ns(CommKind::kReduceScatter, cp * kv / 2);
+      } else {
+        const double a2a_q = cp_comm_ns(CommKind::kAllToAll, qb);
+        const double a2a_kv = cp_comm_ns(CommKind::kAllToAll, kv / 2);
+        cp_f = cp_b = 2 * a2a_q + 2 * a2a_kv;
+      }
+    }
     const double saved = static_cast<double>(op.saved_bytes) / ((split || sp) ? tp : 1);
     const double params = static_cast<double>(op.param_count) / t;
     const int layer = op.tags.layer();
@@ -106,7 +154,9 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
     c.saved[layer] += saved;
     c.boundary[layer] = static_cast<double>(op.out_bytes) / tp;
     c.layer_param_bytes[layer] += static_cast<double>(op.param_bytes) / t;
-    if (op.kind == OpKind::kAttention) c.attn_f[layer] += f;
+    if (op.kind == OpKind::kAttention) c.attn_f[layer] += f + cp_f;
+    c.tp_f[layer] += cp_f;
+    c.tp_b[layer] += cp_b;
     if (op.kind == OpKind::kExperts) {
       c.expert_params[layer] += params / std::max(1, ep);
       const int64_t bytes = g->tokens_per_microbatch * (ms.moe ? ms.moe->top_k : 1) * ms.hidden *
@@ -127,10 +177,11 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
 }
 
 Expected<Estimate> Estimator::operator()(const Resolved& r) {
-  // The closed forms below know nothing of context parallelism (ring attention, s/cp tokens,
-  // the DP x CP reduction): no estimate rather than the cp = 1 one.
-  if (r.cp > 1) return fail(plain("no closed form with context parallelism (cp > 1)"));
-  const int p = std::max(1, r.pp), tp = std::max(1, r.tp), dp = std::max(1, r.dp);
+  // With context parallelism (cp > 1) every rank's ops run on s/cp tokens with the CP
+  // attention (costs()), and the gradients reduce over dp × cp ranks, which ZeRO shards over:
+  // `dp` below is that group.
+  const int cp = std::max(1, r.cp);
+  const int p = std::max(1, r.pp), tp = std::max(1, r.tp), dp = std::max(1, r.dp) * cp;
   const int m = std::max(1, r.microbatches);
   const std::string& fam = r.family.empty() ? std::string("1f1b") : r.family;
   const compiler::StaticBytesPerParam bpp =
@@ -140,7 +191,10 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   if (v <= 0 || (two_chunk && v == 1))
     v = (fam == "interleaved-1f1b" || fam == "looped-bfs" || two_chunk) ? 2 : 1;
   const int chunks = fam == "dualpipe" ? p : p * v;  // PP regions
-  const LayerCosts& c = costs(r.microbatch_size, tp, r.ep, r.sequence_parallel);
+  plan::CpCommType cp_comm = plan::CpCommType::kP2P;
+  for (auto t : {plan::CpCommType::kAllGather, plan::CpCommType::kA2A})
+    if (r.cp_comm_type == plan::cp_comm_type_name(t)) cp_comm = t;
+  const LayerCosts& c = costs(r.microbatch_size, tp, r.ep, r.sequence_parallel, cp, cp_comm);
   const int L = static_cast<int>(c.f.size());
   if (L == 0 || chunks > L) return fail(plain("the model cannot be cut into that many stages"));
   // Per-chunk sums.

@@ -60,7 +60,7 @@ class Estimator {
   struct LayerCosts {
     // Per layer (index) and for the ops before the first / after the last layer.
     std::vector<double> f, bi, bw;   // ns, compute only, after the TP split
-    std::vector<double> tp_f, tp_b;  // ns of TP collectives
+    std::vector<double> tp_f, tp_b;  // ns of TP collectives (and CP all-gathers / all-to-alls)
     std::vector<double> a2a;         // ns of one all-to-all (MoE layers), 0 otherwise
     std::vector<double> attn_f;      // ns of core attention forward (selective recompute)
     std::vector<double> saved, boundary;  // bytes per microbatch (after TP)
@@ -70,12 +70,13 @@ class Estimator {
     double out_bytes = 0;  // stage boundary activation
     std::vector<double> layer_param_bytes;  // for ZeRO-3 gathers
   };
-  const LayerCosts& costs(int64_t mbs, int tp, int ep, bool sp);
+  const LayerCosts& costs(int64_t mbs, int tp, int ep, bool sp, int cp,
+                          plan::CpCommType cp_comm);
   double comm_ns(compiler::CommKind k, int64_t bytes, int group, int nodes);
 
   plan::Plan plan_;
   std::shared_ptr<const cost::CostModel> cm_;
-  std::map<std::tuple<int64_t, int, int, bool>, LayerCosts> cache_;
+  std::map<std::tuple<int64_t, int, int, bool, int, plan::CpCommType>, LayerCosts> cache_;
 };
 
 /// One-shot estimate of a plan (builds an Estimator; for sweeps' estimate column).
