@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -30,7 +31,8 @@ inline std::vector<uint32_t> device_ranges(const std::vector<uint32_t>& begin, u
 }
 
 /// Calls f(j) for j in [0, n): f(0) on this thread, the others on threads of their own; returns
-/// once all have, rethrowing the first exception (by j) that one of them threw.
+/// once all have, rethrowing the first exception (by j) that one of them threw. A share
+/// whose thread cannot be created runs on this thread (results do not depend on where).
 template <class F>
 void fork_join(size_t n, F&& f) {
   if (n == 0) return;
@@ -44,7 +46,15 @@ void fork_join(size_t n, F&& f) {
       errors[j] = std::current_exception();
     }
   };
-  for (size_t j = 1; j < n; ++j) workers.emplace_back(guarded, j);
+  for (size_t j = 1; j < n; ++j) {
+    // A thread that cannot be created (std::system_error: the process's thread limit) runs
+    // its share here instead; the already started ones are still joined below.
+    try {
+      workers.emplace_back(guarded, j);
+    } catch (const std::system_error&) {
+      guarded(j);
+    }
+  }
   guarded(0);
   for (std::thread& w : workers) w.join();
   for (const std::exception_ptr& e : errors)
