@@ -82,6 +82,8 @@ inline void expect_same_result(const Result& a, const Result& b) {
     EXPECT_EQ(x.peak_memory, y.peak_memory) << "device " << d;
     EXPECT_EQ(x.peak_time, y.peak_time) << "device " << d;
     EXPECT_EQ(x.peak_reserved, y.peak_reserved) << "device " << d;
+    EXPECT_EQ(x.cuda_context, y.cuda_context) << "device " << d;
+    EXPECT_EQ(x.nccl_buffers, y.nccl_buffers) << "device " << d;
     EXPECT_EQ(x.breakdown, y.breakdown) << "device " << d;
     ASSERT_EQ(x.memory.size(), y.memory.size()) << "device " << d;
     for (size_t k = 0; k < x.memory.size(); ++k) {
