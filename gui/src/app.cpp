@@ -541,6 +541,12 @@ std::string App::state_json() const {
       const int d = std::max(memory_drawn.device, 0);
       nlohmann::ordered_json e = peak_of(run == 0 ? memory_curve_of(d) : baseline_memory_curve_of(d));
       e["peak_reserved_bytes"] = reserved_of(run == 0 ? current : baseline, static_cast<size_t>(d));
+      {
+        const auto& run_s = run == 0 ? current : baseline;
+        e["peak_device_bytes"] = run_s && static_cast<size_t>(d) < run_s->result.devices.size()
+                                     ? nlohmann::ordered_json(run_s->result.devices[static_cast<size_t>(d)].peak_device())
+                                     : nlohmann::ordered_json();
+      }
       e["reserved_line_drawn"] = memory_drawn.reserved_line[static_cast<size_t>(run)];
       e["categories_drawn"] = cats;
       m[run == 0 ? "now" : "baseline"] = e;

@@ -61,10 +61,12 @@ void draw_memory_panel(App& app) {
   ImGui::SameLine();
   ImGui::Checkbox("scale to peak", &app.memory_to_peak);
   app.hook("scale to peak");
-  ImGui::TextColored(dm.over_capacity ? kRed : kGrey, "peak %s at %s, reserved %s, of %s%s",
+  // Capacity is judged on the device total (reserved + CUDA context + NCCL buffers), so it is shown.
+  ImGui::TextColored(dm.over_capacity ? kRed : kGrey, "peak %s at %s, reserved %s, device total %s, of %s%s",
                      format_bytes(static_cast<double>(dm.peak_memory)).c_str(),
                      format_time(static_cast<double>(dm.peak_time)).c_str(),
                      format_bytes(static_cast<double>(dm.peak_reserved)).c_str(),
+                     format_bytes(static_cast<double>(dm.peak_device())).c_str(),
                      format_bytes(capacity).c_str(), dm.over_capacity ? "  OVER CAPACITY" : "");
   app.hook("memory peak line");
   const App::MemoryCurve& now_c = app.memory_curve_of(app.memory_device);

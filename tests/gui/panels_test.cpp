@@ -355,6 +355,10 @@ TEST_F(Panels, MemoryShowsEachRunsReservedPeakNextToTheAllocatedOne) {
   ASSERT_NE(now[1].peak_reserved, base[1].peak_reserved);
   EXPECT_EQ(m["now"]["peak_reserved_bytes"].get<int64_t>(), now[1].peak_reserved);
   EXPECT_EQ(m["baseline"]["peak_reserved_bytes"].get<int64_t>(), base[1].peak_reserved);
+  // The device total capacity is judged on: reserved + CUDA context + NCCL buffers.
+  ASSERT_GT(now[1].peak_device(), now[1].peak_reserved);
+  EXPECT_EQ(m["now"]["peak_device_bytes"].get<int64_t>(), now[1].peak_device());
+  EXPECT_EQ(m["baseline"]["peak_device_bytes"].get<int64_t>(), base[1].peak_device());
   EXPECT_TRUE(m["now"]["reserved_line_drawn"].get<bool>());
   EXPECT_TRUE(m["baseline"]["reserved_line_drawn"].get<bool>());
   ASSERT_EQ(m["peak_per_device"].size(), now.size());
