@@ -43,8 +43,11 @@ constexpr size_t kAhead = 16;  // prefetch distance for the random accesses of p
 SimTime ceil_ns(double x) {
   if (!(x > 0)) return 0;
   if (x >= kMaxNs) return static_cast<SimTime>(kMaxNs);
-  const double y = std::ceil(x - (1e-6 + x * 1e-13));
-  return y > 0 ? static_cast<SimTime>(y) : 0;
+  const double y = x - (1e-6 + x * 1e-13);
+  if (!(y > 0)) return 0;
+  // std::ceil(y) in integers (y < 2^63; from 2^52 up every double is an integer, so i == y)
+  const auto i = static_cast<SimTime>(y);
+  return i + (static_cast<double>(i) < y ? 1 : 0);
 }
 
 /// Duration of a comm task that does not become a max-min flow (no links, or no bytes).
@@ -67,6 +70,13 @@ double flow_alone_ns(const Program& p, const CommSpec& c, int64_t work) {
     rate = std::min(rate, p.links[p.task_links[c.link_begin + i]].capacity);
   }
   return static_cast<double>(c.latency_ns + ceil_ns(static_cast<double>(work) / rate));
+}
+
+/// Whether check_task_values finds nothing wrong with the values of a task (its work; a comm
+/// task's latency and rate cap, `cs`, null for other kinds); participant counts aside.
+bool values_ok(const Task& k, const CommSpec* cs) {
+  return k.work >= 0 &&
+         (!cs || (cs->latency_ns >= 0 && cs->rate_cap >= 0 && std::isfinite(cs->rate_cap)));
 }
 
 class Errors {
@@ -516,9 +526,13 @@ size_t Engine::State::scan_tasks(const Program& prog, const Sizes& z, Errors& er
       rec.next = k.part_begin;
       rec.bits |= k.part_count;
     }
-    index_collective(prog, t);
+    if (k.kind == TaskKind::kComm && k.part_count > kSmallGroup) index_collective(prog, t);
     if (prog.dep_end(t) == k.dep_begin && k.part_count == 0) free_tasks.push_back(t);
-    check_task_values(t, k, cs, err);
+    // (the call, which names what is wrong, only when something is)
+    const bool count_ok = k.kind == TaskKind::kCompute  ? k.part_count == 1
+                          : k.kind == TaskKind::kBarrier ? k.part_count == 0
+                                                         : true;
+    if (!count_ok || !values_ok(k, cs)) check_task_values(t, k, cs, err);
   }
   big_tasks.push_back({kNone, static_cast<uint32_t>(big_index.size())});  // sentinel
   if (num_succ >= kNone) err.add([] { return std::string("too many dependencies"); });
@@ -922,9 +936,7 @@ void Engine::State::rearm_tasks(const Program& prog, Errors& err) {
     // The values' checks of check_task_values (its participant counts are structure), which
     // names what is wrong only when something is.
     const CommSpec* cs = comm ? &prog.comms[k.comm] : nullptr;
-    if (k.work < 0 ||
-        (cs && (cs->latency_ns < 0 || !(cs->rate_cap >= 0) || !std::isfinite(cs->rate_cap))))
-      check_task_values(t, k, cs, err);
+    if (!values_ok(k, cs)) check_task_values(t, k, cs, err);
   }
 }
 
@@ -1172,18 +1184,21 @@ void Engine::State::retime(uint32_t j, double rate) {
 void Engine::State::apply_effects(uint32_t t, uint32_t node, bool at_end) {
   const TaskRec& rec = recs[t];
   if (node == kNone) node = p->tasks[t].node;
-  const CounterEffect* first = p->effects.data() + p->effect_begin[node];
-  const CounterEffect* last = p->effects.data() + p->effect_begin[node + 1];
+  const CounterEffect* const first = p->effects.data() + p->effect_begin[node];
+  const CounterEffect* const last = p->effects.data() + p->effect_begin[node + 1];
   auto on_device = [&](uint32_t d) {
-    int64_t* level = &ctr_level[size_t{d} * nc];
+    int64_t* const level = &ctr_level[size_t{d} * nc];
+    int64_t sum = 0;  // (the total's change, added once: it is not an alias of a level)
     bool changed = false;
     for (const CounterEffect* e = first; e != last; ++e) {
       if (e->at_end != at_end) continue;
       level[e->counter] += e->delta;
-      ctr_total[d] += e->delta;
+      sum += e->delta;
       changed = true;
     }
-    if (changed && !ctr_dirty[d]) {
+    if (!changed) return;
+    ctr_total[d] += sum;
+    if (!ctr_dirty[d]) {
       ctr_dirty[d] = 1;
       ctr_dirty_devs.push_back(d);
     }

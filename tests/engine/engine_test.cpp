@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <thread>
 
@@ -53,6 +54,48 @@ TEST(Engine, ThreeKernelsShareInThirdsWithoutRoundingDrift) {
   for (uint16_t s = 0; s < 3; ++s) b.compute(0, s, 1000);
   const RunResult r = run_ok(b.p);
   for (uint32_t t = 0; t < 3; ++t) EXPECT_EQ(r.timing[t].end, 3000);
+}
+
+// engine.h's rounding rule, written with std::ceil: a completion `x` ns of work away at the
+// current rate ends at ceil(x - (1e-6 + 1e-13 x)), at least 0, at most 4e18 ns.
+int64_t rounded_up(double x) {
+  if (!(x > 0)) return 0;
+  if (x >= 4.0e18) return static_cast<int64_t>(4.0e18);
+  const double y = std::ceil(x - (1e-6 + x * 1e-13));
+  return y > 0 ? static_cast<int64_t>(y) : 0;
+}
+
+TEST(Engine, CompletionTimesRoundUpAsTheRuleSays) {
+  // On each device: a compute kernel slowed by comm_sm_share for its whole run (the comm beside
+  // it is a fixed 3e18 ns), so it ends at rounded_up(work / (1 - share)); and a transfer without
+  // links, which ends at rounded_up(bytes / rate_cap). Works from 1 ns to 1e17 ns (doubles are
+  // whole numbers from 2^52 up), some exact multiples, some just above one.
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> exponent(0.0, 17.0), share(0.0, 0.95), cap(0.01, 1000.0);
+  const uint32_t n = 600;
+  ProgramBuilder b(n, {"compute", "comm", "xfer"});
+  std::vector<int64_t> want_k(n), want_x(n);
+  std::vector<uint32_t> k(n), x(n);
+  for (uint32_t d = 0; d < n; ++d) {
+    auto work = static_cast<int64_t>(std::pow(10.0, exponent(rng)));
+    double s = share(rng), c = cap(rng);
+    if (d % 5 == 0) s = 0.5;                     // exact: work / 0.5
+    if (d % 7 == 0) c = 0.25 * double(1 + d % 3);  // exact or just above a whole number
+    if (d % 11 == 0) work = 1;
+    b.p.devices[d].comm_sm_share = s;
+    k[d] = b.compute(d, 0, std::max<int64_t>(work, 1));
+    b.comm({{d, 1}}, 0, 3'000'000'000'000'000'000, 0.0);
+    x[d] = b.comm({{d, 2}}, work, 0, c);
+    want_k[d] = rounded_up(static_cast<double>(std::max<int64_t>(work, 1)) / (1.0 - s));
+    want_x[d] = rounded_up(static_cast<double>(work) / c);
+  }
+  const RunResult r = run_ok(b.p);
+  int wrong = 0;
+  for (uint32_t d = 0; d < n && wrong < 10; ++d) {
+    wrong += r.timing[k[d]].end != want_k[d] || r.timing[x[d]].end != want_x[d];
+    EXPECT_EQ(r.timing[k[d]].end, want_k[d]) << "device " << d;
+    EXPECT_EQ(r.timing[x[d]].end, want_x[d]) << "device " << d;
+  }
 }
 
 TEST(Engine, ShortKernelLeavesAndTheLongOneSpeedsUp) {
