@@ -336,16 +336,16 @@ struct Engine::State {
   uint32_t alloc_job();
   void free_job(uint32_t j);
   void drain_ready();
-  void start_task(uint32_t t);
+  [[gnu::always_inline]] void start_task(uint32_t t);
   void start_flow(uint32_t t);
   // `node` is the task's Task::node when the caller has it at hand, else kNone
-  void end_task(uint32_t t, SimTime start, bool release_comm, uint32_t node);
+  [[gnu::always_inline]] void end_task(uint32_t t, SimTime start, bool release_comm, uint32_t node);
   void finish_job(uint32_t j);
   void acquire_comm(const TaskRec& rec);
   void apply_effects(uint32_t t, uint32_t node, bool at_end);
   void flush_counters();
   void flush();
-  void retime(uint32_t j, double rate);
+  [[gnu::always_inline]] void retime(uint32_t j, double rate);
 };
 
 // ------------------------------------------------------------------------------------------
@@ -1016,7 +1016,7 @@ void Engine::State::drain_ready() {
   ready.clear();
 }
 
-void Engine::State::start_task(uint32_t t) {
+inline void Engine::State::start_task(uint32_t t) {
   const TaskRec& rec = recs[t];
   switch (rec.kind()) {
     case TaskKind::kBarrier:
@@ -1104,7 +1104,7 @@ void Engine::State::start_flow(uint32_t t) {
   job.flow = f;
 }
 
-void Engine::State::end_task(uint32_t t, SimTime start, bool release, uint32_t node) {
+inline void Engine::State::end_task(uint32_t t, SimTime start, bool release, uint32_t node) {
   timing[t] = TaskTiming{start, now};
   if ((recs[t].bits & kEffectsBit) != 0) apply_effects(t, node, true);
   if (now > makespan) makespan = now;
@@ -1163,7 +1163,7 @@ void Engine::State::finish_job(uint32_t j) {
 // Sets a job's rate from now on. A completion that moves later keeps its queued event, which
 // is re-pushed when it pops early (one push instead of a push now and a stale pop later); a
 // completion that moves earlier pushes a new event and bumps the version (lazy invalidation).
-void Engine::State::retime(uint32_t j, double rate) {
+inline void Engine::State::retime(uint32_t j, double rate) {
   Job& job = jobs[j];
   if (job.rate == rate) return;
   if (job.rate > 0) {
