@@ -112,7 +112,8 @@ std::span<const MaxMin::FlowId> MaxMin::solve() {
   }
   for (uint32_t l : dirty_links_) {
     links_[l].dirty = false;
-    if (link_stamp_[l] == epoch_) continue;
+    // (a link left without flows, as after a transfer alone on it ended: nothing to solve)
+    if (link_stamp_[l] == epoch_ || link_flows_[l].empty()) continue;
     gather_from_link(l);
     if (!comp_flows_.empty()) fill();
   }

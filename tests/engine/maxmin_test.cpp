@@ -120,6 +120,31 @@ TEST(MaxMin, RateRisesWhenAnotherFlowLeaves) {
   EXPECT_EQ(mm.num_active_flows(), 1u);
 }
 
+TEST(MaxMin, ALinkLeftWithoutFlowsIsNotSolved) {
+  // A transfer alone on links 0 and 1 ends: solve() has dirty links but no component to
+  // re-solve (the engine's common case), so it visits nothing; the other component is untouched.
+  const std::vector<double> caps{1.0, 1.0, 1.0};
+  MaxMin mm(caps);
+  const std::vector<uint32_t> ab{0, 1}, c{2};
+  const auto f1 = mm.add_flow(ab, 0);
+  const auto f2 = mm.add_flow(c, 0);
+  mm.solve();
+  const MaxMin::Stats before = mm.stats();
+  mm.remove_flow(f1);
+  EXPECT_TRUE(mm.dirty());
+  EXPECT_TRUE(mm.solve().empty());
+  EXPECT_FALSE(mm.dirty());
+  EXPECT_EQ(mm.stats().solves - before.solves, 1u);
+  EXPECT_EQ(mm.stats().components, before.components);
+  EXPECT_EQ(mm.stats().links_solved, before.links_solved);
+  EXPECT_EQ(mm.rate(f2), 1.0);
+  // The links are usable again, and a flow on them is solved.
+  const auto f3 = mm.add_flow(ab, 0.25);
+  EXPECT_EQ(sorted(mm.solve()), (std::vector<MaxMin::FlowId>{f3}));
+  EXPECT_EQ(mm.rate(f3), 0.25);
+  EXPECT_EQ(mm.stats().components, before.components + 1);
+}
+
 TEST(MaxMin, SelectiveUpdateTouchesOnlyTheChangedComponent) {
   // Two independent components: {A: f1, f2} and {B, C: f3 (B,C), f4 (C)}.
   const std::vector<double> caps{1.0, 1.0, 1.0};

@@ -35,7 +35,7 @@ class MaxMin {
 
   struct Stats {
     uint64_t solves = 0;         ///< solve() calls that had something to do
-    uint64_t components = 0;     ///< components re-solved
+    uint64_t components = 0;     ///< components re-solved (a link without flows is none)
     uint64_t flows_solved = 0;   ///< flow visits summed over re-solved components
     uint64_t links_solved = 0;   ///< link visits summed over re-solved components
     uint64_t flows_changed = 0;  ///< flows reported by solve() (rate changed or new)
