@@ -10,6 +10,7 @@
 
 #include "big_array.h"
 #include "event_queue.h"
+#include "id_stack.h"
 #include "stretto/support/diag.h"
 #include "stretto/engine/maxmin.h"
 
@@ -214,12 +215,12 @@ struct Engine::State {
 
   // ---- dynamic state ----
   std::vector<Job> jobs;
-  std::vector<uint32_t> free_jobs;
+  detail::IdStack free_jobs;
   std::vector<Device> devs;
-  std::vector<uint32_t> dirty_devs;
+  detail::IdStack dirty_devs;
   std::vector<Host> hosts;
   std::vector<uint32_t> host_devs;
-  std::vector<uint32_t> ready;
+  detail::IdStack ready;
   std::vector<uint32_t> flow_job;
   // counters (program.h): levels by device * num_counters; devices changed in this instant
   uint32_t nc = 0;
@@ -228,7 +229,7 @@ struct Engine::State {
   std::vector<uint64_t> ctr_stamp;  // per device: the last application that touched it
   uint64_t ctr_epoch = 0;           // (64 bits: never wraps within a run)
   std::vector<char> ctr_dirty;
-  std::vector<uint32_t> ctr_dirty_devs;
+  detail::IdStack ctr_dirty_devs;
   DeviceCounters* ctr_out = nullptr;
   bool curves = true;
   const RunOptions* options = nullptr;  // during run_checked
@@ -291,7 +292,7 @@ struct Engine::State {
     queue.push(Event{t, (seq++ << detail::kKindBits) | kind, id, version});
     if (queue.size() > max_queue) max_queue = queue.size();
   }
-  void arrive(uint32_t t) {
+  [[gnu::always_inline]] void arrive(uint32_t t) {
     if (--recs[t].pending == 0) ready.push_back(t);
   }
   void advance(uint32_t next) {

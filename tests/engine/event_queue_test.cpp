@@ -1,5 +1,7 @@
-// The engine's event queue pops in exact (time, key) order whatever the push pattern.
+// The engine's event queue pops in exact (time, key) order whatever the push pattern; its id
+// lists (IdStack) keep their ids in order across growth.
 #include "event_queue.h"
+#include "id_stack.h"
 
 #include <gtest/gtest.h>
 
@@ -80,6 +82,43 @@ TEST(EventQueue, ClearResetsTheTime) {
   EXPECT_EQ(q.pop_now().id, 2u);
   EXPECT_EQ(q.pop_now().id, 4u);
   EXPECT_TRUE(q.empty());
+}
+
+TEST(IdStack, KeepsItsIdsInOrderAcrossGrowthAndClear) {
+  // Against a std::vector doing the same random appends, pops, clears and assigns; 64 ids fit
+  // before the first growth, and the lists reach hundreds of ids between clears.
+  std::mt19937 rng(11);
+  IdStack s;
+  std::vector<uint32_t> want;
+  size_t most = 0;
+  for (int step = 0; step < 20000; ++step) {
+    const unsigned op = rng() % 1000;
+    if (op < 800 || op >= 955) {
+      const uint32_t id = rng();
+      s.push_back(id);
+      want.push_back(id);
+    } else if (op < 950) {
+      if (!want.empty()) {
+        ASSERT_EQ(s.back(), want.back());
+        s.pop_back();
+        want.pop_back();
+      }
+    } else if (op < 952) {
+      s.clear();
+      want.clear();
+    } else {
+      std::vector<uint32_t> from(rng() % 300);
+      for (auto& x : from) x = rng();
+      s.assign(from.begin(), from.end());
+      want = from;
+    }
+    ASSERT_EQ(s.size(), want.size());
+    ASSERT_EQ(s.empty(), want.empty());
+    most = std::max(most, want.size());
+  }
+  ASSERT_GT(most, 256u);
+  ASSERT_EQ(std::vector<uint32_t>(s.begin(), s.end()), want);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(s[i], want[i]);
 }
 
 }  // namespace
