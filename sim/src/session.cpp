@@ -85,63 +85,30 @@ Diagnostics check_participants(const CompiledPlan& cp) {
                                                       int threads) {
   const auto D = static_cast<uint32_t>(cp.num_devices);
   auto wanted = [&](uint32_t d) { return d < D && (want.empty() || want[d]); };
-  // Each task with effects, on each wanted device it takes part in (once per device, however
-  // many streams), in task order.
-  std::vector<uint32_t> stamp(D, UINT32_MAX);
-  auto for_devices = [&](auto&& f) {
-    if (p.effect_begin.empty()) return;
-    for (uint32_t t = 0; t < p.tasks.size() && t < timing.size(); ++t) {
-      const engine::Task& tk = p.tasks[t];
-      if (tk.node + size_t{1} >= p.effect_begin.size() || tk.part_count == 0 ||
-          timing[t].start < 0 || p.effect_begin[tk.node] == p.effect_begin[tk.node + 1])
-        continue;
-      const uint32_t parts = tk.kind == TaskKind::kCompute ? 1 : tk.part_count;
-      for (uint32_t i = 0; i < parts; ++i) {
-        const uint32_t d = p.participants[tk.part_begin + i].device;
-        if (!wanted(d) || stamp[d] == t) continue;
-        stamp[d] = t;
-        f(t, d);
-      }
-    }
-  };
-  // Count per device, then list every effect as (time, kind) with kind 0 a free, 1 an
-  // allocation, 2 a free at the end of a task that took no time.
-  std::vector<uint32_t> begin(D + size_t{1}, 0);
-  for_devices([&](uint32_t t, uint32_t d) {
+  // A task's effects count when it ran and its node has effects.
+  const size_t num_nodes = p.effect_begin.empty() ? 0 : p.effect_begin.size() - 1;
+  auto ran_with_effects = [&](uint32_t t) {
+    if (t >= p.tasks.size() || t >= timing.size() || timing[t].start < 0) return false;
     const uint32_t n = p.tasks[t].node;
-    for (uint32_t e = p.effect_begin[n]; e < p.effect_begin[n + 1]; ++e)
-      begin[d + 1] += p.effects[e].delta != 0;
-  });
-  for (uint32_t d = 0; d < D; ++d) begin[d + 1] += begin[d];
+    return n < num_nodes && p.effect_begin[n] != p.effect_begin[n + 1];
+  };
   struct Ev {
     uint64_t key;  // time << 2 | kind
-    uint32_t effect, device;
+    uint32_t effect;
   };
-  const size_t total = begin[D];
-  std::unique_ptr<Ev[]> evs(new Ev[total]), other(new Ev[total]);  // written before read
-  size_t i = 0;
-  std::fill(stamp.begin(), stamp.end(), UINT32_MAX);
-  for_devices([&](uint32_t t, uint32_t d) {
-    const uint32_t n = p.tasks[t].node;
-    for (uint32_t e = p.effect_begin[n]; e < p.effect_begin[n + 1]; ++e) {
-      const engine::CounterEffect& ce = p.effects[e];
-      if (ce.delta == 0) continue;
-      const SimTime at = ce.at_end ? timing[t].end : timing[t].start;
-      const uint64_t kind = ce.delta > 0                                    ? 1
-                            : ce.at_end && timing[t].end == timing[t].start ? 2
-                                                                            : 0;
-      evs[i++] = {static_cast<uint64_t>(at) << 2 | kind, e, d};
-    }
-  });
-  assert(i == total);
-  radix_sort_grouped(
-      evs, other, total, std::span<const uint32_t>(begin.data(), D),
-      [](const Ev& e) { return e.key; }, [](const Ev& e) { return e.device; });
-  other.reset();
-  std::vector<int64_t> out(D, 0);
+  // One device at a time (so that the listing never holds more than one device's effects):
+  // the tasks it takes part in are its dispatch list (the engine checked that the list names
+  // each of them once), which build_program writes in task order; every
+  // effect as (time, kind) with kind 0 a free, 1 an allocation, 2 a free at the end of a task
+  // that took no time, sorted by (time, kind) keeping task and effect order; then replayed.
   // Devices [first, last), each into its own slot of `out` (and nothing else shared is written).
+  std::vector<int64_t> out(D, 0);
   auto replay = [&](uint32_t first, uint32_t last) {
     AllocationReplay a;
+    std::vector<uint32_t> tasks;
+    std::unique_ptr<Ev[]> evs, other;
+    size_t cap = 0;
+    const uint32_t one_group = 0;
     for (uint32_t d = first; d < last; ++d) {
       if (!wanted(d)) continue;
       a.clear();
@@ -150,8 +117,39 @@ Diagnostics check_participants(const CompiledPlan& cp) {
         for (const int64_t b : {sm.params, sm.grads, sm.optimizer})
           if (b > 0) a.allocate_static(b);
       }
-      for (uint32_t k = begin[d]; k < begin[d + 1]; ++k) {
-        const engine::CounterEffect& ce = p.effects[evs[k].effect];
+      tasks.clear();
+      size_t n = 0;
+      if (d < p.devices.size())
+        for (const uint32_t t : p.devices[d].dispatch) {
+          if (!ran_with_effects(t)) continue;
+          tasks.push_back(t);
+          n += p.effect_begin[p.tasks[t].node + 1] - p.effect_begin[p.tasks[t].node];
+        }
+      STRETTO_ASSERT(std::is_sorted(tasks.begin(), tasks.end()),
+                     "reserved_peaks: a dispatch list out of task order");
+      if (n > cap) {
+        evs.reset(new Ev[n]);  // written before read
+        other.reset(new Ev[n]);
+        cap = n;
+      }
+      size_t k = 0;
+      for (const uint32_t t : tasks) {
+        const uint32_t node = p.tasks[t].node;
+        for (uint32_t e = p.effect_begin[node]; e < p.effect_begin[node + 1]; ++e) {
+          const engine::CounterEffect& ce = p.effects[e];
+          if (ce.delta == 0) continue;
+          const SimTime at = ce.at_end ? timing[t].end : timing[t].start;
+          const uint64_t kind = ce.delta > 0                                    ? 1
+                                : ce.at_end && timing[t].end == timing[t].start ? 2
+                                                                                : 0;
+          evs[k++] = {static_cast<uint64_t>(at) << 2 | kind, e};
+        }
+      }
+      radix_sort_grouped(
+          evs, other, k, std::span<const uint32_t>(&one_group, 1),
+          [](const Ev& ev) { return ev.key; }, [](const Ev&) { return 0u; });
+      for (size_t i = 0; i < k; ++i) {
+        const engine::CounterEffect& ce = p.effects[evs[i].effect];
         if (ce.delta > 0)
           a.allocate(ce.counter, ce.delta);
         else
@@ -160,8 +158,14 @@ Diagnostics check_participants(const CompiledPlan& cp) {
       out[d] = a.reserved();
     }
   };
+  // Threads get contiguous device ranges of about equal dispatch lengths.
+  std::vector<uint32_t> work(D + size_t{1}, 0);
+  for (uint32_t d = 0; d < D; ++d)
+    work[d + 1] = work[d] + (wanted(d) && d < p.devices.size()
+                                 ? static_cast<uint32_t>(p.devices[d].dispatch.size())
+                                 : 0);
   const std::vector<uint32_t> parts =
-      device_ranges(begin, static_cast<uint32_t>(std::max(threads, 1)));
+      device_ranges(work, static_cast<uint32_t>(std::max(threads, 1)));
   fork_join(parts.size() - 1, [&](size_t j) { replay(parts[j], parts[j + 1]); });
   return out;
 }

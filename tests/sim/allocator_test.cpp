@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../../bench/plans.h"
 #include "same_result.h"
 #include "stretto/sim/caching_allocator.h"
 #include "stretto/sim/metrics_json.h"
@@ -362,6 +363,76 @@ TEST(ReservedMemory, TheSameResultOnAnyNumberOfThreads) {
       ASSERT_TRUE(many);
       expect_same_result(*one, *many);
     }
+  }
+}
+
+// simulate's reserved bytes equal a replay, written here, of each device's effects: every task
+// with effects that ran, on each device among its participants (once), in task order, stably
+// sorted by (time, kind: a free, an allocation, a free ending a task that took no time), after
+// the static blocks (docs/semantics.md "Reserved memory"). On the DualPipeV reference at
+// PP4 x DP2, 16 microbatches, folded and not, where the order of an instant's allocations
+// changes the reserved bytes: the same replay with the tasks listed backwards differs there.
+TEST(ReservedMemory, EqualsAReplayOfEachDevicesEffectsInTaskOrder) {
+  auto src = plan::JsonSource::parse(bench::reference_plan(4, 2, 16).dump(), "ref.json");
+  ASSERT_TRUE(src);
+  auto parsed = plan::parse_plan(*src);
+  ASSERT_TRUE(parsed);
+  auto s = Session::from_plan(std::move(*parsed));
+  ASSERT_TRUE(s) << s.error().front().message;
+  for (const bool fold : {false, true}) {
+    SCOPED_TRACE(fold ? "folded" : "every device");
+    SimOptions opt;
+    opt.fold_replicas = fold;
+    auto r = s->simulate(opt);
+    ASSERT_TRUE(r);
+    const engine::Program& p = r->program;
+    ASSERT_FALSE(p.effect_begin.empty());
+    bool order_matters = false;
+    for (const DeviceMetrics& m : r->devices) {
+      if (m.folded) continue;
+      const auto d = static_cast<uint32_t>(m.id);
+      auto replay = [&](bool backwards) {
+        struct Ev {
+          uint64_t key;
+          uint32_t effect;
+        };
+        std::vector<Ev> evs;
+        for (size_t i = 0; i < p.tasks.size(); ++i) {
+          const uint32_t t = static_cast<uint32_t>(backwards ? p.tasks.size() - 1 - i : i);
+          const engine::Task& k = p.tasks[t];
+          const engine::TaskTiming& tt = r->timing[t];
+          bool on_d = false;
+          for (uint32_t j = k.part_begin; j < k.part_begin + k.part_count; ++j)
+            on_d |= p.participants[j].device == d;
+          if (!on_d || tt.start < 0) continue;
+          for (uint32_t e = p.effect_begin[k.node]; e < p.effect_begin[k.node + 1]; ++e) {
+            const engine::CounterEffect& ce = p.effects[e];
+            if (ce.delta == 0) continue;
+            const int64_t at = ce.at_end ? tt.end : tt.start;
+            const uint64_t kind = ce.delta > 0 ? 1 : (ce.at_end && tt.end == tt.start ? 2 : 0);
+            evs.push_back({static_cast<uint64_t>(at) << 2 | kind, e});
+          }
+        }
+        std::stable_sort(evs.begin(), evs.end(),
+                         [](const Ev& a, const Ev& b) { return a.key < b.key; });
+        AllocationReplay a;
+        const compiler::StaticMemory& sm = s->compiled().static_mem[d];
+        for (const int64_t b : {sm.params, sm.grads, sm.optimizer})
+          if (b > 0) a.allocate_static(b);
+        for (const Ev& ev : evs) {
+          const engine::CounterEffect& ce = p.effects[ev.effect];
+          if (ce.delta > 0)
+            a.allocate(ce.counter, ce.delta);
+          else
+            a.release(ce.counter, -ce.delta);
+        }
+        return a.reserved();
+      };
+      const int64_t reserved = replay(false);
+      EXPECT_EQ(m.peak_reserved, reserved) << "device " << d;
+      order_matters |= replay(true) != reserved;
+    }
+    EXPECT_TRUE(order_matters);
   }
 }
 
