@@ -30,6 +30,13 @@ int position_in(const DeviceSet& set, int device) {
   return it == set.devices.end() ? -1 : static_cast<int>(it - set.devices.begin());
 }
 
+int context_parallel(const CompiledPlan& cp) {
+  int c = 1;
+  for (const auto& d : cp.plan.schedule)
+    if (d.op == plan::DirectiveOp::kReplicate) c = std::max(c, d.context_parallel);
+  return c;
+}
+
 std::vector<DeviceOp> device_ops(const CompiledPlan& cp, int device) {
   std::vector<DeviceOp> out;
   if (device < 0 || device >= cp.num_devices) return out;
@@ -205,7 +212,8 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
       default:
         unknown.insert(fmt::format("node kind {}", static_cast<int>(n.kind)));
     }
-    // Context parallelism's ring exchanges: the plan's context_parallel is refused below, once.
+    // Context parallelism's exchanges: the p2p ring runs inside the attention op (the node marks
+    // its place); another cp_comm_type is refused below, once.
     if (n.purpose == CommPurpose::kContextPar) continue;
     if (n.kind == NodeKind::kCollective) {
       const bool known = (n.purpose == CommPurpose::kGradReduce &&
@@ -240,20 +248,35 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
   for (const auto& u : unknown)
     refuse(fmt::format("replay cannot execute {} (an op kind this backend does not know)", u),
            "simulate the plan instead, or extend backend/src/executor.cpp");
+  bool cp_checked = false;  // one degree and cp_comm_type per plan (the compiler checked)
   for (const auto& d : cp.plan.schedule) {
     if (d.op == plan::DirectiveOp::kShardTensor && d.sequence_parallel)
       refuse("replay does not support sequence parallelism yet", "drop \"sequence_parallel\"",
              d.pointer);
-    if (d.op == plan::DirectiveOp::kReplicate && d.context_parallel > 1)
-      refuse(fmt::format("replay does not run context parallelism (context_parallel {}, "
-                         "cp_comm_type {}): each rank's attention needs the keys and values of "
-                         "the whole sequence from its cp group, which the replay implements for "
-                         "no cp_comm_type",
-                         d.context_parallel, plan::cp_comm_type_name(d.cp_comm_type)),
+    if (d.op != plan::DirectiveOp::kReplicate || d.context_parallel <= 1 || cp_checked) continue;
+    cp_checked = true;
+    // a layout's generated replicate carries the layout's pointer: its keys are cp, cp_comm_type
+    const bool layout = d.pointer.ends_with("/layout");
+    const std::string at = d.pointer + (layout ? "/cp" : "/context_parallel");
+    if (d.cp_comm_type != plan::CpCommType::kP2P)
+      refuse(fmt::format("replay does not run context parallelism with cp_comm_type {} "
+                         "(context_parallel {}): it runs the p2p ring only",
+                         plan::cp_comm_type_name(d.cp_comm_type), d.context_parallel),
              "simulate the plan (it prices Transformer Engine's p2p, all_gather and a2a), or "
-             "replay it with cp / context_parallel 1",
-             // a layout's generated replicate carries the layout's pointer: its key is cp
-             d.pointer + (d.pointer.ends_with("/layout") ? "/cp" : "/context_parallel"));
+             "replay it with cp_comm_type p2p",
+             d.pointer + "/cp_comm_type");
+    if (m.dropout > 0)
+      refuse(fmt::format("replay does not run dropout with context parallelism (context_parallel "
+                         "{}): a CP rank's masks would have to be drawn for its two sequence "
+                         "chunks of the full sequence's mask",
+                         d.context_parallel),
+             "set the model's dropout to 0, or replay with context_parallel 1", at);
+    if (m.moe)
+      refuse(fmt::format("replay does not run MoE layers with context parallelism "
+                         "(context_parallel {}): expert capacity and routing are per rank's "
+                         "tokens, not the sequence's",
+                         d.context_parallel),
+             "replay a dense model with context parallelism, or context_parallel 1", at);
   }
   if (m.family == plan::ModelSpec::Family::kTransformer) {
     const int kv = m.kv_heads > 0 ? m.kv_heads : m.heads;

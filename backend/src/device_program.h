@@ -35,6 +35,10 @@ std::vector<DeviceOp> device_ops(const compiler::CompiledPlan& cp, int device);
 std::vector<std::vector<uint32_t>> local_preds(const compiler::CompiledPlan& cp,
                                                const std::vector<DeviceOp>& ops);
 
+/// The plan's context-parallel degree (its replicate directives' context_parallel; the
+/// compiler admits one degree per plan): 1 without context parallelism.
+int context_parallel(const compiler::CompiledPlan& cp);
+
 /// Position of `device` in device set `set` (-1 if absent).
 int position_in(const compiler::DeviceSet& set, int device);
 

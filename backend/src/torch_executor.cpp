@@ -149,7 +149,7 @@ class RankRun {
         opt_(opt),
         me_(spec.rank),
         cuda_(opt.device == DeviceKind::kCuda),
-        model_(cp, opt.seed, tensor_options(), opt.kernels),
+        model_(cp, opt.seed, tensor_options(), opt.kernels, context_parallel(cp)),
         status_(spec.rank) {}
 
   ~RankRun() { stop_waiters(); }
@@ -858,13 +858,45 @@ void RankRun::run_compute(size_t i) {
         throw std::runtime_error("tensor-parallel loss all-reduce timed out");
     };
   }
+  // Context parallelism (p2p): the attention's ring hops to the neighbours in its CP group
+  // (CP rank c of replica r is r % cp, its group the cp consecutive replicas, same TP rank),
+  // tagged past every transfer's tag (the node id) by this node and the hop's slot.
+  CpRingPost cp_ring;
+  const int cpd = model_.context_parallel();
+  if (cpd > 1 && op.kind == OpKind::kAttention) {
+    const auto& d = cp_.dag.device_sets[n.devs].devices;
+    const int tp = std::max<int>(1, n.tp), t = dop.rank_in_group % tp, c = replica % cpd;
+    auto device = [&](int cr) {
+      return d.at(static_cast<size_t>((replica - c + (cr + cpd) % cpd) * tp + t));
+    };
+    const int next = device(c + 1), prev = device(c - 1);
+    const int64_t base = static_cast<int64_t>(cp_.dag.nodes.size()) +
+                         static_cast<int64_t>(dop.node) * 2 * cpd;
+    cp_ring = [this, next, prev, base, i](const at::Tensor& send, int slot) {
+      const int tag = static_cast<int>(base + slot);
+      at::Tensor out = send.contiguous(), in = at::empty_like(out);
+      std::vector<WorkPtr> w;
+      world_->start_batch();
+      w.push_back(world_->send(out, next, tag));
+      w.push_back(world_->recv(in, prev, tag));
+      world_->end_batch(w);
+      return std::function<at::Tensor()>([this, w, out, in, i]() {
+        for (const auto& wk : w)
+          if (!wk->wait(std::chrono::milliseconds(opt_.timeout_ms)))
+            throw std::runtime_error(fmt::format("context-parallel ring hop of {} timed out "
+                                                 "after {} ms",
+                                                 op_label(i), opt_.timeout_ms));
+        return in;
+      });
+    };
+  }
   auto run_forward = [&](bool grad) {
     std::vector<at::Tensor> in = saved_inputs_[k];
     for (auto& t : in)
       if (t.defined()) t.set_requires_grad(grad);
     std::unique_ptr<at::NoGradGuard> ng;
     if (!grad) ng = std::make_unique<at::NoGradGuard>();
-    return model_.forward(o, in, params_[o], place_[o], replica, mb, loss_scale_, tpar);
+    return model_.forward(o, in, params_[o], place_[o], replica, mb, loss_scale_, tpar, cp_ring);
   };
   const int64_t t0 = now_ns(), c0 = cpu_ns();
   st_[i].start_ns = t0;
@@ -937,6 +969,9 @@ void RankRun::run_compute(size_t i) {
       const uint32_t r = model_.residual_source(o);
       if (r != kNone) add_grad(r, mb, grad_acc_[k]);
       std::vector<at::Tensor> dx = backward_inputs(c, dy, n.tags.pass == Pass::kB, params_[o]);
+      if (!c.cp_dkv.empty())  // the received K/V's gradients go back to their CP ranks
+        cp_backward_ring(c, dx, cp_ring,
+                         cp_.plan.model.hidden / std::max<int>(1, n.tp));
       if (bwd_post_[k])
         pending_dx_[k] = std::move(dx);
       else
@@ -1093,6 +1128,10 @@ void RankRun::post_comm(size_t i) {
     case CommPurpose::kLossReduce:
       // The vocab-parallel loss's three all-reduces run inside the loss op's forward
       // (TorchModel, OpKind::kLoss): the node only marks their place in the schedule.
+      break;
+    case CommPurpose::kContextPar:
+      // Context parallelism's p2p ring runs inside the attention op, hop by hop beside its
+      // steps (TorchModel::ring_attention, cp_backward_ring): the node marks its place.
       break;
     default:
       throw std::runtime_error(fmt::format("replay cannot execute {}", op_label(i)));

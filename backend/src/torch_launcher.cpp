@@ -25,6 +25,7 @@
 #include <optional>
 #include <thread>
 
+#include "device_program.h"
 #include "stretto/backend/replay.h"
 #include "torch_comm.h"
 #include "torch_executor.h"
@@ -156,7 +157,7 @@ class Reference {
       for (auto& p : ps) p.value.copy_(v.at(p.slice.name));
   }
 
-  // The global batch (every replica's microbatches) forward and backward at the current
+  // The global batch (every data replica's microbatches) forward and backward at the current
   // values: the summed loss, and every parameter's gradient.
   double gradients(std::map<std::string, at::Tensor>& grad) {
     const auto& ops = cp_.model.ops;
@@ -169,6 +170,10 @@ class Reference {
         R = static_cast<int>(cp_.dag.device_sets[n.devs].devices.size()) / std::max<int>(1, n.tp);
         break;
       }
+    // Context parallelism: cp replicas share one data replica's sequences (each rank holds two
+    // of its 2·cp chunks); the reference runs each whole sequence once, on the full-sequence
+    // model (ordinary causal attention, no ring).
+    R /= context_parallel(cp_);
     const int M = std::max(1, cp_.num_microbatches);
     const double scale = 1.0 / (static_cast<double>(R) * M);
     double total = 0;

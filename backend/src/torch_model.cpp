@@ -12,6 +12,8 @@
 #include <map>
 #include <set>
 
+#include "device_program.h"
+
 // The LibTorch versions that have each fused kernel (torch_kernels()).
 #define STRETTO_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -148,8 +150,8 @@ int64_t tensor_bytes(const at::Tensor& t) {
 }
 
 TorchModel::TorchModel(const compiler::CompiledPlan& cp, uint64_t seed, at::TensorOptions opts,
-                       ModelKernels kernels)
-    : cp_(cp), seed_(seed), opts_(opts), kernels_(kernels) {
+                       ModelKernels kernels, int context_parallel)
+    : cp_(cp), seed_(seed), opts_(opts), kernels_(kernels), ctx_par_(std::max(1, context_parallel)) {
   const auto& ops = cp.model.ops;
   const ModelSpec& m = cp.plan.model;
   residual_.assign(ops.size(), compiler::kNone);
@@ -169,7 +171,10 @@ TorchModel::TorchModel(const compiler::CompiledPlan& cp, uint64_t seed, at::Tens
         std::llround(P / static_cast<double>(width_ * width_)), 1, 64);
     return;
   }
-  T_ = static_cast<int64_t>(m.microbatch_size) * m.seq_len;
+  // A CP rank's ops run on its s/cp tokens of each sequence (the compiler checked that 2·cp
+  // divides seq_len).
+  s_ = m.seq_len / ctx_par_;
+  T_ = static_cast<int64_t>(m.microbatch_size) * s_;
   h_ = m.hidden;
   heads_ = m.heads;
   kv_ = m.kv_heads > 0 ? m.kv_heads : m.heads;
@@ -300,8 +305,10 @@ std::vector<Param> TorchModel::make_params(uint32_t o, const OpPlacement& pl) co
 
 const TorchModel::Data& TorchModel::data(int replica, int mb) const {
   if (auto it = data_.find({replica, mb}); it != data_.end()) return it->second;
+  // A CP rank draws its data replica's sequences (replica / cp) and keeps its two chunks.
+  const int data_replica = replica / ctx_par_, cp_rank = replica % ctx_par_;
   auto gen = at::detail::createCPUGenerator(
-      fnv1a(fmt::format("data/{}/{}", replica, mb), seed_ * 0x9E3779B97F4A7C15ull + 7));
+      fnv1a(fmt::format("data/{}/{}", data_replica, mb), seed_ * 0x9E3779B97F4A7C15ull + 7));
   Data d;
   if (cp_.plan.model.family == ModelSpec::Family::kSynthetic) {
     d.input = at::randn({rows_, width_}, gen, at::TensorOptions().dtype(at::kFloat)).to(opts_);
@@ -309,8 +316,20 @@ const TorchModel::Data& TorchModel::data(int replica, int mb) const {
     const ModelSpec& m = cp_.plan.model;
     const at::Tensor ids =
         at::randint(V_, {m.microbatch_size, m.seq_len}, gen, at::TensorOptions().dtype(at::kLong));
-    d.input = ids.to(opts_.device());
-    d.labels = at::roll(ids, {-1}, {1}).reshape({-1}).to(opts_.device());
+    at::Tensor labels = at::roll(ids, {-1}, {1});  // the next token of the whole sequence
+    at::Tensor mine = ids;
+    if (ctx_par_ > 1) {
+      // Megatron's load-balanced causal split: 2·cp chunks, CP rank r holds chunks r and
+      // 2cp-1-r (the early, cheap queries of one with the late, expensive ones of another).
+      const int64_t chunk = m.seq_len / (2 * ctx_par_);
+      const at::Tensor at_ = at::cat({at::arange(cp_rank * chunk, (cp_rank + 1) * chunk, at::kLong),
+                                      at::arange((2 * ctx_par_ - 1 - cp_rank) * chunk,
+                                                 (2 * ctx_par_ - cp_rank) * chunk, at::kLong)});
+      mine = ids.index_select(1, at_);
+      labels = labels.index_select(1, at_);
+    }
+    d.input = mine.contiguous().to(opts_.device());
+    d.labels = labels.reshape({-1}).to(opts_.device());
   }
   return data_.emplace(std::make_pair(replica, mb), std::move(d)).first->second;
 }
@@ -353,7 +372,8 @@ std::vector<int64_t> TorchModel::output_shape(uint32_t o) const {
 
 OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
                           const std::vector<Param>& params, const OpPlacement& pl, int replica,
-                          int mb, double loss_scale, const TpAllReduce& tp_allreduce) const {
+                          int mb, double loss_scale, const TpAllReduce& tp_allreduce,
+                          const CpRingPost& cp_ring) const {
   const ModelOp& op = cp_.model.ops[o];
   const bool gated = cp_.plan.model.gated_mlp;
   OpCtx c;
@@ -429,11 +449,19 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
     case OpKind::kAttention: {
       const at::Tensor& in = inputs.at(0);
       const int64_t al = heads_ / pl.tp, kvl = kv_ / pl.tp;
-      const int64_t bs = cp_.plan.model.microbatch_size, s = cp_.plan.model.seq_len;
+      const int64_t bs = cp_.plan.model.microbatch_size, s = s_;
       auto heads = [&](int64_t off, int64_t n) {
         return in.narrow(1, off * d_, n * d_).reshape({bs, s, n, d_}).transpose(1, 2);
       };
       at::Tensor q = heads(0, al), k = heads(al, kvl), v = heads(al + kvl, kvl);
+      if (ctx_par_ > 1) {  // context parallelism: ring attention over the CP group
+        if (!cp_ring) throw std::runtime_error("internal: context-parallel attention without its ring");
+        out = ring_attention(q, k, v, replica % ctx_par_, cp_ring, c)
+                  .to(in.scalar_type())
+                  .transpose(1, 2)
+                  .reshape({bs * s, al * d_});
+        break;
+      }
       auto repeat_kv = [&] {  // GQA by repeating KV heads in memory
         if (al == kvl) return;
         k = repeat_kv_heads(k, al / kvl);
@@ -587,6 +615,7 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
   c.live = true;
   c.bytes = tensor_bytes(out);
   for (const auto& l : c.leaves) c.bytes += tensor_bytes(l);
+  for (const auto& t : c.cp_kv) c.bytes += tensor_bytes(t);
   for (const auto& s : c.sites)
     if (!same_tensor(s.z, out)) c.bytes += tensor_bytes(s.z);
   return c;
@@ -618,6 +647,10 @@ std::vector<at::Tensor> backward_inputs(OpCtx& ctx, const at::Tensor& dy, bool f
         targets.push_back(ctx.sites[i].z);
       }
   }
+  // The K/V chunks a context-parallel attention received (their gradients go back around the
+  // ring: cp_backward_ring).
+  const size_t cp_at = targets.size();
+  for (const auto& t : ctx.cp_kv) targets.push_back(t);
   std::vector<at::Tensor> grads;
   if (!targets.empty())
     grads = torch::autograd::grad({ctx.out}, targets, {dy}, /*retain_graph=*/!full,
@@ -625,6 +658,11 @@ std::vector<at::Tensor> backward_inputs(OpCtx& ctx, const at::Tensor& dy, bool f
   std::vector<at::Tensor> dx(ctx.leaves.size());
   for (size_t i = 0; i < ctx.leaves.size(); ++i)
     if (leaf_at[i] >= 0) dx[i] = grads[leaf_at[i]];
+  ctx.cp_dkv.clear();
+  for (size_t i = 0; i < ctx.cp_kv.size(); ++i) {
+    const at::Tensor& g = grads.at(cp_at + i);
+    ctx.cp_dkv.push_back(g.defined() ? g : at::zeros_like(ctx.cp_kv[i]));
+  }
   if (full) {
     for (auto [pi, t] : param_at)
       if (grads[t].defined()) params[pi].grad.add_(grads[t]);
@@ -687,7 +725,18 @@ std::vector<KernelUse> kernel_uses(const compiler::CompiledPlan& cp, Kernels ker
     const std::string sdpa =
         "at::scaled_dot_product_attention (is_causal, no mask tensor; ATen picks flash, "
         "memory-efficient or math)";
-    if (fused && has.sdpa_gqa)
+    const int ctx = detail::context_parallel(cp);
+    if (ctx > 1)  // TorchModel::ring_attention, whatever --kernels says
+      add("attention",
+          fmt::format("ring attention over {} CP ranks (p2p): per ring step the formula "
+                      "softmax(q k^T / sqrt(d)) v and its log-sum-exp in fp32, steps merged by "
+                      "log-sum-exp{}",
+                      ctx, gqa ? ", KV heads repeated in memory" : ""),
+          "aten::logsumexp",
+          fused ? "the public scaled_dot_product_attention returns no log-sum-exp to merge "
+                  "ring steps by"
+                : "");
+    else if (fused && has.sdpa_gqa)
       add("attention", sdpa + (gqa ? ", GQA in the kernel (enable_gqa)" : ""),
           "aten::scaled_dot_product_attention");
     else if (fused && has.sdpa)

@@ -59,12 +59,22 @@ struct OpCtx {
   at::Tensor out;                  // output (possibly partial)
   std::vector<Site> sites;
   std::vector<at::Tensor> dz;      // after BI: gradient of each site's z
+  // Context parallelism (p2p ring attention): the K/V chunks received at ring steps 1..cp-1
+  // (autograd leaves, [2, b, kv heads, s/cp, d] fp32), and after backward_inputs their
+  // gradients, which cp_backward_ring() returns to their owners.
+  std::vector<at::Tensor> cp_kv, cp_dkv;
   int64_t bytes = 0;               // activation bytes this context keeps alive
   bool live = false;
 };
 
 /// All-reduce (sum or max) over the op's tensor-parallel group, in place (vocab-parallel loss).
 using TpAllReduce = std::function<void(at::Tensor&, bool max)>;
+
+/// One hop of context parallelism's p2p ring: posts `send` to the next rank of the CP group
+/// and a receive of a tensor of its shape from the previous one; the returned function waits
+/// for both and gives the received tensor. `slot` numbers the hops of one op call: forward
+/// hops 0 .. cp-2, backward hops cp .. 2cp-2 (the executor makes each a distinct tag).
+using CpRingPost = std::function<std::function<at::Tensor()>(const at::Tensor& send, int slot)>;
 
 /// What this build's LibTorch offers the fused path: at::rms_norm (2.4 and later), the public
 /// scaled_dot_product_attention (2.0; 1.13's private entry point reads scalars on the host), its
@@ -83,8 +93,13 @@ using ModelKernels = Kernels;
 
 class TorchModel {
  public:
+  /// `context_parallel` > 1: a CP rank's model (the executor's; --check's reference is the
+  /// full-sequence model, 1). Replica r of an op's device set is then CP rank r % cp of data
+  /// replica r / cp: it holds the load-balanced chunks r % cp and 2cp-1-r % cp of each of that
+  /// replica's sequences (2·cp chunks, Megatron's get_batch_on_this_cp_rank), its ops run on
+  /// those s/cp tokens, and attention is ring attention over the CP group (cp_ring).
   TorchModel(const compiler::CompiledPlan& cp, uint64_t seed, at::TensorOptions opts,
-             ModelKernels kernels = ModelKernels::kFused);
+             ModelKernels kernels = ModelKernels::kFused, int context_parallel = 1);
 
   const compiler::CompiledPlan& plan() const { return cp_; }
   at::TensorOptions options() const { return opts_; }
@@ -108,10 +123,13 @@ class TorchModel {
   void prepare(int replica, int mb) const;
 
   /// Forward of `op`. `inputs` are the values of op.inputs (leaves or graph tensors); the
-  /// first op gets input_data(). `loss_scale` scales the last op's loss.
+  /// first op gets input_data(). `loss_scale` scales the last op's loss. `cp_ring`: the ring
+  /// hops of a context-parallel attention (needed when context_parallel() > 1).
   OpCtx forward(uint32_t op, const std::vector<at::Tensor>& inputs, const std::vector<Param>& params,
                 const OpPlacement& pl, int replica, int mb, double loss_scale,
-                const TpAllReduce& tp_allreduce) const;
+                const TpAllReduce& tp_allreduce, const CpRingPost& cp_ring = {}) const;
+
+  int context_parallel() const { return ctx_par_; }
 
   /// Shape of an op's full output value for one microbatch (what transfers carry).
   std::vector<int64_t> output_shape(uint32_t op) const;
@@ -122,6 +140,8 @@ class TorchModel {
   at::TensorOptions opts_;
   ModelKernels kernels_;
   at::Tensor causal_mask_;  // [s, s] bool, true above the diagonal: built once, when needed
+  int ctx_par_ = 1;         // context-parallel degree of this model's ranks
+  int64_t s_ = 0;           // tokens of each sequence on one rank: seq_len / context_parallel
   struct Data {
     at::Tensor input, labels;
   };
@@ -140,6 +160,10 @@ class TorchModel {
                               OpCtx& c) const;
   at::Tensor unfused_attention(uint32_t op, const std::vector<at::Tensor>& inputs,
                                const OpPlacement& pl, int replica, int mb) const;
+  /// Ring attention of CP rank `rank` (torch_model_ops.cpp): q [b, a, s/cp, d], k and v
+  /// [b, kv, s/cp, d] of its two chunks; returns [b, a, s/cp, d] fp32.
+  at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            int rank, const CpRingPost& post, OpCtx& c) const;
   /// Dropout keep-mask scaled by 1/(1-p), drawn on the model's device by a counter-based hash
   /// of the op, replica, microbatch and each element's index in the `full` tensor (the same
   /// on every device kind, every TP rank, in a recomputed forward and in --check's
@@ -157,6 +181,14 @@ class TorchModel {
 /// a full B.
 std::vector<at::Tensor> backward_inputs(OpCtx& ctx, const at::Tensor& dy, bool full,
                                         std::vector<Param>& params);
+/// Context parallelism's backward ring, after backward_inputs of a CP rank's attention (ctx
+/// holds cp_dkv): the gradient of each K/V chunk received in the forward travels on around the
+/// ring, every rank it passes adding its own, until it reaches the chunk's owner (cp-1 hops);
+/// what arrives is added to the K and V columns of dx[0], the gradient of the attention's QKV
+/// input [T, (a + 2 kv) d] (a query heads of width d first).
+void cp_backward_ring(OpCtx& ctx, std::vector<at::Tensor>& dx, const CpRingPost& post,
+                      int64_t query_cols);
+
 /// BW after BI: parameter gradients from the sites' saved dz.
 void backward_weights(OpCtx& ctx, std::vector<Param>& params);
 

@@ -1,11 +1,13 @@
 // Ops of the merged cost model the replay executes beyond the original set (see
 // torch_model.h): the bias-dropout-add that ends every sub-block (OpKind::kResidual) and
-// unfused attention (scores, softmax with dropout on the probabilities, context).
+// unfused attention (scores, softmax with dropout on the probabilities, context), and context
+// parallelism's ring attention (cp_comm_type p2p).
 #include <fmt/format.h>
 
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <utility>
 
 #include "torch_model.h"
 
@@ -82,6 +84,109 @@ at::Tensor TorchModel::unfused_attention(uint32_t o, const std::vector<at::Tenso
     default:
       throw std::runtime_error(fmt::format("replay: {} is not an attention op", op.name));
   }
+}
+
+// Context parallelism, cp_comm_type p2p (Transformer Engine's AttnFuncWithCPAndKVP2P as
+// Megatron-Core runs it with the load-balanced split). CP rank r holds chunks r and 2cp-1-r of
+// each sequence (q, k, v: [b, heads, 2c, d], its two chunks of c tokens in sequence order). At
+// ring step i it holds the K/V of rank src = (r - i) mod cp, and which of its queries see which
+// of those keys follows from the chunk positions:
+//   i = 0 (src = r): its own two chunks, causal (positions increase along the local sequence);
+//   src < r (1 <= i <= r): every query sees src's first chunk (src < r < 2cp-1-r), none sees
+//     its second (2cp-1-src > 2cp-1-r): all queries against K/V[:c], no mask;
+//   src > r (i > r): only the second query chunk (2cp-1-r) sees anything, and it sees both of
+//     src's chunks (src < cp <= 2cp-1-r, and 2cp-1-src < 2cp-1-r): q[c:] against all K/V, no
+//     mask; the first query chunk (r < src) is skipped.
+// Each step gives a partial output and its log-sum-exp per query; they are merged as flash
+// attention merges blocks (the running log-sum-exp). While step i computes, its K/V go on to
+// rank r+1 and rank r-1's arrive (one hop per step, cp-1 hops). The received chunks are
+// autograd leaves, so the backward yields their gradients (OpCtx::cp_dkv), which
+// cp_backward_ring() returns to their owners. Each step is the explicit formula (scores,
+// logsumexp, softmax times V) in fp32: the public SDPA returns no log-sum-exp to merge by.
+at::Tensor TorchModel::ring_attention(const at::Tensor& q_in, const at::Tensor& k_in,
+                                      const at::Tensor& v_in, int rank,
+                                      const CpRingPost& post, OpCtx& c) const {
+  const int cp = ctx_par_;
+  const at::Tensor q = q_in.to(at::kFloat);
+  const int64_t a = q.size(1), kvh = k_in.size(1), len = q.size(2), half = len / 2;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d_));
+  // Partial attention of queries qq against keys/values kk, vv: (output, log-sum-exp).
+  auto partial = [&](const at::Tensor& qq, at::Tensor kk, at::Tensor vv, bool causal) {
+    if (a != kvh) {  // GQA: KV heads repeated for their query heads
+      kk = repeat_kv_heads(kk, a / kvh);
+      vv = repeat_kv_heads(vv, a / kvh);
+    }
+    at::Tensor scores = at::matmul(qq, kk.transpose(-2, -1)) * scale;
+    if (causal)
+      scores = scores.masked_fill(
+          at::ones({qq.size(2), kk.size(2)}, at::TensorOptions().dtype(at::kBool).device(q.device()))
+              .triu(1),
+          -std::numeric_limits<float>::infinity());
+    at::Tensor lse = at::logsumexp(scores, {-1});
+    return std::make_pair(at::matmul(at::exp(scores - lse.unsqueeze(-1)), vv), lse);
+  };
+  at::Tensor out, lse;
+  // Merges a partial result for the queries [from, len) into (out, lse).
+  auto merge = [&](const at::Tensor& o, const at::Tensor& l, int64_t from) {
+    const at::Tensor oo = out.narrow(2, from, len - from), ol = lse.narrow(2, from, len - from);
+    const at::Tensor nl = at::logaddexp(ol, l);
+    const at::Tensor no = oo * at::exp(ol - nl).unsqueeze(-1) + o * at::exp(l - nl).unsqueeze(-1);
+    if (from == 0) {
+      out = no;
+      lse = nl;
+    } else {
+      out = at::cat({out.narrow(2, 0, from), no}, 2);
+      lse = at::cat({lse.narrow(2, 0, from), nl}, 2);
+    }
+  };
+  at::Tensor kv = at::stack({k_in, v_in}).to(at::kFloat);  // [2, b, kv heads, len, d]
+  for (int i = 0; i < cp; ++i) {
+    std::function<at::Tensor()> arrive;
+    if (i + 1 < cp) arrive = post(kv.detach().contiguous(), i);  // on to rank r+1
+    const int src = ((rank - i) % cp + cp) % cp;
+    const at::Tensor k = kv.select(0, 0), v = kv.select(0, 1);
+    if (i == 0) {
+      std::tie(out, lse) = partial(q, k, v, /*causal=*/true);
+    } else if (src < rank) {
+      auto [o, l] = partial(q, k.narrow(2, 0, half), v.narrow(2, 0, half), false);
+      merge(o, l, 0);
+    } else {
+      auto [o, l] = partial(q.narrow(2, half, half), k, v, false);
+      merge(o, l, half);
+    }
+    if (arrive) {
+      kv = arrive();  // rank r-1's step-i chunk: this rank's step i+1
+      if (at::GradMode::is_enabled()) kv.set_requires_grad(true);
+      c.cp_kv.push_back(kv);
+    }
+  }
+  return out;
+}
+
+void cp_backward_ring(OpCtx& ctx, std::vector<at::Tensor>& dx, const CpRingPost& post,
+                      int64_t query_cols) {
+  const size_t hops = ctx.cp_dkv.size();  // cp - 1
+  if (hops == 0) return;
+  if (dx.empty() || !dx[0].defined())
+    throw std::runtime_error("internal: context-parallel attention without its input gradient");
+  const int cp = static_cast<int>(hops) + 1;
+  // The gradient of the chunk received at step 1 (rank r-1's) starts at this rank; after hop t
+  // the one arriving is the gradient of rank r-1-t's chunk, which this rank held at step t+1.
+  at::Tensor acc = ctx.cp_dkv[0];
+  for (size_t t = 0; t < hops; ++t) {
+    at::Tensor got = post(acc.contiguous(), cp + static_cast<int>(t))();
+    acc = t + 1 < hops ? got + ctx.cp_dkv[t + 1] : got;
+  }
+  // acc: the other ranks' gradient of this rank's own K/V [2, b, kv heads, len, d].
+  const int64_t b = acc.size(1), kvh = acc.size(2), len = acc.size(3), d = acc.size(4);
+  auto cols = [&](const at::Tensor& t) { return t.transpose(1, 2).reshape({b * len, kvh * d}); };
+  at::Tensor& g = dx[0];
+  g = g + at::cat({at::zeros({b * len, query_cols}, acc.options()), cols(acc.select(0, 0)),
+                   cols(acc.select(0, 1))},
+                  1)
+              .to(g.scalar_type());
+  ctx.cp_kv.clear();
+  ctx.cp_dkv.clear();
 }
 
 }  // namespace stretto::backend::detail

@@ -157,7 +157,9 @@ INSTANTIATE_TEST_SUITE_P(Schedules, GradientCheck,
                                            "ep2_moe_capacity.json",
                                            "ep2_moe_capacity_position.json",
                                            "one_dev_moe_capacity_adam_clip.json",
-                                           "one_dev_moe_capacity_probs_adam_clip.json"),
+                                           "one_dev_moe_capacity_probs_adam_clip.json",
+                                           "cp2_ring.json", "cp4_ring.json",
+                                           "dp2_cp2_ring.json"),
                          [](const auto& info) {
                            std::string s = info.param;
                            s = s.substr(0, s.find('.'));
@@ -661,34 +663,34 @@ TEST(Replay, CliRefusesWithExitCode2) {
   EXPECT_EQ(WEXITSTATUS(rc), 2);
 }
 
-// Context parallelism is not replayed: a cp 2 plan, written as replicate's context_parallel or
-// as the layout's cp, is refused before any process starts, located at the directive that sets
-// it (the layout's generated replicate carries the layout's pointer), and `stretto replay`
-// exits 2 with file:line:col and the reason. Fails if the refusal is dropped (the replay would
-// run each rank's attention over its own s/cp tokens only and --check would compare against a
-// reference of another sequence length), or loses its location.
-TEST(Replay, ContextParallelismIsRefusedLocated) {
-  const CompiledPlan cp = load("cp2.json");
-  std::string all;
-  for (const Diagnostic& d : check_supported(cp, ReplayOptions{}))
-    all += d.message + " @" + d.loc.json_pointer + "\n";
-  EXPECT_NE(all.find("replay does not run context parallelism (context_parallel 2, cp_comm_type p2p)"),
-            std::string::npos) << all;
-  EXPECT_NE(all.find("@/schedule/1/context_parallel\n"), std::string::npos) << all;
-  // The ring exchanges are not refused a second time as unknown nodes.
-  EXPECT_EQ(all.find("an op kind this backend does not know"), std::string::npos) << all;
-  // Every cp_comm_type is refused alike (none is implemented).
-  for (const auto& [plan, type] : {std::pair{"cp2_all_gather.json", "all_gather"},
-                                   std::pair{"cp2_a2a_layout.json", "a2a"}}) {
-    std::string msgs;
-    for (const Diagnostic& d : check_supported(load(plan), ReplayOptions{})) msgs += d.message + "\n";
-    EXPECT_NE(msgs.find(std::string("(context_parallel 2, cp_comm_type ") + type + ")"),
-              std::string::npos) << plan << ": " << msgs;
-  }
-  for (const auto& [plan, where] : {std::pair{"cp2.json", "cp2.json:5:25 (/schedule/1/context_parallel)"},
-                                     std::pair{"cp2_layout.json", "cp2_layout.json:2:70 (/schedule/layout/cp)"},
-                                     std::pair{"cp2_a2a_layout.json", "cp2_a2a_layout.json:2:70 (/schedule/layout/cp)"}}) {
+// Context parallelism runs with cp_comm_type p2p (the ring: GradientCheck's cp*_ring plans);
+// what it does not run is refused before any process starts, once, located at the key at
+// fault: another cp_comm_type at /schedule/N/cp_comm_type or /schedule/layout/cp_comm_type,
+// dropout with CP at the directive's context_parallel or the layout's cp. `stretto replay`
+// exits 2 with file:line:col and the reason. Fails if a refusal is dropped (an all_gather plan
+// would run the p2p ring instead of what it asks for; with dropout, each CP rank would draw
+// masks of another tensor than --check's reference), or loses its location.
+TEST(Replay, ContextParallelismRefusalsAreLocated) {
+  EXPECT_TRUE(check_supported(load("cp2_ring.json"), ReplayOptions{}).empty());
+  for (const auto& [plan, what, where] :
+       {std::tuple{"cp2_all_gather.json",
+                   "context parallelism with cp_comm_type all_gather (context_parallel 2)",
+                   "cp2_all_gather.json:5:44 (/schedule/1/cp_comm_type)"},
+        std::tuple{"cp2_a2a_layout.json",
+                   "context parallelism with cp_comm_type a2a (context_parallel 2)",
+                   "cp2_a2a_layout.json:2:89 (/schedule/layout/cp_comm_type)"},
+        std::tuple{"cp2_dropout.json", "dropout with context parallelism (context_parallel 2)",
+                   "cp2_dropout.json:5:25 (/schedule/1/context_parallel)"},
+        std::tuple{"cp2_dropout_layout.json",
+                   "dropout with context parallelism (context_parallel 2)",
+                   "cp2_dropout_layout.json:2:70 (/schedule/layout/cp)"}}) {
     SCOPED_TRACE(plan);
+    std::string all;
+    for (const Diagnostic& d : check_supported(load(plan), ReplayOptions{}))
+      all += d.message + " @" + d.loc.json_pointer + "\n";
+    EXPECT_NE(all.find(std::string("replay does not run ") + what), std::string::npos) << all;
+    // The ring's nodes are not refused a second time as unknown nodes.
+    EXPECT_EQ(all.find("an op kind this backend does not know"), std::string::npos) << all;
     const std::string err = ::testing::TempDir() + "stretto_replay_cp_err.txt";
     const int rc = std::system((std::string(STRETTO_BINARY) + " replay " + kData + plan +
                                 " --check --device cpu > /dev/null 2> " + err).c_str());
@@ -696,7 +698,7 @@ TEST(Replay, ContextParallelismIsRefusedLocated) {
     EXPECT_EQ(WEXITSTATUS(rc), 2);
     std::ifstream in(err);
     const std::string text((std::istreambuf_iterator<char>(in)), {});
-    EXPECT_NE(text.find("replay does not run context parallelism"), std::string::npos) << text;
+    EXPECT_NE(text.find(std::string("replay does not run ") + what), std::string::npos) << text;
     EXPECT_NE(text.find(where), std::string::npos) << text;  // file:line:col (pointer)
     EXPECT_EQ(text.find("error:", text.find("error:") + 1), std::string::npos) << text;  // one
   }
