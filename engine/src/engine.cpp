@@ -10,7 +10,7 @@
 
 #include "big_array.h"
 #include "event_queue.h"
-#include "id_stack.h"
+#include "pod_stack.h"
 #include "stretto/support/diag.h"
 #include "stretto/engine/maxmin.h"
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "pod_stack.h"
 #include "stretto/engine/program.h"
 
 namespace stretto::engine::detail {
@@ -24,41 +25,8 @@ static_assert(sizeof(Event) <= 32, "events must stay small PODs");
 
 inline constexpr unsigned kKindBits = 2;
 
-/// A bucket of events: a vector whose append is inlined (std::vector::push_back was a call per
-/// event, GCC keeps it out of line in the engine's loop). Storage only grows; clear() keeps it.
-class EventBucket {
- public:
-  EventBucket() = default;
-  EventBucket(const EventBucket&) = delete;  // data_ points into store_
-  EventBucket& operator=(const EventBucket&) = delete;
-  void push_back(const Event& e) {
-    if (size_ == cap_) [[unlikely]]
-      grow();
-    data_[size_++] = e;
-  }
-  void clear() { size_ = 0; }
-  void reserve(size_t n) {
-    if (n > cap_) resize_store(n);
-  }
-  size_t size() const { return size_; }
-  const Event& operator[](size_t i) const { return data_[i]; }
-  const Event& front() const { return data_[0]; }
-  const Event* begin() const { return data_; }
-  const Event* end() const { return data_ + size_; }
-
- private:
-  void grow() { resize_store(cap_ == 0 ? 64 : 2 * cap_); }
-  void resize_store(size_t n) {
-    store_.resize(n);
-    data_ = store_.data();
-    cap_ = n;
-  }
-  std::vector<Event> store_;  // [0, size_) holds events; the rest is capacity
-  // store_'s data and size, cached: no reload of the vector and no division by sizeof(Event)
-  // per push
-  Event* data_ = nullptr;
-  size_t size_ = 0, cap_ = 0;
-};
+/// A bucket of events (a PodStack: its append is inlined).
+using EventBucket = PodStack<Event>;
 
 /// The engine's event queue: a radix heap (Ahuja, Mehlhorn, Orlin and Tarjan, 1990) over event
 /// times, which never decrease in a simulation. It pops in exactly (time, key) order, faster than

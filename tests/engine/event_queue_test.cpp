@@ -1,7 +1,7 @@
 // The engine's event queue pops in exact (time, key) order whatever the push pattern; its id
 // lists (IdStack) keep their ids in order across growth.
 #include "event_queue.h"
-#include "id_stack.h"
+#include "pod_stack.h"
 
 #include <gtest/gtest.h>
 
