@@ -261,10 +261,13 @@ struct Engine::State {
   void check_counter_effects(const Program& prog, Errors& err) const;
   void reset_prepare_scratch(const Sizes& z);
   size_t scan_tasks(const Program& prog, const Sizes& z, Errors& err);
-  bool check_task_ranges(const Program& prog, uint32_t t, const Sizes& z, Errors& err,
+  bool check_task_ranges(const Program& prog, uint32_t t, const Task& k, uint32_t dep_end,
+                         const Sizes& z, Errors& err,
                          const CommSpec*& cs) const;
-  uint32_t count_successors(const Program& prog, uint32_t t, const Sizes& z, Errors& err);
-  void scan_participants(const Program& prog, uint32_t t, const Sizes& z, Errors& err);
+  uint32_t count_successors(const Program& prog, uint32_t t, uint32_t begin, uint32_t end,
+                            const Sizes& z, Errors& err);
+  void scan_participants(const Program& prog, uint32_t t, const Task& k, const Sizes& z,
+                         Errors& err);
   void index_collective(const Program& prog, uint32_t t);
   void check_task_values(uint32_t t, const Task& k, const CommSpec* cs, Errors& err) const;
   void link_dispatch_lists(const Program& prog, const Sizes& z, Errors& err);
@@ -498,8 +501,12 @@ void Engine::State::reset_prepare_scratch(const Sizes& z) {
 size_t Engine::State::scan_tasks(const Program& prog, const Sizes& z, Errors& err) {
   size_t num_succ = 0;
   const bool counters = prog.num_counters > 0 && !prog.effect_begin.empty();
+  const auto num_deps = static_cast<uint32_t>(prog.deps.size());
   for (uint32_t t = 0; t < z.tasks; ++t) {
-    const Task& k = prog.tasks[t];
+    // (a copy, and its dependency range read once: the record writes below could alias the
+    // program's fields for the compiler, which would read them again after each)
+    const Task k = prog.tasks[t];
+    const uint32_t dep_end = t + 1 < z.tasks ? prog.tasks[t + 1].dep_begin : num_deps;
     TaskRec& rec = recs[t];
     rec = TaskRec{};
     rec.bits = static_cast<uint32_t>(k.kind) << 29 |
@@ -512,13 +519,13 @@ size_t Engine::State::scan_tasks(const Program& prog, const Sizes& z, Errors& er
       rec.bits |= kEffectsBit;
     }
     const CommSpec* cs = nullptr;
-    if (!check_task_ranges(prog, t, z, err, cs)) continue;
-    num_succ += count_successors(prog, t, z, err);
+    if (!check_task_ranges(prog, t, k, dep_end, z, err, cs)) continue;
+    num_succ += count_successors(prog, t, k.dep_begin, dep_end, z, err);
     for (uint32_t i = 0; cs && i < cs->link_count; ++i) {
       const uint32_t l = prog.task_links[cs->link_begin + i];
       if (l >= z.links) err.add([&] { return task_str(t) + ": unknown link " + std::to_string(l); });
     }
-    scan_participants(prog, t, z, err);
+    scan_participants(prog, t, k, z, err);
     if (k.kind == TaskKind::kComm) {
       if (k.part_count > kDeviceMask) {
         err.add([&] { return task_str(t) + ": too many participants"; });
@@ -528,7 +535,7 @@ size_t Engine::State::scan_tasks(const Program& prog, const Sizes& z, Errors& er
       rec.bits |= k.part_count;
     }
     if (k.kind == TaskKind::kComm && k.part_count > kSmallGroup) index_collective(prog, t);
-    if (prog.dep_end(t) == k.dep_begin && k.part_count == 0) free_tasks.push_back(t);
+    if (dep_end == k.dep_begin && k.part_count == 0) free_tasks.push_back(t);
     // (the call, which names what is wrong, only when something is)
     const bool count_ok = k.kind == TaskKind::kCompute  ? k.part_count == 1
                           : k.kind == TaskKind::kBarrier ? k.part_count == 0
@@ -542,9 +549,9 @@ size_t Engine::State::scan_tasks(const Program& prog, const Sizes& z, Errors& er
 
 // The task's kind and its ranges into the program's arrays; `cs` is its comm spec, if any.
 // False (with an error) when the rest of the task cannot be read.
-bool Engine::State::check_task_ranges(const Program& prog, uint32_t t, const Sizes& z,
-                                      Errors& err, const CommSpec*& cs) const {
-  const Task& k = prog.tasks[t];
+bool Engine::State::check_task_ranges(const Program& prog, uint32_t t, const Task& k,
+                                      uint32_t dep_end, const Sizes& z, Errors& err,
+                                      const CommSpec*& cs) const {
   if (k.kind != TaskKind::kCompute && k.kind != TaskKind::kComm && k.kind != TaskKind::kBarrier) {
     err.add([&] { return task_str(t) + ": unknown kind"; });
     return false;
@@ -553,7 +560,6 @@ bool Engine::State::check_task_ranges(const Program& prog, uint32_t t, const Siz
     err.add([&] { return task_str(t) + ": participant range out of bounds"; });
     return false;
   }
-  const uint32_t dep_end = prog.dep_end(t);
   if (k.dep_begin > dep_end || dep_end > prog.deps.size()) {
     err.add([&] {
       return task_str(t) + ": dependency range out of bounds (dep_begin must not decrease)";
@@ -579,9 +585,8 @@ bool Engine::State::check_task_ranges(const Program& prog, uint32_t t, const Siz
 
 // The task's dependencies: each must come before it; each counts one successor of its
 // predecessor and one start condition of the task. Returns the number of dependencies.
-uint32_t Engine::State::count_successors(const Program& prog, uint32_t t, const Sizes& z,
-                                         Errors& err) {
-  const uint32_t begin = prog.tasks[t].dep_begin, end = prog.dep_end(t);
+uint32_t Engine::State::count_successors(const Program& prog, uint32_t t, uint32_t begin,
+                                         uint32_t end, const Sizes& z, Errors& err) {
   recs[t].pending += end - begin;
   for (uint32_t i = begin; i < end; ++i) {
     if (z.prefetch && i + kAhead < prog.deps.size())
@@ -601,9 +606,8 @@ uint32_t Engine::State::count_successors(const Program& prog, uint32_t t, const 
 
 // Each participant entry: owned by this task only, a known device and stream, no (device,
 // stream) twice. A compute task's record keeps its device and stream slot.
-void Engine::State::scan_participants(const Program& prog, uint32_t t, const Sizes& z,
-                                      Errors& err) {
-  const Task& k = prog.tasks[t];
+void Engine::State::scan_participants(const Program& prog, uint32_t t, const Task& k,
+                                      const Sizes& z, Errors& err) {
   TaskRec& rec = recs[t];
   for (uint32_t pj = k.part_begin; pj < k.part_begin + k.part_count; ++pj) {
     const Participant& pa = prog.participants[pj];
