@@ -76,10 +76,16 @@ class RadixEventQueue {
     head_ = 0;
     const unsigned k = static_cast<unsigned>(std::countr_zero(mask_));
     EventBucket& src = buckets_[k];
+    mask_ &= ~(uint64_t{1} << k);
+    if (src.size() == 1) {  // (often: the event alone is the next instant)
+      now_ = src.front().time;
+      buckets_[0].push_back(src.front());
+      src.clear();
+      return now_;
+    }
     SimTime m = src.front().time;
     for (const Event& e : src) m = e.time < m ? e.time : m;
     now_ = m;
-    mask_ &= ~(uint64_t{1} << k);
     for (const Event& e : src) {
       const unsigned j = bucket(e.time);  // < k: e and m agree on every bit from k - 1 up
       buckets_[j].push_back(e);
