@@ -431,10 +431,16 @@ void RankRun::setup() {
     }
     if (n.purpose == CommPurpose::kCombine && bwd) bwd_pre_[key(n.op, mb_of(n))] = 1;
     if (n.purpose == CommPurpose::kGradReduce) {
+      // The bucket's ops are its compute predecessors, and the ops whose backward ends in a
+      // tensor-parallel all-reduce of the input gradient (column-parallel ops under TP: the
+      // compiler orders the bucket after that all-reduce, not after their compute).
       std::set<uint32_t> bucket;
       for (uint32_t k = dag.pred_begin[o.node]; k < dag.pred_begin[o.node + 1]; ++k) {
         const Node& p = dag.nodes[dag.edges[dag.pred[k]].from];
-        if (p.kind == NodeKind::kCompute) bucket.insert(p.op);
+        if (p.kind == NodeKind::kCompute ||
+            (p.kind == NodeKind::kCollective && p.purpose == CommPurpose::kTensorPar &&
+             p.op != kNone))
+          bucket.insert(p.op);
       }
       bucket_of_node_[o.node].assign(bucket.begin(), bucket.end());
       if (n.comm == CommKind::kReduceScatter) {

@@ -158,8 +158,8 @@ INSTANTIATE_TEST_SUITE_P(Schedules, GradientCheck,
                                            "ep2_moe_capacity_position.json",
                                            "one_dev_moe_capacity_adam_clip.json",
                                            "one_dev_moe_capacity_probs_adam_clip.json",
-                                           "cp2_ring.json", "cp4_ring.json",
-                                           "dp2_cp2_ring.json"),
+                                           "tp2_dp2.json", "cp2_ring.json", "cp4_ring.json",
+                                           "dp2_cp2_ring.json", "tp2_cp2_ring.json"),
                          [](const auto& info) {
                            std::string s = info.param;
                            s = s.substr(0, s.find('.'));
