@@ -65,35 +65,34 @@ PipelineMetrics pipeline_metrics(const compiler::CompiledPlan& cp, const Result&
   const size_t D = r.devices.size();
   m.devices.assign(D, {});
   const engine::Program& p = r.program;
-  std::vector<std::vector<Interval>> compute(D), collectives(D);
-  for (uint32_t t = 0; t < p.tasks.size(); ++t) {
-    const engine::Task& tk = p.tasks[t];
-    if (tk.part_count == 0) continue;
-    const engine::TaskTiming& tm = r.timing[t];
-    if (tk.kind == engine::TaskKind::kCompute) {
-      const uint32_t d = p.participants[tk.part_begin].device;
-      if (d < D) add(compute[d], tm.start, tm.end);
-    } else if (tk.kind == engine::TaskKind::kComm && tk.node < cp.dag.nodes.size() &&
-               cp.dag.nodes[tk.node].kind == compiler::NodeKind::kCollective) {
-      for (uint32_t i = 0; i < tk.part_count; ++i) {
-        const uint32_t d = p.participants[tk.part_begin + i].device;
-        if (d < D) add(collectives[d], tm.start, tm.end);
-      }
-    }
-  }
+  // One device at a time, from its dispatch list (each task it takes part in, once), so that
+  // only one device's intervals are held at a time.
+  std::vector<Interval> compute, collectives;
   for (size_t d = 0; d < D; ++d) {
+    compute.clear();
+    collectives.clear();
+    if (d < p.devices.size())
+      for (const uint32_t t : p.devices[d].dispatch) {
+        const engine::Task& tk = p.tasks[t];
+        const engine::TaskTiming& tm = r.timing[t];
+        if (tk.kind == engine::TaskKind::kCompute)
+          add(compute, tm.start, tm.end);
+        else if (tk.kind == engine::TaskKind::kComm && tk.node < cp.dag.nodes.size() &&
+                 cp.dag.nodes[tk.node].kind == compiler::NodeKind::kCollective)
+          add(collectives, tm.start, tm.end);
+      }
     DevicePipeline& dp = m.devices[d];
-    const SimTime busy = merge(compute[d]);
-    merge(collectives[d]);
-    if (!compute[d].empty()) {
+    const SimTime busy = merge(compute);
+    merge(collectives);
+    if (!compute.empty()) {
       dp.computes = true;
-      dp.first_start = compute[d].front().first;
-      dp.last_end = compute[d].back().second;
+      dp.first_start = compute.front().first;
+      dp.last_end = compute.back().second;
       dp.compute = busy;
       dp.exposed_collectives_in_span =
-          uncovered(collectives[d], compute[d], dp.first_start, dp.last_end);
+          uncovered(collectives, compute, dp.first_start, dp.last_end);
     }
-    dp.exposed_collectives = uncovered(collectives[d], compute[d], 0, r.step_time);
+    dp.exposed_collectives = uncovered(collectives, compute, 0, r.step_time);
   }
   for (size_t d = 0; d < D; ++d) {
     const int rep = r.devices[d].representative;

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <string>
 
+#include "../../bench/plans.h"
 #include "stretto/sim/metrics_json.h"
 #include "stretto/sim/session.h"
 
@@ -93,6 +95,36 @@ TEST(PipelineBubble, PipelineIdleStaysAndSendRecvIsPartOfIt) {
     bubble += static_cast<double>(dp.idle());
   }
   EXPECT_GT(bubble, 0);
+}
+
+// Each device's compute in the pipeline metrics is that of the tasks it takes part in: its
+// busy time is the engine's (the union of its compute intervals), its span runs from its first
+// compute task's start to its last one's end (found here from the tasks' participants). On the
+// DualPipeV reference at PP4 x DP2, whose ranks compute different amounts.
+TEST(PipelineBubble, EachDevicesComputeIsThatOfItsOwnTasks) {
+  auto s = Session::from_text(bench::reference_plan(4, 2, 16).dump(), "ref.json");
+  ASSERT_TRUE(s) << render_all(s.error());
+  auto r = s->simulate();
+  ASSERT_TRUE(r) << render_all(r.error());
+  const PipelineMetrics pm = pipeline_metrics(s->compiled(), *r);
+  const engine::Program& p = r->program;
+  ASSERT_EQ(pm.devices.size(), 8u);
+  std::vector<engine::SimTime> first(8, INT64_MAX), last(8, 0);
+  for (size_t t = 0; t < p.tasks.size(); ++t) {
+    const engine::Task& k = p.tasks[t];
+    if (k.kind != engine::TaskKind::kCompute) continue;
+    const uint32_t d = p.participants[k.part_begin].device;
+    first[d] = std::min(first[d], r->timing[t].start);
+    last[d] = std::max(last[d], r->timing[t].end);
+  }
+  for (size_t d = 0; d < 8; ++d) {
+    const DevicePipeline& dp = pm.devices[d];
+    EXPECT_TRUE(dp.computes) << d;
+    EXPECT_EQ(dp.compute, r->devices[d].busy) << d;
+    EXPECT_EQ(dp.first_start, first[d]) << d;
+    EXPECT_EQ(dp.last_end, last[d]) << d;
+  }
+  EXPECT_NE(pm.devices[0].compute, pm.devices[2].compute);
 }
 
 TEST(Mfu, AgainstThePeakOfTheGemmDtype) {

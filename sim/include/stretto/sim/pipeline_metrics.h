@@ -50,6 +50,7 @@ struct PipelineMetrics {
   int largest_bubble_device = -1;
 };
 
+/// Each device's ops are those of its dispatch list in `r.program` (a simulate result's).
 PipelineMetrics pipeline_metrics(const compiler::CompiledPlan& cp, const Result& r);
 
 }  // namespace stretto::sim
