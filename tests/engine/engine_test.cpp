@@ -969,6 +969,16 @@ TEST(Engine, OccupancyEqualsTheUnionOfTaskIntervals) {
   }
 }
 
+// The program's counter effects, listed by node (= task id for ProgramBuilder's tasks).
+void set_effects(Program& p, const std::vector<std::vector<CounterEffect>>& by_node) {
+  p.effect_begin.assign(1, 0);
+  p.effects.clear();
+  for (const auto& v : by_node) {
+    p.effects.insert(p.effects.end(), v.begin(), v.end());
+    p.effect_begin.push_back(static_cast<uint32_t>(p.effects.size()));
+  }
+}
+
 // Counters: effects at start and end, once per device for a task on two streams of one device,
 // the end state of an instant only (a buffer freed as the next is taken is no new peak), the
 // peak's time and breakdown, and curves off.
@@ -985,11 +995,7 @@ TEST(Engine, CountersFollowTaskStartsAndEnds) {
   by_task[c] = {{0, false, 100}, {1, true, 7}};     // 100 taken as a's is freed (t = 10)
   by_task[x] = {{1, false, 3}, {1, true, -3}};      // on both devices
   by_task[y] = {{0, false, 50}};                    // once on device 1, from t = 5
-  b.p.effect_begin.push_back(0);
-  for (const auto& v : by_task) {
-    b.p.effects.insert(b.p.effects.end(), v.begin(), v.end());
-    b.p.effect_begin.push_back(static_cast<uint32_t>(b.p.effects.size()));
-  }
+  set_effects(b.p, by_task);
   ASSERT_TRUE(validate(b.p).empty());
   const RunResult r = Engine().run(b.p);
   ASSERT_FALSE(r.stalled);
@@ -1028,6 +1034,58 @@ TEST(Engine, CountersFollowTaskStartsAndEnds) {
   b.p.effect_begin.clear();
   b.p.effects.clear();
   EXPECT_TRUE(Engine().run(b.p).counters.empty());
+}
+
+// Effects at one end of a task only: the other end applies nothing and samples nothing, for
+// a compute task whose node lists its end effect first, a collective of more than 16
+// participants (sorted by device: its record's flag bits beside the effect bits) and one
+// of 19.
+TEST(Engine, CountersAtOneEndOnlyLeaveTheOtherEndUnsampled) {
+  constexpr uint32_t kDevices = 20;
+  ProgramBuilder b(kDevices, {"s"});
+  std::vector<Participant> all, rest;
+  for (uint32_t d = 0; d < kDevices; ++d) all.push_back({d, 0});
+  for (uint32_t d = 1; d < kDevices; ++d) rest.push_back({d, 0});
+  const uint32_t g = b.comm(all, 0, 5, 0);              // 0-5 on every device
+  const uint32_t a = b.compute(0, 0, 10, {g});          // 5-15 on device 0
+  const uint32_t h = b.comm(rest, 0, 3, 0, {}, {g});    // 5-8 on devices 1..19
+  b.p.num_counters = 2;
+  std::vector<std::vector<CounterEffect>> by_task(b.p.tasks.size());
+  by_task[g] = {{0, false, 10}};                   // start only
+  by_task[a] = {{0, true, -10}, {1, false, 4}};    // the end's effect listed first
+  by_task[h] = {{1, true, 2}};                     // end only
+  set_effects(b.p, by_task);
+  ASSERT_TRUE(validate(b.p).empty());
+  const RunResult r = Engine().run(b.p);
+  ASSERT_FALSE(r.stalled);
+  ASSERT_EQ(r.counters.size(), kDevices);
+  using Curve = std::vector<std::pair<SimTime, int64_t>>;
+  auto curve_of = [](const DeviceCounters& c) {
+    Curve v;
+    for (const auto& s : c.curve) v.emplace_back(s.t, s.total);
+    return v;
+  };
+  EXPECT_EQ(curve_of(r.counters[0]), (Curve{{0, 10}, {5, 14}, {15, 4}}));
+  EXPECT_EQ(r.counters[0].peak, 14);
+  EXPECT_EQ(r.counters[0].at_peak[0], 10);
+  EXPECT_EQ(r.counters[0].at_peak[1], 4);
+  for (uint32_t d = 1; d < kDevices; ++d) {
+    EXPECT_EQ(curve_of(r.counters[d]), (Curve{{0, 10}, {8, 12}})) << d;
+    EXPECT_EQ(r.counters[d].peak_time, 8) << d;
+  }
+  // rerun_checked on the prepared structure, other deltas: a fresh run's counters
+  Engine kept;
+  RunResult first;
+  ASSERT_TRUE(kept.run_checked(b.p, first).empty());
+  Program q = b.p;
+  for (CounterEffect& e : q.effects) e.delta *= 3;
+  RunResult again, fresh;
+  ASSERT_TRUE(kept.rerun_checked(q, again).empty());
+  ASSERT_TRUE(Engine().run_checked(q, fresh).empty());
+  for (uint32_t d = 0; d < kDevices; ++d) {
+    EXPECT_EQ(curve_of(again.counters[d]), curve_of(fresh.counters[d])) << d;
+  }
+  EXPECT_EQ(curve_of(again.counters[0]), (Curve{{0, 30}, {5, 42}, {15, 12}}));
 }
 
 TEST(Validate, ReportsMalformedCounters) {
