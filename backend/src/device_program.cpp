@@ -37,6 +37,12 @@ int context_parallel(const CompiledPlan& cp) {
   return c;
 }
 
+plan::CpCommType cp_comm_type(const CompiledPlan& cp) {
+  for (const auto& d : cp.plan.schedule)
+    if (d.op == plan::DirectiveOp::kReplicate && d.context_parallel > 1) return d.cp_comm_type;
+  return plan::CpCommType::kP2P;
+}
+
 std::vector<DeviceOp> device_ops(const CompiledPlan& cp, int device) {
   std::vector<DeviceOp> out;
   if (device < 0 || device >= cp.num_devices) return out;
@@ -258,12 +264,12 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
     // a layout's generated replicate carries the layout's pointer: its keys are cp, cp_comm_type
     const bool layout = d.pointer.ends_with("/layout");
     const std::string at = d.pointer + (layout ? "/cp" : "/context_parallel");
-    if (d.cp_comm_type != plan::CpCommType::kP2P)
+    if (d.cp_comm_type == plan::CpCommType::kA2A)
       refuse(fmt::format("replay does not run context parallelism with cp_comm_type {} "
-                         "(context_parallel {}): it runs the p2p ring only",
+                         "(context_parallel {}): it runs p2p (the ring) and all_gather only",
                          plan::cp_comm_type_name(d.cp_comm_type), d.context_parallel),
              "simulate the plan (it prices Transformer Engine's p2p, all_gather and a2a), or "
-             "replay it with cp_comm_type p2p",
+             "replay it with cp_comm_type p2p or all_gather",
              d.pointer + "/cp_comm_type");
     if (m.dropout > 0)
       refuse(fmt::format("replay does not run dropout with context parallelism (context_parallel "

@@ -38,6 +38,8 @@ std::vector<std::vector<uint32_t>> local_preds(const compiler::CompiledPlan& cp,
 /// The plan's context-parallel degree (its replicate directives' context_parallel; the
 /// compiler admits one degree per plan): 1 without context parallelism.
 int context_parallel(const compiler::CompiledPlan& cp);
+/// Its cp_comm_type (one per plan, the compiler checked; p2p without context parallelism).
+plan::CpCommType cp_comm_type(const compiler::CompiledPlan& cp);
 
 /// Position of `device` in device set `set` (-1 if absent).
 int position_in(const compiler::DeviceSet& set, int device);

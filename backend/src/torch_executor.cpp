@@ -864,10 +864,11 @@ void RankRun::run_compute(size_t i) {
         throw std::runtime_error("tensor-parallel loss all-reduce timed out");
     };
   }
-  // Context parallelism (p2p): the attention's ring hops to the neighbours in its CP group
-  // (CP rank c of replica r is r % cp, its group the cp consecutive replicas, same TP rank),
-  // tagged past every transfer's tag (the node id) by this node and the hop's slot.
-  CpRingPost cp_ring;
+  // Context parallelism: the attention's communication over its CP group (CP rank c of
+  // replica r is r % cp, its group the cp consecutive replicas, same TP rank). p2p: ring hops
+  // to the neighbours, tagged past every transfer's tag (the node id) by this node and the
+  // hop's slot. all_gather: all-gather and all-reduce over the group's process group.
+  CpComm cp_comm;
   const int cpd = model_.context_parallel();
   if (cpd > 1 && op.kind == OpKind::kAttention) {
     const auto& d = cp_.dag.device_sets[n.devs].devices;
@@ -875,26 +876,53 @@ void RankRun::run_compute(size_t i) {
     auto device = [&](int cr) {
       return d.at(static_cast<size_t>((replica - c + (cr + cpd) % cpd) * tp + t));
     };
-    const int next = device(c + 1), prev = device(c - 1);
-    const int64_t base = static_cast<int64_t>(cp_.dag.nodes.size()) +
-                         static_cast<int64_t>(dop.node) * 2 * cpd;
-    cp_ring = [this, next, prev, base, i](const at::Tensor& send, int slot) {
-      const int tag = static_cast<int>(base + slot);
-      at::Tensor out = send.contiguous(), in = at::empty_like(out);
-      std::vector<WorkPtr> w;
-      world_->start_batch();
-      w.push_back(world_->send(out, next, tag));
-      w.push_back(world_->recv(in, prev, tag));
-      world_->end_batch(w);
-      return std::function<at::Tensor()>([this, w, out, in, i]() {
-        for (const auto& wk : w)
-          if (!wk->wait(std::chrono::milliseconds(opt_.timeout_ms)))
-            throw std::runtime_error(fmt::format("context-parallel ring hop of {} timed out "
-                                                 "after {} ms",
-                                                 op_label(i), opt_.timeout_ms));
-        return in;
-      });
-    };
+    if (cp_comm_type(cp_) == plan::CpCommType::kAllGather) {
+      std::vector<int32_t> ring;  // by CP rank
+      for (int cr = 0; cr < cpd; ++cr) ring.push_back(device(cr));
+      std::vector<int32_t> sorted = ring;
+      std::sort(sorted.begin(), sorted.end());
+      Group* grp = &group(sorted);
+      std::vector<size_t> slot_of;  // CP rank -> rank in the group (sorted devices)
+      for (int32_t dev : ring)
+        slot_of.push_back(
+            static_cast<size_t>(std::find(sorted.begin(), sorted.end(), dev) - sorted.begin()));
+      auto wait = [this, i](const WorkPtr& w, const char* what) {
+        if (!w->wait(std::chrono::milliseconds(opt_.timeout_ms)))
+          throw std::runtime_error(fmt::format("context-parallel {} of {} timed out after {} ms",
+                                               what, op_label(i), opt_.timeout_ms));
+      };
+      cp_comm.all_gather = [grp, slot_of, wait](const at::Tensor& t) {
+        at::Tensor in = t.contiguous();
+        std::vector<at::Tensor> out;
+        for (size_t j = 0; j < slot_of.size(); ++j) out.push_back(at::empty_like(in));
+        wait(grp->allgather(out, in), "all-gather");
+        std::vector<at::Tensor> by_rank;
+        for (size_t cr = 0; cr < slot_of.size(); ++cr) by_rank.push_back(out[slot_of[cr]]);
+        return by_rank;
+      };
+      cp_comm.all_reduce = [grp, wait](at::Tensor& t) { wait(grp->allreduce(t), "reduce-scatter"); };
+    } else {
+      const int next = device(c + 1), prev = device(c - 1);
+      const int64_t base = static_cast<int64_t>(cp_.dag.nodes.size()) +
+                           static_cast<int64_t>(dop.node) * 2 * cpd;
+      cp_comm.ring = [this, next, prev, base, i](const at::Tensor& send, int slot) {
+        const int tag = static_cast<int>(base + slot);
+        at::Tensor out = send.contiguous(), in = at::empty_like(out);
+        std::vector<WorkPtr> w;
+        world_->start_batch();
+        w.push_back(world_->send(out, next, tag));
+        w.push_back(world_->recv(in, prev, tag));
+        world_->end_batch(w);
+        return std::function<at::Tensor()>([this, w, out, in, i]() {
+          for (const auto& wk : w)
+            if (!wk->wait(std::chrono::milliseconds(opt_.timeout_ms)))
+              throw std::runtime_error(fmt::format("context-parallel ring hop of {} timed out "
+                                                   "after {} ms",
+                                                   op_label(i), opt_.timeout_ms));
+          return in;
+        });
+      };
+    }
   }
   auto run_forward = [&](bool grad) {
     std::vector<at::Tensor> in = saved_inputs_[k];
@@ -902,7 +930,7 @@ void RankRun::run_compute(size_t i) {
       if (t.defined()) t.set_requires_grad(grad);
     std::unique_ptr<at::NoGradGuard> ng;
     if (!grad) ng = std::make_unique<at::NoGradGuard>();
-    return model_.forward(o, in, params_[o], place_[o], replica, mb, loss_scale_, tpar, cp_ring);
+    return model_.forward(o, in, params_[o], place_[o], replica, mb, loss_scale_, tpar, cp_comm);
   };
   const int64_t t0 = now_ns(), c0 = cpu_ns();
   st_[i].start_ns = t0;
@@ -976,7 +1004,7 @@ void RankRun::run_compute(size_t i) {
       if (r != kNone) add_grad(r, mb, grad_acc_[k]);
       std::vector<at::Tensor> dx = backward_inputs(c, dy, n.tags.pass == Pass::kB, params_[o]);
       if (!c.cp_dkv.empty())  // the received K/V's gradients go back to their CP ranks
-        cp_backward_ring(c, dx, cp_ring,
+        cp_backward(c, dx, cp_comm,
                          cp_.plan.model.hidden / std::max<int>(1, n.tp));
       if (bwd_post_[k])
         pending_dx_[k] = std::move(dx);
@@ -1137,7 +1165,8 @@ void RankRun::post_comm(size_t i) {
       break;
     case CommPurpose::kContextPar:
       // Context parallelism's p2p ring runs inside the attention op, hop by hop beside its
-      // steps (TorchModel::ring_attention, cp_backward_ring): the node marks its place.
+      // steps (TorchModel::ring_attention, cp_backward); all_gather's all-gathers and
+      // reduce-scatters run inside it too (gathered_attention): the node marks their place.
       break;
     default:
       throw std::runtime_error(fmt::format("replay cannot execute {}", op_label(i)));

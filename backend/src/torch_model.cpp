@@ -373,7 +373,7 @@ std::vector<int64_t> TorchModel::output_shape(uint32_t o) const {
 OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
                           const std::vector<Param>& params, const OpPlacement& pl, int replica,
                           int mb, double loss_scale, const TpAllReduce& tp_allreduce,
-                          const CpRingPost& cp_ring) const {
+                          const CpComm& cp_comm) const {
   const ModelOp& op = cp_.model.ops[o];
   const bool gated = cp_.plan.model.gated_mlp;
   OpCtx c;
@@ -455,8 +455,11 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
       };
       at::Tensor q = heads(0, al), k = heads(al, kvl), v = heads(al + kvl, kvl);
       if (ctx_par_ > 1) {  // context parallelism: ring attention over the CP group
-        if (!cp_ring) throw std::runtime_error("internal: context-parallel attention without its ring");
-        out = ring_attention(q, k, v, replica % ctx_par_, cp_ring, c)
+        const int r = replica % ctx_par_;
+        if (!cp_comm.ring && !cp_comm.all_gather)
+          throw std::runtime_error("internal: context-parallel attention without its communication");
+        out = (cp_comm.ring ? ring_attention(q, k, v, r, cp_comm.ring, c)
+                            : gathered_attention(q, k, v, r, cp_comm, c))
                   .to(in.scalar_type())
                   .transpose(1, 2)
                   .reshape({bs * s, al * d_});
@@ -648,7 +651,7 @@ std::vector<at::Tensor> backward_inputs(OpCtx& ctx, const at::Tensor& dy, bool f
       }
   }
   // The K/V chunks a context-parallel attention received (their gradients go back around the
-  // ring: cp_backward_ring).
+  // ring: cp_backward).
   const size_t cp_at = targets.size();
   for (const auto& t : ctx.cp_kv) targets.push_back(t);
   std::vector<at::Tensor> grads;
@@ -726,7 +729,17 @@ std::vector<KernelUse> kernel_uses(const compiler::CompiledPlan& cp, Kernels ker
         "at::scaled_dot_product_attention (is_causal, no mask tensor; ATen picks flash, "
         "memory-efficient or math)";
     const int ctx = detail::context_parallel(cp);
-    if (ctx > 1)  // TorchModel::ring_attention, whatever --kernels says
+    const bool gathered = detail::cp_comm_type(cp) == plan::CpCommType::kAllGather;
+    if (ctx > 1 && gathered)  // TorchModel::gathered_attention, whatever --kernels says
+      add("attention",
+          fmt::format("the whole sequence's K/V all-gathered over {} CP ranks, then the formula "
+                      "softmax(q k^T / sqrt(d), position mask) v in fp32{}",
+                      ctx, gqa ? ", KV heads repeated in memory" : ""),
+          "aten::softmax",
+          fused ? "a CP rank's queries are two chunks of the sequence: is_causal does not "
+                  "describe their mask"
+                : "");
+    else if (ctx > 1)  // TorchModel::ring_attention, whatever --kernels says
       add("attention",
           fmt::format("ring attention over {} CP ranks (p2p): per ring step the formula "
                       "softmax(q k^T / sqrt(d)) v and its log-sum-exp in fp32, steps merged by "

@@ -59,10 +59,12 @@ struct OpCtx {
   at::Tensor out;                  // output (possibly partial)
   std::vector<Site> sites;
   std::vector<at::Tensor> dz;      // after BI: gradient of each site's z
-  // Context parallelism (p2p ring attention): the K/V chunks received at ring steps 1..cp-1
-  // (autograd leaves, [2, b, kv heads, s/cp, d] fp32), and after backward_inputs their
-  // gradients, which cp_backward_ring() returns to their owners.
+  // Context parallelism: the K/V chunks of the other CP ranks (autograd leaves, [2, b, kv heads,
+  // s/cp, d] fp32): p2p, those received at ring steps 1..cp-1; all_gather, the gathered ones
+  // by CP rank, this rank's left out (cp_rank says which). After backward_inputs their
+  // gradients, which cp_backward() returns to their owners.
   std::vector<at::Tensor> cp_kv, cp_dkv;
+  int cp_rank = -1;  // all_gather: this rank's place in the CP group (-1: p2p)
   int64_t bytes = 0;               // activation bytes this context keeps alive
   bool live = false;
 };
@@ -75,6 +77,15 @@ using TpAllReduce = std::function<void(at::Tensor&, bool max)>;
 /// for both and gives the received tensor. `slot` numbers the hops of one op call: forward
 /// hops 0 .. cp-2, backward hops cp .. 2cp-2 (the executor makes each a distinct tag).
 using CpRingPost = std::function<std::function<at::Tensor()>(const at::Tensor& send, int slot)>;
+
+/// A CP rank's communication over its CP group, by cp_comm_type: p2p, the ring's hops;
+/// all_gather, every rank's tensor (by CP rank) and, for the backward's reduce-scatter, a sum
+/// over the group in place.
+struct CpComm {
+  CpRingPost ring;
+  std::function<std::vector<at::Tensor>(const at::Tensor&)> all_gather;
+  std::function<void(at::Tensor&)> all_reduce;
+};
 
 /// What this build's LibTorch offers the fused path: at::rms_norm (2.4 and later), the public
 /// scaled_dot_product_attention (2.0; 1.13's private entry point reads scalars on the host), its
@@ -97,7 +108,7 @@ class TorchModel {
   /// full-sequence model, 1). Replica r of an op's device set is then CP rank r % cp of data
   /// replica r / cp: it holds the load-balanced chunks r % cp and 2cp-1-r % cp of each of that
   /// replica's sequences (2·cp chunks, Megatron's get_batch_on_this_cp_rank), its ops run on
-  /// those s/cp tokens, and attention is ring attention over the CP group (cp_ring).
+  /// those s/cp tokens, and attention runs over the CP group (`cp_comm`, by cp_comm_type).
   TorchModel(const compiler::CompiledPlan& cp, uint64_t seed, at::TensorOptions opts,
              ModelKernels kernels = ModelKernels::kFused, int context_parallel = 1);
 
@@ -123,11 +134,11 @@ class TorchModel {
   void prepare(int replica, int mb) const;
 
   /// Forward of `op`. `inputs` are the values of op.inputs (leaves or graph tensors); the
-  /// first op gets input_data(). `loss_scale` scales the last op's loss. `cp_ring`: the ring
-  /// hops of a context-parallel attention (needed when context_parallel() > 1).
+  /// first op gets input_data(). `loss_scale` scales the last op's loss. `cp_comm`: a
+  /// context-parallel attention's communication (needed when context_parallel() > 1).
   OpCtx forward(uint32_t op, const std::vector<at::Tensor>& inputs, const std::vector<Param>& params,
                 const OpPlacement& pl, int replica, int mb, double loss_scale,
-                const TpAllReduce& tp_allreduce, const CpRingPost& cp_ring = {}) const;
+                const TpAllReduce& tp_allreduce, const CpComm& cp_comm = {}) const;
 
   int context_parallel() const { return ctx_par_; }
 
@@ -164,6 +175,10 @@ class TorchModel {
   /// [b, kv, s/cp, d] of its two chunks; returns [b, a, s/cp, d] fp32.
   at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             int rank, const CpRingPost& post, OpCtx& c) const;
+  /// cp_comm_type all_gather (torch_model_ops.cpp): K/V of the whole sequence gathered from
+  /// the CP group, one attention of the rank's queries over it, masked by token position.
+  at::Tensor gathered_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                int rank, const CpComm& comm, OpCtx& c) const;
   /// Dropout keep-mask scaled by 1/(1-p), drawn on the model's device by a counter-based hash
   /// of the op, replica, microbatch and each element's index in the `full` tensor (the same
   /// on every device kind, every TP rank, in a recomputed forward and in --check's
@@ -181,13 +196,15 @@ class TorchModel {
 /// a full B.
 std::vector<at::Tensor> backward_inputs(OpCtx& ctx, const at::Tensor& dy, bool full,
                                         std::vector<Param>& params);
-/// Context parallelism's backward ring, after backward_inputs of a CP rank's attention (ctx
-/// holds cp_dkv): the gradient of each K/V chunk received in the forward travels on around the
-/// ring, every rank it passes adding its own, until it reaches the chunk's owner (cp-1 hops);
-/// what arrives is added to the K and V columns of dx[0], the gradient of the attention's QKV
-/// input [T, (a + 2 kv) d] (a query heads of width d first).
-void cp_backward_ring(OpCtx& ctx, std::vector<at::Tensor>& dx, const CpRingPost& post,
-                      int64_t query_cols);
+/// Context parallelism's backward communication, after backward_inputs of a CP rank's
+/// attention (ctx holds cp_dkv), returning each other rank's K/V gradient to it. p2p: the
+/// gradient of each chunk received in the forward travels on around the ring, every rank it
+/// passes adding its own, until it reaches the chunk's owner (cp-1 hops). all_gather: the
+/// reduce-scatter of the gathered K/V's gradient (Gloo has none: a sum over the group of every
+/// rank's gradients, of which each keeps its own). What arrives is added to the K and V columns
+/// of dx[0], the gradient of the attention's QKV input [T, (a + 2 kv) d] (a query heads first).
+void cp_backward(OpCtx& ctx, std::vector<at::Tensor>& dx, const CpComm& comm,
+                 int64_t query_cols);
 
 /// BW after BI: parameter gradients from the sites' saved dz.
 void backward_weights(OpCtx& ctx, std::vector<Param>& params);

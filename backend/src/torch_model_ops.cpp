@@ -163,19 +163,78 @@ at::Tensor TorchModel::ring_attention(const at::Tensor& q_in, const at::Tensor& 
   return out;
 }
 
-void cp_backward_ring(OpCtx& ctx, std::vector<at::Tensor>& dx, const CpRingPost& post,
-                      int64_t query_cols) {
-  const size_t hops = ctx.cp_dkv.size();  // cp - 1
-  if (hops == 0) return;
+// cp_comm_type all_gather (Transformer Engine's AttnFuncWithCPAndKVAllGather): the K/V of
+// every CP rank gathered (rank j holds chunks j and 2cp-1-j), laid out in sequence order, and
+// one attention of this rank's queries (chunks r and 2cp-1-r) over the whole sequence, a key
+// visible to a query when its position is not later. The other ranks' K/V are autograd leaves
+// (OpCtx::cp_kv by CP rank, this rank's own skipped: its gradient flows through the graph);
+// cp_backward() reduce-scatters their gradients. The formula in fp32, as ring_attention.
+at::Tensor TorchModel::gathered_attention(const at::Tensor& q_in, const at::Tensor& k_in,
+                                          const at::Tensor& v_in, int rank, const CpComm& comm,
+                                          OpCtx& c) const {
+  const int cp = ctx_par_;
+  const at::Tensor q = q_in.to(at::kFloat);
+  const int64_t a = q.size(1), kvh = k_in.size(1), len = q.size(2), chunk = len / 2;
+  const at::Tensor kv = at::stack({k_in, v_in}).to(at::kFloat);  // [2, b, kv heads, len, d]
+  std::vector<at::Tensor> parts = comm.all_gather(kv.detach());
+  c.cp_rank = rank;
+  for (int j = 0; j < cp; ++j) {
+    if (j == rank) {
+      parts[static_cast<size_t>(j)] = kv;
+      continue;
+    }
+    if (at::GradMode::is_enabled()) parts[static_cast<size_t>(j)].set_requires_grad(true);
+    c.cp_kv.push_back(parts[static_cast<size_t>(j)]);
+  }
+  std::vector<at::Tensor> chunks;  // the whole sequence's 2cp chunks in order
+  for (int m = 0; m < 2 * cp; ++m) {
+    const int owner = m < cp ? m : 2 * cp - 1 - m;
+    chunks.push_back(parts[static_cast<size_t>(owner)].narrow(3, m < cp ? 0 : chunk, chunk));
+  }
+  const at::Tensor full = at::cat(chunks, 3);
+  at::Tensor k = full.select(0, 0), v = full.select(0, 1);
+  if (a != kvh) {
+    k = repeat_kv_heads(k, a / kvh);
+    v = repeat_kv_heads(v, a / kvh);
+  }
+  const auto lng = at::TensorOptions().dtype(at::kLong).device(q.device());
+  const at::Tensor q_pos =
+      at::cat({at::arange(rank * chunk, (rank + 1) * chunk, lng),
+               at::arange((2 * cp - 1 - rank) * chunk, (2 * cp - rank) * chunk, lng)});
+  const at::Tensor hidden = at::arange(2 * cp * chunk, lng).unsqueeze(0).gt(q_pos.unsqueeze(1));
+  const at::Tensor scores =
+      (at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d_)))
+          .masked_fill(hidden, -std::numeric_limits<float>::infinity());
+  return at::matmul(at::softmax(scores, -1), v);
+}
+
+void cp_backward(OpCtx& ctx, std::vector<at::Tensor>& dx, const CpComm& comm,
+                 int64_t query_cols) {
+  const size_t others = ctx.cp_dkv.size();  // cp - 1
+  if (others == 0) return;
   if (dx.empty() || !dx[0].defined())
     throw std::runtime_error("internal: context-parallel attention without its input gradient");
-  const int cp = static_cast<int>(hops) + 1;
-  // The gradient of the chunk received at step 1 (rank r-1's) starts at this rank; after hop t
-  // the one arriving is the gradient of rank r-1-t's chunk, which this rank held at step t+1.
-  at::Tensor acc = ctx.cp_dkv[0];
-  for (size_t t = 0; t < hops; ++t) {
-    at::Tensor got = post(acc.contiguous(), cp + static_cast<int>(t))();
-    acc = t + 1 < hops ? got + ctx.cp_dkv[t + 1] : got;
+  const int cp = static_cast<int>(others) + 1;
+  at::Tensor acc;
+  if (ctx.cp_rank >= 0) {
+    // all_gather: every rank's gradients of the gathered K/V by owner, summed over the group;
+    // this rank keeps its own (the reduce-scatter's result).
+    std::vector<at::Tensor> rows;
+    for (size_t j = 0, o = 0; j < static_cast<size_t>(cp); ++j)
+      rows.push_back(static_cast<int>(j) == ctx.cp_rank ? at::zeros_like(ctx.cp_dkv[0])
+                                                         : ctx.cp_dkv[o++]);
+    at::Tensor all = at::stack(rows).contiguous();
+    comm.all_reduce(all);
+    acc = all.select(0, ctx.cp_rank);
+  } else {
+    // p2p: the gradient of the chunk received at step 1 (rank r-1's) starts at this rank;
+    // after hop t the one arriving is the gradient of rank r-1-t's chunk, which this rank held
+    // at step t+1.
+    acc = ctx.cp_dkv[0];
+    for (size_t t = 0; t < others; ++t) {
+      at::Tensor got = comm.ring(acc.contiguous(), cp + static_cast<int>(t))();
+      acc = t + 1 < others ? got + ctx.cp_dkv[t + 1] : got;
+    }
   }
   // acc: the other ranks' gradient of this rank's own K/V [2, b, kv heads, len, d].
   const int64_t b = acc.size(1), kvh = acc.size(2), len = acc.size(3), d = acc.size(4);

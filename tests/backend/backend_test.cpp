@@ -159,7 +159,8 @@ INSTANTIATE_TEST_SUITE_P(Schedules, GradientCheck,
                                            "one_dev_moe_capacity_adam_clip.json",
                                            "one_dev_moe_capacity_probs_adam_clip.json",
                                            "tp2_dp2.json", "cp2_ring.json", "cp4_ring.json",
-                                           "dp2_cp2_ring.json", "tp2_cp2_ring.json"),
+                                           "dp2_cp2_ring.json", "tp2_cp2_ring.json",
+                                           "cp4_all_gather.json", "tp2_cp2_all_gather.json"),
                          [](const auto& info) {
                            std::string s = info.param;
                            s = s.substr(0, s.find('.'));
@@ -663,20 +664,18 @@ TEST(Replay, CliRefusesWithExitCode2) {
   EXPECT_EQ(WEXITSTATUS(rc), 2);
 }
 
-// Context parallelism runs with cp_comm_type p2p (the ring: GradientCheck's cp*_ring plans);
-// what it does not run is refused before any process starts, once, located at the key at
-// fault: another cp_comm_type at /schedule/N/cp_comm_type or /schedule/layout/cp_comm_type,
-// dropout with CP at the directive's context_parallel or the layout's cp. `stretto replay`
-// exits 2 with file:line:col and the reason. Fails if a refusal is dropped (an all_gather plan
-// would run the p2p ring instead of what it asks for; with dropout, each CP rank would draw
-// masks of another tensor than --check's reference), or loses its location.
+// Context parallelism runs with cp_comm_type p2p and all_gather (GradientCheck's cp*_ring and
+// *_all_gather plans); what it does not run is refused before any process starts, once,
+// located at the key at fault: a2a at /schedule/layout/cp_comm_type, dropout with CP at the
+// directive's context_parallel or the layout's cp. `stretto replay` exits 2 with
+// file:line:col and the reason. Fails if a refusal is dropped (an a2a plan would run another
+// cp_comm_type than it asks for; with dropout, each CP rank would draw masks of another tensor
+// than --check's reference), or loses its location.
 TEST(Replay, ContextParallelismRefusalsAreLocated) {
   EXPECT_TRUE(check_supported(load("cp2_ring.json"), ReplayOptions{}).empty());
+  EXPECT_TRUE(check_supported(load("cp2_all_gather.json"), ReplayOptions{}).empty());
   for (const auto& [plan, what, where] :
-       {std::tuple{"cp2_all_gather.json",
-                   "context parallelism with cp_comm_type all_gather (context_parallel 2)",
-                   "cp2_all_gather.json:5:44 (/schedule/1/cp_comm_type)"},
-        std::tuple{"cp2_a2a_layout.json",
+       {std::tuple{"cp2_a2a_layout.json",
                    "context parallelism with cp_comm_type a2a (context_parallel 2)",
                    "cp2_a2a_layout.json:2:89 (/schedule/layout/cp_comm_type)"},
         std::tuple{"cp2_dropout.json", "dropout with context parallelism (context_parallel 2)",
