@@ -2,6 +2,7 @@
 #include "stretto/sim/granularity.h"
 
 #include "radix_sort.h"
+#include "sample_counters.h"
 
 #include <algorithm>
 #include <array>
@@ -117,7 +118,7 @@ PassProgram coarsen_to_passes(const compiler::CompiledPlan& cp, const Program& o
   p.links = ops.links;
   p.host_cores = ops.host_cores;
   p.host_share_efficiency = ops.host_share_efficiency;
-  // No counters: op_counters() replays the ops' effects at their rebuilt times.
+  // No counters: simulate replays the ops' effects at their rebuilt times (as op_counters does).
   // Every coarse dependency comes from an op dependency, so the op program's counts bound the
   // arrays: written in place, then cut to size.
   p.tasks.resize(C);
@@ -303,17 +304,7 @@ std::vector<DeviceCounters> op_counters(const Program& ops, const std::vector<Ta
           total_now += ef.delta;
         }
       }
-      if (curves) {
-        if (c.curve.back().t == now)
-          c.curve.back().total = total_now;
-        else
-          c.curve.push_back({now, total_now});
-      }
-      if (total_now > c.peak) {
-        c.peak = total_now;
-        c.peak_time = now;
-        std::copy(level.begin(), level.begin() + nc, c.at_peak.begin());
-      }
+      sample_counters(c, now, total_now, level, nc, curves);
     }
   }
   return out;

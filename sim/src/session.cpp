@@ -15,6 +15,7 @@
 
 #include "fork_join.h"
 #include "radix_sort.h"
+#include "sample_counters.h"
 #include "stretto/engine/engine.h"
 #include "stretto/sim/caching_allocator.h"
 #include "stretto/sim/outside_allocator.h"
@@ -66,25 +67,46 @@ Diagnostics check_participants(const CompiledPlan& cp) {
 }
 
 
-// The bytes PyTorch's CUDA caching allocator reserves on each simulated device over the step
-// (caching_allocator.h): the static memory (parameters, gradients, optimizer state: one block
-// each) at the start, then every memory effect in time order, frees of an instant before its
-// allocations (the engine samples its counters at the end of an instant, so the allocated
-// peak seen here is the engine's), except the frees of a task that took no time, which follow
-// its own allocations; effects of one instant and kind keep the order of their tasks and
-// effects (AllocationReplay says how an effect becomes blocks). Devices not in `want`
-// (folded replicas) get 0 and are not replayed. A device kind "cpu" has no caching
-// allocator: its reserved bytes are its allocated peak.
+// One listing of the op program's memory effects per device, in time order, replayed for what
+// `what` asks:
+//  - reserved: the bytes PyTorch's CUDA caching allocator reserves on each simulated device
+//    over the step (caching_allocator.h): the static memory (parameters, gradients, optimizer
+//    state: one block each) at the start, then every memory effect in time order, frees of an
+//    instant before its allocations (the engine samples its counters at the end of an
+//    instant, so the allocated peak seen here is the engine's), except the frees of a task
+//    that took no time, which follow its own allocations; effects of one instant and kind keep
+//    the order of their tasks and effects (AllocationReplay says how an effect becomes
+//    blocks). Devices not in `want` (folded replicas) get 0 and are not replayed. (A device
+//    kind "cpu" has no caching allocator: simulate does not ask.)
+//  - counters: what op_counters(p, timing, curves) returns (granularity.h: each device's
+//    counters sampled at the end of each instant), from the same listing instead of one of
+//    its own; for every device (folded replicas take part in no task: nothing to list).
 // Devices are replayed independently, on up to `threads` threads (SimOptions::threads), each
-// writing only its own devices' slots of the result: the same result for any count.
+// writing only its own devices' slots of the results: the same results for any count.
 // (Out of line, so that profiles show it.)
-[[gnu::noinline]] std::vector<int64_t> reserved_peaks(const CompiledPlan& cp,
-                                                      const engine::Program& p,
-                                                      const std::vector<engine::TaskTiming>& timing,
-                                                      const std::vector<char>& want,
-                                                      int threads) {
+struct ReplayWhat {
+  bool reserved = true, counters = false, curves = false;
+};
+struct MemoryReplay {
+  std::vector<int64_t> reserved;                 // by device; empty unless asked
+  std::vector<engine::DeviceCounters> counters;  // by device; empty unless asked (or none)
+};
+[[gnu::noinline]] MemoryReplay replay_memory(const CompiledPlan& cp, const engine::Program& p,
+                                             const std::vector<engine::TaskTiming>& timing,
+                                             const std::vector<char>& want, ReplayWhat what,
+                                             int threads) {
+  MemoryReplay out;
   const auto D = static_cast<uint32_t>(cp.num_devices);
+  if (what.reserved) out.reserved.assign(D, 0);
+  // (as op_counters: a program without counters has none)
+  const bool counters = what.counters && !p.effect_begin.empty() && p.num_counters > 0;
+  if (counters) {
+    out.counters.resize(D);
+    for (engine::DeviceCounters& c : out.counters) c.curve.push_back({0, 0});
+  }
   auto wanted = [&](uint32_t d) { return d < D && (want.empty() || want[d]); };
+  // The devices listed: the wanted ones, or all when counters are asked for.
+  auto listed = [&](uint32_t d) { return counters ? d < D : wanted(d); };
   // A task's effects count when it ran and its node has effects.
   const size_t num_nodes = p.effect_begin.empty() ? 0 : p.effect_begin.size() - 1;
   auto ran_with_effects = [&](uint32_t t) {
@@ -96,13 +118,17 @@ Diagnostics check_participants(const CompiledPlan& cp) {
     uint64_t key;  // time << 2 | kind
     uint32_t effect;
   };
+  // Effects of 0 bytes change no level, but an instant with only them is still a sample of the
+  // counters' curves (as in op_counters): listed when counters are asked for (as kind 1),
+  // skipped by the allocator.
+  const bool zeros = counters;
   // One device at a time (so that the listing never holds more than one device's effects):
   // the tasks it takes part in are its dispatch list (the engine checked that the list names
   // each of them once), which build_program writes in task order; every
   // effect as (time, kind) with kind 0 a free, 1 an allocation, 2 a free at the end of a task
   // that took no time, sorted by (time, kind) keeping task and effect order; then replayed.
-  // Devices [first, last), each into its own slot of `out` (and nothing else shared is written).
-  std::vector<int64_t> out(D, 0);
+  // Devices [first, last), each into its own slots of `out` (and nothing else shared is
+  // written).
   auto replay = [&](uint32_t first, uint32_t last) {
     AllocationReplay a;
     std::vector<uint32_t> tasks;
@@ -110,13 +136,7 @@ Diagnostics check_participants(const CompiledPlan& cp) {
     size_t cap = 0;
     const uint32_t one_group = 0;
     for (uint32_t d = first; d < last; ++d) {
-      if (!wanted(d)) continue;
-      a.clear();
-      if (d < cp.static_mem.size()) {
-        const compiler::StaticMemory& sm = cp.static_mem[d];
-        for (const int64_t b : {sm.params, sm.grads, sm.optimizer})
-          if (b > 0) a.allocate_static(b);
-      }
+      if (!listed(d)) continue;
       tasks.clear();
       size_t n = 0;
       if (d < p.devices.size())
@@ -126,7 +146,7 @@ Diagnostics check_participants(const CompiledPlan& cp) {
           n += p.effect_begin[p.tasks[t].node + 1] - p.effect_begin[p.tasks[t].node];
         }
       STRETTO_ASSERT(std::is_sorted(tasks.begin(), tasks.end()),
-                     "reserved_peaks: a dispatch list out of task order");
+                     "replay_memory: a dispatch list out of task order");
       if (n > cap) {
         evs.reset(new Ev[n]);  // written before read
         other.reset(new Ev[n]);
@@ -137,9 +157,9 @@ Diagnostics check_participants(const CompiledPlan& cp) {
         const uint32_t node = p.tasks[t].node;
         for (uint32_t e = p.effect_begin[node]; e < p.effect_begin[node + 1]; ++e) {
           const engine::CounterEffect& ce = p.effects[e];
-          if (ce.delta == 0) continue;
+          if (ce.delta == 0 && !zeros) continue;
           const SimTime at = ce.at_end ? timing[t].end : timing[t].start;
-          const uint64_t kind = ce.delta > 0                                    ? 1
+          const uint64_t kind = ce.delta >= 0                                   ? 1
                                 : ce.at_end && timing[t].end == timing[t].start ? 2
                                                                                 : 0;
           evs[k++] = {static_cast<uint64_t>(at) << 2 | kind, e};
@@ -148,20 +168,43 @@ Diagnostics check_participants(const CompiledPlan& cp) {
       radix_sort_grouped(
           evs, other, k, std::span<const uint32_t>(&one_group, 1),
           [](const Ev& ev) { return ev.key; }, [](const Ev&) { return 0u; });
+      if (counters) {
+        // op_counters' loop: an instant's effects, then one sample.
+        engine::DeviceCounters& c = out.counters[d];
+        std::array<int64_t, engine::kMaxCounters> level{};
+        int64_t total = 0;
+        for (size_t i = 0; i < k;) {
+          const uint64_t now = evs[i].key >> 2;
+          for (; i < k && evs[i].key >> 2 == now; ++i) {
+            const engine::CounterEffect& ce = p.effects[evs[i].effect];
+            level[ce.counter] += ce.delta;
+            total += ce.delta;
+          }
+          sample_counters(c, static_cast<SimTime>(now), total, level, p.num_counters,
+                          what.curves);
+        }
+      }
+      if (!what.reserved || !wanted(d)) continue;
+      a.clear();
+      if (d < cp.static_mem.size()) {
+        const compiler::StaticMemory& sm = cp.static_mem[d];
+        for (const int64_t b : {sm.params, sm.grads, sm.optimizer})
+          if (b > 0) a.allocate_static(b);
+      }
       for (size_t i = 0; i < k; ++i) {
         const engine::CounterEffect& ce = p.effects[evs[i].effect];
         if (ce.delta > 0)
           a.allocate(ce.counter, ce.delta);
-        else
+        else if (ce.delta < 0)
           a.release(ce.counter, -ce.delta);
       }
-      out[d] = a.reserved();
+      out.reserved[d] = a.reserved();
     }
   };
   // Threads get contiguous device ranges of about equal dispatch lengths.
   std::vector<uint32_t> work(D + size_t{1}, 0);
   for (uint32_t d = 0; d < D; ++d)
-    work[d + 1] = work[d] + (wanted(d) && d < p.devices.size()
+    work[d + 1] = work[d] + (listed(d) && d < p.devices.size()
                                  ? static_cast<uint32_t>(p.devices[d].dispatch.size())
                                  : 0);
   const std::vector<uint32_t> parts =
@@ -283,10 +326,10 @@ Expected<Result> simulate_impl(const CompiledPlan& cp, const cost::CostModel& cm
     d.hint = "a send/recv or collective is ordered differently on its peers";
     return fail(std::move(d));
   }
+  const bool engine_counted_nothing = passes.has_value();
   if (passes) {
     r.timing = expand_timing(*passes, r.program, run.timing);
     passes.reset();
-    run.counters = op_counters(r.program, r.timing, opt.memory_curves);
   } else {
     r.timing = std::move(run.timing);
   }
@@ -300,10 +343,19 @@ Expected<Result> simulate_impl(const CompiledPlan& cp, const cost::CostModel& cm
   r.devices.resize(D);
   double busy_sum = 0;
   const bool cpu = cp.plan.cluster.device.kind == "cpu";
-  const std::vector<int64_t> reserved =
-      cpu ? std::vector<int64_t>(static_cast<size_t>(D), 0)
-          : reserved_peaks(cp, r.program, r.timing, r.folded ? keep : std::vector<char>{},
-                           opt.threads);
+  // Reserved memory (not on a CPU device) and, at pass granularity (the engine ran the merged
+  // program, which has no counters), the op program's counters, from one listing.
+  std::vector<int64_t> reserved(static_cast<size_t>(D), 0);
+  if (!cpu || engine_counted_nothing) {
+    ReplayWhat what;
+    what.reserved = !cpu;
+    what.counters = engine_counted_nothing;
+    what.curves = opt.memory_curves;
+    MemoryReplay mem = replay_memory(cp, r.program, r.timing,
+                                     r.folded ? keep : std::vector<char>{}, what, opt.threads);
+    if (!cpu) reserved = std::move(mem.reserved);
+    if (engine_counted_nothing) run.counters = std::move(mem.counters);
+  }
   const std::vector<OutsideAllocator> outside = outside_allocator(cp);
   engine::DeviceCounters no_counters;  // for a program without counters: static memory only
   no_counters.curve.push_back({0, 0});

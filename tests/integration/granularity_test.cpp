@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,20 @@ json read_json(const fs::path& p) {
   return json::parse(in);
 }
 
+// The example plan at `p`, with its cost model replaced by fixed costs (communication taking
+// `comm_ms`) when `comm_ms` is given.
+Expected<sim::Session> example_session(const fs::path& p, std::optional<double> comm_ms) {
+  json plan = read_json(p);
+  if (comm_ms)
+    plan["costmodel"] = {{"kind", "fixed"}, {"F", 1},  {"B", 2},     {"BI", 1},
+                         {"BW", 1},         {"unit", "ms"}, {"comm", *comm_ms}};
+  auto src = JsonSource::parse(plan.dump(), p.string());
+  if (!src) return fail(std::move(src).error());
+  auto parsed = parse_plan(*src);
+  if (!parsed) return fail(std::move(parsed).error());
+  return sim::Session::from_plan(std::move(*parsed), p.parent_path().string());
+}
+
 sim::Result run(const sim::Session& s, sim::Granularity g, bool fold = false,
                bool curves = false) {
   sim::SimOptions o;
@@ -120,14 +135,7 @@ TEST(Granularity, PassEqualsOpUnderFixedCostsOnEveryExample) {
   size_t op_tasks = 0, pass_tasks = 0;
   for (const fs::path& p : example_plans()) {
     for (int comm_us : {0, 30}) {
-      json plan = read_json(p);
-      plan["costmodel"] = {{"kind", "fixed"}, {"F", 1},  {"B", 2},     {"BI", 1},
-                           {"BW", 1},         {"unit", "ms"}, {"comm", comm_us / 1000.0}};
-      auto src = JsonSource::parse(plan.dump(), p.string());
-      ASSERT_TRUE(src) << p;
-      auto parsed = parse_plan(*src);
-      ASSERT_TRUE(parsed) << p << render_all(parsed.error());
-      auto s = sim::Session::from_plan(std::move(*parsed), p.parent_path().string());
+      auto s = example_session(p, comm_us / 1000.0);
       ASSERT_TRUE(s) << p << render_all(s.error());
       const sim::Result op = run(*s, sim::Granularity::kOp, false, true);
       const sim::Result pass = run(*s, sim::Granularity::kPass, false, true);
@@ -212,4 +220,50 @@ TEST(Granularity, PassStepTimeNearOpOnEveryExampleAndFidelityPlan) {
   EXPECT_EQ(quoted, std::size(kQuotedTasks));
   EXPECT_LE(median, kMedianBound) << table;
   EXPECT_LE(worst, kWorstBound) << table;
+}
+
+// At pass granularity the engine runs the merged program, which has no counters: simulate
+// takes the op program's counters from the listing of memory effects it builds for the
+// reserved-memory replay. They must be what op_counters (the reference: each task's effects
+// at its rebuilt start and end, sampled at the end of each instant) gives for the same op
+// timings, on every example under its own cost model (so interference moves the timings) and
+// under fixed costs with free communication (tasks that take no time, whose frees follow
+// their allocations within the instant), with and without memory curves, folded and not:
+// each simulated device's peak, its time, its breakdown and its curve.
+TEST(Granularity, PassMemoryIsTheOpCountersOfItsTimings) {
+  size_t checked = 0, samples = 0;
+  for (const fs::path& p : example_plans()) {
+    for (const bool fixed : {false, true}) {
+      auto s = example_session(p, fixed ? std::optional<double>(0.0) : std::nullopt);
+      ASSERT_TRUE(s) << p << render_all(s.error());
+      for (const bool fold : {false, true})
+        for (const bool curves : {false, true}) {
+          const sim::Result r = run(*s, sim::Granularity::kPass, fold, curves);
+          const std::string what = fmt::format("{} fixed {} fold {} curves {}",
+                                               p.filename().string(), fixed, fold, curves);
+          const auto ref = sim::op_counters(r.program, r.timing, curves);
+          ASSERT_EQ(ref.size(), r.devices.size()) << what;
+          for (size_t d = 0; d < r.devices.size(); ++d) {
+            const sim::DeviceMetrics& m = r.devices[d];
+            if (m.folded) continue;  // its representative's
+            const auto& c = ref[d];
+            const int64_t base = m.breakdown[0] + m.breakdown[1] + m.breakdown[2];
+            bool same = m.peak_memory == base + c.peak && m.peak_time == c.peak_time &&
+                        m.memory.size() == c.curve.size();
+            for (size_t k = 0; k + 3 < m.breakdown.size(); ++k)
+              same = same && m.breakdown[3 + k] == c.at_peak[k];
+            for (size_t i = 0; same && i < c.curve.size(); ++i)
+              same = m.memory[i].t == c.curve[i].t && m.memory[i].total == base + c.curve[i].total;
+            ASSERT_TRUE(same) << what << " device " << d << ": peak " << m.peak_memory << " at "
+                              << m.peak_time << " (" << m.memory.size()
+                              << " samples), op_counters " << base + c.peak << " at "
+                              << c.peak_time << " (" << c.curve.size() << " samples)";
+            samples += c.curve.size();
+            ++checked;
+          }
+        }
+    }
+  }
+  EXPECT_GT(checked, 200u);
+  EXPECT_GT(samples, 20'000u);  // the curves were compared, not only their first sample
 }

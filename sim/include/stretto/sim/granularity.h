@@ -15,7 +15,9 @@
 //  - dispatch: a merged task is one entry of its device's issue list, so the host thread
 //    issues the ops after it earlier (by dispatch_ns per merged op);
 //  - memory: the coarse program has no counters; the ops' allocations and frees are applied
-//    at their rebuilt times (op_counters), so memory is exact wherever the timings are.
+//    at their rebuilt times (what op_counters gives; simulate computes the same from the
+//    listing of memory effects its reserved-memory replay sorts anyway), so memory is exact
+//    wherever the timings are.
 // Op timings are rebuilt from the merged ones (expand_timing), so metrics, traces, memory and
 // the critical path read an op-level Result either way.
 
@@ -60,6 +62,8 @@ namespace stretto::sim {
 /// them: each task's effects at its start and end, sampled per device at the end of each
 /// instant; the first peak of the total with the counters then; curves only with `curves`.
 /// Tasks that never started (start < 0) have no effects. Empty when `ops` has no counters.
+/// (The reference for simulate's own computation at pass granularity, which must equal it:
+/// Granularity.PassMemoryIsTheOpCountersOfItsTimings.)
 std::vector<engine::DeviceCounters> op_counters(const engine::Program& ops,
                                                 const std::vector<engine::TaskTiming>& timing,
                                                 bool curves);
