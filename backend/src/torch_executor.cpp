@@ -194,7 +194,7 @@ class RankRun {
   // Plan ops of the merged compiler: forwards recomputed on this device (per (op, mb) key),
   // and gradient clipping (the global norm from the kGradNorm all-reduce scales the step).
   std::vector<char> recomputed_;
-  std::vector<int64_t> copies_of_op_;  // devices computing each op (for the global norm)
+  std::vector<int64_t> copies_of_op_;  // devices of the norm's group computing each op
   std::vector<int64_t> zero_shards_;   // ZeRO reduce-scatter group of each op (1: none)
   // min(1, max norm / global norm) as a device tensor (undefined until the norm is known this
   // step): the step scales by it without reading it on the host.
@@ -500,10 +500,23 @@ void RankRun::setup_plan_ops() {
     if (kind == OpKind::kEmbedding || kind == OpKind::kLoss || kind == OpKind::kSynthetic)
       model_.prepare(o.rank_in_group / std::max<int>(1, n.tp), mb_of(n));
   }
-  copies_of_op_.assign(nops, 1);
+  // The devices this rank's squared norm is summed over: its kGradNorm all-reduce's group (the
+  // compiler's grad_norm_groups: one model replica, or every device with the distributed
+  // optimizer), or itself alone where it has none. Each op's copies are its holders there.
+  std::vector<int32_t> norm_group{me_};
+  for (const auto& o : ops_)
+    if (dag.nodes[o.node].kind == NodeKind::kCollective &&
+        dag.nodes[o.node].purpose == CommPurpose::kGradNorm)
+      norm_group = o.group;
+  std::vector<std::set<int32_t>> holders(nops);
   for (const Node& n : dag.nodes)
-    if (n.kind == NodeKind::kCompute && n.tags.pass == Pass::kF && mb_of(n) == 0)
-      copies_of_op_[n.op] = static_cast<int64_t>(dag.device_sets[n.devs].devices.size());
+    if (n.kind == NodeKind::kCompute && n.tags.pass == Pass::kF && n.op < nops)
+      for (int32_t d : dag.device_sets[n.devs].devices)
+        if (std::find(norm_group.begin(), norm_group.end(), d) != norm_group.end())
+          holders[n.op].insert(d);
+  copies_of_op_.assign(nops, 1);
+  for (size_t o = 0; o < nops; ++o)
+    copies_of_op_[o] = std::max<int64_t>(1, static_cast<int64_t>(holders[o].size()));
   zero_shards_.assign(nops, 1);
   for (const auto& o : ops_) {
     const Node& n = dag.nodes[o.node];

@@ -139,6 +139,13 @@ using detail::diag_at;
 
 constexpr int64_t kMB = 1 << 20;
 
+// Whether two device lists share a device.
+bool meets(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  for (int32_t d : a)
+    if (std::find(b.begin(), b.end(), d) != b.end()) return true;
+  return false;
+}
+
 struct UnitInfo {
   int32_t place = -1, repl = -1, shard = -1, tp_dir = -1;
   // placed devices (one per replica): the place directive's list, which the plan owns (not a
@@ -349,6 +356,10 @@ class Compiler {
                                std::vector<uint32_t>& param_syncs);
   void add_optimizer(const std::vector<uint32_t>& reduce_of_op,
                      const std::vector<uint32_t>& param_syncs);
+  // Gradient clipping's groups: the devices `all` (those holding parameters) cut into the
+  // groups one gradient-norm all-reduce each sums over (Megatron-Core's
+  // grad_stats_parallel_group), by size: {group size, devices group after group}.
+  std::map<int32_t, std::vector<int32_t>> grad_norm_groups(const std::vector<int32_t>& all);
   void compute_static_memory();
 
   uint32_t add_node(Node n) {
@@ -2307,16 +2318,21 @@ void Compiler::add_optimizer(const std::vector<uint32_t>& reduce_of_op,
   step.kind = OpKind::kOptimizer;
   cp_.model.ops.push_back(step);
   const uint32_t step_op = static_cast<uint32_t>(cp_.model.ops.size() - 1);
-  // Gradient clipping: the global gradient norm, one fp32 scalar all-reduced over every device
-  // holding parameters, after every gradient is final (torch clip_grad_norm_ / Megatron).
-  uint32_t norm = kNone;
-  if (opt.grad_clip && all.size() > 1) {
-    const int32_t g = static_cast<int32_t>(all.size());
-    norm = collective(CommKind::kAllReduce, CommPurpose::kGradNorm, step_op,
-                      sets_.intern(all, g), 4);
-    for (const auto& [set, nodes] : final_by_set)
-      for (uint32_t n : nodes) edge(n, norm);
-  }
+  // Gradient clipping: the global gradient norm, one fp32 scalar all-reduced over each group of
+  // grad_norm_groups, after every gradient its devices hold is final (Megatron-Core's
+  // get_grad_norm_fp32). One node per group size (every group alike in a regular layout).
+  std::vector<uint32_t> norms;
+  if (opt.grad_clip)
+    for (auto& [g, devs] : grad_norm_groups(all)) {
+      if (g < 2) continue;
+      const uint32_t set = sets_.intern(std::move(devs), g);
+      const uint32_t norm = collective(CommKind::kAllReduce, CommPurpose::kGradNorm, step_op, set, 4);
+      const auto& members = dag.device_sets[set].devices;
+      for (const auto& [fs, nodes] : final_by_set)
+        if (meets(dag.device_sets[fs].devices, members))
+          for (uint32_t n : nodes) edge(n, norm);
+      norms.push_back(norm);
+    }
   const int64_t per_param = opt.step_bytes_per_param(dt);
   std::vector<std::pair<uint32_t, uint32_t>> steps;  // (node, device set)
   for (auto& [key, devs] : groups) {
@@ -2328,9 +2344,14 @@ void Compiler::add_optimizer(const std::vector<uint32_t>& reduce_of_op,
     const uint32_t set = sets_.intern(devs, 1);
     n.devs = set;
     const uint32_t id = add_node(n);
-    if (norm != kNone)
-      edge(norm, id);
-    else
+    // (a device whose group is itself alone has no norm node: its own gradients are final)
+    bool normed = false;
+    for (uint32_t norm : norms)
+      if (meets(dag.device_sets[dag.nodes[norm].devs].devices, devs)) {
+        edge(norm, id);
+        normed = true;
+      }
+    if (!normed)
       for (uint32_t fs : key.second)
         for (uint32_t x : final_by_set[fs]) edge(x, id);
     steps.push_back({id, set});
@@ -2338,17 +2359,65 @@ void Compiler::add_optimizer(const std::vector<uint32_t>& reduce_of_op,
   // ZeRO-1/2: the updated shards are all-gathered after the step of every member.
   for (uint32_t ag : param_syncs) {
     const auto& members = dag.device_sets[dag.nodes[ag].devs].devices;
-    for (const auto& [id, set] : steps) {
-      const auto& sd = dag.device_sets[set].devices;
-      bool meets = false;
-      for (int32_t d : sd)
-        if (std::find(members.begin(), members.end(), d) != members.end()) {
-          meets = true;
-          break;
-        }
-      if (meets) edge(id, ag);
+    for (const auto& [id, set] : steps)
+      if (meets(dag.device_sets[set].devices, members)) edge(id, ag);
+  }
+}
+
+std::map<int32_t, std::vector<int32_t>> Compiler::grad_norm_groups(
+    const std::vector<int32_t>& all) {
+  // Megatron-Core sums the squared norm over the optimizer's grad_stats_parallel_group
+  // (megatron/core/optimizer/__init__.py, clip_grads.py get_grad_norm_fp32):
+  //  - the distributed optimizer (DistributedOptimizer: every gradient reduce-scattered, each
+  //    rank's norm over its own shard): intra_dist_opt_group, every rank of the one optimizer
+  //    instance, the world. Here: any replicate directive that shards the optimizer state
+  //    (ZeRO-1/2/3), and the group is every device holding parameters;
+  //  - otherwise (Float16OptimizerWithFloat16Params, FP32Optimizer): the model-parallel group,
+  //    TP x PP: one replica's devices, as the gradients are already all-reduced over DP (and
+  //    CP, whose ranks hold the whole stage). Here: the r-th copy of every parameter (its
+  //    holders r*tp .. r*tp + tp - 1, the DP x CP reduction's order) belongs to group r across
+  //    stages; an expert op's shards (EP) are one copy, so its holders join one group.
+  //    (Megatron-Core's expert optimizer reduces over expert TP x EP x PP on its own, a second
+  //    all-reduce; here the groups that experts join are merged into one.)
+  const int D = cp_.num_devices;
+  std::vector<int32_t> parent(static_cast<size_t>(std::max(0, D)));
+  for (int32_t d = 0; d < D; ++d) parent[static_cast<size_t>(d)] = d;
+  auto find = [&](int32_t d) {
+    while (parent[static_cast<size_t>(d)] != d)
+      d = parent[static_cast<size_t>(d)] = parent[static_cast<size_t>(parent[static_cast<size_t>(d)])];
+    return d;
+  };
+  auto unite = [&](int32_t a, int32_t b) { parent[static_cast<size_t>(find(a))] = find(b); };
+  bool dist_opt = false;
+  for (const Directive& d : plan_.schedule)
+    dist_opt = dist_opt || (d.op == DirectiveOp::kReplicate && d.shard_optimizer);
+  if (dist_opt) {
+    for (int32_t d : all) unite(d, all.front());
+  } else {
+    std::map<size_t, int32_t> copy_of;  // copy r -> a device of its group
+    for (uint32_t o = 0; o < nops(); ++o) {
+      if (cp_.model.ops[o].param_count == 0) continue;
+      const UnitInfo& u0 = unit(o, 0);
+      const std::vector<int32_t> holders = holders_of(o);
+      const size_t per = u0.shard >= 0 ? holders.size() : static_cast<size_t>(std::max(1, u0.tp));
+      for (size_t i = 0; i < holders.size(); ++i) {
+        const auto [it, fresh] = copy_of.emplace(i / per, holders[i]);
+        if (!fresh) unite(holders[i], it->second);
+      }
     }
   }
+  // Each group's devices ascending, groups in the order of their first device.
+  std::map<int32_t, std::vector<int32_t>> members;  // root -> devices
+  for (int32_t d : all) members[find(d)].push_back(d);
+  std::vector<std::vector<int32_t>> groups;
+  for (auto& [root, devs] : members) groups.push_back(std::move(devs));
+  std::sort(groups.begin(), groups.end());
+  std::map<int32_t, std::vector<int32_t>> by_size;
+  for (const auto& g : groups) {
+    auto& v = by_size[static_cast<int32_t>(g.size())];
+    v.insert(v.end(), g.begin(), g.end());
+  }
+  return by_size;
 }
 
 void Compiler::compute_static_memory() {

@@ -329,7 +329,7 @@ constexpr PlanKey kKeys[] = {
     {.section = "optimizer", .key = "master_weights", .type = K::kBoolean, .fallback = "true",
      .doc = "fp32 master weights (mixed precision) for a 16-bit or fp8 model: 4 B per parameter of state, moments in fp32, and the grad-to-fp32 and weight-to-dtype copies in the step; an fp32 model keeps none (its weights are the master, as Megatron-LM's FP32Optimizer); false: everything in the model's dtype"},
     {.section = "optimizer", .key = "grad_clip", .type = K::kBoolean, .fallback = "true",
-     .doc = "global gradient-norm clipping: one fp32 all-reduce over every device holding parameters before any step, and the norm and scaling traffic in the step"},
+     .doc = "global gradient-norm clipping: one fp32 all-reduce over Megatron-Core's group (the model-parallel TP x PP devices of a replica; every device with ZeRO) before any step, and the norm and scaling traffic in the step"},
     {.section = "optimizer", .key = "comment", .type = K::kString, .doc = "free text"},
 
     // ---- schedule: a builder call

@@ -437,3 +437,61 @@ TEST(Compiler, LoweringOrdersSharedTransfersConsistently) {
         EXPECT_LT(pos[c][e.from], pos[c][e.to]);
       }
 }
+
+// Gradient clipping's norm is all-reduced over Megatron-Core's grad_stats_parallel_group
+// (docs/semantics.md "Gradient-norm all-reduce"): without the distributed optimizer, the
+// model-parallel group (TP x PP, one replica: DP and CP ranks hold gradients already reduced);
+// with it (ZeRO-1/2/3), every device. Devices by hand from the layout's rank order
+// (tp-cp-dp-pp: device t + tp·(c + cp·(d + dp·r))). Before, every plan reduced over all its
+// devices: each case but ZeRO-1's fails that way.
+TEST(GradNorm, ReducesOverMegatronCoresGroup) {
+  struct Case {
+    const char* what;
+    json layout;
+    int devices;
+    bool moe;
+    std::vector<std::vector<int32_t>> groups;  // empty: no all-reduce (one device's norm)
+  };
+  const std::vector<Case> cases = {
+      {"tp2 pp2 dp2", {{"tp", 2}, {"pp", 2}, {"dp", 2}}, 8, false,
+       {{0, 1, 4, 5}, {2, 3, 6, 7}}},
+      {"tp2 pp2 dp2 zero1", {{"tp", 2}, {"pp", 2}, {"dp", 2}, {"zero", 1}}, 8, false,
+       {{0, 1, 2, 3, 4, 5, 6, 7}}},
+      {"tp2 dp4: the TP groups", {{"tp", 2}, {"dp", 4}}, 8, false,
+       {{0, 1}, {2, 3}, {4, 5}, {6, 7}}},
+      {"dp4: each device alone", {{"dp", 4}}, 4, false, {}},
+      {"tp2 cp2 pp2: CP ranks are replicas", {{"tp", 2}, {"cp", 2}, {"pp", 2}}, 8, false,
+       {{0, 1, 4, 5}, {2, 3, 6, 7}}},
+      {"dp2 ep2: the experts' shards join the replicas", {{"dp", 2}, {"ep", 2}}, 2, true,
+       {{0, 1}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    json model = {{"family", "transformer"}, {"layers", 4},   {"hidden", 64},
+                  {"heads", 4},              {"ffn_hidden", 128}, {"vocab", 256},
+                  {"seq_len", 32},           {"microbatch_size", 1},
+                  {"pp_regions", c.layout.value("pp", 1)}};
+    if (c.moe) model["moe"] = {{"experts", 4}, {"top_k", 2}, {"expert_ffn_hidden", 64}};
+    const json plan = {{"model", model},
+                       {"cluster", cluster(c.devices)},
+                       {"optimizer", {{"kind", "adam"}, {"grad_clip", true}}},
+                       {"schedule", {{"builder", "1f1b"}, {"microbatches", 4}, {"layout", c.layout}}}};
+    auto cp = compile_json(plan);
+    ASSERT_TRUE(cp) << errors(cp);
+    std::vector<std::vector<int32_t>> groups;
+    for (const auto& n : cp->dag.nodes) {
+      if (n.purpose != CommPurpose::kGradNorm) continue;
+      EXPECT_EQ(n.comm, CommKind::kAllReduce);
+      EXPECT_EQ(n.bytes, 4);
+      const DeviceSet& s = cp->dag.device_sets[n.devs];
+      for (size_t b = 0; b < s.devices.size(); b += static_cast<size_t>(s.group_size)) {
+        std::vector<int32_t> g(s.devices.begin() + static_cast<std::ptrdiff_t>(b),
+                               s.devices.begin() + static_cast<std::ptrdiff_t>(b + s.group_size));
+        std::sort(g.begin(), g.end());
+        groups.push_back(g);
+      }
+    }
+    std::sort(groups.begin(), groups.end());
+    EXPECT_EQ(groups, c.groups);
+  }
+}

@@ -243,10 +243,11 @@ TEST(FidelityPlan, OptimizerGradNormAndTiedEmbeddings) {
   for (const auto& n : cp->dag.nodes) {
     if (n.kind == NodeKind::kCompute && ops[n.op].kind == OpKind::kOptimizer)
       step_bytes[cp->dag.device_sets[n.devs].devices] = n.bytes;
-    if (n.purpose == CommPurpose::kGradNorm) {
+    if (n.purpose == CommPurpose::kGradNorm) {  // over each replica's stages (TP x PP)
       ++norms;
       EXPECT_EQ(n.bytes, 4);
-      EXPECT_EQ(cp->dag.device_sets[n.devs].group_size, 4);
+      EXPECT_EQ(cp->dag.device_sets[n.devs].devices, (std::vector<int32_t>{0, 1, 2, 3}));
+      EXPECT_EQ(cp->dag.device_sets[n.devs].group_size, 2);
     }
     if (n.purpose == CommPurpose::kTiedGrad) {
       ++tied;

@@ -463,8 +463,14 @@ TEST(OutsideAllocator, ContextAndNcclBuffersByHand) {
       {layout_plan(2, {{"tp", 2}}, false), 1, 0, "tp2"},
       // two stages: each receives from the other (activations, gradients), no collective
       {layout_plan(2, {{"pp", 2}}, false), 0, 1, "pp2"},
-      // TP and DP groups, and the gradient-norm all-reduce over all 8; one pipeline neighbour
+      // TP and DP groups, and the gradient-norm all-reduce over TP x PP (Megatron-Core's
+      // model-parallel group); one pipeline neighbour
       {layout_plan(8, {{"tp", 2}, {"pp", 2}, {"dp", 2}}, true), 3, 1, "tp2 pp2 dp2, clipped"},
+      // without pipeline stages the model-parallel group is the TP group: no third
+      // communicator (the norm over every device gave one)
+      {layout_plan(8, {{"tp", 2}, {"dp", 4}}, true), 2, 0, "tp2 dp4, clipped"},
+      // with the distributed optimizer the norm spans every device
+      {layout_plan(8, {{"tp", 2}, {"dp", 4}, {"zero", 1}}, true), 3, 0, "tp2 dp4 zero1, clipped"},
       // the same DP group reduces every bucket: still one communicator
       {layout_plan(4, {{"dp", 4}}, false), 1, 0, "dp4"},
   };

@@ -233,9 +233,10 @@ TEST(CollectiveBytes, EveryCollectiveCarriesNcclTestsBytesAndAlphaBetaTime) {
             case CommPurpose::kLossReduce:  // vocab-parallel loss: one fp32 per token, over TP
               want = T * 4;
               break;
-            case CommPurpose::kGradNorm:  // one fp32 scalar over every device with parameters
-              want = 4;
-              group = tp * layout.value("dp", 1) * layout.value("pp", 1);
+            case CommPurpose::kGradNorm:  // one fp32 scalar over Megatron-Core's group: TP x PP,
+              want = 4;                     // every device with the distributed optimizer or EP
+              group = tp * layout.value("pp", 1) *
+                      (layout.value("zero", 0) > 0 || sc.moe ? layout.value("dp", 1) : 1);
               break;
             case CommPurpose::kGradReduce:  // buckets: whole gradients, summed below
             case CommPurpose::kParamSync:

@@ -49,7 +49,7 @@ enum class CommPurpose : uint8_t {
   kCombine,      // EP all-to-all after the experts
   kTensorPar,    // TP all-reduce / reduce-scatter / all-gather
   kGradNorm,     // gradient clipping: all-reduce of the squared gradient norm (one fp32 scalar)
-                 //   over every device holding parameters, before the optimizer step
+                 //   over Megatron-Core's group (TP x PP; ZeRO: all), before the optimizer step
   kTiedGrad,     // tied embeddings: all-reduce of the word-embedding gradient between the
                  //   embedding's devices and the head's copy (first and last stage), pairwise
   kLossReduce,   // vocab-parallel cross-entropy under TP (Megatron's _VocabParallelCrossEntropy):
