@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "stretto/costmodel/cp_attention.h"
+#include "stretto/sim/outside_allocator.h"
 
 namespace stretto::explore {
 
@@ -199,6 +201,7 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   if (L == 0 || chunks > L) return fail(plain("the model cannot be cut into that many stages"));
   // Per-chunk sums.
   std::vector<double> F(chunks), BI(chunks), W(chunks), P(chunks), S(chunks);
+  std::vector<char> experts(static_cast<size_t>(chunks), 0);  // chunks with MoE layers
   double max_params = 0, max_bytes = 0;
   for (int s = 0; s < chunks; ++s) {
     const int lo = static_cast<int>(static_cast<int64_t>(s) * L / chunks);
@@ -209,6 +212,7 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
       bi += c.bi[l] + c.tp_b[l] + 2 * c.a2a[l];
       bw += c.bw[l];
       params += c.params[l] + c.expert_params[l];
+      if (c.expert_params[l] > 0) experts[static_cast<size_t>(s)] = 1;
       pbytes += c.layer_param_bytes[l];
       if (r.recompute == "full") {
         saved += c.boundary[l];
@@ -246,14 +250,18 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
     rank_saved[rank] += S[s];
     rank_chunks[rank] += 1;
   };
+  // The rank of each chunk, per pipeline direction (DualPipe's second runs the stages back).
+  std::vector<std::vector<int>> rank_of(fam == "dualpipe" ? 2 : 1, std::vector<int>(chunks));
   for (int s = 0; s < chunks; ++s) {
     if (fam == "dualpipe") {  // two copies of every stage; half the microbatches flow each way
       add(s, s, 0.5);
       add(p - 1 - s, s, 0.5);
+      rank_of[0][s] = s;
+      rank_of[1][s] = p - 1 - s;
     } else if (fam == "zb-v" || fam == "dualpipev") {
-      add(s < p ? s : 2 * p - 1 - s, s, 1);
+      add(rank_of[0][s] = s < p ? s : 2 * p - 1 - s, s, 1);
     } else {
-      add(s % p, s, 1);
+      add(rank_of[0][s] = s % p, s, 1);
     }
   }
   const double busiest = *std::max_element(rank_work.begin(), rank_work.end());
@@ -328,7 +336,8 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   const double per_param = static_cast<double>(bpp.params) / (r.zero >= 3 ? dp : 1) +
                            static_cast<double>(bpp.grads) / (r.zero >= 2 ? dp : 1) +
                            static_cast<double>(bpp.optimizer) / (r.zero >= 1 ? dp : 1);
-  double mem = 0;
+  const std::vector<int64_t> nccl = nccl_per_rank(r, rank_of, experts, cp_comm);
+  double mem = 0, device = 0;
   for (int k = 0; k < p; ++k) {
     double in_flight = 0;  // chunk-microbatches
     if (fam == "gpipe") in_flight = m;
@@ -339,9 +348,11 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
       in_flight = std::min<double>(static_cast<double>(m) * v, 2.0 * (p - k - 1) + (v - 1) * p + 1);
     else in_flight = std::min<double>(2.0 * m, 2.0 * p + 1);
     const double mean_saved = rank_chunks[k] > 0 ? rank_saved[k] / rank_chunks[k] : 0;
-    mem = std::max(mem, rank_params[k] * per_param + in_flight * mean_saved);
+    const double allocated = rank_params[k] * per_param + in_flight * mean_saved;
+    mem = std::max(mem, allocated);
+    device = std::max(device, allocated + static_cast<double>(nccl[static_cast<size_t>(k)]));
   }
-  if (r.zero >= 3) mem += max_bytes;  // one chunk's gathered parameters
+  if (r.zero >= 3) mem += max_bytes, device += max_bytes;  // one chunk's gathered parameters
   Estimate e;
   e.chunk_f_ms = cF / 1e6;
   e.chunk_b_ms = cB / 1e6;
@@ -349,7 +360,75 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   e.dp_exposed_ms = dp_exposed / 1e6;
   e.step_ms = (step + bubble + dp_exposed) / 1e6;
   e.peak_memory_bytes = static_cast<int64_t>(mem);
+  e.cuda_context_bytes = sim::cuda_context_bytes(plan_.cluster.device);
+  e.nccl_buffer_bytes = *std::max_element(nccl.begin(), nccl.end());
+  e.peak_device_bytes = static_cast<int64_t>(device) + e.cuda_context_bytes;
   return e;
+}
+
+std::vector<int64_t> Estimator::nccl_per_rank(const Resolved& r,
+                                              const std::vector<std::vector<int>>& rank_of,
+                                              const std::vector<char>& experts,
+                                              plan::CpCommType cp_comm) const {
+  // NCCL's buffers of a device of each pipeline rank, counted as the simulator counts them on
+  // the compiled plan (sim::outside_allocator): one ring communicator per distinct group of
+  // devices a collective runs over, one peer per device it receives send/recv or all-to-all
+  // data from. A group is named by the layout's dimensions its members differ in (TP, CP, DP,
+  // PP rank), less those of degree 1, so groups with the same members are counted once (the
+  // model-parallel group is the TP group when pp = 1, the DP x CP group is the CP group when
+  // dp = 1, ...).
+  const int tp = std::max(1, r.tp), cp = std::max(1, r.cp), dp = std::max(1, r.dp);
+  const int p = std::max(1, r.pp), ep = std::max(1, r.ep);
+  enum : unsigned { kT = 1, kC = 2, kD = 4, kR = 8, kEnds = 16 };  // kEnds: first + last rank
+  auto members = [&](unsigned dims) {
+    if (tp == 1) dims &= ~kT;
+    if (cp == 1) dims &= ~kC;
+    if (dp == 1) dims &= ~kD;
+    if (p == 1) dims &= ~kR;
+    return dims;
+  };
+  std::set<unsigned> all_ranks;  // the groups every rank is in
+  auto use = [&](std::set<unsigned>& s, unsigned dims) {
+    if (const unsigned m = members(dims)) s.insert(m);
+  };
+  use(all_ranks, kT);                                        // TP, SP, vocab-parallel loss
+  use(all_ranks, kC | kD);                                   // the gradient reduction, ZeRO
+  if (cp_comm != plan::CpCommType::kA2A) use(all_ranks, kC);  // the CP ring or all-gathers
+  const plan::OptimizerSpec& opt = plan_.optimizer;
+  if (opt.given && opt.kind != plan::OptimizerSpec::Kind::kNone && opt.grad_clip)
+    // the gradient norm (docs/semantics.md): TP x PP, every device with the distributed
+    // optimizer or with expert parallelism
+    use(all_ranks, r.zero >= 1 || ep > 1 ? kT | kC | kD | kR : kT | kR);
+  const int chunks = static_cast<int>(rank_of.front().size());
+  std::vector<std::set<int>> senders(static_cast<size_t>(p));  // pipeline ranks sending to each
+  std::vector<char> moe(static_cast<size_t>(p), 0);
+  for (const auto& ranks : rank_of)
+    for (int s = 0; s < chunks; ++s) {
+      const int k = ranks[static_cast<size_t>(s)];
+      if (experts[static_cast<size_t>(s)]) moe[static_cast<size_t>(k)] = 1;
+      for (int n : {s - 1, s + 1})
+        if (n >= 0 && n < chunks && ranks[static_cast<size_t>(n)] != k)
+          senders[static_cast<size_t>(k)].insert(ranks[static_cast<size_t>(n)]);
+    }
+  // Tied embeddings: the word embedding's gradient all-reduced between the first chunk's and
+  // the last chunk's devices, when they differ.
+  const int first = rank_of.front().front(), last = rank_of.front().back();
+  const bool tied = plan_.model.tie_embeddings && first != last;
+  std::vector<int64_t> out(static_cast<size_t>(p), 0);
+  for (int k = 0; k < p; ++k) {
+    std::set<unsigned> groups = all_ranks;
+    if (tied && (k == first || k == last)) use(groups, p == 2 ? kR : kEnds);
+    int64_t peers = static_cast<int64_t>(senders[static_cast<size_t>(k)].size());
+    if (ep > 1 && moe[static_cast<size_t>(k)]) peers += ep - 1;  // the EP all-to-alls
+    if (cp_comm == plan::CpCommType::kA2A) peers += cp - 1;      // CP's all-to-alls
+    out[static_cast<size_t>(k)] = sim::nccl_buffer_bytes(
+        plan_.cluster.device, static_cast<int64_t>(groups.size()), peers);
+  }
+  return out;
+}
+
+bool estimated_to_fit(const Estimate& e, double cap_bytes) {
+  return static_cast<double>(e.peak_device_bytes) <= 1.1 * cap_bytes;
 }
 
 Expected<Estimate> estimate(const plan::Plan& plan, const Resolved& r) {

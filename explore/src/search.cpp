@@ -257,7 +257,7 @@ Expected<SearchResult> search(const Json& base, const std::string& base_dir,
     auto e = (*est)(*r);
     if (!e) continue;
     ++res.estimated;
-    if (static_cast<double>(e->peak_memory_bytes) > 1.1 * cap_bytes) {
+    if (!estimated_to_fit(*e, cap_bytes)) {  // on the device total, as simulate judges it
       ++res.over_memory;
       continue;
     }

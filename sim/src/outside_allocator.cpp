@@ -12,13 +12,23 @@ namespace stretto::sim {
 using compiler::CommKind;
 using compiler::NodeKind;
 
+int64_t cuda_context_bytes(const plan::DeviceSpec& dev) {
+  if (dev.kind == "cpu") return 0;
+  return static_cast<int64_t>(std::llround(dev.cuda_context_MiB * 1024 * 1024));
+}
+
+int64_t nccl_buffer_bytes(const plan::DeviceSpec& dev, int64_t communicators, int64_t peers) {
+  if (dev.kind == "cpu") return 0;
+  constexpr int64_t kRing = kNcclLlBuffSize + kNcclLl128BuffSize + kNcclSimpleBuffSize;
+  const auto channels = static_cast<int64_t>(std::max(0, dev.nccl_channels));
+  return channels * (communicators * kRing + peers * kNcclSimpleBuffSize);
+}
+
 std::vector<OutsideAllocator> outside_allocator(const compiler::CompiledPlan& cp) {
   const int D = cp.num_devices;
   std::vector<OutsideAllocator> out(static_cast<size_t>(std::max(0, D)));
   const plan::DeviceSpec& dev = cp.plan.cluster.device;
   if (dev.kind == "cpu") return out;
-  const auto context = static_cast<int64_t>(std::llround(dev.cuda_context_MiB * 1024 * 1024));
-  const auto channels = static_cast<int64_t>(std::max(0, dev.nccl_channels));
   const auto& sets = cp.dag.device_sets;
   // Each device set once per kind of use (a ring collective, an all-to-all, a transfer pair).
   std::vector<uint8_t> seen(sets.size(), 0);
@@ -60,7 +70,6 @@ std::vector<OutsideAllocator> outside_allocator(const compiler::CompiledPlan& cp
         if (valid(d)) comms[static_cast<size_t>(d)].push_back(id.first->second);
     }
   }
-  constexpr int64_t kRing = kNcclLlBuffSize + kNcclLl128BuffSize + kNcclSimpleBuffSize;
   for (size_t d = 0; d < out.size(); ++d) {
     // An idle device runs no process.
     if (d < cp.class_of_device.size() && cp.class_of_device[d] < 0) continue;
@@ -71,11 +80,10 @@ std::vector<OutsideAllocator> outside_allocator(const compiler::CompiledPlan& cp
     std::sort(p.begin(), p.end());
     p.erase(std::unique(p.begin(), p.end()), p.end());
     OutsideAllocator& o = out[d];
-    o.cuda_context = context;
+    o.cuda_context = cuda_context_bytes(dev);
     o.communicators = static_cast<int>(c.size());
     o.peers = static_cast<int>(p.size());
-    o.nccl = channels * (static_cast<int64_t>(c.size()) * kRing +
-                         static_cast<int64_t>(p.size()) * kNcclSimpleBuffSize);
+    o.nccl = nccl_buffer_bytes(dev, o.communicators, o.peers);
   }
   return out;
 }

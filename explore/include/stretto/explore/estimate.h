@@ -21,11 +21,15 @@
 //   quarter of the last microbatch's backward (at least one bucket; what the simulator hides,
 //   measured by bench_explore BM_Agreement), plus ZeRO-1/2's parameter all-gather after the
 //   step.
-//   memory = parameters, gradients and optimizer state of the largest stage by ZeRO level
+//   memory (allocated) = parameters, gradients and optimizer state of the largest stage by ZeRO level
 //   (the simulator's bytes per parameter: compiler::static_bytes_per_param of the plan's dtype
 //   and optimizer, e.g. 2 + 2 + 12 for bf16 Adam with master weights) + saved activations of the
 //   chunks the first rank holds at its peak (1F1B: min(m, p); GPipe and looped BFS: all;
 //   interleaved: 2(p-1) + (v-1)p + 1; ZB-H2: 2p-1; V schedules: 2p + 1 chunks).
+//   device total = per rank, that + NCCL's buffers of the groups it communicates in (TP, DP x
+//   CP, CP, the gradient norm's, tied embeddings) and the devices it receives point-to-point
+//   from (pipeline neighbours, EP and CP all-to-all peers), by sim::nccl_buffer_bytes, + the
+//   CUDA context (sim::cuda_context_bytes); the largest rank's.
 //
 // Everything it needs per (microbatch size, TP degree) is computed once and cached, so one
 // estimate is a few hundred arithmetic operations.
@@ -43,7 +47,12 @@ namespace stretto::explore {
 
 struct Estimate {
   double step_ms = 0;
-  int64_t peak_memory_bytes = 0;
+  int64_t peak_memory_bytes = 0;  // allocated: static state + saved activations (largest rank)
+  // Outside the allocator, as the simulator counts it (sim/outside_allocator.h): the CUDA
+  // context, and NCCL's buffers of the communicators and point-to-point peers of the rank that
+  // has the most; peak_device_bytes = the largest rank's allocated peak + its NCCL buffers +
+  // the context, what capacity is judged on (docs/semantics.md "Capacity").
+  int64_t cuda_context_bytes = 0, nccl_buffer_bytes = 0, peak_device_bytes = 0;
   double chunk_f_ms = 0, chunk_b_ms = 0;  // mean chunk, one microbatch
   double bubble_ms = 0, dp_exposed_ms = 0;
 };
@@ -73,11 +82,22 @@ class Estimator {
   const LayerCosts& costs(int64_t mbs, int tp, int ep, bool sp, int cp,
                           plan::CpCommType cp_comm);
   double comm_ns(compiler::CommKind k, int64_t bytes, int group, int nodes);
+  // NCCL's buffers of a device of each pipeline rank (`rank_of`: each chunk's rank, per
+  // pipeline direction; `experts`: the chunks with MoE layers).
+  std::vector<int64_t> nccl_per_rank(const Resolved& r, const std::vector<std::vector<int>>& rank_of,
+                                     const std::vector<char>& experts,
+                                     plan::CpCommType cp_comm) const;
 
   plan::Plan plan_;
   std::shared_ptr<const cost::CostModel> cm_;
   std::map<std::tuple<int64_t, int, int, bool, int, plan::CpCommType>, LayerCosts> cache_;
 };
+
+/// Search's pruning rule (docs/sweeps.md "How search works"): a point is kept when its
+/// estimated device total (peak_device_bytes) is within 10 % over the cap, the estimate's
+/// margin (it leaves out the caching allocator's rounding and fragmentation, which the
+/// simulator's reserved bytes have).
+bool estimated_to_fit(const Estimate& e, double cap_bytes);
 
 /// One-shot estimate of a plan (builds an Estimator; for sweeps' estimate column).
 Expected<Estimate> estimate(const plan::Plan& plan, const Resolved& r);

@@ -28,6 +28,16 @@ struct OutsideAllocator {
   int64_t total() const { return cuda_context + nccl; }
 };
 
+/// The CUDA context a process holds on a device of `dev`: its cuda_context_MiB (0 on a "cpu"
+/// device: Gloo, no CUDA).
+int64_t cuda_context_bytes(const plan::DeviceSpec& dev);
+/// NCCL's buffers of a device in `communicators` ring communicators that receives
+/// point-to-point data from `peers` devices: nccl_channels connections into it per
+/// communicator, each with the LL, LL128 and Simple buffers, and per peer, each with the Simple
+/// buffer (0 on a "cpu" device). The one formula of outside_allocator and of the sweep
+/// estimate (explore/estimate.h).
+int64_t nccl_buffer_bytes(const plan::DeviceSpec& dev, int64_t communicators, int64_t peers);
+
 /// Per device of `cp`. A device of kind "cpu" (Gloo, no CUDA) and an idle device hold none.
 /// The CUDA context: the cluster's cuda_context_MiB. NCCL's buffers:
 /// every distinct group of devices a collective other than all-to-all runs over is one
