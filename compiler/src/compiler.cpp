@@ -592,7 +592,9 @@ int64_t Compiler::cp_kv_bytes(const UnitInfo& u) const {
 }
 
 // Collectives of `kind` over the CP groups on stream `cp`, one per tensor (`bytes`), issued in
-// order after `deps`, each holding its buffer while it runs; deps becomes the last one.
+// order after `deps`; deps becomes the last one. An all-to-all's receive buffer is allocated
+// when it starts and kept (Transformer Engine's flash_attn_a2a_communicate allocates every
+// output, torch.empty_like, before it returns them all): the caller frees them.
 uint32_t Compiler::cp_chain(CommKind kind, uint32_t o, int mb, Pass pass, const UnitInfo& u,
                             std::initializer_list<int64_t> bytes, std::vector<uint32_t>& deps) {
   uint32_t last = kNone;
@@ -600,7 +602,7 @@ uint32_t Compiler::cp_chain(CommKind kind, uint32_t o, int mb, Pass pass, const 
     const uint32_t n = add_collective(kind, CommPurpose::kContextPar, o, mb, pass, cp_groups(u),
                                       stream("cp"), b, u.repl);
     for (uint32_t d : deps) edge(d, n);
-    if (kind == CommKind::kAllToAll) comm_buffer(n, b);
+    if (kind == CommKind::kAllToAll) mem(n, false, MemCategory::kCommBuffers, b);
     deps = {n};
     last = n;
   }
@@ -613,7 +615,9 @@ uint32_t Compiler::cp_chain(CommKind kind, uint32_t o, int mb, Pass pass, const 
 //    backward; the gathered K/V (cp·chunk) is held until the attention ends, and the backward
 //    also holds the whole dK/dV (cp·chunk) from its start until it is reduce-scattered.
 //  * a2a (AttnFuncWithCPAndQKVOA2A): all-to-alls of Q, K and V (forward) or of the output
-//    gradient (backward), one per tensor, each rank's whole send buffer.
+//    gradient (backward), one per tensor, each rank's whole send buffer; what they receive
+//    (the attention's inputs over the whole sequence, a/cp heads) is held until the attention
+//    ends (then it is what the attention saves, or done with).
 void Compiler::cp_before_attention(uint32_t o, int mb, Pass pass, bool bwd, const UnitInfo& u,
                                    std::vector<uint32_t>& deps) {
   const plan::ModelSpec& m = plan_.model;
@@ -637,7 +641,9 @@ void Compiler::cp_before_attention(uint32_t o, int mb, Pass pass, bool bwd, cons
 //  * all_gather: the forward frees the gathered K/V; the backward frees it and reduce-scatters
 //    dK and dV (reduce_scatter_along_first_dim, one each, the whole cp·chunk input), then frees
 //    them;
-//  * a2a: all-to-all of the output (forward) or of dQ, dK and dV (backward).
+//  * a2a: frees what the all-to-alls before it received, at its end; all-to-all of the output
+//    (forward) or of dQ, dK and dV (backward), whose receive buffers are held until the last
+//    of them ends (one flash_attn_a2a_communicate call returns them together).
 uint32_t Compiler::cp_after_attention(uint32_t o, int mb, Pass pass, bool bwd,
                                       const UnitInfo& u, uint32_t c,
                                       const std::vector<uint32_t>& deps) {
@@ -659,10 +665,14 @@ uint32_t Compiler::cp_after_attention(uint32_t o, int mb, Pass pass, bool bwd,
       mem(last, true, MemCategory::kCommBuffers, -gathered);
       return last;
     }
-    case plan::CpCommType::kA2A:
-      if (!bwd)
-        return cp_chain(CommKind::kAllToAll, o, mb, pass, u, {q}, after);
-      return cp_chain(CommKind::kAllToAll, o, mb, pass, u, {q, kv / 2, kv / 2}, after);
+    case plan::CpCommType::kA2A: {
+      mem(c, true, MemCategory::kCommBuffers, -(bwd ? q : q + kv));  // received before it
+      const uint32_t last =
+          bwd ? cp_chain(CommKind::kAllToAll, o, mb, pass, u, {q, kv / 2, kv / 2}, after)
+              : cp_chain(CommKind::kAllToAll, o, mb, pass, u, {q}, after);
+      mem(last, true, MemCategory::kCommBuffers, -(bwd ? q + kv : q));
+      return last;
+    }
   }
   return c;
 }

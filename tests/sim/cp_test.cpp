@@ -19,6 +19,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "stretto/sim/inspect.h"
 #include "stretto/sim/session.h"
@@ -326,6 +328,93 @@ TEST(ContextParallel, AllGatherAndA2aEmitTransformerEnginesCollectives) {
       EXPECT_EQ(a.gemm.batch, 2 * 16 / 2);  // b · heads / cp (TP divides it further)
       EXPECT_EQ(b.gemm.m, 512);
     }
+  }
+}
+
+// The communication buffers of one attention's CP communication, against Transformer Engine's
+// context_parallel.py by hand (cp 2, TP 2: a chunk's K and V kv bytes, Q or the output q):
+//  * all_gather (AttnFuncWithCPAndKVAllGather): gather_along_first_dim of K and V gives the
+//    whole sequence's, G = cp·kv, held until the attention ends (its forward saves the local
+//    K and V, and the backward gathers them again); the backward's dK and dV are zeros of
+//    the whole sequence (G) from the attention's start until reduce_scatter_along_first_dim
+//    returns the rank's chunk.
+//  * a2a (AttnFuncWithCPAndQKVOA2A): flash_attn_a2a_communicate allocates every output
+//    (torch.empty_like) and returns them together, so Q, K and V received before the forward
+//    (q + kv) are held until the attention ends, as the output gradient (q) before the
+//    backward; after the attention the output's (q) or dQ, dK and dV's (q + kv) buffers are
+//    held until the last all-to-all ends. Before this test each all-to-all held only its own
+//    buffer while it ran (peak max(q, kv/2) instead of q + kv); it failed on every a2a pass.
+TEST(ContextParallel, AllGatherAndA2aBuffersMatchTheHandComputation) {
+  const int64_t tok = 2 * 512;              // b · s/cp at cp 2
+  const int64_t kv = 2 * tok * 4 * 64 * 2;  // K and V: 8/2 KV heads of 64, bf16
+  const int64_t q = tok * 8 * 64 * 2;       // Q (or the output): 16/2 heads
+  const int64_t G = 2 * kv;                 // K and V of the whole sequence
+  using Effects = std::vector<std::pair<std::string, int64_t>>;
+  // The first attention's communication-buffer effects, microbatch 0, one pass, in node order
+  // (a node's start before its end), and the largest running sum.
+  auto effects = [](const CompiledPlan& cp, bool fwd, int64_t* peak) {
+    uint32_t att = 0;
+    while (cp.model.ops[att].kind != OpKind::kAttention) ++att;
+    std::vector<std::tuple<uint32_t, bool, std::string, int64_t>> all;
+    for (const compiler::MemEffect& e : cp.dag.mem) {
+      const Node& n = cp.dag.nodes[e.node];
+      if (e.cat != compiler::MemCategory::kCommBuffers || n.op != att || n.tags.mb() != 0 ||
+          (n.tags.pass == Pass::kF) != fwd || n.recompute)
+        continue;
+      const char* who = n.kind == NodeKind::kCompute         ? "attention"
+                        : n.comm == CommKind::kAllGather     ? "all-gather"
+                        : n.comm == CommKind::kReduceScatter ? "reduce-scatter"
+                        : n.comm == CommKind::kAllToAll      ? "all-to-all"
+                                                             : "other";
+      all.emplace_back(e.node, e.at_end, std::string(who) + (e.at_end ? " end" : " start"), e.bytes);
+    }
+    std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+      return std::tie(std::get<0>(a), std::get<1>(a)) < std::tie(std::get<0>(b), std::get<1>(b));
+    });
+    Effects out;
+    int64_t live = 0;
+    *peak = 0;
+    for (const auto& [node, end, what, bytes] : all) {
+      out.emplace_back(what, bytes);
+      live += bytes;
+      *peak = std::max(*peak, live);
+    }
+    EXPECT_EQ(live, 0) << "every buffer is freed within its pass";
+    return out;
+  };
+  int64_t peak = 0;
+  {
+    SCOPED_TRACE("all_gather");
+    Session s = open(tiny_plan({{"tp", 2}, {"cp", 2}, {"cp_comm_type", "all_gather"}}, analytic()));
+    EXPECT_EQ(effects(s.compiled(), true, &peak),
+              (Effects{{"all-gather start", G}, {"attention end", -G}}));
+    EXPECT_EQ(peak, G);
+    EXPECT_EQ(effects(s.compiled(), false, &peak),
+              (Effects{{"all-gather start", G},
+                       {"attention start", G},
+                       {"attention end", -G},
+                       {"reduce-scatter end", -G}}));
+    EXPECT_EQ(peak, 2 * G);
+  }
+  {
+    SCOPED_TRACE("a2a");
+    Session s = open(tiny_plan({{"tp", 2}, {"cp", 2}, {"cp_comm_type", "a2a"}}, analytic()));
+    EXPECT_EQ(effects(s.compiled(), true, &peak),
+              (Effects{{"all-to-all start", q},
+                       {"all-to-all start", kv / 2},
+                       {"all-to-all start", kv / 2},
+                       {"attention end", -(q + kv)},
+                       {"all-to-all start", q},
+                       {"all-to-all end", -q}}));
+    EXPECT_EQ(peak, q + kv);
+    EXPECT_EQ(effects(s.compiled(), false, &peak),
+              (Effects{{"all-to-all start", q},
+                       {"attention end", -q},
+                       {"all-to-all start", q},
+                       {"all-to-all start", kv / 2},
+                       {"all-to-all start", kv / 2},
+                       {"all-to-all end", -(q + kv)}}));
+    EXPECT_EQ(peak, q + kv);
   }
 }
 
