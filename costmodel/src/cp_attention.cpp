@@ -15,10 +15,14 @@ int64_t cp_kv_chunk_bytes(int64_t microbatch, int64_t seq_len, int cp, int64_t k
 }
 
 namespace {
-// A step beside a transfer: the attention on the SMs the send/recv kernels leave.
-int64_t beside(int64_t x, double sm_share) {
-  STRETTO_ASSERT(sm_share >= 0 && sm_share < 1, "comm_sm_share leaves SMs to compute");
-  return static_cast<int64_t>(std::ceil(static_cast<double>(x) / (1.0 - sm_share) - 1e-6));
+// A step of `x` ns alone beside a transfer of `p` ns: while the transfer runs the step has
+// 1 − sm_share of the SMs, then all of them (the engine's rate rule for compute beside a comm
+// kernel). It ends with the transfer when x ≤ (1 − sm_share)·p, else after x + sm_share·p;
+// both are max(p, x + sm_share·p). Defined for every share in [0, 1] (1: the two serialise).
+int64_t beside(int64_t x, int64_t p, double sm_share) {
+  STRETTO_ASSERT(sm_share >= 0 && sm_share <= 1, "comm_sm_share is a fraction (schema)");
+  const auto lost = static_cast<int64_t>(std::ceil(sm_share * static_cast<double>(p) - 1e-6));
+  return std::max(p, x + lost);
 }
 int64_t step_ns(int64_t whole_ns, int cp, double ratio) {
   return static_cast<int64_t>(std::ceil(static_cast<double>(whole_ns) * ratio / cp - 1e-6));
@@ -42,16 +46,14 @@ CpSteps cp_attention_steps(const CostModel& cm, const ComputeQuery& whole, int64
 
 int64_t cp_attention_fwd_ns(int cp, CpSteps a, int64_t kv_ns, double sm_share) {
   if (cp <= 1) return a.diag;
-  return std::max(beside(a.diag, sm_share), kv_ns) +
-         (cp - 2) * std::max(beside(a.off, sm_share), kv_ns) + a.off;
+  return beside(a.diag, kv_ns, sm_share) + (cp - 2) * beside(a.off, kv_ns, sm_share) + a.off;
 }
 
 int64_t cp_attention_bwd_ns(int cp, CpSteps a, int64_t kv_ns, int64_t kv_dkv_ns,
                             double sm_share) {
   if (cp <= 1) return a.diag;
-  const int64_t off = beside(a.off, sm_share);
-  return std::max(beside(a.diag, sm_share), kv_ns) + (cp - 2) * std::max(off, kv_dkv_ns) +
-         std::max(off, kv_ns);
+  return beside(a.diag, kv_ns, sm_share) + (cp - 2) * beside(a.off, kv_dkv_ns, sm_share) +
+         beside(a.off, kv_ns, sm_share);
 }
 
 namespace {

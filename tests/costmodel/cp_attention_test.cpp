@@ -25,14 +25,28 @@ TEST(CpAttention, ForwardStepsOverlapTheNextSteps) {
   EXPECT_EQ(cp_attention_fwd_ns(1, {4000, 4000}, 9999, 0), 4000);
 }
 
-// The ring's send/recv kernels hold comm_sm_share of the SMs while a transfer runs: a step
-// beside one takes x / (1 − share), rounded up; the last forward step runs on every SM.
-// H100's 20 of 132 SMs: 1000 ns -> 1000 · 132 / 112 = 1178.57 -> 1179.
-TEST(CpAttention, StepsBesideATransferLoseTheCommunicationSms) {
+// The ring's send/recv kernels hold comm_sm_share of the SMs while a transfer runs, and give
+// them back when it ends: a step of x beside a transfer of p takes max(p, x + share · p),
+// rounded up; the last forward step runs on every SM. H100's 20 of 132 SMs, x = 1000:
+//   p = 1100: 1100 · 20 / 132 = 166.67 -> 167, the step 1167 (> p: the step ends last);
+//   p = 1300: the step done on 112/132 of the SMs by 1178.6 < 1300, so it ends with p;
+//   p = 0: no transfer, no SMs lost (x / (1 − share) would give 1179).
+TEST(CpAttention, StepsBesideATransferLoseTheCommunicationSmsWhileItRuns) {
   const double share = 20.0 / 132;
-  EXPECT_EQ(cp_attention_fwd_ns(2, {1000, 1000}, 0, share), 1179 + 1000);
-  EXPECT_EQ(cp_attention_fwd_ns(4, {1000, 1000}, 1100, share), 1179 + 2 * 1179 + 1000);
-  EXPECT_EQ(cp_attention_bwd_ns(2, {1000, 1000}, 0, 0, share), 2 * 1179);
+  EXPECT_EQ(cp_attention_fwd_ns(2, {1000, 1000}, 0, share), 1000 + 1000);
+  EXPECT_EQ(cp_attention_fwd_ns(2, {1000, 1000}, 1100, share), 1167 + 1000);
+  EXPECT_EQ(cp_attention_fwd_ns(2, {1000, 1000}, 1300, share), 1300 + 1000);
+  EXPECT_EQ(cp_attention_fwd_ns(4, {1000, 1000}, 1100, share), 1167 + 2 * 1167 + 1000);
+  EXPECT_EQ(cp_attention_bwd_ns(2, {1000, 1000}, 0, 0, share), 2 * 1000);
+  // The middle steps beside a K/V + dK/dV transfer of 2200: 1000 + 334 < 2200, they end with it.
+  EXPECT_EQ(cp_attention_bwd_ns(4, {1000, 1000}, 1100, 2200, share), 1167 + 2 * 2200 + 1167);
+}
+
+// A share of 1 (a device of 20 SMs or fewer, e.g. the `cpu` preset's one: comm_sm_share
+// = min(1, 20 / sms)) serialises a step and its transfer instead of dividing by zero.
+TEST(CpAttention, AWholeShareSerialisesTheStepAndItsTransfer) {
+  EXPECT_EQ(cp_attention_fwd_ns(2, {1000, 1000}, 300, 1.0), 1300 + 1000);
+  EXPECT_EQ(cp_attention_bwd_ns(4, {1000, 1000}, 300, 500, 1.0), 1300 + 2 * 1500 + 1300);
 }
 
 // Backward, cp 4, steps alone 2000 ns (diagonal and others): the first and last transfers

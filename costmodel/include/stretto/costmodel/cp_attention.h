@@ -15,17 +15,20 @@
 // at [2c, 2c], an off-diagonal step `o` at [c, 2c], the slower of the two kinds (the ring
 // waits for its slowest rank, and rank 0 runs [c, 2c] at every step i ≥ 1).
 //
-// While a transfer runs, NCCL's send/recv kernels hold SMs the attention cannot use: a step
-// beside a transfer takes x' = x / (1 − comm_sm_share) (the cost model's share of SMs taken
-// by communication kernels, docs/costmodel.md), like tp_comm_overlap's SM margin.
+// While a transfer runs, NCCL's send/recv kernels hold SMs the attention cannot use (the cost
+// model's comm_sm_share, docs/costmodel.md); TE sets no SM margin for the ring, so the step
+// gets them back when the transfer ends (the engine's rate rule for compute beside a comm
+// kernel). A step of x alone beside a transfer of p then takes
+//     B(x, p) = max(p, x + comm_sm_share · p)
+// (it ends with the transfer when x ≤ (1 − share)·p, else after x + share·p).
 //
 // Forward (TE: for i in range(cp_size + 1); step i < cp − 1 launches the send/recv of the K/V
 // step i + 1 needs; step i waits for its own): cp − 1 transfers of this rank's K/V chunk, p
 // each, beside steps 0 .. cp − 2; the last step runs alone:
-//     T_f = max(d', p) + (cp − 2) · max(o', p) + o                      (cp ≥ 2)
+//     T_f = B(d, p) + (cp − 2) · B(o, p) + o                           (cp ≥ 2)
 // Backward (TE: step 0 sends K/V only, steps 1 .. cp − 2 send K/V and the dK/dV accumulated so
 // far together, step cp − 1 sends dK/dV only, each overlapping that step's compute):
-//     T_b = max(d_b', p) + (cp − 2) · max(o_b', p2) + max(o_b', p)      (cp ≥ 2)
+//     T_b = B(d_b, p) + (cp − 2) · B(o_b, p2) + B(o_b, p)              (cp ≥ 2)
 // with p one transfer of the K/V chunk and p2 one of twice its bytes.
 // Source: TransformerEngine, transformer_engine/pytorch/attention/dot_product_attention/
 // context_parallel.py, AttnFuncWithCPAndKVP2P.forward and .backward (bf16, no fp8).
