@@ -15,6 +15,7 @@
 
 #include "fork_join.h"
 #include "radix_sort.h"
+#include "replay_order.h"
 #include "sample_counters.h"
 #include "stretto/engine/engine.h"
 #include "stretto/sim/caching_allocator.h"
@@ -83,7 +84,112 @@ Diagnostics check_participants(const CompiledPlan& cp) {
 //    its own; for every device (folded replicas take part in no task: nothing to list).
 // Devices are replayed independently, on up to `threads` threads (SimOptions::threads), each
 // writing only its own devices' slots of the results: the same results for any count.
+//
+// Reserved bytes only: a device's reserved bytes depend only on its static memory and on the
+// sequence of its effects in replay order. `kept` (a Resimulator's, or null) holds each
+// device's listing, its replay order and its reserved bytes from the last run; `reuse` says
+// they are those of `previous` and `p` has previous's structure (re-costed: the same tasks,
+// participants and effects). Then each device's kept order is checked against the new times:
+// when it is still sorted it is the order a sort would give (a sort by (time, kind) that keeps
+// the listed order of ties is the sort by (time, kind, listed position)), so the effects come
+// in the same sequence and the device keeps its reserved bytes; otherwise it is sorted and
+// replayed again.
 // (Out of line, so that profiles show it.)
+}  // namespace
+
+struct ReservedOrder {
+  struct Listed {
+    uint32_t task, effect;
+  };
+  struct Device {
+    std::vector<Listed> listed;   // its effects, in task and effect order
+    std::vector<uint32_t> order;  // indices into `listed`, in replay order
+    compiler::StaticMemory statics;
+  };
+  bool valid = false;
+  std::vector<char> want;
+  std::vector<Device> devices;
+  std::vector<int64_t> reserved;  // by device
+  uint32_t replayed = 0;          // devices the last run replayed
+};
+
+namespace {
+
+// The replay's sort key of an effect of a task: its time, then 0 a free, 1 an allocation, 2 a
+// free at the end of a task that took no time.
+uint64_t effect_key(const engine::CounterEffect& ce, const engine::TaskTiming& tt) {
+  const SimTime at = ce.at_end ? tt.end : tt.start;
+  const uint64_t kind = ce.delta > 0 ? 1 : ce.at_end && tt.end == tt.start ? 2 : 0;
+  return static_cast<uint64_t>(at) << 2 | kind;
+}
+
+bool same_static(const compiler::StaticMemory& a, const compiler::StaticMemory& b) {
+  return a.params == b.params && a.grads == b.grads && a.optimizer == b.optimizer;
+}
+
+// A kept device's static blocks, then its effects in `dev.order`; its reserved bytes.
+int64_t replay_device(AllocationReplay& a, const engine::Program& p,
+                      const ReservedOrder::Device& dev) {
+  a.clear();
+  for (const int64_t b : {dev.statics.params, dev.statics.grads, dev.statics.optimizer})
+    if (b > 0) a.allocate_static(b);
+  for (const uint32_t i : dev.order) {
+    const engine::CounterEffect& ce = p.effects[dev.listed[i].effect];
+    if (ce.delta > 0)
+      a.allocate(ce.counter, ce.delta);
+    else
+      a.release(ce.counter, -ce.delta);
+  }
+  return a.reserved();
+}
+
+// The kept orders, checked against the new times and, where a device's moved, sorted and
+// replayed again; false when a listed task did not run (the listing would differ).
+bool replay_kept(ReservedOrder& o, const CompiledPlan& cp, const engine::Program& p,
+                 const std::vector<engine::TaskTiming>& timing,
+                 const std::vector<uint32_t>& parts) {
+  const size_t num_parts = parts.size() - 1;
+  std::vector<char> failed(num_parts, 0);
+  std::vector<uint32_t> replayed(num_parts, 0);
+  fork_join(num_parts, [&](size_t j) {
+    AllocationReplay a;
+    std::vector<uint64_t> keys;
+    for (uint32_t d = parts[j]; d < parts[j + 1]; ++d) {
+      if (!(o.want.empty() || o.want[d])) continue;
+      ReservedOrder::Device& dev = o.devices[d];
+      bool ran = true;
+      const bool sorted = in_key_order(
+          dev.order.data(), static_cast<uint32_t>(dev.order.size()), [&](uint32_t i) {
+            const ReservedOrder::Listed& l = dev.listed[i];
+            ran &= timing[l.task].start >= 0;
+            return effect_key(p.effects[l.effect], timing[l.task]);
+          });
+      const compiler::StaticMemory sm =
+          d < cp.static_mem.size() ? cp.static_mem[d] : compiler::StaticMemory{};
+      if (sorted && ran && same_static(sm, dev.statics)) continue;
+      const auto n = static_cast<uint32_t>(dev.listed.size());
+      keys.resize(n);
+      for (uint32_t i = 0; i < n; ++i) {
+        const engine::TaskTiming& tt = timing[dev.listed[i].task];
+        ran &= tt.start >= 0;
+        keys[i] = effect_key(p.effects[dev.listed[i].effect], tt);
+      }
+      if (!ran) {
+        failed[j] = 1;
+        return;
+      }
+      sort_by_key(keys.data(), 0, n, dev.order.data());
+      dev.statics = sm;
+      o.reserved[d] = replay_device(a, p, dev);
+      ++replayed[j];
+    }
+  });
+  if (std::find(failed.begin(), failed.end(), 1) != failed.end()) return false;
+  o.replayed = 0;
+  for (const uint32_t r : replayed) o.replayed += r;
+  return true;
+}
+
 struct ReplayWhat {
   bool reserved = true, counters = false, curves = false;
 };
@@ -94,7 +200,7 @@ struct MemoryReplay {
 [[gnu::noinline]] MemoryReplay replay_memory(const CompiledPlan& cp, const engine::Program& p,
                                              const std::vector<engine::TaskTiming>& timing,
                                              const std::vector<char>& want, ReplayWhat what,
-                                             int threads) {
+                                             int threads, ReservedOrder* kept, bool reuse) {
   MemoryReplay out;
   const auto D = static_cast<uint32_t>(cp.num_devices);
   if (what.reserved) out.reserved.assign(D, 0);
@@ -117,7 +223,29 @@ struct MemoryReplay {
   struct Ev {
     uint64_t key;  // time << 2 | kind
     uint32_t effect;
+    uint32_t index;  // its position in the listing
   };
+  // Threads get contiguous device ranges of about equal dispatch lengths.
+  std::vector<uint32_t> work(D + size_t{1}, 0);
+  for (uint32_t d = 0; d < D; ++d)
+    work[d + 1] = work[d] + (listed(d) && d < p.devices.size()
+                                 ? static_cast<uint32_t>(p.devices[d].dispatch.size())
+                                 : 0);
+  const std::vector<uint32_t> parts =
+      device_ranges(work, static_cast<uint32_t>(std::max(threads, 1)));
+  // Reserved bytes alone, at op granularity, can be kept (above).
+  const bool keep = kept && what.reserved && !counters;
+  if (keep && reuse && kept->valid && kept->want == want && kept->devices.size() == D &&
+      replay_kept(*kept, cp, p, timing, parts)) {
+    out.reserved = kept->reserved;
+    return out;
+  }
+  if (kept) {
+    kept->valid = false;
+    kept->replayed = 0;
+  }
+  if (keep) kept->devices.assign(D, {});
+  std::vector<char> skipped(parts.size() - 1, 0);  // a task that did not run (not kept)
   // Effects of 0 bytes change no level, but an instant with only them is still a sample of the
   // counters' curves (as in op_counters): listed when counters are asked for (as kind 1),
   // skipped by the allocator.
@@ -129,7 +257,7 @@ struct MemoryReplay {
   // that took no time, sorted by (time, kind) keeping task and effect order; then replayed.
   // Devices [first, last), each into its own slots of `out` (and nothing else shared is
   // written).
-  auto replay = [&](uint32_t first, uint32_t last) {
+  auto replay = [&](uint32_t first, uint32_t last, char& skipped_here) {
     AllocationReplay a;
     std::vector<uint32_t> tasks;
     std::unique_ptr<Ev[]> evs, other;
@@ -141,6 +269,7 @@ struct MemoryReplay {
       size_t n = 0;
       if (d < p.devices.size())
         for (const uint32_t t : p.devices[d].dispatch) {
+          skipped_here |= t < timing.size() && timing[t].start < 0;
           if (!ran_with_effects(t)) continue;
           tasks.push_back(t);
           n += p.effect_begin[p.tasks[t].node + 1] - p.effect_begin[p.tasks[t].node];
@@ -162,7 +291,9 @@ struct MemoryReplay {
           const uint64_t kind = ce.delta >= 0                                   ? 1
                                 : ce.at_end && timing[t].end == timing[t].start ? 2
                                                                                 : 0;
-          evs[k++] = {static_cast<uint64_t>(at) << 2 | kind, e};
+          if (keep && wanted(d)) kept->devices[d].listed.push_back({t, e});
+          evs[k] = {static_cast<uint64_t>(at) << 2 | kind, e, static_cast<uint32_t>(k)};
+          ++k;
         }
       }
       radix_sort_grouped(
@@ -199,17 +330,23 @@ struct MemoryReplay {
           a.release(ce.counter, -ce.delta);
       }
       out.reserved[d] = a.reserved();
+      if (keep) {
+        ReservedOrder::Device& dev = kept->devices[d];
+        dev.order.resize(k);
+        for (size_t i = 0; i < k; ++i) dev.order[i] = evs[i].index;
+        dev.statics = d < cp.static_mem.size() ? cp.static_mem[d] : compiler::StaticMemory{};
+      }
     }
   };
-  // Threads get contiguous device ranges of about equal dispatch lengths.
-  std::vector<uint32_t> work(D + size_t{1}, 0);
-  for (uint32_t d = 0; d < D; ++d)
-    work[d + 1] = work[d] + (listed(d) && d < p.devices.size()
-                                 ? static_cast<uint32_t>(p.devices[d].dispatch.size())
-                                 : 0);
-  const std::vector<uint32_t> parts =
-      device_ranges(work, static_cast<uint32_t>(std::max(threads, 1)));
-  fork_join(parts.size() - 1, [&](size_t j) { replay(parts[j], parts[j + 1]); });
+  fork_join(parts.size() - 1, [&](size_t j) { replay(parts[j], parts[j + 1], skipped[j]); });
+  if (keep) {
+    kept->want = want;
+    kept->reserved = out.reserved;
+    for (uint32_t d = 0; d < D; ++d) kept->replayed += wanted(d);
+    kept->valid = std::find(skipped.begin(), skipped.end(), 1) == skipped.end();
+  } else if (kept && what.reserved) {
+    for (uint32_t d = 0; d < D; ++d) kept->replayed += wanted(d);
+  }
   return out;
 }
 }  // namespace
@@ -222,6 +359,8 @@ struct KeptEngine {
   bool prepared_previous = false;  // it holds the preparation of the previous result's program
   bool rerun = false;              // out: the run re-used that preparation
   bool prepared = false;           // out: it holds the preparation of the new result's program
+  ReservedOrder* order = nullptr;  // in and out: the reserved replay's order (replay_memory)
+  bool order_previous = false;     // `order` is that of the previous result
 };
 
 Expected<Result> simulate_impl(const CompiledPlan& cp, const cost::CostModel& cm,
@@ -346,13 +485,19 @@ Expected<Result> simulate_impl(const CompiledPlan& cp, const cost::CostModel& cm
   // Reserved memory (not on a CPU device) and, at pass granularity (the engine ran the merged
   // program, which has no counters), the op program's counters, from one listing.
   std::vector<int64_t> reserved(static_cast<size_t>(D), 0);
+  if (kept) {
+    kept->order->valid = kept->order->valid && !cpu;
+    kept->order->replayed = 0;
+  }
   if (!cpu || engine_counted_nothing) {
     ReplayWhat what;
     what.reserved = !cpu;
     what.counters = engine_counted_nothing;
     what.curves = opt.memory_curves;
     MemoryReplay mem = replay_memory(cp, r.program, r.timing,
-                                     r.folded ? keep : std::vector<char>{}, what, opt.threads);
+                                     r.folded ? keep : std::vector<char>{}, what, opt.threads,
+                                     kept ? kept->order : nullptr,
+                                     kept && kept->order_previous && same_structure);
     if (!cpu) reserved = std::move(mem.reserved);
     if (engine_counted_nothing) run.counters = std::move(mem.counters);
   }
@@ -463,14 +608,21 @@ Expected<Result> Resimulator::simulate(const CompiledPlan& cp, const cost::CostM
                                        const SimOptions& opt, const Result* previous) {
   KeptEngine kept;
   kept.engine = &engine_;
-  kept.prepared_previous =
-      previous && prepared_ && previous->engine_preparation == prepared_ && engine_.prepared();
+  const bool own = previous && last_ && previous->resimulation == last_;
+  kept.prepared_previous = own && engine_prepared_ && engine_.prepared();
+  kept.order = order_.get();
+  kept.order_previous = own;
   Expected<Result> r = simulate_impl(cp, cm, opt, previous, &kept);
   reused_ = kept.rerun;
-  prepared_ = kept.prepared ? std::make_shared<const int>(0) : nullptr;
-  if (r) r->engine_preparation = prepared_;
+  engine_prepared_ = kept.prepared;
+  replayed_ = r ? order_->replayed : 0;
+  last_ = r ? std::make_shared<const int>(0) : nullptr;
+  if (r) r->resimulation = last_;
   return r;
 }
+
+Resimulator::Resimulator() : order_(std::make_unique<ReservedOrder>()) {}
+Resimulator::~Resimulator() = default;
 
 CriticalPathBreakdown breakdown(const std::vector<CriticalStep>& path) {
   CriticalPathBreakdown b;

@@ -15,6 +15,7 @@
 #include "stretto/sim/caching_allocator.h"
 #include "stretto/sim/metrics_json.h"
 #include "stretto/sim/session.h"
+#include "replay_order.h"  // (sim/src)
 
 namespace stretto::sim {
 namespace {
@@ -434,6 +435,162 @@ TEST(ReservedMemory, EqualsAReplayOfEachDevicesEffectsInTaskOrder) {
     }
     EXPECT_TRUE(order_matters);
   }
+}
+
+// The replay's order of a device's effects: sort_by_key is the stable sort by key (short lists
+// by comparison, long ones by radix sort), and in_key_order accepts a kept order exactly when
+// it is what sorting by the new keys gives. Random keys with many ties, re-keyed with a few
+// changes (a key moved, two keys made equal, two tied keys in reversed listed order).
+TEST(ReservedMemory, AKeptOrderIsAcceptedExactlyWhenSortingGivesIt) {
+  std::mt19937_64 rng(7);
+  uint32_t accepted = 0, refused = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const uint32_t n = trial % 4 == 0 ? 2048 + static_cast<uint32_t>(rng() % 3000)
+                                      : 1 + static_cast<uint32_t>(rng() % 300);
+    const uint32_t b = static_cast<uint32_t>(rng() % 1000);  // the device's first index
+    const uint64_t range = 1 + rng() % (trial % 2 ? 8 : 1'000'000'000'000ull);
+    std::vector<uint64_t> keys(n);
+    for (uint64_t& k : keys) k = rng() % range;
+    std::vector<uint32_t> order(n), want(n);
+    sort_by_key(keys.data(), b, n, order.data());
+    for (uint32_t i = 0; i < n; ++i) want[i] = b + i;
+    std::stable_sort(want.begin(), want.end(),
+                     [&](uint32_t x, uint32_t y) { return keys[x - b] < keys[y - b]; });
+    ASSERT_EQ(order, want) << "trial " << trial;
+    auto key_of = [&](uint32_t i) { return keys[i - b]; };
+    ASSERT_TRUE(in_key_order(order.data(), n, key_of)) << "trial " << trial;
+    // New keys: each trial changes one or two of them, or none.
+    const uint32_t x = static_cast<uint32_t>(rng() % n), y = static_cast<uint32_t>(rng() % n);
+    switch (trial % 3) {
+      case 0: keys[x] = rng() % range; break;
+      case 1: keys[x] = keys[y]; break;
+      default: break;
+    }
+    std::vector<uint32_t> resorted(n);
+    sort_by_key(keys.data(), b, n, resorted.data());
+    const bool same = resorted == order;
+    EXPECT_EQ(in_key_order(order.data(), n, key_of), same) << "trial " << trial;
+    (same ? accepted : refused) += 1;
+    // Two adjacent entries of equal key swapped: listed order broken, refused.
+    for (uint32_t k = 0; k + 1 < n; ++k)
+      if (keys[resorted[k] - b] == keys[resorted[k + 1] - b]) {
+        std::swap(resorted[k], resorted[k + 1]);
+        EXPECT_FALSE(in_key_order(resorted.data(), n, key_of)) << "trial " << trial;
+        break;
+      }
+  }
+  EXPECT_GT(accepted, 100u);
+  EXPECT_GT(refused, 100u);
+}
+
+// A Resimulator keeps each device's order of memory effects and its reserved bytes from its
+// last result, and replays only the devices whose effects come in another order: over chains
+// of cost-model edits every result equals a fresh simulate, on 1, 2 and 3 threads, folded and
+// at pass granularity; the edits keep some devices' orders and move others' (both paths run),
+// and some device's reserved bytes change from one edit to the next (so that keeping every
+// device's bytes, or replaying a device in its old order, fails).
+TEST(ReservedMemory, AResimulatorReplaysOnlyTheDevicesWhoseEffectsMoved) {
+  struct Case {
+    const char* plan;
+    bool fold;
+    Granularity granularity;
+  };
+  const std::vector<json> edits = {
+      {{"nccl_intra_GBps", 20}},      {{"gemm_efficiency", 0.3}},
+      {{"dispatch_us", 30}},          {{"nccl_intra_GBps", 400}, {"gemm_efficiency", 0.8}},
+      {{"comm_sm_share", 0.4}},       {{"attention_efficiency", 0.2}},
+  };
+  uint32_t kept = 0, replayed = 0, changed = 0;
+  for (const Case& c : {Case{"gpt_pp4_dp2_1f1b.json", false, Granularity::kOp},
+                        Case{"megatron_gpt13b_tp8_pp2_dp2.json", false, Granularity::kOp},
+                        Case{"piper_qwen3_moe_pp2_dp2_ep2.json", false, Granularity::kOp},
+                        Case{"layout_llama7b_pp4_dp4_interleaved.json", true, Granularity::kPass}}) {
+    for (const int threads : {1, 2, 3}) {
+      SCOPED_TRACE(c.plan + std::string(c.fold ? " folded " : " ") + std::to_string(threads));
+      auto s = Session::open(std::string(STRETTO_EXAMPLES) + "/" + c.plan);
+      ASSERT_TRUE(s) << s.error().front().message;
+      SimOptions opt;
+      opt.fold_replicas = c.fold;
+      opt.granularity = c.granularity;
+      opt.threads = threads;
+      Resimulator resim;
+      auto prev = resim.simulate(s->compiled(), s->cost_model(), opt);
+      ASSERT_TRUE(prev);
+      uint32_t simulated = 0;
+      for (const DeviceMetrics& m : prev->devices) simulated += !m.folded;
+      EXPECT_EQ(resim.replayed_devices(), simulated);
+      plan::CostModelSpec spec = s->plan().costmodel;
+      for (const json& e : edits) {
+        SCOPED_TRACE(e.dump());
+        for (const auto& [k, v] : e.items()) spec.options[k] = v;
+        ASSERT_TRUE(s->set_costmodel(spec));
+        auto next = resim.simulate(s->compiled(), s->cost_model(), opt, &*prev);
+        ASSERT_TRUE(next);
+        expect_same_result(*s->simulate(opt), *next);
+        EXPECT_LE(resim.replayed_devices(), simulated);
+        kept += simulated - resim.replayed_devices();
+        replayed += resim.replayed_devices();
+        for (size_t d = 0; d < next->devices.size(); ++d)
+          changed += next->devices[d].peak_reserved != prev->devices[d].peak_reserved;
+        prev = std::move(next);
+      }
+    }
+  }
+  std::printf("kept %u replayed %u changed %u\n", kept, replayed, changed);
+  EXPECT_GT(kept, 0u);
+  EXPECT_GT(replayed, 0u);
+  EXPECT_GT(changed, 0u);
+}
+
+// A device's reserved bytes depend on its static memory too: a Resimulator given a plan with
+// another optimizer (adam with master weights, then without, then with again; the same
+// program structure, so the program is re-costed and the engine re-runs its preparation)
+// replays every device although its effects keep their order, and equals a fresh simulate.
+TEST(ReservedMemory, AResimulatorReplaysADeviceWhoseStaticMemoryChanged) {
+  json plan = gpt_plan(4, "h100-sxm");
+  auto adam = Session::from_text(plan.dump(), "alloc.json");
+  plan["optimizer"]["master_weights"] = false;
+  auto lean = Session::from_text(plan.dump(), "alloc.json");
+  ASSERT_TRUE(adam && lean);
+  ASSERT_NE(adam->compiled().static_mem[0].optimizer, lean->compiled().static_mem[0].optimizer);
+  Resimulator resim;
+  auto first = resim.simulate(adam->compiled(), adam->cost_model(), {});
+  ASSERT_TRUE(first);
+  auto next = resim.simulate(lean->compiled(), lean->cost_model(), {}, &*first);
+  ASSERT_TRUE(next);
+  EXPECT_TRUE(resim.reused());
+  EXPECT_EQ(resim.replayed_devices(), 2u);
+  auto fresh = lean->simulate();
+  ASSERT_TRUE(fresh);
+  expect_same_result(*fresh, *next);
+  EXPECT_NE(fresh->devices[0].peak_reserved, first->devices[0].peak_reserved);
+  // and back
+  auto back = resim.simulate(adam->compiled(), adam->cost_model(), {}, &*next);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(resim.replayed_devices(), 2u);
+  expect_same_result(*first, *back);
+}
+
+// What a Resimulator keeps is for its last result only: after a run of one plan, a re-costed
+// result of another plan (the same devices; more layers, so other tasks and static memory)
+// that the Resimulator did not give lists its effects afresh, and equals a fresh simulate.
+TEST(ReservedMemory, AResimulatorKeepsTheOrderOnlyForItsLastResult) {
+  json deeper = gpt_plan(4, "h100-sxm");
+  deeper["model"]["layers"] = 6;
+  auto four = Session::from_text(gpt_plan(4, "h100-sxm").dump(), "four.json");
+  auto six = Session::from_text(deeper.dump(), "six.json");
+  ASSERT_TRUE(four && six);
+  Resimulator resim;
+  ASSERT_TRUE(resim.simulate(four->compiled(), four->cost_model(), {}));
+  auto plain = six->simulate();
+  ASSERT_TRUE(plain);
+  plan::CostModelSpec spec = six->plan().costmodel;
+  spec.options["gemm_efficiency"] = 0.4;
+  ASSERT_TRUE(six->set_costmodel(spec));
+  auto next = resim.simulate(six->compiled(), six->cost_model(), {}, &*plain);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(resim.replayed_devices(), 2u);
+  expect_same_result(*six->simulate(), *next);
 }
 
 // A plan of `devices` H100s laid out by `layout` (1F1B), optimizer with or without clipping.

@@ -14,6 +14,8 @@ stretto_test(sim_critical_path_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/critical_p
 stretto_test(sim_tp_overlap_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/tp_overlap_test.cpp LIBS stretto::sim)
 # sim/caching_allocator.h: PyTorch's CUDA caching allocator by hand, and simulate's reserved bytes
 stretto_test(sim_allocator_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/allocator_test.cpp LIBS stretto::sim)
+# (and the reserved replay's order of effects, sim/src/replay_order.h)
+target_include_directories(sim_allocator_test PRIVATE ${PROJECT_SOURCE_DIR}/sim/src)
 # recost_program and simulate(previous): a cost-model edit re-costs the previous program; the
 # result equals a fresh simulation field by field
 stretto_test(sim_recost_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/recost_test.cpp LIBS stretto::sim)

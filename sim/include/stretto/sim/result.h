@@ -86,9 +86,9 @@ struct Result {
   bool host_compute = false;
   // Engine-level detail, for traces, the GUI and the critical path.
   engine::Program program;
-  /// Names the preparation of `program` that a Resimulator's engine holds (session.h); null
-  /// when none is kept. Copies share it.
-  std::shared_ptr<const void> engine_preparation;
+  /// Names the Resimulator run that gave this result (session.h: a Resimulator keeps what it
+  /// may reuse for its last result only); null from sim::simulate. Copies share it.
+  std::shared_ptr<const void> resimulation;
   std::vector<engine::TaskTiming> timing;  // by task id
 
   /// DAG node of a task.

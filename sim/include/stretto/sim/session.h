@@ -94,27 +94,41 @@ Expected<Result> simulate(const compiler::CompiledPlan& cp, const cost::CostMode
 Expected<Result> simulate(const compiler::CompiledPlan& cp, const cost::CostModel& cm,
                           const SimOptions& opt, const Result& previous);
 
+struct ReservedOrder;  // (session.cpp)
+
 /// Simulates one compiled plan again and again under other cost models (the GUI's worker),
 /// keeping the engine that ran its last result: when the next cost model's program is
 /// re-costed from that result (recost_program), the engine runs it on the preparation it holds
 /// (engine::Engine::rerun_checked: the successor lists, stream links and collective indexes of
-/// the same structure) instead of preparing it again. Each Result is sim::simulate's, bit for
-/// bit. Holds the engine's scratch state (about the program's size) between calls; one thread
+/// the same structure) instead of preparing it again. It also keeps the reserved-memory
+/// replay's order of each device's memory effects: a device whose effects come in the same
+/// order under the new times (and whose static memory is the same) keeps its reserved bytes
+/// instead of being replayed. Each Result is sim::simulate's, bit for bit. Holds the engine's
+/// scratch state and the effects' order (about the program's size) between calls; one thread
 /// at a time.
 class Resimulator {
  public:
-  /// sim::simulate(cp, cm, opt), or sim::simulate(cp, cm, opt, *previous). The engine's
-  /// preparation is reused when `previous` is the last result this object gave (or a copy of
-  /// it: Result::engine_preparation), its program is re-costed, and both run at op granularity.
+  Resimulator();
+  ~Resimulator();
+  /// sim::simulate(cp, cm, opt), or sim::simulate(cp, cm, opt, *previous). What it keeps is
+  /// reused when `previous` is the last result this object gave (or a copy of it:
+  /// Result::resimulation) and its program is re-costed; the engine's preparation also needs
+  /// both runs at op granularity.
   Expected<Result> simulate(const compiler::CompiledPlan& cp, const cost::CostModel& cm,
                             const SimOptions& opt, const Result* previous = nullptr);
   /// Whether the last simulate re-ran the engine's preparation.
   bool reused() const { return reused_; }
+  /// Devices whose allocations the last simulate replayed for their reserved bytes (the
+  /// other simulated GPU devices kept the previous result's); 0 for a CPU plan.
+  uint32_t replayed_devices() const { return replayed_; }
 
  private:
   engine::Engine engine_;
-  std::shared_ptr<const void> prepared_;  // the Result::engine_preparation it holds, or null
+  std::shared_ptr<const void> last_;  // Result::resimulation of its last result, or null
+  bool engine_prepared_ = false;      // the engine holds the preparation of its program
+  std::unique_ptr<ReservedOrder> order_;
   bool reused_ = false;
+  uint32_t replayed_ = 0;
 };
 
 /// The chain of ops and waits that determines the step time, last op first reversed to
