@@ -114,8 +114,12 @@ void BM_FrameSearch(benchmark::State& state) {
 }
 BENCHMARK(BM_FrameSearch)->Arg(0)->Arg(1)->ArgName("zoomed_in")->Unit(benchmark::kMillisecond);
 
-// Edit (the dispatch cost slider) -> worker re-simulates -> the next frame shows it.
-void BM_EditToRedraw(benchmark::State& state) {
+// Edit -> worker re-simulates -> the next frame shows it. `gemm` false: the dispatch cost
+// slider (5 <-> 6 us: every op shifts alike, so each device's memory effects keep their order
+// and the Resimulator keeps its reserved bytes); true: the GEMM efficiency (0.711 <-> 0.6:
+// GEMMs slow against the rest, the effects reorder, every device is sorted and replayed
+// again; counter replayed_devices).
+void edit_to_redraw(benchmark::State& state, bool gemm) {
   Headless h(1600, 900);
   App app;
   app.open_text(plan_for(static_cast<int>(state.range(0))).dump(), "bench.json");
@@ -127,7 +131,10 @@ void BM_EditToRedraw(benchmark::State& state) {
   int k = 0;
   const long faults0 = minor_faults();
   for (auto _ : state) {
-    app.doc.set("/costmodel/dispatch_us", 5 + (++k % 2));
+    if (gemm)
+      app.doc.set("/costmodel/gemm_efficiency", (++k % 2) ? 0.6 : 0.711);
+    else
+      app.doc.set("/costmodel/dispatch_us", 5 + (++k % 2));
     h.frame(app);  // submits
     wait_current(app, h);
     h.frame(app);  // draws the new result
@@ -140,12 +147,16 @@ void BM_EditToRedraw(benchmark::State& state) {
   state.counters["recompiled"] = app.current->recompiled;
   state.counters["lanes_retimed"] = app.current->lanes_retimed;
   state.counters["engine_rerun"] = app.current->engine_rerun;
+  state.counters["replayed_devices"] = app.current->replayed_devices;
   state.counters["worker_ms"] = app.current->wall_ms;  // parse + (re)compile + simulate + lanes
   state.counters["prepare_ms"] = app.current->prepare_ms;
   state.counters["lanes_ms"] = app.current->lanes_ms;
   if (state.range(0) == 64) state.counters["target_ms"] = 50;  // edit -> redraw at 64 devices
 }
+void BM_EditToRedraw(benchmark::State& state) { edit_to_redraw(state, false); }
 BENCHMARK(BM_EditToRedraw)->Arg(64)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+void BM_EditToRedrawGemm(benchmark::State& state) { edit_to_redraw(state, true); }
+BENCHMARK(BM_EditToRedrawGemm)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

@@ -102,6 +102,8 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
       snap->structure = std::move(structure);
       snap->recompiled = recompiled;
       snap->engine_rerun = resim && resim->reused();
+      snap->replayed_devices =
+          resim ? resim->replayed_devices() : static_cast<uint32_t>(r->devices.size());
       auto session = std::make_shared<sim::Session>(std::move(*s));
       snap->result = std::move(*r);
       const compiler::CompiledPlan& cp = session->compiled();

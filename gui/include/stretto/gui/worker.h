@@ -38,6 +38,9 @@ struct Snapshot {
   bool recompiled = true;  // false: only the cost model changed (Session::set_costmodel)
   bool lanes_retimed = false;  // the previous snapshot's lanes retimed (retime_timeline)
   bool engine_rerun = false;   // the engine re-ran its preparation (sim::Resimulator::reused)
+  /// Devices whose reserved-memory replay ran again (sim::Resimulator::replayed_devices; the
+  /// others kept their reserved bytes); every device when no Resimulator ran.
+  uint32_t replayed_devices = 0;
 };
 
 struct Outcome {
