@@ -4,11 +4,13 @@
 For a change meant to make the simulator faster without changing what it computes: runs both
 binaries on the same inputs and compares, byte for byte after dropping the fields that hold wall
 times (`sim_wall_ms`, a sweep row's `wall_ms`):
-  - `simulate --format json` of every plan in examples/ and examples/builders/, at op and pass
-    granularity, each with and without --fold-replicas;
+  - `simulate --format json --critical-path=full` of every plan in examples/ and
+    examples/builders/, at op and pass granularity, each with and without --fold-replicas;
   - the same of generated DualPipeV references (the benchmarks' reference configuration, see
-    bench/plans.h), PP4 x DP8 with 32 microbatches and, folded, PP16 x DP64 with 256;
-  - `simulate --trace` (memory curves included) of a few examples at pass granularity;
+    bench/plans.h), PP4 x DP8 with 32 microbatches, PP16 x DP4 with 64 and, folded and without
+    the critical path, PP16 x DP64 with 256;
+  - `simulate --trace` (every op's start and end, memory curves) of every example at op
+    granularity and of a few at pass granularity;
   - every row of the example sweeps (examples/sweeps/*.json) at op and pass granularity.
 
 Usage: scripts/compare_outputs.py BEFORE AFTER [--quick]
@@ -111,11 +113,11 @@ def main():
         for n in sorted(os.listdir(os.path.join(ROOT, d))):
             if n.endswith(".json"):
                 plans.append(os.path.join(ROOT, d, n))
-    refs = [(4, 8, 32)] + ([] if quick else [(16, 64, 256)])
+    refs = [(4, 8, 32)] + ([] if quick else [(16, 4, 64), (16, 64, 256)])
     for pp, dp, mbs in refs:
         path = os.path.join(work, f"reference_pp{pp}_dp{dp}_mb{mbs}.json")
         with open(path, "w") as f:
-            json.dump(reference_plan(pp, dp, mbs, 4 if pp == 16 else 2), f)
+            json.dump(reference_plan(pp, dp, mbs, 4 if dp == 64 else 2), f)
         plans.append(path)
     cases = []
     for plan in plans:
@@ -123,6 +125,8 @@ def main():
         for gran in ("op", "pass"):
             for fold in ([True] if big else [False, True]):
                 flags = ["--granularity", gran] + (["--fold-replicas"] if fold else [])
+                if not big:
+                    flags.append("--critical-path=full")
                 cases.append((plan, flags))
     differ = []
     compared = 0
@@ -133,19 +137,25 @@ def main():
         if a != b or a.startswith("exit"):
             differ.append(f"simulate {os.path.relpath(plan, ROOT)} {' '.join(flags)}"
                           + (f" ({a.strip()})" if a.startswith("exit") else ""))
-    traces = ["examples/gpt_pp4_dp2_1f1b.json", "examples/piper_qwen3_moe_pp2_dp2_ep2.json",
-              "examples/cpu_moe_ep2_dp2.json", "examples/builders/zb-h1.json"]
-    for plan in traces:
+    traces = [(os.path.relpath(p, ROOT), "op") for p in plans if p.startswith(ROOT)]
+    traces += [(p, "pass") for p in ("examples/gpt_pp4_dp2_1f1b.json",
+                                     "examples/piper_qwen3_moe_pp2_dp2_ep2.json",
+                                     "examples/cpu_moe_ep2_dp2.json",
+                                     "examples/builders/zb-h1.json")]
+    for plan, gran in traces:
         outs = []
         for i, binary in enumerate((before, after)):
             t = os.path.join(work, f"trace{i}.json")
             rc, _, err = run(binary, ["simulate", os.path.join(ROOT, plan), "--granularity",
-                                      "pass", "--format", "json", "--trace", t], work)
-            with open(t) as f:
-                outs.append(f.read() if rc == 0 else f"exit {rc}: {err}")
+                                      gran, "--format", "json", "--trace", t], work)
+            if rc == 0:
+                with open(t) as f:
+                    outs.append(f.read())
+            else:
+                outs.append(f"exit {rc}: {err}")
         compared += 1
         if outs[0] != outs[1] or outs[0].startswith("exit"):
-            differ.append(f"trace {plan} --granularity pass")
+            differ.append(f"trace {plan} --granularity {gran}")
     rows = 0
     if not quick:
         for spec in sorted(os.listdir(os.path.join(ROOT, "examples/sweeps"))):
