@@ -1,14 +1,10 @@
 // Pass granularity (granularity.h): merging each region pass's consecutive ops into one task.
 #include "stretto/sim/granularity.h"
 
-#include "radix_sort.h"
-#include "sample_counters.h"
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cmath>
-#include <memory>
 #include <span>
 #include <utility>
 
@@ -118,7 +114,7 @@ PassProgram coarsen_to_passes(const compiler::CompiledPlan& cp, const Program& o
   p.links = ops.links;
   p.host_cores = ops.host_cores;
   p.host_share_efficiency = ops.host_share_efficiency;
-  // No counters: simulate replays the ops' effects at their rebuilt times (as op_counters does).
+  // No counters: simulate replays the ops' effects at their rebuilt times.
   // Every coarse dependency comes from an op dependency, so the op program's counts bound the
   // arrays: written in place, then cut to size.
   p.tasks.resize(C);
@@ -203,108 +199,6 @@ std::vector<TaskTiming> expand_timing(const PassProgram& pp, const Program& ops,
                                           static_cast<double>(work)));
       out[pp.members[i]] = {at, end};
       at = end;
-    }
-  }
-  return out;
-}
-
-}  // namespace stretto::sim
-
-namespace stretto::sim {
-
-std::vector<DeviceCounters> op_counters(const Program& ops, const std::vector<TaskTiming>& timing,
-                                        bool curves) {
-  std::vector<DeviceCounters> out;
-  if (ops.effect_begin.empty() || ops.num_counters == 0) return out;
-  const size_t D = ops.devices.size();
-  const uint32_t nc = ops.num_counters;
-  out.resize(D);
-  for (DeviceCounters& c : out) c.curve.push_back({0, 0});
-  // Which instants of each node have effects: bit 0 its start, bit 1 its end.
-  const size_t N = ops.effect_begin.size() - 1;
-  std::vector<uint8_t> when(N, 0);
-  for (size_t n = 0; n < N; ++n)
-    for (uint32_t e = ops.effect_begin[n]; e < ops.effect_begin[n + 1]; ++e)
-      when[n] |= ops.effects[e].at_end ? 2 : 1;
-  auto when_of = [&](uint32_t t) -> uint32_t {
-    const uint32_t n = ops.tasks[t].node;
-    return timing[t].start < 0 || n >= N ? 0 : when[n];
-  };
-  // A task's start or end with effects, on each device it takes part in (once per device):
-  // `de` is the device << 1 | at the end.
-  struct Change {
-    SimTime t;
-    uint32_t task, de;
-  };
-  std::vector<uint32_t> stamp(D, UINT32_MAX);
-  auto for_devices = [&](uint32_t t, auto&& f) {
-    const Task& task = ops.tasks[t];
-    for (uint32_t k = 0; k < task.part_count; ++k) {
-      const uint32_t d = ops.participants[task.part_begin + k].device;
-      if (stamp[d] == t) continue;
-      stamp[d] = t;
-      f(d);
-    }
-  };
-  // Count per device, then list the changes in task order.
-  std::vector<uint32_t> begin(D + 1, 0);
-  std::vector<uint8_t> task_when(ops.tasks.size());
-  size_t total = 0;
-  for (uint32_t t = 0; t < ops.tasks.size(); ++t) {
-    const uint32_t w = task_when[t] = static_cast<uint8_t>(when_of(t));
-    if (w == 0) continue;
-    const uint32_t k = (w & 1) + (w >> 1);
-    for_devices(t, [&](uint32_t d) {
-      begin[d + 1] += k;
-      total += k;
-    });
-  }
-  for (size_t d = 0; d < D; ++d) begin[d + 1] += begin[d];
-  // (Written before read: no value-initialisation.)
-  std::unique_ptr<Change[]> changes(new Change[total]), other(new Change[total]);
-  {
-    size_t i = 0;
-    std::fill(stamp.begin(), stamp.end(), UINT32_MAX);
-    for (uint32_t t = 0; t < ops.tasks.size(); ++t) {
-      const uint32_t w = task_when[t];
-      if (w == 0) continue;
-      for_devices(t, [&](uint32_t d) {
-        if (w & 1) changes[i++] = {timing[t].start, t, d << 1};
-        if (w & 2) changes[i++] = {timing[t].end, t, d << 1 | 1};
-      });
-    }
-  }
-  // Grouped by device in time order. The order of one instant's changes does not matter
-  // (only its end state is sampled), so no comparison sort is needed.
-  SimTime lo = total > 0 ? changes[0].t : 0;
-  for (size_t i = 0; i < total; ++i) lo = std::min(lo, changes[i].t);
-  radix_sort_grouped(
-      changes, other, total, std::span<const uint32_t>(begin.data(), D),
-      [lo](const Change& c) { return static_cast<uint64_t>(c.t - lo); },
-      [](const Change& c) { return c.de >> 1; });
-  other.reset();
-  // Per device, in time order: apply an instant's changes, then sample (program.h: within one
-  // instant only the end state counts; the peak is the first time the total reached its max).
-  std::array<int64_t, engine::kMaxCounters> level{};
-  for (size_t d = 0; d < D; ++d) {
-    const Change* first = changes.get() + begin[d];
-    const Change* last = changes.get() + begin[d + 1];
-    level.fill(0);
-    int64_t total_now = 0;
-    DeviceCounters& c = out[d];
-    for (const Change* i = first; i != last;) {
-      const SimTime now = i->t;
-      for (; i != last && i->t == now; ++i) {
-        const uint32_t n = ops.tasks[i->task].node;
-        const bool at_end = (i->de & 1) != 0;
-        for (uint32_t k = ops.effect_begin[n]; k < ops.effect_begin[n + 1]; ++k) {
-          const engine::CounterEffect& ef = ops.effects[k];
-          if (ef.at_end != at_end) continue;
-          level[ef.counter] += ef.delta;
-          total_now += ef.delta;
-        }
-      }
-      sample_counters(c, now, total_now, level, nc, curves);
     }
   }
   return out;

@@ -1,5 +1,5 @@
 #pragma once
-// Records grouped by device in time order (op_counters, reserved_peaks): an LSD radix sort on
+// Records grouped by device in time order (the memory replay's effects, reserved_peaks): an LSD radix sort on
 // an unsigned key, 12 bits a round, then a stable scatter by group. Every step is stable, so
 // records with the same group and key keep the order they were listed in.
 #include <algorithm>

@@ -1,7 +1,7 @@
 #pragma once
 // The end of one instant of a device's counters (engine/program.h: within an instant only the
-// end state counts; the peak is the first time the total reached its max), as op_counters and
-// simulate's memory replay sample them.
+// end state counts; the peak is the first time the total reached its max), as simulate's memory
+// replay (and the tests' reference counters) sample them.
 #include <algorithm>
 #include <array>
 #include <cstdint>

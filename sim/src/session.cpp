@@ -79,9 +79,9 @@ Diagnostics check_participants(const CompiledPlan& cp) {
 //    the order of their tasks and effects (AllocationReplay says how an effect becomes
 //    blocks). Devices not in `want` (folded replicas) get 0 and are not replayed. (A device
 //    kind "cpu" has no caching allocator: simulate does not ask.)
-//  - counters: what op_counters(p, timing, curves) returns (granularity.h: each device's
-//    counters sampled at the end of each instant), from the same listing instead of one of
-//    its own; for every device (folded replicas take part in no task: nothing to list).
+//  - counters: what the engine would report for `p` at these timings (each device's counters
+//    sampled at the end of each instant; the reference in tests/integration/granularity_test.cpp
+//    computes them from a listing of its own), from the same listing; for every device (folded replicas take part in no task: nothing to list).
 // Devices are replayed independently, on up to `threads` threads (SimOptions::threads), each
 // writing only its own devices' slots of the results: the same results for any count.
 //
@@ -204,7 +204,7 @@ struct MemoryReplay {
   MemoryReplay out;
   const auto D = static_cast<uint32_t>(cp.num_devices);
   if (what.reserved) out.reserved.assign(D, 0);
-  // (as op_counters: a program without counters has none)
+  // (as the engine: a program without counters has none)
   const bool counters = what.counters && !p.effect_begin.empty() && p.num_counters > 0;
   if (counters) {
     out.counters.resize(D);
@@ -247,7 +247,7 @@ struct MemoryReplay {
   if (keep) kept->devices.assign(D, {});
   std::vector<char> skipped(parts.size() - 1, 0);  // a task that did not run (not kept)
   // Effects of 0 bytes change no level, but an instant with only them is still a sample of the
-  // counters' curves (as in op_counters): listed when counters are asked for (as kind 1),
+  // counters' curves (as the engine samples it): listed when counters are asked for (as kind 1),
   // skipped by the allocator.
   const bool zeros = counters;
   // One device at a time (so that the listing never holds more than one device's effects):
@@ -300,7 +300,7 @@ struct MemoryReplay {
           evs, other, k, std::span<const uint32_t>(&one_group, 1),
           [](const Ev& ev) { return ev.key; }, [](const Ev&) { return 0u; });
       if (counters) {
-        // op_counters' loop: an instant's effects, then one sample.
+        // The engine's rule: an instant's effects, then one sample.
         engine::DeviceCounters& c = out.counters[d];
         std::array<int64_t, engine::kMaxCounters> level{};
         int64_t total = 0;

@@ -15,7 +15,7 @@
 //  - dispatch: a merged task is one entry of its device's issue list, so the host thread
 //    issues the ops after it earlier (by dispatch_ns per merged op);
 //  - memory: the coarse program has no counters; the ops' allocations and frees are applied
-//    at their rebuilt times (what op_counters gives; simulate computes the same from the
+//    at their rebuilt times (simulate computes them from the
 //    listing of memory effects its reserved-memory replay sorts anyway), so memory is exact
 //    wherever the timings are.
 // Op timings are rebuilt from the merged ones (expand_timing), so metrics, traces, memory and
@@ -53,19 +53,5 @@ PassProgram coarsen_to_passes(const compiler::CompiledPlan& cp, const engine::Pr
 /// work when the merged task ran at full rate).
 std::vector<engine::TaskTiming> expand_timing(const PassProgram& pp, const engine::Program& ops,
                                               const std::vector<engine::TaskTiming>& coarse);
-
-}  // namespace stretto::sim
-
-namespace stretto::sim {
-
-/// The counters (program.h) of a run of `ops` with these task timings, as the engine reports
-/// them: each task's effects at its start and end, sampled per device at the end of each
-/// instant; the first peak of the total with the counters then; curves only with `curves`.
-/// Tasks that never started (start < 0) have no effects. Empty when `ops` has no counters.
-/// (The reference for simulate's own computation at pass granularity, which must equal it:
-/// Granularity.PassMemoryIsTheOpCountersOfItsTimings.)
-std::vector<engine::DeviceCounters> op_counters(const engine::Program& ops,
-                                                const std::vector<engine::TaskTiming>& timing,
-                                                bool curves);
 
 }  // namespace stretto::sim
