@@ -11,7 +11,7 @@
 # and unpacked by this script into a private prefix (nothing is installed on the GPU machine).
 # Configures a separate build directory (build-gpu) without the GUI, sweeps and benchmarks.
 #
-# Steps, in this order (GPU_CHECK_STEPS="..." runs a subset, in this order):
+# Steps (GPU_CHECK_STEPS="..." runs those named, in the order named; default all, in this order):
 #   tests     backend_test's CUDA tests, the CUDA gradient check of a small plan
 #   bench-ops every op of the compute-bound plans (bench/gpu/compute) and examples/gpu_gpt_1dev
 #             alone vs in the replay vs predicted, per op class (the replay's 15 % target)
@@ -122,9 +122,11 @@ cmake --build build-gpu -j"$(nproc)" --target stretto $(wants tests && echo back
 echo "built in $(($(date +%s) - started)) s since the start"
 
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-COMPUTE_PLANS=(bench/gpu/compute/*.json)
+# The compute-bound plans, the one the loop profiles first.
+COMPUTE_PLANS=(bench/gpu/compute/llama8b_l4_mb4.json)
+for p in bench/gpu/compute/*.json; do [ "$p" = "${COMPUTE_PLANS[0]}" ] || COMPUTE_PLANS+=("$p"); done
 
-if wants tests; then
+step_tests() {
 step "GPU tests (backend_test: the CUDA tests; the Gloo tests too when the wheel has Gloo)"
 within 240 build-gpu/tests/backend_test --gtest_filter='Replay.Cuda*:Replay.Refuses*:Replay.Expected*:BenchOps.Cuda*:ReplayKernels.*' \
   > "$OUT/backend_test_gpu.txt" 2>&1 || status=1
@@ -134,9 +136,9 @@ step "replay on one GPU: gradient check (fp32, small)"
 within 120 build-gpu/stretto replay tests/data/backend/gpu_1dev.json --device cuda --check --format table \
   > "$OUT/replay_gpu_check.txt" 2>&1 || status=1
 tail -12 "$OUT/replay_gpu_check.txt"
-fi
+}
 
-if wants bench-ops; then
+step_bench_ops() {
 step "per op on one GPU: replay vs isolated vs CUDA graph vs predicted (bench-ops)"
 # Every distinct op of each plan timed alone on the replay's code (eager, and captured once as a
 # CUDA graph and replayed: launch overhead removed), next to the replay's time for it and the
@@ -180,17 +182,19 @@ for (k, d), c in sorted(by_class.items()):
 print(f"  all ops: alone {tot[1] / 1e6:.3f} ms, replay {tot[0] / 1e6:.3f} ms, predicted {tot[3] / 1e6:.3f} ms")
 PY
 done
-fi
+}
 
-if wants compute; then
+step_compute() {
 step "compute-bound plans: replay (eager and CUDA graph) vs simulate"
 for plan in "${COMPUTE_PLANS[@]}"; do
   name=$(basename "$plan" .json)
   build-gpu/stretto simulate "$plan" --format json > "$OUT/simulate_$name.json" || status=1
   within 120 build-gpu/stretto replay "$plan" --device cuda --iterations 8 --warmup 3 \
-    --format json > "$OUT/replay_$name.json" 2> "$OUT/replay_$name.err" || status=1
+    --format json > "$OUT/replay_$name.json" 2> "$OUT/replay_$name.err" \
+    || { status=1; tail -4 "$OUT/replay_$name.err"; }
   within 120 build-gpu/stretto replay "$plan" --device cuda --iterations 8 --warmup 3 --cuda-graphs \
-    --format json > "$OUT/replay_graph_$name.json" 2> "$OUT/replay_graph_$name.err" || status=1
+    --format json > "$OUT/replay_graph_$name.json" 2> "$OUT/replay_graph_$name.err" \
+    || { status=1; tail -4 "$OUT/replay_graph_$name.err"; }
   python3 - "$OUT/simulate_$name.json" "$OUT/replay_$name.json" "$OUT/replay_graph_$name.json" <<'PY' || status=1
 import json, sys
 def load(p):
@@ -206,9 +210,9 @@ for tag, m in (("replay", r), ("graph", g)):
 print(line)
 PY
 done
-fi
+}
 
-if wants loop; then
+step_loop() {
 step "close the loop on one GPU: the compute-bound plans, profiled from one of them"
 within 200 build-gpu/stretto validate "${COMPUTE_PLANS[@]:1}" --profile-from "${COMPUTE_PLANS[0]}" \
   --save-profile "$OUT/gpu_profile_compute.json" --device cuda --iterations 6 --warmup 2 --rounds 2 \
@@ -235,7 +239,14 @@ for p in v["plans"]:
 print({k: v[k] for k in v if k != "plans"})
 PY
 done
-fi
+}
+
+for st in $steps; do
+  case $st in
+    tests) step_tests ;; bench-ops) step_bench_ops ;; compute) step_compute ;; loop) step_loop ;;
+    *) echo "unknown step: $st (tests, bench-ops, compute, loop)"; status=2 ;;
+  esac
+done
 
 step "done (status $status) in $(($(date +%s) - started)) s; outputs in $OUT"
 ls -la "$OUT"
