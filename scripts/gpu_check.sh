@@ -116,7 +116,7 @@ grep -q "STRETTO_BACKEND_CUDA" build-gpu/build.ninja && echo "CUDA/NCCL path: co
   || { echo "CUDA/NCCL path: NOT compiled in (no torch_cuda target)"; status=1; }
 
 step "build stretto$(wants tests && echo ' and backend_test')"
-cmake --build build-gpu -j"$(nproc)" --target stretto $(wants tests && echo backend_test) \
+cmake --build build-gpu -j"$(nproc)" --target stretto $(wants tests && echo backend_test) -- -k 0 \
   > "$OUT/build.log" 2>&1 || { grep -m5 -B2 -A12 "error" "$OUT/build.log"; tail -20 "$OUT/build.log"; }
 [ -x build-gpu/stretto ] || { echo "build failed"; archive; exit 1; }
 echo "built in $(($(date +%s) - started)) s since the start"

@@ -1,6 +1,7 @@
 // `bench-ops`: the plan's distinct ops timed in isolation (bench_ops.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

@@ -2,6 +2,7 @@
 // torch_model.h): the bias-dropout-add that ends every sub-block (OpKind::kResidual) and
 // unfused attention (scores, softmax with dropout on the probabilities, context), and context
 // parallelism's ring attention (cp_comm_type p2p).
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 
 #include <cmath>

@@ -2,6 +2,7 @@
 // parallelism the backend runs, the executed op order is the compiled program's, failures stop
 // the whole group, and what it cannot run is refused up front.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/record_function.h>
 #include <arpa/inet.h>
