@@ -25,6 +25,12 @@ Diagnostic plain(std::string msg) {
   return d;
 }
 
+// Whether the gradient norm's all-reduce spans every device, as the compiler builds Megatron-
+// Core's grad_stats_parallel_group (Compiler::grad_norm_groups): with the distributed optimizer
+// (ZeRO >= 1) or with expert parallelism (an expert op's shards are one copy, which joins the
+// replicas' groups); else the group is one replica's TP x PP devices.
+bool norm_over_every_device(const Resolved& r) { return r.zero >= 1 || r.ep > 1; }
+
 }  // namespace
 
 Expected<Estimator> Estimator::make(const plan::Plan& plan, const std::string& base_dir) {
@@ -329,6 +335,21 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
           comm_ns(CommKind::kAllGather,
                   static_cast<int64_t>(max_params * static_cast<double>(bpp.params)), dp, dp_nodes);
   }
+  // Gradient clipping: the norm's one fp32 all-reduced over its group (norm_over_every_device)
+  // once every gradient of the group is final, before the optimizer step: exposed, as the
+  // simulator runs it. Its price is the simulator's: the group's size and the nodes its first
+  // group spans (devices in the layout's rank order tp-cp-dp-pp, d / devices_per_node).
+  double grad_norm = 0;
+  const plan::OptimizerSpec& opt = plan_.optimizer;
+  if (opt.given && opt.kind != plan::OptimizerSpec::Kind::kNone && opt.grad_clip) {
+    const int stride = tp * dp;  // dp here is dp x cp: the devices of one stage
+    std::set<int> nodes;
+    int group = 0;
+    for (int k = 0; k < p; ++k)
+      for (int d = 0; d < (norm_over_every_device(r) ? stride : tp); ++d, ++group)
+        nodes.insert((k * stride + d) / dpn);
+    grad_norm = comm_ns(CommKind::kAllReduce, 4, group, static_cast<int>(nodes.size()));
+  }
   // Memory: per rank, static state by ZeRO level + the activations of the chunk-microbatches
   // it holds at its peak (rank r of 1F1B holds p - r; Megatron's interleaved warm-up holds
   // 2(p-r-1) + (v-1)p + 1); the largest rank is the peak.
@@ -358,7 +379,8 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   e.chunk_b_ms = cB / 1e6;
   e.bubble_ms = bubble / 1e6;
   e.dp_exposed_ms = dp_exposed / 1e6;
-  e.step_ms = (step + bubble + dp_exposed) / 1e6;
+  e.grad_norm_ms = grad_norm / 1e6;
+  e.step_ms = (step + bubble + dp_exposed + grad_norm) / 1e6;
   e.peak_memory_bytes = static_cast<int64_t>(mem);
   e.cuda_context_bytes = sim::cuda_context_bytes(plan_.cluster.device);
   e.nccl_buffer_bytes = *std::max_element(nccl.begin(), nccl.end());
@@ -398,7 +420,7 @@ std::vector<int64_t> Estimator::nccl_per_rank(const Resolved& r,
   if (opt.given && opt.kind != plan::OptimizerSpec::Kind::kNone && opt.grad_clip)
     // the gradient norm (docs/semantics.md): TP x PP, every device with the distributed
     // optimizer or with expert parallelism
-    use(all_ranks, r.zero >= 1 || ep > 1 ? kT | kC | kD | kR : kT | kR);
+    use(all_ranks, norm_over_every_device(r) ? kT | kC | kD | kR : kT | kR);
   const int chunks = static_cast<int>(rank_of.front().size());
   std::vector<std::set<int>> senders(static_cast<size_t>(p));  // pipeline ranks sending to each
   std::vector<char> moe(static_cast<size_t>(p), 0);

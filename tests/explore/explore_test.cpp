@@ -18,6 +18,7 @@
 #include "stretto/explore/search.h"
 #include "stretto/explore/sweep.h"
 #include "stretto/pipelines/builders.h"
+#include "stretto/sim/session.h"
 
 namespace fs = std::filesystem;
 using namespace stretto;
@@ -1393,6 +1394,79 @@ TEST(Estimate, CountsNcclBuffersAndTheContextAsTheSimulator) {
     EXPECT_GE(o.e.peak_device_bytes, o.e.peak_memory_bytes + o.e.cuda_context_bytes);
     EXPECT_LE(o.e.peak_device_bytes,
               o.e.peak_memory_bytes + o.e.cuda_context_bytes + o.e.nccl_buffer_bytes);
+  }
+}
+
+// Gradient clipping's norm all-reduce (docs/sweeps.md "How search works"): the estimate prices
+// it as the simulator prices the compiled plan's node (sim::CostQueries: one fp32 over
+// Megatron-Core's grad_stats_parallel_group, its size and the nodes its group spans), and the
+// estimated step carries it: the same point without clipping is estimated exactly that much
+// faster. Two nodes of 4 H100s: TP x PP groups across both nodes ({0,1,4,5}; {0,2,4,6} at PP4),
+// ZeRO-1's and EP's every device, TP-only groups on one node, a device alone (no all-reduce)
+// and CP ranks as replicas. Before, the estimate priced no norm (every case but the lone
+// device's fails); priced over every device, the cases without ZeRO or EP fail; with the
+// group's nodes as ceil(size / devices per node), the cross-node TP x PP cases fail.
+TEST(Estimate, PricesTheGradientNormAllReduceAsTheSimulator) {
+  auto base = [](bool moe, bool clip) {
+    Json b = outside_spec(moe).base;
+    b["cluster"]["nodes"] = 2;
+    b["cluster"]["devices_per_node"] = 4;
+    b["optimizer"]["grad_clip"] = clip;
+    return b;
+  };
+  struct Case {
+    bool moe;
+    Json params;
+    int group;  // the norm's group size (by hand from the rank order tp-cp-dp-pp); 0: none
+  };
+  const std::vector<Case> cases = {
+      {false, {{"tp", 2}, {"pp", 2}, {"dp", 2}, {"family", "1f1b"}}, 4},
+      {false, {{"tp", 2}, {"pp", 2}, {"dp", 2}, {"family", "1f1b"}, {"zero", 1}}, 8},
+      {false, {{"tp", 1}, {"pp", 4}, {"dp", 2}, {"family", "1f1b"}}, 4},
+      {false, {{"tp", 2}, {"pp", 1}, {"dp", 4}, {"family", "1f1b"}}, 2},
+      {false, {{"tp", 1}, {"pp", 1}, {"dp", 8}, {"family", "1f1b"}}, 0},
+      {false, {{"tp", 2}, {"pp", 2}, {"dp", 1}, {"cp", 2}, {"family", "1f1b"}}, 4},
+      {true, {{"tp", 1}, {"pp", 2}, {"dp", 4}, {"ep", 4}, {"family", "1f1b"}}, 8},
+  };
+  auto estimate_of = [](const Json& b, const Json& params) -> Estimate {
+    auto pp = resolve_point(b, params);
+    EXPECT_TRUE(pp) << render_all(pp.error());
+    if (!pp) return {};
+    auto src = JsonSource::from_json(pp->doc, "point");
+    auto plan = parse_plan(src);
+    EXPECT_TRUE(plan) << render_all(plan.error());
+    if (!plan) return {};
+    auto e = estimate(*plan, pp->resolved);
+    EXPECT_TRUE(e) << render_all(e.error());
+    return e ? *e : Estimate{};
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.params.dump());
+    const Json clipped = base(c.moe, true);
+    auto pp = resolve_point(clipped, c.params);
+    ASSERT_TRUE(pp) << render_all(pp.error());
+    auto src = JsonSource::from_json(pp->doc, "point");
+    auto plan = parse_plan(src);
+    ASSERT_TRUE(plan) << render_all(plan.error());
+    auto session = sim::Session::from_plan(std::move(*plan));
+    ASSERT_TRUE(session) << render_all(session.error());
+    // the simulator's price of each norm node (every group of a node alike)
+    sim::CostQueries queries(session->compiled());
+    int64_t simulated_ns = 0;
+    int group = 0;
+    for (const compiler::Node& n : session->compiled().dag.nodes) {
+      if (n.purpose != compiler::CommPurpose::kGradNorm) continue;
+      simulated_ns = std::max(simulated_ns, session->cost_model().comm(queries.comm(n)).time_ns);
+      group = session->compiled().dag.device_sets[n.devs].group_size;
+    }
+    EXPECT_EQ(group, c.group);
+    const Estimate e = estimate_of(clipped, c.params);
+    const Estimate unclipped = estimate_of(base(c.moe, false), c.params);
+    std::printf("%s: norm group %d, estimate %.6f ms, simulator %.6f ms\n",
+                c.params.dump().c_str(), group, e.grad_norm_ms, simulated_ns / 1e6);
+    EXPECT_EQ(std::llround(e.grad_norm_ms * 1e6), simulated_ns);
+    EXPECT_NEAR(e.step_ms - unclipped.step_ms, e.grad_norm_ms, 1e-9);
+    EXPECT_EQ(unclipped.grad_norm_ms, 0.0);
   }
 }
 

@@ -20,7 +20,8 @@
 //   plus 2(p-1) stage-boundary transfers, plus the data-parallel gradient reduction less a
 //   quarter of the last microbatch's backward (at least one bucket; what the simulator hides,
 //   measured by bench_explore BM_Agreement), plus ZeRO-1/2's parameter all-gather after the
-//   step.
+//   step, plus gradient clipping's norm all-reduce (4 bytes over Megatron-Core's
+//   grad_stats_parallel_group: TP x PP, every device with ZeRO >= 1 or EP; exposed).
 //   memory (allocated) = parameters, gradients and optimizer state of the largest stage by ZeRO level
 //   (the simulator's bytes per parameter: compiler::static_bytes_per_param of the plan's dtype
 //   and optimizer, e.g. 2 + 2 + 12 for bf16 Adam with master weights) + saved activations of the
@@ -55,6 +56,9 @@ struct Estimate {
   int64_t cuda_context_bytes = 0, nccl_buffer_bytes = 0, peak_device_bytes = 0;
   double chunk_f_ms = 0, chunk_b_ms = 0;  // mean chunk, one microbatch
   double bubble_ms = 0, dp_exposed_ms = 0;
+  // Gradient clipping's norm all-reduce (part of step_ms; 0 without clipping or when its group
+  // is one device), priced as the simulator prices the compiled plan's.
+  double grad_norm_ms = 0;
 };
 
 /// Estimates for one base plan's model, cluster and cost model under many layouts.
