@@ -163,7 +163,7 @@ TEST(KinetoImport, DuplicateRankIsAnError) {
   EXPECT_NE(first_error(k.error()).find("rank 0 appears twice"), std::string::npos);
 }
 
-// Collectives joined to their NCCL kernels five ways (tests/data/traces/make_nccl_kernels.py):
+// Collectives joined to their NCCL kernels six ways (tests/data/traces/make_nccl_kernels.py):
 // every one timed by its kernel, none by the host's launch-side op, an impossible one refused.
 TEST(KinetoImport, CollectivesTimedByTheirNcclKernels) {
   auto k = import_kineto({kData + "nccl_kernels_rank0.json", kData + "nccl_kernels_rank1.json"});
@@ -192,13 +192,21 @@ TEST(KinetoImport, CollectivesTimedByTheirNcclKernels) {
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->ns.count, 4u);
   EXPECT_EQ(c->ns.median, 300000);
-  // D: no kernel: reported with its host time, not filed
+  // F: no launch, no External id: the kernel's Seq and process group name ("3") join it to its
+  // call, not to the call of process group "5" with the same Seq that precedes it
+  const KinetoCollective* f = find("all_to_all", 8 << 20);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->ns.count, 4u);
+  EXPECT_EQ(f->ns.median, 400000);
+  EXPECT_EQ(find("all_to_all", 4 << 20), nullptr);
+  // D, and F's neighbour of process group "5": no kernel: reported with the host time, not filed
+  std::map<int64_t, int64_t> host_ns;  // bytes -> median
   size_t host = 0, refused = 0;
   for (const auto& x : k->collectives) {
     if (x.timing == "host") {
       ++host;
-      EXPECT_EQ(x.bytes, 4096 * 4);
-      EXPECT_EQ(x.ns.median, 25000);
+      host_ns[x.bytes] = x.ns.median;
+      EXPECT_EQ(x.ns.count, 4u);
     }
     // E: 256 MiB in 50 us is 5.4 TB/s: refused with a warning
     if (x.refused) {
@@ -207,22 +215,24 @@ TEST(KinetoImport, CollectivesTimedByTheirNcclKernels) {
       EXPECT_GT(x.busbw_GBps, 5000);
     }
   }
-  EXPECT_EQ(host, 1u);
+  EXPECT_EQ(host, 2u);
+  EXPECT_EQ(host_ns, (std::map<int64_t, int64_t>{{4096 * 4, 25000}, {4 << 20, 15000}}));
   EXPECT_EQ(refused, 1u);
   ASSERT_EQ(k->warnings.size(), 1u);
   EXPECT_NE(k->warnings[0].find("faster than the 900 GB/s link"), std::string::npos) << k->warnings[0];
-  EXPECT_EQ(k->unattributed.at("collectives with no GPU kernel (host launch time only; not in the table)"), 4u);
-  // the table: the three kernel-timed collectives only
+  EXPECT_EQ(k->unattributed.at("collectives with no GPU kernel (host launch time only; not in the table)"), 8u);
+  // the table: the four kernel-timed collectives only
   const Json& t = k->table["collectives"];
-  ASSERT_EQ(t.size(), 3u) << t.dump();
+  ASSERT_EQ(t.size(), 4u) << t.dump();
   std::map<std::string, int64_t> ns;
   for (const auto& e : t) ns[e["kind"].get<std::string>() + "/" + std::to_string(e["bytes"].get<int64_t>())] = e["ns"];
   EXPECT_EQ(ns.at("all_reduce/67108864"), 1500000);
   EXPECT_EQ(ns.at("reduce_scatter/16777216"), 700000);
   EXPECT_EQ(ns.at("all_gather/8388608"), 300000);
-  // kernels, memcpy and memset apart: per rank and used step one compute and four NCCL kernels
+  EXPECT_EQ(ns.at("all_to_all/8388608"), 400000);
+  // kernels, memcpy and memset apart: per rank and used step one compute and five NCCL kernels
   for (const auto& r : k->ranks) {
-    EXPECT_EQ(r.kernels, 10u);
+    EXPECT_EQ(r.kernels, 12u);
     EXPECT_EQ(r.memcpy, 2u);
     EXPECT_EQ(r.memcpy_ns, 60000);
     EXPECT_EQ(r.memset, 2u);
@@ -235,7 +245,7 @@ TEST(KinetoImport, CollectivesTimedByTheirNcclKernels) {
   auto k2 = import_kineto({kData + "nccl_kernels_rank0.json", kData + "nccl_kernels_rank1.json"}, slow);
   ASSERT_TRUE(k2);
   EXPECT_EQ(k2->warnings.size(), 2u);
-  EXPECT_EQ(k2->table["collectives"].size(), 2u);
+  EXPECT_EQ(k2->table["collectives"].size(), 3u);
 }
 
 // Written by PyTorch 2.11's profiler (two Gloo ranks, CUDA kernels on an H100):

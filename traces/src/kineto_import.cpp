@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <limits>
+#include <map>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -75,6 +76,7 @@ struct Coll {
   int group = 0;
   std::string dtype;
   int64_t seq = -1;
+  std::string pg;  // "Process Group Name": Seq counts per process group
   bool shard_input = false;  // from a "gloo:all_gather" range: In = one rank's shard
 };
 
@@ -195,6 +197,8 @@ std::optional<EventError> read_coll(const Json& args, Coll& c) {
   c.group = static_cast<int>(g);
   if (auto e = num("Seq", c.seq)) return e;
   if (auto it = args.find("dtype"); it != args.end() && it->is_string()) c.dtype = it->get<std::string>();
+  if (auto it = args.find("Process Group Name"); it != args.end() && it->is_string())
+    c.pg = it->get<std::string>();
   if (c.group == 0) {
     // "Process Group Ranks": [0, 1, 2] or "[0, 1, 2]" or "[0, 1, ..., 7]" (truncated)
     auto it = args.find("Process Group Ranks");
@@ -738,6 +742,34 @@ class FileImporter {
     if (outer.group <= 0) outer.group = inner.group;
     if (outer.dtype.empty()) outer.dtype = inner.dtype;
     if (outer.seq < 0) outer.seq = inner.seq;
+    if (outer.pg.empty()) outer.pg = inner.pg;
+  }
+
+  // The calls that carry a sequence number, by (kind, Seq).
+  using SeqIndex = std::map<std::pair<std::string, int64_t>, std::vector<size_t>>;
+  SeqIndex seq_index(const std::vector<Call>& calls) const {
+    SeqIndex by_seq;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const Coll& o = f_.colls[static_cast<size_t>(calls[i].coll)];
+      if (o.seq >= 0 && !calls[i].cpu_backend) by_seq[{o.kind, o.seq}].push_back(i);
+    }
+    return by_seq;
+  }
+
+  // The call without a kernel yet that a kernel carrying collective args `k` names by its
+  // sequence number: the same kind and Seq, and the same process group name and group size
+  // where both sides give one (Seq counts per process group), or -1.
+  int64_t call_by_seq(const SeqIndex& by_seq, const std::vector<Call>& calls, const Coll& k) const {
+    if (k.seq < 0) return -1;
+    auto it = by_seq.find({k.kind, k.seq});
+    if (it == by_seq.end()) return -1;
+    for (size_t i : it->second) {
+      const Coll& o = f_.colls[static_cast<size_t>(calls[i].coll)];
+      if (calls[i].kernels == 0 && (o.pg.empty() || k.pg.empty() || o.pg == k.pg) &&
+          (o.group <= 0 || k.group <= 0 || o.group == k.group))
+        return static_cast<int64_t>(i);
+    }
+    return -1;
   }
 
   // The collective calls of the file's CPU records, and an index from External id to call.
@@ -793,6 +825,7 @@ class FileImporter {
   void time_collectives(const UsedStep& used_step) {
     std::unordered_map<int64_t, size_t> by_ext;
     std::vector<Call> calls = collective_calls(by_ext);
+    const SeqIndex by_seq = seq_index(calls);
     std::vector<uint32_t> unmatched;  // communication kernels left for stream order
     for (uint32_t ki = 0; ki < f_.kernels.size(); ++ki) {
       const Kernel& k = f_.kernels[ki];
@@ -803,6 +836,8 @@ class FileImporter {
         if (auto it = by_ext.find(ext); call < 0 && ext >= 0 && it != by_ext.end())
           call = static_cast<int64_t>(it->second);
       if (call < 0 && l) call = call_at(calls, l->thread, l->ts);
+      if (call < 0 && k.coll >= 0)
+        call = call_by_seq(by_seq, calls, f_.colls[static_cast<size_t>(k.coll)]);
       if (call < 0 && k.coll >= 0) {  // the kernel carries the args: a call of its own
         Call c;
         c.coll = k.coll;

@@ -13,6 +13,10 @@ PyTorch versions writes it (docs/validation.md, "Kineto import"). Per step, per 
   D  all_reduce 4 Ki x Float, group 2: no kernel at all; host time 25 us (unusable)
   E  all_reduce 128 Mi x BFloat16, group 2: the kernel carries the args (newer Kineto) but
      lasts 50 us: 5.4 TB/s, faster than any link (refused)
+  F  all_to_all 4 Mi x BFloat16, group 2, process group "3", Seq 100 + step: no launch recorded
+     and no External id; the kernel carries the args (Seq, process group name) and is joined to
+     its call by them, not to the call before it (1 Mi x Float, process group "5", the same Seq,
+     no kernel: host time 15 us, unusable); kernel ncclDevKernel_SendRecv 400 us
   aten::add -> elementwise kernel 20 us; a device-to-device memcpy 30 us; a memset 5 us
 """
 import json
@@ -74,6 +78,14 @@ def trace(rank):
         x("cuda_runtime", "cudaLaunchKernel", t0 + 505, 5.0, {"correlation": c, "External id": e})
         kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
                t0 + 3000, 50.0, dict(args, correlation=c))
+        # F
+        comms("all_to_all", 1048576, 1048576, "Float", t0 + 525, 15.0, Seq=100 + s,
+              **{"Process Group Name": "5"})
+        e, args = comms("all_to_all", 4194304, 4194304, "BFloat16", t0 + 545, 20.0, Seq=100 + s,
+                        **{"Process Group Name": "3"})
+        kargs = {k: v for k, v in args.items() if k != "External id"}
+        kernel("ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)", t0 + 3200, 400.0,
+               dict(kargs, correlation=nxt("corr")))
         # compute, memcpy, memset on the compute stream
         e, c = nxt("ext"), nxt("corr")
         x("cpu_op", "aten::add", t0 + 600, 8.0, {"External id": e})

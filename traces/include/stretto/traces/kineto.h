@@ -18,13 +18,15 @@
 //    (op_label.h) enclosing its launch on the launching thread. On a CPU-only trace, the
 //    labelled ranges themselves are the measured ops.
 //  * collectives: `Collective name`, `In msg nelems`, `Out msg nelems`, `Group size`, `dtype`,
-//    `Process Group Ranks` (a list, or a string possibly truncated with "..."), `Seq`, read
-//    from the kernel (Kineto copies them there) or from its `record_param_comms` CPU op (a
-//    c10d `nccl:*` range nested in it is the same call). Each call is timed by its GPU kernels
-//    (`nccl*Kernel_*` on the NCCL stream), found in this order: the args on the kernel; the
-//    kernel's `External id` (either spelling) or its launch's; the call enclosing the kernel's
-//    launch on the launching thread; stream order (the n-th unmatched kernel to the n-th
-//    unmatched call). A Gloo range (`gloo:*`) is the CPU backend doing the work: timed by
+//    `Process Group Ranks` (a list, or a string possibly truncated with "..."), `Seq`,
+//    `Process Group Name`, read from the kernel (Kineto copies them there) or from its
+//    `record_param_comms` CPU op (a c10d `nccl:*` range nested in it is the same call). Each
+//    call is timed by its GPU kernels (`nccl*Kernel_*` on the NCCL stream), found in this
+//    order: the kernel's `External id` (either spelling) or its launch's; the call enclosing
+//    the kernel's launch on the launching thread; for a kernel carrying the args, the call
+//    without a kernel of the same kind and `Seq` (and process group name and group size where
+//    both give one), else a call of its own; stream order (the n-th unmatched kernel to the
+//    n-th unmatched call). A Gloo range (`gloo:*`) is the CPU backend doing the work: timed by
 //    itself. Any other call with no kernel has only the host's launch time: reported, never
 //    filed in the table. A collective whose bus bandwidth exceeds the link is refused (a
 //    warning, not filed).
