@@ -16,22 +16,82 @@ int64_t CachingAllocator::segment_size(int64_t rounded) {
   return kRoundLarge * ((rounded + kRoundLarge - 1) / kRoundLarge);
 }
 
-void CachingAllocator::clear() {
-  blocks_.clear();
-  for (Pool* p : {&small_, &large_})
-    while (!p->empty()) erase(*p, p->begin());
-  reserved_ = allocated_ = 0;
+size_t BestFitPool::lower(int64_t size) const {
+  return static_cast<size_t>(std::lower_bound(sizes_.begin(), sizes_.end(), size) -
+                             sizes_.begin());
 }
 
-void CachingAllocator::insert(Pool& p, int64_t size, uint32_t id) {
-  if (spare_.empty()) {
-    p.insert({size, id});
-    return;
+void BestFitPool::insert(int64_t size, uint32_t handle) {
+  const size_t slot = lower(size);
+  if (slot == sizes_.size() || sizes_[slot] != size) {
+    uint32_t list;
+    if (spare_.empty()) {
+      list = static_cast<uint32_t>(lists_.size());
+      lists_.emplace_back();
+    } else {
+      list = spare_.back();
+      spare_.pop_back();
+    }
+    sizes_.insert(sizes_.begin() + static_cast<std::ptrdiff_t>(slot), size);
+    list_of_.insert(list_of_.begin() + static_cast<std::ptrdiff_t>(slot), list);
   }
-  Pool::node_type n = std::move(spare_.back());
-  spare_.pop_back();
-  n.value() = {size, id};
-  p.insert(std::move(n));
+  List& l = lists_[list_of_[slot]];
+  ++count_;
+  if (l.ids.size() == l.head || l.ids.back() < handle) {  // the highest (a block split off)
+    l.ids.push_back(handle);
+  } else if (handle < l.ids[l.head] && l.head > 0) {  // the lowest, with room before it
+    l.ids[--l.head] = handle;
+  } else {
+    l.ids.insert(std::lower_bound(l.ids.begin() + static_cast<std::ptrdiff_t>(l.head),
+                                  l.ids.end(), handle),
+                 handle);
+  }
+}
+
+void BestFitPool::drop(size_t slot) {
+  List& l = lists_[list_of_[slot]];
+  l.ids.clear();
+  l.head = 0;
+  spare_.push_back(list_of_[slot]);
+  sizes_.erase(sizes_.begin() + static_cast<std::ptrdiff_t>(slot));
+  list_of_.erase(list_of_.begin() + static_cast<std::ptrdiff_t>(slot));
+}
+
+void BestFitPool::erase(int64_t size, uint32_t handle) {
+  const size_t slot = lower(size);
+  assert(slot < sizes_.size() && sizes_[slot] == size);
+  List& l = lists_[list_of_[slot]];
+  const auto it =
+      std::lower_bound(l.ids.begin() + static_cast<std::ptrdiff_t>(l.head), l.ids.end(), handle);
+  assert(it != l.ids.end() && *it == handle);
+  --count_;
+  if (it == l.ids.begin() + static_cast<std::ptrdiff_t>(l.head))
+    ++l.head;
+  else
+    l.ids.erase(it);
+  if (l.head == l.ids.size()) drop(slot);
+}
+
+uint32_t BestFitPool::take(int64_t size) {
+  const size_t slot = lower(size);
+  if (slot == sizes_.size()) return kNone;
+  List& l = lists_[list_of_[slot]];
+  const uint32_t handle = l.ids[l.head++];
+  --count_;
+  if (l.head == l.ids.size()) drop(slot);
+  return handle;
+}
+
+void BestFitPool::clear() {
+  for (size_t slot = sizes_.size(); slot-- > 0;) drop(slot);
+  count_ = 0;
+}
+
+void CachingAllocator::clear() {
+  blocks_.clear();
+  small_.clear();
+  large_.clear();
+  reserved_ = allocated_ = 0;
 }
 
 uint32_t CachingAllocator::split(uint32_t id, int64_t size, bool used) {
@@ -53,12 +113,9 @@ uint32_t CachingAllocator::malloc(int64_t bytes) {
   assert(bytes > 0);
   const int64_t size = round_size(bytes);
   const bool small = size <= kSmallSize;
-  Pool& p = small ? small_ : large_;
-  uint32_t id;
-  if (const auto it = p.lower_bound({size, 0}); it != p.end()) {
-    id = it->second;
-    erase(p, it);
-  } else {  // cudaMalloc a new segment: one free block spanning it
+  BestFitPool& p = small ? small_ : large_;
+  uint32_t id = p.take(size);
+  if (id == BestFitPool::kNone) {  // cudaMalloc a new segment: one free block spanning it
     const int64_t seg = segment_size(size);
     reserved_ += seg;
     Block b;
@@ -69,7 +126,7 @@ uint32_t CachingAllocator::malloc(int64_t bytes) {
   }
   // should_split(): the rest becomes a free block of the same segment.
   const int64_t rest = blocks_[id].size - size;
-  if (small ? rest >= kMinBlockSize : rest > kSmallSize) insert(p, rest, split(id, size, false));
+  if (small ? rest >= kMinBlockSize : rest > kSmallSize) p.insert(rest, split(id, size, false));
   blocks_[id].used = true;
   allocated_ += blocks_[id].size;
   return id;
@@ -95,18 +152,18 @@ void CachingAllocator::free(uint32_t id) {
   assert(b.used);
   b.used = false;
   allocated_ -= b.size;
-  Pool& p = pool(b);
+  BestFitPool& p = pool(b);
   // try_merge_blocks(): absorb free neighbours of the same segment.
   if (const uint32_t prev = b.prev; prev != kNone && !blocks_[prev].used) {
-    erase(p, p.find({blocks_[prev].size, prev}));
+    p.erase(blocks_[prev].size, prev);
     absorb(prev, id);
     id = prev;
   }
   if (const uint32_t next = blocks_[id].next; next != kNone && !blocks_[next].used) {
-    erase(p, p.find({blocks_[next].size, next}));
+    p.erase(blocks_[next].size, next);
     absorb(id, next);
   }
-  insert(p, blocks_[id].size, id);
+  p.insert(blocks_[id].size, id);
 }
 
 void AllocationReplay::Fifo::pop() {
@@ -136,14 +193,21 @@ uint32_t AllocationReplay::front(Fifo& f, int64_t bytes) {
   return kNone;
 }
 
+size_t AllocationReplay::slot_of(uint8_t category, int64_t bytes) const {
+  // Fibonacci hashing of (bytes, category); linear probing (the table is at most half full).
+  const uint64_t h = (static_cast<uint64_t>(bytes) ^ uint64_t{category} << 56) *
+                     0x9E3779B97F4A7C15ull;
+  const size_t mask = table_.size() - 1;
+  size_t i = static_cast<size_t>(h >> 32) & mask;
+  while (table_[i].bytes != 0 && (table_[i].bytes != bytes || table_[i].category != category))
+    i = (i + 1) & mask;
+  return i;
+}
+
 AllocationReplay::Fifo* AllocationReplay::fifo_of(uint8_t category, int64_t bytes) {
-  const auto it =
-      std::lower_bound(sizes_.begin(), sizes_.end(), std::pair<int64_t, uint32_t>{bytes, category},
-                       [](const SizeKey& k, const std::pair<int64_t, uint32_t>& v) {
-                         return k.bytes != v.first ? k.bytes < v.first : k.category < v.second;
-                       });
-  if (it == sizes_.end() || it->bytes != bytes || it->category != category) return nullptr;
-  return &by_size_[it->fifo];
+  if (table_.empty()) return nullptr;
+  const SizeKey& k = table_[slot_of(category, bytes)];
+  return k.bytes == 0 ? nullptr : &by_size_[k.fifo];
 }
 
 void AllocationReplay::allocate(uint8_t category, int64_t bytes) {
@@ -153,15 +217,16 @@ void AllocationReplay::allocate(uint8_t category, int64_t bytes) {
   by_age_[category].push(id);
   Fifo* f = fifo_of(category, bytes);
   if (f == nullptr) {
-    const SizeKey k{bytes, category, static_cast<uint32_t>(by_size_.size())};
+    if (2 * (by_size_.size() + 1) > table_.size()) {  // grow: at most half full
+      std::vector<SizeKey> old(std::max<size_t>(64, 2 * table_.size()));
+      old.swap(table_);
+      for (const SizeKey& k : old)
+        if (k.bytes != 0) table_[slot_of(static_cast<uint8_t>(k.category), k.bytes)] = k;
+    }
+    const auto fifo = static_cast<uint32_t>(by_size_.size());
     by_size_.emplace_back();
-    sizes_.insert(std::lower_bound(sizes_.begin(), sizes_.end(), k,
-                                   [](const SizeKey& a, const SizeKey& b) {
-                                     return a.bytes != b.bytes ? a.bytes < b.bytes
-                                                               : a.category < b.category;
-                                   }),
-                  k);
-    f = &by_size_[k.fifo];
+    table_[slot_of(category, bytes)] = {bytes, category, fifo};
+    f = &by_size_[fifo];
   }
   f->push(id);
 }

@@ -89,6 +89,80 @@ TEST(CachingAllocator, SplittingABlockInUse) {
   EXPECT_EQ(a.split_in_use(rest, 8 * MiB), rest);  // nothing left over
 }
 
+TEST(BestFitPool, TakesWhatASetOfSizeHandlePairsWould) {
+  // Random inserts, erases and best-fit takes against std::set<(size, handle)> and its
+  // lower_bound({size, 0}): the same handle every time. Sizes from a small set, so that many
+  // handles share a size; handles mostly new and highest (a block split off), sometimes an
+  // old one back (a freed block merged with its neighbours), in any order.
+  const int64_t sizes[] = {512, 1024, 4096, MiB, 2 * MiB, 3 * MiB, 20 * MiB};
+  int takes = 0, ties = 0;
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 rng(seed);
+    BestFitPool pool;
+    std::set<std::pair<int64_t, uint32_t>> ref;
+    std::vector<std::pair<int64_t, uint32_t>> out;  // taken or erased, may come back
+    uint32_t next = 0;
+    if (seed % 4 == 0) {  // a cleared pool starts afresh
+      pool.insert(512, 7);
+      pool.clear();
+    }
+    for (int step = 0; step < 3000; ++step) {
+      const uint64_t r = rng() % 100;
+      if (r < 40 || ref.empty()) {
+        std::pair<int64_t, uint32_t> e;
+        if (!out.empty() && rng() % 3 == 0) {
+          const size_t i = rng() % out.size();
+          e = out[i];
+          out.erase(out.begin() + static_cast<std::ptrdiff_t>(i));
+        } else {
+          e = {sizes[rng() % std::size(sizes)] + (rng() % 5 == 0 ? 512 : 0), next++};
+        }
+        pool.insert(e.first, e.second);
+        ref.insert(e);
+      } else if (r < 55) {
+        auto it = ref.begin();
+        std::advance(it, static_cast<std::ptrdiff_t>(rng() % ref.size()));
+        pool.erase(it->first, it->second);
+        out.push_back(*it);
+        ref.erase(it);
+      } else {
+        const int64_t want = sizes[rng() % std::size(sizes)] - (rng() % 2 == 0 ? 0 : 256);
+        const auto it = ref.lower_bound({want, 0});
+        const uint32_t got = pool.take(want);
+        if (it == ref.end()) {
+          ASSERT_EQ(got, BestFitPool::kNone) << "seed " << seed << " step " << step;
+          continue;
+        }
+        ASSERT_EQ(got, it->second) << "seed " << seed << " step " << step;
+        ties += std::next(it) != ref.end() && std::next(it)->first == it->first;
+        out.push_back(*it);
+        ref.erase(it);
+        ++takes;
+      }
+      ASSERT_EQ(pool.size(), ref.size());
+    }
+  }
+  EXPECT_GT(takes, 15000) << ties;
+  EXPECT_GT(ties, 3000);  // a take chose among several handles of one size
+}
+
+TEST(CachingAllocator, ReusesTheLowestHandleAmongEqualFits) {
+  // One 20 MiB segment cut into five 4 MiB blocks (handles 0 to 4, in address order); the
+  // fourth and then the second are freed (not neighbours: nothing merges), so two free blocks
+  // fit the next 4 MiB exactly. PyTorch's pool is ordered by (size, address): the lower one
+  // is taken first, whatever order they were freed in.
+  CachingAllocator a;
+  std::vector<uint32_t> b;
+  for (int i = 0; i < 5; ++i) b.push_back(a.malloc(4 * MiB));
+  EXPECT_EQ(a.reserved(), 20 * MiB);
+  for (int i = 1; i < 5; ++i) EXPECT_GT(b[i], b[i - 1]);
+  a.free(b[3]);
+  a.free(b[1]);
+  EXPECT_EQ(a.malloc(4 * MiB), b[1]);
+  EXPECT_EQ(a.malloc(4 * MiB), b[3]);
+  EXPECT_EQ(a.reserved(), 20 * MiB);
+}
+
 // The straightforward model the replay must equal: the allocator's pools as plain sets, each
 // category's live blocks as a vector searched front to back and erased from. Kept apart from
 // sim/ on purpose: it is the reference AllocationReplay and CachingAllocator are checked against.
