@@ -62,6 +62,12 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
   plan::ModelSpec ms = plan_.model;
   ms.microbatch_size = mbs;
   ms.pp_regions = 1;
+  // Megatron-LM's vocabulary padding, as the compiler pads it (Compiler::pad_vocab): the next
+  // multiple of make_vocab_size_divisible_by x the TP degree.
+  if (ms.family == plan::ModelSpec::Family::kTransformer && ms.vocab > 0) {
+    const int64_t multiple = ms.vocab_divisible_by * tp;
+    ms.vocab = (ms.vocab + multiple - 1) / multiple * multiple;
+  }
   // With context parallelism the ops of one CP rank, on its s/cp tokens (as the compiler),
   // where the compiler takes it (else empty: the point's own compile reports why).
   if (cp > 1 && (ms.family != plan::ModelSpec::Family::kTransformer ||
@@ -150,6 +156,7 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
     const int layer = op.tags.layer();
     if (layer == plan::kAbsent || layer < 0 || layer >= L) {
       const bool pre = op.kind == OpKind::kEmbedding;
+      if (pre) c.embedding_params += params;
       (pre ? c.pre_f : c.post_f) += f;
       (pre ? c.pre_b : c.post_b) += bi + bw;
       (pre ? c.pre_params : c.post_params) += params;
@@ -270,6 +277,15 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
       add(rank_of[0][s] = s % p, s, 1);
     }
   }
+  // Tied embeddings with the first and last chunks on different ranks: the head's rank holds a
+  // copy of the word embedding (the compiler's tie_embeddings), in its static memory, its
+  // optimizer step and its gradient reduction.
+  const bool tied_copy =
+      plan_.model.tie_embeddings && rank_of.front().front() != rank_of.front().back();
+  if (tied_copy) {
+    rank_params[rank_of.front().back()] += c.embedding_params;
+    max_params = std::max(max_params, P[chunks - 1] + c.embedding_params);
+  }
   const double busiest = *std::max_element(rank_work.begin(), rank_work.end());
   // Fill and drain: the family's closed form over the mean chunk.
   double cF = 0, cBI = 0, cW = 0;
@@ -350,6 +366,22 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
         nodes.insert((k * stride + d) / dpn);
     grad_norm = comm_ns(CommKind::kAllReduce, 4, group, static_cast<int>(nodes.size()));
   }
+  // The optimizer step, after the norm (or the last gradient) and before ZeRO-1/2's parameter
+  // all-gather: memory-bound, the HBM bytes of the compiler's step node (each device's share of
+  // its rank's parameters, sharded over dp x cp with ZeRO >= 1, x the optimizer's step bytes per
+  // parameter), priced by the cost model as the simulator prices that node; the slowest rank's.
+  double opt_step = 0;
+  if (opt.given && opt.kind != plan::OptimizerSpec::Kind::kNone) {
+    cost::ComputeQuery q;
+    q.kind = OpKind::kOptimizer;
+    q.pass = Pass::kNone;
+    q.dtype = plan_.model.dtype;
+    for (int k = 0; k < p; ++k) {
+      q.bytes = static_cast<int64_t>(rank_params[k] / (r.zero >= 1 ? dp : 1)) *
+                opt.step_bytes_per_param(static_cast<int>(bpp.params));
+      opt_step = std::max(opt_step, static_cast<double>(cm_->compute(q).ns));
+    }
+  }
   // Memory: per rank, static state by ZeRO level + the activations of the chunk-microbatches
   // it holds at its peak (rank r of 1F1B holds p - r; Megatron's interleaved warm-up holds
   // 2(p-r-1) + (v-1)p + 1); the largest rank is the peak.
@@ -380,7 +412,8 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   e.bubble_ms = bubble / 1e6;
   e.dp_exposed_ms = dp_exposed / 1e6;
   e.grad_norm_ms = grad_norm / 1e6;
-  e.step_ms = (step + bubble + dp_exposed + grad_norm) / 1e6;
+  e.optimizer_step_ms = opt_step / 1e6;
+  e.step_ms = (step + bubble + dp_exposed + grad_norm + opt_step) / 1e6;
   e.peak_memory_bytes = static_cast<int64_t>(mem);
   e.cuda_context_bytes = sim::cuda_context_bytes(plan_.cluster.device);
   e.nccl_buffer_bytes = *std::max_element(nccl.begin(), nccl.end());

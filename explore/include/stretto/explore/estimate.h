@@ -21,7 +21,11 @@
 //   quarter of the last microbatch's backward (at least one bucket; what the simulator hides,
 //   measured by bench_explore BM_Agreement), plus ZeRO-1/2's parameter all-gather after the
 //   step, plus gradient clipping's norm all-reduce (4 bytes over Megatron-Core's
-//   grad_stats_parallel_group: TP x PP, every device with ZeRO >= 1 or EP; exposed).
+//   grad_stats_parallel_group: TP x PP, every device with ZeRO >= 1 or EP; exposed), plus the
+//   optimizer step of the slowest rank (its parameters, sharded over dp x cp with ZeRO >= 1,
+//   x the plan's step bytes per parameter, priced memory-bound as the simulator's step node).
+//   The vocabulary is padded as the compiler pads it (make_vocab_size_divisible_by x TP), and
+//   with tied embeddings on different ranks the head's rank holds a copy of the embedding.
 //   memory (allocated) = parameters, gradients and optimizer state of the largest stage by ZeRO level
 //   (the simulator's bytes per parameter: compiler::static_bytes_per_param of the plan's dtype
 //   and optimizer, e.g. 2 + 2 + 12 for bf16 Adam with master weights) + saved activations of the
@@ -59,6 +63,8 @@ struct Estimate {
   // Gradient clipping's norm all-reduce (part of step_ms; 0 without clipping or when its group
   // is one device), priced as the simulator prices the compiled plan's.
   double grad_norm_ms = 0;
+  // The optimizer step (part of step_ms; 0 without an optimizer), as the simulator prices it.
+  double optimizer_step_ms = 0;
 };
 
 /// Estimates for one base plan's model, cluster and cost model under many layouts.
@@ -80,6 +86,7 @@ class Estimator {
     std::vector<double> params, expert_params;  // parameter counts
     double pre_f = 0, pre_b = 0, post_f = 0, post_b = 0, pre_params = 0, post_params = 0;
     double pre_saved = 0, post_saved = 0;
+    double embedding_params = 0;  // the word embedding's (a tied head's copy, on another rank)
     double out_bytes = 0;  // stage boundary activation
     std::vector<double> layer_param_bytes;  // for ZeRO-3 gathers
   };
