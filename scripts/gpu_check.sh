@@ -13,8 +13,11 @@
 #
 # Steps (GPU_CHECK_STEPS="..." runs those named, in the order named; default all, in this order):
 #   tests     backend_test's CUDA tests, the CUDA gradient check of a small plan
-#   bench-ops every op of the compute-bound plans (bench/gpu/compute) and examples/gpu_gpt_1dev
-#             alone vs in the replay vs predicted, per op class (the replay's 15 % target)
+#   bench-ops every op of tests/data/costmodel/h200_replay_plans/llama8b_l4_mb4.json and
+#             examples/gpu_gpt_1dev.json alone vs in the replay vs predicted, per op class (the
+#             replay's 15 % target)
+#   (the compute-bound plans: tests/data/costmodel/h200_replay_plans, Llama-3-8B and GPT-13B
+#   layer shapes on one GPU, which the per-op-class tests also read)
 #   compute   replay (eager, and as a CUDA graph) vs simulate on the compute-bound plans
 #   loop      validate --profile-from on the compute-bound plans and on bench/gpu/plans
 # GPU_BENCH_OPS_PLANS="a.json b.json" replaces the bench-ops plans; GPU_CHECK_ONLY_LOOP=1 is
@@ -123,8 +126,8 @@ echo "built in $(($(date +%s) - started)) s since the start"
 
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 # The compute-bound plans, the one the loop profiles first.
-COMPUTE_PLANS=(bench/gpu/compute/llama8b_l4_mb4.json)
-for p in bench/gpu/compute/*.json; do [ "$p" = "${COMPUTE_PLANS[0]}" ] || COMPUTE_PLANS+=("$p"); done
+COMPUTE_PLANS=(tests/data/costmodel/h200_replay_plans/llama8b_l4_mb4.json)
+for p in tests/data/costmodel/h200_replay_plans/*.json; do [ "$p" = "${COMPUTE_PLANS[0]}" ] || COMPUTE_PLANS+=("$p"); done
 
 step_tests() {
 step "GPU tests (backend_test: the CUDA tests; the Gloo tests too when the wheel has Gloo)"

@@ -450,10 +450,14 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
       const at::Tensor& in = inputs.at(0);
       const int64_t al = heads_ / pl.tp, kvl = kv_ / pl.tp;
       const int64_t bs = cp_.plan.model.microbatch_size, s = s_;
-      auto heads = [&](int64_t off, int64_t n) {
-        return in.narrow(1, off * d_, n * d_).reshape({bs, s, n, d_}).transpose(1, 2);
+      // One split of the QKV rows, not three narrow()s: split's backward writes the three
+      // gradients into one [T, (al + 2 kvl) d] tensor (one cat), where each narrow() scatters
+      // into its own zero-filled tensor of that size and the three are then added.
+      const std::vector<at::Tensor> qkv = in.split_with_sizes({al * d_, kvl * d_, kvl * d_}, 1);
+      auto heads = [&](const at::Tensor& x, int64_t n) {
+        return x.reshape({bs, s, n, d_}).transpose(1, 2);
       };
-      at::Tensor q = heads(0, al), k = heads(al, kvl), v = heads(al + kvl, kvl);
+      at::Tensor q = heads(qkv[0], al), k = heads(qkv[1], kvl), v = heads(qkv[2], kvl);
       if (ctx_par_ > 1) {  // context parallelism: ring attention over the CP group
         const int r = replica % ctx_par_;
         if (!cp_comm.ring && !cp_comm.all_gather)

@@ -329,7 +329,7 @@ TEST(Simulate, ReportScriptPlansCompileAndSimulate) {
   // lent GPU.
   namespace fs = std::filesystem;
   const fs::path bench = fs::path(STRETTO_EXAMPLES).parent_path() / "bench";
-  for (auto [dir, plans] : {std::pair{"fidelity/plans", 5}, {"gpu/plans", 5}, {"gpu/compute", 4}}) {
+  for (auto [dir, plans] : {std::pair{"fidelity/plans", 5}, {"gpu/plans", 5}}) {
     int n = 0;
     for (const auto& e : fs::directory_iterator(bench / dir)) {
       if (e.path().extension() != ".json") continue;
