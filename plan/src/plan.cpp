@@ -413,6 +413,13 @@ void parse_model(Reader& r, ModelSpec& m) {
       if (moe.top_k > moe.experts)
         r.error(Q + "/top_k",
                 fmt::format("top_k ({}) exceeds experts ({})", moe.top_k, moe.experts));
+      // The policy picks which tokens over an expert's capacity are dropped; dropless routing
+      // (no capacity_factor) drops none, so a policy given there would be silently unused.
+      if (r.has(Q, "token_drop_policy") && !(moe.capacity_factor > 0))
+        r.error(Q + "/token_drop_policy",
+                "token_drop_policy without capacity_factor: dropless routing drops no token",
+                "set moe.capacity_factor (e.g. 1.0) to drop tokens over an expert's capacity, or "
+                "remove token_drop_policy");
       m.moe = moe;
     }
   }

@@ -160,7 +160,7 @@ constexpr PlanKey kKeys[] = {
      .doc = "tokens per expert padded to capacity_factor x the balanced share T*k/E (GShard/Switch capacity), which sizes the expert GEMMs and the all-to-alls; 0 = no capacity (dropless)"},
     {.section = "moe", .key = "token_drop_policy", .type = K::kEnum, .choices = kTokenDropPolicies,
      .fallback = R"("probs")",
-     .doc = "with a capacity_factor, which of an expert's tokens over its capacity are dropped (Megatron-Core's --moe-token-drop-policy, default probs): probs keeps the tokens with the highest routing probabilities, position the first ones. Both keep the same number of tokens, so the cost model prices them alike; the replay runs the one given"},
+     .doc = "with a capacity_factor, which of an expert's tokens over its capacity are dropped (Megatron-Core's --moe-token-drop-policy, default probs): probs keeps the tokens with the highest routing probabilities, position the first ones. Both keep the same number of tokens, so the cost model prices them alike; the replay runs the one given. Without a capacity_factor it is an error (dropless routing drops no token)"},
     {.section = "moe", .key = "imbalance", .type = K::kNumber, .min = 1, .max = 1e4,
      .fallback = "1",
      .doc = "the busiest expert's tokens over the mean (1 = balanced); it sets the grouped GEMM's time when there is no capacity_factor"},

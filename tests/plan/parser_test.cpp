@@ -72,6 +72,31 @@ TEST(Parser, CollectsEveryErrorBeforeFailing) {
   EXPECT_EQ(ds[3].loc.json_pointer, "/schedule/2/devices/0");
 }
 
+// token_drop_policy only acts with a capacity_factor; without one it is refused where it stands
+// (it was accepted and unused). With a capacity factor it parses.
+TEST(Parser, TokenDropPolicyWithoutCapacityIsRefused) {
+  const std::string moe_model =
+      "{\n  \"model\": {\"family\": \"transformer\", \"layers\": 2, \"hidden\": 64, \"heads\": 4,"
+      " \"ffn_hidden\": 128, \"vocab\": 256, \"seq_len\": 32, \"microbatch_size\": 1,\n"
+      "    \"moe\": {\"experts\": 4, \"top_k\": 2, \"expert_ffn_hidden\": 64, MOE}},\n"
+      "  \"cluster\": {\"preset\": \"h100-sxm\", \"devices_per_node\": 1},\n"
+      "  \"schedule\": [{\"op\": \"place\", \"filter\": {}, \"devices\": [0]}]\n}\n";
+  auto with = [&](const std::string& moe) {
+    std::string t = moe_model;
+    t.replace(t.find("MOE"), 3, moe);
+    return parse_errors(t);
+  };
+  const Diagnostics ds = with("\"token_drop_policy\": \"position\"");
+  ASSERT_EQ(ds.size(), 1u) << render_all(ds);
+  EXPECT_EQ(ds[0].loc.json_pointer, "/model/moe/token_drop_policy");
+  EXPECT_EQ(ds[0].loc.line, 3u);
+  EXPECT_NE(ds[0].message.find("without capacity_factor"), std::string::npos);
+  EXPECT_NE(ds[0].hint.find("capacity_factor"), std::string::npos);
+  EXPECT_TRUE(with("\"token_drop_policy\": \"position\", \"capacity_factor\": 1.0").empty())
+      << render_all(with("\"token_drop_policy\": \"position\", \"capacity_factor\": 1.0"));
+  EXPECT_TRUE(with("\"capacity_factor\": 1.0").empty());
+}
+
 TEST(Parser, DirectivesRoundTripThroughJson) {
   std::string t = std::string(kHead) +
                   "    {\"op\": \"place\", \"filter\": {\"PP\": 0, \"EP\": \"*\"}, \"devices\": "
