@@ -213,18 +213,19 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   const int L = static_cast<int>(c.f.size());
   if (L == 0 || chunks > L) return fail(plain("the model cannot be cut into that many stages"));
   // Per-chunk sums.
-  std::vector<double> F(chunks), BI(chunks), W(chunks), P(chunks), S(chunks);
+  std::vector<double> F(chunks), BI(chunks), W(chunks), P(chunks), S(chunks), E(chunks);
   std::vector<char> experts(static_cast<size_t>(chunks), 0);  // chunks with MoE layers
   double max_params = 0, max_bytes = 0;
   for (int s = 0; s < chunks; ++s) {
     const int lo = static_cast<int>(static_cast<int64_t>(s) * L / chunks);
     const int hi = static_cast<int>(static_cast<int64_t>(s + 1) * L / chunks);
-    double f = 0, bi = 0, bw = 0, params = 0, saved = 0, pbytes = 0, gather = 0;
+    double f = 0, bi = 0, bw = 0, params = 0, expert = 0, saved = 0, pbytes = 0, gather = 0;
     for (int l = lo; l < hi; ++l) {
       f += c.f[l] + c.tp_f[l] + 2 * c.a2a[l];
       bi += c.bi[l] + c.tp_b[l] + 2 * c.a2a[l];
       bw += c.bw[l];
       params += c.params[l] + c.expert_params[l];
+      expert += c.expert_params[l];
       if (c.expert_params[l] > 0) experts[static_cast<size_t>(s)] = 1;
       pbytes += c.layer_param_bytes[l];
       if (r.recompute == "full") {
@@ -250,6 +251,7 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
     BI[s] = bi + gather;
     W[s] = bw;
     P[s] = params;
+    E[s] = expert;
     S[s] = saved;
     max_params = std::max(max_params, params);
     max_bytes = std::max(max_bytes, pbytes);
@@ -257,9 +259,11 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   // Steady state: the busiest rank's work for every microbatch (chunk -> rank as the family
   // places it: one per rank, looped, V, or DualPipe's two directions).
   std::vector<double> rank_work(p, 0), rank_params(p, 0), rank_saved(p, 0), rank_chunks(p, 0);
+  std::vector<double> rank_experts(p, 0);  // the expert parameters of rank_params
   auto add = [&](int rank, int s, double share) {
     rank_work[rank] += share * (F[s] + BI[s] + W[s]);
     rank_params[rank] += P[s];
+    rank_experts[rank] += E[s];
     rank_saved[rank] += S[s];
     rank_chunks[rank] += 1;
   };
@@ -370,6 +374,13 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   // all-gather: memory-bound, the HBM bytes of the compiler's step node (each device's share of
   // its rank's parameters, sharded over dp x cp with ZeRO >= 1, x the optimizer's step bytes per
   // parameter), priced by the cost model as the simulator prices that node; the slowest rank's.
+  // A rank's parameters over ZeRO's shards: the dense ones over dp x cp, the experts' over
+  // their replicas, dp x cp / ep (an expert op's EP shards are one copy: the compiler shards
+  // the optimizer state of each op over its own replication).
+  const double expert_dp = std::max(1.0, static_cast<double>(dp) / std::max(1, r.ep));
+  auto sharded = [&](double params, double experts, bool shard) {
+    return shard ? (params - experts) / dp + experts / expert_dp : params;
+  };
   double opt_step = 0;
   if (opt.given && opt.kind != plan::OptimizerSpec::Kind::kNone) {
     cost::ComputeQuery q;
@@ -377,7 +388,7 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
     q.pass = Pass::kNone;
     q.dtype = plan_.model.dtype;
     for (int k = 0; k < p; ++k) {
-      q.bytes = static_cast<int64_t>(rank_params[k] / (r.zero >= 1 ? dp : 1)) *
+      q.bytes = static_cast<int64_t>(sharded(rank_params[k], rank_experts[k], r.zero >= 1)) *
                 opt.step_bytes_per_param(static_cast<int>(bpp.params));
       opt_step = std::max(opt_step, static_cast<double>(cm_->compute(q).ns));
     }
@@ -385,10 +396,7 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   // Memory: per rank, static state by ZeRO level + the activations of the chunk-microbatches
   // it holds at its peak (rank r of 1F1B holds p - r; Megatron's interleaved warm-up holds
   // 2(p-r-1) + (v-1)p + 1); the largest rank is the peak.
-  // (bytes per parameter: the compiler's rule, static_bytes_per_param)
-  const double per_param = static_cast<double>(bpp.params) / (r.zero >= 3 ? dp : 1) +
-                           static_cast<double>(bpp.grads) / (r.zero >= 2 ? dp : 1) +
-                           static_cast<double>(bpp.optimizer) / (r.zero >= 1 ? dp : 1);
+  // (bytes per parameter: the compiler's rule, static_bytes_per_param; ZeRO's shards: sharded)
   const std::vector<int64_t> nccl = nccl_per_rank(r, rank_of, experts, cp_comm);
   double mem = 0, device = 0;
   for (int k = 0; k < p; ++k) {
@@ -401,7 +409,11 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
       in_flight = std::min<double>(static_cast<double>(m) * v, 2.0 * (p - k - 1) + (v - 1) * p + 1);
     else in_flight = std::min<double>(2.0 * m, 2.0 * p + 1);
     const double mean_saved = rank_chunks[k] > 0 ? rank_saved[k] / rank_chunks[k] : 0;
-    const double allocated = rank_params[k] * per_param + in_flight * mean_saved;
+    const double rp = rank_params[k], re = rank_experts[k];
+    const double allocated = static_cast<double>(bpp.params) * sharded(rp, re, r.zero >= 3) +
+                             static_cast<double>(bpp.grads) * sharded(rp, re, r.zero >= 2) +
+                             static_cast<double>(bpp.optimizer) * sharded(rp, re, r.zero >= 1) +
+                             in_flight * mean_saved;
     mem = std::max(mem, allocated);
     device = std::max(device, allocated + static_cast<double>(nccl[static_cast<size_t>(k)]));
   }

@@ -1434,6 +1434,7 @@ TEST(Estimate, PricesTheGradientNormAndTheOptimizerStepAsTheSimulator) {
       {false, {{"tp", 1}, {"pp", 1}, {"dp", 8}, {"family", "1f1b"}}, 0},
       {false, {{"tp", 2}, {"pp", 2}, {"dp", 1}, {"cp", 2}, {"family", "1f1b"}}, 4},
       {true, {{"tp", 1}, {"pp", 2}, {"dp", 4}, {"ep", 4}, {"family", "1f1b"}}, 8},
+      {true, {{"tp", 1}, {"pp", 2}, {"dp", 4}, {"ep", 4}, {"family", "1f1b"}, {"zero", 1}}, 8},
   };
   auto estimate_of = [](const Json& b, const Json& params) -> Estimate {
     auto pp = resolve_point(b, params);

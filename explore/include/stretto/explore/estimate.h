@@ -23,6 +23,7 @@
 //   step, plus gradient clipping's norm all-reduce (4 bytes over Megatron-Core's
 //   grad_stats_parallel_group: TP x PP, every device with ZeRO >= 1 or EP; exposed), plus the
 //   optimizer step of the slowest rank (its parameters, sharded over dp x cp with ZeRO >= 1,
+//   an expert's over its dp x cp / ep replicas, as the compiler shards each op's state,
 //   x the plan's step bytes per parameter, priced memory-bound as the simulator's step node).
 //   The vocabulary is padded as the compiler pads it (make_vocab_size_divisible_by x TP), and
 //   with tied embeddings on different ranks the head's rank holds a copy of the embedding.
