@@ -2,6 +2,7 @@
 // counts (derived by hand in the comments), ZeRO levels, tensor parallelism, deadlocks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include <fstream>
@@ -410,6 +411,126 @@ TEST(Compiler, DeadlocksAreErrorsNamingTheCycle) {
         << text;
     EXPECT_NE(text.find("[directive"), std::string::npos) << text;
     EXPECT_NE(text.find("must finish before (order directive"), std::string::npos) << text;
+  }
+}
+
+// `order`: every op of group k+1 waits for every op of group k, so an op named by two
+// consecutive groups waits for itself. The error's cycle is that op alone, ordered before itself
+// by the directive: the compiler keeps every pair of two groups that share a member instead of
+// joining only the first group's last ops to the second's first ones. Joined by their ends
+// only, the cycle ran through a data edge (layer1 "must finish before" layer0, which layer0
+// feeds) and named an op the plan did not order twice.
+TEST(Order, AnOpInTwoConsecutiveGroupsIsReportedOrderedBeforeItself) {
+  const json f0 = fpass(0, 0, "F"), f1 = fpass(0, 1, "F");
+  const std::vector<json> cases = {json::array({json::array({f0}), json::array({f0})}),
+                                   json::array({json::array({f0}), json::array({f1, f0})}),
+                                   json::array({json::array({f0, f1}), json::array({f0})})};
+  for (const json& groups : cases) {
+    SCOPED_TRACE(groups.dump());
+    // 4 layers in one region: each region pass is a chain of 4 ops.
+    auto cp = compile_json(
+        one_device(synthetic(4, 1), {{"op", "order"}, {"filters", groups}}, 2));
+    ASSERT_FALSE(cp);
+    const std::string text = errors(cp);
+    EXPECT_NE(text.find("order contradicts dataflow"), std::string::npos) << text;
+    EXPECT_NE(text.find("PP0 LAYER0 MB0 F (layer0) on device 0\n"
+                        "      must finish before (order directive 2)\n"
+                        "    (the first op again)"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("data dependency"), std::string::npos) << text;
+  }
+}
+
+namespace {
+void check_group_spanning_devices(const json& groups) {
+  json plan = {{"model", synthetic(4, 2)},
+               {"cluster", cluster(2)},
+               {"schedule",
+                {{{"op", "place"}, {"filter", {{"PP", 0}}}, {"devices", {0}}},
+                 {{"op", "place"}, {"filter", {{"PP", 1}}}, {"devices", {1}}},
+                 {{"op", "split"}, {"filter", json::object()}, {"num_microbatches", 2}},
+                 {{"op", "order"}, {"filters", groups}}}}};
+  auto cp = compile_json(plan);
+  ASSERT_TRUE(cp) << errors(cp);
+  const TrainingDag& dag = cp->dag;
+  auto devices_of = [&](const Node& n) {
+    std::vector<int32_t> d = dag.device_sets[n.devs].devices;
+    if (n.devs2 != kNone)
+      for (int32_t x : dag.device_sets[n.devs2].devices) d.push_back(x);
+    return d;
+  };
+  size_t temporal = 0;
+  for (const Edge& e : dag.edges) {
+    if (e.kind != EdgeKind::kTemporal) continue;
+    ++temporal;
+    const auto a = devices_of(dag.nodes[e.from]), b = devices_of(dag.nodes[e.to]);
+    bool common = false;
+    for (int32_t x : a) common = common || std::find(b.begin(), b.end(), x) != b.end();
+    EXPECT_TRUE(common) << dag.node_name(e.from, cp->model) << " -> "
+                        << dag.node_name(e.to, cp->model);
+  }
+  EXPECT_GE(temporal, 2u);  // F0 -> F1 on each device
+  // What waits for what: nodes reachable from device 1's F0, and from device 0's F0.
+  auto reach = [&](int pp, int mb) {
+    std::vector<char> seen(dag.nodes.size(), 0);
+    std::vector<uint32_t> stack;
+    for (uint32_t i = 0; i < dag.nodes.size(); ++i) {
+      const Node& n = dag.nodes[i];
+      if (n.kind == NodeKind::kCompute && n.tags.pp() == pp && n.tags.mb() == mb &&
+          n.tags.pass == Pass::kF) {
+        seen[i] = 1;
+        stack.push_back(i);
+      }
+    }
+    while (!stack.empty()) {
+      const uint32_t i = stack.back();
+      stack.pop_back();
+      for (uint32_t k = dag.succ_begin[i]; k < dag.succ_begin[i + 1]; ++k)
+        if (!seen[dag.succ[k]]) {
+          seen[dag.succ[k]] = 1;
+          stack.push_back(dag.succ[k]);
+        }
+    }
+    return seen;
+  };
+  const auto after_dev1_f0 = reach(1, 0), after_dev0_f0 = reach(0, 0);
+  size_t f1_dev0 = 0, f1_dev1 = 0;
+  for (uint32_t i = 0; i < dag.nodes.size(); ++i) {
+    const Node& n = dag.nodes[i];
+    if (n.kind != NodeKind::kCompute || n.tags.mb() != 1 || n.tags.pass != Pass::kF) continue;
+    if (n.tags.pp() == 0) {
+      ++f1_dev0;
+      EXPECT_FALSE(after_dev1_f0[i]) << dag.node_name(i, cp->model) << " waits for device 1's F0";
+      EXPECT_TRUE(after_dev0_f0[i]) << dag.node_name(i, cp->model);
+    } else {
+      ++f1_dev1;
+      EXPECT_TRUE(after_dev1_f0[i]) << dag.node_name(i, cp->model) << " is not after device 1's F0";
+    }
+  }
+  EXPECT_GT(f1_dev0, 0u);
+  EXPECT_GT(f1_dev1, 0u);
+}
+}  // namespace
+
+// `order` applies per device: a group that names ops of two devices is, on each device, the
+// ops that run there. With stage 0 on device 0 and stage 1 on device 1, ordering the forwards
+// of microbatch 0 before those of microbatch 1 puts F1 after F0 on each device and nothing
+// between them: device 0's F1 does not wait for device 1's F0 (its forward needs nothing from
+// there), and every temporal edge joins ops that share a device. Checked with one filter per
+// group (any PP) and with an overlap group of one filter per stage. Projecting each group whole
+// onto the class of its first member (device 0's), without each member's device set, made
+// device 0's F1 wait through a barrier for device 1's F0 (one filter) or refused the plan as a
+// contradiction (the overlap group's feeding send ordered before the forward it sends).
+TEST(Order, AGroupSpanningDevicesIsOrderedOnEachDeviceByItsOwnOps) {
+  const json f0 = {{"MB", 0}, {"PASS", "F"}}, f1 = {{"MB", 1}, {"PASS", "F"}};
+  const std::vector<json> cases = {
+      json::array({json::array({f0}), json::array({f1})}),
+      json::array({json::array({fpass(0, 0, "F"), fpass(1, 0, "F")}),
+                   json::array({fpass(0, 1, "F"), fpass(1, 1, "F")})})};
+  for (const json& groups : cases) {
+    SCOPED_TRACE(groups.dump());
+    check_group_spanning_devices(groups);
   }
 }
 
