@@ -119,29 +119,27 @@ std::string device_str(size_t d) {
 }  // namespace
 
 struct Engine::State {
-  // Everything the hot path needs about a task, in one 32-byte record (a cache line holds two):
-  // a compute task's start and end touch nothing else of the program, not even a stream queue,
-  // because the record links to the next task of its stream; a comm task's record holds its
-  // participant range, so only its start reads the Task itself.
-  struct alignas(32) TaskRec {
-    SimTime issue = 0;        // latest issue time over the task's devices
-    int64_t work = 0;         // copy of Task::work
+  // Everything the hot path needs about a task is its 16-byte record (a cache line holds four)
+  // and its entry of `times` (below): a compute task's start and end touch nothing else of the
+  // program, not even a stream queue, because the record links to the next task of its stream;
+  // a comm task's start and end also read its Task (participant range, comm spec).
+  struct alignas(16) TaskRec {
     uint32_t pending = 0;     // unmet start conditions: deps + stream heads not reached
     uint32_t succ_begin = 0;  // successors are succ[succ_begin, next record's succ_begin)
-    uint32_t next = kNone;    // compute: the next task of its stream; comm: Task::part_begin
+    uint32_t next = kNone;    // compute: the next task of its stream; comm: where its
+                              // participants' entries of part_next begin
     uint32_t bits = 0;        // compute: device | end effects << 27 | start effects << 28
                               // comm: part_count | sorted << 26 | (effects, as compute)
                               // | kind << 29
                               // | (compute: mem_bound; comm: overlapped) << 31
 
     uint32_t device() const { return bits & kDeviceMask; }      // compute
-    uint32_t part_begin() const { return next; }                // comm
     uint32_t part_count() const { return bits & kPartMask; }    // comm
     TaskKind kind() const { return static_cast<TaskKind>((bits >> 29) & 3u); }
     bool mem_bound() const { return (bits >> 31) != 0; }       // compute
     bool overlapped() const { return (bits >> 31) != 0; }      // comm: Task::overlapped
   };
-  static_assert(sizeof(TaskRec) == 32);
+  static_assert(sizeof(TaskRec) == 16);
   struct Job {        // a running task whose completion depends on a rate
     double rem = 0;   // work left at t_upd (compute: ns at full capacity; flow: bytes)
     double rate = 0;  // work per ns since t_upd
@@ -180,9 +178,22 @@ struct Engine::State {
   unsigned slot_shift = 0;
   // (BigArray: not value-initialised, prepare writes each entry once; see big_array.h)
   detail::BigArray<TaskRec> recs;     // per task, plus a sentinel for succ_begin
+  // Per task, what a run reads of it before it starts and then its result: until the task
+  // starts, `start` holds its issue time (the latest over its devices) and `end` a copy of
+  // Task::work; when it ends, its timing. Moved into RunResult::timing at the end of the run,
+  // so the timing takes no memory beside the records (on the reference plan 23 M tasks x 16 B).
+  std::vector<TaskTiming> times;
   detail::BigArray<uint32_t> succ;    // successor lists
-  detail::BigArray<uint32_t> part_next;  // per comm participant: the next task of its stream
-  std::vector<uint32_t> head_task;   // per (device << slot_shift | stream) slot: first task
+  // Per comm task's participant entry (the task's record's `next` onward, in the order of its
+  // participants): the next task of that entry's stream. Compute tasks keep theirs in the record.
+  detail::BigArray<uint32_t> part_next;
+  // The first task of each (device, stream) FIFO that has one, by slot (device << slot_shift |
+  // stream), ascending: a run starts from these; most slots of a program with many per-peer
+  // streams are empty, so they are listed rather than indexed.
+  struct Head {
+    uint32_t slot, task;
+  };
+  std::vector<Head> heads;
   std::vector<uint32_t> free_tasks;  // tasks with no deps and no participants
   std::vector<double> link_caps;
   // The sizes of the program whose structure the above holds (rerun_checked compares them);
@@ -202,7 +213,10 @@ struct Engine::State {
     uint32_t task, begin;  // a task with more than kSmallGroup participants: its big_index range
   };
   static constexpr uint32_t kSmallGroup = 16;
-  std::vector<uint32_t> slot_stamp, tail_task, tail_part;  // per slot
+  // Per stream, of the device whose dispatch list is being linked: its last task so far, and
+  // that task's entry of part_next (a comm task); kNone where it has none yet.
+  std::vector<uint32_t> tail_task, tail_part;
+  std::vector<uint32_t> dev_stamp;  // per device: the last large task (t + 1) that listed it
   // Bitsets by participant entry: owned by a task (pass 1); a comm task's entry whose dispatch
   // entry is not seen yet (compute tasks track their dispatch in the TaskRec instead). Bits,
   // not owner ids, so that they stay in cache.
@@ -219,6 +233,7 @@ struct Engine::State {
   static constexpr uint32_t kMaxTasks = (1u << 31) - 2;
   static constexpr SimTime kUnissued = -1;
   std::vector<BigTask> big_tasks;
+  size_t num_comm_parts = 0;  // comm tasks' participant entries (part_next's size)
   std::vector<std::pair<uint32_t, uint32_t>> big_index;  // (device, participant index)
 
   // ---- dynamic state ----
@@ -243,7 +258,7 @@ struct Engine::State {
   const RunOptions* options = nullptr;  // during run_checked
   MaxMin mm;
   detail::RadixEventQueue queue;  // measured faster than 2-, 4- and 8-ary heaps here
-  TaskTiming* timing = nullptr;
+  TaskTiming* timing = nullptr;  // times.data() during a run
   SimTime now = 0;
   SimTime makespan = 0;
   uint64_t seq = 0;
@@ -280,7 +295,12 @@ struct Engine::State {
   void check_task_values(uint32_t t, const Task& k, const CommSpec* cs, Errors& err) const;
   void link_dispatch_lists(const Program& prog, const Sizes& z, Errors& err);
   void prefetch_dispatch(const Program& prog, uint32_t d, size_t pos) const;
-  void link_stream(uint32_t slot, uint32_t t, uint32_t pj);
+  [[gnu::always_inline]] void link_stream(uint32_t d, uint32_t stream, uint32_t t,
+                                         uint32_t entry);
+  // (out of line: a stream's first task, rare, keeps link_stream small)
+  [[gnu::noinline]] void add_head(uint32_t d, uint32_t stream, uint32_t t) {
+    heads.push_back({d << slot_shift | stream, t});
+  }
   void dispatch_compute(uint32_t d, uint32_t t, SimTime issue, Errors& err);
   void dispatch_comm(const Program& prog, uint32_t d, uint32_t t, SimTime issue, Errors& err);
   void report_undispatched_comm(const Program& prog, Errors& err) const;
@@ -340,8 +360,9 @@ struct Engine::State {
   uint32_t next_on_stream(uint32_t t, uint32_t slot) const {
     const TaskRec& rec = recs[t];
     if (rec.kind() == TaskKind::kCompute) return rec.next;
-    for (uint32_t pj = rec.part_begin(); pj < rec.part_begin() + rec.part_count(); ++pj) {
-      if (slot_of(p->participants[pj]) == slot) return part_next[pj];
+    const Participant* pa = p->participants.data() + p->tasks[t].part_begin;
+    for (uint32_t i = 0; i < rec.part_count(); ++i) {
+      if (slot_of(pa[i]) == slot) return part_next[rec.next + i];
     }
     return kNone;
   }
@@ -353,7 +374,7 @@ struct Engine::State {
   // `node` is the task's Task::node when the caller has it at hand, else kNone
   [[gnu::always_inline]] void end_task(uint32_t t, SimTime start, bool release_comm, uint32_t node);
   void finish_job(uint32_t j);
-  void acquire_comm(const TaskRec& rec);
+  void acquire_comm(const TaskRec& rec, uint32_t part_begin);
   void apply_effects(uint32_t t, uint32_t node, bool at_end);
   void flush_counters();
   void flush();
@@ -497,7 +518,9 @@ void Engine::State::check_counter_effects(const Program& prog, Errors& err) cons
 void Engine::State::reset_prepare_scratch(const Sizes& z) {
   recs.resize(z.tasks + 1);  // (not initialised: scan_tasks writes every record before the sentinel)
   recs[z.tasks] = TaskRec{};
-  slot_stamp.assign(z.slots, 0);
+  times.clear();  // (scan_tasks appends each task's entry: written once)
+  times.reserve(z.tasks);
+  dev_stamp.assign(z.devices, 0);
   part_owned.assign((z.parts + 63) / 64, 0);
   part_pending.assign((z.parts + 63) / 64, 0);
   big_tasks.clear();
@@ -508,6 +531,7 @@ void Engine::State::reset_prepare_scratch(const Sizes& z) {
 // ---- pass 1: tasks in isolation; successor counts (in TaskRec::succ_begin) ----
 size_t Engine::State::scan_tasks(const Program& prog, const Sizes& z, Errors& err) {
   size_t num_succ = 0;
+  size_t comm_parts = 0;  // part_next entries so far
   const bool counters = prog.num_counters > 0 && !prog.effect_begin.empty();
   const auto num_deps = static_cast<uint32_t>(prog.deps.size());
   for (uint32_t t = 0; t < z.tasks; ++t) {
@@ -519,7 +543,7 @@ size_t Engine::State::scan_tasks(const Program& prog, const Sizes& z, Errors& er
     rec = TaskRec{};
     rec.bits = static_cast<uint32_t>(k.kind) << 29 |
                static_cast<uint32_t>(k.kind == TaskKind::kComm ? k.overlapped : k.mem_bound) << 31;
-    rec.work = k.work;
+    times.push_back(TaskTiming{0, k.work});  // (issue time 0 until a dispatch entry sets it)
     rec.pending = k.part_count;
     // (a node beyond the effect table has no effects; a malformed table is reported by
     // check_counter_effects, and the run never starts)
@@ -542,7 +566,10 @@ size_t Engine::State::scan_tasks(const Program& prog, const Sizes& z, Errors& er
         err.add([&] { return task_str(t) + ": too many participants"; });
         continue;
       }
-      rec.next = k.part_begin;
+      // (an overflow here needs overlapping participant ranges, an error reported above: the
+      // dispatch pass, which reads part_next, does not run then)
+      rec.next = static_cast<uint32_t>(comm_parts);
+      comm_parts += k.part_count;
       rec.bits |= k.part_count;
     }
     if (k.kind == TaskKind::kComm && k.part_count > kSmallGroup) index_collective(prog, t);
@@ -555,6 +582,7 @@ size_t Engine::State::scan_tasks(const Program& prog, const Sizes& z, Errors& er
   }
   big_tasks.push_back({kNone, static_cast<uint32_t>(big_index.size())});  // sentinel
   if (num_succ >= kNone) err.add([] { return std::string("too many dependencies"); });
+  num_comm_parts = comm_parts;
   return num_succ;
 }
 
@@ -649,18 +677,21 @@ void Engine::State::scan_participants(const Program& prog, uint32_t t, const Tas
       // `next` and kUnissued in `issue`: the dispatch pass then needs nothing but the record.
       rec.bits |= pa.device;
       rec.next = slot;
-      rec.issue = kUnissued;
+      times[t].start = kUnissued;
     }
-    // (device, stream) twice: a pairwise check for small tasks (slot_stamp is large and
-    // cold when there are many per-peer streams), stamps for large ones
+    // (device, stream) twice: a pairwise check for small tasks; for large ones, each device's
+    // stamp says whether an earlier entry of the task is on that device, and only then are
+    // the earlier entries compared
     bool twice = false;
-    if (k.part_count <= kSmallGroup) {
+    bool compare = k.part_count <= kSmallGroup;
+    if (!compare) {
+      compare = dev_stamp[pa.device] == t + 1;
+      dev_stamp[pa.device] = t + 1;
+    }
+    if (compare) {
       for (uint32_t pq = k.part_begin; pq < pj; ++pq) {
         twice |= slot_of(prog.participants[pq]) == slot;
       }
-    } else {
-      twice = slot_stamp[slot] == t + 1;
-      slot_stamp[slot] = t + 1;
     }
     if (twice) {
       err.add([&] {
@@ -721,14 +752,16 @@ void Engine::State::check_task_values(uint32_t t, const Task& k, const CommSpec*
 
 // ---- dispatch lists: match each entry with the task's participants on that device; link
 // each (device, stream) FIFO in dispatch order; issue times ----
-// A stream is a linked list: head_task[slot], then TaskRec::next (compute) or
-// part_next[participant index] (comm).
+// A stream is a linked list: its entry of `heads`, then TaskRec::next (compute) or the task's
+// entry of part_next for that participant (comm).
 void Engine::State::link_dispatch_lists(const Program& prog, const Sizes& z, Errors& err) {
-  part_next.assign(z.parts, kNone);
-  head_task.assign(z.slots, kNone);
-  tail_task.assign(z.slots, kNone);
-  tail_part.resize(z.slots);
+  part_next.assign(num_comm_parts, kNone);
+  heads.clear();
+  tail_task.assign(z.streams, kNone);
+  tail_part.resize(z.streams);
+  const uint32_t stream_mask = (1u << slot_shift) - 1;
   for (uint32_t d = 0; d < z.devices; ++d) {
+    const size_t first_head = heads.size();
     const DeviceProgram& dp = prog.devices[d];
     for (size_t pos = 0; pos < dp.dispatch.size(); ++pos) {
       if (z.prefetch) prefetch_dispatch(prog, d, pos);
@@ -746,29 +779,43 @@ void Engine::State::link_dispatch_lists(const Program& prog, const Sizes& z, Err
         dispatch_comm(prog, d, t, issue, err);
       }
     }
+    // this device's heads in slot order; its tails cleared for the next device
+    const auto first = heads.begin() + static_cast<std::ptrdiff_t>(first_head);
+    std::sort(first, heads.end(), [](const Head& a, const Head& b) { return a.slot < b.slot; });
+    for (auto h = first; h != heads.end(); ++h) tail_task[h->slot & stream_mask] = kNone;
   }
 }
 
-// Staged prefetch: the record kAhead entries ahead; once it is in cache, the first and last
-// participant of a comm task kAhead / 2 ahead; once those are, the interpolation guess of a
-// large sorted one kAhead / 4 ahead (see dispatch_comm).
+// Staged prefetch: the record and times entry kAhead entries ahead; once the record is in
+// cache, a comm task's Task kAhead / 2 ahead; once that is, its first and last participant and
+// its part_next entries kAhead / 4 ahead; once those are, the interpolation guess of a large
+// sorted one kAhead / 8 ahead (see dispatch_comm).
 void Engine::State::prefetch_dispatch(const Program& prog, uint32_t d, size_t pos) const {
   const std::vector<uint32_t>& disp = prog.devices[d].dispatch;
   const size_t n = prog.tasks.size();
   if (pos + kAhead < disp.size() && disp[pos + kAhead] < n) {
     __builtin_prefetch(&recs[disp[pos + kAhead]], 1);
+    __builtin_prefetch(&times[disp[pos + kAhead]], 1);
   }
   if (pos + kAhead / 2 < disp.size() && disp[pos + kAhead / 2] < n) {
-    const TaskRec& ahead = recs[disp[pos + kAhead / 2]];
-    if (ahead.kind() == TaskKind::kComm && ahead.part_count() > 0) {
-      __builtin_prefetch(&prog.participants[ahead.part_begin()]);
-      __builtin_prefetch(&prog.participants[size_t{ahead.part_begin()} + ahead.part_count() - 1]);
-    }
+    const uint32_t t = disp[pos + kAhead / 2];
+    if (recs[t].kind() == TaskKind::kComm) __builtin_prefetch(&prog.tasks[t]);
   }
   if (pos + kAhead / 4 < disp.size() && disp[pos + kAhead / 4] < n) {
-    const TaskRec& ahead = recs[disp[pos + kAhead / 4]];
+    const uint32_t t = disp[pos + kAhead / 4];
+    const TaskRec& ahead = recs[t];
+    if (ahead.kind() == TaskKind::kComm && ahead.part_count() > 0) {
+      const uint32_t pb = prog.tasks[t].part_begin;
+      __builtin_prefetch(&prog.participants[pb]);
+      __builtin_prefetch(&prog.participants[size_t{pb} + ahead.part_count() - 1]);
+      __builtin_prefetch(&part_next[ahead.next], 1);
+    }
+  }
+  if (pos + kAhead / 8 < disp.size() && disp[pos + kAhead / 8] < n) {
+    const uint32_t t = disp[pos + kAhead / 8];
+    const TaskRec& ahead = recs[t];
     if (ahead.kind() == TaskKind::kComm && (ahead.bits & kSortedBit) != 0) {
-      const Participant* first = prog.participants.data() + ahead.part_begin();
+      const Participant* first = prog.participants.data() + prog.tasks[t].part_begin;
       const uint32_t lo = first->device, hi = first[ahead.part_count() - 1].device;
       if (d > lo && d <= hi) {
         __builtin_prefetch(first + uint64_t{d - lo} * (ahead.part_count() - 1) / (hi - lo));
@@ -777,18 +824,20 @@ void Engine::State::prefetch_dispatch(const Program& prog, uint32_t d, size_t po
   }
 }
 
-// Appends task t (its participant entry pj, kNone for a compute task) to a slot's FIFO.
-void Engine::State::link_stream(uint32_t slot, uint32_t t, uint32_t pj) {
-  const uint32_t prev = tail_task[slot];
+// Appends task t (`entry`: its participant's entry of part_next; kNone for a compute task) to
+// the FIFO of device d's `stream` (d: the device whose dispatch list is being linked).
+inline void Engine::State::link_stream(uint32_t d, uint32_t stream, uint32_t t,
+                                       uint32_t entry) {
+  const uint32_t prev = tail_task[stream];
   if (prev == kNone) {
-    head_task[slot] = t;
+    add_head(d, stream, t);
   } else if (recs[prev].kind() == TaskKind::kCompute) {
     recs[prev].next = t;
   } else {
-    part_next[tail_part[slot]] = t;
+    part_next[tail_part[stream]] = t;
   }
-  tail_task[slot] = t;
-  tail_part[slot] = pj;
+  tail_task[stream] = t;
+  tail_part[stream] = entry;
 }
 
 void Engine::State::dispatch_compute(uint32_t d, uint32_t t, SimTime issue, Errors& err) {
@@ -798,30 +847,30 @@ void Engine::State::dispatch_compute(uint32_t d, uint32_t t, SimTime issue, Erro
       return device_str(d) + ": dispatch list names " + task_str(t) +
              ", which has no participant on it";
     });
-  } else if (rec.issue != kUnissued) {
+  } else if (times[t].start != kUnissued) {
     err.add([&] { return device_str(d) + ": dispatch list names " + task_str(t) + " twice"; });
   } else {
-    rec.issue = issue;
+    times[t].start = issue;
     const uint32_t slot = rec.next;
     rec.next = kNone;
-    link_stream(slot, t, kNone);
+    link_stream(d, slot & ((1u << slot_shift) - 1), t, kNone);
   }
 }
 
 void Engine::State::dispatch_comm(const Program& prog, uint32_t d, uint32_t t, SimTime issue,
                                   Errors& err) {
-  TaskRec& rec = recs[t];
+  const TaskRec& rec = recs[t];
+  // (a barrier has no participants: never on a device)
+  const uint32_t pb = rec.kind() == TaskKind::kComm ? prog.tasks[t].part_begin : 0;
+  const uint32_t pc = rec.kind() == TaskKind::kComm ? rec.part_count() : 0;
   bool on_device = false, fresh = false;
   auto take = [&](uint32_t pj) {
     on_device = true;
     if (!test_bit(part_pending, pj)) return;  // already taken: a duplicate dispatch entry
     clear_bit(part_pending, pj);
     fresh = true;
-    link_stream(slot_of(prog.participants[pj]), t, pj);
+    link_stream(d, prog.participants[pj].stream, t, rec.next + (pj - pb));
   };
-  // (a barrier has no participants: never on a device)
-  const uint32_t pb = rec.kind() == TaskKind::kComm ? rec.part_begin() : 0;
-  const uint32_t pc = rec.kind() == TaskKind::kComm ? rec.part_count() : 0;
   if (pc <= kSmallGroup) {
     for (uint32_t pj = pb; pj < pb + pc; ++pj) {
       if (prog.participants[pj].device == d) take(pj);
@@ -865,7 +914,7 @@ void Engine::State::dispatch_comm(const Program& prog, uint32_t d, uint32_t t, S
   } else if (!fresh) {
     err.add([&] { return device_str(d) + ": dispatch list names " + task_str(t) + " twice"; });
   } else {
-    rec.issue = std::max(rec.issue, issue);
+    times[t].start = std::max(times[t].start, issue);
   }
 }
 
@@ -893,7 +942,7 @@ void Engine::State::successor_offsets(const Sizes& z, Errors& err) {
     TaskRec& rec = recs[t];
     sum += rec.succ_begin;
     rec.succ_begin = sum;
-    if (rec.kind() == TaskKind::kCompute && rec.issue == kUnissued) {
+    if (rec.kind() == TaskKind::kCompute && times[t].start == kUnissued) {
       err.add([&] {
         return task_str(t) + " runs on " + device_str(rec.device()) +
                " but is missing from its dispatch list";
@@ -937,16 +986,18 @@ bool Engine::State::rearm(const Program& prog, std::vector<std::string>* errors)
   return true;
 }
 
-// Work, the flag bit (mem_bound or overlapped), the start conditions a run counts down
-// (dependencies and stream heads, as scan_tasks counts them) and the values' checks.
+// Work and issue time 0 (the times entries: the last run moved its own out), the flag bit
+// (mem_bound or overlapped), the start conditions a run counts down (dependencies and stream
+// heads, as scan_tasks counts them) and the values' checks.
 void Engine::State::rearm_tasks(const Program& prog, Errors& err) {
   const auto n = static_cast<uint32_t>(prog.tasks.size());
+  times.clear();
+  times.reserve(n);
   for (uint32_t t = 0; t < n; ++t) {
     const Task& k = prog.tasks[t];
     TaskRec& rec = recs[t];
-    rec.work = k.work;
+    times.push_back(TaskTiming{0, k.work});
     rec.pending = k.part_count + (prog.dep_end(t) - k.dep_begin);
-    rec.issue = 0;
     const bool comm = k.kind == TaskKind::kComm;
     rec.bits = (rec.bits & ~kFlagBit) | static_cast<uint32_t>(comm ? k.overlapped : k.mem_bound) << 31;
     // The values' checks of check_task_values (its participant counts are structure), which
@@ -962,8 +1013,8 @@ void Engine::State::rearm_issue_times(const Program& prog) {
   for (const DeviceProgram& dp : prog.devices) {
     if (dp.dispatch_ns == 0) continue;  // every issue time 0, as rearm_tasks left it
     for (size_t pos = 0; pos < dp.dispatch.size(); ++pos) {
-      TaskRec& rec = recs[dp.dispatch[pos]];
-      rec.issue = std::max(rec.issue, static_cast<SimTime>(pos + 1) * dp.dispatch_ns);
+      SimTime& issue = times[dp.dispatch[pos]].start;
+      issue = std::max(issue, static_cast<SimTime>(pos + 1) * dp.dispatch_ns);
     }
   }
 }
@@ -1008,8 +1059,8 @@ void Engine::State::free_job(uint32_t j) {
   free_jobs.push_back(j);
 }
 
-void Engine::State::acquire_comm(const TaskRec& rec) {
-  for (uint32_t pj = rec.part_begin(); pj < rec.part_begin() + rec.part_count(); ++pj) {
+void Engine::State::acquire_comm(const TaskRec& rec, uint32_t part_begin) {
+  for (uint32_t pj = part_begin; pj < part_begin + rec.part_count(); ++pj) {
     const uint32_t d = p->participants[pj].device;
     account(devs[d]);
     ++devs[d].comm_active;
@@ -1022,7 +1073,7 @@ void Engine::State::drain_ready() {
   // start_task may complete zero-duration tasks inline, which appends to `ready`.
   for (size_t i = 0; i < ready.size(); ++i) {
     const uint32_t t = ready[i];
-    const SimTime issue = recs[t].issue;
+    const SimTime issue = timing[t].start;  // (until t starts)
     if (issue > now) {
       push(issue, kIssue, t, 0);
     } else {
@@ -1044,7 +1095,8 @@ inline void Engine::State::start_task(uint32_t t) {
       // in the job for its end.
       const uint32_t node = (rec.bits & kEffectsBits) != 0 ? p->tasks[t].node : kNone;
       if ((rec.bits & kStartEffectsBit) != 0) apply_effects(t, node, false);
-      if (rec.work == 0) {
+      const int64_t work = timing[t].end;  // (Task::work, until t ends)
+      if (work == 0) {
         ++events;
         end_task(t, now, false, node);
         return;
@@ -1052,7 +1104,7 @@ inline void Engine::State::start_task(uint32_t t) {
       const uint32_t d = rec.device();
       const uint32_t j = alloc_job();
       Job& job = jobs[j];
-      job.rem = static_cast<double>(rec.work);
+      job.rem = static_cast<double>(work);
       job.rate = 0;  // the flush at the end of this instant sets the rate and the completion
       job.t_upd = now;
       job.t_end = kNever;
@@ -1084,7 +1136,7 @@ inline void Engine::State::start_task(uint32_t t) {
         end_task(t, now, false, k.node);
         return;
       }
-      acquire_comm(rec);
+      acquire_comm(rec, k.part_begin);
       if (!flow) {
         push(now + dur, kFixedEnd, t, 0);
       } else if (dur > 0) {
@@ -1130,16 +1182,17 @@ inline void Engine::State::end_task(uint32_t t, SimTime start, bool release, uin
   if (kind == TaskKind::kCompute) {
     advance(rec.next);
   } else if (kind == TaskKind::kComm) {
-    for (uint32_t pj = rec.part_begin(); pj < rec.part_begin() + rec.part_count(); ++pj) {
+    const uint32_t pb = p->tasks[t].part_begin;
+    for (uint32_t i = 0; i < rec.part_count(); ++i) {
       if (release) {
-        const uint32_t d = p->participants[pj].device;
+        const uint32_t d = p->participants[pb + i].device;
         Device& dev = devs[d];
         STRETTO_ASSERT(dev.comm_active > 0, "comm count underflow");
         account(dev);
         --dev.comm_active;
         if (!rec.overlapped() && --dev.comm_slowing == 0 && dev.num_compute > 0) mark_dirty(d);
       }
-      advance(part_next[pj]);
+      advance(part_next[rec.next + i]);
     }
   }
   const uint32_t end = recs[t + 1].succ_begin;
@@ -1223,7 +1276,8 @@ void Engine::State::apply_effects(uint32_t t, uint32_t node, bool at_end) {
     return;
   }
   ++ctr_epoch;  // once per device, however many of its streams take part
-  for (uint32_t pj = rec.part_begin(); pj < rec.part_begin() + rec.part_count(); ++pj) {
+  const uint32_t pb = p->tasks[t].part_begin;
+  for (uint32_t pj = pb; pj < pb + rec.part_count(); ++pj) {
     const uint32_t d = p->participants[pj].device;
     if (ctr_stamp[d] == ctr_epoch) continue;
     ctr_stamp[d] = ctr_epoch;
@@ -1293,6 +1347,9 @@ void Engine::State::simulate(RunResult& out) {
   }
   if (finished < n) report_stall(out);
   timing = nullptr;
+  // The timing goes out; `times` keeps the result's old buffer, whose capacity the next
+  // prepare or rearm reuses.
+  out.timing.swap(times);
 }
 
 // The run's dynamic state: devices, hosts, jobs, the queue, counters, the result's buffers.
@@ -1300,14 +1357,14 @@ void Engine::State::reset_run(RunResult& out) {
   const Program& prog = *p;
   const size_t n = prog.tasks.size();
   const size_t nd = prog.devices.size();
-  // Every task that ends writes its timing, so a reused vector needs no clearing here; the
-  // tasks that never ran are reset after the loop (stalls only).
-  out.timing.resize(n);
+  // Every task that ends writes its timing over its issue time and work; the tasks that never
+  // ran are reset after the loop (stalls only).
+  STRETTO_ASSERT(times.size() == n, "a run needs every task's times entry");
   out.makespan = 0;
   out.stalled = false;
   out.stall.blocked_tasks.clear();
-  timing = out.timing.data();
-  const size_t num_slots = head_task.size();
+  timing = times.data();
+  const size_t num_slots = heads.size();  // the FIFOs in use
   devs.assign(nd, Device{});
   hosts.assign(prog.host_cores.size(), Host{});
   host_devs.clear();
@@ -1382,10 +1439,9 @@ void Engine::State::reset_run(RunResult& out) {
 void Engine::State::run_events() {
   const Program& prog = *p;
   const size_t n = prog.tasks.size();
-  const size_t num_slots = head_task.size();
   // Initially ready: tasks with no conditions, and stream heads whose other conditions hold.
   ready.assign(free_tasks.begin(), free_tasks.end());
-  for (size_t s = 0; s < num_slots; ++s) advance(head_task[s]);
+  for (const Head& h : heads) advance(h.task);
   drain_ready();
   const auto& progress = options->progress;
   const uint64_t progress_every = std::max<uint64_t>(1, options->progress_every);
@@ -1447,7 +1503,6 @@ void Engine::State::run_events() {
 
 void Engine::State::report_stall(RunResult& out) {
   const size_t n = p->tasks.size();
-  const size_t num_slots = head_task.size();
   // Every task that starts also ends (rates are positive once the comm tasks, which always
   // end, release the device), so the unfinished tasks are exactly those that never started.
   // With the queue empty, a task whose start conditions all held (pending == 0) has run:
@@ -1458,9 +1513,9 @@ void Engine::State::report_stall(RunResult& out) {
     if (unfinished(t)) timing[t] = TaskTiming{};
   }
   auto& blocked = out.stall.blocked_tasks;
-  for (size_t s = 0; s < num_slots && blocked.size() < kMaxBlocked; ++s) {
-    uint32_t t = head_task[s];  // walk the stream to its first unfinished task
-    while (t != kNone && !unfinished(t)) t = next_on_stream(t, static_cast<uint32_t>(s));
+  for (size_t s = 0; s < heads.size() && blocked.size() < kMaxBlocked; ++s) {
+    uint32_t t = heads[s].task;  // walk the stream to its first unfinished task
+    while (t != kNone && !unfinished(t)) t = next_on_stream(t, heads[s].slot);
     if (t == kNone) continue;
     if (std::find(blocked.begin(), blocked.end(), t) == blocked.end()) blocked.push_back(t);
   }

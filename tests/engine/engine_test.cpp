@@ -517,6 +517,26 @@ TEST(Engine, StallAfterPartialProgressKeepsFinishedTimings) {
   EXPECT_EQ(r.stall.blocked_tasks, (std::vector<uint32_t>{y}));
 }
 
+TEST(Engine, StallNamesEachStreamsFirstBlockedTaskInDeviceAndStreamOrder) {
+  // Device 0 issues its streams' first tasks in the order s2, s0, s1; the report walks
+  // (device, stream) in order all the same: s0, s1, s2 of device 0, then device 1's s0.
+  ProgramBuilder b(2, {"s0", "s1", "s2"});
+  const auto a = b.comm({{0, 0}, {1, 0}}, 100, 10, 1.0);   // a send/recv inversion on s0
+  const auto bb = b.comm({{1, 0}, {0, 0}}, 100, 10, 1.0);
+  const auto c1 = b.compute(0, 1, 10, {a});
+  const auto c2 = b.compute(0, 2, 10, {a});
+  b.p.devices[0].dispatch = {c2, a, bb, c1};
+  b.p.devices[1].dispatch = {bb, a};
+  ASSERT_TRUE(validate(b.p).empty());
+  const RunResult r = Engine().run(b.p);
+  ASSERT_TRUE(r.stalled);
+  EXPECT_EQ(r.stall.blocked_tasks, (std::vector<uint32_t>{a, c1, c2, bb}));
+  for (uint32_t t : {a, bb, c1, c2}) {
+    EXPECT_EQ(r.timing[t].start, -1) << t;
+    EXPECT_EQ(r.timing[t].end, -1) << t;
+  }
+}
+
 TEST(Engine, ReusedResultOfAStalledRunMarksTheTasksThatNeverRan) {
   // Same shape twice into one RunResult: first deadlock-free, then with the order inverted.
   ProgramBuilder b(2, {"pp"});

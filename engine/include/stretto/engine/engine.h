@@ -55,11 +55,15 @@
 // are 24-byte PODs in a radix heap (event times never decrease). Each running job has at most one
 // valid completion event: when its completion moves earlier, a new event is pushed and the old one
 // is invalidated lazily by a per-job version; when it moves later, the queued event is kept and,
-// when it pops early, pushed again at the new time. Task state is a 32-byte record per task;
-// streams are linked lists threaded through those records. A comm task's start also reads its Task
-// and CommSpec. No allocation per event: all state lives in vectors sized at the start of run() and
-// kept by the Engine between runs, so re-running a same-sized program allocates nothing but the
-// result (nothing at all with run(program, out) and a reused `out`).
+// when it pops early, pushed again at the new time. Task state is a 16-byte record per task plus
+// a 16-byte entry that holds its issue time and work until it starts and its timing once it ends
+// (that array becomes RunResult::timing: a run holds 32 bytes per task, the timing included);
+// streams are linked lists threaded through the records, and through an entry per participant
+// of each comm task. A comm task's start and end also read its Task and CommSpec. No allocation
+// per event: all state lives in vectors sized at the start of run() and kept by the Engine between
+// runs, so re-running a same-sized program allocates nothing but the result (nothing at all with
+// run(program, out) and a reused `out`, from the third run on: the engine and `out` swap the
+// timing array's buffer).
 
 #include <memory>
 #include <string>
