@@ -1,7 +1,8 @@
 #include "stretto/sim/caching_allocator.h"
 
 #include <algorithm>
-#include <cassert>
+
+#include "stretto/support/diag.h"
 
 namespace stretto::sim {
 
@@ -59,11 +60,11 @@ void BestFitPool::drop(size_t slot) {
 
 void BestFitPool::erase(int64_t size, uint32_t handle) {
   const size_t slot = lower(size);
-  assert(slot < sizes_.size() && sizes_[slot] == size);
+  STRETTO_ASSERT(slot < sizes_.size() && sizes_[slot] == size, "an erased size is in the pool");
   List& l = lists_[list_of_[slot]];
   const auto it =
       std::lower_bound(l.ids.begin() + static_cast<std::ptrdiff_t>(l.head), l.ids.end(), handle);
-  assert(it != l.ids.end() && *it == handle);
+  STRETTO_ASSERT(it != l.ids.end() && *it == handle, "an erased block is in its size's list");
   --count_;
   if (it == l.ids.begin() + static_cast<std::ptrdiff_t>(l.head))
     ++l.head;
@@ -110,7 +111,7 @@ uint32_t CachingAllocator::split(uint32_t id, int64_t size, bool used) {
 }
 
 uint32_t CachingAllocator::malloc(int64_t bytes) {
-  assert(bytes > 0);
+  STRETTO_ASSERT(bytes > 0, "an allocation has at least one byte");
   const int64_t size = round_size(bytes);
   const bool small = size <= kSmallSize;
   BestFitPool& p = small ? small_ : large_;
@@ -133,7 +134,7 @@ uint32_t CachingAllocator::malloc(int64_t bytes) {
 }
 
 uint32_t CachingAllocator::split_in_use(uint32_t id, int64_t bytes) {
-  assert(blocks_[id].used);
+  STRETTO_ASSERT(blocks_[id].used, "only a block in use is split");
   const int64_t first = round_size(bytes);
   if (first >= blocks_[id].size) return id;
   return split(id, first, true);
@@ -149,7 +150,7 @@ void CachingAllocator::absorb(uint32_t left, uint32_t right) {
 
 void CachingAllocator::free(uint32_t id) {
   Block& b = blocks_[id];
-  assert(b.used);
+  STRETTO_ASSERT(b.used, "a block is freed once, after its malloc");
   b.used = false;
   allocated_ -= b.size;
   BestFitPool& p = pool(b);

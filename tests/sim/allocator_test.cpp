@@ -89,6 +89,35 @@ TEST(CachingAllocator, SplittingABlockInUse) {
   EXPECT_EQ(a.split_in_use(rest, 8 * MiB), rest);  // nothing left over
 }
 
+// The allocator's invariants hold in every build (STRETTO_ASSERT, not assert, which release
+// builds compile out): a block freed twice, a block split when free and an empty allocation
+// stop the program with the invariant named instead of corrupting the pools.
+TEST(CachingAllocatorDeathTest, MisuseStopsWithTheInvariantNamed) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        CachingAllocator a;
+        const uint32_t x = a.malloc(MiB);
+        a.free(x);
+        a.free(x);
+      },
+      "a block is freed once");
+  EXPECT_DEATH(
+      {
+        CachingAllocator a;
+        const uint32_t x = a.malloc(12 * MiB);
+        a.free(x);
+        a.split_in_use(x, 4 * MiB);
+      },
+      "only a block in use is split");
+  EXPECT_DEATH(
+      {
+        CachingAllocator a;
+        a.malloc(0);
+      },
+      "at least one byte");
+}
+
 TEST(BestFitPool, TakesWhatASetOfSizeHandlePairsWould) {
   // Random inserts, erases and best-fit takes against std::set<(size, handle)> and its
   // lower_bound({size, 0}): the same handle every time. Sizes from a small set, so that many
