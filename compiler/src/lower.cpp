@@ -339,7 +339,7 @@ class OrderDirectives {
       if (!barrier) {
         for (uint32_t x : from)
           for (uint32_t y : to)
-            if (x != y) dag_.edges.push_back({x, y, EdgeKind::kTemporal, d.index});
+            dag_.edges.push_back({x, y, EdgeKind::kTemporal, d.index});
       } else {
         add_barrier(d, g, c, from, to);
       }

@@ -440,6 +440,16 @@ TEST(Order, AnOpInTwoConsecutiveGroupsIsReportedOrderedBeforeItself) {
         << text;
     EXPECT_EQ(text.find("data dependency"), std::string::npos) << text;
   }
+  // A region pass of one op (2 layers in 2 regions): [[F0], [F0]] orders that op before itself
+  // with no other op in the cycle. It compiled (the self-edge was skipped); now refused alike.
+  auto cp = compile_json(one_device(
+      synthetic(2, 2), {{"op", "order"}, {"filters", cases[0]}}, 2));
+  ASSERT_FALSE(cp);
+  EXPECT_NE(errors(cp).find("PP0 LAYER0 MB0 F (layer0) on device 0\n"
+                            "      must finish before (order directive 2)\n"
+                            "    (the first op again)"),
+            std::string::npos)
+      << errors(cp);
 }
 
 namespace {
