@@ -218,8 +218,8 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
       default:
         unknown.insert(fmt::format("node kind {}", static_cast<int>(n.kind)));
     }
-    // Context parallelism's exchanges: the p2p ring runs inside the attention op (the node marks
-    // its place); another cp_comm_type is refused below, once.
+    // Context parallelism's exchanges (the p2p ring, all_gather's and a2a's collectives) run
+    // inside the attention op; the node marks their place.
     if (n.purpose == CommPurpose::kContextPar) continue;
     if (n.kind == NodeKind::kCollective) {
       const bool known = (n.purpose == CommPurpose::kGradReduce &&
@@ -264,13 +264,6 @@ Diagnostics check_supported(const CompiledPlan& cp, const ReplayOptions& opt) {
     // a layout's generated replicate carries the layout's pointer: its keys are cp, cp_comm_type
     const bool layout = d.pointer.ends_with("/layout");
     const std::string at = d.pointer + (layout ? "/cp" : "/context_parallel");
-    if (d.cp_comm_type == plan::CpCommType::kA2A)
-      refuse(fmt::format("replay does not run context parallelism with cp_comm_type {} "
-                         "(context_parallel {}): it runs p2p (the ring) and all_gather only",
-                         plan::cp_comm_type_name(d.cp_comm_type), d.context_parallel),
-             "simulate the plan (it prices Transformer Engine's p2p, all_gather and a2a), or "
-             "replay it with cp_comm_type p2p or all_gather",
-             d.pointer + "/cp_comm_type");
     if (m.dropout > 0)
       refuse(fmt::format("replay does not run dropout with context parallelism (context_parallel "
                          "{}): a CP rank's masks would have to be drawn for its two sequence "

@@ -880,7 +880,8 @@ void RankRun::run_compute(size_t i) {
   // Context parallelism: the attention's communication over its CP group (CP rank c of
   // replica r is r % cp, its group the cp consecutive replicas, same TP rank). p2p: ring hops
   // to the neighbours, tagged past every transfer's tag (the node id) by this node and the
-  // hop's slot. all_gather: all-gather and all-reduce over the group's process group.
+  // hop's slot. all_gather: all-gather and all-reduce over the group's process group; a2a:
+  // all-to-alls over it.
   CpComm cp_comm;
   const int cpd = model_.context_parallel();
   if (cpd > 1 && op.kind == OpKind::kAttention) {
@@ -889,7 +890,7 @@ void RankRun::run_compute(size_t i) {
     auto device = [&](int cr) {
       return d.at(static_cast<size_t>((replica - c + (cr + cpd) % cpd) * tp + t));
     };
-    if (cp_comm_type(cp_) == plan::CpCommType::kAllGather) {
+    if (cp_comm_type(cp_) != plan::CpCommType::kP2P) {
       std::vector<int32_t> ring;  // by CP rank
       for (int cr = 0; cr < cpd; ++cr) ring.push_back(device(cr));
       std::vector<int32_t> sorted = ring;
@@ -904,20 +905,37 @@ void RankRun::run_compute(size_t i) {
           throw std::runtime_error(fmt::format("context-parallel {} of {} timed out after {} ms",
                                                what, op_label(i), opt_.timeout_ms));
       };
-      cp_comm.all_gather = [grp, slot_of, wait](const at::Tensor& t) {
-        at::Tensor in = t.contiguous();
-        std::vector<at::Tensor> out;
-        for (size_t j = 0; j < slot_of.size(); ++j) out.push_back(at::empty_like(in));
-        wait(grp->allgather(out, in), "all-gather");
-        std::vector<at::Tensor> by_rank;
-        for (size_t cr = 0; cr < slot_of.size(); ++cr) by_rank.push_back(out[slot_of[cr]]);
-        return by_rank;
-      };
-      cp_comm.all_reduce = [grp, wait](at::Tensor& t) { wait(grp->allreduce(t), "reduce-scatter"); };
+      if (cp_comm_type(cp_) == plan::CpCommType::kAllGather) {
+        cp_comm.all_gather = [grp, slot_of, wait](const at::Tensor& t) {
+          at::Tensor in = t.contiguous();
+          std::vector<at::Tensor> out;
+          for (size_t j = 0; j < slot_of.size(); ++j) out.push_back(at::empty_like(in));
+          wait(grp->allgather(out, in), "all-gather");
+          std::vector<at::Tensor> by_rank;
+          for (size_t cr = 0; cr < slot_of.size(); ++cr) by_rank.push_back(out[slot_of[cr]]);
+          return by_rank;
+        };
+        cp_comm.all_reduce = [grp, wait](at::Tensor& t) {
+          wait(grp->allreduce(t), "reduce-scatter");
+        };
+      } else {
+        // a2a: row cr of `t` to CP rank cr; the group's ranks are its sorted devices.
+        cp_comm.all_to_all = [grp, slot_of, wait](const at::Tensor& t) {
+          std::vector<at::Tensor> rows(slot_of.size());
+          for (size_t cr = 0; cr < slot_of.size(); ++cr)
+            rows[slot_of[cr]] = t.select(0, static_cast<int64_t>(cr));
+          at::Tensor in = at::stack(rows), out = at::empty_like(in);
+          wait(grp->alltoall(out, in), "all-to-all");
+          std::vector<at::Tensor> by_rank;
+          for (size_t cr = 0; cr < slot_of.size(); ++cr)
+            by_rank.push_back(out.select(0, static_cast<int64_t>(slot_of[cr])));
+          return by_rank;
+        };
+      }
     } else {
       const int next = device(c + 1), prev = device(c - 1);
-      const int64_t base = static_cast<int64_t>(cp_.dag.nodes.size()) +
-                           static_cast<int64_t>(dop.node) * 2 * cpd;
+      const int64_t base =
+          static_cast<int64_t>(cp_.dag.nodes.size()) + static_cast<int64_t>(dop.node) * 2 * cpd;
       cp_comm.ring = [this, next, prev, base, i](const at::Tensor& send, int slot) {
         const int tag = static_cast<int>(base + slot);
         at::Tensor out = send.contiguous(), in = at::empty_like(out);
@@ -1015,6 +1033,7 @@ void RankRun::run_compute(size_t i) {
                                              op.name, mb));
       const uint32_t r = model_.residual_source(o);
       if (r != kNone) add_grad(r, mb, grad_acc_[k]);
+      if (c.cp_root.defined()) dy = cp_output_grad(c, dy, cp_comm);  // a2a: to the head groups
       std::vector<at::Tensor> dx = backward_inputs(c, dy, n.tags.pass == Pass::kB, params_[o]);
       if (!c.cp_dkv.empty())  // the received K/V's gradients go back to their CP ranks
         cp_backward(c, dx, cp_comm,
@@ -1179,7 +1198,8 @@ void RankRun::post_comm(size_t i) {
     case CommPurpose::kContextPar:
       // Context parallelism's p2p ring runs inside the attention op, hop by hop beside its
       // steps (TorchModel::ring_attention, cp_backward); all_gather's all-gathers and
-      // reduce-scatters run inside it too (gathered_attention): the node marks their place.
+      // reduce-scatters (gathered_attention) and a2a's all-to-alls (a2a_attention,
+      // cp_output_grad) run inside it too: the node marks their place.
       break;
     default:
       throw std::runtime_error(fmt::format("replay cannot execute {}", op_label(i)));

@@ -370,6 +370,35 @@ std::vector<int64_t> TorchModel::output_shape(uint32_t o) const {
   }
 }
 
+at::Tensor TorchModel::causal_attention(const at::Tensor& q, at::Tensor k, at::Tensor v) const {
+  const int64_t a = q.size(1), kvh = k.size(1);
+  auto repeat_kv = [&] {  // GQA by repeating KV heads in memory
+    if (a == kvh) return;
+    k = repeat_kv_heads(k, a / kvh);
+    v = repeat_kv_heads(v, a / kvh);
+  };
+  if (kernels_ == ModelKernels::kFused && kHasSdpa) {
+    // Causal attention without a materialised mask (flash / memory-efficient kernels where
+    // the device has them): what the analytic model prices by default.
+#if STRETTO_TORCH_HAS_SDPA_GQA
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                            /*is_causal=*/true, /*scale=*/std::nullopt,
+                                            /*enable_gqa=*/a != kvh);  // GQA in the kernel
+#elif STRETTO_TORCH_HAS_SDPA
+    repeat_kv();
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                            /*is_causal=*/true);
+#endif
+  }
+  // The reference formula, and LibTorch 1.x's attention: its private SDPA entry point reads
+  // scalars on the host (.item(), seen by tests/backend's operator hook) and builds a mask per
+  // call, so 1.x keeps the dense s x s scores with the model's causal mask.
+  repeat_kv();
+  const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d_));
+  return at::matmul(
+      at::softmax(scores.masked_fill(causal_mask_, -std::numeric_limits<float>::infinity()), -1), v);
+}
+
 OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
                           const std::vector<Param>& params, const OpPlacement& pl, int replica,
                           int mb, double loss_scale, const TpAllReduce& tp_allreduce,
@@ -458,46 +487,19 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
         return x.reshape({bs, s, n, d_}).transpose(1, 2);
       };
       at::Tensor q = heads(qkv[0], al), k = heads(qkv[1], kvl), v = heads(qkv[2], kvl);
-      if (ctx_par_ > 1) {  // context parallelism: ring attention over the CP group
+      if (ctx_par_ > 1) {  // context parallelism: attention over the CP group
         const int r = replica % ctx_par_;
-        if (!cp_comm.ring && !cp_comm.all_gather)
+        if (!cp_comm.ring && !cp_comm.all_gather && !cp_comm.all_to_all)
           throw std::runtime_error("internal: context-parallel attention without its communication");
-        out = (cp_comm.ring ? ring_attention(q, k, v, r, cp_comm.ring, c)
-                            : gathered_attention(q, k, v, r, cp_comm, c))
+        out = (cp_comm.ring         ? ring_attention(q, k, v, r, cp_comm.ring, c)
+               : cp_comm.all_gather ? gathered_attention(q, k, v, r, cp_comm, c)
+                                    : a2a_attention(q, k, v, r, cp_comm, c))
                   .to(in.scalar_type())
                   .transpose(1, 2)
                   .reshape({bs * s, al * d_});
         break;
       }
-      auto repeat_kv = [&] {  // GQA by repeating KV heads in memory
-        if (al == kvl) return;
-        k = repeat_kv_heads(k, al / kvl);
-        v = repeat_kv_heads(v, al / kvl);
-      };
-      if (kernels_ == ModelKernels::kFused && kHasSdpa) {
-        // Causal attention without a materialised mask (flash / memory-efficient kernels where
-        // the device has them): what the analytic model prices by default.
-#if STRETTO_TORCH_HAS_SDPA_GQA
-        out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                               /*is_causal=*/true, /*scale=*/std::nullopt,
-                                               /*enable_gqa=*/al != kvl);  // GQA in the kernel
-#elif STRETTO_TORCH_HAS_SDPA
-        repeat_kv();
-        out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                               /*is_causal=*/true);
-#endif
-      }
-      if (!out.defined()) {
-        // The reference formula, and LibTorch 1.x's attention: its private SDPA entry point
-        // reads scalars on the host (.item(), seen by tests/backend's operator hook) and builds
-        // a mask per call, so 1.x keeps the dense s x s scores with the model's causal mask.
-        repeat_kv();
-        const at::Tensor scores =
-            at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d_));
-        out = at::matmul(
-            at::softmax(scores.masked_fill(causal_mask_, -std::numeric_limits<float>::infinity()), -1),
-            v);
-      }
+      out = causal_attention(q, k, v);
       out = out.transpose(1, 2).reshape({bs * s, al * d_});
       break;
     }
@@ -623,6 +625,7 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
   c.bytes = tensor_bytes(out);
   for (const auto& l : c.leaves) c.bytes += tensor_bytes(l);
   for (const auto& t : c.cp_kv) c.bytes += tensor_bytes(t);
+  c.bytes += tensor_bytes(c.cp_root);
   for (const auto& s : c.sites)
     if (!same_tensor(s.z, out)) c.bytes += tensor_bytes(s.z);
   return c;
@@ -659,8 +662,11 @@ std::vector<at::Tensor> backward_inputs(OpCtx& ctx, const at::Tensor& dy, bool f
   const size_t cp_at = targets.size();
   for (const auto& t : ctx.cp_kv) targets.push_back(t);
   std::vector<at::Tensor> grads;
+  // a2a context parallelism differentiates this rank's heads over the whole sequence (dy is
+  // already cp_output_grad()'s).
+  const at::Tensor& root = ctx.cp_root.defined() ? ctx.cp_root : ctx.out;
   if (!targets.empty())
-    grads = torch::autograd::grad({ctx.out}, targets, {dy}, /*retain_graph=*/!full,
+    grads = torch::autograd::grad({root}, targets, {dy}, /*retain_graph=*/!full,
                                   /*create_graph=*/false, /*allow_unused=*/true);
   std::vector<at::Tensor> dx(ctx.leaves.size());
   for (size_t i = 0; i < ctx.leaves.size(); ++i)
@@ -734,6 +740,7 @@ std::vector<KernelUse> kernel_uses(const compiler::CompiledPlan& cp, Kernels ker
         "memory-efficient or math)";
     const int ctx = detail::context_parallel(cp);
     const bool gathered = detail::cp_comm_type(cp) == plan::CpCommType::kAllGather;
+    const bool a2a = detail::cp_comm_type(cp) == plan::CpCommType::kA2A;
     if (ctx > 1 && gathered)  // TorchModel::gathered_attention, whatever --kernels says
       add("attention",
           fmt::format("the whole sequence's K/V all-gathered over {} CP ranks, then the formula "
@@ -743,7 +750,7 @@ std::vector<KernelUse> kernel_uses(const compiler::CompiledPlan& cp, Kernels ker
           fused ? "a CP rank's queries are two chunks of the sequence: is_causal does not "
                   "describe their mask"
                 : "");
-    else if (ctx > 1)  // TorchModel::ring_attention, whatever --kernels says
+    else if (ctx > 1 && !a2a)  // TorchModel::ring_attention, whatever --kernels says
       add("attention",
           fmt::format("ring attention over {} CP ranks (p2p): per ring step the formula "
                       "softmax(q k^T / sqrt(d)) v and its log-sum-exp in fp32, steps merged by "
@@ -753,22 +760,31 @@ std::vector<KernelUse> kernel_uses(const compiler::CompiledPlan& cp, Kernels ker
           fused ? "the public scaled_dot_product_attention returns no log-sum-exp to merge "
                   "ring steps by"
                 : "");
-    else if (fused && has.sdpa_gqa)
-      add("attention", sdpa + (gqa ? ", GQA in the kernel (enable_gqa)" : ""),
-          "aten::scaled_dot_product_attention");
-    else if (fused && has.sdpa)
-      add("attention", sdpa + (gqa ? ", KV heads repeated in memory" : ""),
-          "aten::scaled_dot_product_attention",
-          gqa ? torch + " has no enable_gqa (LibTorch 2.5 and later)" : "");
-    else
-      add("attention",
-          std::string("formula: softmax(q k^T / sqrt(d), causal mask) v") +
-              (gqa ? ", KV heads repeated in memory" : ""),
-          "aten::softmax",
-          fused ? torch +
-                      " has no public at::scaled_dot_product_attention (LibTorch 2.0 and "
-                      "later); its private one reads scalars on the host (.item())"
-                : "");
+    else {
+      // Plain causal attention over the whole sequence (TorchModel::causal_attention); a2a runs
+      // it over its heads after the all-to-all.
+      const std::string split =
+          ctx > 1 ? fmt::format("the heads split over {} CP ranks by all-to-alls (Q, K, V in, the "
+                                "output back), then ",
+                                ctx)
+                  : "";
+      if (fused && has.sdpa_gqa)
+        add("attention", split + sdpa + (gqa ? ", GQA in the kernel (enable_gqa)" : ""),
+            "aten::scaled_dot_product_attention");
+      else if (fused && has.sdpa)
+        add("attention", split + sdpa + (gqa ? ", KV heads repeated in memory" : ""),
+            "aten::scaled_dot_product_attention",
+            gqa ? torch + " has no enable_gqa (LibTorch 2.5 and later)" : "");
+      else
+        add("attention",
+            split + "formula: softmax(q k^T / sqrt(d), causal mask) v" +
+                (gqa ? ", KV heads repeated in memory" : ""),
+            "aten::softmax",
+            fused ? torch +
+                        " has no public at::scaled_dot_product_attention (LibTorch 2.0 and "
+                        "later); its private one reads scalars on the host (.item())"
+                  : "");
+    }
   }
   if (kinds.count(OpKind::kAttnScores))
     add("attention", "the plan's unfused attention: scores with the causal mask, softmax, context",

@@ -63,8 +63,14 @@ struct OpCtx {
   // s/cp, d] fp32): p2p, those received at ring steps 1..cp-1; all_gather, the gathered ones
   // by CP rank, this rank's left out (cp_rank says which). After backward_inputs their
   // gradients, which cp_backward() returns to their owners.
+  // a2a: the Q/K/V head groups received from the other CP ranks (their chunks of this rank's
+  // heads, [b, heads/cp + 2 kv heads/cp, s/cp, d]), by CP rank, this rank's own left out.
   std::vector<at::Tensor> cp_kv, cp_dkv;
-  int cp_rank = -1;  // all_gather: this rank's place in the CP group (-1: p2p)
+  int cp_rank = -1;  // all_gather and a2a: this rank's place in the CP group (-1: p2p)
+  // a2a: this rank's heads' attention output over the whole sequence, [b, heads/cp, s, d]:
+  // what the backward differentiates (out is its all-to-all back to the rank's own chunks,
+  // not in the graph); cp_output_grad() turns the gradient of out into that of cp_root.
+  at::Tensor cp_root;
   int64_t bytes = 0;               // activation bytes this context keeps alive
   bool live = false;
 };
@@ -80,11 +86,13 @@ using CpRingPost = std::function<std::function<at::Tensor()>(const at::Tensor& s
 
 /// A CP rank's communication over its CP group, by cp_comm_type: p2p, the ring's hops;
 /// all_gather, every rank's tensor (by CP rank) and, for the backward's reduce-scatter, a sum
-/// over the group in place.
+/// over the group in place; a2a, an all-to-all of [cp, ...] (row j to CP rank j) returning
+/// what each CP rank sent this one (by CP rank).
 struct CpComm {
   CpRingPost ring;
   std::function<std::vector<at::Tensor>(const at::Tensor&)> all_gather;
   std::function<void(at::Tensor&)> all_reduce;
+  std::function<std::vector<at::Tensor>(const at::Tensor&)> all_to_all;
 };
 
 /// What this build's LibTorch offers the fused path: at::rms_norm (2.4 and later), the public
@@ -179,6 +187,16 @@ class TorchModel {
   /// the CP group, one attention of the rank's queries over it, masked by token position.
   at::Tensor gathered_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 int rank, const CpComm& comm, OpCtx& c) const;
+  /// cp_comm_type a2a (torch_model_ops.cpp): Q, K and V all-to-all'd from sequence chunks to
+  /// head groups, causal_attention() of this rank's heads over the whole sequence, the output
+  /// all-to-all'd back; returns [b, a, s/cp, d] of the rank's chunks (not in the graph: the
+  /// graph ends in c.cp_root).
+  at::Tensor a2a_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           int rank, const CpComm& comm, OpCtx& c) const;
+  /// Causal attention of q [b, a, s, d] over k, v [b, kv, s, d] of one whole sequence (s =
+  /// seq_len): the fused SDPA where this build has it and kernels are fused, else the formula
+  /// with the model's causal mask; KV heads repeated where the kernel has no GQA.
+  at::Tensor causal_attention(const at::Tensor& q, at::Tensor k, at::Tensor v) const;
   /// Dropout keep-mask scaled by 1/(1-p), drawn on the model's device by a counter-based hash
   /// of the op, replica, microbatch and each element's index in the `full` tensor (the same
   /// on every device kind, every TP rank, in a recomputed forward and in --check's
@@ -203,8 +221,15 @@ std::vector<at::Tensor> backward_inputs(OpCtx& ctx, const at::Tensor& dy, bool f
 /// reduce-scatter of the gathered K/V's gradient (Gloo has none: a sum over the group of every
 /// rank's gradients, of which each keeps its own). What arrives is added to the K and V columns
 /// of dx[0], the gradient of the attention's QKV input [T, (a + 2 kv) d] (a query heads first).
+/// a2a: the K/V chunks' all-to-all back is that of the Q, K and V head groups received in the
+/// forward: each goes back to its owner, which adds it to its QKV input's gradient columns of
+/// those heads.
 void cp_backward(OpCtx& ctx, std::vector<at::Tensor>& dx, const CpComm& comm,
                  int64_t query_cols);
+/// cp_comm_type a2a, before backward_inputs: the gradient of the op's output (this rank's
+/// chunks, every head, [T, a d]) all-to-all'd to the head groups' ranks, returned as the
+/// gradient of ctx.cp_root (this rank's heads over the whole sequence).
+at::Tensor cp_output_grad(const OpCtx& ctx, const at::Tensor& dy, const CpComm& comm);
 
 /// BW after BI: parameter gradients from the sites' saved dz.
 void backward_weights(OpCtx& ctx, std::vector<Param>& params);

@@ -1,7 +1,7 @@
 // Ops of the merged cost model the replay executes beyond the original set (see
 // torch_model.h): the bias-dropout-add that ends every sub-block (OpKind::kResidual) and
 // unfused attention (scores, softmax with dropout on the probabilities, context), and context
-// parallelism's ring attention (cp_comm_type p2p).
+// parallelism's attention (cp_comm_type p2p, all_gather and a2a).
 #include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 
@@ -164,6 +164,37 @@ at::Tensor TorchModel::ring_attention(const at::Tensor& q_in, const at::Tensor& 
   return out;
 }
 
+namespace {
+
+// The whole sequence from the CP ranks' tensors (by CP rank): rank i holds chunks i and
+// 2cp-1-i, the two halves of dimension `dim`; the 2cp chunks concatenated in sequence order.
+at::Tensor in_sequence_order(const std::vector<at::Tensor>& by_rank, int64_t dim) {
+  const int cp = static_cast<int>(by_rank.size());
+  const int64_t half = by_rank[0].size(dim) / 2;
+  std::vector<at::Tensor> chunks;
+  for (int m = 0; m < 2 * cp; ++m) {
+    const int owner = m < cp ? m : 2 * cp - 1 - m;
+    chunks.push_back(by_rank[static_cast<size_t>(owner)].narrow(dim, m < cp ? 0 : half, half));
+  }
+  return at::cat(chunks, dim);
+}
+
+// What the other CP ranks sent (parts, by CP rank) becomes autograd leaves kept in c.cp_kv;
+// this rank's own place takes `own`, which stays in the graph.
+void take_received(std::vector<at::Tensor>& parts, const at::Tensor& own, int rank, OpCtx& c) {
+  c.cp_rank = rank;
+  for (size_t j = 0; j < parts.size(); ++j) {
+    if (static_cast<int>(j) == rank) {
+      parts[j] = own;
+      continue;
+    }
+    if (at::GradMode::is_enabled()) parts[j].set_requires_grad(true);
+    c.cp_kv.push_back(parts[j]);
+  }
+}
+
+}  // namespace
+
 // cp_comm_type all_gather (Transformer Engine's AttnFuncWithCPAndKVAllGather): the K/V of
 // every CP rank gathered (rank j holds chunks j and 2cp-1-j), laid out in sequence order, and
 // one attention of this rank's queries (chunks r and 2cp-1-r) over the whole sequence, a key
@@ -178,21 +209,8 @@ at::Tensor TorchModel::gathered_attention(const at::Tensor& q_in, const at::Tens
   const int64_t a = q.size(1), kvh = k_in.size(1), len = q.size(2), chunk = len / 2;
   const at::Tensor kv = at::stack({k_in, v_in}).to(at::kFloat);  // [2, b, kv heads, len, d]
   std::vector<at::Tensor> parts = comm.all_gather(kv.detach());
-  c.cp_rank = rank;
-  for (int j = 0; j < cp; ++j) {
-    if (j == rank) {
-      parts[static_cast<size_t>(j)] = kv;
-      continue;
-    }
-    if (at::GradMode::is_enabled()) parts[static_cast<size_t>(j)].set_requires_grad(true);
-    c.cp_kv.push_back(parts[static_cast<size_t>(j)]);
-  }
-  std::vector<at::Tensor> chunks;  // the whole sequence's 2cp chunks in order
-  for (int m = 0; m < 2 * cp; ++m) {
-    const int owner = m < cp ? m : 2 * cp - 1 - m;
-    chunks.push_back(parts[static_cast<size_t>(owner)].narrow(3, m < cp ? 0 : chunk, chunk));
-  }
-  const at::Tensor full = at::cat(chunks, 3);
+  take_received(parts, kv, rank, c);
+  const at::Tensor full = in_sequence_order(parts, 3);
   at::Tensor k = full.select(0, 0), v = full.select(0, 1);
   if (a != kvh) {
     k = repeat_kv_heads(k, a / kvh);
@@ -209,14 +227,81 @@ at::Tensor TorchModel::gathered_attention(const at::Tensor& q_in, const at::Tens
   return at::matmul(at::softmax(scores, -1), v);
 }
 
-void cp_backward(OpCtx& ctx, std::vector<at::Tensor>& dx, const CpComm& comm,
-                 int64_t query_cols) {
+// cp_comm_type a2a (DeepSpeed-Ulysses; Transformer Engine's AttnFuncWithCPAndQKVOA2A): CP rank
+// j computes heads [j a/cp, (j+1) a/cp) (and KV heads [j kv/cp, (j+1) kv/cp)) over the whole
+// sequence. An all-to-all sends every rank's two chunks of head group j to rank j, which lays
+// the 2cp chunks out in sequence order (rank i holds chunks i and 2cp-1-i) and runs plain causal
+// attention over them: the fused kernel, as without CP. A second all-to-all sends each rank's
+// chunks of the output back. The other ranks' Q/K/V head groups are autograd leaves
+// (OpCtx::cp_kv by CP rank, this rank's own through the graph); the graph ends in the head
+// group's output (OpCtx::cp_root), whose gradient cp_output_grad() gathers by the reverse
+// all-to-all before backward_inputs, and cp_backward() returns the leaves' gradients.
+at::Tensor TorchModel::a2a_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     int rank, const CpComm& comm, OpCtx& c) const {
+  const int cp = ctx_par_;
+  const int64_t b = q.size(0), a = q.size(1), kvh = k.size(1), len = q.size(2), d = q.size(3);
+  const int64_t ag = a / cp, kg = kvh / cp, half = len / 2;
+  // Row j: head group j of this rank's chunks, [cp, b, ag + 2 kg, len, d].
+  const at::Tensor send = at::cat({q.reshape({b, cp, ag, len, d}), k.reshape({b, cp, kg, len, d}),
+                                   v.reshape({b, cp, kg, len, d})},
+                                  2)
+                              .transpose(0, 1);
+  std::vector<at::Tensor> parts = comm.all_to_all(send.detach());
+  take_received(parts, send.select(0, rank), rank, c);
+  const at::Tensor full = in_sequence_order(parts, 2);  // [b, ag + 2 kg, s, d]
+  c.cp_root = causal_attention(full.narrow(1, 0, ag), full.narrow(1, ag, kg),
+                               full.narrow(1, ag + kg, kg));  // [b, ag, s, d]
+  // Row i: the output at CP rank i's chunks; what arrives from rank j is head group j.
+  const at::Tensor o = c.cp_root.detach();
+  std::vector<at::Tensor> rows;
+  for (int i = 0; i < cp; ++i)
+    rows.push_back(
+        at::cat({o.narrow(2, i * half, half), o.narrow(2, (2 * cp - 1 - i) * half, half)}, 2));
+  const std::vector<at::Tensor> back = comm.all_to_all(at::stack(rows));
+  return at::stack(back, 1).reshape({b, a, len, d});
+}
+
+at::Tensor cp_output_grad(const OpCtx& ctx, const at::Tensor& dy, const CpComm& comm) {
+  const at::Tensor& root = ctx.cp_root;  // [b, ag, s, d]
+  const int cp = static_cast<int>(ctx.cp_kv.size()) + 1;
+  const int64_t b = root.size(0), ag = root.size(1), s = root.size(2), d = root.size(3);
+  const int64_t len = s / cp;
+  // dy [b len, a d] -> row j: head group j at this rank's chunks, [cp, b, ag, len, d].
+  const at::Tensor rows =
+      dy.reshape({b, len, cp, ag, d}).permute({2, 0, 3, 1, 4}).to(root.scalar_type());
+  return in_sequence_order(comm.all_to_all(rows), 2);  // by CP rank: its chunks
+}
+
+void cp_backward(OpCtx& ctx, std::vector<at::Tensor>& dx, const CpComm& comm, int64_t query_cols) {
   const size_t others = ctx.cp_dkv.size();  // cp - 1
   if (others == 0) return;
   if (dx.empty() || !dx[0].defined())
     throw std::runtime_error("internal: context-parallel attention without its input gradient");
   const int cp = static_cast<int>(others) + 1;
   at::Tensor acc;
+  if (ctx.cp_root.defined()) {
+    // a2a: the gradient of every rank's head group of this rank's Q/K/V goes back to it; row
+    // j of what arrives is head group j's [b, ag + 2 kg, len, d] (this rank's own: zeros, its
+    // gradient is in dx[0] through the graph).
+    std::vector<at::Tensor> rows;
+    for (size_t j = 0, o = 0; j < static_cast<size_t>(cp); ++j)
+      rows.push_back(static_cast<int>(j) == ctx.cp_rank ? at::zeros_like(ctx.cp_dkv[0])
+                                                        : ctx.cp_dkv[o++]);
+    const at::Tensor got = at::stack(comm.all_to_all(at::stack(rows)));  // [cp, b, ag+2kg, len, d]
+    const int64_t b = got.size(1), len = got.size(3), d = got.size(4);
+    const int64_t ag = query_cols / (cp * d), kg = (got.size(2) - ag) / 2;
+    // Heads j ag + h of this rank's [b len, heads d] columns: [cp, b, n, len, d] -> [b len, cp n
+    // d].
+    auto cols = [&](int64_t from, int64_t n) {
+      return got.narrow(2, from, n).permute({1, 3, 0, 2, 4}).reshape({b * len, cp * n * d});
+    };
+    at::Tensor& g = dx[0];
+    g = g + at::cat({cols(0, ag), cols(ag, kg), cols(ag + kg, kg)}, 1).to(g.scalar_type());
+    ctx.cp_kv.clear();
+    ctx.cp_dkv.clear();
+    ctx.cp_root = at::Tensor();
+    return;
+  }
   if (ctx.cp_rank >= 0) {
     // all_gather: every rank's gradients of the gathered K/V by owner, summed over the group;
     // this rank keeps its own (the reduce-scatter's result).
