@@ -548,10 +548,15 @@ at::Tensor RankRun::local_grad_sq_norm() const {
       // on a GPU: one read of the gradients). A double copy of every gradient would make the
       // norm a page-faulting pass over fresh memory, several ms per step that a training run
       // does not spend and the simulator does not model.
-      // Summed on the device (fp32): no host read per gradient.
-      at::Tensor g = p.grad.view({-1}).narrow(0, a, b - a);
-      if (g.scalar_type() != at::kFloat) g = g.to(at::kFloat);
-      sum.add_(at::dot(g, g), 1.0 / copies);
+      // Summed on the device (fp32): no host read per gradient. A 16-bit gradient (CUDA) is
+      // reduced by the norm kernel reading it in its own dtype and accumulating in fp32, not
+      // copied to fp32 first (a step-sized allocation and copy of every gradient).
+      const at::Tensor g = p.grad.view({-1}).narrow(0, a, b - a);
+      if (g.scalar_type() == at::kFloat)
+        sum.add_(at::dot(g, g), 1.0 / copies);
+      else
+        sum.add_(at::linalg_vector_norm(g, 2, {}, false, at::kFloat).square(),
+                 1.0 / copies);
     }
   }
   return sum;
@@ -794,7 +799,16 @@ void RankRun::add_grad(uint32_t o, int mb, const at::Tensor& g) {
   if (!g.defined()) return;
   at::Tensor& acc = grad_acc_[key(o, mb)];
   if (!acc.defined())
-    acc = g.detach().clone();
+    // Later contributions are added in place, so the first is copied unless nothing else holds
+    // it or its storage (a GEMM's fresh input gradient; autograd's AccumulateGrad steals the
+    // same way): no allocation and copy per op on the hot path. A gradient passed through
+    // unchanged (a residual add's, dy itself) is shared and copied.
+    if (stealable(g)) {
+      acc = g.detach();
+    } else {
+      RECORD_USER_SCOPE("stretto::gradient_copy");  // named for profilers and tests
+      acc = g.detach().clone();
+    }
   else
     acc.add_(g);
 }
@@ -803,8 +817,12 @@ void RankRun::add_input_grads(uint32_t o, int mb, const std::vector<at::Tensor>&
   const ModelOp& op = cp_.model.ops[o];
   for (size_t k = 0; k < dx.size() && k < op.inputs.size(); ++k) {
     if (!dx[k].defined()) continue;
-    // The experts' leaf is [S, T, ...]; without expert parallelism S = 1.
-    add_grad(op.inputs[k], mb, dx[k].dim() == 3 ? dx[k].sum(0) : dx[k]);
+    // The experts' leaf is [S, T, ...]; without expert parallelism S = 1. (dx[k] itself, not
+    // a copy of the handle, so that add_grad may take it over.)
+    if (dx[k].dim() == 3)
+      add_grad(op.inputs[k], mb, dx[k].sum(0));
+    else
+      add_grad(op.inputs[k], mb, dx[k]);
   }
 }
 
@@ -1312,7 +1330,7 @@ void RankRun::finalize(size_t i) {
         finish_forward(n.op, mb, buf_[i]);
       } else {
         std::vector<at::Tensor> dx = std::move(pending_dx_[k]);
-        dx.at(0) = buf_[i];
+        dx.at(0) = std::move(buf_[i]);  // add_grad may take the reduced buffer over
         add_input_grads(n.op, mb, dx);
       }
       break;
@@ -1580,6 +1598,10 @@ RankResult RankRun::run(std::vector<GradDump>* grads) {
 }
 
 }  // namespace
+
+bool stealable(const at::Tensor& g) {
+  return g.use_count() <= 1 && g.storage().use_count() <= 1 && g.is_non_overlapping_and_dense();
+}
 
 Optimizer step_optimizer(const CompiledPlan& cp, const ReplayOptions& opt) {
   // A plan with an `optimizer` names the step the compiler scheduled: Adam or SGD.

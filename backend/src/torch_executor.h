@@ -1,5 +1,7 @@
 #pragma once
 // One rank's replay of its device program (private; see replay.h for the model).
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,6 +44,12 @@ inline constexpr double kMaxGradNorm = 1.0;  // Megatron-LM's --clip-grad defaul
 /// SGD's momentum: the plan's `sgd` is SGD with one momentum buffer (docs/fidelity.md prices
 /// it); 0.9 is Megatron-LM's --sgd-momentum default (megatron/training/arguments.py).
 inline constexpr double kSgdMomentum = 0.9;
+
+/// Whether the executor may take `g` over as a gradient accumulator that later contributions
+/// are added to in place, instead of copying it: one reference holds its TensorImpl, no other
+/// tensor (a view, a saved variable) shares its storage, and no two of its elements share
+/// memory (an expanded tensor).
+bool stealable(const at::Tensor& g);
 
 /// Compares the ranks' gradients, and their parameters after the optimizer step, with a
 /// single-process run of the same global batch stepped by LibTorch's own optimizer.

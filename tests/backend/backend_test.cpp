@@ -1353,6 +1353,45 @@ TEST(ReplayStep, NoHostSyncInsideAStep) {
   EXPECT_EQ(seen["stretto::moe_token_counts_to_host"], detail::kCheckSteps * experts_forwards);
 }
 
+// The executor's activation-gradient accumulators take over a gradient that nothing else holds
+// instead of copying it (detail::stealable; later contributions are added in place): a fresh
+// tensor is taken; one with a second handle, a view of a live tensor, or an expanded one (two
+// elements in one place) is not. Inside a replayed one-device step (dense plan with dropout and
+// clipping, two microbatches) the executor copies (its "stretto::gradient_copy" scope) only
+// gradients that a residual add passes through unchanged, at most two per residual op's
+// backward (the residual stream's and the branch's); copying every first contribution, as
+// before, copies once per op output that receives a gradient, and fails.
+TEST(ReplayStep, GradientAccumulatorsTakeOverFreshGradients) {
+  at::Tensor fresh = at::ones({4, 3});
+  EXPECT_TRUE(detail::stealable(fresh));
+  {
+    const at::Tensor second = fresh;
+    EXPECT_FALSE(detail::stealable(fresh));
+  }
+  EXPECT_TRUE(detail::stealable(fresh));
+  const at::Tensor view = fresh.narrow(0, 0, 2);
+  EXPECT_FALSE(detail::stealable(view));
+  const at::Tensor expanded = at::ones({1, 3}).expand({4, 3});
+  EXPECT_FALSE(detail::stealable(expanded));
+
+  const CompiledPlan cp = load("one_dev_dropout_clip.json");
+  int experts_forwards = 0;
+  std::map<std::string, int> seen = ops_inside_a_checked_step(cp, experts_forwards);
+  int residual_backwards = 0, backwards = 0;
+  for (const Node& n : cp.dag.nodes)
+    if (n.kind == NodeKind::kCompute && n.op < cp.model.ops.size() &&
+        (n.tags.pass == plan::Pass::kB || n.tags.pass == plan::Pass::kBI)) {
+      ++backwards;
+      residual_backwards += cp.model.ops[n.op].kind == OpKind::kResidual;
+    }
+  std::printf("one_dev_dropout_clip: %d gradient copies in %d steps; %d backward ops, %d of "
+              "residual ops\n",
+              seen["stretto::gradient_copy"], detail::kCheckSteps, backwards, residual_backwards);
+  EXPECT_GT(residual_backwards, 0);
+  EXPECT_GT(seen["stretto::gradient_copy"], 0);  // the hook sees the scope
+  EXPECT_LE(seen["stretto::gradient_copy"], detail::kCheckSteps * 2 * residual_backwards);
+}
+
 // What a captured step (--cuda-graphs) needs of the eager one: every step after the first
 // dispatches the same operators with the same host scalars (a scalar that changed from step
 // to step would be frozen into the graph at capture), and no host synchronisation. On a
