@@ -1235,7 +1235,7 @@ TEST(ReplayKernels, FallbackIsReportedAndWarnedOnce) {
     for (size_t at = err.find("warning:"); at != std::string::npos; at = err.find("warning:", at + 1)) ++n;
     return n;
   };
-  const std::string replay = "replay " + kData + "pp2_1f1b.json --device cpu --iterations 1 --warmup 0 --timeout 20";
+  const std::string replay = "replay " + kData + "pp2_1f1b.json --device cpu --iterations 1 --warmup 0 --timeout 120";
   {
     auto [rc, out, err] = run(replay + " --format json");
     ASSERT_EQ(rc, 0) << err;
@@ -1728,7 +1728,7 @@ TEST(BenchOps, CliJsonHasEveryColumnAndIsDocumented) {
   fs::create_directories(tmp);
   const int rc = std::system((std::string(STRETTO_BINARY) + " bench-ops " + kData +
                               "pp2_gpt_adam.json --device cpu --iterations 2 --warmup 1 "
-                              "--replay-iterations 1 --timeout 20 --format json > " + tmp +
+                              "--replay-iterations 1 --timeout 120 --format json > " + tmp +
                               "/out.json 2> " + tmp + "/err.txt")
                                  .c_str());
   ASSERT_EQ(rc, 0) << std::ifstream(tmp + "/err.txt").rdbuf();
