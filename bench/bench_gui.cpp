@@ -118,7 +118,8 @@ BENCHMARK(BM_FrameSearch)->Arg(0)->Arg(1)->ArgName("zoomed_in")->Unit(benchmark:
 // slider (5 <-> 6 us: every op shifts alike, so each device's memory effects keep their order
 // and the Resimulator keeps its reserved bytes); true: the GEMM efficiency (0.711 <-> 0.6:
 // GEMMs slow against the rest, the effects reorder, every device is sorted and replayed
-// again; counter replayed_devices).
+// again; counter replayed_devices; allocator_replays says how many replays they took, devices
+// whose effects come in the same sequence sharing one).
 void edit_to_redraw(benchmark::State& state, bool gemm) {
   Headless h(1600, 900);
   App app;
@@ -148,6 +149,7 @@ void edit_to_redraw(benchmark::State& state, bool gemm) {
   state.counters["lanes_retimed"] = app.current->lanes_retimed;
   state.counters["engine_rerun"] = app.current->engine_rerun;
   state.counters["replayed_devices"] = app.current->replayed_devices;
+  state.counters["allocator_replays"] = app.current->allocator_replays;
   state.counters["worker_ms"] = app.current->wall_ms;  // parse + (re)compile + simulate + lanes
   state.counters["prepare_ms"] = app.current->prepare_ms;
   state.counters["lanes_ms"] = app.current->lanes_ms;

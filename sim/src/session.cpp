@@ -15,6 +15,7 @@
 
 #include "fork_join.h"
 #include "radix_sort.h"
+#include "replay_groups.h"
 #include "replay_order.h"
 #include "sample_counters.h"
 #include "stretto/engine/engine.h"
@@ -92,8 +93,9 @@ Diagnostics check_participants(const CompiledPlan& cp) {
 // participants and effects). Then each device's kept order is checked against the new times:
 // when it is still sorted it is the order a sort would give (a sort by (time, kind) that keeps
 // the listed order of ties is the sort by (time, kind, listed position)), so the effects come
-// in the same sequence and the device keeps its reserved bytes; otherwise it is sorted and
-// replayed again.
+// in the same sequence and the device keeps its reserved bytes; otherwise it is sorted again,
+// and the devices sorted again are replayed, one of each group whose sequences (and static
+// memory) are equal, the others taking its bytes (replay_groups.h).
 // (Out of line, so that profiles show it.)
 }  // namespace
 
@@ -110,7 +112,8 @@ struct ReservedOrder {
   std::vector<char> want;
   std::vector<Device> devices;
   std::vector<int64_t> reserved;  // by device
-  uint32_t replayed = 0;          // devices the last run replayed
+  uint32_t replayed = 0;          // devices the last run replayed (sorted again, if kept)
+  uint32_t replays = 0;           // replays of the allocator it ran (equal sequences share one)
 };
 
 namespace {
@@ -143,16 +146,43 @@ int64_t replay_device(AllocationReplay& a, const engine::Program& p,
   return a.reserved();
 }
 
-// The kept orders, checked against the new times and, where a device's moved, sorted and
-// replayed again; false when a listed task did not run (the listing would differ).
+// A device's sequence in replay order: its static blocks, then each effect's (category, bytes).
+uint64_t sequence_hash(const engine::Program& p, const ReservedOrder::Device& dev) {
+  uint64_t h = hash_step(0, dev.order.size());
+  for (const int64_t b : {dev.statics.params, dev.statics.grads, dev.statics.optimizer})
+    h = hash_step(h, static_cast<uint64_t>(b));
+  for (const uint32_t i : dev.order) {
+    const engine::CounterEffect& ce = p.effects[dev.listed[i].effect];
+    h = hash_step(hash_step(h, ce.counter), static_cast<uint64_t>(ce.delta));
+  }
+  return h;
+}
+
+bool same_sequence(const engine::Program& p, const ReservedOrder::Device& a,
+                   const ReservedOrder::Device& b) {
+  if (a.order.size() != b.order.size() || !same_static(a.statics, b.statics)) return false;
+  for (size_t k = 0; k < a.order.size(); ++k) {
+    const engine::CounterEffect& x = p.effects[a.listed[a.order[k]].effect];
+    const engine::CounterEffect& y = p.effects[b.listed[b.order[k]].effect];
+    if (x.counter != y.counter || x.delta != y.delta) return false;
+  }
+  return true;
+}
+
+// The kept orders, checked against the new times and, where a device's moved, sorted again
+// (on up to `threads` threads, `parts` by dispatch lengths); then the devices that moved are
+// replayed, one of each group of equal sequences (replay_groups.h: the first in device order,
+// the group decided on this thread), the others taking its bytes. False when a listed task
+// did not run (the listing would differ).
 bool replay_kept(ReservedOrder& o, const CompiledPlan& cp, const engine::Program& p,
                  const std::vector<engine::TaskTiming>& timing,
-                 const std::vector<uint32_t>& parts) {
+                 const std::vector<uint32_t>& parts, int threads) {
   const size_t num_parts = parts.size() - 1;
+  const auto D = static_cast<uint32_t>(o.devices.size());
   std::vector<char> failed(num_parts, 0);
-  std::vector<uint32_t> replayed(num_parts, 0);
+  std::vector<char> moved(D, 0);
+  std::vector<uint64_t> hash(D, 0);
   fork_join(num_parts, [&](size_t j) {
-    AllocationReplay a;
     std::vector<uint64_t> keys;
     for (uint32_t d = parts[j]; d < parts[j + 1]; ++d) {
       if (!(o.want.empty() || o.want[d])) continue;
@@ -180,13 +210,36 @@ bool replay_kept(ReservedOrder& o, const CompiledPlan& cp, const engine::Program
       }
       sort_by_key(keys.data(), 0, n, dev.order.data());
       dev.statics = sm;
-      o.reserved[d] = replay_device(a, p, dev);
-      ++replayed[j];
+      moved[d] = 1;
+      hash[d] = sequence_hash(p, dev);
     }
   });
   if (std::find(failed.begin(), failed.end(), 1) != failed.end()) return false;
-  o.replayed = 0;
-  for (const uint32_t r : replayed) o.replayed += r;
+  std::vector<uint32_t> to_replay;
+  for (uint32_t d = 0; d < D; ++d)
+    if (moved[d]) to_replay.push_back(d);
+  const std::vector<uint32_t> first = first_equal(
+      to_replay, [&](uint32_t d) { return hash[d]; },
+      [&](uint32_t a, uint32_t b) { return same_sequence(p, o.devices[a], o.devices[b]); });
+  // The firsts replayed, in contiguous device ranges of about equal effects.
+  std::vector<uint32_t> work(D + size_t{1}, 0);
+  for (size_t k = 0, d = 0; d < D; ++d) {
+    const bool replays = k < to_replay.size() && to_replay[k] == d && first[k++] == d;
+    work[d + 1] = work[d] + (replays ? static_cast<uint32_t>(o.devices[d].order.size()) + 1 : 0);
+  }
+  const std::vector<uint32_t> ranges =
+      device_ranges(work, static_cast<uint32_t>(std::max(threads, 1)));
+  fork_join(ranges.size() - 1, [&](size_t j) {
+    AllocationReplay a;
+    for (uint32_t d = ranges[j]; d < ranges[j + 1]; ++d)
+      if (work[d + 1] != work[d]) o.reserved[d] = replay_device(a, p, o.devices[d]);
+  });
+  o.replayed = static_cast<uint32_t>(to_replay.size());
+  o.replays = 0;
+  for (size_t k = 0; k < to_replay.size(); ++k) {
+    o.replays += first[k] == to_replay[k];
+    o.reserved[to_replay[k]] = o.reserved[first[k]];
+  }
   return true;
 }
 
@@ -236,13 +289,13 @@ struct MemoryReplay {
   // Reserved bytes alone, at op granularity, can be kept (above).
   const bool keep = kept && what.reserved && !counters;
   if (keep && reuse && kept->valid && kept->want == want && kept->devices.size() == D &&
-      replay_kept(*kept, cp, p, timing, parts)) {
+      replay_kept(*kept, cp, p, timing, parts, threads)) {
     out.reserved = kept->reserved;
     return out;
   }
   if (kept) {
     kept->valid = false;
-    kept->replayed = 0;
+    kept->replayed = kept->replays = 0;
   }
   if (keep) kept->devices.assign(D, {});
   std::vector<char> skipped(parts.size() - 1, 0);  // a task that did not run (not kept)
@@ -343,9 +396,11 @@ struct MemoryReplay {
     kept->want = want;
     kept->reserved = out.reserved;
     for (uint32_t d = 0; d < D; ++d) kept->replayed += wanted(d);
+    kept->replays = kept->replayed;
     kept->valid = std::find(skipped.begin(), skipped.end(), 1) == skipped.end();
   } else if (kept && what.reserved) {
     for (uint32_t d = 0; d < D; ++d) kept->replayed += wanted(d);
+    kept->replays = kept->replayed;
   }
   return out;
 }
@@ -487,7 +542,7 @@ Expected<Result> simulate_impl(const CompiledPlan& cp, const cost::CostModel& cm
   std::vector<int64_t> reserved(static_cast<size_t>(D), 0);
   if (kept) {
     kept->order->valid = kept->order->valid && !cpu;
-    kept->order->replayed = 0;
+    kept->order->replayed = kept->order->replays = 0;
   }
   if (!cpu || engine_counted_nothing) {
     ReplayWhat what;
@@ -616,6 +671,7 @@ Expected<Result> Resimulator::simulate(const CompiledPlan& cp, const cost::CostM
   reused_ = kept.rerun;
   engine_prepared_ = kept.prepared;
   replayed_ = r ? order_->replayed : 0;
+  replays_ = r ? order_->replays : 0;
   last_ = r ? std::make_shared<const int>(0) : nullptr;
   if (r) r->resimulation = last_;
   return r;

@@ -15,7 +15,8 @@
 #include "stretto/sim/caching_allocator.h"
 #include "stretto/sim/metrics_json.h"
 #include "stretto/sim/session.h"
-#include "replay_order.h"  // (sim/src)
+#include "replay_groups.h"  // (sim/src)
+#include "replay_order.h"   // (sim/src)
 
 namespace stretto::sim {
 namespace {
@@ -586,12 +587,49 @@ TEST(ReservedMemory, AKeptOrderIsAcceptedExactlyWhenSortingGivesIt) {
   EXPECT_GT(refused, 100u);
 }
 
+// Devices share a replay with the first device whose sequence equals theirs: first_equal gives
+// each item the lowest item with an equal sequence, whatever the hash, a constant one (every
+// pair collides: only the exact comparison tells them apart) included. Random sequences over
+// a small alphabet, many equal, against a quadratic search.
+TEST(ReservedMemory, EqualSequencesShareTheFirstOnesReplay) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    const size_t n = 1 + rng() % 40;
+    std::vector<std::vector<int>> seq(n);
+    for (auto& q : seq) {
+      q.resize(rng() % 4);
+      for (int& v : q) v = static_cast<int>(rng() % 3);
+    }
+    std::vector<uint32_t> items;  // ascending, some left out
+    for (uint32_t i = 0; i < n; ++i)
+      if (rng() % 4 != 0) items.push_back(i);
+    std::vector<uint32_t> want(items.size());
+    for (size_t k = 0; k < items.size(); ++k)
+      for (size_t m = 0; m <= k; ++m)
+        if (seq[items[m]] == seq[items[k]]) {
+          want[k] = items[m];
+          break;
+        }
+    auto same = [&](uint32_t a, uint32_t b) { return seq[a] == seq[b]; };
+    auto real_hash = [&](uint32_t i) {
+      uint64_t h = hash_step(0, seq[i].size());
+      for (const int v : seq[i]) h = hash_step(h, static_cast<uint64_t>(v));
+      return h;
+    };
+    EXPECT_EQ(first_equal(items, real_hash, same), want) << "trial " << trial;
+    EXPECT_EQ(first_equal(items, [](uint32_t) { return uint64_t{0}; }, same), want)
+        << "trial " << trial;
+  }
+}
+
 // A Resimulator keeps each device's order of memory effects and its reserved bytes from its
 // last result, and replays only the devices whose effects come in another order: over chains
 // of cost-model edits every result equals a fresh simulate, on 1, 2 and 3 threads, folded and
 // at pass granularity; the edits keep some devices' orders and move others' (both paths run),
 // and some device's reserved bytes change from one edit to the next (so that keeping every
-// device's bytes, or replaying a device in its old order, fails).
+// device's bytes, or replaying a device in its old order, fails). Devices whose effects come
+// in equal sequences share one allocator replay (some do: data-parallel replicas), so that
+// sharing between devices whose sequences differ fails too.
 TEST(ReservedMemory, AResimulatorReplaysOnlyTheDevicesWhoseEffectsMoved) {
   struct Case {
     const char* plan;
@@ -603,7 +641,7 @@ TEST(ReservedMemory, AResimulatorReplaysOnlyTheDevicesWhoseEffectsMoved) {
       {{"dispatch_us", 30}},          {{"nccl_intra_GBps", 400}, {"gemm_efficiency", 0.8}},
       {{"comm_sm_share", 0.4}},       {{"attention_efficiency", 0.2}},
   };
-  uint32_t kept = 0, replayed = 0, changed = 0;
+  uint32_t kept = 0, replayed = 0, changed = 0, shared = 0;
   for (const Case& c : {Case{"gpt_pp4_dp2_1f1b.json", false, Granularity::kOp},
                         Case{"megatron_gpt13b_tp8_pp2_dp2.json", false, Granularity::kOp},
                         Case{"piper_qwen3_moe_pp2_dp2_ep2.json", false, Granularity::kOp},
@@ -631,6 +669,8 @@ TEST(ReservedMemory, AResimulatorReplaysOnlyTheDevicesWhoseEffectsMoved) {
         ASSERT_TRUE(next);
         expect_same_result(*s->simulate(opt), *next);
         EXPECT_LE(resim.replayed_devices(), simulated);
+        EXPECT_LE(resim.allocator_replays(), resim.replayed_devices());
+        shared += resim.replayed_devices() - resim.allocator_replays();
         kept += simulated - resim.replayed_devices();
         replayed += resim.replayed_devices();
         for (size_t d = 0; d < next->devices.size(); ++d)
@@ -639,10 +679,50 @@ TEST(ReservedMemory, AResimulatorReplaysOnlyTheDevicesWhoseEffectsMoved) {
       }
     }
   }
-  std::printf("kept %u replayed %u changed %u\n", kept, replayed, changed);
+  std::printf("kept %u replayed %u (%u of them sharing a replay) changed %u\n", kept, replayed,
+              shared, changed);
   EXPECT_GT(kept, 0u);
+  EXPECT_GT(shared, 0u);
   EXPECT_GT(replayed, 0u);
   EXPECT_GT(changed, 0u);
+}
+
+// Data-parallel replicas (the GUI's 64-device bench plan, scaled down: PP2 x DP4 MoE, ZeRO-1)
+// come in equal sequences and share one allocator replay per stage after a GEMM-efficiency
+// edit that reorders every device's effects; their reserved bytes change with the edit, and
+// every result equals a fresh simulate on 1, 2 and 3 threads (so that a replica left with
+// its old bytes, or given another stage's, fails).
+TEST(ReservedMemory, ReplicasShareOneReplayAndTakeItsBytes) {
+  for (const int threads : {1, 2, 3}) {
+    SCOPED_TRACE(threads);
+    auto s = Session::from_text(bench::moe_plan(2, 4, 2, 8, true).dump(), "moe.json");
+    ASSERT_TRUE(s) << s.error().front().message;
+    SimOptions opt;
+    opt.threads = threads;
+    Resimulator resim;
+    auto prev = resim.simulate(s->compiled(), s->cost_model(), opt);
+    ASSERT_TRUE(prev);
+    ASSERT_EQ(prev->devices.size(), 8u);
+    uint32_t replayed = 0, replica_changed = 0;
+    plan::CostModelSpec spec = s->plan().costmodel;
+    for (const double gemm : {0.9, 0.3, 0.9, 0.711}) {
+      SCOPED_TRACE(gemm);
+      spec.options["gemm_efficiency"] = gemm;
+      ASSERT_TRUE(s->set_costmodel(spec));
+      auto next = resim.simulate(s->compiled(), s->cost_model(), opt, &*prev);
+      ASSERT_TRUE(next);
+      expect_same_result(*s->simulate(opt), *next);
+      // the replayed devices are whole stages (4 replicas each), one replay per stage
+      EXPECT_EQ(resim.replayed_devices(), 4 * resim.allocator_replays());
+      replayed += resim.replayed_devices();
+      // devices 1-3 and 5-7 are replicas of 0 and 4
+      for (const uint32_t d : {1u, 2u, 3u, 5u, 6u, 7u})
+        replica_changed += next->devices[d].peak_reserved != prev->devices[d].peak_reserved;
+      prev = std::move(next);
+    }
+    EXPECT_GE(replayed, 24u);
+    EXPECT_GE(replica_changed, 12u);
+  }
 }
 
 // A device's reserved bytes depend on its static memory too: a Resimulator given a plan with

@@ -41,6 +41,9 @@ struct Snapshot {
   /// Devices whose reserved-memory replay ran again (sim::Resimulator::replayed_devices; the
   /// others kept their reserved bytes); every device when no Resimulator ran.
   uint32_t replayed_devices = 0;
+  /// The allocator replays they took (sim::Resimulator::allocator_replays: devices whose
+  /// effects come in the same sequence share one).
+  uint32_t allocator_replays = 0;
 };
 
 struct Outcome {

@@ -103,7 +103,8 @@ struct ReservedOrder;  // (session.cpp)
 /// the same structure) instead of preparing it again. It also keeps the reserved-memory
 /// replay's order of each device's memory effects: a device whose effects come in the same
 /// order under the new times (and whose static memory is the same) keeps its reserved bytes
-/// instead of being replayed. Each Result is sim::simulate's, bit for bit. Holds the engine's
+/// instead of being replayed, and devices whose effects moved but come in equal sequences
+/// (data-parallel replicas, usually) share one replay. Each Result is sim::simulate's, bit for bit. Holds the engine's
 /// scratch state and the effects' order (about the program's size) between calls; one thread
 /// at a time.
 class Resimulator {
@@ -121,6 +122,10 @@ class Resimulator {
   /// Devices whose allocations the last simulate replayed for their reserved bytes (the
   /// other simulated GPU devices kept the previous result's); 0 for a CPU plan.
   uint32_t replayed_devices() const { return replayed_; }
+  /// Replays of the caching allocator the last simulate ran for them: devices whose effects
+  /// come in the same sequence (and with the same static memory) share one after a re-costed
+  /// edit (data-parallel replicas usually do), so this is at most replayed_devices().
+  uint32_t allocator_replays() const { return replays_; }
 
  private:
   engine::Engine engine_;
@@ -129,6 +134,7 @@ class Resimulator {
   std::unique_ptr<ReservedOrder> order_;
   bool reused_ = false;
   uint32_t replayed_ = 0;
+  uint32_t replays_ = 0;
 };
 
 /// The chain of ops and waits that determines the step time, last op first reversed to
