@@ -55,6 +55,17 @@ std::pair<std::string, double> SimWorker::progress() const {
   return {phase_, fraction_};
 }
 
+bool same_but_costmodel(const nlohmann::json& a, const nlohmann::json& b) {
+  if (!a.is_object() || !b.is_object()) return false;
+  if (a.size() - a.count("costmodel") != b.size() - b.count("costmodel")) return false;
+  for (auto it = a.begin(); it != a.end(); ++it) {
+    if (it.key() == "costmodel") continue;
+    const auto other = b.find(it.key());
+    if (other == b.end() || *other != it.value()) return false;
+  }
+  return true;
+}
+
 Outcome SimWorker::run(const std::string& text, const std::string& file,
                        const std::string& base_dir, uint64_t generation,
                        const sim::SimOptions& opt, const Snapshot* prev,
@@ -63,25 +74,23 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
   Outcome o;
   o.generation = generation;
   bool recompiled = true;
-  // The plan without its cost model, kept in the snapshot so that the next edit compares
-  // against it without parsing the previous text again.
-  auto structure = std::make_shared<nlohmann::json>(nlohmann::json::parse(text, nullptr, false));
-  if (structure->is_object())
-    structure->erase("costmodel");
-  else
-    structure.reset();
+  // The text parsed once: compared with the previous snapshot's outside "costmodel" (an
+  // edit of the cost model alone re-costs), then parsed as a plan (or compiled).
+  auto parsed = plan::JsonSource::parse(text, file);
+  std::shared_ptr<const plan::JsonSource> source =
+      parsed ? std::make_shared<const plan::JsonSource>(std::move(*parsed)) : nullptr;
   auto s = [&]() -> Expected<sim::Session> {
-    if (prev && prev->file == file && structure && prev->structure && *structure == *prev->structure) {
-      auto src = plan::JsonSource::parse(text, file);
-      if (!src) return fail(src.error());
-      auto plan = plan::parse_plan(*src);
+    if (!parsed) return fail(parsed.error());
+    if (prev && prev->file == file && prev->source &&
+        same_but_costmodel(source->root(), prev->source->root())) {
+      auto plan = plan::parse_plan(*source);
       if (!plan) return fail(plan.error());
       sim::Session copy = *prev->session;
       if (auto ok = copy.set_costmodel(plan->costmodel); !ok) return fail(ok.error());
       recompiled = false;
       return copy;
     }
-    return sim::Session::from_text(text, file, base_dir);
+    return sim::Session::from_source(*source, base_dir);
   }();
   const auto t_prepared = std::chrono::steady_clock::now();
   if (!s) {
@@ -99,7 +108,7 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
       auto snap = std::make_shared<Snapshot>();
       snap->text = text;
       snap->file = file;
-      snap->structure = std::move(structure);
+      snap->source = std::move(source);
       snap->recompiled = recompiled;
       snap->engine_rerun = resim && resim->reused();
       snap->replayed_devices =
@@ -109,9 +118,10 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
       snap->result = std::move(*r);
       const compiler::CompiledPlan& cp = session->compiled();
       const auto t_lanes = std::chrono::steady_clock::now();
-      // The pipeline metrics on a second thread while this one lays out the lanes: both only
-      // read the result (the machine has cores to spare while the UI thread waits for vsync).
-      auto pipeline = std::async(std::launch::async, [&] { return sim::pipeline_metrics(cp, snap->result); });
+      // The pipeline metrics on two more threads while this one lays out the lanes (which cost
+      // about a third of them): all only read the result (the machine has cores to spare while
+      // the UI thread waits for vsync).
+      auto pipeline = std::async(std::launch::async, [&] { return sim::pipeline_metrics(cp, snap->result, 2); });
       // A cost-model edit keeps the DAG (cp is a copy of prev's with another cost model) and,
       // usually, the program's structure: the previous lanes are retimed.
       std::optional<Timeline> retimed;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "fork_join.h"
+
 namespace stretto::sim {
 
 using engine::SimTime;
@@ -60,40 +62,51 @@ SimTime uncovered(const std::vector<Interval>& a, const std::vector<Interval>& b
 
 }  // namespace
 
-PipelineMetrics pipeline_metrics(const compiler::CompiledPlan& cp, const Result& r) {
+PipelineMetrics pipeline_metrics(const compiler::CompiledPlan& cp, const Result& r,
+                                 int threads) {
   PipelineMetrics m;
   const size_t D = r.devices.size();
   m.devices.assign(D, {});
   const engine::Program& p = r.program;
-  // One device at a time, from its dispatch list (each task it takes part in, once), so that
-  // only one device's intervals are held at a time.
-  std::vector<Interval> compute, collectives;
-  for (size_t d = 0; d < D; ++d) {
-    compute.clear();
-    collectives.clear();
-    if (d < p.devices.size())
-      for (const uint32_t t : p.devices[d].dispatch) {
-        const engine::Task& tk = p.tasks[t];
-        const engine::TaskTiming& tm = r.timing[t];
-        if (tk.kind == engine::TaskKind::kCompute)
-          add(compute, tm.start, tm.end);
-        else if (tk.kind == engine::TaskKind::kComm && tk.node < cp.dag.nodes.size() &&
-                 cp.dag.nodes[tk.node].kind == compiler::NodeKind::kCollective)
-          add(collectives, tm.start, tm.end);
+  // Devices [first, last), one at a time, from its dispatch list (each task it takes part in,
+  // once), so that only one device's intervals are held at a time; each writes only its own
+  // entry of m.devices.
+  auto measure = [&](size_t first, size_t last) {
+    std::vector<Interval> compute, collectives;
+    for (size_t d = first; d < last; ++d) {
+      compute.clear();
+      collectives.clear();
+      if (d < p.devices.size())
+        for (const uint32_t t : p.devices[d].dispatch) {
+          const engine::Task& tk = p.tasks[t];
+          const engine::TaskTiming& tm = r.timing[t];
+          if (tk.kind == engine::TaskKind::kCompute)
+            add(compute, tm.start, tm.end);
+          else if (tk.kind == engine::TaskKind::kComm && tk.node < cp.dag.nodes.size() &&
+                   cp.dag.nodes[tk.node].kind == compiler::NodeKind::kCollective)
+            add(collectives, tm.start, tm.end);
+        }
+      DevicePipeline& dp = m.devices[d];
+      const SimTime busy = merge(compute);
+      merge(collectives);
+      if (!compute.empty()) {
+        dp.computes = true;
+        dp.first_start = compute.front().first;
+        dp.last_end = compute.back().second;
+        dp.compute = busy;
+        dp.exposed_collectives_in_span =
+            uncovered(collectives, compute, dp.first_start, dp.last_end);
       }
-    DevicePipeline& dp = m.devices[d];
-    const SimTime busy = merge(compute);
-    merge(collectives);
-    if (!compute.empty()) {
-      dp.computes = true;
-      dp.first_start = compute.front().first;
-      dp.last_end = compute.back().second;
-      dp.compute = busy;
-      dp.exposed_collectives_in_span =
-          uncovered(collectives, compute, dp.first_start, dp.last_end);
+      dp.exposed_collectives = uncovered(collectives, compute, 0, r.step_time);
     }
-    dp.exposed_collectives = uncovered(collectives, compute, 0, r.step_time);
-  }
+  };
+  std::vector<uint32_t> work(D + 1, 0);
+  for (size_t d = 0; d < D; ++d)
+    work[d + 1] = work[d] + 1 +
+                  (d < p.devices.size() ? static_cast<uint32_t>(p.devices[d].dispatch.size()) : 0);
+  const std::vector<uint32_t> ranges =
+      device_ranges(work, static_cast<uint32_t>(std::max(threads, 1)));
+  fork_join(ranges.size() - 1, [&](size_t j) { measure(ranges[j], ranges[j + 1]); });
   for (size_t d = 0; d < D; ++d) {
     const int rep = r.devices[d].representative;
     if (r.devices[d].folded && rep >= 0 && static_cast<size_t>(rep) < D)

@@ -845,13 +845,17 @@ Expected<Session> Session::from_plan(Plan plan, std::string base_dir,
 Expected<Session> Session::from_text(std::string text, std::string file, std::string base_dir) {
   auto src = plan::JsonSource::parse(std::move(text), std::move(file));
   if (!src) return fail(src.error());
-  auto plan = plan::parse_plan(*src);
+  return from_source(*src, std::move(base_dir));
+}
+
+Expected<Session> Session::from_source(const plan::JsonSource& src, std::string base_dir) {
+  auto plan = plan::parse_plan(src);
   if (!plan) return fail(plan.error());
-  auto cp = compile(*plan, &*src);
+  auto cp = compile(*plan, &src);
   if (!cp) return fail(cp.error());
   Session s;
   s.base_dir_ = std::move(base_dir);
-  auto cm = cost::make_cost_model(cp->plan.costmodel, cp->plan.cluster, s.base_dir_, &*src);
+  auto cm = cost::make_cost_model(cp->plan.costmodel, cp->plan.cluster, s.base_dir_, &src);
   if (!cm) return fail(cm.error());
   s.cp_ = std::make_shared<const CompiledPlan>(std::move(*cp));
   s.cm_ = std::shared_ptr<const cost::CostModel>(std::move(*cm));

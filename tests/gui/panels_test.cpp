@@ -207,6 +207,40 @@ TEST_F(Panels, AFailingEditKeepsTheLastGoodResultMarkedStale) {
   EXPECT_FALSE(app.stale());
 }
 
+// The worker re-costs (no recompile) exactly when the edited plan's JSON equals the previous
+// one outside "costmodel": a cost model changed, added or removed re-costs; any other member
+// changed, added or removed (or a text that is no object) recompiles.
+TEST(Worker, OnlyTheCostModelMayDifferForARecost) {
+  const nlohmann::json base = {{"model", {{"layers", 4}}},
+                               {"cluster", {{"preset", "h100-sxm"}}},
+                               {"costmodel", {{"dispatch_us", 5}}},
+                               {"schedule", nlohmann::json::array()}};
+  nlohmann::json other_cost = base;
+  other_cost["costmodel"]["dispatch_us"] = 6;
+  nlohmann::json no_cost = base;
+  no_cost.erase("costmodel");
+  EXPECT_TRUE(same_but_costmodel(base, base));
+  EXPECT_TRUE(same_but_costmodel(base, other_cost));
+  EXPECT_TRUE(same_but_costmodel(base, no_cost));
+  EXPECT_TRUE(same_but_costmodel(no_cost, base));
+  nlohmann::json layers = base;
+  layers["model"]["layers"] = 5;
+  nlohmann::json extra = base;
+  extra["optimizer"] = {{"kind", "sgd"}};
+  nlohmann::json fewer = base;
+  fewer.erase("schedule");
+  for (const nlohmann::json* j : {&layers, &extra, &fewer}) {
+    EXPECT_FALSE(same_but_costmodel(base, *j)) << j->dump();
+    EXPECT_FALSE(same_but_costmodel(*j, base)) << j->dump();
+  }
+  // a member renamed to "costmodel" is not a cost-model edit
+  nlohmann::json renamed = no_cost;
+  renamed["costmodel"] = renamed["schedule"];
+  renamed.erase("schedule");
+  EXPECT_FALSE(same_but_costmodel(base, renamed));
+  EXPECT_FALSE(same_but_costmodel(nlohmann::json::array(), nlohmann::json::array()));
+}
+
 TEST_F(Panels, TheLatestEditWins) {
   run("open " + kBuilder + "\nwait\nframes 1\n");
   for (int i = 1; i <= 20; ++i) {

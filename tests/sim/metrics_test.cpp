@@ -127,6 +127,45 @@ TEST(PipelineBubble, EachDevicesComputeIsThatOfItsOwnTasks) {
   EXPECT_NE(pm.devices[0].compute, pm.devices[2].compute);
 }
 
+// The pipeline metrics measured on several threads (the GUI's worker uses 2) equal those of
+// one thread, device by device, folded or not; every device that runs a compute op is
+// measured (so that a device left out of every thread's range fails too).
+TEST(PipelineBubble, TheSameMetricsOnAnyNumberOfThreads) {
+  auto s = Session::from_text(bench::moe_plan(2, 4, 2, 8, true).dump(), "moe.json");
+  ASSERT_TRUE(s) << render_all(s.error());
+  for (const bool fold : {false, true}) {
+    SimOptions opt;
+    opt.fold_replicas = fold;
+    auto r = s->simulate(opt);
+    ASSERT_TRUE(r);
+    const PipelineMetrics one = pipeline_metrics(s->compiled(), *r);
+    ASSERT_EQ(one.devices.size(), 8u);
+    for (size_t d = 0; d < one.devices.size(); ++d) {
+      EXPECT_TRUE(one.devices[d].computes) << d;
+      EXPECT_GT(one.devices[d].compute, 0) << d;
+      EXPECT_GT(one.devices[d].exposed_collectives, 0) << d;
+    }
+    for (const int threads : {2, 3, 13}) {
+      SCOPED_TRACE(std::to_string(threads) + (fold ? " folded" : ""));
+      const PipelineMetrics many = pipeline_metrics(s->compiled(), *r, threads);
+      EXPECT_EQ(many.pipeline_bubble_ratio, one.pipeline_bubble_ratio);
+      EXPECT_EQ(many.exposed_comm_ms_per_device, one.exposed_comm_ms_per_device);
+      EXPECT_EQ(many.exposed_collectives_ms_per_device, one.exposed_collectives_ms_per_device);
+      EXPECT_EQ(many.largest_bubble_device, one.largest_bubble_device);
+      ASSERT_EQ(many.devices.size(), one.devices.size());
+      for (size_t d = 0; d < one.devices.size(); ++d) {
+        const DevicePipeline &a = one.devices[d], &b = many.devices[d];
+        EXPECT_EQ(a.computes, b.computes) << d;
+        EXPECT_EQ(a.first_start, b.first_start) << d;
+        EXPECT_EQ(a.last_end, b.last_end) << d;
+        EXPECT_EQ(a.compute, b.compute) << d;
+        EXPECT_EQ(a.exposed_collectives, b.exposed_collectives) << d;
+        EXPECT_EQ(a.exposed_collectives_in_span, b.exposed_collectives_in_span) << d;
+      }
+    }
+  }
+}
+
 TEST(Mfu, AgainstThePeakOfTheGemmDtype) {
   // Fixed costs: the fp8 and bf16 plans take the same time and count the same model FLOPs;
   // fp8 GEMMs peak at twice the bf16 rate (H100: 1979 against 989 dense TFLOP/s), so the fp8

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "stretto/gui/timeline.h"
+#include "stretto/plan/json_source.h"
 #include "stretto/sim/granularity.h"
 #include "stretto/sim/pipeline_metrics.h"
 #include "stretto/sim/session.h"
@@ -29,9 +30,9 @@ struct Snapshot {
   sim::Result result;
   sim::PipelineMetrics pipeline;  // sim::pipeline_metrics of result (exposed comm per device)
   Timeline timeline;
-  /// The plan's JSON without "costmodel" (null if the text is not a JSON object): an edit
-  /// that leaves it equal only re-costs.
-  std::shared_ptr<const nlohmann::json> structure;
+  /// The text, parsed: an edit whose JSON equals it outside "costmodel" only re-costs
+  /// (same_but_costmodel).
+  std::shared_ptr<const plan::JsonSource> source;
   double wall_ms = 0;  // compile + simulate + timeline
   /// parse + (re)compile + cost model; timeline lanes (and, alongside, the pipeline metrics)
   double prepare_ms = 0, lanes_ms = 0;
@@ -45,6 +46,9 @@ struct Snapshot {
   /// effects come in the same sequence share one).
   uint32_t allocator_replays = 0;
 };
+
+/// Whether `a` and `b` are JSON objects with equal members, "costmodel" aside.
+bool same_but_costmodel(const nlohmann::json& a, const nlohmann::json& b);
 
 struct Outcome {
   uint64_t generation = 0;

@@ -51,6 +51,9 @@ struct PipelineMetrics {
 };
 
 /// Each device's ops are those of its dispatch list in `r.program` (a simulate result's).
-PipelineMetrics pipeline_metrics(const compiler::CompiledPlan& cp, const Result& r);
+/// The devices are measured on up to `threads` threads (the caller's included; contiguous
+/// device ranges of about equal dispatch lengths): the same metrics for any count.
+PipelineMetrics pipeline_metrics(const compiler::CompiledPlan& cp, const Result& r,
+                                 int threads = 1);
 
 }  // namespace stretto::sim

@@ -165,6 +165,8 @@ class Session {
   /// in diagnostics (file:line:col); relative paths in it (a profile) resolve from `base_dir`.
   static Expected<Session> from_text(std::string text, std::string file,
                                      std::string base_dir = ".");
+  /// from_text of a text already parsed (`src` locates the diagnostics; not kept).
+  static Expected<Session> from_source(const plan::JsonSource& src, std::string base_dir = ".");
 
   const compiler::CompiledPlan& compiled() const { return *cp_; }
   const plan::Plan& plan() const { return cp_->plan; }
