@@ -817,9 +817,10 @@ void RankRun::add_input_grads(uint32_t o, int mb, const std::vector<at::Tensor>&
   const ModelOp& op = cp_.model.ops[o];
   for (size_t k = 0; k < dx.size() && k < op.inputs.size(); ++k) {
     if (!dx[k].defined()) continue;
-    // The experts' leaf is [S, T, ...]; without expert parallelism S = 1. (dx[k] itself, not
-    // a copy of the handle, so that add_grad may take it over.)
-    if (dx[k].dim() == 3)
+    // The experts' leaf is [S, T, ...]; without expert parallelism S = 1. The fused SwiGLU's
+    // input gradient is [2, T, f] too, and stays so: the kind decides, not the rank. (dx[k]
+    // itself, not a copy of the handle, so that add_grad may take it over.)
+    if (op.kind == OpKind::kExperts && dx[k].dim() == 3)
       add_grad(op.inputs[k], mb, dx[k].sum(0));
     else
       add_grad(op.inputs[k], mb, dx[k]);
@@ -828,7 +829,7 @@ void RankRun::add_input_grads(uint32_t o, int mb, const std::vector<at::Tensor>&
 
 void RankRun::finish_forward(uint32_t o, int mb, const at::Tensor& t) {
   at::Tensor v = t.detach();
-  if (v.dim() == 3) v = v.sum(0);
+  if (cp_.model.ops[o].kind == OpKind::kExperts && v.dim() == 3) v = v.sum(0);  // [S, T, h]
   const uint32_t r = model_.residual_source(o);
   if (r != kNone) {
     const at::Tensor& res = val_[key(r, mb)];
@@ -1044,7 +1045,7 @@ void RankRun::run_compute(size_t i) {
         dy = at::ones_like(c.out);
       } else {
         dy = grad_acc_[k];
-        if (dy.defined() && c.out.dim() == 3) dy = dy.unsqueeze(0);
+        if (dy.defined() && op.kind == OpKind::kExperts && c.out.dim() == 3) dy = dy.unsqueeze(0);
       }
       if (!dy.defined())
         throw std::runtime_error(fmt::format("internal: output gradient of {} (mb {}) missing",

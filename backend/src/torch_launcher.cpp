@@ -186,7 +186,9 @@ class Reference {
           std::vector<at::Tensor> in;
           for (uint32_t p : ops[o].inputs) in.push_back(val[p]);
           OpCtx c = model_.forward(o, in, params_[o], OpPlacement{}, r, mb, scale, {});
-          at::Tensor v = c.out.dim() == 3 ? c.out.sum(0) : c.out;
+          // The experts' [S, T, h] summed over sources (the fused SwiGLU's [2, T, f] is not).
+          const bool per_source = ops[o].kind == compiler::OpKind::kExperts && c.out.dim() == 3;
+          at::Tensor v = per_source ? c.out.sum(0) : c.out;
           if (model_.residual_source(o) != compiler::kNone) v = v + val[model_.residual_source(o)];
           val[o] = v;
           if (model_.is_last(o)) loss = v;

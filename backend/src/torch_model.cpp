@@ -356,7 +356,10 @@ std::vector<int64_t> TorchModel::output_shape(uint32_t o) const {
     case OpKind::kSoftmax:
       return {cp_.plan.model.microbatch_size, heads_, cp_.plan.model.seq_len, cp_.plan.model.seq_len};
     case OpKind::kMlpUp:
-      return {T_, cp_.plan.model.gated_mlp ? 2 * f_ : f_};
+      if (!cp_.plan.model.gated_mlp) return {T_, f_};
+      // Fused SwiGLU: gate and up stacked, each half contiguous (forward() says why).
+      return kernels_ == ModelKernels::kFused ? std::vector<int64_t>{2, T_, f_}
+                                              : std::vector<int64_t>{T_, 2 * f_};
     case OpKind::kMlpAct:
       return {T_, f_};
     case OpKind::kRouter:
@@ -509,8 +512,15 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
       out = lin(inputs.at(0), 0);
       break;
     case OpKind::kMlpUp:
-      out = gated ? at::cat({lin(inputs.at(0), 0, bias_at(2)), lin(inputs.at(0), 1, bias_at(3))}, 1)
-                  : lin(inputs.at(0), 0, bias_at(1));
+      if (!gated) {
+        out = lin(inputs.at(0), 0, bias_at(1));
+      } else if (kernels_ == ModelKernels::kFused) {
+        // [2, T, f]: gate and up each contiguous, so that the SwiGLU's elementwise kernels run
+        // on their vectorised contiguous path (halves of a [T, 2f] are strided rows).
+        out = at::stack({lin(inputs.at(0), 0, bias_at(2)), lin(inputs.at(0), 1, bias_at(3))}, 0);
+      } else {
+        out = at::cat({lin(inputs.at(0), 0, bias_at(2)), lin(inputs.at(0), 1, bias_at(3))}, 1);
+      }
       break;
     case OpKind::kResidual:
       out = residual_forward(o, inputs, params, replica, mb, c);
@@ -523,9 +533,10 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
     case OpKind::kMlpAct: {
       const at::Tensor& in = inputs.at(0);
       if (gated && kernels_ == ModelKernels::kFused) {
-        // chunk(): one split, whose backward writes both halves' gradients into one tensor
-        // (two narrow()s each scatter into a zero-filled [T, 2f] that are then added).
-        const auto gu = in.chunk(2, 1);
+        // The [2, T, f] of kMlpUp, unbind(): contiguous halves, and a backward that stacks both
+        // halves' gradients into one tensor (select() or narrow() would each scatter into a
+        // zero-filled full-size tensor, then added).
+        const auto gu = in.unbind(0);
         out = at::silu(gu[0]) * gu[1];
       } else if (gated) {
         const int64_t fl = in.size(1) / 2;
@@ -791,7 +802,7 @@ std::vector<KernelUse> kernel_uses(const compiler::CompiledPlan& cp, Kernels ker
         "aten::softmax");
   if (kinds.count(OpKind::kMlpAct)) {
     if (m.gated_mlp)
-      add("swiglu", fused ? "silu(gate) * up on chunk() halves" : "silu(gate) * up on narrow() views",
+      add("swiglu", fused ? "silu(gate) * up on the contiguous halves of [2, T, f] (unbind)" : "silu(gate) * up on narrow() views",
           "aten::silu");
     else
       add("gelu", "at::gelu", "aten::gelu");

@@ -827,30 +827,52 @@ using detail::OpCtx;
 using detail::Param;
 using detail::TorchModel;
 
+// The fused gated MLP's up projection gives [2, T, f] (gate, up); the reference path's gives
+// [T, 2f] (gate columns, then up columns). The comparison converts between the two explicitly,
+// so that a fused path mixing up gate and up, or rows and halves, differs from the reference.
+bool stacked_layout(const TorchModel& m, uint32_t o) {
+  return m.plan().model.ops[o].kind == OpKind::kMlpUp && m.output_shape(o).size() == 3;
+}
+at::Tensor stacked_to_cat(const at::Tensor& t) {  // [2, T, f] -> [T, 2f]
+  return t.permute({1, 0, 2}).reshape({t.size(1), 2 * t.size(2)});
+}
+at::Tensor cat_to_stacked(const at::Tensor& t) {  // [T, 2f] -> [2, T, f]
+  return t.reshape({t.size(0), 2, t.size(1) / 2}).permute({1, 0, 2}).contiguous();
+}
+
 struct OpRun {
   at::Tensor out;
   std::vector<at::Tensor> dx, dparams;
+  int converted = 0;  // tensors converted from the stacked layout
 };
 
 // One op alone (tp = ep = 1): inputs drawn from a generator seeded by the op, forward, then
-// the full backward from a drawn output gradient.
+// the full backward from a drawn output gradient. Inputs, output and gradients are drawn and
+// returned in the reference path's layout (a stacked one converted).
 OpRun run_op(const TorchModel& m, uint32_t o) {
   const auto& ops = m.plan().model.ops;
   std::vector<Param> params = m.make_params(o, {});
   auto gen = at::detail::createCPUGenerator(1000 + o);
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  OpRun r;
+  // A value of op p's output, drawn in the reference layout, in m's layout.
+  auto draw = [&](uint32_t p, at::IntArrayRef shape) {
+    if (!stacked_layout(m, p)) return at::randn(shape, gen, f32);
+    ++r.converted;
+    return cat_to_stacked(at::randn({shape[1], 2 * shape[2]}, gen, f32));
+  };
   std::vector<at::Tensor> in;
   for (uint32_t p : ops[o].inputs) {
-    at::Tensor v = at::randn(m.output_shape(p), gen, at::TensorOptions().dtype(at::kFloat));
+    at::Tensor v = draw(p, m.output_shape(p));
     v.set_requires_grad(true);
     in.push_back(v);
   }
   OpCtx c = m.forward(o, in, params, {}, 0, 0, 1.0, {});
-  const at::Tensor dy = c.out.dim() == 0
-                            ? at::ones_like(c.out)
-                            : at::randn(c.out.sizes(), gen, at::TensorOptions().dtype(at::kFloat));
-  OpRun r;
-  r.out = c.out.detach();
+  const at::Tensor dy = c.out.dim() == 0 ? at::ones_like(c.out) : draw(o, c.out.sizes());
+  r.out = stacked_layout(m, o) ? stacked_to_cat(c.out.detach()) : c.out.detach();
   if (c.out.requires_grad()) r.dx = detail::backward_inputs(c, dy, /*full=*/true, params);
+  for (size_t i = 0; i < r.dx.size(); ++i)
+    if (stacked_layout(m, ops[o].inputs[i])) r.dx[i] = stacked_to_cat(r.dx[i]);
   for (const Param& p : params) r.dparams.push_back(p.grad);
   return r;
 }
@@ -871,10 +893,12 @@ double rel_diff(const at::Tensor& a, const at::Tensor& b) {
 // gradients of the fused kernels within 1e-5 (relative to the largest value) of the explicit
 // formulas'. On LibTorch 1.13 the fused path differs from the formula in LayerNorm, SwiGLU and
 // the loss (RMSNorm and attention keep their formulas there); from LibTorch 2 in RMSNorm and
-// attention (SDPA) too. Meant to fail when a fused kernel computes something else; no mutation
-// has been run against it yet.
+// attention (SDPA) too. The fused SwiGLU's [2, T, f] is converted to the reference's [T, 2f]
+// (stacked_to_cat). Fails when the fused up projection stacks up before gate (out 1.43), or
+// when the conversion forgets the permutation (1.29).
 TEST(ReplayKernels, FusedEqualsReference) {
   std::set<std::string> kinds;
+  int stacked = 0;
   for (const char* plan : {"pp2_1f1b.json", "pp2_gpt_adam.json", "ep2_moe.json"}) {
     SCOPED_TRACE(plan);
     const CompiledPlan cp = load(plan);
@@ -884,6 +908,8 @@ TEST(ReplayKernels, FusedEqualsReference) {
       if (cp.model.ops[o].kind == OpKind::kOptimizer) continue;
       SCOPED_TRACE(cp.model.ops[o].name);
       const OpRun a = run_op(fused, o), b = run_op(ref, o);
+      stacked += a.converted;
+      EXPECT_EQ(b.converted, 0);
       EXPECT_LE(rel_diff(a.out, b.out), 1e-5);
       ASSERT_EQ(a.dx.size(), b.dx.size());
       for (size_t i = 0; i < a.dx.size(); ++i) EXPECT_LE(rel_diff(a.dx[i], b.dx[i]), 1e-5) << "input " << i;
@@ -896,6 +922,9 @@ TEST(ReplayKernels, FusedEqualsReference) {
   // The op classes compared (every class with a fused kernel among them).
   for (const char* k : {"norm", "attention", "mlp_act", "loss", "embedding", "attn_scores"})
     EXPECT_TRUE(kinds.count(k)) << k;
+  // The fused SwiGLU's [2, T, f] was compared through the conversion: per gated layer, mlp_up's
+  // output gradient and output, and mlp_act's input.
+  EXPECT_GT(stacked, 0);
 }
 
 // GQA's KV heads repeated without repeat_interleave (which reads its output size on the host)
@@ -1011,6 +1040,59 @@ TEST(ReplayKernels, NoHostWorkPerOp) {
   EXPECT_GT(all["aten::bitwise_xor_"], 0);
   EXPECT_GT(all["aten::sort"], 0);
   EXPECT_GT(all["aten::cumsum"], 0);  // capacity routing, position policy
+}
+
+// The fused SwiGLU reads contiguous halves (a dense GQA plan, gated MLP): mlp_up's output is
+// [2, T, f] (gate, up), as output_shape says (the executor's receive buffers and bench-ops draw
+// inputs from it), each half contiguous, so that silu and the product can run on ATen's
+// vectorised contiguous path; the reference path keeps [T, 2f]. mlp_act splits it with one
+// unbind (no split, slice or narrow) and its backward writes both halves' gradients with one
+// stack into one contiguous [2, T, f], without a zero-filled full-size tensor per half (what
+// select_backward / slice_backward of select() or narrow() halves allocate). Fails with
+// chunk(2, 1) of a [T, 2f] (the code before: shapes, split/slice, no stack), with select()
+// halves (select_backward, zeros x2), and with a [2, T, f] view of a [T, 2f] (strided halves).
+TEST(ReplayKernels, FusedSwigluReadsContiguousHalves) {
+  const CompiledPlan cp = load("pp2_1f1b.json");
+  ASSERT_TRUE(cp.plan.model.gated_mlp);
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  const TorchModel fused(cp, 7, f32, Kernels::kFused), ref(cp, 7, f32, Kernels::kReference);
+  const int64_t T = static_cast<int64_t>(cp.plan.model.microbatch_size) * cp.plan.model.seq_len;
+  const int64_t f = cp.plan.model.ffn_hidden;
+  int ups = 0, acts = 0;
+  for (uint32_t o = 0; o < cp.model.ops.size(); ++o) {
+    const compiler::ModelOp& op = cp.model.ops[o];
+    SCOPED_TRACE(op.name);
+    if (op.kind == OpKind::kMlpUp) {
+      ++ups;
+      EXPECT_EQ(fused.output_shape(o), (std::vector<int64_t>{2, T, f}));
+      EXPECT_EQ(ref.output_shape(o), (std::vector<int64_t>{T, 2 * f}));
+      std::vector<Param> params = fused.make_params(o, {});
+      const at::Tensor x = at::randn(fused.output_shape(op.inputs.at(0)), f32);
+      const OpCtx c = fused.forward(o, {x}, params, {}, 0, 0, 1.0, {});
+      EXPECT_EQ(c.out.sizes(), at::IntArrayRef(fused.output_shape(o)));
+      for (int64_t half = 0; half < 2; ++half) EXPECT_TRUE(c.out.select(0, half).is_contiguous());
+    } else if (op.kind == OpKind::kMlpAct) {
+      ++acts;
+      const std::map<std::string, int> seen = dispatched(fused, o, 1);
+      EXPECT_EQ(seen.count("aten::unbind") ? seen.at("aten::unbind") : 0, 1);
+      EXPECT_EQ(seen.count("aten::stack") ? seen.at("aten::stack") : 0, 1);  // (its cat inside)
+      for (const char* name : {"aten::split", "aten::chunk", "aten::slice", "aten::narrow",
+                               "aten::select_backward", "aten::slice_backward", "aten::zeros",
+                               "aten::zeros_like", "aten::new_zeros"})
+        EXPECT_FALSE(seen.count(name)) << name << " x" << seen.at(name);
+      // The input gradient: one contiguous [2, T, f].
+      at::Tensor in = at::randn(fused.output_shape(op.inputs.at(0)), f32).set_requires_grad(true);
+      std::vector<Param> none;
+      OpCtx c = fused.forward(o, {in}, none, {}, 0, 0, 1.0, {});
+      const std::vector<at::Tensor> dx =
+          detail::backward_inputs(c, at::ones_like(c.out), /*full=*/true, none);
+      ASSERT_EQ(dx.size(), 1u);
+      EXPECT_EQ(dx[0].sizes(), at::IntArrayRef({2, T, f}));
+      EXPECT_TRUE(dx[0].is_contiguous());
+    }
+  }
+  EXPECT_EQ(ups, cp.plan.model.layers);
+  EXPECT_EQ(acts, cp.plan.model.layers);
 }
 
 // Routing to a capacity C (GShard / Megatron-Core's drop-and-pad): every expert takes the first
