@@ -55,17 +55,6 @@ std::pair<std::string, double> SimWorker::progress() const {
   return {phase_, fraction_};
 }
 
-bool same_but_costmodel(const nlohmann::json& a, const nlohmann::json& b) {
-  if (!a.is_object() || !b.is_object()) return false;
-  if (a.size() - a.count("costmodel") != b.size() - b.count("costmodel")) return false;
-  for (auto it = a.begin(); it != a.end(); ++it) {
-    if (it.key() == "costmodel") continue;
-    const auto other = b.find(it.key());
-    if (other == b.end() || *other != it.value()) return false;
-  }
-  return true;
-}
-
 Outcome SimWorker::run(const std::string& text, const std::string& file,
                        const std::string& base_dir, uint64_t generation,
                        const sim::SimOptions& opt, const Snapshot* prev,
@@ -82,7 +71,7 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
   auto s = [&]() -> Expected<sim::Session> {
     if (!parsed) return fail(parsed.error());
     if (prev && prev->file == file && prev->source &&
-        same_but_costmodel(source->root(), prev->source->root())) {
+        plan::same_but_costmodel(source->root(), prev->source->root())) {
       auto plan = plan::parse_plan(*source);
       if (!plan) return fail(plan.error());
       sim::Session copy = *prev->session;

@@ -939,6 +939,17 @@ bool is_plan_document(const Json& j) { return j.is_object() && j.contains("sched
 
 bool is_whole_plan(const Json& j) { return is_plan_document(j) && j.contains("model"); }
 
+bool same_but_costmodel(const Json& a, const Json& b) {
+  if (!a.is_object() || !b.is_object()) return false;
+  if (a.size() - a.count("costmodel") != b.size() - b.count("costmodel")) return false;
+  for (auto it = a.begin(); it != a.end(); ++it) {
+    if (it.key() == "costmodel") continue;
+    const auto other = b.find(it.key());
+    if (other == b.end() || *other != it.value()) return false;
+  }
+  return true;
+}
+
 std::string plan_name(const JsonSource& src) {
   const Json* n = src.find("/name");
   return n && n->is_string() ? n->get<std::string>() : std::string();

@@ -219,10 +219,10 @@ TEST(Worker, OnlyTheCostModelMayDifferForARecost) {
   other_cost["costmodel"]["dispatch_us"] = 6;
   nlohmann::json no_cost = base;
   no_cost.erase("costmodel");
-  EXPECT_TRUE(same_but_costmodel(base, base));
-  EXPECT_TRUE(same_but_costmodel(base, other_cost));
-  EXPECT_TRUE(same_but_costmodel(base, no_cost));
-  EXPECT_TRUE(same_but_costmodel(no_cost, base));
+  EXPECT_TRUE(plan::same_but_costmodel(base, base));
+  EXPECT_TRUE(plan::same_but_costmodel(base, other_cost));
+  EXPECT_TRUE(plan::same_but_costmodel(base, no_cost));
+  EXPECT_TRUE(plan::same_but_costmodel(no_cost, base));
   nlohmann::json layers = base;
   layers["model"]["layers"] = 5;
   nlohmann::json extra = base;
@@ -230,15 +230,15 @@ TEST(Worker, OnlyTheCostModelMayDifferForARecost) {
   nlohmann::json fewer = base;
   fewer.erase("schedule");
   for (const nlohmann::json* j : {&layers, &extra, &fewer}) {
-    EXPECT_FALSE(same_but_costmodel(base, *j)) << j->dump();
-    EXPECT_FALSE(same_but_costmodel(*j, base)) << j->dump();
+    EXPECT_FALSE(plan::same_but_costmodel(base, *j)) << j->dump();
+    EXPECT_FALSE(plan::same_but_costmodel(*j, base)) << j->dump();
   }
   // a member renamed to "costmodel" is not a cost-model edit
   nlohmann::json renamed = no_cost;
   renamed["costmodel"] = renamed["schedule"];
   renamed.erase("schedule");
-  EXPECT_FALSE(same_but_costmodel(base, renamed));
-  EXPECT_FALSE(same_but_costmodel(nlohmann::json::array(), nlohmann::json::array()));
+  EXPECT_FALSE(plan::same_but_costmodel(base, renamed));
+  EXPECT_FALSE(plan::same_but_costmodel(nlohmann::json::array(), nlohmann::json::array()));
 }
 
 TEST_F(Panels, TheLatestEditWins) {

@@ -31,7 +31,7 @@ struct Snapshot {
   sim::PipelineMetrics pipeline;  // sim::pipeline_metrics of result (exposed comm per device)
   Timeline timeline;
   /// The text, parsed: an edit whose JSON equals it outside "costmodel" only re-costs
-  /// (same_but_costmodel).
+  /// (plan::same_but_costmodel).
   std::shared_ptr<const plan::JsonSource> source;
   double wall_ms = 0;  // compile + simulate + timeline
   /// parse + (re)compile + cost model; timeline lanes (and, alongside, the pipeline metrics)
@@ -47,8 +47,6 @@ struct Snapshot {
   uint32_t allocator_replays = 0;
 };
 
-/// Whether `a` and `b` are JSON objects with equal members, "costmodel" aside.
-bool same_but_costmodel(const nlohmann::json& a, const nlohmann::json& b);
 
 struct Outcome {
   uint64_t generation = 0;

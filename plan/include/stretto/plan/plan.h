@@ -254,6 +254,9 @@ Expected<BuilderCall> parse_builder_call(const JsonSource& src, const std::strin
 /// result; and a whole plan (with a `model` too), as opposed to a directive-list file.
 bool is_plan_document(const Json& j);
 bool is_whole_plan(const Json& j);
+/// Whether `a` and `b` are plan objects with equal members, "costmodel" aside: an edit between
+/// them changes the cost model only (added, removed or changed), so the compiled plan stands.
+bool same_but_costmodel(const Json& a, const Json& b);
 /// The plan's top-level `name` ("" when it has none).
 std::string plan_name(const JsonSource& src);
 /// Parses one directive list (a JSON array), e.g. a `--base` file or builder output.
