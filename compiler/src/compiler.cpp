@@ -1137,11 +1137,9 @@ void Compiler::pad_vocab() {
     if (k == OpKind::kEmbedding || k == OpKind::kHead || k == OpKind::kLoss)
       for (int mb = 0; mb < M_; ++mb) tp = std::max(tp, unit(o, mb).tp);
   }
-  // Megatron-LM's _vocab_size_with_padding: the next multiple of
-  // --make-vocab-size-divisible-by (the plan's make_vocab_size_divisible_by, default 128 as
-  // Megatron's) x the TP degree.
-  const int64_t multiple = m.vocab_divisible_by * tp;
-  const int64_t padded = (m.vocab + multiple - 1) / multiple * multiple;
+  // Megatron-LM's _vocab_size_with_padding (plan::padded_vocab; make_vocab_size_divisible_by
+  // defaults to 128 as Megatron's --make-vocab-size-divisible-by).
+  const int64_t padded = plan::padded_vocab(m, tp);
   if (padded == m.vocab) return;
   ModelSpec spec = m;
   spec.vocab = padded;

@@ -62,12 +62,8 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
   plan::ModelSpec ms = plan_.model;
   ms.microbatch_size = mbs;
   ms.pp_regions = 1;
-  // Megatron-LM's vocabulary padding, as the compiler pads it (Compiler::pad_vocab): the next
-  // multiple of make_vocab_size_divisible_by x the TP degree.
-  if (ms.family == plan::ModelSpec::Family::kTransformer && ms.vocab > 0) {
-    const int64_t multiple = ms.vocab_divisible_by * tp;
-    ms.vocab = (ms.vocab + multiple - 1) / multiple * multiple;
-  }
+  // Megatron-LM's vocabulary padding, as the compiler pads it (Compiler::pad_vocab).
+  ms.vocab = plan::padded_vocab(ms, tp);
   // With context parallelism the ops of one CP rank, on its s/cp tokens (as the compiler),
   // where the compiler takes it (else empty: the point's own compile reports why).
   if (cp > 1 && (ms.family != plan::ModelSpec::Family::kTransformer ||

@@ -950,6 +950,12 @@ bool same_but_costmodel(const Json& a, const Json& b) {
   return true;
 }
 
+int64_t padded_vocab(const ModelSpec& m, int tp) {
+  if (m.family != ModelSpec::Family::kTransformer || m.vocab <= 0) return m.vocab;
+  const int64_t multiple = m.vocab_divisible_by * std::max(tp, 1);
+  return (m.vocab + multiple - 1) / multiple * multiple;
+}
+
 std::string plan_name(const JsonSource& src) {
   const Json* n = src.find("/name");
   return n && n->is_string() ? n->get<std::string>() : std::string();

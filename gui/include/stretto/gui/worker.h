@@ -13,8 +13,6 @@
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "stretto/gui/timeline.h"
 #include "stretto/plan/json_source.h"
 #include "stretto/sim/granularity.h"

@@ -257,6 +257,11 @@ bool is_whole_plan(const Json& j);
 /// Whether `a` and `b` are plan objects with equal members, "costmodel" aside: an edit between
 /// them changes the cost model only (added, removed or changed), so the compiled plan stands.
 bool same_but_costmodel(const Json& a, const Json& b);
+/// The vocabulary as Megatron-LM pads it (_vocab_size_with_padding): the next multiple of
+/// make_vocab_size_divisible_by x `tp`, the TP degree of the embedding and head; unchanged for
+/// models other than transformers and for no vocabulary. The compiler's and the search
+/// estimate's one rule.
+int64_t padded_vocab(const ModelSpec& m, int tp);
 /// The plan's top-level `name` ("" when it has none).
 std::string plan_name(const JsonSource& src);
 /// Parses one directive list (a JSON array), e.g. a `--base` file or builder output.
