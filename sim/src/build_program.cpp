@@ -322,7 +322,7 @@ class ProgramBuilder {
               t.work <= 0 ? 0 : nd.kind == NodeKind::kTransfer ? 2 : 2 * t.part_count;
           if (s.link_count != links) return std::nullopt;
           if (nd.kind == NodeKind::kCollective && links > 0 &&
-              (p_.task_links[s.link_begin] % 4 >= 2) != c.cc.inter_node)
+              (p_.task_links[s.link_begin] % 4 >= 2) != c.inter_node)
             return std::nullopt;
           s.latency_ns = c.latency;
           s.rate_cap = c.cap;
@@ -603,20 +603,22 @@ class ProgramBuilder {
     int64_t work = 0, latency = 0;
     double cap = 0;
     bool mem_bound = false;
-    cost::CommCost cc;
+    bool inter_node = false;  // comm: the bottleneck is the inter-node link
   };
   NodeCost node_cost(uint32_t n, const Node& nd) {
     NodeCost c;
     if (nd.kind == NodeKind::kCompute) {
-      const cost::ComputeCost cc = compute_memo_.get(
+      const cost::ComputeCost& cc = compute_memo_.get(
           node_key(nd, model_), [&] { return cm_.compute(queries_.compute(nd)); });
       c.work = nd.tp_overlap == compiler::TpOverlap::kNone ? cc.ns : overlapped_work(n, nd, cc.ns);
       c.mem_bound = cc.mem_bound;
     } else if (nd.kind == NodeKind::kTransfer || nd.kind == NodeKind::kCollective) {
-      c.cc = comm_cost(nd);
-      c.work = c.cc.wire_bytes;
-      c.latency = c.cc.latency_ns;
-      c.cap = c.cc.rate_cap;
+      // (by reference: a CommCost's copy copies its two strings)
+      const cost::CommCost& cc = comm_cost(nd);
+      c.work = cc.wire_bytes;
+      c.latency = cc.latency_ns;
+      c.cap = cc.rate_cap;
+      c.inter_node = cc.inter_node;
     }
     c.kind = nd.kind == NodeKind::kCompute   ? TaskKind::kCompute
              : nd.kind == NodeKind::kBarrier ? TaskKind::kBarrier
@@ -627,7 +629,7 @@ class ProgramBuilder {
   // tp_comm_overlap (compiler/dag.h TpOverlap): an overlapped collective costs its chunks
   // (cost::overlapped_comm_cost, memoised under its method), and the GEMM it overlaps takes
   // the pair's closed form (cost::overlapped_pair_ns) on its compute node.
-  cost::CommCost comm_cost(const Node& x) {
+  const cost::CommCost& comm_cost(const Node& x) {
     const cost::CommQuery q = queries_.comm(x);
     if (x.tp_overlap == compiler::TpOverlap::kNone)
       return comm_memo_.get(key_of(q), [&] { return cm_.comm(q); });
@@ -785,7 +787,7 @@ class ProgramBuilder {
       p_.task_links.push_back(link_id(devs[0], inter ? 2 : 0));
       p_.task_links.push_back(link_id(devs[1], inter ? 3 : 1));
     } else if (nd.kind == NodeKind::kCollective && t.work > 0) {
-      int lk = c.cc.inter_node ? 2 : 0;
+      int lk = c.inter_node ? 2 : 0;
       for (int d : kept) {
         p_.task_links.push_back(link_id(d, lk));
         p_.task_links.push_back(link_id(d, lk + 1));
