@@ -481,10 +481,11 @@ class ProgramBuilder {
   std::span<const int> wanted_of(const Node& nd, uint32_t inst, std::span<const int> devs) {
     if (!only_) return devs;
     if (nd.kind != NodeKind::kCollective) {
-      wanted_scratch_.clear();
-      for (int d : devs)
-        if (wanted(d)) wanted_scratch_.push_back(d);
-      return wanted_scratch_;
+      // One device or a transfer's two: the simulated ones, in order, are a subspan of them.
+      STRETTO_ASSERT(devs.size() <= 2, "an instance of a compute, barrier or transfer node");
+      const bool first = wanted(devs[0]), last = wanted(devs.back());
+      if (devs.size() == 1) return first ? devs : devs.first(0);
+      return first && last ? devs : first ? devs.first(1) : last ? devs.last(1) : devs.first(0);
     }
     auto& begin = wanted_begin_[nd.devs];
     auto& list = wanted_devs_[nd.devs];
@@ -913,7 +914,6 @@ class ProgramBuilder {
   size_t num_tasks_ = 0;
   std::vector<std::vector<uint32_t>> wanted_begin_;  // wanted_of(), by device set
   std::vector<std::vector<int>> wanted_devs_;
-  std::vector<int> wanted_scratch_;
   // dependencies
   struct PredInfo {
     uint32_t node = 0;
