@@ -179,13 +179,16 @@ std::vector<Row> rows_of(const std::string& rows_style, const std::string& style
   add_row("attention B", "M sdpa_causal_gqa", false,
           kernel_b("sdpa_causal_gqa", (T * h + 2 * T * kv) * b2, T * h * b2),
           sim_ms("layer0.attn.core B"));
-  // Memory-bound classes.
-  const char* norm_row = fused ? "rmsnorm_aten_rms_norm" : "rmsnorm_eager";
-  add_row("norm F", std::string("M ") + norm_row, true, res[norm_row]["F_ms"],
+  // Memory-bound classes. Under `eager` each is the kernel of the ATen op a plain PyTorch
+  // program calls (torch 2.11): F.rms_norm (its fused CUDA kernel, not the hand-written fp32
+  // formula of M's rmsnorm_eager), silu(g) * u, cross-entropy over an fp32 copy of the logits,
+  // nn.Embedding.
+  add_row("norm F", "M rmsnorm_aten_rms_norm", true, res["rmsnorm_aten_rms_norm"]["F_ms"],
           sim_ms("layer0.attn_norm F"));
   if (!fused)
-    add_row("norm B", "M rmsnorm_eager", true,
-            kernel_b("rmsnorm_eager", (T * h + h) * b2, T * h * b2), sim_ms("layer0.attn_norm B"));
+    add_row("norm B", "M rmsnorm_aten_rms_norm", true,
+            kernel_b("rmsnorm_aten_rms_norm", (T * h + h) * b2, T * h * b2),
+            sim_ms("layer0.attn_norm B"));
   const char* act_f = fused ? "swiglu_compiled" : "swiglu_eager";
   add_row("activation F", std::string("M ") + act_f, true, res[act_f]["F_ms"],
           sim_ms("layer0.mlp.act F"));
@@ -241,13 +244,15 @@ struct Bound {
   bool memory_bound;  // a class the measured rates price (the control must break it)
 };
 constexpr Bound kClasses[] = {
-    // GEMMs and attention: curves fitted on the kernel sweep (S), checked on M's shapes. The
-    // forward GEMMs are 14-18 % slow against M's back-to-back calls (docs/fidelity.md).
-    {"fused", "gemm qkv F", 17.1, false},      {"fused", "gemm qkv B", 28.2, false},
-    {"fused", "gemm mlp up F", 18.4, false},   {"fused", "gemm mlp up B", 6.1, false},
-    {"fused", "gemm mlp down F", 16.9, false}, {"fused", "gemm mlp down B", 12.9, false},
-    {"fused", "gemm head F", 14.1, false},     {"fused", "gemm head B", 9.1, false},
-    {"fused", "attention F", 2.9, false},      {"fused", "attention B", 2.3, false},
+    // GEMMs and attention (every style: the kernel style prices only the memory-bound classes):
+    // curves fitted on the kernel sweep (S), checked on M's shapes. The forward GEMMs are
+    // 14-18 % slow against M's back-to-back calls; at the one shape both files measured
+    // ([4096,4096] x [4096,6144] forward) S itself is 18.6 % slower than M (docs/fidelity.md).
+    {"any", "gemm qkv F", 17.1, false},      {"any", "gemm qkv B", 28.2, false},
+    {"any", "gemm mlp up F", 18.4, false},   {"any", "gemm mlp up B", 6.1, false},
+    {"any", "gemm mlp down F", 16.9, false}, {"any", "gemm mlp down B", 12.9, false},
+    {"any", "gemm head F", 14.1, false},     {"any", "gemm head B", 9.1, false},
+    {"any", "attention F", 2.9, false},      {"any", "attention B", 2.3, false},
     {"fused", "residual add F", 3.4, false},
     // Memory-bound classes: fitted on the row shown (in-sample), norm B on S's 9 rows.
     {"fused", "norm F", 0.0, true},            {"fused", "norm B", 8.6, true},
@@ -263,7 +268,7 @@ constexpr double kSlack = 1.0;  // percentage points
 
 double bound_of(const std::string& style, const std::string& cls, bool* memory_bound = nullptr) {
   for (const Bound& b : kClasses)
-    if (style == b.style && cls == b.cls) {
+    if ((style == b.style || std::string(b.style) == "any") && cls == b.cls) {
       if (memory_bound) *memory_bound = b.memory_bound;
       return b.err_pct + kSlack;
     }
@@ -276,7 +281,7 @@ TEST(OpClassH200, EveryClassWithinItsMeasuredError) {
     print("h200, kernel_style " + style, rows);
     for (const auto& c : by_class(rows)) {
       const double b = bound_of(style, c.cls);
-      if (b < 0) continue;  // GEMMs, attention and residual are checked under fused only
+      if (b < 0) continue;  // the residual add (S's rows) is checked under fused only
       EXPECT_LE(c.mean_abs_pct, b) << style << " " << c.cls;
     }
   }
@@ -385,10 +390,10 @@ TEST(OpClassH200, TheReplayPlansPredictWhatTheDocQuotes) {
     const char* plan;
     double fused_ms, eager_ms;
   };
-  const Row rows[] = {{"llama8b_l4_mb4", 178.5, 209.6},
-                      {"llama8b_l4_mb8_sel", 362.7, 424.8},
-                      {"llama8b_l4_s2k_mb2", 340.0, 402.1},
-                      {"gpt13b_l4_mb4", 237.4, 274.8}};
+  const Row rows[] = {{"llama8b_l4_mb4", 178.5, 189.2},
+                      {"llama8b_l4_mb8_sel", 362.7, 384.0},
+                      {"llama8b_l4_s2k_mb2", 340.0, 361.3},
+                      {"gpt13b_l4_mb4", 237.4, 249.3}};
   for (const Row& row : rows) {
     std::ifstream in(std::string(STRETTO_TEST_DATA) + "/costmodel/h200_replay_plans/" +
                      row.plan + ".json");

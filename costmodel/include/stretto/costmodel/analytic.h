@@ -59,8 +59,10 @@ namespace stretto::cost {
 /// How the memory-bound ops (norms, activations, loss, embedding) run: `roofline` at
 /// memory_efficiency x HBM on the compiler's byte counts (no measured kernels); `fused` as
 /// Megatron-Core / Transformer Engine runs them (one fused kernel per op and pass: the fastest
-/// kernel measured for each); `eager` as an unfused PyTorch program runs them (the fp32 eager
-/// formulas, several kernels per op). Default: fused on h100-sxm and h200, roofline elsewhere.
+/// kernel measured for each); `eager` as an unfused PyTorch program runs them (the ATen op it
+/// calls: F.rms_norm's fused kernel, silu(g) * u in two kernels, cross-entropy over an fp32 copy
+/// of the logits; Stretto's CUDA replay runs these). Default: fused on h100-sxm and h200,
+/// roofline elsewhere.
 enum class KernelStyle : uint8_t { kRoofline, kFused, kEager };
 const char* kernel_style_name(KernelStyle s);
 
