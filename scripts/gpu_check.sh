@@ -17,7 +17,8 @@
 #             examples/gpu_gpt_1dev.json alone vs in the replay vs predicted, per op class (the
 #             replay's 15 % target)
 #   (the compute-bound plans: tests/data/costmodel/h200_replay_plans, Llama-3-8B and GPT-13B
-#   layer shapes on one GPU, which the per-op-class tests also read)
+#   layer shapes on one GPU, which the per-op-class tests also read; they say "kernel_style":
+#   "eager", the style of the kernels the replay calls, so the predictions compare like with like)
 #   compute   replay (eager, and as a CUDA graph) vs simulate on the compute-bound plans
 #   loop      validate --profile-from on the compute-bound plans and on bench/gpu/plans
 # GPU_BENCH_OPS_PLANS="a.json b.json" replaces the bench-ops plans; GPU_CHECK_ONLY_LOOP=1 is

@@ -473,3 +473,51 @@ TEST(OpClassH200, OptimizerStepRateAgainstTheReplays) {
 
 }  // namespace
 }  // namespace stretto
+
+namespace stretto {
+namespace {
+
+// Held out: the four plans' steps predicted with `eager` (rates from M and S only) against the
+// replay's measured steps (h200_replay_steps_measured.json, the lease's `replay --kernels fused`,
+// which calls the kernels `eager` prices: at::rms_norm, flash SDPA, silu(g) * u, an fp32
+// log-softmax). No rate was taken from these steps. The band is what the data give today
+// (docs/validation.md, "The lease of 2026-11-27"), not the 5 % target: the replay measured there
+// ran SwiGLU on strided halves and wrote zero-filled QKV gradients in attention's backward, both
+// slower than plain PyTorch (its per-op table), and the prediction is fast by about that much.
+// Both ends are asserted: a prediction inside 7 % of this replay would mean a rate now prices
+// the replay's own overheads (or the norms' eager formula again: +0.1 to -1.1 % before).
+TEST(OpClassH200, ReplayStepsHeldOut) {
+  const json m = load("h200_replay_steps_measured.json");
+  ASSERT_TRUE(m.is_object());
+  constexpr double kEagerLo = -12.0, kEagerHi = -7.0;  // percent, predicted / measured - 1
+  int checked = 0;
+  for (const auto& [name, row] : m["plans"].items()) {
+    std::ifstream in(std::string(STRETTO_TEST_DATA) + "/costmodel/h200_replay_plans/" + name +
+                     ".json");
+    json plan = json::parse(in, nullptr, false);
+    ASSERT_FALSE(plan.is_discarded()) << name;
+    const double measured = row["eager"]["step_time_ms"].get<double>();
+    double err[2] = {0, 0};
+    int i = 0;
+    for (const char* style : {"eager", "fused"}) {
+      plan["costmodel"]["kernel_style"] = style;
+      auto s = testing::session_of(plan);
+      ASSERT_TRUE(s) << name << ": " << s.error()[0].message;
+      auto r = s->simulate();
+      ASSERT_TRUE(r) << name;
+      const double ms = static_cast<double>(r->step_time) / 1e6;
+      err[i++] = 100 * (ms / measured - 1);
+      std::printf("  %-20s %-6s predicted %8.1f ms  replay %8.1f ms (std %.1f)  %+6.1f %%\n",
+                  name.c_str(), style, ms, measured, row["eager"]["step_time_std_ms"].get<double>(),
+                  err[i - 1]);
+    }
+    EXPECT_GE(err[0], kEagerLo) << name;
+    EXPECT_LE(err[0], kEagerHi) << name;
+    EXPECT_LT(std::fabs(err[0]), std::fabs(err[1])) << name << ": eager is the replay's style";
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
+}
+
+}  // namespace
+}  // namespace stretto
