@@ -326,7 +326,7 @@ struct Engine::State {
   [[gnu::always_inline]] void arrive(uint32_t t) {
     if (--recs[t].pending == 0) ready.push_back(t);
   }
-  void advance(uint32_t next) {
+  [[gnu::always_inline]] void advance(uint32_t next) {
     if (next != kNone) arrive(next);
   }
   /// Accounts the device's occupancy up to now; called before num_compute or comm_active change.
@@ -366,8 +366,9 @@ struct Engine::State {
     }
     return kNone;
   }
-  uint32_t alloc_job();
-  void free_job(uint32_t j);
+  // (inlined: a call each cost as much as the work, once per job start and end)
+  [[gnu::always_inline]] uint32_t alloc_job();
+  [[gnu::always_inline]] void free_job(uint32_t j);
   void drain_ready();
   [[gnu::always_inline]] void start_task(uint32_t t);
   void start_flow(uint32_t t);
@@ -1043,7 +1044,7 @@ float slowdown(const Program& program, uint32_t t, const TaskTiming& timing) {
 // simulation
 // ------------------------------------------------------------------------------------------
 
-uint32_t Engine::State::alloc_job() {
+inline uint32_t Engine::State::alloc_job() {
   if (!free_jobs.empty()) {
     const uint32_t j = free_jobs.back();
     free_jobs.pop_back();
@@ -1053,7 +1054,7 @@ uint32_t Engine::State::alloc_job() {
   return static_cast<uint32_t>(jobs.size() - 1);
 }
 
-void Engine::State::free_job(uint32_t j) {
+inline void Engine::State::free_job(uint32_t j) {
   ++jobs[j].version;  // no event of this occupant can match again
   jobs[j].task = kNone;
   free_jobs.push_back(j);
