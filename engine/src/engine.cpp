@@ -377,6 +377,9 @@ struct Engine::State {
   void finish_job(uint32_t j);
   void acquire_comm(const TaskRec& rec, uint32_t part_begin);
   void apply_effects(uint32_t t, uint32_t node, bool at_end);
+  // (inlined at a compute task's start and end, which have one device: no call, most tasks
+  // with effects being compute tasks)
+  [[gnu::always_inline]] void effects_on_device(uint32_t d, uint32_t node, bool at_end);
   void flush_counters();
   void flush();
   [[gnu::always_inline]] void retime(uint32_t j, double rate);
@@ -1095,7 +1098,7 @@ inline void Engine::State::start_task(uint32_t t) {
       // The node is read (one more cache line) only for a task with counter effects, and kept
       // in the job for its end.
       const uint32_t node = (rec.bits & kEffectsBits) != 0 ? p->tasks[t].node : kNone;
-      if ((rec.bits & kStartEffectsBit) != 0) apply_effects(t, node, false);
+      if ((rec.bits & kStartEffectsBit) != 0) effects_on_device(rec.device(), node, false);
       const int64_t work = timing[t].end;  // (Task::work, until t ends)
       if (work == 0) {
         ++events;
@@ -1175,7 +1178,13 @@ void Engine::State::start_flow(uint32_t t) {
 
 inline void Engine::State::end_task(uint32_t t, SimTime start, bool release, uint32_t node) {
   timing[t] = TaskTiming{start, now};
-  if ((recs[t].bits & kEndEffectsBit) != 0) apply_effects(t, node, true);
+  if ((recs[t].bits & kEndEffectsBit) != 0) {
+    if (recs[t].kind() == TaskKind::kCompute) {
+      effects_on_device(recs[t].device(), node, true);
+    } else {
+      apply_effects(t, node, true);
+    }
+  }
   if (now > makespan) makespan = now;
   ++finished;
   const TaskRec& rec = recs[t];
@@ -1250,30 +1259,32 @@ inline void Engine::State::retime(uint32_t j, double rate) {
   }
 }
 
-// (callers test kStartEffectsBit or kEndEffectsBit first: most tasks have no effects at a
-// given end, and this call is not inlined; so the node has an effect at this end, and each
-// device's counters change)
+// The effects of `node` at one of its ends on device d's counters. Precondition: the node has
+// effects (its task's kStartEffectsBit or kEndEffectsBit, whichever `at_end` names, is set).
+inline void Engine::State::effects_on_device(uint32_t d, uint32_t node, bool at_end) {
+  const CounterEffect* const first = p->effects.data() + p->effect_begin[node];
+  const CounterEffect* const last = p->effects.data() + p->effect_begin[node + 1];
+  int64_t* const level = &ctr_level[size_t{d} * nc];
+  int64_t sum = 0;  // (the total's change, added once: it is not an alias of a level)
+  for (const CounterEffect* e = first; e != last; ++e) {
+    if (e->at_end != at_end) continue;
+    level[e->counter] += e->delta;
+    sum += e->delta;
+  }
+  ctr_total[d] += sum;
+  if (!ctr_dirty[d]) {
+    ctr_dirty[d] = 1;
+    ctr_dirty_devs.push_back(d);
+  }
+}
+
+// A comm task's effects, once on each of its devices (callers test kStartEffectsBit or
+// kEndEffectsBit first: most tasks have no effects at a given end, and this call is not inlined).
 void Engine::State::apply_effects(uint32_t t, uint32_t node, bool at_end) {
   const TaskRec& rec = recs[t];
   if (node == kNone) node = p->tasks[t].node;
-  const CounterEffect* const first = p->effects.data() + p->effect_begin[node];
-  const CounterEffect* const last = p->effects.data() + p->effect_begin[node + 1];
-  auto on_device = [&](uint32_t d) {
-    int64_t* const level = &ctr_level[size_t{d} * nc];
-    int64_t sum = 0;  // (the total's change, added once: it is not an alias of a level)
-    for (const CounterEffect* e = first; e != last; ++e) {
-      if (e->at_end != at_end) continue;
-      level[e->counter] += e->delta;
-      sum += e->delta;
-    }
-    ctr_total[d] += sum;
-    if (!ctr_dirty[d]) {
-      ctr_dirty[d] = 1;
-      ctr_dirty_devs.push_back(d);
-    }
-  };
   if (rec.kind() == TaskKind::kCompute) {
-    on_device(rec.device());
+    effects_on_device(rec.device(), node, at_end);
     return;
   }
   ++ctr_epoch;  // once per device, however many of its streams take part
@@ -1282,7 +1293,7 @@ void Engine::State::apply_effects(uint32_t t, uint32_t node, bool at_end) {
     const uint32_t d = p->participants[pj].device;
     if (ctr_stamp[d] == ctr_epoch) continue;
     ctr_stamp[d] = ctr_epoch;
-    on_device(d);
+    effects_on_device(d, node, at_end);
   }
 }
 
