@@ -20,7 +20,7 @@ class PodStack {
   PodStack(const PodStack&) = delete;  // data_ points into store_
   PodStack& operator=(const PodStack&) = delete;
 
-  void push_back(const T& x) {
+  [[gnu::always_inline]] void push_back(const T& x) {
     if (size_ == cap_) [[unlikely]]
       grow();
     data_[size_++] = x;
