@@ -286,7 +286,7 @@ constexpr PlanKey kKeys[] = {
      .doc = "analytic: fixed latency of a send/recv or all-to-all; default derived"},
     {.section = "costmodel", .key = "kernel_style", .type = K::kEnum, .choices = kKernelStyles,
      .when_absent = S::kPreset,
-     .doc = "analytic: how norms, activations, loss and embedding run: fused (Megatron-Core / Transformer Engine kernels), eager (an unfused PyTorch program), both at measured rates and only on h100-sxm and h200, or roofline (memory_efficiency x HBM); default fused on h100-sxm and h200, else roofline"},
+     .doc = "analytic: how norms, activations, loss and embedding run: fused (Megatron-Core / Transformer Engine kernels), eager (an unfused PyTorch program; the kernels Stretto's CUDA replay calls), both at measured rates and only on h100-sxm and h200, or roofline (memory_efficiency x HBM); default fused on h100-sxm and h200, else roofline"},
     {.section = "costmodel", .key = "nccl_intra_GBps", .type = K::kNumber, .min = 0,
      .min_exclusive = true, .when_absent = S::kDerived,
      .doc = "analytic: intra-node bandwidth NCCL's collectives see (GB/s), never above the link's; default the intra-node bandwidth x NCCL's NVLink ratio (A100 300 -> 240, H100 450 -> 370.8), the link's own when it is not NVLink. Send/recv and all-to-all keep the link's bandwidth"},
