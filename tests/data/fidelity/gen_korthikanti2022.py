@@ -19,7 +19,18 @@ Settings and their sources:
   fp16 Adam with fp32 master weights and gradient clipping; Megatron's rank layout (TP ranks
   consecutive, a pipeline stage a contiguous block of DP x TP ranks, DP groups stride by TP).
 
+The paper's Table 5 (end-to-end iteration times of four models, full recompute and "present
+work", i.e. sequence parallelism with selective recompute) is checked too, one data-parallel
+replica each (korthikanti2022/table5/). Its times and configurations as Calculon quotes and
+models them (calculon-ai/calculon: calculon/megatron/validation.py kProfile, citing the paper;
+validation/<model>_{full,seqsel}.json; examples/<model>.json): TP 8 for all; 22B (h 6144, 64
+heads, 48 layers) PP 1, global batch 4, micro-batch 4; 175B (h 12288, 96 heads, 96 layers)
+PP 8, batch 64, interleaved with 3 chunks; 530B PP 35, batch 280, interleaved with 3 chunks;
+1T (h 25600, 160 heads, 128 layers) PP 64, batch 512, not interleaved; micro-batch 1 but for
+22B; the other settings as above.
+
   python3 gen_korthikanti2022.py     # writes korthikanti2022/gpt530b_{full,selective}.json
+                                     # and korthikanti2022/table5/<model>_{full,selective}.json
 """
 import json, os
 
@@ -62,7 +73,49 @@ def plan(mode):
     }
 
 
-for mode in ("full", "selective"):
-    with open(os.path.join(OUT, f"gpt530b_{mode}.json"), "w") as f:
-        json.dump(plan(mode), f, separators=(",", ":"))
+# Table 5: model, hidden, heads, layers, PP, chunks per GPU, global batch, micro-batch.
+TABLE5 = [("22B", 6144, 64, 48, 1, 1, 4, 4), ("175B", 12288, 96, 96, 8, 3, 64, 1),
+          ("530B", 20480, 128, 105, 35, 3, 280, 1), ("1T", 25600, 160, 128, 64, 1, 512, 1)]
+
+
+def table5_plan(row, mode):
+    name, h, heads, layers, p, v, batch, mbs = row
+    full = mode == "full"
+    base = [{"op": "place", "filter": {"PP": s}, "devices": [s * T], "stream": "pp"}
+            for s in range(p)]
+    base.append({"op": "shard_tensor", "filter": {},
+                 "devices": [[s * T + k for k in range(T)] for s in range(p)], "stream": "tp",
+                 "sequence_parallel": not full})
+    base.append({"op": "recompute", "filter": {"LAYER": "*"}, "mode": mode})
+    schedule = {"builder": "interleaved-1f1b" if v > 1 else "1f1b", "ranks": p,
+                "microbatches": batch // mbs, "base": base}
+    if v > 1:
+        schedule["stages_per_rank"] = v
+    what = "full recompute" if full else "selective recompute + sequence parallelism"
+    return {
+        "name": f"Korthikanti 2022 Table 5, {name} (TP8 x PP{p}"
+                + (f", {v} chunks" if v > 1 else "") + f"), {what}",
+        "comment": "Written by gen_korthikanti2022.py (its docstring gives the sources). "
+                   "Simulated by fidelity_test (Korthikanti2022.Table5IterationTimes).",
+        "model": {"family": "transformer", "layers": layers, "hidden": h, "heads": heads,
+                  "ffn_hidden": 4 * h, "vocab": 51200, "seq_len": 2048, "microbatch_size": mbs,
+                  "dtype": "fp16", "gated_mlp": False, "tie_embeddings": True,
+                  "pp_regions": p * v, "attention": "unfused", "bias": True, "dropout": 0.1},
+        "cluster": {"preset": "a100-sxm", "nodes": p, "devices_per_node": GPUS_PER_NODE},
+        "costmodel": {"kind": "analytic"},
+        "optimizer": {"kind": "adam", "master_weights": True, "grad_clip": True},
+        "schedule": schedule,
+    }
+
+
+def write(path, p):
+    with open(path, "w") as f:
+        json.dump(p, f, separators=(",", ":"))
         f.write("\n")
+
+
+os.makedirs(os.path.join(OUT, "table5"), exist_ok=True)
+for mode in ("full", "selective"):
+    write(os.path.join(OUT, f"gpt530b_{mode}.json"), plan(mode))
+    for row in TABLE5:
+        write(os.path.join(OUT, "table5", f"{row[0]}_{mode}.json"), table5_plan(row, mode))
