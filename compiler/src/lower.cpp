@@ -239,7 +239,15 @@ class OrderDirectives {
     bool ok = true;
     members_.clear();
     for (const auto& f : d.groups[g]) {
-      if (index_.match(dag_, f, members_) == 0) {
+      // Each filter's matches come in increasing node order: merged into those before them
+      // (a sort of the whole group cost more than the rest of the directive on a DualPipeV
+      // reference, whose overlap groups have several filters each).
+      const size_t mid = members_.size();
+      const size_t matched = index_.match(dag_, f, members_);
+      if (matched > 0 && mid > 0 && members_[mid] < members_[mid - 1])
+        std::inplace_merge(members_.begin(),
+                           members_.begin() + static_cast<std::ptrdiff_t>(mid), members_.end());
+      if (matched == 0) {
         // The weight gradients of ops that have none: their backward is all BI (no BW
         // nodes), so the group is empty where the same filter's BI is not.
         if (f.pass == Pass::kBW) {
@@ -259,7 +267,7 @@ class OrderDirectives {
         ok = false;
       }
     }
-    std::sort(members_.begin(), members_.end());
+    STRETTO_ASSERT(std::is_sorted(members_.begin(), members_.end()), "matches merged in order");
     members_.erase(std::unique(members_.begin(), members_.end()), members_.end());
     return ok;
   }
