@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <span>
 
@@ -1172,16 +1173,34 @@ void Compiler::tie_embeddings() {
 
 void Compiler::mark_split_backward() {
   // A unit's backward is split into BI + BW when any order filter names BI or BW for it.
+  // A zero-bubble or DualPipe order names each op's BI and BW once per microbatch, so the ops
+  // of a filter are found once per distinct set of conditions (the MB one aside: matching_ops
+  // does not read it when microbatches are split), and a filter of one MB marks that one.
+  const auto kMB = static_cast<size_t>(TagKey::kMB);
+  std::map<std::array<std::pair<int, int32_t>, 4>, std::vector<uint32_t>> ops_of;
   for (const auto& d : plan_.schedule) {
     if (d.op != DirectiveOp::kOrder) continue;
     for (const auto& g : d.groups)
       for (const auto& f : g) {
         if (!f.pass || (*f.pass != Pass::kBI && *f.pass != Pass::kBW)) continue;
-        Filter nf = f;
-        nf.pass.reset();
-        const std::vector<uint32_t> fops = matching_ops(nf);
-        for (int mb = 0; mb < M_; ++mb) {
-          if (!mb_matches(nf, mb)) continue;
+        std::array<std::pair<int, int32_t>, 4> key;
+        for (size_t i = 0; i < key.size(); ++i)
+          key[i] = i == kMB && has_split_ ? std::pair{-1, 0}
+                                          : std::pair{static_cast<int>(f.cond[i].kind),
+                                                      f.cond[i].value};
+        auto [it, added] = ops_of.try_emplace(key);
+        if (added) {
+          Filter nf = f;
+          nf.pass.reset();
+          it->second = matching_ops(nf);
+        }
+        const std::vector<uint32_t>& fops = it->second;
+        const plan::TagCond& mbc = f.cond[kMB];
+        const bool one = has_split_ && mbc.kind == plan::TagCond::kEquals;
+        const int lo = one ? std::max(mbc.value, 0) : 0;
+        const int hi = one ? static_cast<int>(std::min<int64_t>(int64_t{mbc.value} + 1, M_)) : M_;
+        for (int mb = lo; mb < hi; ++mb) {
+          if (!mb_matches(f, mb)) continue;
           for (uint32_t o : fops) unit(o, mb).split_bwd = true;
         }
       }
