@@ -416,21 +416,24 @@ class ProgramBuilder {
   }
   // Task numbering. Without folding every instance is a task: task = base[n] + instance.
   // With folding only instances involving a kept device are tasks (number_kept_tasks).
+  // (base_ and count_ are read only without folding: not built with it.)
   void number_tasks() {
-    base_.assign(N_, UINT32_MAX);
-    count_.assign(N_, 0);
     pos_.resize(dag_.device_sets.size());
-    if (only_)
+    if (only_) {
       for (int d = 0; d < D_; ++d)
         if ((*only_)[d]) kept_devices_.push_back(d);
-    uint32_t flat = 0;
-    for (uint32_t n : cp_.topo_order) {
-      base_[n] = flat;
-      count_[n] = instances(dag_.nodes[n]);
-      flat += count_[n];
+      number_kept_tasks();
+    } else {
+      base_.assign(N_, UINT32_MAX);
+      count_.assign(N_, 0);
+      uint32_t flat = 0;
+      for (uint32_t n : cp_.topo_order) {
+        base_[n] = flat;
+        count_[n] = instances(dag_.nodes[n]);
+        flat += count_[n];
+      }
+      num_tasks_ = flat;
     }
-    num_tasks_ = flat;
-    if (only_) number_kept_tasks();
     wanted_begin_.resize(only_ ? dag_.device_sets.size() : 0);
     wanted_devs_.resize(only_ ? dag_.device_sets.size() : 0);
   }
@@ -453,7 +456,7 @@ class ProgramBuilder {
       const uint64_t full_key = key ^ (coll ? uint64_t{1} << 63 : 0);  // devs < 2^31
       if (full_key == last_key) {
         kept_first_[n] = static_cast<uint32_t>(kept_inst_.size());
-        kept_inst_.insert(kept_inst_.end(), last->begin(), last->end());
+        for (uint32_t i : *last) kept_inst_.push_back(i);  // (mostly one: cheaper than insert)
         kept_count_[n] = static_cast<uint32_t>(last->size());
         continue;
       }
@@ -718,7 +721,7 @@ class ProgramBuilder {
       if (lane && own_lane && pred.stream == nd.stream) continue;  // (a)
       PredInfo pi;
       pi.node = pn;
-      pi.base = base_[pn];
+      pi.base = only_ ? 0 : base_[pn];
       pi.lane = lane;
       pi.stream = pred.stream;
       pi.group = pred.kind == NodeKind::kCollective ? dag_.device_sets[pred.devs].group_size : 1;
