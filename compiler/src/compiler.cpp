@@ -2532,10 +2532,17 @@ bool Compiler::run() {
              (n.recompute ? 1 : 0);
     };
     std::vector<uint32_t> count(static_cast<size_t>(max_pp + 2) * mbs * kPasses * 2, 0);
-    for (Node& n : nodes)
-      if (n.kind == NodeKind::kCompute) n.region_k = static_cast<uint16_t>(count[rkey(n)]++);
-    for (Node& n : nodes)
-      if (n.kind == NodeKind::kCompute) n.region_n = static_cast<uint16_t>(count[rkey(n)]);
+    // (each compute node's key computed once, for both passes)
+    STRETTO_ASSERT(count.size() <= UINT32_MAX, "region keys fit 32 bits");
+    std::vector<uint32_t> key_of(nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (Node& n = nodes[i]; n.kind == NodeKind::kCompute) {
+        key_of[i] = static_cast<uint32_t>(rkey(n));
+        n.region_k = static_cast<uint16_t>(count[key_of[i]]++);
+      }
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (Node& n = nodes[i]; n.kind == NodeKind::kCompute)
+        n.region_n = static_cast<uint16_t>(count[key_of[i]]);
   }
   compute_static_memory();
   return true;
