@@ -156,6 +156,7 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
       (pre ? c.pre_f : c.post_f) += f;
       (pre ? c.pre_b : c.post_b) += bi + bw;
       (pre ? c.pre_params : c.post_params) += params;
+      if (pre) c.embedding_bytes += static_cast<double>(op.param_bytes) / t;
       (pre ? c.pre_saved : c.post_saved) += saved;
       continue;
     }
@@ -164,7 +165,10 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
     c.bw[layer] += bw;
     c.saved[layer] += saved;
     c.boundary[layer] = static_cast<double>(op.out_bytes) / tp;
-    c.layer_param_bytes[layer] += static_cast<double>(op.param_bytes) / t;
+    // ZeRO-3 gathers every op's parameters over its replicas but an EP-sharded expert op's,
+    // whose shards are distinct parameters (Compiler::add_zero3_gather)
+    if (op.kind != OpKind::kExperts || ep <= 1)
+      c.layer_param_bytes[layer] += static_cast<double>(op.param_bytes) / t;
     if (op.kind == OpKind::kAttention) c.attn_f[layer] += f + cp_f;
     c.tp_f[layer] += cp_f;
     c.tp_b[layer] += cp_b;
@@ -208,6 +212,24 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   const LayerCosts& c = costs(r.microbatch_size, tp, r.ep, r.sequence_parallel, cp, cp_comm);
   const int L = static_cast<int>(c.f.size());
   if (L == 0 || chunks > L) return fail(plain("the model cannot be cut into that many stages"));
+  // The rank of each chunk, per pipeline direction (DualPipe's second runs the stages back).
+  std::vector<std::vector<int>> rank_of(fam == "dualpipe" ? 2 : 1, std::vector<int>(chunks));
+  for (int s = 0; s < chunks; ++s) {
+    if (fam == "dualpipe") {  // two copies of every stage; half the microbatches flow each way
+      rank_of[0][s] = s;
+      rank_of[1][s] = p - 1 - s;
+    } else if (fam == "zb-v" || fam == "dualpipev") {
+      rank_of[0][s] = s < p ? s : 2 * p - 1 - s;
+    } else {
+      rank_of[0][s] = s % p;
+    }
+  }
+  // Tied embeddings with the first and last chunks on different ranks: the head's rank holds a
+  // copy of the word embedding (the compiler's tie_embeddings), in its static memory, its
+  // optimizer step and its gradient reduction; in each pipeline direction
+  // (DualPipe's second runs the stages back, so its head's copy is on the first rank).
+  const bool tied_copy =
+      plan_.model.tie_embeddings && rank_of.front().front() != rank_of.front().back();
   // Per-chunk sums.
   std::vector<double> F(chunks), BI(chunks), W(chunks), P(chunks), S(chunks), E(chunks);
   std::vector<char> experts(static_cast<size_t>(chunks), 0);  // chunks with MoE layers
@@ -234,6 +256,8 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
         saved += c.saved[l];
       }
     }
+    // (ZeRO-3's gathers of the embedding and the output layer are left out: with the layers'
+    // gathers all exposed, adding them moved the dense sample's mean error from 6.3 to 7.7 %)
     if (s == 0) f += c.pre_f, bi += c.pre_b, params += c.pre_params, saved += c.pre_saved;
     if (s == chunks - 1)
       f += c.post_f, bi += c.post_b, params += c.post_params, saved += c.post_saved;
@@ -249,7 +273,10 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
     P[s] = params;
     E[s] = expert;
     S[s] = saved;
-    max_params = std::max(max_params, params);
+    // the gradients the chunk reduces over its replicas: an EP-sharded expert op's are not
+    // (Compiler::add_gradient_reductions; its group, dp x cp / ep, is one device, as the
+    // layout has ep = 1 or dp, and no EP with CP); with ep = 1 they join the dense buckets
+    max_params = std::max(max_params, r.ep > 1 ? params - expert : params);
     max_bytes = std::max(max_bytes, pbytes);
   }
   // Steady state: the busiest rank's work for every microbatch (chunk -> rank as the family
@@ -263,29 +290,20 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
     rank_saved[rank] += S[s];
     rank_chunks[rank] += 1;
   };
-  // The rank of each chunk, per pipeline direction (DualPipe's second runs the stages back).
-  std::vector<std::vector<int>> rank_of(fam == "dualpipe" ? 2 : 1, std::vector<int>(chunks));
-  for (int s = 0; s < chunks; ++s) {
-    if (fam == "dualpipe") {  // two copies of every stage; half the microbatches flow each way
-      add(s, s, 0.5);
-      add(p - 1 - s, s, 0.5);
-      rank_of[0][s] = s;
-      rank_of[1][s] = p - 1 - s;
-    } else if (fam == "zb-v" || fam == "dualpipev") {
-      add(rank_of[0][s] = s < p ? s : 2 * p - 1 - s, s, 1);
-    } else {
-      add(rank_of[0][s] = s % p, s, 1);
-    }
-  }
-  // Tied embeddings with the first and last chunks on different ranks: the head's rank holds a
-  // copy of the word embedding (the compiler's tie_embeddings), in its static memory, its
-  // optimizer step and its gradient reduction.
-  const bool tied_copy =
-      plan_.model.tie_embeddings && rank_of.front().front() != rank_of.front().back();
+  // (DualPipe: two copies of every stage; half the microbatches flow each way)
+  for (const auto& ranks : rank_of)
+    for (int s = 0; s < chunks; ++s) add(ranks[s], s, 1.0 / static_cast<double>(rank_of.size()));
   if (tied_copy) {
-    rank_params[rank_of.front().back()] += c.embedding_params;
-    max_params = std::max(max_params, P[chunks - 1] + c.embedding_params);
+    for (const auto& ranks : rank_of) rank_params[ranks.back()] += c.embedding_params;
+    max_params = std::max(max_params, P[chunks - 1] - (r.ep > 1 ? E[chunks - 1] : 0) +
+                                          c.embedding_params);
   }
+  // DualPipe: a rank holds stages s and p-1-s, and every op has a copy in each direction, so
+  // its gradients reduce over 2 dp x cp copies (dp x cp x 2 with dp = 1 too) of both stages.
+  const int copies = fam == "dualpipe" ? 2 * dp : dp;
+  if (fam == "dualpipe")
+    for (int k = 0; k < p; ++k)
+      max_params = std::max(max_params, rank_params[k] - (r.ep > 1 ? rank_experts[k] : 0));
   const double busiest = *std::max_element(rank_work.begin(), rank_work.end());
   // Fill and drain: the family's closed form over the mean chunk.
   double cF = 0, cBI = 0, cW = 0;
@@ -332,25 +350,48 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   const int pp_nodes = tp * dp >= dpn ? 2 : 1;
   if (p > 1)
     bubble += 2 * pm1 * comm_ns(CommKind::kSendRecv, static_cast<int64_t>(c.out_bytes), 2, pp_nodes);
+  // The nodes the first group of devices spans, as the simulator counts a collective's:
+  // `devices`, in the layout's rank order (tp-cp-dp-pp: stage k from k tp dp on).
+  const int stride = tp * dp;  // dp here is dp x cp: the devices of one stage
+  auto nodes_of = [&](const std::vector<int>& devices) {
+    std::set<int> nodes;
+    for (int d : devices) nodes.insert(d / dpn);
+    return static_cast<int>(nodes.size());
+  };
   // Data-parallel gradient reduction: hidden behind the last backward except one bucket.
   double dp_exposed = 0;
-  if (dp > 1) {
-    const int dp_nodes = (tp * dp + dpn - 1) / dpn;
+  if (copies > 1) {
+    std::vector<int> first;  // the first group: TP rank 0 of each copy
+    for (int k = 0; k < dp; ++k) {
+      first.push_back(k * tp);
+      if (fam == "dualpipe") first.push_back((p - 1) * stride + k * tp);
+    }
+    const int dp_nodes = nodes_of(first);
     const auto grad_bytes = static_cast<int64_t>(max_params * static_cast<double>(bpp.grads));
     // (ZeRO-1 too: the distributed optimizer reduce-scatters, as the compiler does)
     const CommKind red = r.zero >= 1 ? CommKind::kReduceScatter : CommKind::kAllReduce;
-    const double total = comm_ns(red, grad_bytes, dp, dp_nodes);
+    const double total = comm_ns(red, grad_bytes, copies, dp_nodes);
     const double bucket =
         comm_ns(red, std::min<int64_t>(grad_bytes, static_cast<int64_t>(r.bucket_size_MB * 1e6)),
-                dp, dp_nodes);
+                copies, dp_nodes);
     // Buckets are reduced as the last microbatch's backward produces them; the simulator
     // hides little of it behind that backward (measured: bench_explore BM_Agreement).
     dp_exposed = std::max(bucket, total - 0.25 * cB * v);
     if (r.zero == 1 || r.zero == 2)
       dp_exposed +=
           comm_ns(CommKind::kAllGather,
-                  static_cast<int64_t>(max_params * static_cast<double>(bpp.params)), dp, dp_nodes);
+                  static_cast<int64_t>(max_params * static_cast<double>(bpp.params)), copies,
+                  dp_nodes);
   }
+  // Tied embeddings: the two copies' gradients all-reduced in pairs (the i-th device of the
+  // embedding's holders with the i-th of the head's: Megatron's _allreduce_embedding_grads),
+  // the embedding's bytes after the TP split, on the DP stream once both copies' gradients are
+  // final (Compiler::add_optimizer). The first stage's backward ends the step (every family
+  // that places the head on another rank), so it is exposed; priced with the first pair's nodes.
+  double tied_grad = 0;
+  if (tied_copy)
+    tied_grad = comm_ns(CommKind::kAllReduce, static_cast<int64_t>(c.embedding_bytes), 2,
+                        nodes_of({rank_of.front().front() * stride, rank_of.front().back() * stride}));
   // Gradient clipping: the norm's one fp32 all-reduced over its group (norm_over_every_device)
   // once every gradient of the group is final, before the optimizer step: exposed, as the
   // simulator runs it. Its price is the simulator's: the group's size and the nodes its first
@@ -358,13 +399,11 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   double grad_norm = 0;
   const plan::OptimizerSpec& opt = plan_.optimizer;
   if (opt.given && opt.kind != plan::OptimizerSpec::Kind::kNone && opt.grad_clip) {
-    const int stride = tp * dp;  // dp here is dp x cp: the devices of one stage
-    std::set<int> nodes;
-    int group = 0;
+    std::vector<int> group;
     for (int k = 0; k < p; ++k)
-      for (int d = 0; d < (norm_over_every_device(r) ? stride : tp); ++d, ++group)
-        nodes.insert((k * stride + d) / dpn);
-    grad_norm = comm_ns(CommKind::kAllReduce, 4, group, static_cast<int>(nodes.size()));
+      for (int d = 0; d < (norm_over_every_device(r) ? stride : tp); ++d)
+        group.push_back(k * stride + d);
+    grad_norm = comm_ns(CommKind::kAllReduce, 4, static_cast<int>(group.size()), nodes_of(group));
   }
   // The optimizer step, after the norm (or the last gradient) and before ZeRO-1/2's parameter
   // all-gather: memory-bound, the HBM bytes of the compiler's step node (each device's share of
@@ -373,9 +412,11 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   // A rank's parameters over ZeRO's shards: the dense ones over dp x cp, the experts' over
   // their replicas, dp x cp / ep (an expert op's EP shards are one copy: the compiler shards
   // the optimizer state of each op over its own replication).
-  const double expert_dp = std::max(1.0, static_cast<double>(dp) / std::max(1, r.ep));
+  // (DualPipe: an op's copies in both directions are its replicas, 2 dp x cp of them.)
+  const double expert_dp =
+      r.ep > 1 ? std::max(1.0, static_cast<double>(dp) / r.ep) : static_cast<double>(copies);
   auto sharded = [&](double params, double experts, bool shard) {
-    return shard ? (params - experts) / dp + experts / expert_dp : params;
+    return shard ? (params - experts) / copies + experts / expert_dp : params;
   };
   double opt_step = 0;
   if (opt.given && opt.kind != plan::OptimizerSpec::Kind::kNone) {
@@ -421,7 +462,16 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   e.dp_exposed_ms = dp_exposed / 1e6;
   e.grad_norm_ms = grad_norm / 1e6;
   e.optimizer_step_ms = opt_step / 1e6;
-  e.step_ms = (step + bubble + dp_exposed + grad_norm + opt_step) / 1e6;
+  e.tied_grad_ms = tied_grad / 1e6;
+  e.grad_reduce_group = copies > 1 ? copies : 0;
+  // (a rank's every chunk: the exposure above counts one chunk's, the last backward's)
+  double reduced = 0;
+  for (int k = 0; k < p; ++k)
+    reduced = std::max(reduced, rank_params[k] - (r.ep > 1 ? rank_experts[k] : 0));
+  e.grad_reduce_bytes =
+      copies > 1 ? static_cast<int64_t>(reduced * static_cast<double>(bpp.grads)) : 0;
+  e.zero3_gather_bytes = r.zero >= 3 && dp > 1 ? static_cast<int64_t>(max_bytes) : 0;
+  e.step_ms = (step + bubble + dp_exposed + tied_grad + grad_norm + opt_step) / 1e6;
   e.peak_memory_bytes = static_cast<int64_t>(mem);
   e.cuda_context_bytes = sim::cuda_context_bytes(plan_.cluster.device);
   e.nccl_buffer_bytes = *std::max_element(nccl.begin(), nccl.end());

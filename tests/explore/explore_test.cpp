@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <set>
 
 #include <sqlite3.h>
@@ -945,10 +947,14 @@ constexpr AgreementBounds kLayoutSweep = {0.0205 + 0.002, 0.1071 + 0.005, 0.998,
 // layout sweep's mean was 2.10 %): the dense GPT mean 6.32 % (was 6.29), worst 28.97 %, Spearman
 // 0.9854, the simulator's best 1st by the estimate; the Qwen3-style MoE mean 15.58 %, worst
 // 80.35 %, Spearman 0.8907, the simulator's best 75th by the estimate, whose pick simulates
-// 7.74 % slower. Margins: 0.5 point on the means, 1 on the worsts, 0.005 on the rank
-// correlations, 5 places and 0.5 point on the MoE's pick.
+// 7.74 % slower. On 2026-11-28 again, after the estimate stopped gathering EP-sharded experts
+// under ZeRO-3 and reducing their gradients over DP (the compiler does neither: their group,
+// dp / ep, is one device): the MoE mean 12.83 %, worst 55.08 % (the worst had been ZeRO-3 with
+// EP, 80 % high), Spearman 0.8819 (0.8831 with the ZeRO-3 change alone), the simulator's best
+// 76th, the pick 7.74 % slower. Margins: 0.5 point on the means, 1 on the worsts, 0.005 on the
+// rank correlations, 5 places and 0.5 point on the MoE's pick.
 constexpr AgreementBounds kDenseSample = {0.0632 + 0.005, 0.2897 + 0.01, 0.985, 1, 1.0 + 1e-9};
-constexpr AgreementBounds kMoeSample = {0.1558 + 0.005, 0.8035 + 0.01, 0.885, 80, 1.0774 + 0.005};
+constexpr AgreementBounds kMoeSample = {0.1283 + 0.005, 0.5508 + 0.01, 0.877, 81, 1.0774 + 0.005};
 // The two 1F1B layouts of TracksTheSimulatorOnPipelineDepth (PP8 x DP1, PP2 x DP4): measured
 // 2.80 % and 0.02 %, plus 0.5 point.
 constexpr double kPipelineDepthErr[] = {0.0280 + 0.005, 0.0002 + 0.005};
@@ -1323,6 +1329,36 @@ SweepSpec outside_spec(bool moe) {
   return spec_of_base(base);
 }
 
+// The estimate of a point of `base` (a default one where it fails, with the failure reported).
+Estimate estimate_of_point(const Json& base, const Json& params) {
+  auto pp = resolve_point(base, params);
+  EXPECT_TRUE(pp) << render_all(pp.error());
+  if (!pp) return {};
+  auto src = JsonSource::from_json(pp->doc, "point");
+  auto plan = parse_plan(src);
+  EXPECT_TRUE(plan) << render_all(plan.error());
+  if (!plan) return {};
+  auto e = estimate(*plan, pp->resolved);
+  EXPECT_TRUE(e) << render_all(e.error());
+  return e ? *e : Estimate{};
+}
+
+// The compiled plan of a point of `base` with its cost model, to price its nodes as the
+// simulator does (null where it fails, with the failure reported).
+std::unique_ptr<sim::Session> session_of_point(const Json& base, const Json& params) {
+  auto pp = resolve_point(base, params);
+  EXPECT_TRUE(pp) << render_all(pp.error());
+  if (!pp) return nullptr;
+  auto src = JsonSource::from_json(pp->doc, "point");
+  auto plan = parse_plan(src);
+  EXPECT_TRUE(plan) << render_all(plan.error());
+  if (!plan) return nullptr;
+  auto session = sim::Session::from_plan(std::move(*plan));
+  EXPECT_TRUE(session) << render_all(session.error());
+  if (!session) return nullptr;
+  return std::make_unique<sim::Session>(std::move(*session));
+}
+
 struct Outside {
   Estimate e;
   PointResult sim;
@@ -1436,28 +1472,11 @@ TEST(Estimate, PricesTheGradientNormAndTheOptimizerStepAsTheSimulator) {
       {true, {{"tp", 1}, {"pp", 2}, {"dp", 4}, {"ep", 4}, {"family", "1f1b"}}, 8},
       {true, {{"tp", 1}, {"pp", 2}, {"dp", 4}, {"ep", 4}, {"family", "1f1b"}, {"zero", 1}}, 8},
   };
-  auto estimate_of = [](const Json& b, const Json& params) -> Estimate {
-    auto pp = resolve_point(b, params);
-    EXPECT_TRUE(pp) << render_all(pp.error());
-    if (!pp) return {};
-    auto src = JsonSource::from_json(pp->doc, "point");
-    auto plan = parse_plan(src);
-    EXPECT_TRUE(plan) << render_all(plan.error());
-    if (!plan) return {};
-    auto e = estimate(*plan, pp->resolved);
-    EXPECT_TRUE(e) << render_all(e.error());
-    return e ? *e : Estimate{};
-  };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.params.dump());
     const Json clipped = base(c.moe, true);
-    auto pp = resolve_point(clipped, c.params);
-    ASSERT_TRUE(pp) << render_all(pp.error());
-    auto src = JsonSource::from_json(pp->doc, "point");
-    auto plan = parse_plan(src);
-    ASSERT_TRUE(plan) << render_all(plan.error());
-    auto session = sim::Session::from_plan(std::move(*plan));
-    ASSERT_TRUE(session) << render_all(session.error());
+    const auto session = session_of_point(clipped, c.params);
+    ASSERT_TRUE(session);
     // the simulator's price of each norm node (every group of a node alike) and of the
     // slowest device's step node
     sim::CostQueries queries(session->compiled());
@@ -1473,9 +1492,9 @@ TEST(Estimate, PricesTheGradientNormAndTheOptimizerStepAsTheSimulator) {
       group = session->compiled().dag.device_sets[n.devs].group_size;
     }
     EXPECT_EQ(group, c.group);
-    const Estimate e = estimate_of(clipped, c.params);
-    const Estimate unclipped = estimate_of(base(c.moe, false), c.params);
-    const Estimate none = estimate_of(base(c.moe, false, "none"), c.params);
+    const Estimate e = estimate_of_point(clipped, c.params);
+    const Estimate unclipped = estimate_of_point(base(c.moe, false), c.params);
+    const Estimate none = estimate_of_point(base(c.moe, false, "none"), c.params);
     std::printf("%s: norm group %d, estimate %.6f ms, simulator %.6f ms; step estimate %.6f ms, "
                 "simulator %.6f ms\n",
                 c.params.dump().c_str(), group, e.grad_norm_ms, norm_ns / 1e6,
@@ -1519,4 +1538,94 @@ TEST(Estimate, PrunesOnTheDeviceTotalAsSimulateJudgesCapacity) {
   const double roomy = static_cast<double>(std::max(free.e.peak_device_bytes, free.sim_device));
   EXPECT_TRUE(estimated_to_fit(free.e, roomy));
   EXPECT_EQ(estimate_and_simulate(outside_spec(false), params, roomy / kGiB).sim.status, "ok");
+}
+
+// The data-parallel side of the step as the compiler emits it (docs/sweeps.md "How search
+// works"), on two nodes of 4 H100s with tied embeddings: the tied copies' gradient all-reduce
+// (its price, and the step carries it: the step less the untied plan's is that price), the
+// gradient reduction's group and the largest device's bytes, and ZeRO-3's gathered bytes per
+// pass, against the compiled plan's tied-grad, grad-reduce and param-gather nodes.
+// Layouts: the embedding's pair on one node and across nodes; DualPipe, whose second
+// direction puts a head's copy on the first rank and makes every op's two copies a reduction
+// group (TP 1: the compiler refuses DualPipe with dp > 1, and at TP 2 compiles no reduction
+// between the copies); DualPipeV and PP 1 (no copy); MoE with EP (the experts' own group, dp / ep,
+// is one device: no reduction, no ZeRO-3 gather) and without (the experts join the dense
+// buckets). Checked to fail on each of: no tied all-reduce in the estimate (every tied case);
+// its nodes as ceil(2 / devices per node) (the cross-node pairs); the DualPipe reduction over
+// dp (the DualPipe cases); expert gradients reduced over dp with EP, or gathered by ZeRO-3
+// (the EP cases).
+TEST(Estimate, ReducesGradientsOverTheGroupsTheCompilerEmits) {
+  auto base = [](bool moe, bool tied) {
+    Json b = outside_spec(moe).base;
+    b["cluster"]["nodes"] = 2;
+    b["cluster"]["devices_per_node"] = 4;
+    b["optimizer"] = {{"kind", "none"}};
+    b["model"]["tie_embeddings"] = tied;
+    return b;
+  };
+  struct Case {
+    bool moe;
+    Json params;
+    bool tied_pair;  // a tied all-reduce
+  };
+  const std::vector<Case> cases = {
+      {false, {{"tp", 2}, {"pp", 2}, {"dp", 2}, {"family", "1f1b"}}, true},
+      {false, {{"tp", 1}, {"pp", 2}, {"dp", 2}, {"family", "1f1b"}}, true},
+      {false, {{"tp", 1}, {"pp", 4}, {"dp", 2}, {"family", "1f1b"}}, true},
+      {false, {{"tp", 2}, {"pp", 4}, {"dp", 1}, {"family", "interleaved-1f1b"}, {"microbatches", 8}}, true},
+      {false, {{"tp", 1}, {"pp", 4}, {"dp", 1}, {"family", "dualpipe"}, {"microbatches", 8}}, true},
+      {false, {{"tp", 1}, {"pp", 2}, {"dp", 4}, {"family", "dualpipev"}, {"microbatches", 8}}, false},
+      {false, {{"tp", 2}, {"pp", 1}, {"dp", 4}, {"family", "1f1b"}}, false},
+      {false, {{"tp", 1}, {"pp", 2}, {"dp", 4}, {"family", "1f1b"}, {"zero", 3}}, true},
+      {true, {{"tp", 1}, {"pp", 2}, {"dp", 4}, {"ep", 4}, {"family", "1f1b"}}, true},
+      {true, {{"tp", 1}, {"pp", 2}, {"dp", 4}, {"ep", 4}, {"family", "1f1b"}, {"zero", 3}}, true},
+      {true, {{"tp", 1}, {"pp", 2}, {"dp", 4}, {"ep", 1}, {"family", "1f1b"}, {"zero", 3}}, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.params.dump());
+    const Json tied = base(c.moe, true);
+    const auto session = session_of_point(tied, c.params);
+    ASSERT_TRUE(session);
+    const compiler::CompiledPlan& cp = session->compiled();
+    sim::CostQueries queries(cp);
+    const cost::CostModel& cm = session->cost_model();
+    int64_t tied_ns = 0, group = 0;
+    std::map<int32_t, int64_t> reduced, gathered;  // per device: grad-reduce bytes; per stage
+    for (const compiler::Node& n : cp.dag.nodes) {
+      const compiler::DeviceSet& ds = cp.dag.device_sets[n.devs];
+      if (n.purpose == compiler::CommPurpose::kTiedGrad) {
+        tied_ns = std::max(tied_ns, cm.comm(queries.comm(n)).time_ns);
+        EXPECT_EQ(ds.group_size, 2);
+      } else if (n.purpose == compiler::CommPurpose::kGradReduce) {
+        group = std::max<int64_t>(group, ds.group_size);
+        for (int32_t d : ds.devices) reduced[d] += n.bytes;
+      } else if (n.purpose == compiler::CommPurpose::kParamGather && n.tags.mb() == 0 &&
+                 n.tags.pass == plan::Pass::kF && n.tags.layer() != plan::kAbsent &&
+                 n.tags.layer() >= 0) {
+        gathered[n.tags.pp()] += n.bytes;  // (the layers': the estimate leaves out the rest)
+      }
+    }
+    int64_t reduced_max = 0, gathered_max = 0;
+    for (const auto& [d, b] : reduced) reduced_max = std::max(reduced_max, b);
+    for (const auto& [s, b] : gathered) gathered_max = std::max(gathered_max, b);
+    const Estimate e = estimate_of_point(tied, c.params);
+    const Estimate untied = estimate_of_point(base(c.moe, false), c.params);
+    std::printf("%s: tied all-reduce estimate %.6f ms, simulator %.6f ms; reduction group %d / "
+                "%lld, bytes %lld / %lld; ZeRO-3 gathered %lld / %lld\n",
+                c.params.dump().c_str(), e.tied_grad_ms, tied_ns / 1e6, e.grad_reduce_group,
+                static_cast<long long>(group), static_cast<long long>(e.grad_reduce_bytes),
+                static_cast<long long>(reduced_max), static_cast<long long>(e.zero3_gather_bytes),
+                static_cast<long long>(gathered_max));
+    EXPECT_EQ(tied_ns > 0, c.tied_pair);
+    EXPECT_EQ(std::llround(e.tied_grad_ms * 1e6), tied_ns);
+    if (c.tied_pair) {
+      EXPECT_NEAR(e.step_ms - untied.step_ms, e.tied_grad_ms, 1e-9);
+    }
+    EXPECT_EQ(untied.tied_grad_ms, 0.0);
+    EXPECT_EQ(e.grad_reduce_group, group);
+    // (within 0.1 %: the compiler's buckets count a TP-replicated norm's weight over tp)
+    EXPECT_NEAR(static_cast<double>(e.grad_reduce_bytes) / std::max<int64_t>(1, reduced_max),
+                reduced_max > 0 ? 1.0 : 0.0, 1e-3);
+    EXPECT_NEAR(static_cast<double>(e.zero3_gather_bytes), static_cast<double>(gathered_max), 16);
+  }
 }

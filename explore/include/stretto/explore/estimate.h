@@ -7,7 +7,9 @@
 //   layers' op times after the TP split, plus the TP collectives (one all-reduce per
 //   row-parallel GEMM's output in the forward, one per column-parallel GEMM's input gradient in
 //   the backward), the EP all-to-alls (dispatch and combine, forward and backward) and, with
-//   ZeRO-3, one parameter all-gather per pass (the simulator runs them just before each op);
+//   ZeRO-3, one parameter all-gather per pass of the layers' parameters (the simulator runs them
+//   just before each op; an EP-sharded expert op is not gathered, and the embedding's and the
+//   head's gathers are left out);
 //   step = m x (the busiest rank's work per microbatch: its chunks as the family places them)
 //        + the family's fill/drain term over the mean chunk (cF, cB, cBI, cW; reference: the
 //          schedule-builders spec, §4, and tests/integration/closed_forms_test.cpp):
@@ -19,7 +21,10 @@
 //     dualpipe                           (p/2-1)(cF+2cB-3cW)
 //   plus 2(p-1) stage-boundary transfers, plus the data-parallel gradient reduction less a
 //   quarter of the last microbatch's backward (at least one bucket; what the simulator hides,
-//   measured by bench_explore BM_Agreement), plus ZeRO-1/2's parameter all-gather after the
+//   measured by bench_explore BM_Agreement) over the copies the compiler reduces (dp x cp; both
+//   directions' under DualPipe; not an EP-sharded expert's, whose group dp x cp / ep is one
+//   device), plus the tied embedding's gradient all-reduce between its two copies (exposed:
+//   after the first stage's last backward), plus ZeRO-1/2's parameter all-gather after the
 //   step, plus gradient clipping's norm all-reduce (4 bytes over Megatron-Core's
 //   grad_stats_parallel_group: TP x PP, every device with ZeRO >= 1 or EP; exposed), plus the
 //   optimizer step of the slowest rank (its parameters, sharded over dp x cp with ZeRO >= 1,
@@ -66,6 +71,15 @@ struct Estimate {
   double grad_norm_ms = 0;
   // The optimizer step (part of step_ms; 0 without an optimizer), as the simulator prices it.
   double optimizer_step_ms = 0;
+  // Tied embeddings on two ranks: the all-reduce of the two copies' gradients (part of step_ms;
+  // 0 without a copy), priced as the simulator prices the compiled plan's.
+  double tied_grad_ms = 0;
+  // The data-parallel gradient reduction of the rank that reduces the most: its group (the
+  // copies of an op's parameters: dp x cp, twice that under DualPipe; 0 when one) and bytes.
+  int grad_reduce_group = 0;
+  int64_t grad_reduce_bytes = 0;
+  // ZeRO-3: the parameter bytes the largest chunk gathers per pass (its layers'; 0 without).
+  int64_t zero3_gather_bytes = 0;
 };
 
 /// Estimates for one base plan's model, cluster and cost model under many layouts.
@@ -88,6 +102,7 @@ class Estimator {
     double pre_f = 0, pre_b = 0, post_f = 0, post_b = 0, pre_params = 0, post_params = 0;
     double pre_saved = 0, post_saved = 0;
     double embedding_params = 0;  // the word embedding's (a tied head's copy, on another rank)
+    double embedding_bytes = 0;   // its parameter bytes (the tied copies' gradient all-reduce)
     double out_bytes = 0;  // stage boundary activation
     std::vector<double> layer_param_bytes;  // for ZeRO-3 gathers
   };
