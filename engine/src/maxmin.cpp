@@ -114,6 +114,7 @@ std::span<const MaxMin::FlowId> MaxMin::solve() {
     links_[l].dirty = false;
     // (a link left without flows, as after a transfer alone on it ended: nothing to solve)
     if (link_stamp_[l] == epoch_ || link_flows_[l].empty()) continue;
+    if (solve_alone(l)) continue;
     gather_from_link(l);
     if (!comp_flows_.empty()) fill();
   }
@@ -126,6 +127,31 @@ std::span<const MaxMin::FlowId> MaxMin::solve() {
   new_flows_.clear();
   stats_.flows_changed += changed_.size();
   return changed_;
+}
+
+// The common component: a transfer alone on each of its links (link_flows_ of each holds it
+// once). It is solved as fill() solves a one-flow component (the tightest link or the cap;
+// capacity / 1 is the capacity), without the search: stamps, statistics and changed_ as the
+// search and fill() leave them. False (nothing done) for any other component.
+bool MaxMin::solve_alone(uint32_t link) {
+  if (link_flows_[link].size() != 1) return false;
+  const FlowId id = link_flows_[link].front();
+  Flow& f = flows_[id];
+  double rate = f.cap > 0 ? f.cap : std::numeric_limits<double>::infinity();
+  for (const uint32_t* l = f.links; l != f.links + f.num_links; ++l) {
+    if (link_flows_[*l].size() != 1) return false;
+    rate = std::min(rate, links_[*l].capacity);
+  }
+  for (const uint32_t* l = f.links; l != f.links + f.num_links; ++l) link_stamp_[*l] = epoch_;
+  flow_stamp_[id] = epoch_;
+  ++stats_.components;
+  ++stats_.flows_solved;
+  stats_.links_solved += f.num_links;
+  if (f.rate != rate) {
+    f.rate = rate;
+    changed_.push_back(id);
+  }
+  return true;
 }
 
 void MaxMin::gather_from_link(uint32_t link) {

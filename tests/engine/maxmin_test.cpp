@@ -145,6 +145,49 @@ TEST(MaxMin, ALinkLeftWithoutFlowsIsNotSolved) {
   EXPECT_EQ(mm.stats().components, before.components + 1);
 }
 
+TEST(MaxMin, AFlowAloneOnItsLinksTakesItsTightestLinkOrItsCap) {
+  // Components of one flow each (solve's shortcut): f alone on links 0-2, g on link 3 listed
+  // twice (it holds g twice: half each, not alone), h alone on link 4 under its own cap.
+  const std::vector<double> caps{4.0, 2.0, 3.0, 5.0, 6.0, 2.0, 10.0, 10.0, 6.0};
+  MaxMin mm(caps);
+  const std::vector<uint32_t> abc{0, 1, 2}, dd{3, 3}, e{4};
+  const auto f = mm.add_flow(abc, 0);
+  const auto g = mm.add_flow(dd, 0);
+  const auto h = mm.add_flow(e, 1.5);
+  EXPECT_EQ(sorted(mm.solve()), (std::vector<MaxMin::FlowId>{f, g, h}));
+  EXPECT_EQ(mm.rate(f), 2.0);
+  EXPECT_EQ(mm.rate(g), 2.5);
+  EXPECT_EQ(mm.rate(h), 1.5);
+  // each component once, each of its links once (link 3 once, though g lists it twice)
+  EXPECT_EQ(mm.stats().components, 3u);
+  EXPECT_EQ(mm.stats().flows_solved, 3u);
+  EXPECT_EQ(mm.stats().links_solved, 5u);
+  // A second flow on link 1 joins f's component: both share link 1's 2.0.
+  const std::vector<uint32_t> b{1};
+  const auto k = mm.add_flow(b, 0);
+  EXPECT_EQ(sorted(mm.solve()), (std::vector<MaxMin::FlowId>{f, k}));
+  EXPECT_EQ(mm.rate(f), 1.0);
+  EXPECT_EQ(mm.rate(k), 1.0);
+  // k leaves: f is alone again and back at 2.0; g and h are not visited.
+  mm.remove_flow(k);
+  EXPECT_EQ(sorted(mm.solve()), (std::vector<MaxMin::FlowId>{f}));
+  EXPECT_EQ(mm.rate(f), 2.0);
+  EXPECT_EQ(mm.stats().components, 5u);
+  EXPECT_EQ(mm.stats().flows_solved, 6u);
+  // Alone on its first (dirty) link but not on the others: n shares link 5 with m, and q
+  // lists link 8 twice. Each is solved with what shares its links.
+  const std::vector<uint32_t> l5{5}, l65{6, 5}, l788{7, 8, 8};
+  const auto m = mm.add_flow(l5, 0);
+  mm.solve();
+  EXPECT_EQ(mm.rate(m), 2.0);
+  const auto n = mm.add_flow(l65, 0);
+  const auto q = mm.add_flow(l788, 0);
+  EXPECT_EQ(sorted(mm.solve()), (std::vector<MaxMin::FlowId>{m, n, q}));
+  EXPECT_EQ(mm.rate(m), 1.0);
+  EXPECT_EQ(mm.rate(n), 1.0);
+  EXPECT_EQ(mm.rate(q), 3.0);
+}
+
 TEST(MaxMin, SelectiveUpdateTouchesOnlyTheChangedComponent) {
   // Two independent components: {A: f1, f2} and {B, C: f3 (B,C), f4 (C)}.
   const std::vector<double> caps{1.0, 1.0, 1.0};

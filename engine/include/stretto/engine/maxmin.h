@@ -95,6 +95,7 @@ class MaxMin {
     uint32_t link;
   };
 
+  bool solve_alone(uint32_t link);
   void gather_from_link(uint32_t link);
   void gather_from_flow(FlowId flow);
   void expand(size_t num_links, size_t num_flows);
