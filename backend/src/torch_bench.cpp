@@ -216,7 +216,7 @@ BenchOpsResult bench_ops(const compiler::CompiledPlan& cp, const BenchOpsOptions
         at::NoGradGuard ng;
         v = model.forward(p, rin, rp, pl, 0, 0, 1.0, no_reduce).out.detach();
       } else {
-        v = at::randn(b.input_shapes[i], to);
+        v = model.in_output_layout(p, at::randn(b.input_shapes[i], to));  // as the producer lays it out
       }
       v.set_requires_grad(true);
       inputs.push_back(v);

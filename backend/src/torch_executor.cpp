@@ -817,9 +817,9 @@ void RankRun::add_input_grads(uint32_t o, int mb, const std::vector<at::Tensor>&
   const ModelOp& op = cp_.model.ops[o];
   for (size_t k = 0; k < dx.size() && k < op.inputs.size(); ++k) {
     if (!dx[k].defined()) continue;
-    // The experts' leaf is [S, T, ...]; without expert parallelism S = 1. The fused SwiGLU's
-    // input gradient is [2, T, f] too, and stays so: the kind decides, not the rank. (dx[k]
-    // itself, not a copy of the handle, so that add_grad may take it over.)
+    // The experts' leaf is [S, T, ...]; without expert parallelism S = 1: the kind decides,
+    // not the rank. (dx[k] itself, not a copy of the handle, so that add_grad may take it
+    // over.)
     if (op.kind == OpKind::kExperts && dx[k].dim() == 3)
       add_grad(op.inputs[k], mb, dx[k].sum(0));
     else
@@ -1579,8 +1579,7 @@ RankResult RankRun::run(std::vector<GradDump>* grads) {
         g.name = p.slice.name;
         g.full_shape = p.slice.full_shape;
         g.dim = p.slice.dim;
-        g.start = p.slice.start;
-        g.length = p.slice.length;
+        g.ranges = p.slice.ranges;
         const int64_t n_p = p.grad.numel();
         g.owned_begin = std::clamp<int64_t>(owned_[o].first - off, 0, n_p);
         g.owned_end = std::clamp<int64_t>(owned_[o].second - off, 0, n_p);
@@ -1601,7 +1600,11 @@ RankResult RankRun::run(std::vector<GradDump>* grads) {
 }  // namespace
 
 bool stealable(const at::Tensor& g) {
-  return g.use_count() <= 1 && g.storage().use_count() <= 1 && g.is_non_overlapping_and_dense();
+  if (g.use_count() > 1 || !g.is_non_overlapping_and_dense()) return false;
+  // A view whose base only the view itself holds (the transpose a GEMM's backward returns for
+  // a column-major operand, e.g. the fused SwiGLU's): no other tensor shares its memory either.
+  if (g.is_view()) return g._base().use_count() <= 1 && g.storage().use_count() <= 2;
+  return g.storage().use_count() <= 1;
 }
 
 Optimizer step_optimizer(const CompiledPlan& cp, const ReplayOptions& opt) {

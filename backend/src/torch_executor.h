@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "stretto/backend/replay.h"
@@ -20,7 +21,7 @@ struct GradDump {
   std::string name;
   std::vector<int64_t> full_shape;
   int dim = -1;
-  int64_t start = 0, length = 0;
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // of `dim`, concatenated (ParamSlice)
   int64_t owned_begin = 0, owned_end = 0;
   std::vector<float> values;        // the local gradient of the last step, flattened
   std::vector<float> first_values;  // the local gradient of the first step, flattened
@@ -48,7 +49,8 @@ inline constexpr double kSgdMomentum = 0.9;
 /// Whether the executor may take `g` over as a gradient accumulator that later contributions
 /// are added to in place, instead of copying it: one reference holds its TensorImpl, no other
 /// tensor (a view, a saved variable) shares its storage, and no two of its elements share
-/// memory (an expanded tensor).
+/// memory (an expanded tensor). A view counts as fresh when nothing but the view holds its
+/// base (a transposed GEMM gradient).
 bool stealable(const at::Tensor& g);
 
 /// Compares the ranks' gradients, and their parameters after the optimizer step, with a

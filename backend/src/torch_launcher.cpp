@@ -75,8 +75,7 @@ std::vector<uint8_t> encode_grads(const std::vector<GradDump>& g) {
     h.push_back({{"name", d.name},
                  {"full_shape", d.full_shape},
                  {"dim", d.dim},
-                 {"start", d.start},
-                 {"length", d.length},
+                 {"ranges", d.ranges},
                  {"owned_begin", d.owned_begin},
                  {"owned_end", d.owned_end},
                  {"n", d.values.size()},
@@ -113,8 +112,7 @@ std::vector<GradDump> decode_grads(const std::vector<uint8_t>& b) {
     d.name = e.at("name").get<std::string>();
     d.full_shape = e.at("full_shape").get<std::vector<int64_t>>();
     d.dim = e.at("dim").get<int>();
-    d.start = e.at("start").get<int64_t>();
-    d.length = e.at("length").get<int64_t>();
+    d.ranges = e.at("ranges").get<std::vector<std::pair<int64_t, int64_t>>>();
     d.owned_begin = e.at("owned_begin").get<int64_t>();
     d.owned_end = e.at("owned_end").get<int64_t>();
     d.stepped_begin = e.at("stepped_begin").get<int64_t>();
@@ -186,7 +184,7 @@ class Reference {
           std::vector<at::Tensor> in;
           for (uint32_t p : ops[o].inputs) in.push_back(val[p]);
           OpCtx c = model_.forward(o, in, params_[o], OpPlacement{}, r, mb, scale, {});
-          // The experts' [S, T, h] summed over sources (the fused SwiGLU's [2, T, f] is not).
+          // The experts' [S, T, h] summed over sources.
           const bool per_source = ops[o].kind == compiler::OpKind::kExperts && c.out.dim() == 3;
           at::Tensor v = per_source ? c.out.sum(0) : c.out;
           if (model_.residual_source(o) != compiler::kNone) v = v + val[model_.residual_source(o)];
@@ -257,9 +255,17 @@ class LibTorchStep {
 
 // The elements of the reference tensor that the flat range [begin, end) of a rank's local
 // tensor holds (`d` names the TP slice), as flat indices.
+// The part of a full tensor a rank's local tensor holds: its ranges of dimension d.dim,
+// concatenated (the whole tensor when d.dim < 0).
+at::Tensor local_part(const GradDump& d, const at::Tensor& full) {
+  if (d.dim < 0) return full;
+  std::vector<at::Tensor> parts;
+  for (const auto& [start, length] : d.ranges) parts.push_back(full.narrow(d.dim, start, length));
+  return at::cat(parts, d.dim);
+}
+
 at::Tensor flat_indices(const GradDump& d, const at::Tensor& ref, int64_t begin, int64_t end) {
-  at::Tensor idx = at::arange(ref.numel(), at::kLong).view(ref.sizes());
-  if (d.dim >= 0) idx = idx.narrow(d.dim, d.start, d.length);
+  const at::Tensor idx = local_part(d, at::arange(ref.numel(), at::kLong).view(ref.sizes()));
   return idx.contiguous().view({-1}).narrow(0, begin, end - begin);
 }
 
@@ -297,15 +303,20 @@ std::optional<GradCheck> compare(const GradDump& d, size_t rank, const char* wha
                                  at::Tensor ref, at::Tensor base, double floor, double ulps,
                                  std::vector<std::string>& unmatched) {
   const int64_t full = d.dim >= 0 && d.dim < ref.dim() ? ref.size(d.dim) : 0;
-  const bool in_shape = d.dim < ref.dim() && (d.dim < 0 || (d.start >= 0 && d.length >= 0 &&
-                                                             d.start + d.length <= full));
-  if (!in_shape) {
-    unmatched.push_back(fmt::format(
-        "{} on device {}: slice [{}, +{}) of dimension {} is outside the reference's shape", d.name,
-        rank, d.start, d.length, d.dim));
+  for (const auto& [start, length] : d.ranges)
+    if (d.dim >= ref.dim() || (d.dim >= 0 && (start < 0 || length < 0 || start + length > full))) {
+      unmatched.push_back(fmt::format(
+          "{} on device {}: slice [{}, +{}) of dimension {} is outside the reference's shape",
+          d.name, rank, start, length, d.dim));
+      return std::nullopt;
+    }
+  if (d.dim >= 0 && d.ranges.empty()) {
+    unmatched.push_back(fmt::format("{} on device {}: a slice of dimension {} without a range",
+                                    d.name, rank, d.dim));
     return std::nullopt;
   }
-  if (d.dim >= 0) ref = ref.narrow(d.dim, d.start, d.length), base = base.narrow(d.dim, d.start, d.length);
+  ref = local_part(d, ref);
+  base = local_part(d, base);
   ref = ref.contiguous().view({-1});
   base = base.contiguous().view({-1});
   if (static_cast<int64_t>(values.size()) != ref.numel() || begin < 0 || end > ref.numel() ||

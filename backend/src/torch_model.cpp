@@ -217,6 +217,12 @@ std::vector<Param> TorchModel::make_params(uint32_t o, const OpPlacement& pl) co
   const bool gated = cp_.plan.model.gated_mlp;
   const bool bias = cp_.plan.model.bias;
   std::vector<Param> out;
+  auto finish = [&](Param p, const at::Tensor& local) {
+    p.value = local.contiguous().to(opts_).detach().clone();
+    p.value.set_requires_grad(true);
+    p.grad = at::zeros_like(p.value).detach();
+    out.push_back(std::move(p));
+  };
   auto add = [&](const std::string& suffix, std::vector<int64_t> shape, int64_t fan_in, int dim,
                  int64_t parts, int64_t part, bool ones = false) {
     Param p;
@@ -226,14 +232,40 @@ std::vector<Param> TorchModel::make_params(uint32_t o, const OpPlacement& pl) co
     if (dim >= 0 && parts > 1) {
       const int64_t len = shape[dim] / parts;
       p.slice.dim = dim;
-      p.slice.start = part * len;
-      p.slice.length = len;
+      p.slice.ranges = {{part * len, len}};
       full = full.narrow(dim, part * len, len);
     }
-    p.value = full.contiguous().to(opts_).detach().clone();
-    p.value.set_requires_grad(true);
-    p.grad = at::zeros_like(p.value).detach();
-    out.push_back(std::move(p));
+    finish(std::move(p), full);
+  };
+  // One weight stored fused along dim 0, as Megatron-Core stores linear_qkv and a SwiGLU's
+  // linear_fc1, so that its forward is one GEMM: the concatenation of `parts` (each
+  // initialised under its own name, so the values are those separate weights had). Under TP
+  // every part is sharded on its own (rank r holds its rows of Q, K and V, or of gate and up,
+  // in that order), not the concatenation.
+  auto add_fused = [&](const std::string& suffix,
+                       const std::vector<std::pair<std::string, int64_t>>& parts,
+                       const std::vector<int64_t>& tail, int64_t fan_in, int64_t tp_parts,
+                       int64_t part) {
+    Param p;
+    p.slice.name = op.name + "." + suffix;
+    int64_t rows = 0;
+    std::vector<at::Tensor> local;
+    for (const auto& [init, n] : parts) {
+      std::vector<int64_t> shape{n};
+      shape.insert(shape.end(), tail.begin(), tail.end());
+      at::Tensor w = full_weight(op.name + "." + init, shape, fan_in);
+      if (tp_parts > 1) {
+        const int64_t len = n / tp_parts;
+        p.slice.dim = 0;
+        p.slice.ranges.emplace_back(rows + part * len, len);
+        w = w.narrow(0, part * len, len);
+      }
+      local.push_back(w);
+      rows += n;
+    }
+    p.slice.full_shape = {rows};
+    p.slice.full_shape.insert(p.slice.full_shape.end(), tail.begin(), tail.end());
+    finish(std::move(p), at::cat(local, 0));
   };
   const int64_t tp = pl.tp, r = pl.tp_rank;
   switch (op.kind) {
@@ -245,24 +277,22 @@ std::vector<Param> TorchModel::make_params(uint32_t o, const OpPlacement& pl) co
       if (bias) add("bias", {h_}, h_, -1, 1, 0);  // LayerNorm
       break;
     case OpKind::kQKV:
-      add("q.weight", {heads_ * d_, h_}, h_, 0, tp, r);
-      add("k.weight", {kv_ * d_, h_}, h_, 0, tp, r);
-      add("v.weight", {kv_ * d_, h_}, h_, 0, tp, r);
-      if (bias) {
-        add("q.bias", {heads_ * d_}, h_, 0, tp, r);
-        add("k.bias", {kv_ * d_}, h_, 0, tp, r);
-        add("v.bias", {kv_ * d_}, h_, 0, tp, r);
-      }
+      add_fused("weight", {{"q.weight", heads_ * d_}, {"k.weight", kv_ * d_}, {"v.weight", kv_ * d_}},
+                {h_}, h_, tp, r);
+      if (bias)
+        add_fused("bias", {{"q.bias", heads_ * d_}, {"k.bias", kv_ * d_}, {"v.bias", kv_ * d_}}, {},
+                  h_, tp, r);
       break;
     case OpKind::kOutProj:
       add("weight", {h_, heads_ * d_}, heads_ * d_, 1, tp, r);
       break;
     case OpKind::kMlpUp:
-      if (gated) add("gate.weight", {f_, h_}, h_, 0, tp, r);
-      add("up.weight", {f_, h_}, h_, 0, tp, r);
-      if (bias) {
-        if (gated) add("gate.bias", {f_}, h_, 0, tp, r);
-        add("up.bias", {f_}, h_, 0, tp, r);
+      if (gated) {
+        add_fused("weight", {{"gate.weight", f_}, {"up.weight", f_}}, {h_}, h_, tp, r);
+        if (bias) add_fused("bias", {{"gate.bias", f_}, {"up.bias", f_}}, {}, h_, tp, r);
+      } else {
+        add("up.weight", {f_, h_}, h_, 0, tp, r);
+        if (bias) add("up.bias", {f_}, h_, 0, tp, r);
       }
       break;
     case OpKind::kResidual:  // the bias of the preceding row-parallel GEMM (replicated)
@@ -278,16 +308,24 @@ std::vector<Param> TorchModel::make_params(uint32_t o, const OpPlacement& pl) co
       const int64_t local = E_ / std::max(1, pl.ep);
       for (int64_t j = 0; j < local; ++j) {
         const int64_t e = pl.ep_rank * local + j;
-        if (gated) add(fmt::format("{}.gate.weight", e), {ef_, h_}, h_, -1, 1, 0);
-        add(fmt::format("{}.up.weight", e), {ef_, h_}, h_, -1, 1, 0);
+        // An expert's fc1 fused as the dense MLP's (Megatron-Core's experts store linear_fc1
+        // [2 f, h] each).
+        if (gated)
+          add_fused(fmt::format("{}.fc1.weight", e),
+                    {{fmt::format("{}.gate.weight", e), ef_}, {fmt::format("{}.up.weight", e), ef_}},
+                    {h_}, h_, 1, 0);
+        else
+          add(fmt::format("{}.up.weight", e), {ef_, h_}, h_, -1, 1, 0);
         add(fmt::format("{}.down.weight", e), {h_, ef_}, ef_, -1, 1, 0);
       }
       break;
     }
     case OpKind::kSharedExperts: {
       const int64_t sf = ef_ * cp_.plan.model.moe->shared_experts;
-      if (gated) add("gate.weight", {sf, h_}, h_, -1, 1, 0);
-      add("up.weight", {sf, h_}, h_, -1, 1, 0);
+      if (gated)
+        add_fused("fc1.weight", {{"gate.weight", sf}, {"up.weight", sf}}, {h_}, h_, 1, 0);
+      else
+        add("up.weight", {sf, h_}, h_, -1, 1, 0);
       add("down.weight", {h_, sf}, sf, -1, 1, 0);
       break;
     }
@@ -356,10 +394,7 @@ std::vector<int64_t> TorchModel::output_shape(uint32_t o) const {
     case OpKind::kSoftmax:
       return {cp_.plan.model.microbatch_size, heads_, cp_.plan.model.seq_len, cp_.plan.model.seq_len};
     case OpKind::kMlpUp:
-      if (!cp_.plan.model.gated_mlp) return {T_, f_};
-      // Fused SwiGLU: gate and up stacked, each half contiguous (forward() says why).
-      return kernels_ == ModelKernels::kFused ? std::vector<int64_t>{2, T_, f_}
-                                              : std::vector<int64_t>{T_, 2 * f_};
+      return {T_, cp_.plan.model.gated_mlp ? 2 * f_ : f_};
     case OpKind::kMlpAct:
       return {T_, f_};
     case OpKind::kRouter:
@@ -371,6 +406,12 @@ std::vector<int64_t> TorchModel::output_shape(uint32_t o) const {
     default:
       return {T_, h_};
   }
+}
+
+at::Tensor TorchModel::in_output_layout(uint32_t o, const at::Tensor& v) const {
+  const bool column_major = cp_.model.ops[o].kind == OpKind::kMlpUp && cp_.plan.model.gated_mlp &&
+                            kernels_ == ModelKernels::kFused;
+  return column_major ? v.t().contiguous().t() : v;
 }
 
 at::Tensor TorchModel::causal_attention(const at::Tensor& q, at::Tensor k, at::Tensor v) const {
@@ -421,13 +462,34 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
     }
     return z;
   };
+  // The transposed GEMM W x^T: [rows, n] for x [n, h], each block of rows contiguous. A fused
+  // SwiGLU fc1's output, whose gate and up halves are then contiguous (x W^T's [n, 2f] has them
+  // in strided columns, off the elementwise kernels' vectorised path).
+  auto lin_t = [&](const at::Tensor& x, size_t pi, int bi = -1) {
+    at::Tensor z = at::mm(params.at(pi).value, x.t());
+    if (bi < 0) {
+      c.sites.push_back(Site{z, {params[pi].value}, {pi}});
+    } else {
+      const size_t b = static_cast<size_t>(bi);
+      z = z + params.at(b).value.unsqueeze(1);
+      c.sites.push_back(Site{z, {params[pi].value, params[b].value}, {pi, b}});
+    }
+    return z;
+  };
+  // silu(gate) * up of fc1's W x^T [2f, n] (its two contiguous halves), as [n, f] (the
+  // transpose of a contiguous [f, n]: the next GEMM reads it as it is).
+  auto swiglu_t = [](const at::Tensor& z) {
+    const std::vector<at::Tensor> gu = z.split(z.size(0) / 2, 0);
+    return (at::silu(gu[0]) * gu[1]).t();
+  };
   const bool bias = cp_.plan.model.bias;
-  // Biases follow the weights in make_params(): QKV q,k,v.weight then q,k,v.bias; the MLP's
-  // up projection [gate.weight] up.weight then [gate.bias] up.bias.
+  // A bias follows its weight in make_params(): QKV's fused weight then its bias; the MLP's up
+  // projection (fused gate and up when gated) then its bias.
   auto bias_at = [&](int i) { return bias ? i : -1; };
+  // An expert's MLP: a gated one's fc1 is one GEMM of its fused [2f, h] weight.
   auto mlp = [&](const at::Tensor& x, size_t first) {
-    at::Tensor a = gated ? at::silu(lin(x, first)) * lin(x, first + 1) : at::gelu(lin(x, first));
-    return lin(a, first + (gated ? 2 : 1));
+    const at::Tensor a = gated ? swiglu_t(lin_t(x, first)) : at::gelu(lin(x, first));
+    return lin(a, first + 1);
   };
   at::Tensor out;
   switch (op.kind) {
@@ -474,9 +536,9 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
       break;
     }
     case OpKind::kQKV:
-      out = at::cat({lin(inputs.at(0), 0, bias_at(3)), lin(inputs.at(0), 1, bias_at(4)),
-                     lin(inputs.at(0), 2, bias_at(5))},
-                    1);
+      // One GEMM of the fused weight (Megatron-Core's linear_qkv): [T, (a + 2 kv) d], this
+      // rank's Q, K and V columns, which attention takes as views (one split).
+      out = lin(inputs.at(0), 0, bias_at(1));
       break;
     case OpKind::kAttention: {
       const at::Tensor& in = inputs.at(0);
@@ -512,15 +574,14 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
       out = lin(inputs.at(0), 0);
       break;
     case OpKind::kMlpUp:
-      if (!gated) {
+      if (gated && kernels_ == ModelKernels::kFused)
+        // One GEMM of the fused [2f, h] weight (Megatron-Core's linear_fc1), transposed: W x^T
+        // is [2f, T] with gate and up each a contiguous block, so that the SwiGLU's elementwise
+        // kernels run on their vectorised contiguous path; the output is its [T, 2f] view
+        // (column-major, no copy).
+        out = lin_t(inputs.at(0), 0, bias_at(1)).t();
+      else  // [T, 2f] row-major (gate columns, then up), or [T, f] ungated
         out = lin(inputs.at(0), 0, bias_at(1));
-      } else if (kernels_ == ModelKernels::kFused) {
-        // [2, T, f]: gate and up each contiguous, so that the SwiGLU's elementwise kernels run
-        // on their vectorised contiguous path (halves of a [T, 2f] are strided rows).
-        out = at::stack({lin(inputs.at(0), 0, bias_at(2)), lin(inputs.at(0), 1, bias_at(3))}, 0);
-      } else {
-        out = at::cat({lin(inputs.at(0), 0, bias_at(2)), lin(inputs.at(0), 1, bias_at(3))}, 1);
-      }
       break;
     case OpKind::kResidual:
       out = residual_forward(o, inputs, params, replica, mb, c);
@@ -533,11 +594,10 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
     case OpKind::kMlpAct: {
       const at::Tensor& in = inputs.at(0);
       if (gated && kernels_ == ModelKernels::kFused) {
-        // The [2, T, f] of kMlpUp, unbind(): contiguous halves, and a backward that stacks both
-        // halves' gradients into one tensor (select() or narrow() would each scatter into a
-        // zero-filled full-size tensor, then added).
-        const auto gu = in.unbind(0);
-        out = at::silu(gu[0]) * gu[1];
+        // kMlpUp's column-major [T, 2f]: its transpose is the GEMM's contiguous [2f, T], split
+        // into contiguous gate and up views; the backward is one cat of both halves' gradients
+        // (narrow() would scatter each into a zero-filled full-size tensor, then added).
+        out = swiglu_t(in.t());
       } else if (gated) {
         const int64_t fl = in.size(1) / 2;
         out = at::silu(in.narrow(1, 0, fl)) * in.narrow(1, fl, fl);
@@ -561,7 +621,7 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
       const at::Tensor x = in.narrow(2, 0, h_).reshape({S * T, h_});
       const at::Tensor g = in.narrow(2, h_, E_).reshape({S * T, E_});
       at::Tensor acc = at::zeros({S * T, h_}, x.options());
-      const int64_t local = E_ / std::max(1, pl.ep), per = gated ? 3 : 2;
+      const int64_t local = E_ / std::max(1, pl.ep), per = 2;  // fc1, down
       const int64_t capacity = expert_capacity(T, k_, E_, cp_.plan.model.moe->capacity_factor);
       const ExpertTokens route = route_tokens(g.narrow(1, pl.ep_rank * local, local), S, capacity,
                                               cp_.plan.model.moe->token_drop_policy);
@@ -638,7 +698,7 @@ OpCtx TorchModel::forward(uint32_t o, const std::vector<at::Tensor>& inputs,
   for (const auto& t : c.cp_kv) c.bytes += tensor_bytes(t);
   c.bytes += tensor_bytes(c.cp_root);
   for (const auto& s : c.sites)
-    if (!same_tensor(s.z, out)) c.bytes += tensor_bytes(s.z);
+    if (!same_tensor(s.z, out) && !s.z.is_alias_of(out)) c.bytes += tensor_bytes(s.z);
   return c;
 }
 
@@ -802,7 +862,9 @@ std::vector<KernelUse> kernel_uses(const compiler::CompiledPlan& cp, Kernels ker
         "aten::softmax");
   if (kinds.count(OpKind::kMlpAct)) {
     if (m.gated_mlp)
-      add("swiglu", fused ? "silu(gate) * up on the contiguous halves of [2, T, f] (unbind)" : "silu(gate) * up on narrow() views",
+      add("swiglu",
+          fused ? "silu(gate) * up on the contiguous halves of the up projection's one GEMM (W x^T)"
+                : "silu(gate) * up on narrow() views",
           "aten::silu");
     else
       add("gelu", "at::gelu", "aten::gelu");

@@ -31,7 +31,10 @@ struct ParamSlice {
   std::string name;
   std::vector<int64_t> full_shape;
   int dim = -1;  // sliced dimension; -1: the whole parameter
-  int64_t start = 0, length = 0;
+  // The local tensor is these [start, start + length) ranges of `dim`, concatenated: one for a
+  // TP slice; one per part for a fused weight whose parts are each sharded (QKV's Q, K and V
+  // rows, a gated MLP's gate and up rows: rank r holds its rows of every part, as Megatron).
+  std::vector<std::pair<int64_t, int64_t>> ranges;
 };
 
 struct Param {
@@ -107,7 +110,9 @@ TorchKernels torch_kernels();
 /// Kernels of the model ops (replay.h). kFused: at::layer_norm, at::rms_norm (LibTorch >= 2.4),
 /// scaled_dot_product_attention with is_causal (GQA in the kernel from 2.5, else KV heads
 /// repeated; never a materialised mask), cross-entropy as an fp32-accumulating log_softmax over
-/// the logits' own dtype, SwiGLU over chunk() views. kReference: the explicit formulas.
+/// the logits' own dtype, SwiGLU over the contiguous halves of one up-projection GEMM.
+/// kReference: the explicit formulas. Either way QKV and a gated MLP's up projection are one
+/// GEMM of one fused weight (Megatron-Core's linear_qkv and linear_fc1).
 using ModelKernels = Kernels;
 
 class TorchModel {
@@ -207,6 +212,12 @@ class TorchModel {
 
   at::Tensor full_weight(const std::string& name, std::vector<int64_t> shape, int64_t fan_in,
                          bool ones = false) const;
+
+ public:
+  /// A value of op `o`'s output (output_shape, row-major) laid out in memory as forward()
+  /// gives it: the fused gated mlp_up's [T, 2f] is column-major (one GEMM W x^T, so that gate
+  /// and up are contiguous blocks). What bench-ops and tests draw an op's inputs as.
+  at::Tensor in_output_layout(uint32_t o, const at::Tensor& v) const;
 };
 
 /// Backward of one op: BI (inputs and sites, keeps the graph) or the full B. Returns the

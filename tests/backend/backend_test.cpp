@@ -154,7 +154,7 @@ INSTANTIATE_TEST_SUITE_P(Schedules, GradientCheck,
                                            "pp4_dualpipe.json",
                                            "pp2_dp2_zero1.json", "dp2_zero2.json", "dp2_zero3.json",
                                            "ep2_moe.json",
-                                           "tp2.json", "pp2_recompute.json",
+                                           "tp2.json", "tp2_gated_bias.json", "pp2_recompute.json",
                                            "pp2_gpt_adam.json", "pp2_dp2_sgd_clip.json",
                                            "dp2_zero1_adam_clip.json",
                                            "dp2_zero2_sgd_clip.json", "dp2_zero3_adam_clip.json",
@@ -354,12 +354,13 @@ TEST(Replay, CheckRefusesGradientsItCannotMatch) {
             std::string::npos) << c.unmatched[1];
   // And every parameter of the reference that no device returned is named (here: all of them).
   size_t params = 0;
-  for (const auto& op : cp.model.ops) params += op.param_count > 0;
+  const detail::TorchModel model(cp, opt.seed, at::TensorOptions().dtype(at::kFloat));
+  for (uint32_t o = 0; o < cp.model.ops.size(); ++o) params += model.make_params(o, {}).size();
   EXPECT_NE(std::find(c.unmatched.begin(), c.unmatched.end(),
                       "layer0.mlp_norm.weight: 64 of its 64 gradient elements were compared on "
                       "no device"),
             c.unmatched.end());
-  EXPECT_GT(c.unmatched.size(), 2 + params);
+  EXPECT_GE(c.unmatched.size(), 2 + params);
   EXPECT_TRUE(c.weights.empty());  // no parameter is compared while a gradient is missing
 }
 
@@ -827,52 +828,41 @@ using detail::OpCtx;
 using detail::Param;
 using detail::TorchModel;
 
-// The fused gated MLP's up projection gives [2, T, f] (gate, up); the reference path's gives
-// [T, 2f] (gate columns, then up columns). The comparison converts between the two explicitly,
-// so that a fused path mixing up gate and up, or rows and halves, differs from the reference.
-bool stacked_layout(const TorchModel& m, uint32_t o) {
-  return m.plan().model.ops[o].kind == OpKind::kMlpUp && m.output_shape(o).size() == 3;
-}
-at::Tensor stacked_to_cat(const at::Tensor& t) {  // [2, T, f] -> [T, 2f]
-  return t.permute({1, 0, 2}).reshape({t.size(1), 2 * t.size(2)});
-}
-at::Tensor cat_to_stacked(const at::Tensor& t) {  // [T, 2f] -> [2, T, f]
-  return t.reshape({t.size(0), 2, t.size(1) / 2}).permute({1, 0, 2}).contiguous();
-}
+// The fused gated MLP's up projection gives its [T, 2f] column-major (W x^T, gate and up
+// contiguous blocks); the reference path's row-major. Inputs are drawn as their producer lays
+// them out (in_output_layout), values compared whatever the layout.
+bool column_major(const at::Tensor& t) { return t.dim() == 2 && t.stride(0) == 1 && t.size(1) > 1; }
 
 struct OpRun {
   at::Tensor out;
   std::vector<at::Tensor> dx, dparams;
-  int converted = 0;  // tensors converted from the stacked layout
+  int column_major = 0;  // inputs, outputs and gradients laid out column-major
 };
 
-// One op alone (tp = ep = 1): inputs drawn from a generator seeded by the op, forward, then
-// the full backward from a drawn output gradient. Inputs, output and gradients are drawn and
-// returned in the reference path's layout (a stacked one converted).
+// One op alone (tp = ep = 1): inputs drawn from a generator seeded by the op (in the layout
+// their producer gives), forward, then the full backward from a drawn output gradient.
 OpRun run_op(const TorchModel& m, uint32_t o) {
   const auto& ops = m.plan().model.ops;
   std::vector<Param> params = m.make_params(o, {});
   auto gen = at::detail::createCPUGenerator(1000 + o);
   const auto f32 = at::TensorOptions().dtype(at::kFloat);
   OpRun r;
-  // A value of op p's output, drawn in the reference layout, in m's layout.
   auto draw = [&](uint32_t p, at::IntArrayRef shape) {
-    if (!stacked_layout(m, p)) return at::randn(shape, gen, f32);
-    ++r.converted;
-    return cat_to_stacked(at::randn({shape[1], 2 * shape[2]}, gen, f32));
+    return m.in_output_layout(p, at::randn(shape, gen, f32));
   };
   std::vector<at::Tensor> in;
   for (uint32_t p : ops[o].inputs) {
     at::Tensor v = draw(p, m.output_shape(p));
+    r.column_major += column_major(v);
     v.set_requires_grad(true);
     in.push_back(v);
   }
   OpCtx c = m.forward(o, in, params, {}, 0, 0, 1.0, {});
   const at::Tensor dy = c.out.dim() == 0 ? at::ones_like(c.out) : draw(o, c.out.sizes());
-  r.out = stacked_layout(m, o) ? stacked_to_cat(c.out.detach()) : c.out.detach();
+  r.out = c.out.detach();
+  r.column_major += column_major(r.out);
   if (c.out.requires_grad()) r.dx = detail::backward_inputs(c, dy, /*full=*/true, params);
-  for (size_t i = 0; i < r.dx.size(); ++i)
-    if (stacked_layout(m, ops[o].inputs[i])) r.dx[i] = stacked_to_cat(r.dx[i]);
+  for (const at::Tensor& g : r.dx) r.column_major += g.defined() && column_major(g);
   for (const Param& p : params) r.dparams.push_back(p.grad);
   return r;
 }
@@ -893,12 +883,11 @@ double rel_diff(const at::Tensor& a, const at::Tensor& b) {
 // gradients of the fused kernels within 1e-5 (relative to the largest value) of the explicit
 // formulas'. On LibTorch 1.13 the fused path differs from the formula in LayerNorm, SwiGLU and
 // the loss (RMSNorm and attention keep their formulas there); from LibTorch 2 in RMSNorm and
-// attention (SDPA) too. The fused SwiGLU's [2, T, f] is converted to the reference's [T, 2f]
-// (stacked_to_cat). Fails when the fused up projection stacks up before gate (out 1.43), or
-// when the conversion forgets the permutation (1.29).
+// attention (SDPA) too. The fused up projection's column-major [T, 2f] and the SwiGLU that
+// reads it are compared by value. Fails when the fused SwiGLU takes up as the gate (out 1.4).
 TEST(ReplayKernels, FusedEqualsReference) {
   std::set<std::string> kinds;
-  int stacked = 0;
+  int column = 0;
   for (const char* plan : {"pp2_1f1b.json", "pp2_gpt_adam.json", "ep2_moe.json"}) {
     SCOPED_TRACE(plan);
     const CompiledPlan cp = load(plan);
@@ -908,8 +897,8 @@ TEST(ReplayKernels, FusedEqualsReference) {
       if (cp.model.ops[o].kind == OpKind::kOptimizer) continue;
       SCOPED_TRACE(cp.model.ops[o].name);
       const OpRun a = run_op(fused, o), b = run_op(ref, o);
-      stacked += a.converted;
-      EXPECT_EQ(b.converted, 0);
+      column += a.column_major;
+      EXPECT_EQ(b.column_major, 0);
       EXPECT_LE(rel_diff(a.out, b.out), 1e-5);
       ASSERT_EQ(a.dx.size(), b.dx.size());
       for (size_t i = 0; i < a.dx.size(); ++i) EXPECT_LE(rel_diff(a.dx[i], b.dx[i]), 1e-5) << "input " << i;
@@ -922,9 +911,9 @@ TEST(ReplayKernels, FusedEqualsReference) {
   // The op classes compared (every class with a fused kernel among them).
   for (const char* k : {"norm", "attention", "mlp_act", "loss", "embedding", "attn_scores"})
     EXPECT_TRUE(kinds.count(k)) << k;
-  // The fused SwiGLU's [2, T, f] was compared through the conversion: per gated layer, mlp_up's
-  // output gradient and output, and mlp_act's input.
-  EXPECT_GT(stacked, 0);
+  // The fused path's column-major [T, 2f] was compared: per gated layer, mlp_up's output and
+  // mlp_act's input and input gradient.
+  EXPECT_GT(column, 0);
 }
 
 // GQA's KV heads repeated without repeat_interleave (which reads its output size on the host)
@@ -981,7 +970,7 @@ std::map<std::string, int> dispatched(const TorchModel& m, uint32_t o, int mbs) 
   std::vector<Param> params = m.make_params(o, {});
   std::vector<at::Tensor> in;
   for (uint32_t p : op.inputs) {
-    at::Tensor v = at::randn(m.output_shape(p), at::TensorOptions().dtype(at::kFloat));
+    at::Tensor v = m.in_output_layout(p, at::randn(m.output_shape(p), at::TensorOptions().dtype(at::kFloat)));
     v.set_requires_grad(true);
     in.push_back(v);
   }
@@ -1043,14 +1032,14 @@ TEST(ReplayKernels, NoHostWorkPerOp) {
 }
 
 // The fused SwiGLU reads contiguous halves (a dense GQA plan, gated MLP): mlp_up's output is
-// [2, T, f] (gate, up), as output_shape says (the executor's receive buffers and bench-ops draw
-// inputs from it), each half contiguous, so that silu and the product can run on ATen's
-// vectorised contiguous path; the reference path keeps [T, 2f]. mlp_act splits it with one
-// unbind (no split, slice or narrow) and its backward writes both halves' gradients with one
-// stack into one contiguous [2, T, f], without a zero-filled full-size tensor per half (what
-// select_backward / slice_backward of select() or narrow() halves allocate). Fails with
-// chunk(2, 1) of a [T, 2f] (the code before: shapes, split/slice, no stack), with select()
-// halves (select_backward, zeros x2), and with a [2, T, f] view of a [T, 2f] (strided halves).
+// [T, 2f], as output_shape says, laid out column-major: its one GEMM is W x^T, [2f, T], and the
+// output is that tensor's transpose (a view, no copy), so gate and up are contiguous blocks
+// and silu and the product run on ATen's vectorised contiguous path. The reference path's
+// output is row-major. mlp_act, on that very output, copies nothing forward (split views) and
+// its backward is one cat of both halves' gradients into a [T, 2f] of the same layout (no
+// zero-filled full-size tensor per half, what select()/narrow() backwards allocate). Fails on
+// the code before (a stacked [2, T, f] of two GEMMs), on x W^T (row-major: strided halves),
+// and when mlp_act makes its input contiguous first.
 TEST(ReplayKernels, FusedSwigluReadsContiguousHalves) {
   const CompiledPlan cp = load("pp2_1f1b.json");
   ASSERT_TRUE(cp.plan.model.gated_mlp);
@@ -1058,41 +1047,164 @@ TEST(ReplayKernels, FusedSwigluReadsContiguousHalves) {
   const TorchModel fused(cp, 7, f32, Kernels::kFused), ref(cp, 7, f32, Kernels::kReference);
   const int64_t T = static_cast<int64_t>(cp.plan.model.microbatch_size) * cp.plan.model.seq_len;
   const int64_t f = cp.plan.model.ffn_hidden;
-  int ups = 0, acts = 0;
+  int ups = 0;
   for (uint32_t o = 0; o < cp.model.ops.size(); ++o) {
     const compiler::ModelOp& op = cp.model.ops[o];
+    if (op.kind != OpKind::kMlpUp) continue;
     SCOPED_TRACE(op.name);
-    if (op.kind == OpKind::kMlpUp) {
-      ++ups;
-      EXPECT_EQ(fused.output_shape(o), (std::vector<int64_t>{2, T, f}));
-      EXPECT_EQ(ref.output_shape(o), (std::vector<int64_t>{T, 2 * f}));
-      std::vector<Param> params = fused.make_params(o, {});
-      const at::Tensor x = at::randn(fused.output_shape(op.inputs.at(0)), f32);
-      const OpCtx c = fused.forward(o, {x}, params, {}, 0, 0, 1.0, {});
-      EXPECT_EQ(c.out.sizes(), at::IntArrayRef(fused.output_shape(o)));
-      for (int64_t half = 0; half < 2; ++half) EXPECT_TRUE(c.out.select(0, half).is_contiguous());
-    } else if (op.kind == OpKind::kMlpAct) {
-      ++acts;
-      const std::map<std::string, int> seen = dispatched(fused, o, 1);
-      EXPECT_EQ(seen.count("aten::unbind") ? seen.at("aten::unbind") : 0, 1);
-      EXPECT_EQ(seen.count("aten::stack") ? seen.at("aten::stack") : 0, 1);  // (its cat inside)
-      for (const char* name : {"aten::split", "aten::chunk", "aten::slice", "aten::narrow",
-                               "aten::select_backward", "aten::slice_backward", "aten::zeros",
-                               "aten::zeros_like", "aten::new_zeros"})
-        EXPECT_FALSE(seen.count(name)) << name << " x" << seen.at(name);
-      // The input gradient: one contiguous [2, T, f].
-      at::Tensor in = at::randn(fused.output_shape(op.inputs.at(0)), f32).set_requires_grad(true);
-      std::vector<Param> none;
-      OpCtx c = fused.forward(o, {in}, none, {}, 0, 0, 1.0, {});
-      const std::vector<at::Tensor> dx =
-          detail::backward_inputs(c, at::ones_like(c.out), /*full=*/true, none);
-      ASSERT_EQ(dx.size(), 1u);
-      EXPECT_EQ(dx[0].sizes(), at::IntArrayRef({2, T, f}));
-      EXPECT_TRUE(dx[0].is_contiguous());
+    ++ups;
+    EXPECT_EQ(fused.output_shape(o), (std::vector<int64_t>{T, 2 * f}));
+    EXPECT_EQ(ref.output_shape(o), (std::vector<int64_t>{T, 2 * f}));
+    const at::Tensor x = at::randn(fused.output_shape(op.inputs.at(0)), f32);
+    std::vector<Param> params = fused.make_params(o, {});
+    const OpCtx c = fused.forward(o, {x}, params, {}, 0, 0, 1.0, {});
+    ASSERT_EQ(c.out.sizes(), at::IntArrayRef({T, 2 * f}));
+    ASSERT_EQ(c.sites.size(), 1u);
+    EXPECT_TRUE(c.out.is_alias_of(c.sites[0].z));  // a view of the one GEMM's output
+    EXPECT_TRUE(c.out.t().is_contiguous());        // gate, then up: contiguous blocks
+    EXPECT_TRUE(ref.forward(o, {x}, ref.make_params(o, {}), {}, 0, 0, 1.0, {}).out.is_contiguous());
+    // mlp_act on that output.
+    uint32_t act = kNone;
+    for (uint32_t a = 0; a < cp.model.ops.size(); ++a)
+      if (cp.model.ops[a].kind == OpKind::kMlpAct && cp.model.ops[a].inputs.at(0) == o) act = a;
+    ASSERT_NE(act, kNone);
+    const at::Tensor in = c.out.detach().set_requires_grad(true);
+    std::vector<Param> none;
+    std::map<std::string, int> fwd, bwd;
+    OpCtx a;
+    {
+      OpCounter count;
+      a = fused.forward(act, {in}, none, {}, 0, 0, 1.0, {});
+      fwd = count.seen;
     }
+    for (const char* name : {"aten::copy_", "aten::clone", "aten::contiguous", "aten::cat",
+                             "aten::stack", "aten::empty_strided"})
+      EXPECT_FALSE(fwd.count(name)) << name << " x" << fwd.at(name);
+    EXPECT_TRUE(a.out.t().is_contiguous());  // silu(gate) * up kept the halves' layout
+    std::vector<at::Tensor> dx;
+    {
+      OpCounter count;
+      dx = detail::backward_inputs(a, at::ones_like(a.out), /*full=*/true, none);
+      bwd = count.seen;
+    }
+    EXPECT_EQ(bwd.count("aten::cat") ? bwd.at("aten::cat") : 0, 1);
+    for (const char* name : {"aten::select_backward", "aten::slice_backward", "aten::zeros",
+                             "aten::zeros_like", "aten::new_zeros"})
+      EXPECT_FALSE(bwd.count(name)) << name << " x" << bwd.at(name);
+    ASSERT_EQ(dx.size(), 1u);
+    EXPECT_EQ(dx[0].sizes(), at::IntArrayRef({T, 2 * f}));
+    EXPECT_TRUE(dx[0].t().is_contiguous());
   }
   EXPECT_EQ(ups, cp.plan.model.layers);
-  EXPECT_EQ(acts, cp.plan.model.layers);
+}
+
+// GEMMs an op dispatches in one forward and in one full backward (tp = ep = 1), inputs drawn
+// as their producers lay them out.
+std::pair<int, int> gemms(const TorchModel& m, uint32_t o) {
+  const compiler::ModelOp& op = m.plan().model.ops[o];
+  std::vector<Param> params = m.make_params(o, {});
+  std::vector<at::Tensor> in;
+  for (uint32_t p : op.inputs)
+    in.push_back(m.in_output_layout(p, at::randn(m.output_shape(p))).set_requires_grad(true));
+  m.prepare(0, 0);
+  auto count = [](const std::map<std::string, int>& seen) {
+    int n = 0;
+    for (const char* g : {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
+      n += seen.count(g) ? seen.at(g) : 0;
+    return n;
+  };
+  std::pair<int, int> n;
+  OpCtx c;
+  {
+    OpCounter fwd;
+    c = m.forward(o, in, params, {}, 0, 0, 1.0, {});
+    n.first = count(fwd.seen);
+  }
+  OpCounter bwd;
+  detail::backward_inputs(c, at::ones_like(c.out), /*full=*/true, params);
+  n.second = count(bwd.seen);
+  return n;
+}
+
+// QKV and a gated MLP's up projection hold one fused weight each, as Megatron-Core stores
+// linear_qkv ([(a + 2 kv) d, h]) and a SwiGLU's linear_fc1 ([2f, h]), with a fused bias where
+// the model has biases, and run one GEMM forward and two backward (the input's and the
+// weight's gradient), on both kernel paths; an expert's and the shared experts' fc1 are fused
+// too. Under TP a rank's fused weight is its rows of each part (Q, K, V; gate, up), as
+// Megatron shards them, not a slice of the concatenation, and --check maps it onto the full
+// weight by those ranges; its values are the full weight's there. GQA (pp2_1f1b), a GPT plan
+// with biases, TP with a gated MLP and biases, MoE. Fails on the code before (three or two
+// weights; 3 / 2 GEMMs forward, 6 / 4 backward).
+TEST(ReplayKernels, FusedProjectionsAreOneGemm) {
+  int qkvs = 0, ups = 0, experts = 0;
+  for (const char* plan : {"pp2_1f1b.json", "pp2_gpt_adam.json", "tp2_gated_bias.json", "ep2_moe.json"}) {
+    SCOPED_TRACE(plan);
+    const CompiledPlan cp = load(plan);
+    const plan::ModelSpec& ms = cp.plan.model;
+    const int64_t d = ms.hidden / ms.heads, kv = ms.kv_heads > 0 ? ms.kv_heads : ms.heads;
+    const int64_t a = ms.heads * d, k = kv * d, f = ms.ffn_hidden, h = ms.hidden;
+    const auto f32 = at::TensorOptions().dtype(at::kFloat);
+    const TorchModel fused(cp, 7, f32, Kernels::kFused), ref(cp, 7, f32, Kernels::kReference);
+    for (uint32_t o = 0; o < cp.model.ops.size(); ++o) {
+      const compiler::ModelOp& op = cp.model.ops[o];
+      SCOPED_TRACE(op.name);
+      // Each part's rows: offset in the fused weight, rows.
+      std::vector<std::pair<int64_t, int64_t>> parts;
+      if (op.kind == OpKind::kQKV) {
+        ++qkvs;
+        parts = {{0, a}, {a, k}, {a + k, k}};
+      } else if (op.kind == OpKind::kMlpUp && ms.gated_mlp) {
+        ++ups;
+        parts = {{0, f}, {f, f}};
+      } else if (op.kind == OpKind::kExperts && ms.gated_mlp) {
+        ++experts;
+        const std::vector<Param> ps = fused.make_params(o, {});
+        ASSERT_EQ(ps.size(), 2u * static_cast<size_t>(ms.moe->experts));  // fc1, down
+        const int64_t ef = ms.moe->expert_ffn_hidden;
+        EXPECT_EQ(ps[0].slice.name, op.name + ".0.fc1.weight");
+        EXPECT_EQ(ps[0].value.sizes(), at::IntArrayRef({2 * ef, h}));
+        continue;
+      } else {
+        continue;
+      }
+      const int64_t rows = parts.back().first + parts.back().second;
+      for (const TorchModel* m : {&fused, &ref}) {
+        const std::vector<Param> ps = m->make_params(o, {});
+        ASSERT_EQ(ps.size(), ms.bias ? 2u : 1u);
+        EXPECT_EQ(ps[0].value.sizes(), at::IntArrayRef({rows, h}));
+        if (ms.bias) {
+          EXPECT_EQ(ps[1].value.sizes(), at::IntArrayRef({rows}));
+        }
+        EXPECT_EQ(gemms(*m, o), std::make_pair(1, 2));
+      }
+      // TP: every rank's rows of every part, in part order; --check's ranges say where.
+      const int tp = 2;
+      const std::vector<Param> whole = fused.make_params(o, {});
+      for (int r = 0; r < tp; ++r) {
+        detail::OpPlacement pl;
+        pl.tp = tp;
+        pl.tp_rank = r;
+        const std::vector<Param> ps = fused.make_params(o, pl);
+        ASSERT_EQ(ps.size(), whole.size());
+        for (size_t i = 0; i < ps.size(); ++i) {
+          std::vector<std::pair<int64_t, int64_t>> want;
+          std::vector<at::Tensor> rows_of;
+          for (const auto& [off, n] : parts) {
+            want.emplace_back(off + r * n / tp, n / tp);
+            rows_of.push_back(whole[i].value.narrow(0, off + r * n / tp, n / tp));
+          }
+          EXPECT_EQ(ps[i].slice.dim, 0);
+          EXPECT_EQ(ps[i].slice.ranges, want);
+          EXPECT_EQ(ps[i].slice.full_shape, std::vector<int64_t>(whole[i].value.sizes().begin(),
+                                                                 whole[i].value.sizes().end()));
+          EXPECT_TRUE(at::equal(ps[i].value, at::cat(rows_of, 0)));
+        }
+      }
+    }
+  }
+  EXPECT_EQ(qkvs, 8);  // two layers of each plan
+  EXPECT_EQ(ups, 4);   // the gated plans' dense layers (ep2_moe's are MoE)
+  EXPECT_EQ(experts, 2);
 }
 
 // Routing to a capacity C (GShard / Megatron-Core's drop-and-pad): every expert takes the first
@@ -1204,9 +1316,10 @@ TEST(ReplayKernels, ExpertsWithCapacityDropTheTokensOverIt) {
       for (int64_t t : probs ? highest : first) keep[static_cast<size_t>(t)] = 1.f;
       dropped += static_cast<int>(routed.size() - first.size());
       policies_differ += first != highest;
-      const at::Tensor& wg = params[static_cast<size_t>(3 * e)].value;
-      const at::Tensor& wu = params[static_cast<size_t>(3 * e + 1)].value;
-      const at::Tensor& wd = params[static_cast<size_t>(3 * e + 2)].value;
+      // An expert's fused fc1 [2 ef, h] (gate rows, then up), then its down projection.
+      const at::Tensor& fc1 = params[static_cast<size_t>(2 * e)].value;
+      const at::Tensor wg = fc1.narrow(0, 0, fc1.size(0) / 2), wu = fc1.narrow(0, fc1.size(0) / 2, fc1.size(0) / 2);
+      const at::Tensor& wd = params[static_cast<size_t>(2 * e + 1)].value;
       const at::Tensor y = at::matmul(at::silu(at::matmul(x, wg.t())) * at::matmul(x, wu.t()), wd.t());
       want += y * (g.select(1, e) * at::tensor(keep)).unsqueeze(1);
     }
@@ -1455,6 +1568,13 @@ TEST(ReplayStep, GradientAccumulatorsTakeOverFreshGradients) {
   EXPECT_FALSE(detail::stealable(view));
   const at::Tensor expanded = at::ones({1, 3}).expand({4, 3});
   EXPECT_FALSE(detail::stealable(expanded));
+  // A view whose base nothing else holds (a GEMM's transposed gradient) is fresh; one whose
+  // base is held is not.
+  at::Tensor base = at::ones({3, 4});
+  const at::Tensor transposed = base.t();
+  EXPECT_FALSE(detail::stealable(transposed));
+  base = at::Tensor();
+  EXPECT_TRUE(detail::stealable(transposed));
 
   const CompiledPlan cp = load("one_dev_dropout_clip.json");
   int experts_forwards = 0;
