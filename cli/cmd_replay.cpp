@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "output.h"
 #include "stretto/backend/replay.h"
+#include "stretto/backend/validate.h"
 #include "stretto/plan/json_source.h"
 #include "stretto/sim/session.h"
 
@@ -286,10 +287,28 @@ int run_replay(const ReplayOpts& o) {
     if (p) pred = std::move(*p);
   }
   const sim::Result* pp = pred ? &*pred : nullptr;
+  // Where the prediction is printed: is it in the style of the kernels that ran?
+  const auto style = pp ? backend::kernel_style_check(
+                                 cp, result.backend.find("cuda") != std::string::npos, ro.kernels)
+                        : std::nullopt;
+  if (style && !style->matches)
+    std::fprintf(stderr, "warning: %s: %s\n  hint: %s\n", o.plan.c_str(), style->message.c_str(),
+                 style->hint.c_str());
   if (!o.trace.empty() && !write_output(o.trace, backend::chrome_trace(cp, result))) return 2;
   const std::string f = o.format.empty() ? (stdout_is_tty() ? "table" : "json") : o.format;
-  std::string text = f == "json" ? backend::result_json(cp, result, pp).dump(2) + "\n"
-                                 : backend::result_table(cp, result, pp);
+  std::string text;
+  if (f == "json") {
+    plan::Json j = backend::result_json(cp, result, pp);
+    if (style) {
+      j["kernel_style"] = backend::kernel_style_json(*style);
+      j["kernel_style_mismatch"] = !style->matches;
+    }
+    text = j.dump(2) + "\n";
+  } else {
+    text = backend::result_table(cp, result, pp);
+    if (style && !style->matches)
+      text += fmt::format("\nwarning: kernel style: {}\n  hint: {}\n", style->message, style->hint);
+  }
   if (f != "json" && !o.trace.empty())
     text += fmt::format("\ntrace written to {} (open it in https://ui.perfetto.dev)\n", o.trace);
   if (!write_output("", text)) return 2;

@@ -357,6 +357,14 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                          std::fprintf(stderr, "warning: %s: %s\n  hint: %s\n",
                                       v->plans[i].c_str(), w->diag.message.c_str(),
                                       w->diag.hint.c_str());
+                     // validate replays with the default kernels (--kernels fused)
+                     if (table_path.empty()) {
+                       results.back().kernel_style = backend::kernel_style_check(
+                           s->compiled(), v->run.device == "cuda", backend::Kernels::kFused);
+                       if (const auto& k = results.back().kernel_style; k && !k->matches)
+                         std::fprintf(stderr, "warning: %s: %s\n  hint: %s\n", v->plans[i].c_str(),
+                                      k->message.c_str(), k->hint.c_str());
+                     }
                    }
                    if (!v->trace.empty() &&
                        !write_output(v->trace, backend::validation_trace(results)))

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "stretto/backend/validate.h"
+#include "stretto/costmodel/analytic.h"
 #include "stretto/costmodel/host_reuse.h"
 #include "stretto/costmodel/profile_table.h"
 #include "stretto/sim/session.h"
@@ -730,6 +731,41 @@ std::optional<NoiseSummary> noise_summary(const std::vector<PlanValidation>& v) 
 
 }  // namespace
 
+std::optional<KernelStyleCheck> kernel_style_check(const compiler::CompiledPlan& cp, bool on_gpu,
+                                                   Kernels kernels) {
+  const plan::CostModelSpec& spec = cp.plan.costmodel;
+  if (!on_gpu || spec.kind != plan::CostModelSpec::Kind::kAnalytic) return std::nullopt;
+  auto params = cost::parse_analytic_params(spec.options, cp.plan.cluster, spec.pointer, "");
+  if (!params) return std::nullopt;  // the compile reported why
+  KernelStyleCheck k;
+  k.plan_style = cost::kernel_style_name(params->kernel_style);
+  k.replay_style = kernels == Kernels::kFused ? "eager" : "reference";
+  k.matches = k.plan_style == k.replay_style;
+  if (k.matches) return k;
+  if (kernels == Kernels::kFused) {
+    k.message = fmt::format(
+        "the prediction prices kernel_style {} but the replay's `--kernels fused` runs the ATen "
+        "ops a plain PyTorch program calls, which the cost model prices as kernel_style eager: "
+        "the comparison mixes two programs",
+        k.plan_style);
+    k.hint = "set \"kernel_style\": \"eager\" in the plan's costmodel to predict what the replay "
+             "runs (docs/validation.md, \"Which kernel style the replay is\")";
+  } else {
+    k.message = fmt::format(
+        "the replay's `--kernels reference` runs explicit formulas, which no kernel_style prices "
+        "(the prediction is kernel_style {})",
+        k.plan_style);
+    k.hint = "replay with --kernels fused and predict with \"kernel_style\": \"eager\"";
+  }
+  return k;
+}
+
+Json kernel_style_json(const KernelStyleCheck& k) {
+  Json j = {{"plan", k.plan_style}, {"replay", k.replay_style}, {"matches", k.matches}};
+  if (!k.matches) j["hint"] = k.hint;
+  return j;
+}
+
 Json validation_json(const std::vector<PlanValidation>& v) {
   Json j;
   Json plans = Json::array();
@@ -752,6 +788,10 @@ Json validation_json(const std::vector<PlanValidation>& v) {
     if (p.coverage) {
       e["table_coverage"] = sim::coverage_json(*p.coverage);
       e["table_coverage_low"] = p.coverage->percent() < sim::kLowCoveragePercent;
+    }
+    if (p.kernel_style) {
+      e["kernel_style"] = kernel_style_json(*p.kernel_style);
+      e["kernel_style_mismatch"] = !p.kernel_style->matches;
     }
     plans.push_back(std::move(e));
     pred.push_back(ms(p.predicted_ns));
@@ -818,6 +858,9 @@ std::string validation_table(const std::vector<PlanValidation>& v) {
                          sim::kLowCoveragePercent);
       o += "\n";
     }
+    if (p.kernel_style && !p.kernel_style->matches)
+      o += fmt::format("warning: kernel style: {}\n  hint: {}\n\n", p.kernel_style->message,
+                       p.kernel_style->hint);
     o += fmt::format("the measured step runs {:.3f} ms past its last op (optimizer step, step-end "
                      "sync: not simulated)\n\n",
                      p.measured_tail_ms);

@@ -572,3 +572,60 @@ TEST(Loop, ValidateTraceHasBothTimelines) {
   EXPECT_TRUE(procs.count("device 1 measured"));
   std::remove(trace.c_str());
 }
+
+// A CUDA replay's `--kernels fused` is the cost model's kernel_style eager: validate and replay
+// say so where a prediction in another style is compared with it (stderr, JSON, table). The
+// H200 replay plans say eager; without the key the h200 preset's default, fused, is a mismatch.
+// Fails when the check compares the option names (fused == fused) or is skipped.
+TEST(Loop, KernelStyleOfTheReplayAgainstThePrediction) {
+  std::ifstream in(std::string(STRETTO_TEST_DATA) + "/costmodel/h200_replay_plans/llama8b_l4_mb4.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Json plan = Json::parse(ss.str());
+  auto compiled = [](const Json& p) {
+    auto s = sim::Session::from_text(p.dump(), "test.json");
+    EXPECT_TRUE(s) << (s ? "" : s.error()[0].message);
+    return s ? s->compiled() : CompiledPlan{};
+  };
+  ASSERT_EQ(plan["costmodel"]["kernel_style"], "eager");
+  const CompiledPlan eager = compiled(plan);
+  auto k = backend::kernel_style_check(eager, true, backend::Kernels::kFused);
+  ASSERT_TRUE(k);
+  EXPECT_EQ(k->plan_style, "eager");
+  EXPECT_EQ(k->replay_style, "eager");
+  EXPECT_TRUE(k->matches);
+  // on the CPU no style applies
+  EXPECT_FALSE(backend::kernel_style_check(eager, false, backend::Kernels::kFused));
+  // --kernels reference: explicit formulas, no style prices them
+  k = backend::kernel_style_check(eager, true, backend::Kernels::kReference);
+  ASSERT_TRUE(k);
+  EXPECT_FALSE(k->matches);
+  EXPECT_NE(k->hint.find("--kernels fused"), std::string::npos) << k->hint;
+
+  plan["costmodel"].erase("kernel_style");  // the h200 preset's default: fused
+  const CompiledPlan fused = compiled(plan);
+  k = backend::kernel_style_check(fused, true, backend::Kernels::kFused);
+  ASSERT_TRUE(k);
+  EXPECT_EQ(k->plan_style, "fused");
+  EXPECT_EQ(k->replay_style, "eager");
+  EXPECT_FALSE(k->matches);
+  EXPECT_NE(k->message.find("kernel_style eager"), std::string::npos) << k->message;
+  EXPECT_NE(k->hint.find("\"kernel_style\": \"eager\""), std::string::npos) << k->hint;
+
+  backend::PlanValidation p;
+  p.plan = "a";
+  p.predicted_ns = 100000000;
+  p.measured_mean_ms = 110;
+  p.kernel_style = k;
+  Json j = backend::validation_json({p});
+  EXPECT_TRUE(j["plans"][0]["kernel_style_mismatch"].get<bool>()) << j.dump();
+  EXPECT_EQ(j["plans"][0]["kernel_style"]["plan"], "fused");
+  EXPECT_EQ(j["plans"][0]["kernel_style"]["replay"], "eager");
+  std::string t = backend::validation_table({p});
+  EXPECT_NE(t.find("warning: kernel style: the prediction prices kernel_style fused"),
+            std::string::npos) << t;
+  p.kernel_style = backend::kernel_style_check(eager, true, backend::Kernels::kFused);
+  j = backend::validation_json({p});
+  EXPECT_FALSE(j["plans"][0]["kernel_style_mismatch"].get<bool>());
+  EXPECT_EQ(backend::validation_table({p}).find("warning"), std::string::npos);
+}

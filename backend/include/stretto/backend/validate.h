@@ -155,6 +155,27 @@ traces::Timeline timeline_from_replay(const compiler::CompiledPlan& cp, const Re
                                       const std::string& source);
 
 /// One plan validated.
+/// The cost model's kernel_style a replay on a GPU corresponds to, against the style the plan's
+/// prediction was made in (docs/validation.md, "Which kernel style the replay is"). `replay
+/// --kernels fused` (the default) calls the ATen ops a plain PyTorch program calls: the cost
+/// model prices those as kernel_style `eager`, not `fused` (Megatron / Transformer Engine's
+/// fused kernels, the default on h100-sxm and h200). `--kernels reference` runs explicit
+/// formulas, which no kernel style prices.
+struct KernelStyleCheck {
+  std::string plan_style;    ///< the prediction's: "fused", "eager" or "roofline"
+  std::string replay_style;  ///< "eager" (--kernels fused) or "reference" (no style)
+  bool matches = true;
+  std::string message, hint;  ///< when it does not match: the warning and the way out
+};
+
+/// The check for a replay of `cp` with `kernels` on a GPU; nullopt where it does not apply (a
+/// replay on the CPU, whose kernels no style was measured on, or a prediction that does not
+/// come from the analytic model: a profiled table or fixed costs).
+std::optional<KernelStyleCheck> kernel_style_check(const compiler::CompiledPlan& cp, bool on_gpu,
+                                                   Kernels kernels);
+/// {"plan": ..., "replay": ..., "matches": ...} (and "hint" when it does not match).
+plan::Json kernel_style_json(const KernelStyleCheck& k);
+
 struct PlanValidation {
   std::string plan;
   int64_t predicted_ns = 0;
@@ -174,6 +195,8 @@ struct PlanValidation {
   /// With a profiled cost model: how much of the plan its table prices (the rest fell back to
   /// the analytic model).
   std::optional<sim::TableCoverage> coverage;
+  /// On a GPU with the analytic model: the prediction's kernel style against the replay's.
+  std::optional<KernelStyleCheck> kernel_style;
 };
 
 /// PlanValidation::noise_pct of measured step times (ns, in the order measured).
