@@ -1068,6 +1068,9 @@ Expected<std::vector<Directive>> to_directives_impl(const PipelineSchedule& s,
   for (const Directive& d : base)
     if (!(s.bidirectional && places_any_whole_stage(d))) out.push_back(d);
   const size_t first_generated = out.size();
+  // A directive's index is its position in the schedule (the compiler looks directives up by
+  // it): DualPipe drops the base's whole-stage places, so the base directives after them move.
+  for (size_t i = 0; i < first_generated; ++i) out[i].index = static_cast<int>(i);
 
   Directive split = new_directive(DirectiveOp::kSplit);
   split.dim_name = "MB";

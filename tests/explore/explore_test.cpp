@@ -1547,10 +1547,9 @@ TEST(Estimate, PrunesOnTheDeviceTotalAsSimulateJudgesCapacity) {
 // pass, against the compiled plan's tied-grad, grad-reduce and param-gather nodes.
 // Layouts: the embedding's pair on one node and across nodes; DualPipe, whose second
 // direction puts a head's copy on the first rank and makes every op's two copies a reduction
-// group (TP 1: the compiler refuses DualPipe with dp > 1, and at TP 2 compiles no reduction
-// between the copies); DualPipeV and PP 1 (no copy); MoE with EP (the experts' own group, dp / ep,
-// is one device: no reduction, no ZeRO-3 gather) and without (the experts join the dense
-// buckets). Checked to fail on each of: no tied all-reduce in the estimate (every tied case);
+// group (at TP 1 and TP 2; the compiler refuses DualPipe with dp > 1); DualPipeV and PP 1 (no
+// copy); MoE with EP (the experts' own group, dp / ep, is one device: no reduction, no ZeRO-3
+// gather) and without (the experts join the dense buckets). Checked to fail on each of: no tied all-reduce in the estimate (every tied case);
 // its nodes as ceil(2 / devices per node) (the cross-node pairs); the DualPipe reduction over
 // dp (the DualPipe cases); expert gradients reduced over dp with EP, or gathered by ZeRO-3
 // (the EP cases).
@@ -1574,6 +1573,7 @@ TEST(Estimate, ReducesGradientsOverTheGroupsTheCompilerEmits) {
       {false, {{"tp", 1}, {"pp", 4}, {"dp", 2}, {"family", "1f1b"}}, true},
       {false, {{"tp", 2}, {"pp", 4}, {"dp", 1}, {"family", "interleaved-1f1b"}, {"microbatches", 8}}, true},
       {false, {{"tp", 1}, {"pp", 4}, {"dp", 1}, {"family", "dualpipe"}, {"microbatches", 8}}, true},
+      {false, {{"tp", 2}, {"pp", 4}, {"dp", 1}, {"family", "dualpipe"}, {"microbatches", 8}}, true},
       {false, {{"tp", 1}, {"pp", 2}, {"dp", 4}, {"family", "dualpipev"}, {"microbatches", 8}}, false},
       {false, {{"tp", 2}, {"pp", 1}, {"dp", 4}, {"family", "1f1b"}}, false},
       {false, {{"tp", 1}, {"pp", 2}, {"dp", 4}, {"family", "1f1b"}, {"zero", 3}}, true},

@@ -2,6 +2,7 @@
 // (p, v, m), closed-form makespans with a tiny dependency-driven evaluator, validation errors,
 // directive conversion. The expected orders below were derived by hand from the rules of
 // reference/schedules-spec.md §2 (derivations in the comments), not by running the builders.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "stretto/compiler/compiler.h"
 #include "stretto/pipelines/builders.h"
+#include "stretto/plan/json_source.h"
+#include "stretto/plan/plan.h"
 
 namespace stretto::pipelines {
 
@@ -961,6 +965,59 @@ TEST(BuilderDirectives, ExpandBuilder) {
   ds = expand_builder(call);
   ASSERT_FALSE(ds);
   EXPECT_EQ(ds.error()[0].loc.json_pointer, "/schedule/builder");
+}
+
+// DualPipe from a layout with TP: the expansion drops the layout's whole-stage places, and the
+// directives after them (the shard_tensor) must be renumbered to their position in the schedule,
+// which is how the compiler looks them up. With the old numbering the TP directive's index named
+// a per-microbatch place: every op's device set came out empty (no work on any device, no
+// transfers, no gradient reductions; at PP2 the simulator crashed). TP 2 must compile to TP 1's
+// pattern: every device works, and the same transfer, tied-embedding and gradient-reduction
+// (the two copies of each op) node counts per TP rank.
+TEST(BuilderDirectives, DualPipeLayoutWithTensorParallelismCompilesEveryCopy) {
+  auto plan_json = [](int tp, int pp) {
+    return plan::Json{
+        {"model",
+         {{"family", "transformer"}, {"layers", 8}, {"hidden", 1024}, {"heads", 16},
+          {"ffn_hidden", 4096}, {"vocab", 50304}, {"seq_len", 2048}, {"microbatch_size", 1},
+          {"dtype", "bf16"}, {"gated_mlp", false}, {"pp_regions", pp},
+          {"tie_embeddings", true}}},
+        {"cluster", {{"preset", "h100-sxm"}, {"nodes", 1}, {"devices_per_node", tp * pp}}},
+        {"schedule",
+         {{"builder", "dualpipe"},
+          {"microbatches", 8},
+          {"layout", {{"tp", tp}, {"pp", pp}, {"dp", 1}}}}}};
+  };
+  for (int pp : {2, 4}) {
+    std::map<int, std::map<compiler::CommPurpose, int>> counts;  // tp -> purpose -> nodes
+    for (int tp : {1, 2}) {
+      SCOPED_TRACE(fmt::format("PP{} TP{}", pp, tp));
+      const plan::JsonSource src = plan::JsonSource::from_json(plan_json(tp, pp), "dualpipe");
+      auto plan = plan::parse_plan(src);
+      ASSERT_TRUE(plan) << render_all(plan.error());
+      auto ds = expand_builder(*plan->builder);
+      ASSERT_TRUE(ds) << render_all(ds.error());
+      for (size_t i = 0; i < ds->size(); ++i) EXPECT_EQ((*ds)[i].index, static_cast<int>(i));
+      auto cp = compiler::compile(*plan);
+      ASSERT_TRUE(cp) << render_all(cp.error());
+      std::vector<int> work(static_cast<size_t>(tp * pp), 0);
+      for (const compiler::Node& n : cp->dag.nodes) {
+        if (n.kind == compiler::NodeKind::kCompute)
+          for (int32_t d : cp->dag.device_sets[n.devs].devices) ++work[static_cast<size_t>(d)];
+        if (n.kind != compiler::NodeKind::kCompute) ++counts[tp][n.purpose];
+      }
+      for (size_t d = 0; d < work.size(); ++d) EXPECT_GT(work[d], 0) << "device " << d;
+      EXPECT_GT(counts[tp][compiler::CommPurpose::kTiedGrad], 0);
+      EXPECT_GT(counts[tp][compiler::CommPurpose::kGradReduce], 0);
+    }
+    SCOPED_TRACE(fmt::format("PP{}", pp));
+    // (one transfer per TP rank pair: TP 2 sends as many as TP 1; counted per node)
+    for (compiler::CommPurpose c : {compiler::CommPurpose::kActivation,
+                                    compiler::CommPurpose::kGradient,
+                                    compiler::CommPurpose::kTiedGrad})
+      EXPECT_EQ(counts[2][c], counts[1][c]) << static_cast<int>(c);
+    EXPECT_GT(counts[2][compiler::CommPurpose::kTensorPar], 0);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
