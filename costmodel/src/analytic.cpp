@@ -62,8 +62,6 @@ constexpr Calibration kCalibrations[] = {
 // kernel ns = B - (3 x input bytes + output bytes) / 4237 (m_backward_ns below).
 struct MemRates {
   double norm_f, norm_b, act_f, act_b, loss_f, loss_b, emb_f, emb_b;
-  double norm_b_floor_ns = 0;  // the norm backward takes at least this (0: no floor) ...
-  double norm_b_floor_bytes = 0;  // ... from this size up (the smallest row measured)
 };
 constexpr double kAddGBps = 4237.0;  // S: add, F
 constexpr double m_backward_ns(double b_ms, double input_bytes, double output_bytes) {
@@ -96,19 +94,6 @@ constexpr MemRates kH200Fused = {
     // M embedding B 0.6289 ms: the dense index-add over vocab x hidden (ATen
     // embedding_dense_backward); bytes 2 x T x h x 2 + V x h x 2
     (2 * kHidden + kEmbWeight) / m_backward_ns(0.6289, kEmbWeight, kHidden),
-    // S layer_norm B, all 12 rows (50 MB - 1.2 GB): the rows under ~300 MB take 0.086-0.108 ms
-    // whatever their size (a fixed cost: the dW column reduction's second pass and launch), the
-    // larger ones the rate above. The floor is the value that minimises the mean |relative
-    // error| of max(floor, bytes / 2401) over the 12 rows (a 250 ns grid): 96.25 us, mean
-    // |error| 5.4 % (22.1 % without it). Fitted on 8 rows alone it is 96.5 us, and the 4 rows
-    // held out (every third) are within +12.2 %. Below the smallest row (50 MB) unmeasured
-    // (docs/fidelity.md, "The fused norm backward's floor").
-    96250.0,
-    // S's smallest layer_norm B row: 3 x 4096 x 2048 x 2 bytes. Below it the floor shrinks with
-    // the bytes (unmeasured: the replay's bench-ops on the H200 timed at::rms_norm's backward at
-    // [4096, 1024], 25 MB, at 85 us per isolated call but 29 us inside a CUDA graph, so the
-    // floor is per-call time, and held as a constant it would price a 1 MB norm at 96 us).
-    50331648.0,
 };
 // An unfused PyTorch program as torch 2.11 (the measured version) runs it: each op is the ATen
 // op a plain program calls, with no compiler and no Transformer Engine.
@@ -139,19 +124,14 @@ constexpr MemRates kH200Eager = {
 // (1790), GeLU F 2756 / 3006, GeLU B 2982 / 3376; loss and embedding were measured on the H200
 // only and are scaled by the HBM ratio 3350 / 4800 (taken as bandwidth-bound).
 constexpr double kH100Hbm = 3350.0 / 4800.0;
-constexpr MemRates h100_of(const MemRates& r, double norm_b, double norm_b_floor_ns) {
+constexpr MemRates h100_of(const MemRates& r, double norm_b) {
   return {r.norm_f * 1836.0 / 2279.0, norm_b,
           r.act_f * 2756.0 / 3006.0,  r.act_b * 2982.0 / 3376.0,
           r.loss_f * kH100Hbm,        r.loss_b * kH100Hbm,
-          r.emb_f * kH100Hbm,         r.emb_b * kH100Hbm,
-          norm_b_floor_ns,            norm_b_floor_ns > 0 ? r.norm_b_floor_bytes : 0};
+          r.emb_f * kH100Hbm,         r.emb_b * kH100Hbm};
 }
-// The fused norm backward on the H100's own sweep (h100_kernels_measured_raw.json, layer_norm
-// B): 1790 GB/s, the median of its 9 rows of >= 200 MB; floor 83.25 us fitted as the H200's on
-// all 12 rows (mean |error| 3.2 %, 13.8 % without it; docs/fidelity.md), held from its smallest
-// row (the same 50 MB) up.
-constexpr MemRates kH100Fused = h100_of(kH200Fused, 1790.0, 83250.0);
-constexpr MemRates kH100Eager = h100_of(kH200Eager, kH200Eager.norm_b * 1790.0 / 2401.0, 0);
+constexpr MemRates kH100Fused = h100_of(kH200Fused, 1790.0);
+constexpr MemRates kH100Eager = h100_of(kH200Eager, kH200Eager.norm_b * 1790.0 / 2401.0);
 struct MemCalibration {
   const char* kind;
   MemRates fused, eager;
@@ -366,15 +346,11 @@ namespace {
 bool set_kernel_style(AnalyticParams& p, const std::string& device_kind, KernelStyle style) {
   p.kernel_style = style;
   p.op_GBps.fill(0);
-  p.op_floor_ns.fill(0);
-  p.op_floor_bytes.fill(0);
   if (style == KernelStyle::kRoofline) return true;
   for (const MemCalibration& c : kMemCalibrations) {
     if (!detail::iequals(device_kind, c.kind)) continue;
     const MemRates& r = style == KernelStyle::kFused ? c.fused : c.eager;
     p.op_GBps = {r.norm_f, r.norm_b, r.act_f, r.act_b, r.loss_f, r.loss_b, r.emb_f, r.emb_b};
-    p.op_floor_ns[static_cast<size_t>(MemOpClass::kNormB)] = r.norm_b_floor_ns;
-    p.op_floor_bytes[static_cast<size_t>(MemOpClass::kNormB)] = r.norm_b_floor_bytes;
     return true;
   }
   p.kernel_style = KernelStyle::kRoofline;
@@ -735,10 +711,7 @@ std::optional<double> measured_mem_ns(const AnalyticParams& p, const ComputeQuer
   }
   const double rate = p.op_GBps[static_cast<size_t>(cls)];
   if (rate <= 0 || bytes <= 0) return std::nullopt;
-  const size_t c = static_cast<size_t>(cls);
-  const double from = p.op_floor_bytes[c];
-  const double floor = p.op_floor_ns[c] * (from > 0 ? std::min(1.0, bytes / from) : 1.0);
-  return std::max(floor, bytes / rate);
+  return bytes / rate;
 }
 
 }  // namespace

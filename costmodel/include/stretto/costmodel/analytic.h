@@ -21,9 +21,7 @@
 //   a zero half-point drops its term. Memory-bound ops (Norm, MlpAct, Loss, Embedding) take
 //   bytes / rate: with kernel_style "roofline" rate = hbm * memory_efficiency; with "fused" or
 //   "eager" (the h100-sxm and h200 kinds, where the kernels were measured) the rate the measured
-//   PyTorch kernels of that style reach for the op class and pass (op_GBps), but at least that
-//   class's measured floor (op_floor_ns: the fused norm backward's fixed time, shrinking with
-//   the bytes below its smallest measured row, op_floor_bytes). A fused norm's
+//   PyTorch kernels of that style reach for the op class and pass (op_GBps). A fused norm's
 //   backward reads its inputs once for both gradients (bytes - bw_bytes); an embedding's
 //   backward adds the dense vocab x hidden gradient (param_bytes). Residual adds, softmax and the
 //   optimizer step stay at hbm * memory_efficiency (a stream, as measured for `add`).
@@ -109,13 +107,6 @@ struct AnalyticParams {
   /// measured kernels (calibrated_defaults(); sources in costmodel/src/analytic.cpp); 0 = no
   /// measurement (roofline).
   std::array<double, static_cast<size_t>(MemOpClass::kCount)> op_GBps{};
-  /// Measured floor (ns) of each MemOpClass under the kernel style, held from op_floor_bytes
-  /// (the smallest measured row) up: the op takes max(bytes / op_GBps, floor x min(1, bytes /
-  /// op_floor_bytes)), so below the measured rows the floor shrinks with the bytes instead of
-  /// being extrapolated. Only `fused` norm B has one (its kernel sweep's rows under ~300 MB take
-  /// a fixed ~0.1 ms whatever their size); 0 = none.
-  std::array<double, static_cast<size_t>(MemOpClass::kCount)> op_floor_ns{};
-  std::array<double, static_cast<size_t>(MemOpClass::kCount)> op_floor_bytes{};
   /// Output tile of a GEMM CTA: 128x128 is the common CUTLASS/cuBLAS Hopper BF16 tile.
   int gemm_tile_m = 128;
   int gemm_tile_n = 128;
