@@ -150,6 +150,7 @@ void edit_to_redraw(benchmark::State& state, bool gemm) {
   state.counters["engine_rerun"] = app.current->engine_rerun;
   state.counters["replayed_devices"] = app.current->replayed_devices;
   state.counters["allocator_replays"] = app.current->allocator_replays;
+  state.counters["sorted_devices"] = app.current->sorted_devices;
   state.counters["worker_ms"] = app.current->wall_ms;  // parse + (re)compile + simulate + lanes
   state.counters["prepare_ms"] = app.current->prepare_ms;
   state.counters["lanes_ms"] = app.current->lanes_ms;

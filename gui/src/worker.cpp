@@ -103,6 +103,7 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
       snap->replayed_devices =
           resim ? resim->replayed_devices() : static_cast<uint32_t>(r->devices.size());
       snap->allocator_replays = resim ? resim->allocator_replays() : snap->replayed_devices;
+      snap->sorted_devices = resim ? resim->sorted_devices() : snap->replayed_devices;
       auto session = std::make_shared<sim::Session>(std::move(*s));
       snap->result = std::move(*r);
       const compiler::CompiledPlan& cp = session->compiled();

@@ -8,6 +8,7 @@
 #include <span>
 
 #include "radix_sort.h"
+#include "replay_groups.h"
 
 namespace stretto::sim {
 
@@ -47,6 +48,36 @@ bool in_key_order(const uint32_t* order, uint32_t n, KeyOf&& key_of) {
     if (k > 0 && (key < last || (key == last && order[k] < order[k - 1]))) return false;
     last = key;
   }
+  return true;
+}
+
+/// A device's effects as listed (in task and effect order) before they are sorted: each one's
+/// sort key and what the replay takes of it.
+struct ListedEffect {
+  uint64_t key = 0;  // (time, kind), as sort_by_key takes it
+  uint8_t counter = 0;
+  int64_t delta = 0;
+  bool operator==(const ListedEffect&) const = default;
+};
+
+/// Two listings that are equal, key and (category, bytes) at every position, give the same
+/// order (sort_by_key is a function of the keys) and so the same replayed sequence: one sort
+/// serves both. listing_hash: equal listings, equal hashes (`seed` takes what else must be
+/// equal, the static memory). at(i) gives the i-th listed effect.
+template <class At>
+uint64_t listing_hash(uint32_t n, uint64_t seed, At&& at) {
+  uint64_t h = hash_step(seed, n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const ListedEffect e = at(i);
+    h = hash_step(hash_step(hash_step(h, e.key), e.counter), static_cast<uint64_t>(e.delta));
+  }
+  return h;
+}
+template <class AtA, class AtB>
+bool same_listing(uint32_t n_a, AtA&& at_a, uint32_t n_b, AtB&& at_b) {
+  if (n_a != n_b) return false;
+  for (uint32_t i = 0; i < n_a; ++i)
+    if (!(at_a(i) == at_b(i))) return false;
   return true;
 }
 

@@ -114,6 +114,7 @@ struct ReservedOrder {
   std::vector<int64_t> reserved;  // by device
   uint32_t replayed = 0;          // devices the last run replayed (sorted again, if kept)
   uint32_t replays = 0;           // replays of the allocator it ran (equal sequences share one)
+  uint32_t sorted = 0;            // of the replayed, those sorted (equal listings share one sort)
 };
 
 namespace {
@@ -169,11 +170,43 @@ bool same_sequence(const engine::Program& p, const ReservedOrder::Device& a,
   return true;
 }
 
-// The kept orders, checked against the new times and, where a device's moved, sorted again
-// (on up to `threads` threads, `parts` by dispatch lengths); then the devices that moved are
-// replayed, one of each group of equal sequences (replay_groups.h: the first in device order,
-// the group decided on this thread), the others taking its bytes. False when a listed task
-// did not run (the listing would differ).
+// A moved device's listing before its sort: its static blocks, then each listed effect's
+// sort key (under the new times) and (category, bytes). Two devices with equal listings get
+// the same order from sort_by_key (the same keys in the same positions) and so the same
+// sequence: data-parallel replicas usually do, and one sort serves them.
+ListedEffect listed_effect(const engine::Program& p,
+                           const std::vector<engine::TaskTiming>& timing,
+                           const ReservedOrder::Listed& l) {
+  const engine::CounterEffect& ce = p.effects[l.effect];
+  return {effect_key(ce, timing[l.task]), ce.counter, ce.delta};
+}
+
+uint64_t listed_hash(const engine::Program& p, const std::vector<engine::TaskTiming>& timing,
+                     const ReservedOrder::Device& dev) {
+  uint64_t seed = 0;
+  for (const int64_t b : {dev.statics.params, dev.statics.grads, dev.statics.optimizer})
+    seed = hash_step(seed, static_cast<uint64_t>(b));
+  return listing_hash(static_cast<uint32_t>(dev.listed.size()), seed,
+                      [&](uint32_t i) { return listed_effect(p, timing, dev.listed[i]); });
+}
+
+bool same_listed(const engine::Program& p, const std::vector<engine::TaskTiming>& timing,
+                 const ReservedOrder::Device& a, const ReservedOrder::Device& b) {
+  return same_static(a.statics, b.statics) &&
+         same_listing(
+             static_cast<uint32_t>(a.listed.size()),
+             [&](uint32_t i) { return listed_effect(p, timing, a.listed[i]); },
+             static_cast<uint32_t>(b.listed.size()),
+             [&](uint32_t i) { return listed_effect(p, timing, b.listed[i]); });
+}
+
+// The kept orders, checked against the new times; the devices that moved are grouped by their
+// listing (above: one sort per group of equal listings, the first in device order sorting,
+// the others taking its order), sorted again (on up to `threads` threads, `parts` by dispatch
+// lengths, then ranges of about equal effects), and replayed, one of each group of equal
+// sequences (replay_groups.h: the first in device order, both groupings decided on this
+// thread), the others taking its bytes. False when a listed task did not run (the listing
+// would differ).
 bool replay_kept(ReservedOrder& o, const CompiledPlan& cp, const engine::Program& p,
                  const std::vector<engine::TaskTiming>& timing,
                  const std::vector<uint32_t>& parts, int threads) {
@@ -183,7 +216,6 @@ bool replay_kept(ReservedOrder& o, const CompiledPlan& cp, const engine::Program
   std::vector<char> moved(D, 0);
   std::vector<uint64_t> hash(D, 0);
   fork_join(num_parts, [&](size_t j) {
-    std::vector<uint64_t> keys;
     for (uint32_t d = parts[j]; d < parts[j + 1]; ++d) {
       if (!(o.want.empty() || o.want[d])) continue;
       ReservedOrder::Device& dev = o.devices[d];
@@ -197,48 +229,71 @@ bool replay_kept(ReservedOrder& o, const CompiledPlan& cp, const engine::Program
       const compiler::StaticMemory sm =
           d < cp.static_mem.size() ? cp.static_mem[d] : compiler::StaticMemory{};
       if (sorted && ran && same_static(sm, dev.statics)) continue;
-      const auto n = static_cast<uint32_t>(dev.listed.size());
-      keys.resize(n);
-      for (uint32_t i = 0; i < n; ++i) {
-        const engine::TaskTiming& tt = timing[dev.listed[i].task];
-        ran &= tt.start >= 0;
-        keys[i] = effect_key(p.effects[dev.listed[i].effect], tt);
-      }
+      for (const ReservedOrder::Listed& l : dev.listed) ran &= timing[l.task].start >= 0;
       if (!ran) {
         failed[j] = 1;
         return;
       }
-      sort_by_key(keys.data(), 0, n, dev.order.data());
       dev.statics = sm;
       moved[d] = 1;
-      hash[d] = sequence_hash(p, dev);
+      hash[d] = listed_hash(p, timing, dev);
     }
   });
   if (std::find(failed.begin(), failed.end(), 1) != failed.end()) return false;
   std::vector<uint32_t> to_replay;
   for (uint32_t d = 0; d < D; ++d)
     if (moved[d]) to_replay.push_back(d);
-  const std::vector<uint32_t> first = first_equal(
+  const std::vector<uint32_t> sorts_for = first_equal_on_threads(
       to_replay, [&](uint32_t d) { return hash[d]; },
-      [&](uint32_t a, uint32_t b) { return same_sequence(p, o.devices[a], o.devices[b]); });
-  // The firsts replayed, in contiguous device ranges of about equal effects.
+      [&](uint32_t a, uint32_t b) { return same_listed(p, timing, o.devices[a], o.devices[b]); },
+      [&](uint32_t d) { return static_cast<uint32_t>(o.devices[d].listed.size()); }, threads);
+  // The first of each listing group sorted, in contiguous device ranges of about equal effects
+  // (then the hash of its sequence); the others take its order.
+  std::vector<uint32_t> sorters;
   std::vector<uint32_t> work(D + size_t{1}, 0);
   for (size_t k = 0, d = 0; d < D; ++d) {
-    const bool replays = k < to_replay.size() && to_replay[k] == d && first[k++] == d;
-    work[d + 1] = work[d] + (replays ? static_cast<uint32_t>(o.devices[d].order.size()) + 1 : 0);
+    const bool sorts = k < to_replay.size() && to_replay[k] == d && sorts_for[k++] == d;
+    if (sorts) sorters.push_back(static_cast<uint32_t>(d));
+    work[d + 1] = work[d] + (sorts ? static_cast<uint32_t>(o.devices[d].listed.size()) + 1 : 0);
   }
-  const std::vector<uint32_t> ranges =
-      device_ranges(work, static_cast<uint32_t>(std::max(threads, 1)));
+  std::vector<uint32_t> ranges = device_ranges(work, static_cast<uint32_t>(std::max(threads, 1)));
+  fork_join(ranges.size() - 1, [&](size_t j) {
+    std::vector<uint64_t> keys;
+    for (uint32_t d = ranges[j]; d < ranges[j + 1]; ++d) {
+      if (work[d + 1] == work[d]) continue;
+      ReservedOrder::Device& dev = o.devices[d];
+      const auto n = static_cast<uint32_t>(dev.listed.size());
+      keys.resize(n);
+      for (uint32_t i = 0; i < n; ++i)
+        keys[i] = effect_key(p.effects[dev.listed[i].effect], timing[dev.listed[i].task]);
+      sort_by_key(keys.data(), 0, n, dev.order.data());
+      hash[d] = sequence_hash(p, dev);
+    }
+  });
+  for (size_t k = 0; k < to_replay.size(); ++k)
+    if (sorts_for[k] != to_replay[k]) o.devices[to_replay[k]].order = o.devices[sorts_for[k]].order;
+  // Equal listings give equal sequences, so the replay groups are formed over the sorters.
+  const std::vector<uint32_t> first = first_equal(
+      sorters, [&](uint32_t d) { return hash[d]; },
+      [&](uint32_t a, uint32_t b) { return same_sequence(p, o.devices[a], o.devices[b]); });
+  std::vector<uint32_t> replays_for(D, UINT32_MAX);  // by sorter: the device it replays with
+  for (size_t k = 0; k < sorters.size(); ++k) replays_for[sorters[k]] = first[k];
+  // The firsts replayed, in contiguous device ranges of about equal effects.
+  for (uint32_t d = 0; d < D; ++d)
+    work[d + 1] = work[d] + (replays_for[d] == d ? static_cast<uint32_t>(o.devices[d].order.size()) + 1 : 0);
+  ranges = device_ranges(work, static_cast<uint32_t>(std::max(threads, 1)));
   fork_join(ranges.size() - 1, [&](size_t j) {
     AllocationReplay a;
     for (uint32_t d = ranges[j]; d < ranges[j + 1]; ++d)
       if (work[d + 1] != work[d]) o.reserved[d] = replay_device(a, p, o.devices[d]);
   });
   o.replayed = static_cast<uint32_t>(to_replay.size());
+  o.sorted = static_cast<uint32_t>(sorters.size());
   o.replays = 0;
   for (size_t k = 0; k < to_replay.size(); ++k) {
-    o.replays += first[k] == to_replay[k];
-    o.reserved[to_replay[k]] = o.reserved[first[k]];
+    const uint32_t r = replays_for[sorts_for[k]];
+    o.replays += r == to_replay[k];
+    o.reserved[to_replay[k]] = o.reserved[r];
   }
   return true;
 }
@@ -295,7 +350,7 @@ struct MemoryReplay {
   }
   if (kept) {
     kept->valid = false;
-    kept->replayed = kept->replays = 0;
+    kept->replayed = kept->replays = kept->sorted = 0;
   }
   if (keep) kept->devices.assign(D, {});
   std::vector<char> skipped(parts.size() - 1, 0);  // a task that did not run (not kept)
@@ -396,11 +451,11 @@ struct MemoryReplay {
     kept->want = want;
     kept->reserved = out.reserved;
     for (uint32_t d = 0; d < D; ++d) kept->replayed += wanted(d);
-    kept->replays = kept->replayed;
+    kept->replays = kept->sorted = kept->replayed;
     kept->valid = std::find(skipped.begin(), skipped.end(), 1) == skipped.end();
   } else if (kept && what.reserved) {
     for (uint32_t d = 0; d < D; ++d) kept->replayed += wanted(d);
-    kept->replays = kept->replayed;
+    kept->replays = kept->sorted = kept->replayed;
   }
   return out;
 }
@@ -542,7 +597,7 @@ Expected<Result> simulate_impl(const CompiledPlan& cp, const cost::CostModel& cm
   std::vector<int64_t> reserved(static_cast<size_t>(D), 0);
   if (kept) {
     kept->order->valid = kept->order->valid && !cpu;
-    kept->order->replayed = kept->order->replays = 0;
+    kept->order->replayed = kept->order->replays = kept->order->sorted = 0;
   }
   if (!cpu || engine_counted_nothing) {
     ReplayWhat what;
@@ -672,6 +727,7 @@ Expected<Result> Resimulator::simulate(const CompiledPlan& cp, const cost::CostM
   engine_prepared_ = kept.prepared;
   replayed_ = r ? order_->replayed : 0;
   replays_ = r ? order_->replays : 0;
+  sorted_ = r ? order_->sorted : 0;
   last_ = r ? std::make_shared<const int>(0) : nullptr;
   if (r) r->resimulation = last_;
   return r;

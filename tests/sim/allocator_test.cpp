@@ -619,7 +619,72 @@ TEST(ReservedMemory, EqualSequencesShareTheFirstOnesReplay) {
     EXPECT_EQ(first_equal(items, real_hash, same), want) << "trial " << trial;
     EXPECT_EQ(first_equal(items, [](uint32_t) { return uint64_t{0}; }, same), want)
         << "trial " << trial;
+    // the same with the comparisons on threads (a colliding hash: computed again serially)
+    auto weight = [&](uint32_t i) { return static_cast<uint32_t>(seq[i].size()); };
+    for (const int threads : {1, 2, 3}) {
+      EXPECT_EQ(first_equal_on_threads(items, real_hash, same, weight, threads), want)
+          << "trial " << trial << " threads " << threads;
+      EXPECT_EQ(first_equal_on_threads(items, [](uint32_t) { return uint64_t{0}; }, same, weight,
+                                       threads),
+                want)
+          << "trial " << trial << " threads " << threads;
+      EXPECT_EQ(first_equal_on_threads(items, [&](uint32_t i) { return real_hash(i) % 3; }, same,
+                                       weight, threads),
+                want)
+          << "trial " << trial << " threads " << threads;
+    }
   }
+}
+
+// Devices whose effects are listed alike share one sort: same_listing says two listings give
+// the same replayed sequence, and must not say so of listings whose (category, bytes) agree
+// while their times differ (the sort would order them differently). Random listings over a
+// small alphabet (many pairs alike in all but the keys), every pair against sorting both.
+TEST(ReservedMemory, EqualListingsShareOneSort) {
+  std::mt19937_64 rng(29);
+  uint32_t alike = 0, same_but_keys = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const size_t n = 2 + rng() % 6;
+    std::vector<std::vector<ListedEffect>> lists(n);
+    const uint32_t len = 1 + static_cast<uint32_t>(rng() % 5);
+    for (auto& l : lists) {
+      l.resize(rng() % 4 == 0 ? len + 1 : len);
+      for (ListedEffect& e : l)
+        e = {rng() % 3, static_cast<uint8_t>(rng() % 2), rng() % 2 ? 64 : -64};
+    }
+    auto sequence = [&](const std::vector<ListedEffect>& l) {
+      std::vector<uint64_t> keys;
+      for (const ListedEffect& e : l) keys.push_back(e.key);
+      std::vector<uint32_t> order(l.size());
+      sort_by_key(keys.data(), 0, static_cast<uint32_t>(l.size()), order.data());
+      std::vector<std::pair<int, int64_t>> seq;
+      for (const uint32_t i : order) seq.push_back({l[i].counter, l[i].delta});
+      return seq;
+    };
+    for (const auto& a : lists)
+      for (const auto& b : lists) {
+        auto at_a = [&](uint32_t i) { return a[i]; };
+        auto at_b = [&](uint32_t i) { return b[i]; };
+        const auto na = static_cast<uint32_t>(a.size()), nb = static_cast<uint32_t>(b.size());
+        const bool same = same_listing(na, at_a, nb, at_b);
+        EXPECT_EQ(same, a == b) << "trial " << trial;
+        if (!same) continue;
+        ++alike;
+        EXPECT_EQ(sequence(a), sequence(b)) << "trial " << trial;
+        EXPECT_EQ(listing_hash(na, 7, at_a), listing_hash(nb, 7, at_b)) << "trial " << trial;
+      }
+    for (const auto& a : lists)
+      for (const auto& b : lists) {
+        bool differ_in_keys_only = a.size() == b.size() && a != b;
+        for (size_t i = 0; differ_in_keys_only && i < a.size(); ++i)
+          differ_in_keys_only = a[i].counter == b[i].counter && a[i].delta == b[i].delta;
+        same_but_keys += differ_in_keys_only && sequence(a) != sequence(b);
+      }
+  }
+  // listings alike but for their keys, whose sequences differ, came up (so that comparing
+  // (category, bytes) alone fails the test)
+  EXPECT_GT(same_but_keys, 0u);
+  EXPECT_GT(alike, 0u);
 }
 
 // A Resimulator keeps each device's order of memory effects and its reserved bytes from its
@@ -641,7 +706,7 @@ TEST(ReservedMemory, AResimulatorReplaysOnlyTheDevicesWhoseEffectsMoved) {
       {{"dispatch_us", 30}},          {{"nccl_intra_GBps", 400}, {"gemm_efficiency", 0.8}},
       {{"comm_sm_share", 0.4}},       {{"attention_efficiency", 0.2}},
   };
-  uint32_t kept = 0, replayed = 0, changed = 0, shared = 0;
+  uint32_t kept = 0, replayed = 0, changed = 0, shared = 0, sorted = 0;
   for (const Case& c : {Case{"gpt_pp4_dp2_1f1b.json", false, Granularity::kOp},
                         Case{"megatron_gpt13b_tp8_pp2_dp2.json", false, Granularity::kOp},
                         Case{"piper_qwen3_moe_pp2_dp2_ep2.json", false, Granularity::kOp},
@@ -669,8 +734,10 @@ TEST(ReservedMemory, AResimulatorReplaysOnlyTheDevicesWhoseEffectsMoved) {
         ASSERT_TRUE(next);
         expect_same_result(*s->simulate(opt), *next);
         EXPECT_LE(resim.replayed_devices(), simulated);
-        EXPECT_LE(resim.allocator_replays(), resim.replayed_devices());
+        EXPECT_LE(resim.allocator_replays(), resim.sorted_devices());
+        EXPECT_LE(resim.sorted_devices(), resim.replayed_devices());
         shared += resim.replayed_devices() - resim.allocator_replays();
+        sorted += resim.sorted_devices();
         kept += simulated - resim.replayed_devices();
         replayed += resim.replayed_devices();
         for (size_t d = 0; d < next->devices.size(); ++d)
@@ -679,8 +746,8 @@ TEST(ReservedMemory, AResimulatorReplaysOnlyTheDevicesWhoseEffectsMoved) {
       }
     }
   }
-  std::printf("kept %u replayed %u (%u of them sharing a replay) changed %u\n", kept, replayed,
-              shared, changed);
+  std::printf("kept %u replayed %u (%u sorted, %u sharing a replay) changed %u\n", kept,
+              replayed, sorted, shared, changed);
   EXPECT_GT(kept, 0u);
   EXPECT_GT(shared, 0u);
   EXPECT_GT(replayed, 0u);
@@ -712,8 +779,10 @@ TEST(ReservedMemory, ReplicasShareOneReplayAndTakeItsBytes) {
       auto next = resim.simulate(s->compiled(), s->cost_model(), opt, &*prev);
       ASSERT_TRUE(next);
       expect_same_result(*s->simulate(opt), *next);
-      // the replayed devices are whole stages (4 replicas each), one replay per stage
+      // the replayed devices are whole stages (4 replicas each), one sort and one replay per
+      // stage (the replicas' effects are listed with equal times)
       EXPECT_EQ(resim.replayed_devices(), 4 * resim.allocator_replays());
+      EXPECT_EQ(resim.sorted_devices(), resim.allocator_replays());
       replayed += resim.replayed_devices();
       // devices 1-3 and 5-7 are replicas of 0 and 4
       for (const uint32_t d : {1u, 2u, 3u, 5u, 6u, 7u})

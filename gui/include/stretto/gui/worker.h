@@ -43,6 +43,9 @@ struct Snapshot {
   /// The allocator replays they took (sim::Resimulator::allocator_replays: devices whose
   /// effects come in the same sequence share one).
   uint32_t allocator_replays = 0;
+  /// Of the replayed devices, those sorted again (sim::Resimulator::sorted_devices: devices
+  /// whose effects are listed with equal times share one sort).
+  uint32_t sorted_devices = 0;
 };
 
 

@@ -126,6 +126,11 @@ class Resimulator {
   /// come in the same sequence (and with the same static memory) share one after a re-costed
   /// edit (data-parallel replicas usually do), so this is at most replayed_devices().
   uint32_t allocator_replays() const { return replays_; }
+  /// Of the replayed devices, those whose effects the last simulate sorted: devices whose
+  /// effects are listed with equal times, kinds and (category, bytes) share one sort (their
+  /// order is the same), so this is at most replayed_devices() (and at least
+  /// allocator_replays()).
+  uint32_t sorted_devices() const { return sorted_; }
 
  private:
   engine::Engine engine_;
@@ -135,6 +140,7 @@ class Resimulator {
   bool reused_ = false;
   uint32_t replayed_ = 0;
   uint32_t replays_ = 0;
+  uint32_t sorted_ = 0;
 };
 
 /// The chain of ops and waits that determines the step time, last op first reversed to
