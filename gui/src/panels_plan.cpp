@@ -425,9 +425,9 @@ void parameters_tab(App& app) {
   field_int(app, doc, rp, "zero");
   field_bool(app, rp, "sequence_parallel");
   field_bool(app, rp, "tp_comm_overlap");
-  ImGui::TextUnformatted(fmt::format("recompute {}, streams {}, global batch {} sequences",
-                                     rp.recompute, rp.streams, rp.global_batch())
-                             .c_str());
+  ImGui::TextWrapped("%s", fmt::format("recompute {}, streams {}, global batch {} sequences",
+                                       rp.recompute, rp.streams, rp.global_batch())
+                               .c_str());
   // One slider for every replicate directive's bucket size (a hand-written directive list).
   const OJson* sched = at(app, "/schedule");
   std::vector<std::string> reps;

@@ -62,12 +62,16 @@ void draw_memory_panel(App& app) {
   ImGui::Checkbox("scale to peak", &app.memory_to_peak);
   app.hook("scale to peak");
   // Capacity is judged on the device total (reserved + CUDA context + NCCL buffers), so it is shown.
-  ImGui::TextColored(dm.over_capacity ? kRed : kGrey, "peak %s at %s, reserved %s, device total %s, of %s%s",
-                     format_bytes(static_cast<double>(dm.peak_memory)).c_str(),
-                     format_time(static_cast<double>(dm.peak_time)).c_str(),
-                     format_bytes(static_cast<double>(dm.peak_reserved)).c_str(),
-                     format_bytes(static_cast<double>(dm.peak_device())).c_str(),
-                     format_bytes(capacity).c_str(), dm.over_capacity ? "  OVER CAPACITY" : "");
+  // Short enough for one line at the default layout ("device total X, of C" clipped C there).
+  ImGui::PushStyleColor(ImGuiCol_Text, dm.over_capacity ? kRed : kGrey);
+  ImGui::TextUnformatted(fmt::format("peak {} at {}, reserved {}, total {} of {}{}",
+                                     format_bytes(static_cast<double>(dm.peak_memory)),
+                                     format_time(static_cast<double>(dm.peak_time)),
+                                     format_bytes(static_cast<double>(dm.peak_reserved)),
+                                     format_bytes(static_cast<double>(dm.peak_device())),
+                                     format_bytes(capacity), dm.over_capacity ? "  OVER CAPACITY" : "")
+                             .c_str());
+  ImGui::PopStyleColor();
   app.hook("memory peak line");
   const App::MemoryCurve& now_c = app.memory_curve_of(app.memory_device);
   const App::MemoryCurve& base_c = app.baseline_memory_curve_of(app.memory_device);
@@ -311,13 +315,18 @@ void draw_memory_panel(App& app) {
 namespace {
 
 void summary_tab(App& app) {
+  const std::vector<MetricRow> rows = metric_rows(*app.current, app.baseline.get());
+  // The metric column is as wide as its longest name (it clipped "exposed comm per device" at
+  // the default layout); the three value columns share the rest.
+  float name_w = ImGui::CalcTextSize("metric").x;
+  for (const MetricRow& m : rows) name_w = std::max(name_w, ImGui::CalcTextSize(m.metric.c_str()).x);
   if (ImGui::BeginTable("summary", 4, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV)) {
-    ImGui::TableSetupColumn("metric");
-    ImGui::TableSetupColumn("now");
-    ImGui::TableSetupColumn("baseline");
-    ImGui::TableSetupColumn("delta");
+    ImGui::TableSetupColumn("metric", ImGuiTableColumnFlags_WidthFixed, name_w);
+    ImGui::TableSetupColumn("now", ImGuiTableColumnFlags_WidthStretch);
+    ImGui::TableSetupColumn("baseline", ImGuiTableColumnFlags_WidthStretch);
+    ImGui::TableSetupColumn("delta", ImGuiTableColumnFlags_WidthStretch);
     ImGui::TableHeadersRow();
-    for (const MetricRow& m : metric_rows(*app.current, app.baseline.get())) {
+    for (const MetricRow& m : rows) {
       ImGui::TableNextRow();
       for (const std::string* t : {&m.metric, &m.now, &m.baseline, &m.delta}) {
         ImGui::TableNextColumn();
