@@ -129,6 +129,26 @@ std::vector<std::vector<uint32_t>> local_preds(const CompiledPlan& cp,
     }
     preds[o.node].assign(found.begin(), found.end());
   }
+  // Megatron-LM's asynchronous input-gradient all-reduce (compiler TpOverlap::kAsync) depends
+  // on its B node's predecessors in the DAG, and the B node's consumers on the B node alone (the
+  // simulator prices the collective inside the node): the replay reduces the gradient that B
+  // computes, so the collective waits for B, and whatever waits for B waits for it too.
+  std::map<uint32_t, uint32_t> comm_of;
+  for (const auto& pr : dag.tp_overlaps)
+    if (pr.method == compiler::TpOverlap::kAsync && mine[pr.compute] && mine[pr.comm]) {
+      comm_of[pr.compute] = pr.comm;
+      preds[pr.comm].push_back(pr.compute);
+    }
+  if (!comm_of.empty())
+    for (const auto& o : ops) {
+      std::vector<uint32_t>& p = preds[o.node];
+      const size_t n = p.size();
+      for (size_t i = 0; i < n; ++i)
+        if (auto it = comm_of.find(p[i]); it != comm_of.end() && it->second != o.node)
+          p.push_back(it->second);
+      std::sort(p.begin(), p.end());
+      p.erase(std::unique(p.begin(), p.end()), p.end());
+    }
   return preds;
 }
 

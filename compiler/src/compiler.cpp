@@ -46,7 +46,7 @@ std::string_view comm_purpose_name(CommPurpose p) {
 }
 std::string_view tp_overlap_name(TpOverlap m) {
   static constexpr std::string_view kN[] = {"none", "ring exchange", "pipeline", "bulk",
-                                            "context-parallel ring"};
+                                            "context-parallel ring", "async"};
   return kN[static_cast<size_t>(m)];
 }
 
@@ -2161,10 +2161,17 @@ uint32_t Compiler::backward_outputs(uint32_t o, int mb, Pass bp, uint32_t first,
     // the weight-gradient GEMM (TE's bulk qkv_wgrad / fc1_wgrad), after the re-gather on the
     // same stream; the B node, priced with the pair's closed form, is what the producers'
     // backward waits for. (Split BI/BW: it follows BI, beside whatever runs next.)
-    const bool beside_wgrad = tp_overlapped(u, op) && !u.split_bwd && out == first;
+    // Without it, Megatron-LM (since 2022) launches the same collective with NCCL right after
+    // the input-gradient GEMM, beside the weight-gradient GEMM (model async_tp_grad_reduce;
+    // 2021 Megatron-LM ran it after both GEMMs): the same pair, NCCL's kernels sharing the
+    // SMs (TpOverlap::kAsync).
+    const bool bulk = tp_overlapped(u, op);
+    const bool beside_wgrad =
+        (bulk || plan_.model.async_tp_grad_reduce) && !u.split_bwd && out == first;
     if (beside_wgrad) {
       for (uint32_t d : deps) edge(d, c);
-      overlap_pair(first, c, TpOverlap::kBulk, OverlapPart::kWeightGrad);
+      overlap_pair(first, c, bulk ? TpOverlap::kBulk : TpOverlap::kAsync,
+                   OverlapPart::kWeightGrad);
     } else {
       edge(out, c);
     }

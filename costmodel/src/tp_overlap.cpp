@@ -9,7 +9,9 @@ namespace stretto::cost {
 
 CommCost overlapped_comm_cost(const CostModel& cm, const CommQuery& q, compiler::TpOverlap method) {
   STRETTO_ASSERT(method != compiler::TpOverlap::kCpRing, "a CP ring is priced by cp_attention.h");
-  if (method == compiler::TpOverlap::kBulk || method == compiler::TpOverlap::kNone) return cm.comm(q);
+  if (method == compiler::TpOverlap::kBulk || method == compiler::TpOverlap::kNone ||
+      method == compiler::TpOverlap::kAsync)
+    return cm.comm(q);
   const int t = std::max(2, q.group_size);
   CommQuery chunk = q;
   int steps = 0;
@@ -55,9 +57,17 @@ int64_t overlapped_pair_ns(compiler::TpOverlap method, int64_t gemm_ns, int64_t 
       break;
     case compiler::TpOverlap::kNone:
     case compiler::TpOverlap::kCpRing:  // (priced by cp_attention.h, not here)
+    case compiler::TpOverlap::kAsync:   // (async_pair_ns: it needs the interference share)
       return gemm_ns;
   }
   return static_cast<int64_t>(std::ceil(t - 1e-6));
+}
+
+int64_t async_pair_ns(int64_t gemm_ns, int64_t comm_ns, double comm_sm_share) {
+  STRETTO_ASSERT(comm_sm_share >= 0 && comm_sm_share <= 1, "comm_sm_share outside [0, 1]");
+  const double g = static_cast<double>(gemm_ns);
+  const double c = static_cast<double>(comm_ns);
+  return static_cast<int64_t>(std::ceil(std::max(c, g + comm_sm_share * c) - 1e-6));
 }
 
 }  // namespace stretto::cost

@@ -72,7 +72,7 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
   auto g = compiler::expand_model(ms, nullptr, cp, cp_comm);
   if (!g) return c;  // empty: the point's own compile reports the problem
   const int L = g->layers;
-  for (auto* v : {&c.f, &c.bi, &c.bw, &c.tp_f, &c.tp_b, &c.a2a, &c.attn_f, &c.saved, &c.boundary,
+  for (auto* v : {&c.f, &c.bi, &c.bw, &c.tp_f, &c.tp_b, &c.tp_b_async, &c.a2a, &c.attn_f, &c.saved, &c.boundary,
                   &c.params, &c.expert_params, &c.layer_param_bytes})
     v->assign(std::max(1, L), 0.0);
   const int dpn = std::max(1, plan_.cluster.devices_per_node);
@@ -183,9 +183,16 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
     if (tp > 1 && op.tp == TpSplit::kRow)
       c.tp_f[layer] += comm_ns(CommKind::kAllReduce, op.out_bytes, tp, tp_nodes);
     // The backward all-reduce of a column-parallel GEMM is over its input gradient.
-    if (tp > 1 && op.tp == TpSplit::kColumn && op.kind != OpKind::kMlpAct && !op.inputs.empty())
-      c.tp_b[layer] +=
-          comm_ns(CommKind::kAllReduce, g->ops[op.inputs[0]].out_bytes, tp, tp_nodes);
+    // Asynchronous (async_tp_grad_reduce), it runs beside the weight gradient and costs the
+    // B node max(C, BW + s·C) − BW (cost::async_pair_ns, as the simulator prices it).
+    if (tp > 1 && op.tp == TpSplit::kColumn && op.kind != OpKind::kMlpAct && !op.inputs.empty()) {
+      const double ar = comm_ns(CommKind::kAllReduce, g->ops[op.inputs[0]].out_bytes, tp, tp_nodes);
+      c.tp_b[layer] += ar;
+      if (plan_.model.async_tp_grad_reduce) {
+        const double share = cm_->interference().comm_sm_share;
+        c.tp_b_async[layer] += ar - (std::max(ar, bw + share * ar) - bw);
+      }
+    }
     c.out_bytes = static_cast<double>(op.out_bytes) / tp;
   }
   return c;
@@ -206,6 +213,8 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
   if (v <= 0 || (two_chunk && v == 1))
     v = (fam == "interleaved-1f1b" || fam == "looped-bfs" || two_chunk) ? 2 : 1;
   const int chunks = fam == "dualpipe" ? p : p * v;  // PP regions
+  // Families whose backward is split into BI + BW (the TP collective then follows BI).
+  const bool split_bwd = fam.rfind("zb", 0) == 0 || fam.rfind("dualpipe", 0) == 0;
   plan::CpCommType cp_comm = plan::CpCommType::kP2P;
   for (auto t : {plan::CpCommType::kAllGather, plan::CpCommType::kA2A})
     if (r.cp_comm_type == plan::cp_comm_type_name(t)) cp_comm = t;
@@ -240,7 +249,7 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
     double f = 0, bi = 0, bw = 0, params = 0, expert = 0, saved = 0, pbytes = 0, gather = 0;
     for (int l = lo; l < hi; ++l) {
       f += c.f[l] + c.tp_f[l] + 2 * c.a2a[l];
-      bi += c.bi[l] + c.tp_b[l] + 2 * c.a2a[l];
+      bi += c.bi[l] + c.tp_b[l] - (split_bwd ? 0 : c.tp_b_async[l]) + 2 * c.a2a[l];
       bw += c.bw[l];
       params += c.params[l] + c.expert_params[l];
       expert += c.expert_params[l];

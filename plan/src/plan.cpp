@@ -362,7 +362,7 @@ void parse_model(Reader& r, ModelSpec& m) {
     r.num(P, "model", "flops", m.flops);
     for (const char* k : {"hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab",
                           "make_vocab_size_divisible_by", "seq_len", "moe", "attention", "bias",
-                          "dropout"})
+                          "dropout", "async_tp_grad_reduce"})
       if (r.has(P, k))
         r.error(P + "/" + k, fmt::format("'{}' does not apply to a synthetic model", k),
                 "synthetic models take activation_bytes, param_bytes, boundary_bytes, flops", -1,
@@ -384,6 +384,7 @@ void parse_model(Reader& r, ModelSpec& m) {
                         {AttentionImpl::kFlash, AttentionImpl::kUnfused});
   r.boolean(P, "bias", m.bias);
   r.num(P, "model", "dropout", m.dropout);
+  r.boolean(P, "async_tp_grad_reduce", m.async_tp_grad_reduce);
   for (const char* k : {"activation_bytes", "param_bytes", "boundary_bytes", "flops"})
     if (r.has(P, k))
       r.error(P + "/" + k, fmt::format("'{}' only applies to a synthetic model", k), "", -1, true);

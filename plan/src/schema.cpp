@@ -141,6 +141,8 @@ constexpr PlanKey kKeys[] = {
     {.section = "model", .key = "dropout", .type = K::kNumber, .min = 0, .max = 0.999999,
      .fallback = "0",
      .doc = "hidden and attention dropout probability; > 0 adds the masks' traffic and memory (1 byte per element) to the bias-dropout-add kernels and, with unfused attention, a dropout over the s x s probabilities. 0 = no dropout kernels", .applies = "transformer"},
+    {.section = "model", .key = "async_tp_grad_reduce", .type = K::kBoolean, .fallback = "true",
+     .doc = "the TP all-reduce (reduce-scatter with sequence parallelism) of a column-parallel linear's input gradient runs beside its weight-gradient GEMM, as Megatron-LM has done since 2022 (ColumnParallelLinearWithAsyncAllreduce, later LinearWithGradAccumulationAndAsyncCommunication; Megatron-Core, Transformer Engine). false: it follows both GEMMs, as in 2021 Megatron-LM (ColumnParallelLinear's copy_to_tensor_model_parallel_region)", .applies = "transformer"},
 
     // ---- model.moe
     {.section = "moe", .key = "experts", .type = K::kInteger, .min = 1, .max = 1e6,

@@ -265,7 +265,10 @@ class ProgramBuilder {
         itf_(cm.interference()), queries_(cp),
         compute_memo_(4 * cp.model.ops.size()),  // (~a query per op, pass)
         comm_memo_(cp.model.ops.size()) {
-    for (const compiler::TpOverlapPair& pr : cp.dag.tp_overlaps) overlaps_of_[pr.compute].push_back(&pr);
+    for (const compiler::TpOverlapPair& pr : cp.dag.tp_overlaps) {
+      overlaps_of_[pr.compute].push_back(&pr);
+      if (pr.method == compiler::TpOverlap::kAsync) async_gemm_of_[pr.comm] = pr.compute;
+    }
   }
 
   Program build() {
@@ -589,6 +592,7 @@ class ProgramBuilder {
     num_streams_ = dag_.streams.size();
     recent_.assign(static_cast<size_t>(D_) * num_streams_ * kRecent, UINT32_MAX);
     last_compute_.assign(itf_.host_compute ? static_cast<size_t>(D_) : 0, UINT32_MAX);
+    before_last_compute_ = last_compute_;
     cold_model_ = itf_.host_compute &&
                   std::any_of(itf_.host_cold_factor.begin(), itf_.host_cold_factor.end(),
                               [](double f) { return f != 1.0; });
@@ -632,7 +636,10 @@ class ProgramBuilder {
 
   // tp_comm_overlap (compiler/dag.h TpOverlap): an overlapped collective costs its chunks
   // (cost::overlapped_comm_cost, memoised under its method), and the GEMM it overlaps takes
-  // the pair's closed form (cost::overlapped_pair_ns) on its compute node.
+  // the pair's closed form (cost::overlapped_pair_ns) on its compute node. The asynchronous
+  // input-gradient all-reduce (kAsync) costs the collective itself, and the weight-gradient
+  // GEMM beside it cost::async_pair_ns, which holds its SM share (so the engine, seeing an
+  // overlapped task, does not slow the GEMM a second time).
   const cost::CommCost& comm_cost(const Node& x) {
     const cost::CommQuery q = queries_.comm(x);
     if (x.tp_overlap == compiler::TpOverlap::kNone)
@@ -654,6 +661,9 @@ class ProgramBuilder {
       for (const compiler::TpOverlapPair* pr : prs)
         if (pr->method == compiler::TpOverlap::kCpRing)
           return cp_pair_ns(nd, dag_.nodes[pr->comm], gemm_ns);
+        else if (pr->part == part && pr->method == compiler::TpOverlap::kAsync)
+          return cost::async_pair_ns(gemm_ns, comm_cost(dag_.nodes[pr->comm]).time_ns,
+                                     cm_.interference().comm_sm_share);
         else if (pr->part == part)
           return cost::overlapped_pair_ns(pr->method, gemm_ns,
                                           comm_cost(dag_.nodes[pr->comm]).time_ns, nd.tp,
@@ -668,6 +678,13 @@ class ProgramBuilder {
       return compute_memo_.get(node_key(x, model_), [&] { return cm_.compute(queries_.compute(x)); })
           .ns;
     };
+    // The asynchronous all-reduce alone: the whole B node plus what the collective adds to
+    // its weight-gradient GEMM (not BI and BW priced apart, whose rounding would make the node
+    // a few ns longer than the synchronous order's B + C when nothing hides: s = 1).
+    if (prs.size() == 1 && prs.front()->method == compiler::TpOverlap::kAsync) {
+      const int64_t bw = part_ns(Pass::kBW);
+      return whole_ns + with(compiler::OverlapPart::kWeightGrad, bw) - bw;
+    }
     return with(compiler::OverlapPart::kInputGrad, part_ns(Pass::kBI)) +
            with(compiler::OverlapPart::kWeightGrad, part_ns(Pass::kBW));
   }
@@ -841,9 +858,20 @@ class ProgramBuilder {
     lanes_touched_.clear();
     // The device's host thread issues this task only once it has run its previous compute
     // task (and waited for that task's inputs): a compute op blocks the thread.
-    if (!last_compute_.empty() && kind != TaskKind::kBarrier &&
-        last_compute_[static_cast<size_t>(d)] != UINT32_MAX)
-      keep(last_compute_[static_cast<size_t>(d)]);
+    // Megatron-LM's asynchronous input-gradient all-reduce (TpOverlap::kAsync) is launched
+    // between its B node's two GEMMs, so it waits for the compute task before that B node,
+    // not for the B node, whose time already holds it (cost::async_pair_ns): after the B node
+    // it would run a second time, on its stream, beyond the compute.
+    if (!last_compute_.empty() && kind != TaskKind::kBarrier) {
+      uint32_t host = last_compute_[static_cast<size_t>(d)];
+      if (host != UINT32_MAX && kind == TaskKind::kComm &&
+          nd.tp_overlap == compiler::TpOverlap::kAsync) {
+        const auto it = async_gemm_of_.find(static_cast<uint32_t>(&nd - dag_.nodes.data()));
+        if (it != async_gemm_of_.end() && p_.tasks[host].node == it->second)
+          host = before_last_compute_[static_cast<size_t>(d)];
+      }
+      if (host != UINT32_MAX) keep(host);
+    }
   }
 
   // Host-thread compute (cost::Interference::host_compute): a device's compute task becomes
@@ -853,8 +881,10 @@ class ProgramBuilder {
   void apply_host_effects(Task& t, const Node& nd, uint32_t tid, std::span<const int> devs,
                           std::span<const int> kept) {
     const TaskKind kind = t.kind;
-    if (!last_compute_.empty() && kind == TaskKind::kCompute && wanted(devs[0]))
+    if (!last_compute_.empty() && kind == TaskKind::kCompute && wanted(devs[0])) {
+      before_last_compute_[static_cast<size_t>(devs[0])] = last_compute_[static_cast<size_t>(devs[0])];
       last_compute_[static_cast<size_t>(devs[0])] = tid;
+    }
     if (!issued_since_.empty() && kind == TaskKind::kCompute && wanted(devs[0])) {
       const auto d0 = static_cast<size_t>(devs[0]);
       int64_t& since = issued_since_[d0];
@@ -937,6 +967,9 @@ class ProgramBuilder {
   // Host-thread compute (cost::Interference::host_compute): per device, its last compute task
   // so far in dispatch order; every later task of the device depends on it.
   std::vector<uint32_t> last_compute_;
+  // ... and the one before it (the thread issues an asynchronous input-gradient all-reduce
+  // inside its B node: it waits for that one)
+  std::vector<uint32_t> before_last_compute_;
   // ... and its host thread's bookkeeping (cost::Interference::host_op_ns): per device, the ops
   // issued since its last compute op; the next compute op pays for them and for itself.
   // ... and the kind of the last of them (cost::Interference::host_cold_factor): the next
@@ -951,6 +984,7 @@ class ProgramBuilder {
   QueryMemo<QueryKey<3>, cost::ComputeCost> compute_memo_;
   QueryMemo<QueryKey<4>, cost::CommCost> comm_memo_;
   std::unordered_map<uint32_t, std::vector<const compiler::TpOverlapPair*>> overlaps_of_;  // by GEMM node
+  std::unordered_map<uint32_t, uint32_t> async_gemm_of_;  // kAsync pairs: GEMM node by comm node
 };
 
 }  // namespace

@@ -151,7 +151,10 @@ constexpr QuotedTasks kQuotedTasks[] = {
     {"examples/gpt_pp4_dp2_1f1b.json", 8'101, 567},
     {"examples/gpu_gpt_1dev.json", 1'345, 17},
     {"narayanan2021/table1_1_7B.json", 947, 149},
-    {"examples/megatron_gpt13b_tp8_pp2_dp2.json", 112'656, 62'864},
+    // (62,864 at pass granularity before the asynchronous input-gradient all-reduce: the
+    // collective no longer stands between a column-parallel B node and the B node waiting for
+    // its input gradient, so 9,712 of those 10,368 B nodes' consumers continue their pass)
+    {"examples/megatron_gpt13b_tp8_pp2_dp2.json", 112'656, 53'152},
     {"narayanan2021/table1_39B.json", 24'424, 7'144},
     {"narayanan2021/table1_1T.json", 2'889'282, 986'690},
     {"examples/piper_qwen3_moe_pp2_dp2_ep2.json", 375, 141},

@@ -40,6 +40,11 @@ for row in rows:
     }
     if not legacy:
         model.update({"attention": "unfused", "bias": True, "dropout": 0.1})
+        # The 2021 Megatron-LM of these runs all-reduced a column-parallel linear's input
+        # gradient after both its GEMMs (ColumnParallelLinear: copy_to_tensor_model_parallel_
+        # region, whose backward is a synchronous all-reduce); the asynchronous all-reduce
+        # beside the weight-gradient GEMM came in 2022.
+        model["async_tp_grad_reduce"] = False
 
     def dev(stage_rank, dp, tp):
         return stage_rank * d * t + dp * t + tp

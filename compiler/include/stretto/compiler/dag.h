@@ -81,7 +81,11 @@ std::string_view comm_purpose_name(CommPurpose p);
 /// kCpRing is context parallelism's ring attention, paired the same way: the ring exchange
 /// node (CommPurpose::kContextPar, a send/recv per CP rank over the CP groups; `bytes` one K/V
 /// chunk) runs beside the attention node, whose time is costmodel/cp_attention.h's closed form.
-enum class TpOverlap : uint8_t { kNone, kRing, kPipeline, kBulk, kCpRing };
+/// kAsync is not tp_comm_overlap: Megatron-LM's asynchronous all-reduce (reduce-scatter with
+/// SP) of a column-parallel linear's input gradient, an NCCL collective launched after the
+/// input-gradient GEMM, beside the weight-gradient GEMM of the same B node (model key
+/// async_tp_grad_reduce); the pair's time is cost/tp_overlap.h's async_pair_ns.
+enum class TpOverlap : uint8_t { kNone, kRing, kPipeline, kBulk, kCpRing, kAsync };
 std::string_view tp_overlap_name(TpOverlap m);
 
 /// One overlapped (GEMM, collective) pair: `part` says which GEMM of the compute node the

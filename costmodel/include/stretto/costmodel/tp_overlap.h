@@ -1,6 +1,7 @@
 #pragma once
 // Tensor-parallel communication overlap (Megatron-Core --tp-comm-overlap on Transformer
-// Engine's userbuffers; compiler/dag.h TpOverlap says which collective uses which method).
+// Engine's userbuffers; compiler/dag.h TpOverlap says which collective uses which method),
+// and Megatron-LM's asynchronous input-gradient all-reduce (async_pair_ns, at the end).
 //
 // A pair is one GEMM (alone: G ns on every SM) and one TP collective of B bytes, run as TE
 // runs them, chunked, on a device whose GEMMs may give up SMs to the communication kernels:
@@ -52,5 +53,18 @@ CommCost overlapped_comm_cost(const CostModel& cm, const CommQuery& q, compiler:
 /// communication (`comm_ns`, from overlapped_comm_cost) take together, on a device of `sms`
 /// SMs (> kTeCommSms), with a TP degree `tp` (the ring's chunks).
 int64_t overlapped_pair_ns(compiler::TpOverlap method, int64_t gemm_ns, int64_t comm_ns, int tp, int sms);
+
+/// Megatron-LM's asynchronous input-gradient all-reduce (reduce-scatter with SP) beside the
+/// weight-gradient GEMM (TpOverlap::kAsync; not tp_comm_overlap): an ordinary NCCL collective
+/// of `comm_ns` (CostModel::comm) launched with the GEMM (alone `gemm_ns`), whose kernels take
+/// `comm_sm_share` of the SMs while they run, as the engine slows any compute beside a
+/// collective (Interference::comm_sm_share). The GEMM runs at 1 − s while the collective runs,
+/// so the pair takes max(C, G + s·C): the collective alone when the GEMM finishes inside it,
+/// else the GEMM plus the SM time the collective took from it. Source of the overlap:
+/// Megatron-LM megatron/mpu/layers.py (2022) ColumnParallelLinearWithAsyncAllreduce.backward
+/// (all_reduce(grad_input, async_op=True), then grad_weight, then handle.wait()), with SP
+/// ColumnParallelLinearWithSequenceParallelism (_reduce_scatter_base async); Megatron-Core's
+/// LinearWithGradAccumulationAndAsyncCommunication.backward does the same.
+int64_t async_pair_ns(int64_t gemm_ns, int64_t comm_ns, double comm_sm_share);
 
 }  // namespace stretto::cost

@@ -95,6 +95,9 @@ class Estimator {
     // Per layer (index) and for the ops before the first / after the last layer.
     std::vector<double> f, bi, bw;   // ns, compute only, after the TP split
     std::vector<double> tp_f, tp_b;  // ns of TP collectives (and CP all-gathers / all-to-alls)
+    // ns of tp_b that Megatron's asynchronous input-gradient all-reduce hides behind the
+    // weight-gradient GEMM in one B node (model async_tp_grad_reduce; not with a split BI/BW)
+    std::vector<double> tp_b_async;
     std::vector<double> a2a;         // ns of one all-to-all (MoE layers), 0 otherwise
     std::vector<double> attn_f;      // ns of core attention forward (selective recompute)
     std::vector<double> saved, boundary;  // bytes per microbatch (after TP)

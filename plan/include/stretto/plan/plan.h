@@ -75,6 +75,12 @@ struct ModelSpec {
   AttentionImpl attention = AttentionImpl::kFlash;
   bool bias = false;     // biases on every linear layer and LayerNorm (GPT-2/3) vs none (RMSNorm)
   double dropout = 0;    // hidden and attention dropout probability; 0 = no dropout kernels
+  /// The input gradient's TP all-reduce (reduce-scatter with SP) of a column-parallel linear
+  /// runs asynchronously beside its weight-gradient GEMM, as in Megatron-LM since 2022
+  /// (ColumnParallelLinearWithAsyncAllreduce; Megatron-Core's and Transformer Engine's
+  /// linears). false: it follows both GEMMs, as in 2021 Megatron-LM's ColumnParallelLinear
+  /// (copy_to_tensor_model_parallel_region's backward).
+  bool async_tp_grad_reduce = true;
   std::optional<MoeSpec> moe;
   // synthetic: `layers` identical regions
   int64_t activation_bytes = 0;  // saved for backward per region per microbatch
