@@ -478,35 +478,37 @@ namespace stretto {
 namespace {
 
 // Held out: the four plans' steps predicted with `eager` (rates from M and S only) against the
-// replay's measured steps (h200_replay_steps_measured.json, the lease's `replay --kernels fused`,
-// which calls the kernels `eager` prices: at::rms_norm, flash SDPA, silu(g) * u, an fp32
-// log-softmax). No rate was taken from these steps. The band is what the data give today
-// (docs/validation.md, "The lease of 2026-11-27"), not the 5 % target: the replay measured there
-// ran SwiGLU on strided halves and wrote zero-filled QKV gradients in attention's backward, both
-// slower than plain PyTorch (its per-op table), and the prediction is fast by about that much.
-// Both ends are asserted: a prediction inside 7 % of this replay would mean a rate now prices
-// the replay's own overheads (or the norms' eager formula again: +0.1 to -1.1 % before).
+// replay's measured steps (h200_replay_steps_measured.json: the lease of 2026-11-28, main at
+// d3b529d, `replay --kernels fused`, 8 steps after 3 warm-up, which calls the kernels `eager`
+// prices: at::rms_norm, flash SDPA, silu(g) * u on the halves of one up GEMM, an fp32
+// log-softmax; SGD with momentum, as the plans say). No rate was taken from these steps.
 //
-// One plan, one program: those replays stepped plain SGD (6 bytes per bf16 parameter; the
-// optimizer file's bytes_per_param, the steps file's provenance), where the plan's `sgd` is SGD
-// with a momentum buffer, 10 bytes, as the cost model prices it and the replay steps it today.
-// So the step compared is the plan's prediction with its optimizer step at the bytes that replay
-// moved (the step's rate unchanged): 1.05 ms less on the Llama plans, 1.48 ms on GPT-13B.
+// The band is what these data resolve around today's errors (docs/validation.md, "The lease
+// of 2026-11-28"): each plan's error e give or take twice the standard error of its measured
+// mean, 2 SE = 2 std / sqrt(8) / mean (llama8b_l4_mb4 -4.31 +- 2.78 %, gpt13b_l4_mb4 -4.30 +-
+// 2.26, llama8b_l4_mb8_sel -3.59 +- 1.24, llama8b_l4_s2k_mb2 -3.70 +- 1.69): the lowest
+// e - 2 SE (-7.09 %) and the highest e + 2 SE (-1.53 %), rounded outward to half a point.
+// Both ends are asserted. Below: the lease of 2026-11-27 (-9.3 to -10.3 % against the replay
+// before its SwiGLU, QKV and attention-split changes), `fused` here (-8.9 to -9.7 %). Above: the
+// norms' fp32 formula again (+5.5 to +7.2 %), or a rate that prices what the model has no term
+// for (the replay's 1.8-3.9 ms between ops, its unfused three-kernel momentum step, its
+// residual-gradient copies: 2-3 % of each step).
 TEST(OpClassH200, ReplayStepsHeldOut) {
   const json m = load("h200_replay_steps_measured.json");
-  const json opt = load("h200_replay_optimizer_measured.json");
-  ASSERT_TRUE(m.is_object() && opt.is_object());
-  ASSERT_NE(m["provenance"].get<std::string>().find("plain SGD"), std::string::npos);
-  const double ran_bytes = opt["bytes_per_param"].get<double>();
-  ASSERT_EQ(ran_bytes, 6);
-  constexpr double kEagerLo = -12.0, kEagerHi = -7.0;  // percent, predicted / measured - 1
+  ASSERT_TRUE(m.is_object());
+  // The replay stepped the plans' `sgd` (momentum), so the prediction is the plan as written.
+  ASSERT_NE(m["optimizer"].get<std::string>().find("momentum"), std::string::npos);
+  constexpr double kEagerLo = -7.5, kEagerHi = -1.5;  // percent, predicted / measured - 1
   int checked = 0;
   for (const auto& [name, row] : m["plans"].items()) {
     std::ifstream in(std::string(STRETTO_TEST_DATA) + "/costmodel/h200_replay_plans/" + name +
                      ".json");
     json plan = json::parse(in, nullptr, false);
     ASSERT_FALSE(plan.is_discarded()) << name;
-    const double measured = row["eager"]["step_time_ms"].get<double>();
+    const json& eager = row["eager"];
+    const double measured = eager["step_time_ms"].get<double>();
+    const double se2 = 200 * eager["step_time_std_ms"].get<double>() /
+                       std::sqrt(static_cast<double>(eager["step_times_ms"].size())) / measured;
     double err[2] = {0, 0};
     int i = 0;
     for (const char* style : {"eager", "fused"}) {
@@ -515,25 +517,12 @@ TEST(OpClassH200, ReplayStepsHeldOut) {
       ASSERT_TRUE(s) << name << ": " << s.error()[0].message;
       auto r = s->simulate();
       ASSERT_TRUE(r) << name;
-      // The optimizer step (one device: serial after the last backward) at the replay's bytes.
-      const compiler::CompiledPlan& cp = s->compiled();
-      double opt_ns = 0;
-      for (size_t t = 0; t < r->program.tasks.size(); ++t) {
-        const compiler::Node& n = cp.dag.nodes[r->node_of(static_cast<uint32_t>(t))];
-        if (n.kind == compiler::NodeKind::kCompute && n.op < cp.model.ops.size() &&
-            cp.model.ops[n.op].kind == compiler::OpKind::kOptimizer)
-          opt_ns += static_cast<double>(r->program.tasks[t].work);
-      }
-      const double plan_bytes = static_cast<double>(cp.plan.optimizer.step_bytes_per_param(2));
-      ASSERT_EQ(plan_bytes, 10) << name;  // bf16 SGD with momentum, no master, no clipping
-      ASSERT_GT(opt_ns, 0) << name;
-      const double as_planned = static_cast<double>(r->step_time) / 1e6;
-      const double ms = as_planned - opt_ns * (1 - ran_bytes / plan_bytes) / 1e6;
+      const double ms = static_cast<double>(r->step_time) / 1e6;
       err[i++] = 100 * (ms / measured - 1);
-      std::printf("  %-20s %-6s predicted %8.1f ms (%8.1f with momentum)  replay %8.1f ms (std %.1f)"
-                  "  %+6.1f %%\n",
-                  name.c_str(), style, ms, as_planned, measured,
-                  row["eager"]["step_time_std_ms"].get<double>(), err[i - 1]);
+      std::printf("  %-20s %-6s predicted %8.1f ms  replay %8.1f ms (std %.1f, 2 SE %.2f %%)"
+                  "  %+6.2f %%\n",
+                  name.c_str(), style, ms, measured, eager["step_time_std_ms"].get<double>(), se2,
+                  err[i - 1]);
     }
     EXPECT_GE(err[0], kEagerLo) << name;
     EXPECT_LE(err[0], kEagerHi) << name;
