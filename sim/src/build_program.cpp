@@ -265,6 +265,7 @@ class ProgramBuilder {
         itf_(cm.interference()), queries_(cp),
         compute_memo_(4 * cp.model.ops.size()),  // (~a query per op, pass)
         comm_memo_(cp.model.ops.size()) {
+    last_compute_cost_.resize(cp.model.ops.size() * kPassSlots);
     for (const compiler::TpOverlapPair& pr : cp.dag.tp_overlaps) {
       overlaps_of_[pr.compute].push_back(&pr);
       if (pr.method == compiler::TpOverlap::kAsync) async_gemm_of_[pr.comm] = pr.compute;
@@ -616,8 +617,7 @@ class ProgramBuilder {
   NodeCost node_cost(uint32_t n, const Node& nd) {
     NodeCost c;
     if (nd.kind == NodeKind::kCompute) {
-      const cost::ComputeCost& cc = compute_memo_.get(
-          node_key(nd, model_), [&] { return cm_.compute(queries_.compute(nd)); });
+      const cost::ComputeCost& cc = compute_cost(nd);
       c.work = nd.tp_overlap == compiler::TpOverlap::kNone ? cc.ns : overlapped_work(n, nd, cc.ns);
       c.mem_bound = cc.mem_bound;
     } else if (nd.kind == NodeKind::kTransfer || nd.kind == NodeKind::kCollective) {
@@ -632,6 +632,18 @@ class ProgramBuilder {
              : nd.kind == NodeKind::kBarrier ? TaskKind::kBarrier
                                              : TaskKind::kComm;
     return c;
+  }
+
+  // The memo's answer for a compute node. The nodes of one (op, pass) repeat once per
+  // microbatch with the same key (mostly), so the last key and answer of each (op, pass) are
+  // compared first, and only a different key is looked up in the memo's table.
+  const cost::ComputeCost& compute_cost(const Node& nd) {
+    const QueryKey<3> k = node_key(nd, model_);
+    LastComputeCost& last =
+        last_compute_cost_[static_cast<size_t>(nd.op) * kPassSlots + static_cast<size_t>(nd.tags.pass)];
+    if (last.cost == nullptr || !(last.key == k))
+      last = {k, &compute_memo_.get(k, [&] { return cm_.compute(queries_.compute(nd)); })};
+    return *last.cost;
   }
 
   // tp_comm_overlap (compiler/dag.h TpOverlap): an overlapped collective costs its chunks
@@ -982,6 +994,14 @@ class ProgramBuilder {
   std::vector<compiler::CommKind> last_comm_;
   CostQueries queries_;
   QueryMemo<QueryKey<3>, cost::ComputeCost> compute_memo_;
+  // compute_cost's last key and answer by (op, pass): the memo's values do not move
+  static constexpr size_t kPassSlots = 5;  // plan::Pass: kNone, kF, kB, kBI, kBW
+  static_assert(static_cast<size_t>(plan::Pass::kBW) + 1 == kPassSlots);
+  struct LastComputeCost {
+    QueryKey<3> key;
+    const cost::ComputeCost* cost = nullptr;
+  };
+  std::vector<LastComputeCost> last_compute_cost_;
   QueryMemo<QueryKey<4>, cost::CommCost> comm_memo_;
   std::unordered_map<uint32_t, std::vector<const compiler::TpOverlapPair*>> overlaps_of_;  // by GEMM node
   std::unordered_map<uint32_t, uint32_t> async_gemm_of_;  // kAsync pairs: GEMM node by comm node
