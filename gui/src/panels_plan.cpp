@@ -437,7 +437,10 @@ void parameters_tab(App& app) {
   if (!reps.empty()) {
     const PlanKey& bucket = plan::schema_key("replicate", "bucket_size");
     float b = static_cast<float>(rp.bucket_size_MB);
-    if (ImGui::SliderFloat("bucket size (MB, all replicate)", &b,
+    // The visible label is the key's name, as on the other rows (a longer one was clipped at
+    // the default layout); the tooltip says that it sets every replicate directive's. Scripts
+    // address the row by its hook, "bucket_size", not by this label.
+    if (ImGui::SliderFloat("bucket_size (MB)", &b,
                            static_cast<float>(bucket.clamp(1)),
                            static_cast<float>(bucket.clamp(1000)), "%.0f",
                            ImGuiSliderFlags_Logarithmic)) {
@@ -447,6 +450,10 @@ void parameters_tab(App& app) {
       app.doc.set_json(nj, true);
     }
     if (ImGui::IsItemDeactivatedAfterEdit()) app.doc.seal();
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("%s", fmt::format("the bucket_size of every replicate directive ({} of them)",
+                                          reps.size())
+                                  .c_str());
     app.hook("bucket_size");
   }
   // ---- model
@@ -480,6 +487,10 @@ void parameters_tab(App& app) {
     field_float(app, doc, rp, "memory_efficiency", 0.01, 1);
   }
   ImGui::PopItemWidth();
+  // The tab's visible width: a row whose hook ends beyond it has its label clipped.
+  const ImVec2 wp = ImGui::GetWindowPos();
+  app.hooks["parameters width"] = {wp.x + ImGui::GetWindowContentRegionMin().x, wp.y,
+                                   wp.x + ImGui::GetWindowContentRegionMax().x, wp.y + ImGui::GetWindowHeight()};
 }
 
 void directives_tab(App& app) {

@@ -111,6 +111,38 @@ TEST_F(Panels, ParametersAreTheResolvedPlanDescribePrints) {
   EXPECT_FALSE((*app.doc.json())["schedule"].contains("ranks"));
 }
 
+// Every row of the Parameters tab, its label included (a row's hook is its whole item, label
+// and all), ends inside the tab at the default 1600x900 layout: none is clipped. The bucket-size
+// slider's label once read "bucket size (MB, all replicate)" and ran past the edge.
+TEST_F(Panels, ParametersRowsAndTheirLabelsFitTheTab) {
+  run("open " + k1f1b + "\nwait\nclick tab parameters\nframes 2\n");
+  ASSERT_TRUE(app.current);
+  ASSERT_TRUE(app.hooks.count("parameters width") && app.hooks.count("bucket_size"));
+  const float right = app.hooks["parameters width"].x1;
+  int rows = 0;
+  std::vector<std::string> names{"bucket_size"};
+  for (const plan::ResolvedField& f : sim::resolve_plan(app.current->session->compiled()).fields) {
+    names.push_back(f.name);
+    names.push_back(f.name + "+");
+  }
+  for (const std::string& name : names) {
+    auto it = app.hooks.find(name);
+    if (it == app.hooks.end()) continue;
+    ++rows;
+    EXPECT_LE(it->second.x1, right) << name << " ends at " << it->second.x1 << ", the tab at " << right;
+  }
+  EXPECT_GT(rows, 10);
+  // Scripts still reach the slider by its hook, not its label: hovering says what it sets, and
+  // a click moves every replicate directive's bucket size alike (from 25 MB).
+  run("hover bucket_size\nframes 2\n");
+  EXPECT_TRUE(app.tooltip_shown);
+  run("click bucket_size\nframes 2\n");
+  const auto& sched = (*app.doc.json())["schedule"];
+  const double b = sched[4]["bucket_size"].get<double>();
+  EXPECT_NE(b, 25);
+  for (int i = 5; i < 8; ++i) EXPECT_EQ(sched[i]["bucket_size"].get<double>(), b) << i;
+}
+
 // The Parameters tab's structural booleans are editable rows like the integers: on a TP8 layout
 // plan, a click on tp_comm_overlap writes it into the layout, and the re-simulated plan resolves
 // it (the step gets shorter: TP collectives overlap their GEMMs).
