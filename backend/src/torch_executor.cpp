@@ -1589,6 +1589,16 @@ RankResult RankRun::run(std::vector<GradDump>* grads) {
         g.stepped_begin = synced_[o] ? 0 : g.owned_begin;
         g.stepped_end = synced_[o] ? n_p : g.owned_end;
         g.weights = float_values(p.value);
+        if (master_[o].defined() && g.owned_end > g.owned_begin) {
+          // Mixed precision: the parameter the optimizer holds is the fp32 master of the owned
+          // elements (the 16-bit tensor is its rounding, 2^-9 of |w| for bf16, more than a
+          // step's update); the other ranks' masters report the rest.
+          const std::vector<float> m = float_values(master_[o].narrow(
+              0, off - n_p + g.owned_begin - owned_[o].first, g.owned_end - g.owned_begin));
+          std::copy(m.begin(), m.end(), g.weights.begin() + g.owned_begin);
+          g.stepped_begin = g.owned_begin;
+          g.stepped_end = g.owned_end;
+        }
         grads->push_back(std::move(g));
       }
     }

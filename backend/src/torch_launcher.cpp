@@ -50,6 +50,14 @@ bool has_cuda_build() {
 #endif
 }
 
+bool has_gloo_build() {
+#ifdef STRETTO_HAVE_GLOO
+  return true;
+#else
+  return false;
+#endif
+}
+
 int cuda_device_count() {
 #ifdef STRETTO_BACKEND_CUDA
   return static_cast<int>(c10::cuda::device_count());
@@ -140,6 +148,16 @@ class Reference {
   Reference(const CompiledPlan& cp, const ReplayOptions& opt)
       : cp_(cp), model_(cp, opt.seed, at::TensorOptions().dtype(at::kFloat)), params_(cp.model.ops.size()) {
     for (uint32_t o = 0; o < params_.size(); ++o) params_[o] = model_.make_params(o, OpPlacement{});
+    // A 16-bit replay (CUDA, bf16/fp16 plan) starts from the fp32 initial values rounded to its
+    // dtype, and so does its fp32 master: the reference starts from the same rounded values, or
+    // their rounding (2^-9 of |w| for bf16) would dwarf an optimizer step's update in the
+    // parameters' comparison.
+    if (opt.device == DeviceKind::kCuda && cp.model.dtype != plan::DType::kFP32) {
+      const at::ScalarType low = cp.model.dtype == plan::DType::kBF16 ? at::kBFloat16 : at::kHalf;
+      at::NoGradGuard ng;
+      for (auto& ps : params_)
+        for (auto& p : ps) p.value.copy_(p.value.to(low).to(at::kFloat));
+    }
   }
 
   // The parameters' current values, by name.

@@ -1693,6 +1693,7 @@ TEST(ReplayStep, EveryStepDispatchesTheSameOpsAndScalarsWithMoECapacity) {
 // Replay with the reference kernels: the gradient check still passes (the fused path is the
 // default and runs in every GradientCheck plan).
 TEST(ReplayKernels, ReferenceKernelsPassTheGradientCheck) {
+  if (!has_gloo_build()) GTEST_SKIP() << "this LibTorch has no Gloo (a CPU replay across processes)";
   const CompiledPlan cp = load("pp2_1f1b.json");
   ReplayRun run = make_run("pp2_1f1b.json", /*check=*/true, 1, 0, {"--kernels", "reference"});
   run.opt.kernels = Kernels::kReference;

@@ -287,6 +287,8 @@ std::string chrome_trace(const compiler::CompiledPlan& cp, const ReplayResult& r
 
 /// True when the backend was built with CUDA/NCCL (LibTorch with CUDA).
 bool has_cuda_build();
+/// True when the backend has Gloo (CPU replays across processes); a CUDA wheel may lack it.
+bool has_gloo_build();
 /// True when a CUDA device is usable now.
 bool cuda_available();
 /// Number of CUDA devices (0 without a CUDA build); a CUDA replay needs one per rank.
