@@ -266,6 +266,7 @@ class ProgramBuilder {
         compute_memo_(4 * cp.model.ops.size()),  // (~a query per op, pass)
         comm_memo_(cp.model.ops.size()) {
     last_compute_cost_.resize(cp.model.ops.size() * kPassSlots);
+    last_comm_cost_.resize(cp.dag.device_sets.size());
     for (const compiler::TpOverlapPair& pr : cp.dag.tp_overlaps) {
       overlaps_of_[pr.compute].push_back(&pr);
       if (pr.method == compiler::TpOverlap::kAsync) async_gemm_of_[pr.comm] = pr.compute;
@@ -653,6 +654,20 @@ class ProgramBuilder {
   // GEMM beside it cost::async_pair_ns, which holds its SM share (so the engine, seeing an
   // overlapped task, does not slow the GEMM a second time).
   const cost::CommCost& comm_cost(const Node& x) {
+    // Every field the answer depends on (queries_.comm's and the memo keys' below): a node
+    // with the same fields as the last one of its device set gets that one's answer, without
+    // building its query. (Collectives of one device set repeat once per microbatch.)
+    QueryKey<3> fk;
+    fk.w = {static_cast<uint64_t>(x.kind) | static_cast<uint64_t>(x.comm) << 8 |
+                static_cast<uint64_t>(x.tp_overlap) << 16 |
+                static_cast<uint64_t>(x.tags.pass) << 24 | static_cast<uint64_t>(x.recompute) << 32,
+            static_cast<uint64_t>(x.bytes),
+            static_cast<uint64_t>(x.devs) | static_cast<uint64_t>(x.devs2) << 32};
+    LastCommCost& last = last_comm_cost_[x.devs];
+    if (last.cost == nullptr || !(last.key == fk)) last = {fk, &comm_cost_of_query(x)};
+    return *last.cost;
+  }
+  const cost::CommCost& comm_cost_of_query(const Node& x) {
     const cost::CommQuery q = queries_.comm(x);
     if (x.tp_overlap == compiler::TpOverlap::kNone)
       return comm_memo_.get(key_of(q), [&] { return cm_.comm(q); });
@@ -1003,6 +1018,11 @@ class ProgramBuilder {
   };
   std::vector<LastComputeCost> last_compute_cost_;
   QueryMemo<QueryKey<4>, cost::CommCost> comm_memo_;
+  struct LastCommCost {  // comm_cost's last key and answer by device set
+    QueryKey<3> key;
+    const cost::CommCost* cost = nullptr;
+  };
+  std::vector<LastCommCost> last_comm_cost_;
   std::unordered_map<uint32_t, std::vector<const compiler::TpOverlapPair*>> overlaps_of_;  // by GEMM node
   std::unordered_map<uint32_t, uint32_t> async_gemm_of_;  // kAsync pairs: GEMM node by comm node
 };
