@@ -105,9 +105,14 @@ constexpr MemRates kH200Eager = {
     // formula (M rmsnorm_eager, 0.2431 / 0.5701 ms: six kernels) is what a program that defines
     // its own RMSNorm module runs; it is not priced by any style.
     (2 * kHidden + kNormW) / 25400.0,
-    // M rmsnorm_aten_rms_norm B 0.2206 ms; BI + BW bytes 5 x T x h x 2 + 2 x h x 2 (not one sweep:
-    // dX and the dW column sums are separate passes over x and dY)
-    (5 * kHidden + 2 * kNormW) / m_backward_ns(0.2206, kHidden + kNormW, kHidden),
+    // S layer_norm B at this shape (tokens 4096, hidden 4096): 0.09456 ms, ATen's norm backward
+    // (dX, then the weight's column sums: two passes over x and dY, as F.rms_norm's backward);
+    // on BI + BW bytes 5 x T x h x 2 + 2 x h x 2. Not M rmsnorm_aten_rms_norm B (0.2206 ms, 0.1889
+    // less its gradient writes): twice S's kernel and twice what the replay's own call of the same
+    // ATen op ran on an H200 (0.097 ms; 0.075 as a CUDA graph), so M's row is the outlier. Like
+    // every rate here it is the Llama-3-8B shape's: S's rows are flat (0.086-0.108 ms) from 50 to
+    // 200 MB and grow at the fused rate's 2401 GB/s above, which one rate cannot follow.
+    (5 * kHidden + 2 * kNormW) / 94560.0,
     // M swiglu_eager F 0.1475 ms (silu, then a multiply)
     (kActIn + kActOut) / 147500.0,
     kH200Fused.act_b,  // M swiglu_eager B (above)

@@ -338,13 +338,10 @@ TEST(KernelStyle, FusedAndEagerRatesOnH200) {
   nb.bw_bytes = 67117056;
   EXPECT_EQ(fused->compute(nb).ns, 41929);
   EXPECT_EQ(fused->compute(mem_query(OpKind::kNorm, Pass::kBW, 67117056)).ns, 27954);  // /2401
-  // Eager: all 167,788,544 bytes at 888.2 GB/s (F.rms_norm's backward, rmsnorm_aten_rms_norm B
-  // 0.2206 ms, less the input's grad accumulation and the output-gradient write, 134,250,496
-  // bytes at 4237 GB/s): 188,916.7 -> 188,917 ns.
-  const double eager_b = 0.2206e6 - (3.0 * (33554432 + 8192) + 33554432) / 4237;
-  EXPECT_EQ(eager->compute(nb).ns, 188917);
-  EXPECT_EQ(eager->compute(nb).ns, static_cast<int64_t>(std::ceil(167788544 / (
-                                       (5.0 * 33554432 + 2 * 8192) / eager_b))));
+  // Eager: all 167,788,544 bytes at the rate ATen's norm backward reached at this shape in the
+  // H200 kernel sweep (layer_norm B, tokens 4096, hidden 4096: 0.09456 ms, 1774.4 GB/s):
+  // 94,560 ns (188,917 before, on the microbenchmark's row, twice the sweep's kernel).
+  EXPECT_NEAR(static_cast<double>(eager->compute(nb).ns), 94560, 1);
   // Embedding backward: the dense index-add over vocab x hidden. Compiler bytes 2 x T x h x 2
   // = 67,108,864 plus the 32000 x 4096 x 2 = 262,144,000-byte gradient; measured 0.6289 ms
   // less (3 x 262,144,000 + 33,554,432) / 4237 -> 435,369.5 ns, so the same op costs that.
