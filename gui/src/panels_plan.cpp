@@ -463,6 +463,10 @@ void parameters_tab(App& app) {
   if (rp.field("seq_len")) field_int(app, doc, rp, "seq_len");
   field_int(app, doc, rp, "microbatch_size");
   field_int(app, doc, rp, "pp_regions");
+  // The transformer's switches that change the step (absent from a synthetic model's fields).
+  field_bool(app, rp, "tie_embeddings");
+  field_bool(app, rp, "async_tp_grad_reduce");
+  field_float(app, doc, rp, "dropout", 0, 0.5, "%.2f");
   // ---- cluster
   section("Cluster");
   field_int(app, doc, rp, "nodes");

@@ -195,15 +195,52 @@ ResolvedPlan resolve_structure(const Plan& plan, const std::vector<Directive>& d
   w.add("global_batch", "", r.global_batch(), ValueSource::kDerived);
   w.add("devices_used", "", r.devices_used, ValueSource::kDerived);
 
-  // Model.
+  // Model: every key that changes what is simulated, named and sourced as the schema table
+  // has it (its source when the plan leaves it out: default, or derived for kv_heads and
+  // head_dim). Only the free-text name and the model family (which decides which keys apply)
+  // are not fields; nor are a synthetic model's gated_mlp and tie_embeddings, which the parser
+  // does not read for it.
   const ModelSpec& m = plan.model;
-  w.add("pp_regions", "/model/pp_regions", m.pp_regions, ValueSource::kDefault);
-  w.add("layers", "/model/layers", m.layers, ValueSource::kDefault);
+  auto model = [&](const char* section, const char* key, Json value) {
+    const std::string at = section == std::string_view("moe") ? "/model/moe/" : "/model/";
+    w.add(key, at + key, std::move(value), schema_key(section, key).when_absent);
+  };
+  model("model", "pp_regions", m.pp_regions);
+  model("model", "layers", m.layers);
+  model("model", "dtype", dtype_name(m.dtype));  // a synthetic model's parameter count too
   if (m.family == ModelSpec::Family::kTransformer) {
-    w.add("hidden", "/model/hidden", m.hidden, ValueSource::kDefault);
-    w.add("heads", "/model/heads", m.heads, ValueSource::kDefault);
-    w.add("seq_len", "/model/seq_len", m.seq_len, ValueSource::kDefault);
-    w.add("dtype", "/model/dtype", dtype_name(m.dtype), ValueSource::kDefault);
+    model("model", "hidden", m.hidden);
+    model("model", "heads", m.heads);
+    model("model", "kv_heads", m.kv_heads > 0 ? m.kv_heads : m.heads);
+    model("model", "head_dim", m.attention_head_dim());
+    model("model", "ffn_hidden", m.ffn_hidden);
+    model("model", "vocab", m.vocab);
+    model("model", "make_vocab_size_divisible_by", m.vocab_divisible_by);
+    model("model", "seq_len", m.seq_len);
+    model("model", "gated_mlp", m.gated_mlp);
+    model("model", "tie_embeddings", m.tie_embeddings);
+    model("model", "attention", m.attention == AttentionImpl::kUnfused ? "unfused" : "flash");
+    model("model", "bias", m.bias);
+    model("model", "dropout", m.dropout);
+    model("model", "async_tp_grad_reduce", m.async_tp_grad_reduce);
+    if (m.moe) {
+      const MoeSpec& e = *m.moe;
+      model("moe", "experts", e.experts);
+      model("moe", "top_k", e.top_k);
+      model("moe", "expert_ffn_hidden", e.expert_ffn_hidden);
+      model("moe", "shared_experts", e.shared_experts);
+      model("moe", "first_layer", e.first_layer);
+      model("moe", "every", e.every);
+      model("moe", "capacity_factor", e.capacity_factor);
+      model("moe", "token_drop_policy",
+            e.token_drop_policy == MoeSpec::DropPolicy::kPosition ? "position" : "probs");
+      model("moe", "imbalance", e.imbalance);
+    }
+  } else {
+    model("model", "activation_bytes", m.activation_bytes);
+    model("model", "param_bytes", m.param_bytes);
+    model("model", "boundary_bytes", m.boundary_bytes);
+    model("model", "flops", m.flops);
   }
 
   // Cluster: a preset fills what the plan does not write.

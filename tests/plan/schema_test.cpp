@@ -371,6 +371,58 @@ TEST(PlanSchema, ResolvedPathsAreSchemaKeys) {
   EXPECT_GE(n, 20u);
 }
 
+// Every model key that applies to a plan's model family is a resolved value at its own path,
+// so describe, the GUI's Parameters tab, the sweep's base and Python's Plan.resolved() show
+// it: a dense transformer, an MoE transformer (the moe section's keys too) and a synthetic
+// chain. Not fields: the model's free-text name, its family (the builder's "family" field is
+// the schedule's), the moe object itself (its keys are), and a synthetic model's gated_mlp and
+// tie_embeddings (the parser does not read them for it).
+TEST(PlanSchema, EveryModelKeyIsAResolvedValue) {
+  size_t checked = 0;
+  for (const char* name : {"gpt_pp4_dp2_1f1b.json", "piper_qwen3_moe_pp2_dp2_ep2.json",
+                           "cpu_synthetic_pp4_zbh1.json"}) {
+    const auto src = stretto::plan::JsonSource::load((fs::path(STRETTO_EXAMPLES) / name).string());
+    ASSERT_TRUE(src) << name;
+    auto plan = stretto::plan::parse_plan(*src);
+    ASSERT_TRUE(plan) << name;
+    std::vector<stretto::plan::Directive> ds = plan->schedule;
+    if (plan->builder) {
+      auto e = stretto::pipelines::expand_builder(*plan->builder);
+      ASSERT_TRUE(e);
+      ds = *e;
+    }
+    const stretto::plan::ResolvedPlan rp = stretto::plan::resolve_structure(*plan, ds, &*src);
+    const bool synthetic = plan->model.family == stretto::plan::ModelSpec::Family::kSynthetic;
+    const std::string family = synthetic ? "synthetic" : "transformer";
+    std::vector<std::pair<std::string, std::string>> keys;  // (path, key)
+    for (const std::string& k : stretto::plan::section_keys("model")) {
+      const stretto::plan::PlanKey& pk = stretto::plan::schema_key("model", k);
+      if (!pk.applies.empty() && pk.applies != family) continue;
+      if (k == "name" || k == "family" || k == "moe") continue;
+      if (synthetic && (k == "gated_mlp" || k == "tie_embeddings")) continue;
+      keys.emplace_back("/model/" + k, k);
+    }
+    if (plan->model.moe) {
+      for (const std::string& k : stretto::plan::section_keys("moe"))
+        keys.emplace_back("/model/moe/" + k, k);
+    }
+    for (const auto& [path, key] : keys) {
+      const stretto::plan::ResolvedField* f = rp.field(key);
+      ASSERT_NE(f, nullptr) << name << ": no resolved value " << key;
+      EXPECT_EQ(f->path, path) << name << ": " << key;
+      EXPECT_FALSE(f->value.is_null()) << name << ": " << key;
+      // A key the plan writes resolves to what it writes, sourced `plan`.
+      if (const Json* w = src->find(path)) {
+        EXPECT_EQ(f->source, stretto::plan::ValueSource::kPlan) << name << ": " << key;
+        if (!w->is_array()) EXPECT_EQ(f->value, *w) << name << ": " << key;
+      }
+      ++checked;
+    }
+  }
+  // 18 keys of each transformer, 9 of the moe section, 8 of the synthetic chain.
+  EXPECT_EQ(checked, 18u + 18u + 9u + 8u);
+}
+
 TEST(PlanSchema, KeysAtPointers) {
   const Json p = plan_with("replicate");
   const stretto::plan::PlanKey* k = stretto::plan::plan_key_at(p, "/schedule/0/prefetch");
