@@ -176,6 +176,7 @@ int run_bench_ops(const BenchOpts& o) {
                           {"params_with_gradient", op.params_with_gradient},
                           {"grad_inputs", op.grad_inputs},
                           {"inputs_with_gradient", op.inputs_with_gradient},
+                          {"backward_kernel", op.backward_kernel},
                           {"graph", op.graphed ? Json{{"forward", timing_json(op.graph_forward)},
                                                       {"backward", timing_json(op.graph_backward)}}
                                                : Json(nullptr)},
@@ -207,6 +208,13 @@ int run_bench_ops(const BenchOpts& o) {
                           ms(rows[i].pred_b));
     }
     text += "times in ms; spread: (max - min) / 2 of the isolated runs, % of the median\n";
+    std::vector<std::string> passing;
+    for (const backend::BenchOp& op : b.ops)
+      if (!op.backward_kernel) passing.push_back(op.name);
+    if (!passing.empty())
+      text += fmt::format("no kernel in the backward (the output gradient passes through; the time "
+                          "is autograd's host work): {}\n",
+                          fmt::join(passing, ", "));
     if (!b.kernel_families.empty())
       text += fmt::format("kernels (--kernels {}): {}\n", o.kernels,
                           backend::kernel_uses_table(b.kernel_families, "  "));

@@ -172,9 +172,10 @@ for o in b["ops"]:
             c = by_class.setdefault((o["kind"], d), [0, 0, 0, 0])
             c[0] += r * o["instances"]
             c[1] += i * o["instances"]
-            c[2] += (g or i) * o["instances"]
+            c[2] += (i if g is None else g) * o["instances"]
             c[3] += (p or 0) * o["instances"]
     print(f"{o['kind']:<15} x{o['instances']:<3} F {cols[0]:<34} B {cols[1]:<34}"
+          + ("" if o.get("backward_kernel", True) else "  B: no kernel (passes the gradient through)")
           + (f"  graph: {o['graph_error']}" if o["graph_error"] else ""))
 print("per op class, summed over instances: replay/alone, graph/alone, predicted/alone"
       " (replay target: within 15 % of alone)")

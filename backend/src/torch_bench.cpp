@@ -86,6 +86,18 @@ bool any_nonzero(const at::Tensor& t) {
   return t.defined() && t.numel() > 0 && t.ne(0).any().item<bool>();
 }
 
+// Whether a full backward wrote anything: a parameter gradient, or an input gradient that is
+// not the output gradient `dy` itself (or a view of it). A residual add without bias or
+// dropout passes dy through to both inputs: its backward launches no kernel, and a CUDA graph
+// captured of it would be empty.
+bool backward_writes(const std::vector<at::Tensor>& dx, const at::Tensor& dy,
+                     const std::vector<Param>& params) {
+  if (!params.empty()) return true;
+  for (const at::Tensor& g : dx)
+    if (g.defined() && !g.is_alias_of(dy)) return true;
+  return false;
+}
+
 #ifdef STRETTO_BACKEND_CUDA
 // One op's forward and full backward, each captured once in a CUDA graph on a side stream
 // (after eager warm-up runs there, as capture requires) and then replayed `iterations` times.
@@ -128,7 +140,9 @@ void time_graphs(const TorchModel& model, BenchOp& b, std::vector<at::Tensor>& i
   };
   OpCtx c;
   capture(fwd, [&] { c = model.forward(b.op, inputs, params, pl, 0, 0, 1.0, no_reduce); });
-  const bool has_backward = c.out.requires_grad();
+  // A backward that launches no kernel is not captured (an empty graph; LibTorch warns): its
+  // graph time is zero.
+  const bool has_backward = c.out.requires_grad() && b.backward_kernel;
   if (has_backward)
     capture(bwd, [&] { detail::backward_inputs(c, dy, /*full=*/true, params); });
   std::tie(b.graph_forward, b.graph_backward) = time_runs(
@@ -229,6 +243,7 @@ BenchOpsResult bench_ops(const compiler::CompiledPlan& cp, const BenchOpsOptions
         [&] { dy = c.out.dim() == 0 ? at::ones_like(c.out) : at::randn_like(c.out); },
         [&] {
           if (c.out.requires_grad()) dx = detail::backward_inputs(c, dy, /*full=*/true, params);
+          b.backward_kernel = c.out.requires_grad() && backward_writes(dx, dy, params);
         },
         [&] {  // the pass's tensors are freed outside the timed regions
           c = OpCtx{};

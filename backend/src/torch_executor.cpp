@@ -32,6 +32,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "device_program.h"
 #include "torch_comm.h"
@@ -202,6 +203,9 @@ class RankRun {
   bool norm_all_reduced_ = false;  // this rank's program has the kGradNorm all-reduce
   // per (op, mb)
   std::vector<at::Tensor> val_, grad_acc_, pending_out_, ep_in_, ep_dy_;
+  // Per (op, mb): grad_acc_ holds a tensor that something else holds too (add_grad): read it,
+  // never write into it.
+  std::vector<char> acc_shared_;
   std::vector<std::vector<at::Tensor>> pending_dx_;
   std::vector<OpCtx> ctx_;
   std::vector<std::vector<at::Tensor>> saved_inputs_;  // recompute: the forward's inputs
@@ -244,6 +248,9 @@ class RankRun {
            n.purpose == CommPurpose::kParamGather;
   }
   std::vector<std::string> labels_;  // op_label() of every op, for the status line
+  // A compute op's scope for ATen's profilers and hooks: "stretto::<pass> <kind> <op> mb<m>"
+  // (built only while a profiler or hook listens; tests count the operators inside).
+  std::vector<std::string> scopes_;
   int64_t drop_counter_ = 0;  // fault "drop": received data so far
   std::atomic<size_t> waiting_for_{SIZE_MAX};  // op the host thread is blocked on
   int cuda_index_ = 0;
@@ -367,6 +374,14 @@ void RankRun::setup() {
   st_.assign(ops_.size(), OpState{});
   labels_.clear();
   for (size_t i = 0; i < ops_.size(); ++i) labels_.push_back(op_label(i));
+  scopes_.assign(ops_.size(), {});
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    const Node& n = dag.nodes[ops_[i].node];
+    if (n.kind == NodeKind::kCompute && n.op != kNone)
+      scopes_[i] = fmt::format("stretto::{} {} {} mb{}", plan::pass_name(n.tags.pass),
+                               compiler::op_kind_name(cp_.model.ops[n.op].kind),
+                               cp_.model.ops[n.op].name, mb_of(n));
+  }
 #ifdef STRETTO_BACKEND_CUDA
   if (cuda_) {
     c10::cuda::set_device(static_cast<c10::DeviceIndex>(model_.options().device().index()));
@@ -473,6 +488,7 @@ void RankRun::setup() {
   const size_t keys = nops * M;
   val_.assign(keys, {});
   grad_acc_.assign(keys, {});
+  acc_shared_.assign(keys, 0);
   pending_out_.assign(keys, {});
   ep_in_.assign(keys, {});
   ep_dy_.assign(keys, {});
@@ -797,20 +813,23 @@ void RankRun::wait_node(uint32_t n) {
 
 void RankRun::add_grad(uint32_t o, int mb, const at::Tensor& g) {
   if (!g.defined()) return;
-  at::Tensor& acc = grad_acc_[key(o, mb)];
-  if (!acc.defined())
-    // Later contributions are added in place, so the first is copied unless nothing else holds
-    // it or its storage (a GEMM's fresh input gradient; autograd's AccumulateGrad steals the
-    // same way): no allocation and copy per op on the hot path. A gradient passed through
-    // unchanged (a residual add's, dy itself) is shared and copied.
-    if (stealable(g)) {
-      acc = g.detach();
-    } else {
-      RECORD_USER_SCOPE("stretto::gradient_copy");  // named for profilers and tests
-      acc = g.detach().clone();
-    }
-  else
+  const size_t k = key(o, mb);
+  at::Tensor& acc = grad_acc_[k];
+  if (!acc.defined()) {
+    // The first contribution is taken as it is, never copied (autograd's AccumulateGrad
+    // steals the same way). One that something else holds too (a gradient a residual add
+    // passes through unchanged: the output gradient itself, given to both inputs) is shared:
+    // nothing writes into it, and the next contribution is added out of place.
+    acc = g.detach();
+    acc_shared_[k] = !stealable(g);
+  } else if (acc_shared_[k]) {
+    // Into the new contribution when nothing else holds it (a GEMM's fresh input gradient),
+    // else into a new tensor: one kernel either way, as the in-place add of an owned sum.
+    acc = stealable(g) ? g.detach().add_(acc) : acc + g;
+    acc_shared_[k] = 0;
+  } else {
     acc.add_(g);
+  }
 }
 
 void RankRun::add_input_grads(uint32_t o, int mb, const std::vector<at::Tensor>& dx) {
@@ -984,6 +1003,7 @@ void RankRun::run_compute(size_t i) {
   };
   const int64_t t0 = now_ns(), c0 = cpu_ns();
   st_[i].start_ns = t0;
+  RECORD_USER_SCOPE(scopes_[i]);
 #ifdef STRETTO_BACKEND_CUDA
   if (cuda_ && !capturing_) ev_begin_[i]->record();
 #endif
@@ -1254,13 +1274,8 @@ void RankRun::finalize(size_t i) {
   if (n.kind == NodeKind::kTransfer) {
     mem_.add(kCommBuf, -tensor_bytes(buf_[i]));
     if (!dop.is_send) {
-      if (n.purpose == CommPurpose::kGradient) {
-        at::Tensor& acc = grad_acc_[k];
-        if (!acc.defined())
-          acc = buf_[i];
-        else
-          acc.add_(buf_[i]);
-      }
+      if (n.purpose == CommPurpose::kGradient)
+        add_grad(n.op, mb, std::exchange(buf_[i], at::Tensor()));  // the buffer taken over
       else
         val_[k] = buf_[i];
     }

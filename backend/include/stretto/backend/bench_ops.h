@@ -47,6 +47,11 @@ struct BenchOp {
   std::vector<std::vector<int64_t>> input_shapes;
   std::vector<int64_t> output_shape;
   BenchTiming forward, backward;  ///< backward: the full B (input and weight gradients)
+  /// False when the backward launches no kernel: it writes no parameter gradient and every
+  /// input gradient is the output gradient itself (a residual add without bias or dropout
+  /// passes it through). Its time is then autograd's host bookkeeping alone; --cuda-graphs does
+  /// not capture it (the graph would be empty) and reports a graph time of zero.
+  bool backward_kernel = true;
   /// Proof that the timed backward ran: the op's parameter tensors, and its inputs that take
   /// a gradient, and how many of each hold a non-zero gradient after the timed runs.
   int params = 0, params_with_gradient = 0;
