@@ -636,8 +636,11 @@ TEST(Replay, HungRankStopsTheGroupWithinTheTimeout) {
   // The launcher's own account, from the group's last progress (not the start-up, whose
   // length follows the host's load): rank 1 gives up --timeout after it began to wait, then
   // the others get a grace of min(timeout, 3 s) = 2 s to fail on their own
-  // (torch_launcher.cpp). So about 4 s; the bound leaves one more timeout for a loaded host's
-  // scheduling, and at least the timeout must have passed.
+  // (torch_launcher.cpp). So about 4 s; at least the timeout must have passed. The upper bound
+  // is not a speed goal: it shows the group was stopped by this --timeout and its grace, not by
+  // the default --timeout of 20 s that the run's arguments replaced (22 s and more). It leaves
+  // three more timeouts for a loaded host's scheduling (7.05 s was seen at load 13 on 2 cores,
+  // over the bound of one more timeout that this test had before).
   const std::string key = "the group was stopped ";
   const size_t at = msg.find(key);
   ASSERT_NE(at, std::string::npos) << msg;
@@ -645,7 +648,8 @@ TEST(Replay, HungRankStopsTheGroupWithinTheTimeout) {
   std::printf("hung rank: the group was stopped %.2f s after its last progress (--timeout %d s)\n",
               stalled_s, kTimeoutS);
   EXPECT_GE(stalled_s, kTimeoutS);
-  EXPECT_LE(stalled_s, kTimeoutS + 2.0 + kTimeoutS);
+  EXPECT_LE(stalled_s, kTimeoutS + 2.0 + 3 * kTimeoutS);
+  static_assert(kTimeoutS + 2 + 3 * kTimeoutS < 20, "below the default --timeout's stop");
   EXPECT_EQ(count_children(), 0);
 }
 
