@@ -362,7 +362,7 @@ void parse_model(Reader& r, ModelSpec& m) {
     r.num(P, "model", "flops", m.flops);
     for (const char* k : {"hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab",
                           "make_vocab_size_divisible_by", "seq_len", "moe", "attention", "bias",
-                          "dropout", "async_tp_grad_reduce"})
+                          "dropout", "async_tp_grad_reduce", "gated_mlp", "tie_embeddings"})
       if (r.has(P, k))
         r.error(P + "/" + k, fmt::format("'{}' does not apply to a synthetic model", k),
                 "synthetic models take activation_bytes, param_bytes, boundary_bytes, flops", -1,

@@ -375,8 +375,7 @@ TEST(PlanSchema, ResolvedPathsAreSchemaKeys) {
 // so describe, the GUI's Parameters tab, the sweep's base and Python's Plan.resolved() show
 // it: a dense transformer, an MoE transformer (the moe section's keys too) and a synthetic
 // chain. Not fields: the model's free-text name, its family (the builder's "family" field is
-// the schedule's), the moe object itself (its keys are), and a synthetic model's gated_mlp and
-// tie_embeddings (the parser does not read them for it).
+// the schedule's), and the moe object itself (its keys are).
 TEST(PlanSchema, EveryModelKeyIsAResolvedValue) {
   size_t checked = 0;
   for (const char* name : {"gpt_pp4_dp2_1f1b.json", "piper_qwen3_moe_pp2_dp2_ep2.json",
@@ -399,7 +398,6 @@ TEST(PlanSchema, EveryModelKeyIsAResolvedValue) {
       const stretto::plan::PlanKey& pk = stretto::plan::schema_key("model", k);
       if (!pk.applies.empty() && pk.applies != family) continue;
       if (k == "name" || k == "family" || k == "moe") continue;
-      if (synthetic && (k == "gated_mlp" || k == "tie_embeddings")) continue;
       keys.emplace_back("/model/" + k, k);
     }
     if (plan->model.moe) {
@@ -492,4 +490,30 @@ TEST(PlanSchema, NoRawReadsOfPlanJsonOutsidePlan) {
   EXPECT_TRUE(found.empty()) << "plan JSON read outside plan/ (use parse_plan, the schema table "
                                 "or the resolved plan):\n"
                              << all;
+}
+
+// A synthetic model refuses every model key the table says applies to transformers only, at
+// the key's own pointer: none is silently accepted and ignored (gated_mlp and tie_embeddings
+// were, until the table said they apply to transformers).
+TEST(PlanSchema, ASyntheticModelRefusesEveryTransformerKey) {
+  const auto base =
+      stretto::plan::JsonSource::load((fs::path(STRETTO_EXAMPLES) / "cpu_synthetic_pp4_zbh1.json").string());
+  ASSERT_TRUE(base);
+  ASSERT_TRUE(stretto::plan::parse_plan(*base));
+  size_t checked = 0;
+  for (const std::string& k : stretto::plan::section_keys("model")) {
+    if (stretto::plan::schema_key("model", k).applies != "transformer") continue;
+    Json p = Json::parse(base->text());
+    p["model"][k] = true;  // the refusal is for the key's presence, whatever its value
+    const auto src = stretto::plan::JsonSource::from_json(p, "plan.json");
+    auto parsed = stretto::plan::parse_plan(src);
+    ASSERT_FALSE(parsed) << k;
+    bool located = false;
+    for (const stretto::Diagnostic& d : parsed.error())
+      located |= d.loc.json_pointer == "/model/" + k &&
+                 d.message.find("does not apply to a synthetic model") != std::string::npos;
+    EXPECT_TRUE(located) << k << ": " << stretto::render_all(parsed.error());
+    ++checked;
+  }
+  EXPECT_GE(checked, 15u);
 }
