@@ -248,8 +248,9 @@ class RankRun {
            n.purpose == CommPurpose::kParamGather;
   }
   std::vector<std::string> labels_;  // op_label() of every op, for the status line
-  // A compute op's scope for ATen's profilers and hooks: "stretto::<pass> <kind> <op> mb<m>"
-  // (built only while a profiler or hook listens; tests count the operators inside).
+  // A compute op's scope for ATen's profilers and hooks: "stretto::<pass> <kind> <op> mb<m>",
+  // formatted once in setup(); RECORD_USER_SCOPE records it only while a profiler or hook
+  // listens (tests count the operators inside).
   std::vector<std::string> scopes_;
   int64_t drop_counter_ = 0;  // fault "drop": received data so far
   std::atomic<size_t> waiting_for_{SIZE_MAX};  // op the host thread is blocked on

@@ -198,8 +198,8 @@ ResolvedPlan resolve_structure(const Plan& plan, const std::vector<Directive>& d
   // Model: every key that changes what is simulated, named and sourced as the schema table
   // has it (its source when the plan leaves it out: default, or derived for kv_heads and
   // head_dim). Only the free-text name and the model family (which decides which keys apply)
-  // are not fields; nor are a synthetic model's gated_mlp and tie_embeddings, which the parser
-  // does not read for it.
+  // are not fields. A synthetic model has none of the transformer's keys (the parser refuses
+  // them).
   const ModelSpec& m = plan.model;
   auto model = [&](const char* section, const char* key, Json value) {
     const std::string at = section == std::string_view("moe") ? "/model/moe/" : "/model/";

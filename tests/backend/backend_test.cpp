@@ -1974,6 +1974,15 @@ TEST(Replay, CudaGraphsOneGpuWithCapacityMoE) {
   expect_graph_replays("one_dev_moe_capacity_probs_adam_clip.json");
 }
 
+// bench-ops on the CPU with `iterations` timed runs after `warmup` untimed ones.
+BenchOpsOptions cpu_bench(int iterations, int warmup) {
+  BenchOpsOptions opt;
+  opt.device = DeviceKind::kCpu;
+  opt.iterations = iterations;
+  opt.warmup = warmup;
+  return opt;
+}
+
 // bench-ops: every distinct op of the plan, each op class of the model present, forward and
 // backward timed (positive, finite, ordered min <= median <= max). No timing assertions.
 TEST(BenchOps, TimesEveryOpClassOfThePlan) {
@@ -1981,11 +1990,7 @@ TEST(BenchOps, TimesEveryOpClassOfThePlan) {
   for (const char* plan : {"ep2_moe.json", "pp2_gpt_adam.json"}) {
     SCOPED_TRACE(plan);
     const CompiledPlan cp = load(plan);
-    BenchOpsOptions opt;
-    opt.device = DeviceKind::kCpu;
-    opt.iterations = 3;
-    opt.warmup = 1;
-    const BenchOpsResult r = bench_ops(cp, opt);
+    const BenchOpsResult r = bench_ops(cp, cpu_bench(3, 1));
     EXPECT_EQ(r.device, "cpu");
     EXPECT_EQ(r.iterations, 3);
     std::set<std::string> plan_kinds, bench_kinds;
@@ -2037,11 +2042,7 @@ TEST(BenchOps, AResidualWithoutDropoutHasNoBackwardKernel) {
   for (const char* plan : {"gpu_1dev.json", "one_dev_dropout_clip.json"}) {
     SCOPED_TRACE(plan);
     const CompiledPlan cp = load(plan);
-    BenchOpsOptions opt;
-    opt.device = DeviceKind::kCpu;
-    opt.iterations = 1;
-    opt.warmup = 0;
-    const BenchOpsResult r = bench_ops(cp, opt);
+    const BenchOpsResult r = bench_ops(cp, cpu_bench(1, 0));
     int residuals = 0;
     for (const BenchOp& b : r.ops) {
       SCOPED_TRACE(b.name);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <cstdlib>
 #include <regex>
@@ -345,25 +346,52 @@ TEST(PlanSchema, UnknownKeysAreRefusedWithTheTablesKeys) {
   }
 }
 
+// An example plan as describe resolves it: its source, the parsed plan and its resolved
+// values (the builder's directives expanded); null, with the failure reported, when it does
+// not parse.
+struct ResolvedExample {
+  stretto::plan::JsonSource src;
+  stretto::plan::Plan plan;
+  stretto::plan::ResolvedPlan rp;
+};
+std::unique_ptr<ResolvedExample> resolve_example(const std::string& name) {
+  auto src = stretto::plan::JsonSource::load((fs::path(STRETTO_EXAMPLES) / name).string());
+  if (!src) {
+    ADD_FAILURE() << name << ": " << stretto::render_all(src.error());
+    return nullptr;
+  }
+  auto plan = stretto::plan::parse_plan(*src);
+  if (!plan) {
+    ADD_FAILURE() << name << ": " << stretto::render_all(plan.error());
+    return nullptr;
+  }
+  auto ex = std::unique_ptr<ResolvedExample>(new ResolvedExample{std::move(*src), std::move(*plan), {}});
+  std::vector<stretto::plan::Directive> ds = ex->plan.schedule;
+  if (ex->plan.builder) {
+    auto e = stretto::pipelines::expand_builder(*ex->plan.builder);
+    if (!e) {
+      ADD_FAILURE() << name << ": " << stretto::render_all(e.error());
+      return nullptr;
+    }
+    ds = *e;
+  }
+  ex->rp = stretto::plan::resolve_structure(ex->plan, ds, &ex->src);
+  return ex;
+}
+
 // Every path a resolved value names is a key of the table, so that an editor writing it
 // there writes a key the parser takes.
 TEST(PlanSchema, ResolvedPathsAreSchemaKeys) {
   size_t n = 0;
   for (const char* name : {"layout_llama7b_pp4_dp4_interleaved.json", "gpt_pp4_dp2_1f1b.json"}) {
-    const auto src = stretto::plan::JsonSource::load((fs::path(STRETTO_EXAMPLES) / name).string());
-    ASSERT_TRUE(src) << name;
-    auto plan = stretto::plan::parse_plan(*src);
-    ASSERT_TRUE(plan) << name;
-    std::vector<stretto::plan::Directive> ds = plan->schedule;
-    if (plan->builder) {
-      auto e = stretto::pipelines::expand_builder(*plan->builder);
-      ASSERT_TRUE(e);
-      ds = *e;
-    }
-    const stretto::plan::ResolvedPlan rp = stretto::plan::resolve_structure(*plan, ds, &*src);
+    const std::unique_ptr<ResolvedExample> ex = resolve_example(name);
+    ASSERT_TRUE(ex) << name;
+    const auto& src = ex->src;
+    const auto& plan = ex->plan;
+    const stretto::plan::ResolvedPlan& rp = ex->rp;
     for (const auto& f : rp.fields) {
       if (f.path.empty()) continue;
-      EXPECT_NE(stretto::plan::plan_key_at(src->root(), f.path), nullptr)
+      EXPECT_NE(stretto::plan::plan_key_at(src.root(), f.path), nullptr)
           << name << ": " << f.name << " at " << f.path;
       ++n;
     }
@@ -380,18 +408,12 @@ TEST(PlanSchema, EveryModelKeyIsAResolvedValue) {
   size_t checked = 0;
   for (const char* name : {"gpt_pp4_dp2_1f1b.json", "piper_qwen3_moe_pp2_dp2_ep2.json",
                            "cpu_synthetic_pp4_zbh1.json"}) {
-    const auto src = stretto::plan::JsonSource::load((fs::path(STRETTO_EXAMPLES) / name).string());
-    ASSERT_TRUE(src) << name;
-    auto plan = stretto::plan::parse_plan(*src);
-    ASSERT_TRUE(plan) << name;
-    std::vector<stretto::plan::Directive> ds = plan->schedule;
-    if (plan->builder) {
-      auto e = stretto::pipelines::expand_builder(*plan->builder);
-      ASSERT_TRUE(e);
-      ds = *e;
-    }
-    const stretto::plan::ResolvedPlan rp = stretto::plan::resolve_structure(*plan, ds, &*src);
-    const bool synthetic = plan->model.family == stretto::plan::ModelSpec::Family::kSynthetic;
+    const std::unique_ptr<ResolvedExample> ex = resolve_example(name);
+    ASSERT_TRUE(ex) << name;
+    const auto& src = ex->src;
+    const auto& plan = ex->plan;
+    const stretto::plan::ResolvedPlan& rp = ex->rp;
+    const bool synthetic = plan.model.family == stretto::plan::ModelSpec::Family::kSynthetic;
     const std::string family = synthetic ? "synthetic" : "transformer";
     std::vector<std::pair<std::string, std::string>> keys;  // (path, key)
     for (const std::string& k : stretto::plan::section_keys("model")) {
@@ -400,7 +422,7 @@ TEST(PlanSchema, EveryModelKeyIsAResolvedValue) {
       if (k == "name" || k == "family" || k == "moe") continue;
       keys.emplace_back("/model/" + k, k);
     }
-    if (plan->model.moe) {
+    if (plan.model.moe) {
       for (const std::string& k : stretto::plan::section_keys("moe"))
         keys.emplace_back("/model/moe/" + k, k);
     }
@@ -410,7 +432,7 @@ TEST(PlanSchema, EveryModelKeyIsAResolvedValue) {
       EXPECT_EQ(f->path, path) << name << ": " << key;
       EXPECT_FALSE(f->value.is_null()) << name << ": " << key;
       // A key the plan writes resolves to what it writes, sourced `plan`.
-      if (const Json* w = src->find(path)) {
+      if (const Json* w = src.find(path)) {
         EXPECT_EQ(f->source, stretto::plan::ValueSource::kPlan) << name << ": " << key;
         if (!w->is_array()) EXPECT_EQ(f->value, *w) << name << ": " << key;
       }
