@@ -387,7 +387,6 @@ TEST(PlanSchema, ResolvedPathsAreSchemaKeys) {
     const std::unique_ptr<ResolvedExample> ex = resolve_example(name);
     ASSERT_TRUE(ex) << name;
     const auto& src = ex->src;
-    const auto& plan = ex->plan;
     const stretto::plan::ResolvedPlan& rp = ex->rp;
     for (const auto& f : rp.fields) {
       if (f.path.empty()) continue;
@@ -434,7 +433,9 @@ TEST(PlanSchema, EveryModelKeyIsAResolvedValue) {
       // A key the plan writes resolves to what it writes, sourced `plan`.
       if (const Json* w = src.find(path)) {
         EXPECT_EQ(f->source, stretto::plan::ValueSource::kPlan) << name << ": " << key;
-        if (!w->is_array()) EXPECT_EQ(f->value, *w) << name << ": " << key;
+        if (!w->is_array()) {
+          EXPECT_EQ(f->value, *w) << name << ": " << key;
+        }
       }
       ++checked;
     }
