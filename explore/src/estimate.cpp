@@ -8,6 +8,7 @@
 #include <set>
 
 #include "stretto/costmodel/cp_attention.h"
+#include "stretto/costmodel/tp_overlap.h"
 #include "stretto/sim/outside_allocator.h"
 
 namespace stretto::explore {
@@ -82,6 +83,10 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
   for (const compiler::ModelOp& op : g->ops) {
     const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
     const int t = split ? tp : 1;
+    // Sequence parallelism: an unsplit op (norm, dropout, residual) works on this rank's 1/tp
+    // of the tokens, its parameters whole (sim::CostQueries::compute).
+    const bool seq = sp && tp > 1 && !split;
+    const int work_t = seq ? tp : t;
     auto query = [&](Pass pass, double flops, int64_t bytes, int64_t bw_bytes = 0) {
       cost::ComputeQuery q;
       q.kind = op.kind;
@@ -89,15 +94,16 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
       q.dtype = g->dtype;
       q.tp = tp;
       compiler::GemmShape gs = op.gemm;
+      if (seq) gs.m = std::max<int64_t>(1, gs.m / tp);
       if (tp > 1 && split) {
         if (op.tp == TpSplit::kColumn) gs.n = std::max<int64_t>(1, gs.n / tp);
         else if (op.tp == TpSplit::kRow) gs.k = std::max<int64_t>(1, gs.k / tp);
         else if (op.tp == TpSplit::kHeads) gs.batch = std::max<int64_t>(1, gs.batch / tp);
       }
       q.gemm = gs;
-      q.flops = flops / t;
-      q.bytes = bytes / t;
-      q.bw_bytes = bw_bytes / t;
+      q.flops = flops / work_t;
+      q.bytes = bytes / work_t;
+      q.bw_bytes = bw_bytes / work_t;
       q.param_bytes = op.param_bytes / t;
       return q;
     };
@@ -147,14 +153,69 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
         cp_f = cp_b = 2 * a2a_q + 2 * a2a_kv;
       }
     }
+    // TP collectives as the compiler emits them (Compiler::emit_forward, forward_outputs,
+    // emit_backward, backward_regather, backward_outputs), each on its NCCL bytes
+    // (docs/costmodel.md: an all-gather's are the gathered output, a reduce-scatter's its
+    // input). Without sequence parallelism: a row-parallel op's output (the embedding's too)
+    // all-reduced in the forward, a column-parallel op's input gradient in the backward. With
+    // it, each all-reduce is a reduce-scatter + all-gather pair: a column-parallel op
+    // all-gathers its input in the forward and reduce-scatters its input gradient, re-gathers
+    // its input for the weight gradient beside the backward (it saved only its 1/tp shard); a
+    // row-parallel op reduce-scatters its output in the forward and all-gathers its output
+    // gradient before the backward. The vocab-parallel loss all-reduces three fp32 per token.
+    // tp_b_async: the part of tp_b hidden when the backward is one B node (below).
+    double tp_f = cp_f, tp_b = cp_b, tp_b_async = 0;
+    if (tp > 1) {
+      auto tp_ns = [&](CommKind k, int64_t bytes) { return comm_ns(k, bytes, tp, tp_nodes); };
+      const double share = cm_->interference().comm_sm_share;
+      // what a collective of `comm` ns beside a kernel of `x` ns adds to it: the engine slows
+      // the kernel by the collective's SM share (cost::async_pair_ns)
+      auto beside = [&](double x, double comm) {
+        return static_cast<double>(cost::async_pair_ns(std::llround(x), std::llround(comm), share)) - x;
+      };
+      if (op.tp == TpSplit::kRow) {
+        tp_f += tp_ns(sp ? CommKind::kReduceScatter : CommKind::kAllReduce, op.out_bytes);
+        if (sp) tp_b += tp_ns(CommKind::kAllGather, op.out_bytes);
+      }
+      if (op.kind == OpKind::kLoss)
+        tp_f += 3 * tp_ns(CommKind::kAllReduce, g->tokens_per_microbatch * 4);
+      if (op.tp == TpSplit::kColumn && op.kind != OpKind::kMlpAct && op.kind != OpKind::kLoss) {
+        if (sp) tp_f += tp_ns(CommKind::kAllGather, op.saved_input_bytes);
+        const double red =
+            tp_ns(sp ? CommKind::kReduceScatter : CommKind::kAllReduce, op.saved_input_bytes);
+        // SP's re-gather of the input, launched with the backward beside its compute on the TP
+        // stream, which it slows by its SM share; the input gradient's reduction follows it on
+        // that stream, so the op's next TP collective waits for both.
+        const double ag =
+            sp && op.has_weight_grad() ? tp_ns(CommKind::kAllGather, op.saved_input_bytes) : 0;
+        // Split BI/BW: the reduction after BI and the re-gather.
+        const double split_path = (ag > 0 ? beside(bi, ag) : 0) + red;
+        tp_b += split_path;
+        // One B node: asynchronous (async_tp_grad_reduce; not after an EP-sharded op's
+        // dispatch all-to-all) the reduction runs beside the weight gradient and costs the node
+        // max(C, BW + s·C) − BW (cost::async_pair_ns, as the simulator prices it), and the
+        // next collective waits for the re-gather and the reduction; else the reduction
+        // follows the node and the re-gather.
+        double one_node = 0;  // what the op's backward adds to b
+        if (plan_.model.async_tp_grad_reduce && !(op.kind == OpKind::kExperts && ep > 1)) {
+          const double node = b + beside(bw, red);
+          one_node = std::max(node + (ag > 0 ? beside(node, ag) : 0), ag + red) - b;
+        } else {
+          one_node = (ag > 0 ? beside(b, ag) : 0) + red;
+        }
+        tp_b_async += split_path - one_node;
+      }
+    }
     const double saved = static_cast<double>(op.saved_bytes) / ((split || sp) ? tp : 1);
     const double params = static_cast<double>(op.param_count) / t;
     const int layer = op.tags.layer();
-    if (layer == plan::kAbsent || layer < 0 || layer >= L) {
+    const bool outside = layer == plan::kAbsent || layer < 0 || layer >= L;
+    if (outside) {
       const bool pre = op.kind == OpKind::kEmbedding;
       if (pre) c.embedding_params += params;
-      (pre ? c.pre_f : c.post_f) += f;
-      (pre ? c.pre_b : c.post_b) += bi + bw;
+      (pre ? c.pre_f : c.post_f) += f + tp_f;
+      (pre ? c.pre_b : c.post_b) += bi + bw + tp_b;
+      (pre ? c.pre_b_async : c.post_b_async) += tp_b_async;
       (pre ? c.pre_params : c.post_params) += params;
       if (pre) c.embedding_bytes += static_cast<double>(op.param_bytes) / t;
       (pre ? c.pre_saved : c.post_saved) += saved;
@@ -170,8 +231,9 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
     if (op.kind != OpKind::kExperts || ep <= 1)
       c.layer_param_bytes[layer] += static_cast<double>(op.param_bytes) / t;
     if (op.kind == OpKind::kAttention) c.attn_f[layer] += f + cp_f;
-    c.tp_f[layer] += cp_f;
-    c.tp_b[layer] += cp_b;
+    c.tp_f[layer] += tp_f;
+    c.tp_b[layer] += tp_b;
+    c.tp_b_async[layer] += tp_b_async;
     if (op.kind == OpKind::kExperts) {
       c.expert_params[layer] += params / std::max(1, ep);
       const int64_t bytes = g->tokens_per_microbatch * (ms.moe ? ms.moe->top_k : 1) * ms.hidden *
@@ -179,19 +241,6 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
       c.a2a[layer] = comm_ns(CommKind::kAllToAll, bytes, ep, ep_nodes);
     } else {
       c.params[layer] += params;
-    }
-    if (tp > 1 && op.tp == TpSplit::kRow)
-      c.tp_f[layer] += comm_ns(CommKind::kAllReduce, op.out_bytes, tp, tp_nodes);
-    // The backward all-reduce of a column-parallel GEMM is over its input gradient.
-    // Asynchronous (async_tp_grad_reduce), it runs beside the weight gradient and costs the
-    // B node max(C, BW + s·C) − BW (cost::async_pair_ns, as the simulator prices it).
-    if (tp > 1 && op.tp == TpSplit::kColumn && op.kind != OpKind::kMlpAct && !op.inputs.empty()) {
-      const double ar = comm_ns(CommKind::kAllReduce, g->ops[op.inputs[0]].out_bytes, tp, tp_nodes);
-      c.tp_b[layer] += ar;
-      if (plan_.model.async_tp_grad_reduce) {
-        const double share = cm_->interference().comm_sm_share;
-        c.tp_b_async[layer] += ar - (std::max(ar, bw + share * ar) - bw);
-      }
     }
     c.out_bytes = static_cast<double>(op.out_bytes) / tp;
   }
@@ -270,6 +319,7 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
     if (s == 0) f += c.pre_f, bi += c.pre_b, params += c.pre_params, saved += c.pre_saved;
     if (s == chunks - 1)
       f += c.post_f, bi += c.post_b, params += c.post_params, saved += c.post_saved;
+    if (!split_bwd) bi -= (s == 0 ? c.pre_b_async : 0) + (s == chunks - 1 ? c.post_b_async : 0);
     if (r.zero >= 3 && dp > 1)  // gathers hide behind compute only when faster
       gather = comm_ns(CommKind::kAllGather, static_cast<int64_t>(pbytes), dp,
                        (tp * dp + plan_.cluster.devices_per_node - 1) /

@@ -4,9 +4,12 @@
 // the simulator uses, but replaces the discrete-event simulation by closed forms:
 //
 //   per-chunk times F, B (= BI + W) of every pipeline chunk for one microbatch: the sum of its
-//   layers' op times after the TP split, plus the TP collectives (one all-reduce per
-//   row-parallel GEMM's output in the forward, one per column-parallel GEMM's input gradient in
-//   the backward), the EP all-to-alls (dispatch and combine, forward and backward) and, with
+//   layers' op times after the TP split, plus the TP collectives as the compiler emits them
+//   (the embedding's, head's and loss's too: one all-reduce per row-parallel output in the
+//   forward, one per column-parallel input gradient in the backward; with sequence parallelism
+//   each becomes a reduce-scatter + all-gather pair on the whole gathered bytes, a
+//   column-parallel op re-gathers its input beside its backward, and unsplit ops work on 1/tp
+//   of the tokens), the EP all-to-alls (dispatch and combine, forward and backward) and, with
 //   ZeRO-3, one parameter all-gather per pass of the layers' parameters (the simulator runs them
 //   just before each op; an EP-sharded expert op is not gathered, and the embedding's and the
 //   head's gathers are left out);
@@ -95,14 +98,16 @@ class Estimator {
     // Per layer (index) and for the ops before the first / after the last layer.
     std::vector<double> f, bi, bw;   // ns, compute only, after the TP split
     std::vector<double> tp_f, tp_b;  // ns of TP collectives (and CP all-gathers / all-to-alls)
-    // ns of tp_b that Megatron's asynchronous input-gradient all-reduce hides behind the
-    // weight-gradient GEMM in one B node (model async_tp_grad_reduce; not with a split BI/BW)
+    // ns of tp_b hidden when the backward is one B node (not with a split BI/BW): what
+    // Megatron's asynchronous input-gradient reduction hides behind the weight-gradient GEMM
+    // (model async_tp_grad_reduce), and SP's re-gather behind the weight gradient too
     std::vector<double> tp_b_async;
     std::vector<double> a2a;         // ns of one all-to-all (MoE layers), 0 otherwise
     std::vector<double> attn_f;      // ns of core attention forward (selective recompute)
     std::vector<double> saved, boundary;  // bytes per microbatch (after TP)
     std::vector<double> params, expert_params;  // parameter counts
     double pre_f = 0, pre_b = 0, post_f = 0, post_b = 0, pre_params = 0, post_params = 0;
+    double pre_b_async = 0, post_b_async = 0;  // as tp_b_async, of pre_b and post_b
     double pre_saved = 0, post_saved = 0;
     double embedding_params = 0;  // the word embedding's (a tied head's copy, on another rank)
     double embedding_bytes = 0;   // its parameter bytes (the tied copies' gradient all-reduce)
