@@ -96,6 +96,7 @@ struct Memory {
 
 struct OpState {
   bool done = false, finalized = false;
+  bool posted = false;  // a collective posted before its place in the program (async_comm_)
   int64_t post_ns = 0, start_ns = 0, end_ns = 0, unpack_ns = 0;
 };
 
@@ -210,6 +211,10 @@ class RankRun {
   std::vector<OpCtx> ctx_;
   std::vector<std::vector<at::Tensor>> saved_inputs_;  // recompute: the forward's inputs
   std::vector<char> fwd_post_, bwd_post_, bwd_pre_;
+  // Per op: the input-gradient collective of a column-parallel op's B node that Megatron-LM
+  // issues asynchronously (compiler TpOverlap::kAsync, model async_tp_grad_reduce): run_compute
+  // posts it between the B node's input- and weight-gradient GEMMs. SIZE_MAX: none.
+  std::vector<size_t> async_comm_;
   std::vector<std::vector<uint32_t>> bucket_of_node_;
   double loss_scale_ = 1;
   double loss_ = 0;
@@ -372,6 +377,18 @@ void RankRun::setup() {
   preds_ = local_preds(cp_, ops_);
   node_ops_.assign(dag.nodes.size(), {});
   for (size_t i = 0; i < ops_.size(); ++i) node_ops_[ops_[i].node].push_back(i);
+  async_comm_.assign(ops_.size(), SIZE_MAX);
+  for (const auto& pr : dag.tp_overlaps)
+    if (pr.method == compiler::TpOverlap::kAsync && !node_ops_[pr.compute].empty() &&
+        !node_ops_[pr.comm].empty()) {
+      const size_t b = node_ops_[pr.compute].front(), c = node_ops_[pr.comm].front();
+      // The collective reduces what B computes (local_preds orders it after B).
+      if (c < b)
+        throw std::runtime_error(fmt::format("internal: asynchronous collective {} before its "
+                                             "backward {} in the program",
+                                             op_label(c), op_label(b)));
+      async_comm_[b] = c;
+    }
   st_.assign(ops_.size(), OpState{});
   labels_.clear();
   for (size_t i = 0; i < ops_.size(); ++i) labels_.push_back(op_label(i));
@@ -885,6 +902,7 @@ void RankRun::execute(size_t i) {
   status_.set(line);
   fault_check();
   ++op_counter_;
+  if (st_[i].posted) return;  // posted inside its B node (async_comm_)
   for (uint32_t p : preds_[op.node]) wait_node(p);
   if (op.kind == NodeKind::kCompute) {
     run_compute(i);
@@ -1074,7 +1092,12 @@ void RankRun::run_compute(size_t i) {
       const uint32_t r = model_.residual_source(o);
       if (r != kNone) add_grad(r, mb, grad_acc_[k]);
       if (c.cp_root.defined()) dy = cp_output_grad(c, dy, cp_comm);  // a2a: to the head groups
-      std::vector<at::Tensor> dx = backward_inputs(c, dy, n.tags.pass == Pass::kB, params_[o]);
+      // Megatron-LM's asynchronous input-gradient all-reduce (LinearWithGradAccumulationAnd-
+      // AsyncCommunication): the input gradient first, its collective issued at once, then the
+      // weight gradient while it runs; the consumers wait for the collective (local_preds).
+      const size_t async = n.tags.pass == Pass::kB && bwd_post_[k] ? async_comm_[i] : SIZE_MAX;
+      std::vector<at::Tensor> dx =
+          backward_inputs(c, dy, n.tags.pass == Pass::kB && async == SIZE_MAX, params_[o]);
       if (!c.cp_dkv.empty())  // the received K/V's gradients go back to their CP ranks
         cp_backward(c, dx, cp_comm,
                          cp_.plan.model.hidden / std::max<int>(1, n.tp));
@@ -1083,6 +1106,13 @@ void RankRun::run_compute(size_t i) {
       else
         add_input_grads(o, mb, dx);
       grad_acc_[k] = at::Tensor();
+      if (async != SIZE_MAX) {
+        const int64_t p0 = now_ns();
+        post_comm(async);
+        st_[async].posted = true;
+        t_post_ += now_ns() - p0;
+        backward_weights(c, params_[o]);
+      }
       if (n.tags.pass == Pass::kB || !op.has_weight_grad()) {  // (no BW node follows)
         mem_.add(kActs, -c.bytes);
         c = OpCtx{};

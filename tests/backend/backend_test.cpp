@@ -154,7 +154,8 @@ INSTANTIATE_TEST_SUITE_P(Schedules, GradientCheck,
                                            "pp4_dualpipe.json",
                                            "pp2_dp2_zero1.json", "dp2_zero2.json", "dp2_zero3.json",
                                            "ep2_moe.json",
-                                           "tp2.json", "tp2_gated_bias.json", "pp2_recompute.json",
+                                           "tp2.json", "tp2_gated_bias.json",
+                                           "tp2_sync_grad_reduce.json", "pp2_recompute.json",
                                            "pp2_gpt_adam.json", "pp2_dp2_sgd_clip.json",
                                            "dp2_zero1_adam_clip.json",
                                            "dp2_zero2_sgd_clip.json", "dp2_zero3_adam_clip.json",
@@ -225,6 +226,66 @@ TEST(Replay, ZeroRankHoldsOptimizerStateForItsShardOnly) {
       sum += d.optimizer_state_bytes;
     }
     EXPECT_EQ(sum, per_param * full);
+  }
+}
+
+// Megatron-LM's asynchronous input-gradient all-reduce (model async_tp_grad_reduce, the
+// default): the replay issues a column-parallel op's input-gradient collective between its B
+// node's input- and weight-gradient GEMMs, so the collective starts before the B node ends;
+// with the key false it is issued after the whole B node, as 2021 Megatron-LM did. Two real
+// Gloo processes (tp2, two measured steps, the op records of both devices). Both orders pass
+// the gradient check (GradientCheck: tp2, tp2_gated_bias, tp2_dp2 asynchronous,
+// tp2_sync_grad_reduce synchronous). Fails on the code before, which ran every collective after
+// its B node (start >= end on every pair).
+TEST(Replay, AsyncTensorParallelGradReduceStartsBeforeItsBackwardEnds) {
+  for (const char* plan : {"tp2.json", "tp2_sync_grad_reduce.json"}) {
+    SCOPED_TRACE(plan);
+    const CompiledPlan cp = load(plan);
+    const bool async = cp.plan.model.async_tp_grad_reduce;
+    // (B node, its input-gradient collective): the compiler's kAsync pairs, or, synchronous,
+    // each backward tensor-parallel collective and the B node of its op and microbatch.
+    std::vector<std::pair<uint32_t, uint32_t>> pairs;
+    for (const compiler::TpOverlapPair& pr : cp.dag.tp_overlaps)
+      if (pr.method == compiler::TpOverlap::kAsync) pairs.emplace_back(pr.compute, pr.comm);
+    if (!async) {
+      EXPECT_TRUE(pairs.empty());
+      for (uint32_t c = 0; c < cp.dag.nodes.size(); ++c) {
+        const Node& cn = cp.dag.nodes[c];
+        if (cn.kind != NodeKind::kCollective || cn.purpose != compiler::CommPurpose::kTensorPar ||
+            cn.tags.pass != plan::Pass::kB)
+          continue;
+        for (uint32_t b = 0; b < cp.dag.nodes.size(); ++b) {
+          const Node& bn = cp.dag.nodes[b];
+          if (bn.kind == NodeKind::kCompute && bn.op == cn.op && bn.tags.pass == plan::Pass::kB &&
+              bn.tags.mb() == cn.tags.mb())
+            pairs.emplace_back(b, c);
+        }
+      }
+    }
+    ASSERT_GT(pairs.size(), 0u);
+    ReplayRun run = make_run(plan, /*check=*/false, 2, 0);
+    auto r = launch_local(cp, run.opt, run.launch);
+    ASSERT_TRUE(r.has_value()) << render_all(r.error());
+    std::map<std::tuple<int, int, uint32_t>, const OpRecord*> rec;  // (device, step, node)
+    for (const OpRecord& o : r->ops) rec[{o.device, o.iteration, o.node}] = &o;
+    int compared = 0, early = 0;
+    for (int dev = 0; dev < cp.num_devices; ++dev)
+      for (int it = 0; it < 2; ++it)
+        for (auto [b, c] : pairs) {
+          auto bi = rec.find({dev, it, b}), ci = rec.find({dev, it, c});
+          if (bi == rec.end() || ci == rec.end()) continue;
+          ++compared;
+          const int64_t b_end = bi->second->end_ns, c_start = ci->second->start_ns;
+          early += c_start < b_end;
+          if (async)
+            EXPECT_LT(c_start, b_end) << "node " << c << " after B node " << b << " on device " << dev;
+          else
+            EXPECT_GE(c_start, b_end) << "node " << c << " before B node " << b << " ends";
+        }
+    std::printf("%s: %d (B node, input-gradient collective) pairs compared, %d collectives started "
+                "before their B node ended\n",
+                plan, compared, early);
+    EXPECT_EQ(compared, static_cast<int>(pairs.size()) * 2 * 2);  // each pair on both devices, both steps
   }
 }
 
