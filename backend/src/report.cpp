@@ -123,7 +123,8 @@ Json to_json(const RankResult& r) {
   Json ops = Json::array();
   for (const auto& o : r.ops)
     ops.push_back(
-        {id(o.stream), id(o.name), o.node, o.iteration, o.start_ns, o.end_ns, o.unpack_ns});
+        {id(o.stream), id(o.name), o.node, o.iteration, o.start_ns, o.end_ns, o.unpack_ns,
+         o.post_ns});
   j["strings"] = table;
   j["ops"] = std::move(ops);
   return j;
@@ -167,6 +168,7 @@ Expected<RankResult> rank_result_from_json(const Json& j) {
       rec.start_ns = o.at(4).get<int64_t>();
       rec.end_ns = o.at(5).get<int64_t>();
       rec.unpack_ns = o.size() > 6 ? o.at(6).get<int64_t>() : 0;
+      rec.post_ns = o.size() > 7 ? o.at(7).get<int64_t>() : rec.start_ns;
       r.ops.push_back(std::move(rec));
     }
     return r;
@@ -209,6 +211,7 @@ ReplayResult merge_results(const CompiledPlan& cp, const ReplayOptions& opt,
         const int64_t s = shift(k, static_cast<size_t>(o.iteration));
         o.start_ns += s;
         o.end_ns += s;
+        o.post_ns += s;
       }
   }
   // A transfer or collective starts when its last participant posts it (the simulator's

@@ -1541,6 +1541,7 @@ void RankRun::step(bool measured, RankResult& rr) {
       r.iteration = it;
       r.start_ns = iv.first;
       r.end_ns = iv.second;
+      r.post_ns = ops_[i].kind == NodeKind::kCompute ? iv.first : s.post_ns - t0;
       r.unpack_ns = ops_[i].kind == NodeKind::kCompute ? 0 : s.unpack_ns;
       rr.ops.push_back(std::move(r));
     }

@@ -117,6 +117,11 @@ struct OpRecord {
   uint32_t node = 0;   ///< DAG node id
   int iteration = 0;   ///< 0-based over measured steps (-1: warm-up, not kept)
   int64_t start_ns = 0, end_ns = 0;  ///< from the step's start
+  /// When this device's host issued the op, on the same clock: a compute op's start; a
+  /// collective or transfer's post. Its start_ns is later where its stream's previous op ends
+  /// later (the stream is a FIFO) or, ranks on one host, where another participant posts it
+  /// later (the group starts with its last member).
+  int64_t post_ns = 0;
   /// Communication: host time spent unpacking its result (a received activation put in place,
   /// gathered parameters written back, a reduced bucket scattered into the gradients) when its
   /// consumer first needed it. Not part of [start, end): the op's stream is a FIFO.
