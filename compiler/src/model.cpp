@@ -286,6 +286,7 @@ class Transformer {
     att.bi_bytes = 2 * att.fwd_bytes + T * ad * dt;
     att.saved_bytes = T * qkv_n * dt + T * ad * dt + T * a * 4;  // q, k, v, output, logsumexp
     att.saved_input_bytes = T * qkv_n * dt;
+    att.split_input_bytes = T * qkv_n * dt;  // q, k and v: views of the QKV output
     att.out_bytes = T * ad * dt;
     return chain(L, std::move(att), {qkv});
   }
@@ -344,10 +345,10 @@ class Transformer {
     uint32_t up = chain(
         L, with_bias(b_.gemm(name(L, "mlp.up"), OpKind::kMlpUp, TpSplit::kColumn, T, h, up_n)),
         {n2});
-    uint32_t act = chain(L,
-                         b_.elementwise(name(L, "mlp.act"), OpKind::kMlpAct, TpSplit::kColumn,
-                                        T * up_n * dt, T * f * dt, 0),
-                         {up});
+    ModelOp act_op = b_.elementwise(name(L, "mlp.act"), OpKind::kMlpAct, TpSplit::kColumn,
+                                    T * up_n * dt, T * f * dt, 0);
+    if (spec_.gated_mlp) act_op.split_input_bytes = T * up_n * dt;  // gate and up halves
+    uint32_t act = chain(L, std::move(act_op), {up});
     uint32_t down =
         chain(L, b_.gemm(name(L, "mlp.down"), OpKind::kMlpDown, TpSplit::kRow, T, f, h), {act});
     return chain(L, residual(name(L, "mlp.residual")), {down, r1});

@@ -1,6 +1,8 @@
 // `stretto compile` output: DAG summary as a table (people) or JSON (machines), and Graphviz.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <map>
 
 #include "stretto/compiler/compiler.h"
@@ -223,7 +225,17 @@ std::vector<std::string> unmodelled_effects(const CompiledPlan& cp) {
     if (p.model.moe && p.model.moe->capacity_factor <= 0 && p.model.moe->imbalance <= 1.0)
       out.push_back("MoE routing imbalance: balanced routing assumed (set \"imbalance\")");
   }
-  if (cp.num_microbatches > 1)
+  // The analytic model's kernel_style eager prices each weight gradient's accumulation into
+  // .grad on every microbatch (docs/costmodel.md, "Kernel style").
+  const plan::Json& opts = p.costmodel.options;
+  std::string style = opts.is_object() && opts.contains("kernel_style") &&
+                              opts["kernel_style"].is_string()
+                          ? opts["kernel_style"].get<std::string>()
+                          : std::string();
+  std::transform(style.begin(), style.end(), style.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const bool priced = p.costmodel.kind == plan::CostModelSpec::Kind::kAnalytic && style == "eager";
+  if (cp.num_microbatches > 1 && !priced)
     out.push_back(
         "gradient accumulation over microbatches (each backward's read-modify-write of the "
         "gradient buffer, unless fused into the weight-gradient GEMM)");

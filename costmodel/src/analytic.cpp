@@ -719,6 +719,31 @@ std::optional<double> measured_mem_ns(const AnalyticParams& p, const ComputeQuer
   return bytes / rate;
 }
 
+// The work an unfused (kernel_style eager) PyTorch program runs around an op that a fused
+// kernel or a fused optimizer does not, in HBM bytes (docs/costmodel.md, "Kernel style"):
+//  - split's backward: the gradients of an input the op read as split views of one tensor are
+//    gathered with one `cat`, read and written (ComputeQuery::split_grad_bytes; B and BI);
+//  - the weight gradient's accumulation into the parameter's .grad (`grad.add_(g)`, autograd's
+//    AccumulateGrad: read both, write one, 3 x param_bytes; B and BW), on every microbatch as
+//    the replay runs it (gradients zeroed once a step, backend/src/torch_executor.cpp): the
+//    measured rates leave it out (m_backward_ns takes each input's accumulation out of M's
+//    backwards; S and the GEMM sweep time the kernels alone);
+//  - the optimizer step's extra passes over its state (torch.optim.SGD's momentum step is three
+//    kernels, a fused SGD one): ComputeQuery::unfused_step_bytes in place of `bytes`.
+// The fused style prices none of them: Transformer Engine's kernels write split gradients in
+// place, Megatron-Core accumulates weight gradients in the GEMM (gradient_accumulation_fusion)
+// and steps with a fused multi-tensor optimizer (FusedSGD / FusedAdam).
+double unfused_extra_bytes(const AnalyticParams& p, const ComputeQuery& q) {
+  if (p.kernel_style != KernelStyle::kEager) return 0;
+  double b = 0;
+  if (q.pass == Pass::kB || q.pass == Pass::kBI)
+    b += 2.0 * static_cast<double>(q.split_grad_bytes);
+  if (q.pass == Pass::kB || q.pass == Pass::kBW) b += 3.0 * static_cast<double>(q.param_bytes);
+  if (q.kind == OpKind::kOptimizer && q.unfused_step_bytes > q.bytes)
+    b += static_cast<double>(q.unfused_step_bytes - q.bytes);
+  return b;
+}
+
 }  // namespace
 
 ComputeCost analytic_compute(const AnalyticParams& p, const DeviceSpec& dev,
@@ -734,9 +759,14 @@ ComputeCost analytic_compute(const AnalyticParams& p, const DeviceSpec& dev,
   const double floor_ns = p.launch_floor_us * 1000.0 * kernels;
   const double hbm = dev.hbm_GBps * p.memory_efficiency;  // bytes per ns
   const double t_mem = (q.bytes > 0 && hbm > 0) ? static_cast<double>(q.bytes) / hbm : 0.0;
+  // Unfused work around the op (eager only), at the stream rate the model gives memory-bound
+  // work without a measured rate: memory_efficiency x HBM (4320 GB/s on an H200, 2 % over the
+  // 4237 GB/s the H200 sweep's `add` rows reach).
+  const double t_unfused = hbm > 0 ? unfused_extra_bytes(p, q) / hbm : 0.0;
 
   if (!gemm && !attention) {  // memory-bound: Norm, MlpAct, Loss, Embedding, ...
-    c.ns = detail::ceil_ns(std::max(floor_ns, measured_mem_ns(p, q).value_or(t_mem)));
+    c.ns = detail::ceil_ns(
+        std::max(floor_ns, measured_mem_ns(p, q).value_or(t_mem) + t_unfused));
     c.mem_bound = true;
     return c;
   }
@@ -788,7 +818,7 @@ ComputeCost analytic_compute(const AnalyticParams& p, const DeviceSpec& dev,
     }
   }
   c.mem_bound = t_mem > t_comp;
-  c.ns = detail::ceil_ns(std::max({floor_ns, t_comp, t_mem}));
+  c.ns = detail::ceil_ns(std::max({floor_ns, t_comp, t_mem}) + t_unfused);
   return c;
 }
 

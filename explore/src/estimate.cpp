@@ -105,6 +105,8 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
       q.bytes = bytes / work_t;
       q.bw_bytes = bw_bytes / work_t;
       q.param_bytes = op.param_bytes / t;
+      if (pass == Pass::kB || pass == Pass::kBI)
+        q.split_grad_bytes = op.split_input_bytes / work_t;
       return q;
     };
     auto time = [&](Pass pass, double flops, int64_t bytes, int64_t bw_bytes = 0) {
@@ -484,8 +486,9 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
     q.pass = Pass::kNone;
     q.dtype = plan_.model.dtype;
     for (int k = 0; k < p; ++k) {
-      q.bytes = static_cast<int64_t>(sharded(rank_params[k], rank_experts[k], r.zero >= 1)) *
-                opt.step_bytes_per_param(static_cast<int>(bpp.params));
+      const auto n = static_cast<int64_t>(sharded(rank_params[k], rank_experts[k], r.zero >= 1));
+      q.bytes = n * opt.step_bytes_per_param(static_cast<int>(bpp.params));
+      q.unfused_step_bytes = n * opt.unfused_step_bytes_per_param(static_cast<int>(bpp.params));
       opt_step = std::max(opt_step, static_cast<double>(cm_->compute(q).ns));
     }
   }

@@ -94,6 +94,20 @@ int64_t OptimizerSpec::step_bytes_per_param(int dt) const {
   return b;
 }
 
+int64_t OptimizerSpec::unfused_step_bytes_per_param(int dt) const {
+  // torch.optim.SGD's momentum step (torch/optim/sgd.py, _single_tensor_sgd and its foreach
+  // twin _multi_tensor_sgd, the default on CUDA) is three elementwise kernels: buf.mul_(momentum)
+  // (read and write the momentum), buf.add_(grad) (read both, write the momentum) and
+  // param.add_(buf, alpha=-lr) (read both, write the weight): g + 7 w where a fused SGD (one
+  // kernel: Megatron-Core's FusedSGD from Transformer Engine or Apex) moves g + 4 w. The
+  // replay's step is those three kernels (backend/src/torch_executor.cpp, optimizer_step).
+  // Adam is left at the fused step's bytes: its unfused passes (torch.optim.Adam's foreach
+  // path, the replay's own nine kernels) are not priced yet.
+  if (kind != Kind::kSgd) return step_bytes_per_param(dt);
+  const int64_t w = keeps_master(dt) ? 4 : dt;
+  return step_bytes_per_param(dt) + 3 * w;
+}
+
 namespace {
 
 std::string join(const std::vector<std::string>& v) {

@@ -154,15 +154,20 @@ cost::ComputeQuery CostQueries::compute(const Node& nd) const {
   q.region_k = nd.region_k;
   q.region_n = nd.region_n;
   double flops = 0;
-  int64_t bytes = 0, bw_bytes = 0;
+  int64_t bytes = 0, bw_bytes = 0, split_grad_bytes = 0;
   // A recomputed forward does the op's forward work (tagged with its backward's pass).
   const Pass pass = nd.recompute ? Pass::kF : nd.tags.pass;
   q.pass = pass;
   if (op.kind == OpKind::kOptimizer) {
     // The optimizer step: memory-bound, its HBM bytes per device are on the node (PASS none:
-    // the fixed model gives it no time).
+    // the fixed model gives it no time): the fused step's parameters x its bytes per
+    // parameter (Compiler::add_optimizer), and the same parameters as an unfused step.
     q.pass = Pass::kNone;
     bytes = nd.bytes;
+    const plan::OptimizerSpec& opt = cp_.plan.optimizer;
+    const int dt = static_cast<int>(compiler::static_bytes_per_param(model.dtype, opt).params);
+    if (const int64_t per = opt.step_bytes_per_param(dt); per > 0)
+      q.unfused_step_bytes = nd.bytes / per * opt.unfused_step_bytes_per_param(dt);
   }
   switch (op.kind == OpKind::kOptimizer ? Pass::kNone : pass) {
     case Pass::kF:
@@ -171,9 +176,11 @@ cost::ComputeQuery CostQueries::compute(const Node& nd) const {
     case Pass::kB:
       flops = op.bi_flops + op.bw_flops, bytes = op.bi_bytes + op.bw_bytes;
       bw_bytes = op.bw_bytes;
+      split_grad_bytes = op.split_input_bytes;
       break;
     case Pass::kBI:
       flops = op.bi_flops, bytes = op.bi_bytes;
+      split_grad_bytes = op.split_input_bytes;
       break;
     case Pass::kBW:
       flops = op.bw_flops, bytes = op.bw_bytes;
@@ -188,6 +195,7 @@ cost::ComputeQuery CostQueries::compute(const Node& nd) const {
     flops /= nd.tp;
     bytes /= nd.tp;
     bw_bytes /= nd.tp;
+    split_grad_bytes /= nd.tp;
     g.m = std::max<int64_t>(1, g.m / nd.tp);
   }
   int64_t param_bytes = op.param_bytes;
@@ -195,6 +203,7 @@ cost::ComputeQuery CostQueries::compute(const Node& nd) const {
     flops /= nd.tp;
     bytes /= nd.tp;
     bw_bytes /= nd.tp;
+    split_grad_bytes /= nd.tp;
     param_bytes /= nd.tp;
     if (op.tp == TpSplit::kColumn)
       g.n = std::max<int64_t>(1, g.n / nd.tp);
@@ -208,6 +217,7 @@ cost::ComputeQuery CostQueries::compute(const Node& nd) const {
   q.bytes = bytes;
   q.bw_bytes = bw_bytes;
   q.param_bytes = param_bytes;
+  q.split_grad_bytes = split_grad_bytes;
   return q;
 }
 

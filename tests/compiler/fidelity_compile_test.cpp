@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <string>
 
 #include "stretto/compiler/compiler.h"
 
@@ -290,6 +292,27 @@ TEST(FidelityPlan, OptimizerGradNormAndTiedEmbeddings) {
   auto absent = compile_json(plan);
   ASSERT_TRUE(absent);
   EXPECT_NE(unmodelled_effects(*absent).front().find("no \"optimizer\""), std::string::npos);
+}
+
+// With more than one microbatch the weight gradients' accumulation is listed as not modelled,
+// except under the analytic model's kernel_style eager, which prices it (docs/costmodel.md).
+TEST(FidelityPlan, EagerPricesGradientAccumulation) {
+  std::ifstream in(std::string(STRETTO_TEST_DATA) + "/costmodel/h200_replay_plans/llama8b_l4_mb4.json");
+  json plan = json::parse(in, nullptr, false);
+  ASSERT_FALSE(plan.is_discarded());
+  auto listed = [&](const char* style) {
+    plan["costmodel"]["kernel_style"] = style;
+    auto cp = compile_json(plan);
+    EXPECT_TRUE(cp) << style;
+    if (!cp) return false;
+    for (const auto& e : unmodelled_effects(*cp))
+      if (e.rfind("gradient accumulation", 0) == 0) return true;
+    return false;
+  };
+  EXPECT_TRUE(listed("fused"));
+  EXPECT_TRUE(listed("roofline"));
+  EXPECT_FALSE(listed("eager"));
+  EXPECT_FALSE(listed("Eager"));
 }
 
 TEST(FidelityPlan, Zero3PrefetchBoundsGathers) {

@@ -316,12 +316,19 @@ ComputeQuery mem_query(OpKind k, Pass pass, int64_t bytes) {
   return q;
 }
 
+// The h200 preset's three kernel styles (`fused` is the default).
+struct Styles {
+  std::unique_ptr<CostModel> fused = testing::make_or_die(testing::analytic_spec({}), h200_cluster());
+  std::unique_ptr<CostModel> eager =
+      testing::make_or_die(testing::analytic_spec({{"kernel_style", "eager"}}), h200_cluster());
+  std::unique_ptr<CostModel> roof =
+      testing::make_or_die(testing::analytic_spec({{"kernel_style", "roofline"}}), h200_cluster());
+};
+
 TEST(KernelStyle, FusedAndEagerRatesOnH200) {
-  const ClusterSpec cl = h200_cluster();
-  auto fused = testing::make_or_die(testing::analytic_spec({}), cl);  // the default
-  auto eager = testing::make_or_die(testing::analytic_spec({{"kernel_style", "eager"}}), cl);
-  auto roof = testing::make_or_die(testing::analytic_spec({{"kernel_style", "roofline"}}), cl);
-  ASSERT_TRUE(fused && eager && roof);
+  const Styles st;
+  ASSERT_TRUE(st.fused && st.eager && st.roof);
+  const auto& [fused, eager, roof] = st;
   // A Llama-3-8B RMSNorm forward (T = h = 4096, bf16): 2 x 4096 x 4096 x 2 + 4096 x 2 =
   // 67,117,056 bytes. Fused: F.rms_norm measured 0.0254 ms on the H200 (2642.4 GB/s) ->
   // 25,400 ns; eager: the same kernel (a plain PyTorch program's F.rms_norm is ATen's fused
@@ -355,6 +362,107 @@ TEST(KernelStyle, FusedAndEagerRatesOnH200) {
   const ComputeQuery add = mem_query(OpKind::kResidual, Pass::kF, 100663296);
   EXPECT_EQ(fused->compute(add).ns, roof->compute(add).ns);
   EXPECT_EQ(eager->compute(add).ns, roof->compute(add).ns);
+}
+
+// kernel_style eager pays split's backward: the gradients of an input read as split views of
+// one tensor are gathered with one cat (read and written: 2 x split_grad_bytes at 0.9 x 4800 =
+// 4320 GB/s), on top of the op's kernels, in B and BI (not BW). A Llama-3-8B SwiGLU backward
+// (T = 4096, f = 14336; its [T, 2f] input, 234,881,024 bytes, is the gate and up halves of the
+// up GEMM's output): +108,741.2 ns; a flash attention backward (q, k, v: views of the QKV
+// output, [T, 6144] = 50,331,648 bytes): +23,301.7 ns on a compute-bound op. Fused
+// (Transformer Engine writes the halves in place) and roofline pay nothing.
+// What `m` charges for `q` with `field` at `v` over `field` at 0 (ns).
+int64_t paid(const CostModel& m, ComputeQuery q, int64_t ComputeQuery::*field, int64_t v) {
+  q.*field = 0;
+  const int64_t without = m.compute(q).ns;
+  q.*field = v;
+  return m.compute(q).ns - without;
+}
+
+TEST(KernelStyle, EagerGathersSplitInputGradientsWithACat) {
+  const Styles st;
+  ASSERT_TRUE(st.fused && st.eager && st.roof);
+  const auto& [fused, eager, roof] = st;
+  constexpr auto kSplit = &ComputeQuery::split_grad_bytes;
+  ComputeQuery act = mem_query(OpKind::kMlpAct, Pass::kB, 469762048);
+  for (const Pass pass : {Pass::kB, Pass::kBI, Pass::kBW}) {  // BW has no input gradient
+    act.pass = pass;
+    EXPECT_NEAR(static_cast<double>(paid(*eager, act, kSplit, 234881024)),
+                pass == Pass::kBW ? 0.0 : 2.0 * 234881024 / 4320, 1.0)
+        << plan::pass_name(pass);
+    EXPECT_EQ(paid(*fused, act, kSplit, 234881024), 0) << plan::pass_name(pass);
+    EXPECT_EQ(paid(*roof, act, kSplit, 234881024), 0) << plan::pass_name(pass);
+  }
+  // Flash attention backward, Llama-3-8B layer: compute-bound, the cat comes after the kernel.
+  ComputeQuery att;
+  att.kind = OpKind::kAttention;
+  att.pass = Pass::kB;
+  att.gemm = {4096, 4096, 128, 32};
+  att.flops = 2.5 * 2.0 * 4096.0 * 4096 * 4096;
+  att.bytes = 2 * (50331648 + 33554432) + 33554432;
+  EXPECT_NEAR(static_cast<double>(paid(*eager, att, kSplit, 50331648)), 2.0 * 50331648 / 4320,
+              1.0);
+  EXPECT_EQ(paid(*fused, att, kSplit, 50331648), 0);
+}
+
+// kernel_style eager pays each weight gradient's accumulation into the parameter's .grad
+// (`grad.add_(g)`: read both, write one: 3 x param_bytes at 4320 GB/s) in B and BW, on top of
+// the kernels the measured rates and curves time alone. The Llama-3-8B embedding backward
+// (32000 x 4096 x 2 = 262,144,000-byte gradient): the dense index-add's 435,369.5 ns
+// (FusedAndEagerRatesOnH200) + 182,044.4 ns; an up GEMM's (4096 x 28672 x 2 = 234,881,024
+// bytes) + 163,111.8 ns. Not in BI, not in F; fused (Megatron-Core accumulates in the GEMM and
+// its gradient buffers) and roofline pay nothing.
+TEST(KernelStyle, EagerAccumulatesWeightGradients) {
+  const Styles st;
+  ASSERT_TRUE(st.fused && st.eager && st.roof);
+  const auto& [fused, eager, roof] = st;
+  ComputeQuery eb = mem_query(OpKind::kEmbedding, Pass::kB, 67108864);
+  eb.param_bytes = 262144000;
+  EXPECT_NEAR(static_cast<double>(eager->compute(eb).ns),
+              0.6289e6 - (3.0 * 262144000 + 33554432) / 4237 + 3.0 * 262144000 / 4320, 1.0);
+  EXPECT_NEAR(static_cast<double>(eager->compute(eb).ns - fused->compute(eb).ns),
+              3.0 * 262144000 / 4320, 1.0);
+  ComputeQuery up;
+  up.kind = OpKind::kMlpUp;
+  up.gemm = {4096, 28672, 4096, 1};
+  up.flops = 2 * 2.0 * 4096.0 * 28672 * 4096;
+  constexpr auto kParams = &ComputeQuery::param_bytes;
+  for (const Pass pass : {Pass::kF, Pass::kB, Pass::kBI, Pass::kBW}) {
+    up.pass = pass;
+    const bool pays = pass == Pass::kB || pass == Pass::kBW;
+    EXPECT_NEAR(static_cast<double>(paid(*eager, up, kParams, 234881024)),
+                pays ? 3.0 * 234881024 / 4320 : 0.0, 1.0)
+        << plan::pass_name(pass);
+    EXPECT_EQ(paid(*fused, up, kParams, 234881024), 0) << plan::pass_name(pass);
+    EXPECT_EQ(paid(*roof, up, kParams, 234881024), 0) << plan::pass_name(pass);
+  }
+}
+
+// kernel_style eager prices the optimizer step at its unfused bytes (torch.optim.SGD's momentum
+// step: three kernels, 16 bytes per bf16 parameter, plan::OptimizerSpec::
+// unfused_step_bytes_per_param) where fused and roofline price the one-pass step (10 bytes).
+// Llama-3-8B's four-layer plans hold 1,134,596,096 parameters: 11,345,960,960 bytes fused ->
+// 2,626,380 ns at 4320 GB/s; 18,153,537,536 bytes eager -> 4,202,208 ns.
+TEST(KernelStyle, EagerStepsTheOptimizerUnfused) {
+  plan::OptimizerSpec sgd;
+  sgd.kind = plan::OptimizerSpec::Kind::kSgd;
+  sgd.master_weights = false;
+  sgd.grad_clip = false;
+  EXPECT_EQ(sgd.step_bytes_per_param(2), 10);
+  EXPECT_EQ(sgd.unfused_step_bytes_per_param(2), 16);  // mul_ 4 + add_ 6 + the weights' add_ 6
+  sgd.master_weights = true;  // fp32 master and momentum: 3 more fp32 passes
+  EXPECT_EQ(sgd.unfused_step_bytes_per_param(2), sgd.step_bytes_per_param(2) + 12);
+  const Styles st;
+  ASSERT_TRUE(st.fused && st.eager && st.roof);
+  const auto& [fused, eager, roof] = st;
+  ComputeQuery q;
+  q.kind = OpKind::kOptimizer;
+  q.pass = Pass::kNone;
+  q.bytes = 1134596096LL * 10;
+  q.unfused_step_bytes = 1134596096LL * 16;
+  EXPECT_EQ(fused->compute(q).ns, 2626380);
+  EXPECT_EQ(roof->compute(q).ns, 2626380);
+  EXPECT_EQ(eager->compute(q).ns, 4202208);
 }
 
 TEST(KernelStyle, H100ScalesTheH200RatesByTheSweepsRatios) {

@@ -70,6 +70,12 @@ struct ModelOp {
   int64_t saved_input_bytes = 0;  // the part of saved_bytes that is the op's input (what a
                                   // recompute checkpoint keeps; the size of its input gradient)
   int64_t out_bytes = 0;         // output activation (sent across a stage boundary)
+  /// Of the input: the bytes the op reads as split views of one tensor (a flash attention's
+  /// q, k and v are views of the one QKV GEMM's output; a gated MLP's activation reads the gate
+  /// and up halves of the one up GEMM's output). An unfused program's autograd gathers their
+  /// gradients into one tensor (split's backward is a `cat`: read and written once more); a
+  /// fused kernel writes them in place. 0 for every other op.
+  int64_t split_input_bytes = 0;
   /// The share of the op's FLOPs that are model FLOPs (what MFU counts): the routed experts of
   /// an imbalanced or capacity-padded router compute more slots than a balanced router's T·k,
   /// which costs time but is not model work; 1 for every other op.

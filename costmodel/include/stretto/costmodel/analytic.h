@@ -25,6 +25,10 @@
 //   backward reads its inputs once for both gradients (bytes - bw_bytes); an embedding's
 //   backward adds the dense vocab x hidden gradient (param_bytes). Residual adds, softmax and the
 //   optimizer step stay at hbm * memory_efficiency (a stream, as measured for `add`).
+//   Under "eager" an op also pays, at hbm * memory_efficiency, the work an unfused program runs
+//   around it: the `cat` of split input gradients (2 x split_grad_bytes, B and BI), the weight
+//   gradient's accumulation into .grad (3 x param_bytes, B and BW), and the optimizer's extra
+//   passes (unfused_step_bytes in place of bytes). Fused and roofline pay none of them.
 //   Every pass that does any work lasts at least launch_floor_us per kernel (B = 2 kernels).
 //
 // Communication:

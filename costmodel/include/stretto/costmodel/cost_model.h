@@ -54,6 +54,13 @@ struct ComputeQuery {
   // The op's parameter bytes on this instance (after the TP split): the dense gradient an
   // embedding backward writes over vocab x hidden.
   int64_t param_bytes = 0;
+  // Of a backward (B or BI): the input-gradient bytes an unfused program gathers with one cat
+  // (compiler::ModelOp::split_input_bytes, after the TP split). 0 otherwise.
+  int64_t split_grad_bytes = 0;
+  // Of the optimizer step: its HBM bytes as an unfused optimizer runs it, one pass per
+  // elementwise op (plan::OptimizerSpec::unfused_step_bytes_per_param); `bytes` is the fused
+  // one-pass step's. 0 otherwise.
+  int64_t unfused_step_bytes = 0;
   plan::DType dtype = plan::DType::kBF16;
   int tp = 1;
   // region bookkeeping for the fixed model

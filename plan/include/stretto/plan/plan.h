@@ -230,6 +230,9 @@ struct OptimizerSpec {
   int64_t state_bytes_per_param(int dtype_bytes) const;
   /// HBM bytes the step moves per parameter (see model.cpp: optimizer_step_bytes).
   int64_t step_bytes_per_param(int dtype_bytes) const;
+  /// HBM bytes the step moves per parameter as an unfused optimizer runs it, one pass per
+  /// elementwise op (what kernel_style eager prices; step_bytes_per_param is the fused step).
+  int64_t unfused_step_bytes_per_param(int dtype_bytes) const;
   std::string pointer = "/optimizer";
 };
 
