@@ -502,7 +502,7 @@ TEST(OpClassH200, OptimizerStepRateAgainstTheReplays) {
 namespace stretto {
 namespace {
 
-// Held out: the four plans' steps predicted with `eager` (rates from M and S only) against the
+// Once held out, no longer: the four plans' steps predicted with `eager` (rates from M and S only) against the
 // replay's measured steps (h200_replay_steps_measured.json: the lease of 2026-11-28, main at
 // d3b529d, `replay --kernels fused`, 8 steps after 3 warm-up, which calls the kernels `eager`
 // prices: at::rms_norm, flash SDPA, silu(g) * u on the halves of one up GEMM, an fp32
@@ -523,7 +523,7 @@ namespace {
 // 2026-11-27 (-9.3 to -10.3 %), `fused` here (-8.9 to -9.7 %). Above: the norms' fp32 formula
 // again (+5.5 to +7.2 %), or pricing the replay's 1.5-3.7 ms between ops with a constant (1-2 %
 // of each step).
-TEST(OpClassH200, ReplayStepsHeldOut) {
+TEST(OpClassH200, ReplayStepsOfTheLease) {
   const json m = load("h200_replay_steps_measured.json");
   ASSERT_TRUE(m.is_object());
   // The replay stepped the plans' `sgd` (momentum), so the prediction is the plan as written.
