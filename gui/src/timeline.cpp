@@ -197,7 +197,7 @@ bool same_structure(const engine::Program& a, const engine::Program& b) {
 
 }  // namespace
 
-std::optional<Timeline> retime_timeline(const Timeline& prev, const sim::Result& prev_r,
+std::optional<Timeline> retime_timeline(Timeline prev, const sim::Result& prev_r,
                                         const sim::Result& r, const CompiledPlan& cp) {
   const size_t n = r.program.tasks.size();
   if (prev.where.size() != n || prev_r.timing.size() != n || r.timing.size() != n ||
@@ -206,7 +206,7 @@ std::optional<Timeline> retime_timeline(const Timeline& prev, const sim::Result&
   // The same ops run (an op that did not run, start < 0, is in no lane).
   for (size_t t = 0; t < n; ++t)
     if ((prev_r.timing[t].start < 0) != (r.timing[t].start < 0)) return std::nullopt;
-  Timeline tl = prev;
+  Timeline tl = std::move(prev);
   tl.end = 0;
   bool reordered = false;
   for (Lane& l : tl.lanes) {

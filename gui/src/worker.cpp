@@ -3,10 +3,33 @@
 
 #include <chrono>
 #include <future>
+#include <utility>
 
 #include "stretto/sim/warnings.h"
 
 namespace stretto::gui {
+
+SpareStorage::Spare SpareStorage::take() {
+  std::lock_guard lk(mu_);
+  return std::exchange(spare_, Spare{});
+}
+
+void SpareStorage::give_back(Snapshot& s) {
+  Spare given{std::move(s.session), std::move(s.result.program), std::move(s.program_lineage),
+              std::move(s.timeline), std::move(s.lanes_lineage)};
+  {
+    std::lock_guard lk(mu_);
+    std::swap(spare_, given);
+  }
+  // (what was here before is freed outside the lock)
+}
+
+std::shared_ptr<Snapshot> SpareStorage::make(const std::shared_ptr<SpareStorage>& spares) {
+  return std::shared_ptr<Snapshot>(new Snapshot, [spares](Snapshot* s) {
+    spares->give_back(*s);
+    delete s;
+  });
+}
 
 SimWorker::SimWorker() : thread_([this] { loop(); }) {}
 
@@ -56,9 +79,9 @@ std::pair<std::string, double> SimWorker::progress() const {
 }
 
 Outcome SimWorker::run(const std::string& text, const std::string& file,
-                       const std::string& base_dir, uint64_t generation,
-                       const sim::SimOptions& opt, const Snapshot* prev,
-                       sim::Resimulator* resim) {
+                       const std::string& base_dir, uint64_t generation, const sim::SimOptions& opt,
+                       const Snapshot* prev, sim::Resimulator* resim,
+                       const std::shared_ptr<SpareStorage>& spares) {
   const auto t0 = std::chrono::steady_clock::now();
   Outcome o;
   o.generation = generation;
@@ -66,16 +89,20 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
   // The text parsed once: compared with the previous snapshot's outside "costmodel" (an
   // edit of the cost model alone re-costs), then parsed as a plan (or compiled).
   auto parsed = plan::JsonSource::parse(text, file);
+  // What the snapshot let go last left (SpareStorage): storage for a cost-model edit.
+  SpareStorage::Spare spare = spares ? spares->take() : SpareStorage::Spare{};
   std::shared_ptr<const plan::JsonSource> source =
       parsed ? std::make_shared<const plan::JsonSource>(std::move(*parsed)) : nullptr;
   auto s = [&]() -> Expected<sim::Session> {
     if (!parsed) return fail(parsed.error());
     if (prev && prev->file == file && prev->source &&
         plan::same_but_costmodel(source->root(), prev->source->root())) {
-      auto plan = plan::parse_plan(*source);
-      if (!plan) return fail(plan.error());
+      // Only "costmodel" differs from the previous text, which parsed: its section alone.
+      auto spec = plan::parse_costmodel(*source);
+      if (!spec) return fail(spec.error());
       sim::Session copy = *prev->session;
-      if (auto ok = copy.set_costmodel(plan->costmodel); !ok) return fail(ok.error());
+      if (auto ok = copy.set_costmodel(*spec, std::move(spare.session)); !ok)
+        return fail(ok.error());
       recompiled = false;
       return copy;
     }
@@ -86,15 +113,21 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
     o.diags = std::move(s.error());
   } else {
     // A cost-model edit re-costs the previous program instead of building it again (and the
-    // worker's engine re-runs its preparation of that program).
+    // worker's engine re-runs its preparation of that program), into the spare storage when
+    // it has that program's structure.
     const sim::Result* previous = prev && !recompiled ? &prev->result : nullptr;
-    auto r = resim       ? resim->simulate(s->compiled(), s->cost_model(), opt, previous)
+    auto same_lineage = [](const std::shared_ptr<const void>& a,
+                           const std::shared_ptr<const void>& b) { return a && a == b; };
+    engine::Program* storage =
+        previous && same_lineage(spare.program_lineage, prev->program_lineage) ? &spare.program
+                                                                               : nullptr;
+    auto r = resim      ? resim->simulate(s->compiled(), s->cost_model(), opt, previous, storage)
              : previous ? s->simulate(opt, *previous)
                         : s->simulate(opt);
     if (!r) {
       o.diags = std::move(r.error());
     } else {
-      auto snap = std::make_shared<Snapshot>();
+      auto snap = spares ? SpareStorage::make(spares) : std::make_shared<Snapshot>();
       snap->text = text;
       snap->file = file;
       snap->source = std::move(source);
@@ -104,6 +137,10 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
           resim ? resim->replayed_devices() : static_cast<uint32_t>(r->devices.size());
       snap->allocator_replays = resim ? resim->allocator_replays() : snap->replayed_devices;
       snap->sorted_devices = resim ? resim->sorted_devices() : snap->replayed_devices;
+      auto lineage = [] {
+        return std::static_pointer_cast<const void>(std::make_shared<const char>(0));
+      };
+      snap->program_lineage = resim && resim->recosted() ? prev->program_lineage : lineage();
       auto session = std::make_shared<sim::Session>(std::move(*s));
       snap->result = std::move(*r);
       const compiler::CompiledPlan& cp = session->compiled();
@@ -116,9 +153,13 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
       // usually, the program's structure: the previous lanes are retimed.
       std::optional<Timeline> retimed;
       if (prev && !recompiled)
-        retimed = retime_timeline(prev->timeline, prev->result, snap->result, cp);
+        retimed = retime_timeline(same_lineage(spare.lanes_lineage, prev->lanes_lineage)
+                                      ? std::move(spare.timeline)
+                                      : prev->timeline,
+                                  prev->result, snap->result, cp);
       snap->timeline = retimed ? std::move(*retimed) : build_timeline(snap->result, cp);
       snap->lanes_retimed = retimed.has_value();
+      snap->lanes_lineage = retimed ? prev->lanes_lineage : lineage();
       snap->pipeline = pipeline.get();
       snap->prepare_ms = std::chrono::duration<double, std::milli>(t_prepared - t0).count();
       snap->lanes_ms =
@@ -169,7 +210,8 @@ void SimWorker::loop() {
       phase_ = std::string(phase);
       fraction_ = f;
     };
-    Outcome o = run(req.text, req.file, req.base_dir, req.generation, opt, last_good_.get(), &resim_);
+    Outcome o = run(req.text, req.file, req.base_dir, req.generation, opt, last_good_.get(),
+                    &resim_, spares_);
     if (o.snapshot) last_good_ = o.snapshot;
     {
       std::lock_guard lk(mu_);

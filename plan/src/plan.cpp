@@ -911,6 +911,15 @@ Expected<Plan> parse_plan(const JsonSource& src) {
   return plan;
 }
 
+Expected<CostModelSpec> parse_costmodel(const JsonSource& src) {
+  Diagnostics diags;
+  Reader r(src, diags);
+  CostModelSpec cm;
+  parse_costmodel(r, cm, r.has("", "costmodel"));
+  if (!diags.empty()) return fail(std::move(diags));
+  return cm;
+}
+
 Expected<BuilderCall> parse_builder_call(const JsonSource& src, const std::string& pointer) {
   Diagnostics diags;
   Reader r(src, diags);

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <chrono>
 #include <filesystem>
@@ -471,6 +472,10 @@ struct KeptEngine {
   bool prepared = false;           // out: it holds the preparation of the new result's program
   ReservedOrder* order = nullptr;  // in and out: the reserved replay's order (replay_memory)
   bool order_previous = false;     // `order` is that of the previous result
+  // in: a program of the previous result's structure whose storage a re-costing takes instead
+  // of a copy of the previous result's (Resimulator::simulate's `storage`); may be null
+  engine::Program* storage = nullptr;
+  bool recosted = false;  // out: the program was re-costed (recost_program), not built
 };
 
 Expected<Result> simulate_impl(const CompiledPlan& cp, const cost::CostModel& cm,
@@ -521,8 +526,10 @@ Expected<Result> simulate_impl(const CompiledPlan& cp, const cost::CostModel& cm
   r.host_compute = cm.interference().host_compute;
   std::optional<engine::Program> recosted;
   if (previous && previous->folded == r.folded && previous->host_compute == r.host_compute)
-    recosted = recost_program(previous->program, cp, cm, r.folded ? &keep : nullptr);
+    recosted = recost_program(kept && kept->storage ? std::move(*kept->storage) : previous->program,
+                              cp, cm, r.folded ? &keep : nullptr);
   const bool same_structure = recosted.has_value();
+  if (kept) kept->recosted = same_structure;
   r.program = recosted ? std::move(*recosted) : build_program(cp, cm, r.folded ? &keep : nullptr);
   // Pass granularity: the engine runs the merged program; op timings are rebuilt from it.
   std::optional<PassProgram> passes;
@@ -715,15 +722,18 @@ Expected<Result> simulate(const CompiledPlan& cp, const cost::CostModel& cm,
 }
 
 Expected<Result> Resimulator::simulate(const CompiledPlan& cp, const cost::CostModel& cm,
-                                       const SimOptions& opt, const Result* previous) {
+                                       const SimOptions& opt, const Result* previous,
+                                       engine::Program* storage) {
   KeptEngine kept;
   kept.engine = &engine_;
+  kept.storage = previous ? storage : nullptr;
   const bool own = previous && last_ && previous->resimulation == last_;
   kept.prepared_previous = own && engine_prepared_ && engine_.prepared();
   kept.order = order_.get();
   kept.order_previous = own;
   Expected<Result> r = simulate_impl(cp, cm, opt, previous, &kept);
   reused_ = kept.rerun;
+  recosted_ = r && kept.recosted;
   engine_prepared_ = kept.prepared;
   replayed_ = r ? order_->replayed : 0;
   replays_ = r ? order_->replays : 0;
@@ -879,7 +889,7 @@ Expected<Session> Session::open(const std::string& path) {
   s.base_dir_ = std::filesystem::path(path).parent_path().string();
   auto cm = cost::make_cost_model(cp->plan.costmodel, cp->plan.cluster, s.base_dir_, &*src);
   if (!cm) return fail(cm.error());
-  s.cp_ = std::make_shared<const CompiledPlan>(std::move(*cp));
+  s.set_compiled(std::move(*cp));
   s.cm_ = std::shared_ptr<const cost::CostModel>(std::move(*cm));
   return s;
 }
@@ -893,7 +903,7 @@ Expected<Session> Session::from_plan(Plan plan, std::string base_dir,
   Session s;
   s.base_dir_ = std::move(base_dir);
   s.copt_ = copt;
-  s.cp_ = std::make_shared<const CompiledPlan>(std::move(*cp));
+  s.set_compiled(std::move(*cp));
   s.cm_ = std::shared_ptr<const cost::CostModel>(std::move(*cm));
   return s;
 }
@@ -913,7 +923,7 @@ Expected<Session> Session::from_source(const plan::JsonSource& src, std::string 
   s.base_dir_ = std::move(base_dir);
   auto cm = cost::make_cost_model(cp->plan.costmodel, cp->plan.cluster, s.base_dir_, &src);
   if (!cm) return fail(cm.error());
-  s.cp_ = std::make_shared<const CompiledPlan>(std::move(*cp));
+  s.set_compiled(std::move(*cp));
   s.cm_ = std::shared_ptr<const cost::CostModel>(std::move(*cm));
   return s;
 }
@@ -926,10 +936,37 @@ Expected<Result> Session::simulate(const SimOptions& opt, const Result& previous
   return sim::simulate(*cp_, *cm_, opt, previous);
 }
 
+void Session::set_compiled(CompiledPlan&& cp) {
+  // Made non-const (shared as const): set_costmodel may take it over from a retired session
+  // that no one else holds.
+  cp_ = std::make_shared<CompiledPlan>(std::move(cp));
+  compile_ = std::make_shared<const char>(0);
+}
+
 Expected<void> Session::set_costmodel(const CostModelSpec& spec) {
+  return set_costmodel(spec, nullptr);
+}
+
+Expected<void> Session::set_costmodel(const CostModelSpec& spec,
+                                      std::shared_ptr<const Session> retired) {
   auto cm = cost::make_cost_model(spec, cp_->plan.cluster, base_dir_);
   if (!cm) return fail(cm.error());
-  auto cp = std::make_shared<CompiledPlan>(*cp_);
+  // `retired`'s compiled plan when it is this one's but for the cost model (the same compile,
+  // another object) and no one else holds it: the retired session goes, and no reader can see
+  // the plan change. Otherwise a copy of this one's.
+  std::shared_ptr<const CompiledPlan> storage;
+  if (retired && retired.use_count() == 1 && compile_ && retired->compile_ == compile_ &&
+      retired->cp_ != cp_) {
+    storage = retired->cp_;
+    retired.reset();
+  }
+  const bool alone = storage && storage.use_count() == 1;
+  // (use_count is a relaxed load: the fence orders the last holder's reads, before its
+  // release of the count, before the writes below)
+  if (alone) std::atomic_thread_fence(std::memory_order_acquire);
+  std::shared_ptr<CompiledPlan> cp = alone
+                                         ? std::const_pointer_cast<CompiledPlan>(std::move(storage))
+                                         : std::make_shared<CompiledPlan>(*cp_);
   cp->plan.costmodel = spec;
   cp_ = std::move(cp);
   cm_ = std::shared_ptr<const cost::CostModel>(std::move(*cm));
@@ -941,7 +978,7 @@ Expected<void> Session::set_plan(Plan plan) {
   if (!cp) return fail(cp.error());
   auto cm = cost::make_cost_model(cp->plan.costmodel, cp->plan.cluster, base_dir_);
   if (!cm) return fail(cm.error());
-  cp_ = std::make_shared<const CompiledPlan>(std::move(*cp));
+  set_compiled(std::move(*cp));
   cm_ = std::shared_ptr<const cost::CostModel>(std::move(*cm));
   return {};
 }

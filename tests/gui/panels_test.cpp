@@ -273,6 +273,69 @@ TEST(Worker, OnlyTheCostModelMayDifferForARecost) {
   EXPECT_FALSE(plan::same_but_costmodel(nlohmann::json::array(), nlohmann::json::array()));
 }
 
+// A cost-model edit makes its compiled plan, re-costs and retimes into the storage of a
+// snapshot no one holds any more (SpareStorage), when it has the structure of the previous
+// snapshot's (the same compile; the program's and lanes' lineages), instead of into copies of
+// the previous snapshot's; the outcome is a fresh simulation's. A recompiled plan starts new
+// lineages.
+TEST(Worker, ACostModelEditReusesTheStorageOfASnapshotNoOneHolds) {
+  std::ifstream f(k1f1b);
+  nlohmann::json plan = nlohmann::json::parse(f);
+  auto text = [&](int dispatch_us) {
+    plan["costmodel"]["dispatch_us"] = dispatch_us;
+    return plan.dump();
+  };
+  sim::Resimulator resim;
+  auto spares = std::make_shared<SpareStorage>();
+  sim::SimOptions opt;
+  opt.memory_curves = false;  // as the worker's
+  auto run = [&](const std::string& t, const Snapshot* prev) {
+    Outcome o = SimWorker::run(t, "plan.json", kEx, 1, opt, prev, &resim, spares);
+    EXPECT_TRUE(o.snapshot) << render_all(o.diags);
+    return o.snapshot;
+  };
+  auto s0 = run(text(5), nullptr);
+  auto s1 = run(text(6), s0.get());
+  ASSERT_TRUE(s0 && s1);
+  EXPECT_FALSE(s1->recompiled);
+  EXPECT_TRUE(s1->lanes_retimed);
+  EXPECT_EQ(s1->program_lineage, s0->program_lineage);
+  EXPECT_EQ(s1->lanes_lineage, s0->lanes_lineage);
+  const compiler::CompiledPlan* cp0 = &s0->session->compiled();
+  const engine::Task* tasks0 = s0->result.program.tasks.data();
+  const Op* ops0 = s0->timeline.lanes[0].ops.data();
+  s0.reset();  // no one holds it: its session, program and lanes go to `spares`
+  auto s2 = run(text(7), s1.get());
+  ASSERT_TRUE(s2);
+  EXPECT_EQ(&s2->session->compiled(), cp0) << "a copy of the compiled plan, not the spare";
+  EXPECT_EQ(s2->result.program.tasks.data(), tasks0) << "re-costed into a copy, not the spare";
+  EXPECT_EQ(s2->timeline.lanes[0].ops.data(), ops0) << "retimed a copy, not the spare";
+  EXPECT_EQ(s2->program_lineage, s1->program_lineage);
+  {  // a fresh simulation's timings and lanes
+    auto s = sim::Session::from_text(text(7), "plan.json", kEx);
+    ASSERT_TRUE(s);
+    auto r = s->simulate(opt);
+    ASSERT_TRUE(r);
+    ASSERT_NE(r->step_time, s1->result.step_time);
+    EXPECT_EQ(s2->result.step_time, r->step_time);
+    ASSERT_EQ(s2->result.timing.size(), r->timing.size());
+    for (size_t t = 0; t < r->timing.size(); ++t) {
+      ASSERT_EQ(s2->result.timing[t].start, r->timing[t].start) << t;
+      ASSERT_EQ(s2->result.timing[t].end, r->timing[t].end) << t;
+    }
+    expect_same_timeline(s2->timeline, build_timeline(*r, s->compiled()));
+  }
+  // Another plan is compiled and laid out anew: new lineages (the spare, of the old ones,
+  // is not used).
+  s1.reset();
+  plan["model"]["layers"] = plan["model"]["layers"].get<int>() + 4;
+  auto s3 = run(text(7), s2.get());
+  ASSERT_TRUE(s3);
+  EXPECT_TRUE(s3->recompiled);
+  EXPECT_NE(s3->program_lineage, s2->program_lineage);
+  EXPECT_NE(s3->lanes_lineage, s2->lanes_lineage);
+}
+
 TEST_F(Panels, TheLatestEditWins) {
   run("open " + kBuilder + "\nwait\nframes 1\n");
   for (int i = 1; i <= 20; ++i) {

@@ -227,6 +227,19 @@ TEST(Timeline, RetimedLanesOfACostModelEditAreTheBuiltLanes) {
   auto retimed2 = retime_timeline(built, *r1, r2, cp);
   ASSERT_TRUE(retimed2);
   expect_same_timeline(*retimed2, built2);
+  // The lanes of r0, which r1's were retimed from (the worker's spare storage), give the same
+  // lanes as r1's: their ops are in r0's order in each lane, and those of the lanes whose
+  // order changed are sorted and nested again.
+  auto from_older = retime_timeline(tl0, *r1, r2, cp);
+  ASSERT_TRUE(from_older);
+  expect_same_timeline(*from_older, built2);
+  // ... and the storage moved in is the result's.
+  Timeline moved = tl0;
+  const Op* storage = moved.lanes[built.by_device[1][0]].ops.data();
+  auto into_storage = retime_timeline(std::move(moved), *r0, *r1, cp);
+  ASSERT_TRUE(into_storage);
+  EXPECT_EQ(into_storage->lanes[built.by_device[1][0]].ops.data(), storage);
+  expect_same_timeline(*into_storage, built);
 
   // Another structure is refused: an op that did not run, another plan's program.
   sim::Result r3 = *r1;

@@ -5,7 +5,9 @@
 // edit after edit; a structure-changing edit is refused or rebuilt.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +60,10 @@ void check(const Case& c, const SimOptions& opt) {
   auto chained = resim.simulate(s->compiled(), s->cost_model(), opt);
   ASSERT_TRUE(chained);
   EXPECT_FALSE(resim.reused());
+  EXPECT_FALSE(resim.recosted());
+  // The result before `chained` (`chained`'s program was re-costed from its program): the
+  // next edit re-costs into its program's storage instead of into a copy of `chained`'s.
+  std::optional<Result> older;
   plan::CostModelSpec spec = s->plan().costmodel;
   for (const json& e : c.edits) {
     SCOPED_TRACE(e.dump());
@@ -77,10 +83,17 @@ void check(const Case& c, const SimOptions& opt) {
     EXPECT_NE(fresh->step_time, prev->step_time) << "an edit that changes nothing tests nothing";
     expect_same_result(*fresh, *again);
     prev = std::move(again);
-    auto next = resim.simulate(s->compiled(), s->cost_model(), opt, &*chained);
+    const engine::Task* storage = older ? older->program.tasks.data() : nullptr;
+    auto next = resim.simulate(s->compiled(), s->cost_model(), opt, &*chained,
+                               older ? &older->program : nullptr);
     ASSERT_TRUE(next);
     EXPECT_EQ(resim.reused(), opt.granularity == Granularity::kOp);
+    EXPECT_TRUE(resim.recosted());
+    if (storage) {
+      EXPECT_EQ(next->program.tasks.data(), storage) << "re-costed into a copy, not the storage";
+    }
     expect_same_result(*fresh, *next);
+    older = std::move(*chained);
     chained = std::move(next);
   }
 }
@@ -163,6 +176,51 @@ TEST(Recost, AResimulatorReusesOnlyThePreparationOfItsLastResult) {
   ASSERT_TRUE(coarse);
   EXPECT_FALSE(resim.reused());
   (void)edit({{"host_op_us", 17}}, &*coarse, false);
+}
+
+// Session::set_costmodel with a retired session (the GUI's worker hands in the session of a
+// snapshot no one holds any more): the new compiled plan is made in the retired one's storage
+// when it is of the same compile, another object, and held by no one else; otherwise it is a
+// copy. The session simulates the same either way.
+TEST(Recost, SetCostModelReusesTheCompiledPlanOfARetiredSession) {
+  const std::string path = std::string(STRETTO_EXAMPLES) + "/gpt_pp4_dp2_1f1b.json";
+  auto s = Session::open(path);
+  ASSERT_TRUE(s);
+  const plan::CostModelSpec base = s->plan().costmodel;
+  const plan::CostModelSpec spec = with(base, {{"dispatch_us", 9}});
+  auto retired_after = [&](const json& e) {
+    auto r = std::make_shared<Session>(*s);
+    EXPECT_TRUE(r->set_costmodel(with(base, e)));  // its own compiled plan, a copy of s's
+    return r;
+  };
+  Session fresh = *s;
+  ASSERT_TRUE(fresh.set_costmodel(spec));
+  auto expected = fresh.simulate();
+  ASSERT_TRUE(expected);
+  auto check = [&](std::shared_ptr<const Session> retired, bool reused) {
+    const compiler::CompiledPlan* storage = retired ? &retired->compiled() : nullptr;
+    Session edited = *s;
+    ASSERT_TRUE(edited.set_costmodel(spec, std::move(retired)));
+    EXPECT_EQ(&edited.compiled() == storage, reused);
+    EXPECT_NE(&edited.compiled(), &s->compiled());
+    EXPECT_EQ(edited.plan().costmodel.options, spec.options);
+    auto r = edited.simulate();
+    ASSERT_TRUE(r);
+    expect_same_result(*expected, *r);
+  };
+  check(retired_after({{"dispatch_us", 7}}), true);
+  {
+    auto held = retired_after({{"dispatch_us", 7}});
+    auto holder = held;  // held elsewhere: copied
+    check(held, false);
+  }
+  auto other = Session::open(path);  // another compile: copied
+  ASSERT_TRUE(other);
+  auto other_retired = std::make_shared<Session>(*other);
+  ASSERT_TRUE(other_retired->set_costmodel(with(base, {{"dispatch_us", 7}})));
+  check(std::move(other_retired), false);
+  check(std::make_shared<Session>(*s), false);  // s's own compiled plan: copied
+  check(nullptr, false);
 }
 
 }  // namespace

@@ -79,8 +79,10 @@ Timeline build_timeline(const sim::Result& r, const compiler::CompiledPlan& cp);
 /// the same ops run). The lanes are reused and
 /// their ops retimed; a lane whose order changed is sorted again and its slices nested again.
 /// Equal to build_timeline(r, cp), at a fraction of its cost; std::nullopt when the structures
-/// differ (then build it).
-std::optional<Timeline> retime_timeline(const Timeline& prev, const sim::Result& prev_r,
+/// differ (then build it). `prev` is taken by value: a caller done with it moves it in (its
+/// storage becomes the result's), or a timeline with the lanes of `prev_r`'s (one that `prev_r`'s
+/// was retimed from, in turn), whose ops may be in another order: the result is the same.
+std::optional<Timeline> retime_timeline(Timeline prev, const sim::Result& prev_r,
                                         const sim::Result& r, const compiler::CompiledPlan& cp);
 
 /// A box to draw: one op, or a run of `count` > 1 ops merged because they are narrower than

@@ -46,8 +46,41 @@ struct Snapshot {
   /// Of the replayed devices, those sorted again (sim::Resimulator::sorted_devices: devices
   /// whose effects are listed with equal times share one sort).
   uint32_t sorted_devices = 0;
+  /// Name the structure of result.program and of timeline: a snapshot whose program was
+  /// re-costed from the previous snapshot's (sim::Resimulator::recosted) shares the previous
+  /// one's program_lineage, one whose lanes were retimed from the previous lanes its
+  /// lanes_lineage; a program built or lanes laid out anew get a new one. Storage with the
+  /// lineage of the previous snapshot has its structure (SpareStorage).
+  std::shared_ptr<const void> program_lineage, lanes_lineage;
 };
 
+/// The session, program and lanes of the snapshots that no one holds any more, kept for the
+/// next cost-model edit to make its compiled plan, re-cost and retime into, in place of copies
+/// of the previous snapshot's (which the UI may still be showing). A snapshot made by make()
+/// gives them (with their lineages) back here when its last holder lets it go, on any thread:
+/// once no one holds it, no one can read it (weak_ptr::lock() gives null). It holds the last
+/// one given back: about one compiled plan, one program and one timeline.
+class SpareStorage {
+ public:
+  struct Spare {
+    /// Its session (for Session::set_costmodel's `retired`: its compiled plan's storage).
+    std::shared_ptr<const sim::Session> session;
+    engine::Program program;
+    std::shared_ptr<const void> program_lineage;  // Snapshot::program_lineage
+    Timeline timeline;
+    std::shared_ptr<const void> lanes_lineage;  // Snapshot::lanes_lineage
+  };
+  /// What the snapshot let go last left here (its storage is the caller's now; nothing
+  /// stays here).
+  Spare take();
+  /// A new snapshot that gives its program and lanes back to `spares` when it is destroyed.
+  static std::shared_ptr<Snapshot> make(const std::shared_ptr<SpareStorage>& spares);
+
+ private:
+  void give_back(Snapshot& s);
+  std::mutex mu_;
+  Spare spare_;
+};
 
 struct Outcome {
   uint64_t generation = 0;
@@ -84,11 +117,14 @@ class SimWorker {
   /// good snapshot) and a text that differs from it only in "costmodel", the compiled plan is
   /// reused (Session::set_costmodel) instead of recompiled. With `resim` (the worker's own), a
   /// cost-model edit also reuses the engine's preparation of the previous program when `prev`
-  /// is the last snapshot `resim` made.
-  static Outcome run(const std::string& text, const std::string& file,
-                     const std::string& base_dir, uint64_t generation,
-                     const sim::SimOptions& opt = {}, const Snapshot* prev = nullptr,
-                     sim::Resimulator* resim = nullptr);
+  /// is the last snapshot `resim` made. With `spares`, its snapshots give their storage back
+  /// there when destroyed, and a cost-model edit re-costs (with `resim`) and retimes into what
+  /// it holds when that has the structure of `prev`'s program and lanes (Snapshot's
+  /// lineages), instead of into copies of them; the outcome is the same.
+  static Outcome run(const std::string& text, const std::string& file, const std::string& base_dir,
+                     uint64_t generation, const sim::SimOptions& opt = {},
+                     const Snapshot* prev = nullptr, sim::Resimulator* resim = nullptr,
+                     const std::shared_ptr<SpareStorage>& spares = nullptr);
 
  private:
   struct Request {
@@ -106,6 +142,7 @@ class SimWorker {
   Counts counts_;
   std::shared_ptr<const Snapshot> last_good_;  // worker thread only
   sim::Resimulator resim_;                      // worker thread only
+  std::shared_ptr<SpareStorage> spares_ = std::make_shared<SpareStorage>();
   std::string phase_;
   double fraction_ = 0;
   std::thread thread_;

@@ -248,6 +248,10 @@ struct Plan {
 
 /// Parses a whole plan. `src` keeps positions for later (compile-time) diagnostics.
 Expected<Plan> parse_plan(const JsonSource& src);
+/// Parses a plan's `costmodel` alone, as parse_plan does (the defaults when the plan has none),
+/// and reads nothing else: equal to parse_plan(src)->costmodel, with the same diagnostics, when
+/// the rest of the plan parses (an edit of the cost model alone: plan::same_but_costmodel).
+Expected<CostModelSpec> parse_costmodel(const JsonSource& src);
 /// A plan's `schedule`: a directive list, or a builder call (not expanded; pipelines'
 /// expand_builder does that).
 struct Schedule {

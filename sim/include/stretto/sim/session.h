@@ -114,11 +114,19 @@ class Resimulator {
   /// sim::simulate(cp, cm, opt), or sim::simulate(cp, cm, opt, *previous). What it keeps is
   /// reused when `previous` is the last result this object gave (or a copy of it:
   /// Result::resimulation) and its program is re-costed; the engine's preparation also needs
-  /// both runs at op granularity.
+  /// both runs at op granularity. `storage` (optional, with `previous`): a program with the
+  /// structure of previous->program (one that it was re-costed from, in turn: an earlier
+  /// result's that no one reads any more), re-costed in place of a copy of previous->program
+  /// and left moved-from when it is; the Result is the same either way (recost_program
+  /// rewrites every cost and keeps the structure).
   Expected<Result> simulate(const compiler::CompiledPlan& cp, const cost::CostModel& cm,
-                            const SimOptions& opt, const Result* previous = nullptr);
+                            const SimOptions& opt, const Result* previous = nullptr,
+                            engine::Program* storage = nullptr);
   /// Whether the last simulate re-ran the engine's preparation.
   bool reused() const { return reused_; }
+  /// Whether the last simulate re-costed the previous result's program (recost_program: the
+  /// new program has its structure) instead of building one.
+  bool recosted() const { return recosted_; }
   /// Devices whose allocations the last simulate replayed for their reserved bytes (the
   /// other simulated GPU devices kept the previous result's); 0 for a CPU plan.
   uint32_t replayed_devices() const { return replayed_; }
@@ -138,6 +146,7 @@ class Resimulator {
   bool engine_prepared_ = false;      // the engine holds the preparation of its program
   std::unique_ptr<ReservedOrder> order_;
   bool reused_ = false;
+  bool recosted_ = false;
   uint32_t replayed_ = 0;
   uint32_t replays_ = 0;
   uint32_t sorted_ = 0;
@@ -188,6 +197,15 @@ class Session {
 
   /// Replaces the cost model (no recompilation).
   Expected<void> set_costmodel(const plan::CostModelSpec& spec);
+  /// set_costmodel(spec), the new compiled plan made in the storage of `retired`'s instead of
+  /// a copy of this one's: when `retired` is a session of this one's compile (a copy of it or
+  /// a session it was copied from, with set_costmodel in between; not set_plan or
+  /// set_directive, which compile anew) whose compiled plan is another object, and no one
+  /// else holds it or its compiled plan. Otherwise a copy, as set_costmodel(spec). The session
+  /// is the same either way. For a GUI's worker, which edits a copy of the session it shows
+  /// and can hand in the one it showed before.
+  Expected<void> set_costmodel(const plan::CostModelSpec& spec,
+                               std::shared_ptr<const Session> retired);
   /// Replaces directive `index` and recompiles; on error the session is unchanged.
   Expected<void> set_directive(size_t index, const plan::Directive& d);
   /// Replaces the whole plan and recompiles; on error the session is unchanged.
@@ -195,7 +213,10 @@ class Session {
 
  private:
   Session() = default;
+  void set_compiled(compiler::CompiledPlan&& cp);  // a new compile
   std::shared_ptr<const compiler::CompiledPlan> cp_;
+  // Names the compile cp_ came from: copies and set_costmodel keep it, a compile makes a new one.
+  std::shared_ptr<const void> compile_;
   std::shared_ptr<const cost::CostModel> cm_;
   std::string base_dir_;
   compiler::CompileOptions copt_;
