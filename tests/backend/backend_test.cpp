@@ -1558,16 +1558,25 @@ int free_port() {
   return ok ? ntohs(a.sin_port) : 0;
 }
 
+// One CPU rank run in this process (run_rank): its options and its own store on a free port.
+struct OneRank {
+  ReplayOptions opt;
+  RankSpec spec;
+};
+OneRank one_cpu_rank() {
+  OneRank r;
+  r.opt.device = DeviceKind::kCpu;
+  r.opt.timeout_ms = 20000;
+  r.spec.master_port = free_port();  // for the rank's own store
+  EXPECT_GT(r.spec.master_port, 0);
+  return r;
+}
+
 // The operators one device's replayed --check step dispatches inside "stretto::step" (the check
 // passed, gradients clipped), with the number of experts forwards of the plan.
 std::map<std::string, int> ops_inside_a_checked_step(const CompiledPlan& cp, int& experts_forwards) {
-  ReplayOptions opt;
-  opt.device = DeviceKind::kCpu;
+  auto [opt, spec] = one_cpu_rank();
   opt.check = true;
-  opt.timeout_ms = 20000;
-  RankSpec spec;
-  spec.master_port = free_port();  // for the rank's own store
-  EXPECT_GT(spec.master_port, 0);
   OpCounter count(/*step_only=*/true);
   auto r = run_rank(cp, spec, opt);
   EXPECT_TRUE(r.has_value()) << render_all(r.error());
@@ -1658,13 +1667,8 @@ thread_local int t_scope = -1;  // entry of g_scoped open on this thread
 
 std::vector<std::pair<std::string, std::map<std::string, int>>> ops_per_op_scope(
     const CompiledPlan& cp) {
-  ReplayOptions opt;
-  opt.device = DeviceKind::kCpu;
+  auto [opt, spec] = one_cpu_rank();
   opt.check = true;
-  opt.timeout_ms = 20000;
-  RankSpec spec;
-  spec.master_port = free_port();  // for the rank's own store
-  EXPECT_GT(spec.master_port, 0);
   std::vector<std::pair<std::string, std::map<std::string, int>>> scoped;
   {
     std::lock_guard<std::mutex> lk(g_scope_mu);
@@ -1813,14 +1817,9 @@ thread_local int t_op_depth = 0;  // operators open on this thread: record the o
 
 // The sequences of (operator, host scalars) of three replayed steps of a one-device plan.
 std::vector<std::vector<std::string>> step_sequences(const CompiledPlan& cp) {
-  ReplayOptions opt;
-  opt.device = DeviceKind::kCpu;
+  auto [opt, spec] = one_cpu_rank();
   opt.iterations = 3;
   opt.warmup = 0;
-  opt.timeout_ms = 20000;
-  RankSpec spec;
-  spec.master_port = free_port();  // for the rank's own store
-  EXPECT_GT(spec.master_port, 0);
   std::vector<std::vector<std::string>> steps;
   {
     std::lock_guard<std::mutex> lk(g_seq_mu);
