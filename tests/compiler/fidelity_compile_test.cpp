@@ -315,6 +315,27 @@ TEST(FidelityPlan, EagerPricesGradientAccumulation) {
   EXPECT_FALSE(listed("Eager"));
 }
 
+// Under eager, Adam's unfused passes are not priced (only SGD's three kernels are), and the
+// list of what is not modelled says so; with SGD, or with fused, it does not.
+TEST(FidelityPlan, EagerSaysAdamsUnfusedStepIsNotPriced) {
+  std::ifstream in(std::string(STRETTO_TEST_DATA) + "/costmodel/h200_replay_plans/llama8b_l4_mb4.json");
+  json plan = json::parse(in, nullptr, false);
+  ASSERT_FALSE(plan.is_discarded());
+  auto listed = [&](const char* style, const char* optimizer) {
+    plan["costmodel"]["kernel_style"] = style;
+    plan["optimizer"]["kind"] = optimizer;
+    auto cp = compile_json(plan);
+    EXPECT_TRUE(cp) << style << " " << optimizer;
+    if (!cp) return false;
+    for (const auto& e : unmodelled_effects(*cp))
+      if (e.rfind("Adam's unfused step", 0) == 0) return true;
+    return false;
+  };
+  EXPECT_TRUE(listed("eager", "adam"));
+  EXPECT_FALSE(listed("eager", "sgd"));
+  EXPECT_FALSE(listed("fused", "adam"));
+}
+
 TEST(FidelityPlan, Zero3PrefetchBoundsGathers) {
   // ZeRO-3 over devices {0, 1}, 4 layers, prefetch 1: the forward gather of layer j's
   // parameters waits for the forward of layer j-2 (at most two layers gathered).
