@@ -235,12 +235,6 @@ std::vector<std::string> unmodelled_effects(const CompiledPlan& cp) {
   std::transform(style.begin(), style.end(), style.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   const bool priced = p.costmodel.kind == plan::CostModelSpec::Kind::kAnalytic && style == "eager";
-  // eager prices SGD's three-kernel step; Adam's unfused passes are left at the fused step's
-  // bytes (plan::OptimizerSpec::unfused_step_bytes_per_param).
-  if (priced && p.optimizer.given && p.optimizer.kind == plan::OptimizerSpec::Kind::kAdam)
-    out.push_back(
-        "Adam's unfused step under kernel_style eager (torch.optim.Adam's extra passes over its "
-        "state): priced as a fused step's bytes");
   if (cp.num_microbatches > 1 && !priced)
     out.push_back(
         "gradient accumulation over microbatches (each backward's read-modify-write of the "

@@ -728,8 +728,9 @@ std::optional<double> measured_mem_ns(const AnalyticParams& p, const ComputeQuer
 //    the replay runs it (gradients zeroed once a step, backend/src/torch_executor.cpp): the
 //    measured rates leave it out (m_backward_ns takes each input's accumulation out of M's
 //    backwards; S and the GEMM sweep time the kernels alone);
-//  - the optimizer step's extra passes over its state (torch.optim.SGD's momentum step is three
-//    kernels, a fused SGD one): ComputeQuery::unfused_step_bytes in place of `bytes`.
+//  - the optimizer step's extra passes over its state (SGD's momentum step is three kernels
+//    and Adam's nine as the replay runs them, a fused optimizer's one):
+//    ComputeQuery::unfused_step_bytes in place of `bytes`.
 // The fused style prices none of them: Transformer Engine's kernels write split gradients in
 // place, Megatron-Core accumulates weight gradients in the GEMM (gradient_accumulation_fusion)
 // and steps with a fused multi-tensor optimizer (FusedSGD / FusedAdam).

@@ -95,17 +95,34 @@ int64_t OptimizerSpec::step_bytes_per_param(int dt) const {
 }
 
 int64_t OptimizerSpec::unfused_step_bytes_per_param(int dt) const {
-  // torch.optim.SGD's momentum step (torch/optim/sgd.py, _single_tensor_sgd and its foreach
-  // twin _multi_tensor_sgd, the default on CUDA) is three elementwise kernels: buf.mul_(momentum)
-  // (read and write the momentum), buf.add_(grad) (read both, write the momentum) and
-  // param.add_(buf, alpha=-lr) (read both, write the weight): g + 7 w where a fused SGD (one
-  // kernel: Megatron-Core's FusedSGD from Transformer Engine or Apex) moves g + 4 w. The
-  // replay's step is those three kernels (backend/src/torch_executor.cpp, optimizer_step).
-  // Adam is left at the fused step's bytes: its unfused passes (torch.optim.Adam's foreach
-  // path, the replay's own nine kernels) are not priced yet.
-  if (kind != Kind::kSgd) return step_bytes_per_param(dt);
+  // The update as Stretto's replay runs it unfused (backend/src/torch_executor.cpp,
+  // RankRun::optimizer_step), one pass per elementwise kernel, each tensor read or written once
+  // per pass; g: the gradient as the update reads it, w: the weight and moments as it keeps
+  // them (fp32 with a master copy, else the parameters' dtype; temporaries in the moments'
+  // dtype). The master's casts and the clipping are priced as in step_bytes_per_param.
+  //  - SGD with momentum, three kernels (as torch.optim.SGD: torch/optim/sgd.py,
+  //    _single_tensor_sgd and its foreach twin _multi_tensor_sgd, the default on CUDA):
+  //    m.mul_(momentum) 2 w, m.add_(g) g + 2 w, w.add_(m, -lr) 3 w: g + 7 w, where a fused SGD
+  //    (one kernel: Megatron-Core's FusedSGD from Transformer Engine or Apex) moves g + 4 w.
+  //  - Adam, nine kernels: m.mul_(b1) 2 w, .add_(g, 1 - b1) g + 2 w, v.mul_(b2) 2 w,
+  //    .addcmul_(g, g, 1 - b2) g + 2 w (g is one tensor, read once), m / c1 2 w, v / c2 2 w,
+  //    .sqrt_() 2 w, .add_(eps) 2 w, w.addcdiv_(m/c1, den, -lr) 4 w: 2 g + 20 w, where a fused
+  //    Adam (FusedAdam) moves g + 6 w. torch.optim.Adam / AdamW without weight decay
+  //    (torch/optim/adam.py, _single_tensor_adam and _multi_tensor_adam, the foreach default on
+  //    CUDA: the same passes over every tensor of a group) runs seven, 2 g + 16 w: lerp_ for
+  //    the first moment's two and 1/c1 folded into the step size (a host scalar; the replay's
+  //    bias corrections stay on the device for --cuda-graphs).
   const int64_t w = keeps_master(dt) ? 4 : dt;
-  return step_bytes_per_param(dt) + 3 * w;
+  const int64_t g = w;  // the update reads the fp32 main grads with a master, else dt ones
+  switch (kind) {
+    case Kind::kSgd:
+      return step_bytes_per_param(dt) + (g + 7 * w) - (g + 4 * w);
+    case Kind::kAdam:
+      return step_bytes_per_param(dt) + (2 * g + 20 * w) - (g + 6 * w);
+    case Kind::kNone:
+      return 0;
+  }
+  return 0;
 }
 
 namespace {

@@ -1897,6 +1897,141 @@ TEST(ReplayStep, EveryStepDispatchesTheSameOpsAndScalarsWithMoECapacity) {
   expect_same_ops_and_scalars_every_step("one_dev_moe_capacity_probs_adam_clip.json");
 }
 
+// ATen's hook with the operators' inputs and outputs, inside the executor's scope of the
+// compiler's optimizer step ("stretto::none optimizer ..."): per scope entry (one a step), the
+// outermost operators and the bytes each reads and writes of tensors of more than one element
+// (step counts, norms and bias corrections are per step, not per parameter). A tensor is read
+// once however often it is passed (addcmul_(g, g)); copy_ writes its first argument without
+// reading it; an operator that returns a view of an input (view, narrow, detach) moves nothing.
+struct OpBytes {
+  std::string name;
+  int64_t read = 0, written = 0;
+  std::set<const void*> in;  // the inputs' storages
+};
+std::mutex g_opt_mu;
+std::vector<std::vector<OpBytes>>* g_opt_steps = nullptr;
+thread_local int t_opt_depth = 0;  // 1 inside the optimizer's scope, + the operators open
+
+bool is_optimizer_scope(const std::string& name) {
+  return is_op_scope(name) && name.find(" optimizer ") != std::string::npos;
+}
+
+std::vector<std::vector<OpBytes>> optimizer_step_bytes(const CompiledPlan& cp, int steps) {
+  auto [opt, spec] = one_cpu_rank();
+  opt.iterations = steps;
+  opt.warmup = 0;
+  std::vector<std::vector<OpBytes>> seen;
+  {
+    std::lock_guard<std::mutex> lk(g_opt_mu);
+    g_opt_steps = &seen;
+  }
+  auto handle = at::addGlobalCallback(
+      at::RecordFunctionCallback(
+          [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+            std::lock_guard<std::mutex> lk(g_opt_mu);
+            const std::string name = fn.name();
+            if (!g_opt_steps) return nullptr;
+            if (is_optimizer_scope(name)) {
+              g_opt_steps->emplace_back();
+              t_opt_depth = 1;
+              return nullptr;
+            }
+            if (t_opt_depth == 0 || t_opt_depth++ > 1) return nullptr;  // outside, or nested
+            OpBytes b;
+            b.name = name;
+            const c10::ArrayRef<const c10::IValue> in = fn.inputs();
+            for (size_t k = 0; k < in.size(); ++k) {
+              if (!in[k].isTensor()) continue;
+              const at::Tensor& t = in[k].toTensor();
+              if (!t.defined() || t.numel() <= 1) continue;
+              const bool destination = k == 0 && name == "aten::copy_";
+              if (b.in.insert(t.storage().data()).second && !destination)
+                b.read += static_cast<int64_t>(t.nbytes());
+            }
+            g_opt_steps->back().push_back(std::move(b));
+            return nullptr;
+          },
+          [](const at::RecordFunction& fn, at::ObserverContext*) {
+            std::lock_guard<std::mutex> lk(g_opt_mu);
+            const std::string name = fn.name();
+            if (is_optimizer_scope(name)) {
+              t_opt_depth = 0;
+              return;
+            }
+            if (t_opt_depth == 0 || --t_opt_depth > 1 || !g_opt_steps) return;
+            OpBytes& b = g_opt_steps->back().back();
+            const bool in_place = name.back() == '_';
+            for (const c10::IValue& v : fn.outputs()) {
+              if (!v.isTensor()) continue;
+              const at::Tensor& t = v.toTensor();
+              if (!t.defined() || t.numel() <= 1) continue;
+              if (!in_place && b.in.count(t.storage().data())) {  // a view: no kernel
+                b.read = 0;
+                continue;
+              }
+              b.written += static_cast<int64_t>(t.nbytes());
+            }
+          })
+          .needsInputs(true)
+          .needsOutputs(true));
+  auto r = run_rank(cp, spec, opt);
+  at::removeCallback(handle);
+  {
+    std::lock_guard<std::mutex> lk(g_opt_mu);
+    g_opt_steps = nullptr;
+  }
+  EXPECT_TRUE(r.has_value()) << render_all(r.error());
+  return seen;
+}
+
+// The bytes kernel_style eager prices for the optimizer step (plan::OptimizerSpec::
+// unfused_step_bytes_per_param x parameters: docs/costmodel.md, "What eager pays around the
+// kernels") are what the replay's step moves, operator by operator, as ATen dispatches it: on
+// one CPU device (fp32 parameters, no master copy, g = w = 4 bytes) with clipping, Adam's 100
+// bytes per parameter (the clipping norm's read 4 and scaling 8; the nine kernels 2 g + 20 w =
+// 88) and SGD's 44 (4 + 8; g + 7 w = 32), in 11 and 5 passes over each parameter tensor. The
+// second step's (the first allocates the moments). Fails if the replay's step or the priced
+// passes change alone: Adam at the fused step's bytes (the code before: 40 per parameter), or
+// torch.optim.Adam's seven passes (lerp_, the bias correction in the step size: 84).
+TEST(ReplayStep, TheOptimizerStepMovesWhatEagerPrices) {
+  struct Case {
+    const char* plan;
+    int64_t bytes_per_param, passes_per_tensor;
+  };
+  for (const Case& c : {Case{"one_dev_adam_dropout_clip.json", 100, 11},
+                        Case{"one_dev_dropout_clip.json", 44, 5}}) {
+    SCOPED_TRACE(c.plan);
+    const CompiledPlan cp = load(c.plan);
+    ASSERT_FALSE(cp.plan.optimizer.keeps_master(4));
+    ASSERT_EQ(cp.plan.optimizer.unfused_step_bytes_per_param(4), c.bytes_per_param);
+    int64_t params = 0, tensors = 0;
+    for (const compiler::ModelOp& op : cp.model.ops) params += op.param_count;
+    const TorchModel m(cp, 7, at::TensorOptions().dtype(at::kFloat));
+    for (uint32_t o = 0; o < cp.model.ops.size(); ++o)
+      tensors += static_cast<int64_t>(m.make_params(o, {}).size());
+    const std::vector<std::vector<OpBytes>> steps = optimizer_step_bytes(cp, 2);
+    ASSERT_EQ(steps.size(), 2u);
+    int64_t moved = 0, passes = 0;
+    std::map<std::string, int> ops;
+    for (const OpBytes& b : steps[1]) {
+      if (b.read + b.written == 0) continue;
+      moved += b.read + b.written;
+      ++passes;
+      ++ops[b.name];
+    }
+    std::string list;
+    for (const auto& [n, k] : ops) list += " " + n + " x" + std::to_string(k);
+    std::printf("%s: %lld parameters in %lld tensors; the step moved %lld bytes (%.3f per "
+                "parameter) in %lld passes:%s\n",
+                c.plan, static_cast<long long>(params), static_cast<long long>(tensors),
+                static_cast<long long>(moved),
+                static_cast<double>(moved) / static_cast<double>(params),
+                static_cast<long long>(passes), list.c_str());
+    EXPECT_EQ(moved, params * c.bytes_per_param);
+    EXPECT_EQ(passes, tensors * c.passes_per_tensor);
+  }
+}
+
 // Replay with the reference kernels: the gradient check still passes (the fused path is the
 // default and runs in every GradientCheck plan).
 TEST(ReplayKernels, ReferenceKernelsPassTheGradientCheck) {

@@ -438,6 +438,23 @@ TEST(KernelStyle, EagerAccumulatesWeightGradients) {
   }
 }
 
+// The optimizer step of Llama-3-8B's four-layer plans (1,134,596,096 parameters) as each style
+// prices it, at `fused` bytes per parameter (the one-pass step) and `unfused` (eager's).
+struct StepNs {
+  int64_t fused = 0, roofline = 0, eager = 0;
+};
+StepNs llama_step_ns(int64_t fused, int64_t unfused) {
+  const Styles st;
+  EXPECT_TRUE(st.fused && st.eager && st.roof);
+  if (!st.fused || !st.eager || !st.roof) return {};
+  ComputeQuery q;
+  q.kind = OpKind::kOptimizer;
+  q.pass = Pass::kNone;
+  q.bytes = 1134596096LL * fused;
+  q.unfused_step_bytes = 1134596096LL * unfused;
+  return {st.fused->compute(q).ns, st.roof->compute(q).ns, st.eager->compute(q).ns};
+}
+
 // kernel_style eager prices the optimizer step at its unfused bytes (torch.optim.SGD's momentum
 // step: three kernels, 16 bytes per bf16 parameter, plan::OptimizerSpec::
 // unfused_step_bytes_per_param) where fused and roofline price the one-pass step (10 bytes).
@@ -452,17 +469,37 @@ TEST(KernelStyle, EagerStepsTheOptimizerUnfused) {
   EXPECT_EQ(sgd.unfused_step_bytes_per_param(2), 16);  // mul_ 4 + add_ 6 + the weights' add_ 6
   sgd.master_weights = true;  // fp32 master and momentum: 3 more fp32 passes
   EXPECT_EQ(sgd.unfused_step_bytes_per_param(2), sgd.step_bytes_per_param(2) + 12);
-  const Styles st;
-  ASSERT_TRUE(st.fused && st.eager && st.roof);
-  const auto& [fused, eager, roof] = st;
-  ComputeQuery q;
-  q.kind = OpKind::kOptimizer;
-  q.pass = Pass::kNone;
-  q.bytes = 1134596096LL * 10;
-  q.unfused_step_bytes = 1134596096LL * 16;
-  EXPECT_EQ(fused->compute(q).ns, 2626380);
-  EXPECT_EQ(roof->compute(q).ns, 2626380);
-  EXPECT_EQ(eager->compute(q).ns, 4202208);
+  const StepNs ns = llama_step_ns(10, 16);
+  EXPECT_EQ(ns.fused, 2626380);
+  EXPECT_EQ(ns.roofline, 2626380);
+  EXPECT_EQ(ns.eager, 4202208);
+}
+
+// kernel_style eager prices Adam's step as the replay runs it unfused (RankRun::optimizer_step,
+// nine kernels: 2 g + 20 w bytes per parameter, plan::OptimizerSpec::
+// unfused_step_bytes_per_param) where fused and roofline price FusedAdam's one pass (g + 6 w).
+// Per bf16 parameter without a master copy: 44 bytes against 14; with the fp32 master (g and w
+// fp32): 60 more than the fused step. torch.optim.Adam's seven passes (2 g + 16 w) would be 36
+// and 48. Llama-3-8B's four-layer plans hold 1,134,596,096 parameters: 15,884,345,344 bytes
+// fused -> 3,676,932 ns at 4320 GB/s; 49,922,228,224 bytes eager -> 11,556,071.3 ns, which
+// detail::ceil_ns takes as 11,556,071 (within 1e-6 of an integer: rounding noise).
+TEST(KernelStyle, EagerStepsAdamAsTheReplayRunsIt) {
+  plan::OptimizerSpec adam;
+  adam.kind = plan::OptimizerSpec::Kind::kAdam;
+  adam.master_weights = false;
+  adam.grad_clip = false;
+  EXPECT_EQ(adam.step_bytes_per_param(2), 14);
+  // m.mul_ 4, .add_ 6, v.mul_ 4, .addcmul_ 6, m / c1 4, v / c2 4, .sqrt_ 4, .add_ 4, addcdiv_ 8
+  EXPECT_EQ(adam.unfused_step_bytes_per_param(2), 44);
+  adam.master_weights = true;  // fp32 master, moments and temporaries
+  EXPECT_EQ(adam.unfused_step_bytes_per_param(2), adam.step_bytes_per_param(2) + 60);
+  adam.grad_clip = true;  // the clipping and the master's casts as the fused step prices them
+  EXPECT_EQ(adam.unfused_step_bytes_per_param(2), adam.step_bytes_per_param(2) + 60);
+  EXPECT_EQ(adam.unfused_step_bytes_per_param(4), adam.step_bytes_per_param(4) + 60);  // fp32
+  const StepNs ns = llama_step_ns(14, 44);
+  EXPECT_EQ(ns.fused, 3676932);
+  EXPECT_EQ(ns.roofline, 3676932);
+  EXPECT_EQ(ns.eager, 11556071);
 }
 
 TEST(KernelStyle, H100ScalesTheH200RatesByTheSweepsRatios) {

@@ -1563,41 +1563,48 @@ TEST(Estimate, PricesTheGradientNormAndTheOptimizerStepAsTheSimulator) {
 // kernel_style eager prices the unfused work around the ops in the estimate as the simulator
 // does (docs/costmodel.md, "Kernel style"): the cats of split input gradients (a gated MLP's
 // halves, flash attention's q, k, v; ComputeQuery::split_grad_bytes), every weight gradient's
-// accumulation per microbatch (param_bytes) and SGD's three-kernel step
-// (unfused_step_bytes). On one H200 and on a TP pair (no pipeline; nothing else differs between
+// accumulation per microbatch (param_bytes) and the optimizer's unfused passes, SGD's three
+// kernels and Adam's nine (unfused_step_bytes). On one H200 and on a TP pair (no pipeline; nothing else differs between
 // the styles but these and the memory-bound ops' rates), the step moves from `fused` to `eager`
 // by the same amount in both. Without the estimate's split or unfused step bytes it moves by
 // less: by the cats of every layer and microbatch, or the step's extra passes.
 TEST(Estimate, PricesTheEagerUnfusedWorkAsTheSimulator) {
-  for (const int tp : {1, 2}) {
-    Json base = outside_spec(false).base;
-    base["model"]["gated_mlp"] = true;
-    base["model"]["pp_regions"] = 1;
-    base["model"]["tie_embeddings"] = false;
-    base["cluster"] = {{"preset", "h200"}, {"nodes", 1}, {"devices_per_node", tp}};
-    base["optimizer"] = {{"kind", "sgd"}, {"grad_clip", false}};
-    const Json params = {{"tp", tp}, {"pp", 1}, {"dp", 1}, {"family", "1f1b"}};
-    double est[2] = {0, 0}, sim[2] = {0, 0}, opt[2] = {0, 0};
-    int i = 0;
-    for (const char* style : {"fused", "eager"}) {
-      base["costmodel"]["kernel_style"] = style;
-      const Estimate e = estimate_of_point(base, params);
-      est[i] = e.step_ms;
-      opt[i] = e.optimizer_step_ms;
-      const auto session = session_of_point(base, params);
-      ASSERT_TRUE(session) << style;
-      auto r = session->simulate();
-      ASSERT_TRUE(r) << style;
-      sim[i++] = static_cast<double>(r->step_time) / 1e6;
+  // bf16 with fp32 master weights (the default), no clipping: SGD 32 bytes per parameter fused
+  // (the master's casts 12, g + 4 w = 20), 44 unfused (3 more fp32 passes over the momentum);
+  // Adam 40 fused (12, g + 6 w = 28), 100 unfused (the replay's nine kernels: 2 g + 20 w = 88).
+  struct Case {
+    const char* optimizer;
+    double fused_bytes, eager_bytes;
+  };
+  for (const Case& c : {Case{"sgd", 32, 44}, Case{"adam", 40, 100}})
+    for (const int tp : {1, 2}) {
+      Json base = outside_spec(false).base;
+      base["model"]["gated_mlp"] = true;
+      base["model"]["pp_regions"] = 1;
+      base["model"]["tie_embeddings"] = false;
+      base["cluster"] = {{"preset", "h200"}, {"nodes", 1}, {"devices_per_node", tp}};
+      base["optimizer"] = {{"kind", c.optimizer}, {"grad_clip", false}};
+      const Json params = {{"tp", tp}, {"pp", 1}, {"dp", 1}, {"family", "1f1b"}};
+      double est[2] = {0, 0}, sim[2] = {0, 0}, opt[2] = {0, 0};
+      int i = 0;
+      for (const char* style : {"fused", "eager"}) {
+        base["costmodel"]["kernel_style"] = style;
+        const Estimate e = estimate_of_point(base, params);
+        est[i] = e.step_ms;
+        opt[i] = e.optimizer_step_ms;
+        const auto session = session_of_point(base, params);
+        ASSERT_TRUE(session) << style;
+        auto r = session->simulate();
+        ASSERT_TRUE(r) << style;
+        sim[i++] = static_cast<double>(r->step_time) / 1e6;
+      }
+      std::printf("%s tp %d: fused estimate %.4f simulated %.4f ms; eager estimate %.4f "
+                  "simulated %.4f ms; optimizer step %.4f -> %.4f ms\n",
+                  c.optimizer, tp, est[0], sim[0], est[1], sim[1], opt[0], opt[1]);
+      EXPECT_NEAR(est[1] - est[0], sim[1] - sim[0], 1e-3) << c.optimizer << " tp " << tp;
+      EXPECT_NEAR(opt[1] / opt[0], c.eager_bytes / c.fused_bytes, 1e-3)
+          << c.optimizer << " tp " << tp;
     }
-    std::printf("tp %d: fused estimate %.4f simulated %.4f ms; eager estimate %.4f simulated "
-                "%.4f ms; optimizer step %.4f -> %.4f ms\n",
-                tp, est[0], sim[0], est[1], sim[1], opt[0], opt[1]);
-    EXPECT_NEAR(est[1] - est[0], sim[1] - sim[0], 1e-3) << "tp " << tp;
-    // bf16 SGD with fp32 master weights (the default): 32 bytes per parameter fused (the
-    // master's casts 12, g + 4 w = 20), 44 unfused (3 more fp32 passes over the momentum).
-    EXPECT_NEAR(opt[1] / opt[0], 44.0 / 32.0, 1e-3) << "tp " << tp;
-  }
 }
 
 // Search prunes on the estimated device total, as simulate judges capacity (docs/sweeps.md):
