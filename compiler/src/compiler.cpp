@@ -332,6 +332,9 @@ class Compiler {
   uint32_t add_all_to_all(CommPurpose purpose, uint32_t o, int mb, Pass pass, const UnitInfo& u);
   uint32_t add_zero3_gather(uint32_t o, int mb, Pass pass, const UnitInfo& u);
   bool zero3(uint32_t o, const UnitInfo& u) const;
+  // The bytes of op o's parameters one device of its TP group holds: a TP-split op's 1/tp, a
+  // replicated op's (norms, biases of row-parallel layers) whole, as local_params counts them.
+  int64_t local_param_bytes(uint32_t o, const UnitInfo& u) const;
   bool keeps_gathered(const UnitInfo& u) const;
   void note_pass(EmitState& es, uint32_t o, int mb, bool bwd, const UnitInfo& u, uint32_t node);
   void bound_gather(EmitState& es, uint32_t g, uint32_t o, int mb, bool bwd, const UnitInfo& u);
@@ -1726,12 +1729,18 @@ uint32_t Compiler::add_zero3_gather(uint32_t o, int mb, Pass pass, const UnitInf
   const ModelOp& op = cp_.model.ops[o];
   if (!rd || !rd->shard_params || op.param_bytes == 0 || u.shard >= 0 || u.replicas.size() < 2)
     return kNone;
-  const int64_t pb = op.param_bytes / u.tp;
+  const int64_t pb = local_param_bytes(o, u);
   uint32_t n =
       add_collective(CommKind::kAllGather, CommPurpose::kParamGather, o, mb, pass, dp_groups(u),
                      stream(rd->gather_stream.empty() ? "dp" : rd->gather_stream), pb, u.repl);
   mem(n, false, MemCategory::kGatheredParams, pb);
   return n;
+}
+
+int64_t Compiler::local_param_bytes(uint32_t o, const UnitInfo& u) const {
+  const ModelOp& op = cp_.model.ops[o];
+  const bool split = op.tp != TpSplit::kReplicated && op.tp != TpSplit::kNone;
+  return split ? op.param_bytes / std::max(1, u.tp) : op.param_bytes;
 }
 
 bool Compiler::zero3(uint32_t o, const UnitInfo& u) const {
@@ -1829,7 +1838,7 @@ uint32_t Compiler::emit_forward(EmitState& es, uint32_t o, int mb, bool rc,
   const int64_t kept = u.rc >= 0 ? u.rc_kept : saved;
   mem(c, true, MemCategory::kActivations, rc ? saved - kept : kept);
   if (gather != kNone && !rc && !keeps_gathered(u))
-    mem(c, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+    mem(c, true, MemCategory::kGatheredParams, -local_param_bytes(o, u));
   const uint32_t out = cp_out != c ? cp_out : forward_outputs(o, mb, pass, c, deps);
   if (rc)
     for (size_t i = first_node; i < cp_.dag.nodes.size(); ++i) cp_.dag.nodes[i].recompute = true;
@@ -2113,7 +2122,7 @@ uint32_t Compiler::backward_compute(EmitState& es, uint32_t o, int mb, uint32_t 
     u.bi = first = add_compute(o, mb, Pass::kBI);
     for (uint32_t d : deps) edge(d, u.bi);
     mem(u.bi, true, MemCategory::kActivations, -saved);
-    if (gather != kNone) mem(u.bi, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+    if (gather != kNone) mem(u.bi, true, MemCategory::kGatheredParams, -local_param_bytes(o, u));
     note_pass(es, o, mb, true, u, u.bi);
   } else if (u.split_bwd) {
     u.bi = first = add_compute(o, mb, Pass::kBI);
@@ -2122,7 +2131,7 @@ uint32_t Compiler::backward_compute(EmitState& es, uint32_t o, int mb, uint32_t 
     edge(u.bi, u.bw);
     mem(u.bi, true, MemCategory::kActivations, -(saved - saved_bw));
     mem(u.bw, true, MemCategory::kActivations, -saved_bw);
-    if (gather != kNone) mem(u.bw, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+    if (gather != kNone) mem(u.bw, true, MemCategory::kGatheredParams, -local_param_bytes(o, u));
     if (regather != kNone) {
       edge(regather, u.bw);
       mem(u.bw, true, MemCategory::kCommBuffers, -op.saved_input_bytes);
@@ -2132,7 +2141,7 @@ uint32_t Compiler::backward_compute(EmitState& es, uint32_t o, int mb, uint32_t 
     u.b = first = add_compute(o, mb, Pass::kB);
     for (uint32_t d : deps) edge(d, u.b);
     mem(u.b, true, MemCategory::kActivations, -saved);
-    if (gather != kNone) mem(u.b, true, MemCategory::kGatheredParams, -op.param_bytes / u.tp);
+    if (gather != kNone) mem(u.b, true, MemCategory::kGatheredParams, -local_param_bytes(o, u));
     note_pass(es, o, mb, true, u, u.b);
   }
   return first;
@@ -2223,7 +2232,7 @@ void Compiler::add_gradient_reductions(std::vector<uint32_t>& reduce_of_op,
       // is reduced.
       const UnitInfo& u0 = unit(o, 0);
       if (rd && rd->shard_params && !rd->reshard_after_forward && u0.shard < 0)
-        mem(n, true, MemCategory::kGatheredParams, -ops[o].param_bytes / u0.tp);
+        mem(n, true, MemCategory::kGatheredParams, -local_param_bytes(o, u0));
     }
     // ZeRO-2/3: full-size gradients of the bucket exist until reduce-scattered.
     if (zero2) {
@@ -2255,7 +2264,7 @@ void Compiler::add_gradient_reductions(std::vector<uint32_t>& reduce_of_op,
       for (size_t r = 0; r < copies; ++r) grouped.push_back(holders[r * tp + t]);
     Key k{sets_.intern(std::move(grouped), static_cast<int32_t>(copies)), u0.repl};
     pending[k].push_back(o);
-    pending_bytes[k] += op.param_bytes / tp;
+    pending_bytes[k] += local_param_bytes(o, u0);
     const double bucket = u0.repl >= 0 ? plan_.schedule[u0.repl].bucket_size_MB : 25.0;
     if (pending_bytes[k] >= static_cast<int64_t>(bucket * kMB)) flush(k);
   }

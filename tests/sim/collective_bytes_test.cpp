@@ -108,6 +108,11 @@ const Scenario kScenarios[] = {
     {"PP+TP, tied embeddings", [](int n) { return json{{"pp", 2}, {"tp", n}}; }, false, true,
      kTpCounts},
     {"PP+DP", [](int n) { return json{{"pp", 2}, {"dp", n}}; }},
+    // TP 2 beside DP n: the DP buckets and ZeRO's gathers carry a TP rank's share of the split
+    // weights and the replicated norms whole (TP counts are per TP group: not checked here).
+    {"TP+DP", [](int n) { return json{{"tp", 2}, {"dp", n}}; }},
+    {"TP+ZeRO-1", [](int n) { return json{{"tp", 2}, {"dp", n}, {"zero", 1}}; }},
+    {"TP+ZeRO-3", [](int n) { return json{{"tp", 2}, {"dp", n}, {"zero", 3}}; }},
 };
 
 json plan_of(const Scenario& sc, int n, const Size& z) {
@@ -183,12 +188,28 @@ TEST(CollectiveBytes, EveryCollectiveCarriesNcclTestsBytesAndAlphaBetaTime) {
         const int tp = layout.value("tp", 1);
         const int64_t T = z.seq * z.batch;
         const int64_t act = T * z.hidden * kDtype;  // one b x s x h activation, whole
-        // Parameters a data-parallel group reduces: every op's, but the routed experts' (their
-        // shards are distinct parameters).
-        int64_t dense_param_bytes = 0;
+        // The bytes of an op's parameters one TP rank holds: a TP-split op's 1/tp, a
+        // replicated op's (the norms) whole, as Megatron keeps a LayerNorm's weight whole on
+        // every TP rank (and its gradient in every rank's DP buckets).
+        auto rank_param_bytes = [&](const compiler::ModelOp& op) {
+          const bool split =
+              op.tp != compiler::TpSplit::kReplicated && op.tp != compiler::TpSplit::kNone;
+          return op.param_count * kDtype / (split ? tp : 1);
+        };
+        // Parameters a data-parallel group reduces, per TP rank: every op's, but the routed
+        // experts' (their shards are distinct parameters).
+        int64_t dense_param_bytes = 0, replicated_param_bytes = 0;
         for (const compiler::ModelOp& op : cp.model.ops)
-          if (op.kind != compiler::OpKind::kExperts && op.kind != compiler::OpKind::kOptimizer)
-            dense_param_bytes += op.param_count * kDtype;
+          if (op.kind != compiler::OpKind::kExperts && op.kind != compiler::OpKind::kOptimizer) {
+            dense_param_bytes += rank_param_bytes(op);
+            if (op.param_count > 0 && (op.tp == compiler::TpSplit::kReplicated ||
+                                       op.tp == compiler::TpSplit::kNone))
+              replicated_param_bytes += op.param_count * kDtype;
+          }
+        // (the audit must see replicated parameters under TP, or it checks nothing of them)
+        if (tp > 1) {
+          EXPECT_GT(replicated_param_bytes, 0);
+        }
         CostQueries queries(cp);
         std::map<std::pair<CommPurpose, CommKind>, Seen> seen;
         std::map<std::tuple<CommPurpose, CommKind, bool>, int> per_pass;
@@ -213,6 +234,7 @@ TEST(CollectiveBytes, EveryCollectiveCarriesNcclTestsBytesAndAlphaBetaTime) {
           switch (nd.purpose) {
             case CommPurpose::kTensorPar:  // TP/SP: the whole b x s x h activation
               want = act;
+              group = tp;
               break;
             case CommPurpose::kActivation:  // PP: the b x s x h boundary activation, of which
             case CommPurpose::kGradient:    // each TP rank sends its 1/tp (Megatron's scatter-
@@ -223,8 +245,8 @@ TEST(CollectiveBytes, EveryCollectiveCarriesNcclTestsBytesAndAlphaBetaTime) {
             case CommPurpose::kCombine:
               want = T * kTopK * z.hidden * kDtype;
               break;
-            case CommPurpose::kParamGather:  // ZeRO-3: the op's whole parameters (gathered)
-              want = cp.model.ops[nd.op].param_count * kDtype / tp;
+            case CommPurpose::kParamGather:  // ZeRO-3: the op's parameters a TP rank holds,
+              want = rank_param_bytes(cp.model.ops[nd.op]);  // gathered
               break;
             case CommPurpose::kTiedGrad:  // the word embedding's gradient, TP rank's share
               want = z.vocab * z.hidden * kDtype / tp;
@@ -232,6 +254,7 @@ TEST(CollectiveBytes, EveryCollectiveCarriesNcclTestsBytesAndAlphaBetaTime) {
               break;
             case CommPurpose::kLossReduce:  // vocab-parallel loss: one fp32 per token, over TP
               want = T * 4;
+              group = tp;
               break;
             case CommPurpose::kGradNorm:  // one fp32 scalar over Megatron-Core's group: TP x PP,
               want = 4;                     // every device with the distributed optimizer or EP
@@ -271,9 +294,9 @@ TEST(CollectiveBytes, EveryCollectiveCarriesNcclTestsBytesAndAlphaBetaTime) {
                 << v << " unexpected " << comm_purpose_name(std::get<0>(k)) << " "
                 << comm_kind_name(std::get<1>(k)) << (std::get<2>(k) ? " forward" : " backward");
         }
-        // Gradient buckets (all-reduce, or ZeRO's reduce-scatter) hold every replicated
-        // gradient once, whole; ZeRO-1/2 all-gather every updated parameter, whole.
-        const int64_t grads = dense_param_bytes / tp;
+        // Gradient buckets (all-reduce, or ZeRO's reduce-scatter) hold every DP-replicated
+        // gradient once, as a TP rank holds it; ZeRO-1/2 all-gather every updated parameter.
+        const int64_t grads = dense_param_bytes;
         const bool dp = layout.value("dp", 1) > 1, zero = layout.value("zero", 0) > 0;
         const CommKind reduce = zero ? CommKind::kReduceScatter : CommKind::kAllReduce;
         const int64_t reduced = seen[std::make_pair(CommPurpose::kGradReduce, reduce)].bytes;
