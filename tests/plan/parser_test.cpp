@@ -1,6 +1,8 @@
 // Plan parser: locations (line:column and JSON pointer), hints, all errors collected.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "stretto/plan/plan.h"
 
 using namespace stretto;
@@ -151,4 +153,79 @@ TEST(Parser, JsonSourceFindMatchesPointerSemantics) {
   }
   EXPECT_NE(src->find("/a/b~1c/2/~0k"), nullptr);
   EXPECT_EQ(src->find("/a/b~1c/-"), nullptr);
+}
+
+// The GUI re-parses only "costmodel" when an edit changed nothing else (plan::parse_costmodel,
+// gui/src/worker.cpp): it must read what parse_plan reads and say what parse_plan says.
+namespace {
+void expect_same_costmodel(const CostModelSpec& a, const CostModelSpec& b) {
+  EXPECT_EQ(a.kind, b.kind);
+  EXPECT_EQ(a.f_ns, b.f_ns);
+  EXPECT_EQ(a.b_ns, b.b_ns);
+  EXPECT_EQ(a.bi_ns, b.bi_ns);
+  EXPECT_EQ(a.bw_ns, b.bw_ns);
+  EXPECT_EQ(a.comm_ns, b.comm_ns);
+  EXPECT_EQ(a.profile, b.profile);
+  EXPECT_EQ(a.options, b.options);
+  EXPECT_EQ(a.pointer, b.pointer);
+}
+}  // namespace
+
+TEST(Parser, CostModelAloneReadsWhatTheWholePlanReads) {
+  int checked = 0;
+  for (const auto& e : std::filesystem::directory_iterator(STRETTO_EXAMPLES)) {
+    if (e.path().extension() != ".json") continue;
+    SCOPED_TRACE(e.path().string());
+    auto src = JsonSource::load(e.path().string());
+    ASSERT_TRUE(src) << render_all(src.error());
+    auto plan = parse_plan(*src);
+    ASSERT_TRUE(plan) << render_all(plan.error());
+    auto cm = parse_costmodel(*src);
+    ASSERT_TRUE(cm) << render_all(cm.error());
+    expect_same_costmodel(*cm, plan->costmodel);
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
+  // Each section: fixed in every unit, analytic with options, profiled (a relative path made
+  // relative to the plan's folder), and none.
+  for (const char* section :
+       {"{\"kind\": \"fixed\", \"F\": 1.5, \"B\": 3, \"BW\": 1, \"comm\": 0.25, \"unit\": \"us\"}",
+        "{\"kind\": \"fixed\", \"F\": 2, \"B\": 4, \"unit\": \"s\"}",
+        "{\"kind\": \"analytic\", \"gemm_efficiency\": 0.7, \"dispatch_us\": 6}",
+        "{\"kind\": \"profiled\", \"profile\": \"tables/t.json\"}", ""}) {
+    SCOPED_TRACE(section);
+    std::string t = std::string(kHead) + "  ]" +
+                    (*section ? std::string(",\n  \"costmodel\": ") + section : std::string()) +
+                    "\n}\n";
+    auto src = JsonSource::parse(t, "/plans/p.json");
+    ASSERT_TRUE(src);
+    auto plan = parse_plan(*src);
+    ASSERT_TRUE(plan) << render_all(plan.error());
+    auto cm = parse_costmodel(*src);
+    ASSERT_TRUE(cm) << render_all(cm.error());
+    expect_same_costmodel(*cm, plan->costmodel);
+  }
+}
+
+TEST(Parser, CostModelAloneSaysWhatTheWholePlanSays) {
+  // Sections the parser refuses, in a plan whose other sections parse: both parsers give the
+  // same diagnostics (message, location, hint), and every one of them names /costmodel.
+  for (const char* section :
+       {"[1, 2]", "{\"kind\": \"quantum\"}", "{\"kind\": \"fixed\", \"B\": 2}",
+        "{\"kind\": \"fixed\", \"F\": 1, \"B\": 2, \"unit\": \"parsec\"}",
+        "{\"kind\": \"fixed\", \"F\": \"one\", \"B\": 2, \"Q\": 3}", "{\"kind\": \"profiled\"}",
+        "{\"kind\": 7}"}) {
+    SCOPED_TRACE(section);
+    std::string t = std::string(kHead) + "  ],\n  \"costmodel\": " + section + "\n}\n";
+    auto src = JsonSource::parse(t, "p.json");
+    ASSERT_TRUE(src);
+    auto plan = parse_plan(*src);
+    ASSERT_FALSE(plan);
+    auto cm = parse_costmodel(*src);
+    ASSERT_FALSE(cm);
+    EXPECT_EQ(render_all(cm.error()), render_all(plan.error()));
+    ASSERT_FALSE(cm.error().empty());
+    for (const Diagnostic& d : cm.error())
+      EXPECT_EQ(d.loc.json_pointer.rfind("/costmodel", 0), 0u) << d.loc.json_pointer;
+  }
 }
