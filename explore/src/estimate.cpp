@@ -238,9 +238,14 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
     c.tp_b_async[layer] += tp_b_async;
     if (op.kind == OpKind::kExperts) {
       c.expert_params[layer] += params / std::max(1, ep);
-      const int64_t bytes = g->tokens_per_microbatch * (ms.moe ? ms.moe->top_k : 1) * ms.hidden *
-                            plan::dtype_bytes(g->dtype) / tp;
+      // every token's top-k slots, hidden-wide, sized by the busiest expert's share
+      // (MoeSpec::load_factor: imbalance or capacity), as Compiler::add_all_to_all sizes it
+      const int64_t bytes = std::llround(
+          static_cast<double>(g->tokens_per_microbatch * (ms.moe ? ms.moe->top_k : 1) *
+                              ms.hidden * plan::dtype_bytes(g->dtype) / tp) *
+          (ms.moe ? ms.moe->load_factor() : 1.0));
       c.a2a[layer] = comm_ns(CommKind::kAllToAll, bytes, ep, ep_nodes);
+      c.a2a_bytes = bytes;
     } else {
       c.params[layer] += params;
     }
@@ -532,6 +537,7 @@ Expected<Estimate> Estimator::operator()(const Resolved& r) {
     reduced = std::max(reduced, rank_params[k] - (r.ep > 1 ? rank_experts[k] : 0));
   e.grad_reduce_bytes =
       copies > 1 ? static_cast<int64_t>(reduced * static_cast<double>(bpp.grads)) : 0;
+  e.ep_all_to_all_bytes = r.ep > 1 ? c.a2a_bytes : 0;
   e.zero3_gather_bytes = r.zero >= 3 && dp > 1 ? static_cast<int64_t>(max_bytes) : 0;
   e.step_ms = (step + bubble + dp_exposed + tied_grad + grad_norm + opt_step) / 1e6;
   e.peak_memory_bytes = static_cast<int64_t>(mem);

@@ -1607,6 +1607,34 @@ TEST(Estimate, PricesTheEagerUnfusedWorkAsTheSimulator) {
     }
 }
 
+// The EP all-to-alls on the compiler's bytes: every token's top-k slots, hidden-wide, over the
+// TP degree, sized by the busiest expert's share (MoeSpec::load_factor: the routing imbalance,
+// or the capacity factor when one is given), as Compiler::add_all_to_all sizes its dispatch
+// and combine nodes. Before, the estimate left the load factor out (balanced bytes whatever
+// the plan said: the imbalance 1.5 and capacity 1.25 cases failed).
+TEST(Estimate, SizesTheEpAllToAllsByTheExpertsLoadAsTheCompiler) {
+  const Json params = {{"tp", 2}, {"pp", 2}, {"dp", 2}, {"ep", 2}, {"family", "1f1b"}};
+  for (const Json& load : {Json{{"imbalance", 1.0}}, Json{{"imbalance", 1.5}},
+                           Json{{"capacity_factor", 1.25}, {"imbalance", 2.0}}}) {
+    SCOPED_TRACE(load.dump());
+    Json base = outside_spec(true).base;
+    base["model"]["moe"].update(load);
+    const auto session = session_of_point(base, params);
+    ASSERT_TRUE(session);
+    std::set<int64_t> bytes;  // of every dispatch and combine node
+    for (const compiler::Node& n : session->compiled().dag.nodes)
+      if (n.purpose == compiler::CommPurpose::kDispatch ||
+          n.purpose == compiler::CommPurpose::kCombine)
+        bytes.insert(n.bytes);
+    ASSERT_EQ(bytes.size(), 1u);
+    const Estimate e = estimate_of_point(base, params);
+    std::printf("%s: estimate %lld B per all-to-all, compiler %lld B\n", load.dump().c_str(),
+                static_cast<long long>(e.ep_all_to_all_bytes),
+                static_cast<long long>(*bytes.begin()));
+    EXPECT_EQ(e.ep_all_to_all_bytes, *bytes.begin());
+  }
+}
+
 // Search prunes on the estimated device total, as simulate judges capacity (docs/sweeps.md):
 // at a cap the allocated peaks fit under (the estimate's within its 10 % margin, the
 // simulator's outright) but the device totals do not, the point is pruned and the simulator

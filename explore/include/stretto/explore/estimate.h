@@ -9,9 +9,10 @@
 //   forward, one per column-parallel input gradient in the backward; with sequence parallelism
 //   each becomes a reduce-scatter + all-gather pair on the whole gathered bytes, a
 //   column-parallel op re-gathers its input beside its backward, and unsplit ops work on 1/tp
-//   of the tokens), the EP all-to-alls (dispatch and combine, forward and backward) and, with
-//   ZeRO-3, one parameter all-gather per pass of the layers' parameters (the simulator runs them
-//   just before each op; an EP-sharded expert op is not gathered, and the embedding's and the
+//   of the tokens), the EP all-to-alls (dispatch and combine, forward and backward; on the
+//   compiler's bytes, the busiest expert's load: MoeSpec::load_factor) and, with ZeRO-3, one
+//   parameter all-gather per pass of the layers' parameters (the simulator runs them just
+//   before each op; an EP-sharded expert op is not gathered, and the embedding's and the
 //   head's gathers are left out);
 //   step = m x (the busiest rank's work per microbatch: its chunks as the family places them)
 //        + the family's fill/drain term over the mean chunk (cF, cB, cBI, cW; reference: the
@@ -83,6 +84,9 @@ struct Estimate {
   int64_t grad_reduce_bytes = 0;
   // ZeRO-3: the parameter bytes the largest chunk gathers per pass (its layers'; 0 without).
   int64_t zero3_gather_bytes = 0;
+  // With expert parallelism: the bytes of one EP all-to-all (a MoE layer's dispatch or combine
+  // of one microbatch, sized by the busiest expert's load as the compiler sizes it; 0 without).
+  int64_t ep_all_to_all_bytes = 0;
 };
 
 /// Estimates for one base plan's model, cluster and cost model under many layouts.
@@ -103,6 +107,7 @@ class Estimator {
     // (model async_tp_grad_reduce), and SP's re-gather behind the weight gradient too
     std::vector<double> tp_b_async;
     std::vector<double> a2a;         // ns of one all-to-all (MoE layers), 0 otherwise
+    int64_t a2a_bytes = 0;           // its bytes
     std::vector<double> attn_f;      // ns of core attention forward (selective recompute)
     std::vector<double> saved, boundary;  // bytes per microbatch (after TP)
     std::vector<double> params, expert_params;  // parameter counts
