@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <sqlite3.h>
 
 #include <algorithm>
 #include <array>
@@ -63,8 +64,33 @@ size_t rows_in(const std::string& db) {
   return s ? s->count() : 0;
 }
 
-// Starts `stretto sweep SPEC --db DB -j 1` (stderr to `err`) and returns once two points are
-// committed (or after 120 s).
+// The rows a running sweep has committed, read as a pure reader: a read-only connection that
+// writes nothing (Store::open_existing sets WAL and creates the schema, which would contend
+// with the sweep creating its database); 0 while the table does not exist yet.
+size_t committed_rows(const std::string& db) {
+  if (!fs::exists(db)) return 0;
+  sqlite3* h = nullptr;
+  size_t n = 0;
+  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_busy_timeout(h, 1000);
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(h, "SELECT COUNT(*) FROM points", -1, &st, nullptr) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+      n = static_cast<size_t>(sqlite3_column_int64(st, 0));
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(h);
+  return n;
+}
+
+std::string text_of(const std::string& path) {
+  std::ifstream f(path);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// Starts `stretto sweep SPEC --db DB -j 1` (stderr to `err`) and returns its pid once two points
+// are committed. If the sweep ends first (or has not committed two points in 600 s) the test
+// fails with how it ended and what it said, and -1 is returned.
 pid_t start_sweep_until_two_rows(const std::string& spec, const std::string& db,
                                  const std::string& err) {
   const pid_t pid = fork();
@@ -75,10 +101,25 @@ pid_t start_sweep_until_two_rows(const std::string& spec, const std::string& db,
           "--format", "json", static_cast<char*>(nullptr));
     _exit(127);
   }
+  if (pid < 0) return pid;
   const auto t0 = std::chrono::steady_clock::now();
-  while (pid > 0 && rows_in(db) < 2 &&
-         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+  while (committed_rows(db) < 2) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      ADD_FAILURE() << "the sweep ended before two points were committed ("
+                    << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                          : "signal " + std::to_string(WTERMSIG(status)))
+                    << ", " << committed_rows(db) << " rows): " << text_of(err);
+      return -1;
+    }
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(600)) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ADD_FAILURE() << "no two points committed in 600 s: " << text_of(err);
+      return -1;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   return pid;
 }
 
