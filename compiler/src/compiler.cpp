@@ -1147,7 +1147,8 @@ void Compiler::pad_vocab() {
   if (padded == m.vocab) return;
   ModelSpec spec = m;
   spec.vocab = padded;
-  auto model = expand_model(spec, src_, ctx_par_, ctx_comm_);
+  auto model =
+      expand_model(spec, src_, ctx_par_, ctx_comm_, plan::eager_kernel_style(plan_.costmodel));
   STRETTO_ASSERT(model && model->ops.size() == cp_.model.ops.size(),
                  "the padded vocabulary changes sizes, not the ops");
   cp_.model = std::move(*model);
@@ -2144,6 +2145,10 @@ uint32_t Compiler::backward_compute(EmitState& es, uint32_t o, int mb, uint32_t 
     if (gather != kNone) mem(u.b, true, MemCategory::kGatheredParams, -local_param_bytes(o, u));
     note_pass(es, o, mb, true, u, u.b);
   }
+  // Temporaries of the input-gradient pass (an eager loss's fp32 gradients): alive while it runs.
+  const int64_t ws = act_bytes(o, u, op.bwd_workspace_bytes);
+  mem(first, false, MemCategory::kActivations, ws);
+  mem(first, true, MemCategory::kActivations, -ws);
   return first;
 }
 
@@ -2506,7 +2511,8 @@ void Compiler::compute_static_memory() {
 
 bool Compiler::run() {
   if (!check_context_parallel()) return false;
-  auto model = expand_model(plan_.model, src_, ctx_par_, ctx_comm_);
+  auto model = expand_model(plan_.model, src_, ctx_par_, ctx_comm_,
+                            plan::eager_kernel_style(plan_.costmodel));
   if (!model) {
     diags_ = model.error();
     return false;

@@ -9,6 +9,8 @@
 // norms and the bias-dropout-add after each sub-block are memory-bound: bytes moved.
 // Saved activations follow Korthikanti et al. 2022 (arXiv 2205.05198) Table 2: sbh(34 + 5as/h)
 // bytes per layer for a GPT layer with biases, dropout and unfused attention in 16 bits.
+// An eager (unfused PyTorch) program saves what each ATen op's autograd formula keeps
+// (tools/autograd/derivatives.yaml): Transformer::eager_memory().
 #include "stretto/compiler/model.h"
 
 #include "internal.h"
@@ -169,8 +171,10 @@ void expand_synthetic(Builder& b, const ModelSpec& spec) {
 // block), final norm, head and loss, with the spec's dimensions.
 class Transformer {
  public:
-  Transformer(Builder& b, const ModelSpec& spec, int cp_degree, plan::CpCommType cp_comm)
-      : b_(b), spec_(spec), dt(b.dt), bs(spec.microbatch_size), s(spec.seq_len), cp(cp_degree),
+  Transformer(Builder& b, const ModelSpec& spec, int cp_degree, plan::CpCommType cp_comm,
+              bool eager)
+      : b_(b), spec_(spec), eager_(eager), dt(b.dt), bs(spec.microbatch_size), s(spec.seq_len),
+        cp(cp_degree),
         cp_a2a(cp_degree > 1 && cp_comm == plan::CpCommType::kA2A),
         sl(spec.seq_len / cp_degree), T(bs * sl),
         h(spec.hidden), a(spec.heads), kv(spec.kv_heads), d(spec.attention_head_dim()),
@@ -182,6 +186,7 @@ class Transformer {
     prev_ = add_embedding();
     for (int l = 0; l < spec_.layers; ++l) add_layer(l);
     add_head_and_loss();
+    if (eager_) eager_memory();
   }
 
  private:
@@ -436,8 +441,49 @@ class Transformer {
     b_.add(std::move(loss));
   }
 
+  // An unfused PyTorch program's saved activations and temporaries, op by op, as each ATen
+  // op's autograd formula keeps them (tools/autograd/derivatives.yaml, torch 2.11), where they
+  // differ from the fused kernels' above:
+  // - norm: _fused_rms_norm (F.rms_norm on CUDA) saves input and rstd, native_layer_norm input,
+  //   mean and rstd; rstd and mean are fp32 per token.
+  // - gated MLP activation, silu(gate) * up: silu saves its input (the gate half), mul saves
+  //   both operands, so silu(gate), [tokens, ffn], is kept besides the up GEMM's output (a
+  //   fused SwiGLU recomputes it).
+  // - flash attention: scaled_dot_product_attention saves q, k, v, its output and the
+  //   log-sum-exp; its output is the out projection's input, one tensor, which the out
+  //   projection's saved input already counts.
+  // - loss, nll_loss(log_softmax(logits, dtype=float32)): log_softmax converts bf16/fp16 logits
+  //   to fp32 first (ATen's log_softmax takes the half_to_float kernel for CUDA fp16 only),
+  //   _log_softmax saves its fp32 result and nll_loss_forward the same tensor; the logits
+  //   themselves are not saved. Its backward holds two fp32 [tokens, vocab] gradients at once
+  //   (nll_loss_backward's, and _log_softmax_backward_data's output): bwd_workspace_bytes.
+  void eager_memory() {
+    const int64_t stat = (spec_.bias ? 2 : 1) * T * 4;  // rstd (and mean), fp32 per token
+    for (ModelOp& op : b_.g.ops) {
+      switch (op.kind) {
+        case OpKind::kNorm:
+          op.saved_bytes += stat;
+          break;
+        case OpKind::kMlpAct:
+          if (spec_.gated_mlp) op.saved_bytes += T * f * dt;
+          break;
+        case OpKind::kAttention:
+          if (cp == 1) op.saved_bytes -= T * ad * dt;
+          break;
+        case OpKind::kLoss:
+          // (saved_input_bytes stays the logits: what a checkpoint of the loss would keep)
+          op.saved_bytes = T * V * 4;
+          op.bwd_workspace_bytes = 2 * T * V * 4;
+          break;
+        default:
+          break;
+      }
+    }
+  }
+
   Builder& b_;
   const ModelSpec& spec_;
+  const bool eager_;  // an unfused PyTorch program's memory (eager_memory)
   const int64_t dt;  // the model dtype's bytes
   // Microbatch size, sequence, tokens, hidden, heads, KV heads, head width d (the plan's
   // head_dim, or h / a: attention works on a·d wide queries and outputs, = h unless head_dim
@@ -458,7 +504,7 @@ class Transformer {
 }  // namespace
 
 Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src, int cp,
-                                  plan::CpCommType cp_comm) {
+                                  plan::CpCommType cp_comm, bool eager) {
   if (auto ok = check_regions(spec, src); !ok) return fail(std::move(ok.error()));
   STRETTO_ASSERT(cp == 1 || (spec.family == ModelSpec::Family::kTransformer &&
                              spec.attention == plan::AttentionImpl::kFlash &&
@@ -475,7 +521,7 @@ Expected<ModelGraph> expand_model(const ModelSpec& spec, const JsonSource* src, 
     expand_synthetic(b, spec);
     return std::move(g);
   }
-  Transformer(b, spec, cp, cp_comm).expand();
+  Transformer(b, spec, cp, cp_comm, eager).expand();
   for (const auto& op : g.ops) {
     g.total_params += op.param_count;
     g.model_flops_per_microbatch += op.fwd_flops + op.bi_flops + op.bw_flops;

@@ -2,7 +2,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <map>
 
 #include "stretto/compiler/compiler.h"
@@ -227,14 +226,7 @@ std::vector<std::string> unmodelled_effects(const CompiledPlan& cp) {
   }
   // The analytic model's kernel_style eager prices each weight gradient's accumulation into
   // .grad on every microbatch (docs/costmodel.md, "Kernel style").
-  const plan::Json& opts = p.costmodel.options;
-  std::string style = opts.is_object() && opts.contains("kernel_style") &&
-                              opts["kernel_style"].is_string()
-                          ? opts["kernel_style"].get<std::string>()
-                          : std::string();
-  std::transform(style.begin(), style.end(), style.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  const bool priced = p.costmodel.kind == plan::CostModelSpec::Kind::kAnalytic && style == "eager";
+  const bool priced = plan::eager_kernel_style(p.costmodel);
   if (cp.num_microbatches > 1 && !priced)
     out.push_back(
         "gradient accumulation over microbatches (each backward's read-modify-write of the "

@@ -70,7 +70,8 @@ const Estimator::LayerCosts& Estimator::costs(int64_t mbs, int tp, int ep, bool 
   if (cp > 1 && (ms.family != plan::ModelSpec::Family::kTransformer ||
                  ms.attention != plan::AttentionImpl::kFlash || ms.seq_len % (2 * cp) != 0))
     return c;
-  auto g = compiler::expand_model(ms, nullptr, cp, cp_comm);
+  auto g = compiler::expand_model(ms, nullptr, cp, cp_comm,
+                                 plan::eager_kernel_style(plan_.costmodel));
   if (!g) return c;  // empty: the point's own compile reports the problem
   const int L = g->layers;
   for (auto* v : {&c.f, &c.bi, &c.bw, &c.tp_f, &c.tp_b, &c.tp_b_async, &c.a2a, &c.attn_f, &c.saved, &c.boundary,

@@ -97,9 +97,13 @@ Outcome SimWorker::run(const std::string& text, const std::string& file,
     if (!parsed) return fail(parsed.error());
     if (prev && prev->file == file && prev->source &&
         plan::same_but_costmodel(source->root(), prev->source->root())) {
-      // Only "costmodel" differs from the previous text, which parsed: its section alone.
+      // Only "costmodel" differs from the previous text, which parsed: its section alone
+      // (a change of kernel_style eager changes the saved activations: a compile).
       auto spec = plan::parse_costmodel(*source);
       if (!spec) return fail(spec.error());
+      if (plan::eager_kernel_style(*spec) !=
+          plan::eager_kernel_style(prev->session->compiled().plan.costmodel))
+        return sim::Session::from_source(*source, base_dir);
       sim::Session copy = *prev->session;
       if (auto ok = copy.set_costmodel(*spec, std::move(spare.session)); !ok)
         return fail(ok.error());

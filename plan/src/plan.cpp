@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -989,6 +990,16 @@ bool same_but_costmodel(const Json& a, const Json& b) {
     if (other == b.end() || *other != it.value()) return false;
   }
   return true;
+}
+
+bool eager_kernel_style(const CostModelSpec& cm) {
+  if (cm.kind != CostModelSpec::Kind::kAnalytic || !cm.options.is_object()) return false;
+  const auto it = cm.options.find("kernel_style");
+  if (it == cm.options.end() || !it->is_string()) return false;
+  std::string style = it->get<std::string>();
+  std::transform(style.begin(), style.end(), style.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return style == "eager";
 }
 
 int64_t padded_vocab(const ModelSpec& m, int tp) {

@@ -949,6 +949,13 @@ Expected<void> Session::set_costmodel(const CostModelSpec& spec) {
 
 Expected<void> Session::set_costmodel(const CostModelSpec& spec,
                                       std::shared_ptr<const Session> retired) {
+  // kernel_style eager changes the compiled plan's saved activations (compiler/model.h): a
+  // compile of its own.
+  if (plan::eager_kernel_style(spec) != plan::eager_kernel_style(cp_->plan.costmodel)) {
+    Plan plan = cp_->plan;
+    plan.costmodel = spec;
+    return set_plan(std::move(plan));
+  }
   auto cm = cost::make_cost_model(spec, cp_->plan.cluster, base_dir_);
   if (!cm) return fail(cm.error());
   // `retired`'s compiled plan when it is this one's but for the cost model (the same compile,

@@ -339,6 +339,52 @@ TEST(FidelityPlan, EagerPricesAdamsUnfusedStep) {
   EXPECT_FALSE(listed("fused", "adam"));
 }
 
+// kernel_style eager: each op saves what its ATen autograd formula keeps (compiler/src/model.cpp,
+// eager_memory; docs/semantics.md). On the Llama-3-8B-shaped plan (T = 4096 tokens, h = 4096,
+// ffn 14336, 32 heads, vocab 32000, bf16), op by op against the fused kernels:
+// norm + T·4 (_fused_rms_norm's fp32 rstd); SwiGLU + T·f·2 (silu(gate), mul's saved self);
+// flash attention - T·h·2 (its output is the out projection's saved input, one tensor);
+// loss T·V·4 in place of T·V·2 (log_softmax's fp32 result; the bf16 logits are not saved) and
+// 2·T·V·4 of fp32 gradients inside its backward. Every other op, and every fused count, is
+// unchanged.
+TEST(FidelityPlan, EagerSavesWhatTheAtenOpsSave) {
+  std::ifstream in(std::string(STRETTO_TEST_DATA) + "/costmodel/h200_replay_plans/llama8b_l4_mb4.json");
+  json plan = json::parse(in, nullptr, false);
+  ASSERT_FALSE(plan.is_discarded());
+  plan["costmodel"]["kernel_style"] = "eager";
+  auto eager = compile_json(plan);
+  plan["costmodel"]["kernel_style"] = "fused";
+  auto fused = compile_json(plan);
+  ASSERT_TRUE(eager && fused);
+  const int64_t T = 4096, h = 4096, f = 14336, V = 32000;
+  ASSERT_EQ(eager->model.ops.size(), fused->model.ops.size());
+  int norms = 0, acts = 0, attns = 0, losses = 0;
+  for (size_t i = 0; i < eager->model.ops.size(); ++i) {
+    const ModelOp& e = eager->model.ops[i];
+    const ModelOp& u = fused->model.ops[i];
+    int64_t diff = 0, ws = 0;
+    switch (e.kind) {
+      case OpKind::kNorm: diff = T * 4, ++norms; break;
+      case OpKind::kMlpAct: diff = T * f * 2, ++acts; break;
+      case OpKind::kAttention: diff = -T * h * 2, ++attns; break;
+      case OpKind::kLoss:
+        diff = T * V * 4 - T * V * 2, ws = 2 * T * V * 4, ++losses;
+        break;
+      default: break;
+    }
+    EXPECT_EQ(e.saved_bytes - u.saved_bytes, diff) << e.name;
+    EXPECT_EQ(e.bwd_workspace_bytes, ws) << e.name;
+    EXPECT_EQ(u.bwd_workspace_bytes, 0) << u.name;
+    EXPECT_EQ(e.saved_input_bytes, u.saved_input_bytes) << e.name;
+    EXPECT_EQ(e.saved_bw_bytes, u.saved_bw_bytes) << e.name;
+    EXPECT_EQ(e.fwd_bytes, u.fwd_bytes) << e.name;
+  }
+  EXPECT_EQ(norms, 9);
+  EXPECT_EQ(acts, 4);
+  EXPECT_EQ(attns, 4);
+  EXPECT_EQ(losses, 1);
+}
+
 TEST(FidelityPlan, Zero3PrefetchBoundsGathers) {
   // ZeRO-3 over devices {0, 1}, 4 layers, prefetch 1: the forward gather of layer j's
   // parameters waits for the forward of layer j-2 (at most two layers gathered).

@@ -70,6 +70,10 @@ struct ModelOp {
   int64_t saved_input_bytes = 0;  // the part of saved_bytes that is the op's input (what a
                                   // recompute checkpoint keeps; the size of its input gradient)
   int64_t out_bytes = 0;         // output activation (sent across a stage boundary)
+  /// Temporaries alive only inside the op's input-gradient pass (B or BI), on top of its
+  /// saved activations: allocated when it starts, freed when it ends. An eager loss's two
+  /// fp32 [tokens, vocab] gradients (docs/semantics.md); 0 for every other op.
+  int64_t bwd_workspace_bytes = 0;
   /// Of the input: the bytes the op reads as split views of one tensor (a flash attention's
   /// q, k and v are views of the one QKV GEMM's output; a gated MLP's activation reads the gate
   /// and up halves of the one up GEMM's output). An unfused program's autograd gathers their
@@ -110,9 +114,13 @@ struct ModelGraph {
 /// checked a transformer with flash attention and seq_len divisible by 2·cp.
 /// `cp_comm` a2a: attention kernels over the whole sequence and a/cp heads (the caller has
 /// checked heads and kv_heads divisible by tp·cp).
+/// `eager`: the saved activations of an unfused PyTorch program (kernel_style eager,
+/// plan::eager_kernel_style) instead of the fused kernels' (Megatron-Core / Transformer Engine,
+/// Korthikanti et al. 2022 Table 2); only the memory fields differ (docs/semantics.md).
 Expected<ModelGraph> expand_model(const plan::ModelSpec& spec,
                                   const plan::JsonSource* src = nullptr, int cp = 1,
-                                  plan::CpCommType cp_comm = plan::CpCommType::kP2P);
+                                  plan::CpCommType cp_comm = plan::CpCommType::kP2P,
+                                  bool eager = false);
 
 /// Bytes per parameter of a device's static memory before any ZeRO sharding, as the compiler
 /// prices them (CompiledPlan::static_mem): weights and gradients in the parameters' dtype (bf16

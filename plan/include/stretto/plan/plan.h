@@ -268,8 +268,14 @@ Expected<BuilderCall> parse_builder_call(const JsonSource& src, const std::strin
 bool is_plan_document(const Json& j);
 bool is_whole_plan(const Json& j);
 /// Whether `a` and `b` are plan objects with equal members, "costmodel" aside: an edit between
-/// them changes the cost model only (added, removed or changed), so the compiled plan stands.
+/// them changes the cost model only (added, removed or changed), so the compiled plan stands
+/// unless eager_kernel_style() changes with it.
 bool same_but_costmodel(const Json& a, const Json& b);
+/// Whether the cost model is the analytic one with `"kernel_style": "eager"` (any case): an
+/// unfused PyTorch program, which the cost model prices and whose saved activations the
+/// compiler counts (docs/semantics.md, "Saved activations of an eager program"). The one
+/// reader of that key outside the cost model.
+bool eager_kernel_style(const CostModelSpec& cm);
 /// The vocabulary as Megatron-LM pads it (_vocab_size_with_padding): the next multiple of
 /// make_vocab_size_divisible_by x `tp`, the TP degree of the embedding and head; unchanged for
 /// models other than transformers and for no vocabulary. The compiler's and the search

@@ -192,10 +192,11 @@ class Session {
   Expected<Result> simulate(const SimOptions& opt = {}) const;
   /// sim::simulate(compiled(), cost_model(), opt, previous): `previous` is a result of this
   /// session, or of the one it was copied from, before set_costmodel (not set_plan or
-  /// set_directive, which recompile).
+  /// set_directive, which recompile, nor a set_costmodel that changed eager_kernel_style).
   Expected<Result> simulate(const SimOptions& opt, const Result& previous) const;
 
-  /// Replaces the cost model (no recompilation).
+  /// Replaces the cost model (no recompilation), unless plan::eager_kernel_style changes with
+  /// it: then the plan is compiled anew (set_plan), since the saved activations differ.
   Expected<void> set_costmodel(const plan::CostModelSpec& spec);
   /// set_costmodel(spec), the new compiled plan made in the storage of `retired`'s instead of
   /// a copy of this one's: when `retired` is a session of this one's compile (a copy of it or
