@@ -211,6 +211,9 @@ class RankRun {
   std::vector<OpCtx> ctx_;
   std::vector<std::vector<at::Tensor>> saved_inputs_;  // recompute: the forward's inputs
   std::vector<char> fwd_post_, bwd_post_, bwd_pre_;
+  // Per op: its output is read by no backward once its one consumer has run its forward
+  // (release_unread_inputs).
+  std::vector<char> unread_after_consumer_;
   // Per op: the input-gradient collective of a column-parallel op's B node that Megatron-LM
   // issues asynchronously (compiler TpOverlap::kAsync, model async_tp_grad_reduce): run_compute
   // posts it between the B node's input- and weight-gradient GEMMs. SIZE_MAX: none.
@@ -309,6 +312,7 @@ class RankRun {
   void wait_op(size_t i);
   void wait_node(uint32_t n);
   void finish_forward(uint32_t o, int mb, const at::Tensor& t);
+  void release_unread_inputs(uint32_t o, int mb);
   void add_input_grads(uint32_t o, int mb, const std::vector<at::Tensor>& dx);
   void add_grad(uint32_t o, int mb, const at::Tensor& g);
   at::Tensor flat_params(uint32_t o) const;
@@ -548,6 +552,26 @@ void RankRun::setup_plan_ops() {
       for (int32_t d : dag.device_sets[n.devs].devices)
         if (std::find(norm_group.begin(), norm_group.end(), d) != norm_group.end())
           holders[n.op].insert(d);
+  // Outputs that no backward reads: the out projection's and the MLP down projection's, whose
+  // one consumer is a residual add without dropout (an add saves neither operand), and the
+  // head's logits, whose consumer is the loss without tensor parallelism (log_softmax to fp32
+  // saves its result, not the logits; derivatives.yaml). A GEMM's backward reads its input
+  // and weight, not its output. What a PyTorch program keeps of the model (docs/semantics.md,
+  // "Saved activations of an eager program").
+  std::vector<int> consumers(nops, 0), consumer(nops, -1);
+  for (uint32_t c = 0; c < nops; ++c)
+    for (uint32_t i : cp_.model.ops[c].inputs) ++consumers[i], consumer[i] = static_cast<int>(c);
+  unread_after_consumer_.assign(nops, 0);
+  for (uint32_t o = 0; o < nops; ++o) {
+    const OpKind kind = cp_.model.ops[o].kind;
+    if (consumers[o] != 1 || place_[o].tp > 1 || place_[o].ep > 1) continue;
+    const uint32_t c = static_cast<uint32_t>(consumer[o]);
+    const OpKind ck = cp_.model.ops[c].kind;
+    const bool residual = (kind == OpKind::kOutProj || kind == OpKind::kMlpDown) &&
+                          ck == OpKind::kResidual && cp_.plan.model.dropout <= 0;
+    const bool logits = kind == OpKind::kHead && ck == OpKind::kLoss && place_[c].tp <= 1;
+    unread_after_consumer_[o] = residual || logits;
+  }
   copies_of_op_.assign(nops, 1);
   for (size_t o = 0; o < nops; ++o)
     copies_of_op_[o] = std::max<int64_t>(1, static_cast<int64_t>(holders[o].size()));
@@ -882,6 +906,29 @@ void RankRun::finish_forward(uint32_t o, int mb, const at::Tensor& t) {
     loss_sum_ = loss_sum_.defined() ? loss_sum_ + v.to(at::kDouble) : v.to(at::kDouble);
 }
 
+// After op `o`'s forward on microbatch `mb`: the storage of each input that no backward reads
+// (unread_after_consumer_) is released, as a PyTorch program frees the tensor once its last
+// reference goes. The replay's own references stay (the producer's output, the root of its
+// backward; the consumer's input leaf, a target of its), without data: autograd needs their
+// metadata only. Not when either forward is recomputed (the recompute reads the input) or the
+// value came through a collective (its buffer is the collective's).
+void RankRun::release_unread_inputs(uint32_t o, int mb) {
+  const size_t k = key(o, mb);
+  if (opt_.recompute_full || recomputed_[k] || !ctx_[k].live) return;
+  for (uint32_t p : cp_.model.ops[o].inputs) {
+    const size_t kp = key(p, mb);
+    if (!unread_after_consumer_[p] || recomputed_[kp] || fwd_post_[kp] || !ctx_[kp].live) continue;
+    const at::Tensor& v = val_[kp];
+    if (!v.defined() || v.storage().nbytes() == 0) continue;  // (released already)
+    const int64_t b = tensor_bytes(v);
+    v.storage().unsafeGetStorageImpl()->reset();
+    // The replay's bookkeeping counted it in both contexts.
+    ctx_[kp].bytes -= b;
+    ctx_[k].bytes -= b;
+    mem_.add(kActs, -2 * b);
+  }
+}
+
 void RankRun::fault_check() {
   if (me_ != opt_.fault_rank || op_counter_ != opt_.fault_op) return;
   if (opt_.fault_kind == "drop" || opt_.fault_kind == "skip-step") return;  // finalize, optimizer_step
@@ -1067,6 +1114,7 @@ void RankRun::run_compute(size_t i) {
         pending_out_[k] = out.detach();
       else
         finish_forward(o, mb, out);
+      release_unread_inputs(o, mb);
       break;
     }
     case Pass::kB:

@@ -651,7 +651,8 @@ namespace {
 //
 // The replay measured (d3b529d) kept more than a PyTorch program: each op's context held its
 // output and input leaves until its backward, so the out projection's and the down projection's
-// outputs and the bf16 logits stayed alive (the data file's `replay_keeps`). Per microbatch in
+// outputs and the bf16 logits stayed alive (the data file's `replay_keeps`; the replay releases
+// them since: backend_test's ReplayMemory.* check it on the CPU). Per microbatch in
 // flight (all of them at the peak of these one-device plans) that is the out_bytes of those
 // ops; with it the prediction must match the allocator within 1 % (it is 0.17-0.29 % low: cuBLAS
 // workspaces and the input ids are not modelled). The prediction alone is the program without
