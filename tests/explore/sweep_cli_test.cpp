@@ -58,16 +58,10 @@ fs::path scratch(const std::string& name) {
   return p;
 }
 
+// The rows a sweep has committed, read as a pure reader: a read-only connection that writes
+// nothing (Store::open_existing sets WAL and creates the schema, which would contend with a
+// running sweep creating its database); 0 while the table does not exist yet.
 size_t rows_in(const std::string& db) {
-  if (!fs::exists(db)) return 0;
-  auto s = Store::open_existing(db);
-  return s ? s->count() : 0;
-}
-
-// The rows a running sweep has committed, read as a pure reader: a read-only connection that
-// writes nothing (Store::open_existing sets WAL and creates the schema, which would contend
-// with the sweep creating its database); 0 while the table does not exist yet.
-size_t committed_rows(const std::string& db) {
   if (!fs::exists(db)) return 0;
   sqlite3* h = nullptr;
   size_t n = 0;
@@ -103,13 +97,13 @@ pid_t start_sweep_until_two_rows(const std::string& spec, const std::string& db,
   }
   if (pid < 0) return pid;
   const auto t0 = std::chrono::steady_clock::now();
-  while (committed_rows(db) < 2) {
+  while (rows_in(db) < 2) {
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       ADD_FAILURE() << "the sweep ended before two points were committed ("
                     << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
                                           : "signal " + std::to_string(WTERMSIG(status)))
-                    << ", " << committed_rows(db) << " rows): " << text_of(err);
+                    << ", " << rows_in(db) << " rows): " << text_of(err);
       return -1;
     }
     if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(600)) {

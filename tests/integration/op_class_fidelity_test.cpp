@@ -427,11 +427,6 @@ TEST(OpClassH100, MemoryClassesAgainstTheH100Sweep) {
   }
 }
 
-}  // namespace
-}  // namespace stretto
-
-namespace stretto {
-namespace {
 
 // The four compute-bound one-GPU H200 plans whose replays were measured (docs/fidelity.md,
 // "Memory-bound ops and the kernel style"): the step the doc quotes for each kernel style is
@@ -464,11 +459,6 @@ TEST(OpClassH200, TheReplayPlansPredictWhatTheDocQuotes) {
   }
 }
 
-}  // namespace
-}  // namespace stretto
-
-namespace stretto {
-namespace {
 
 // The optimizer step against the same four H200 replays
 // (h200_replay_optimizer_measured.json: the replay JSON's `optimizer step` op). That replay
@@ -575,11 +565,6 @@ TEST(OpClassH200, EagerPricesAdamsUnfusedStep) {
   }
 }
 
-}  // namespace
-}  // namespace stretto
-
-namespace stretto {
-namespace {
 
 // Once held out, no longer: the four plans' steps predicted with `eager` (rates from M and S only) against the
 // replay's measured steps (h200_replay_steps_measured.json: the lease of 2026-11-28, main at
@@ -634,11 +619,6 @@ TEST(OpClassH200, ReplayStepsOfTheLease) {
   EXPECT_EQ(checked, 4);
 }
 
-}  // namespace
-}  // namespace stretto
-
-namespace stretto {
-namespace {
 
 // Peak memory of the four H200 replays (h200_replay_peak_memory_measured.json: the caching
 // allocator's allocated peak of the lease of 2026-11-28, d3b529d) against the simulator's
@@ -698,11 +678,6 @@ TEST(OpClassH200, ReplayPeakMemoryOfTheLease) {
   EXPECT_EQ(checked, 4);
 }
 
-}  // namespace
-}  // namespace stretto
-
-namespace stretto {
-namespace {
 
 // A cost-model change to or from kernel_style eager changes the saved activations, so
 // Session::set_costmodel compiles the plan anew there (the GUI's cost-model edit too): the
